@@ -1,0 +1,31 @@
+// Whole-run cost of the shipped example scenarios (plan + simulate, no output files).
+//   build/bench/bench_scenarios
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "sim/run.h"
+
+namespace {
+
+void run_example(benchmark::State& state, const std::string& file) {
+  const auto s = clustersim::load_scenario(std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/" + file);
+  double events = 0;
+  for (auto _ : state) {
+    auto out = clustersim::run_training(s);
+    events = static_cast<double>(out.exec.events);
+    benchmark::DoNotOptimize(out.exec.makespan);
+  }
+  state.counters["events"] = events;
+  state.counters["events/s"] = benchmark::Counter(events * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_Gpt3_1_3b_Dgx(benchmark::State& state) { run_example(state, "gpt3-1.3b-dgx-h100.yaml"); }
+void BM_Llama3_8b_128xH100(benchmark::State& state) { run_example(state, "llama3-8b-128xh100.yaml"); }
+void BM_Llama3_8b_1024xH100(benchmark::State& state) { run_example(state, "llama3-8b-1024xh100-sp.yaml"); }
+
+BENCHMARK(BM_Gpt3_1_3b_Dgx)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Llama3_8b_128xH100)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Llama3_8b_1024xH100)->Unit(benchmark::kMillisecond);
+
+}  // namespace

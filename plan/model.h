@@ -1,0 +1,51 @@
+// Decoder-only transformer description and presets. Parameter and FLOP counts are
+// exact for the shapes the planner emits (see docs/model.md for the formulas).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace clustersim {
+
+enum class FfnType : uint8_t { Gelu, Swiglu };
+
+struct MoeConfig {
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t shared_experts = 0;
+  int64_t expert_ffn_hidden = 0;
+};
+
+struct ModelConfig {
+  std::string name;
+  int64_t layers = 0;
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t ffn_hidden = 0;
+  FfnType ffn_type = FfnType::Gelu;
+  int64_t vocab = 0;
+  int64_t seq_len = 0;
+  DType dtype = DType::BF16;
+  bool tied_embeddings = false;
+  bool biases = false;             // GPT: linear biases and LayerNorm (gain + bias); Llama: RMSNorm gain only
+  bool learned_positions = false;  // GPT: a learned position table; Llama: rotary, no weights
+  MoeConfig moe;
+
+  int64_t head_dim() const { return hidden / heads; }
+  // Weights of one transformer layer: QKV + output projection, MLP, two norms.
+  int64_t layer_params() const;
+  // All weights: layers, token embedding (and an untied output layer), final norm.
+  int64_t total_params() const;
+};
+
+const ModelConfig* find_model_preset(std::string_view name);
+std::vector<std::string> model_preset_names();
+std::string_view to_string(FfnType f);
+bool parse_ffn_type(std::string_view s, FfnType& out);
+
+}  // namespace clustersim

@@ -1,0 +1,167 @@
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace clustersim {
+
+int dtype_bits(DType d) {
+  switch (d) {
+    case DType::FP32: return 32;
+    case DType::BF16: return 16;
+    case DType::FP16: return 16;
+    case DType::FP8: return 8;
+    case DType::INT8: return 8;
+    case DType::INT4: return 4;
+  }
+  return 16;
+}
+
+std::string_view to_string(DType d) {
+  switch (d) {
+    case DType::FP32: return "fp32";
+    case DType::BF16: return "bf16";
+    case DType::FP16: return "fp16";
+    case DType::FP8: return "fp8";
+    case DType::INT8: return "int8";
+    case DType::INT4: return "int4";
+  }
+  return "?";
+}
+
+bool parse_dtype(std::string_view s, DType& out) {
+  for (DType d : {DType::FP32, DType::BF16, DType::FP16, DType::FP8, DType::INT8, DType::INT4}) {
+    if (s == to_string(d)) {
+      out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::Gemm: return "gemm";
+    case OpKind::Attention: return "attention";
+    case OpKind::Memory: return "memory";
+    case OpKind::Collective: return "collective";
+    case OpKind::Send: return "send";
+    case OpKind::Recv: return "recv";
+  }
+  return "?";
+}
+
+static constexpr CollectiveKind kCollectives[] = {CollectiveKind::AllReduce, CollectiveKind::AllGather,
+                                                  CollectiveKind::ReduceScatter, CollectiveKind::AllToAll,
+                                                  CollectiveKind::Broadcast, CollectiveKind::Reduce};
+
+std::string_view to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::AllReduce: return "all-reduce";
+    case CollectiveKind::AllGather: return "all-gather";
+    case CollectiveKind::ReduceScatter: return "reduce-scatter";
+    case CollectiveKind::AllToAll: return "all-to-all";
+    case CollectiveKind::Broadcast: return "broadcast";
+    case CollectiveKind::Reduce: return "reduce";
+  }
+  return "?";
+}
+
+bool parse_collective(std::string_view s, CollectiveKind& out) {
+  for (CollectiveKind k : kCollectives) {
+    if (s == to_string(k)) {
+      out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string_view to_string(GroupKind k) {
+  switch (k) {
+    case GroupKind::TP: return "tp";
+    case GroupKind::DP: return "dp";
+    case GroupKind::PP: return "pp";
+    case GroupKind::CP: return "cp";
+    case GroupKind::EP: return "ep";
+    case GroupKind::World: return "world";
+  }
+  return "?";
+}
+
+std::string_view to_string(Phase p) {
+  switch (p) {
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::Optimizer: return "optimizer";
+    case Phase::Other: return "other";
+  }
+  return "?";
+}
+
+uint32_t Program::add(const Op& op, std::initializer_list<uint32_t> after) {
+  return add(op, std::vector<uint32_t>(after));
+}
+
+uint32_t Program::add(const Op& op, const std::vector<uint32_t>& after) {
+  Op o = op;
+  o.dep_begin = static_cast<uint32_t>(deps.size());
+  o.dep_count = 0;
+  const auto self = static_cast<uint32_t>(ops.size());
+  for (uint32_t d : after) {
+    if (d >= self) throw std::logic_error("plan: an op may only depend on earlier ops");
+    deps.push_back(d);
+    ++o.dep_count;
+  }
+  ops.push_back(o);
+  return self;
+}
+
+uint8_t Program::stream(std::string_view name) {
+  for (size_t i = 0; i < streams.size(); ++i)
+    if (streams[i] == name) return static_cast<uint8_t>(i);
+  if (streams.size() >= 255) throw std::logic_error("plan: too many streams");
+  streams.emplace_back(name);
+  return static_cast<uint8_t>(streams.size() - 1);
+}
+
+uint32_t Plan::intern(std::string_view name) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<uint32_t>(i);
+  names.emplace_back(name);
+  return static_cast<uint32_t>(names.size() - 1);
+}
+
+int32_t Plan::add_group(GroupKind kind, std::vector<int32_t> ranks) {
+  const auto id = static_cast<int32_t>(groups.size());
+  for (int32_t r : ranks) rank_groups.at(static_cast<size_t>(r))[static_cast<size_t>(kind)] = id;
+  groups.push_back(Group{kind, std::move(ranks)});
+  return id;
+}
+
+std::vector<int32_t> Plan::representatives() const {
+  std::vector<int32_t> out;
+  for (int32_t r = 0; r < world_size; ++r)
+    if (mirror_of[static_cast<size_t>(r)] == r) out.push_back(r);
+  return out;
+}
+
+size_t Plan::total_ops() const {
+  size_t n = 0;
+  for (const auto& p : programs) n += p.ops.size();
+  return n;
+}
+
+double gemm_flops(const Op& op) {
+  return 2.0 * static_cast<double>(op.m) * static_cast<double>(op.n) * static_cast<double>(op.k) *
+         static_cast<double>(op.batch);
+}
+
+double attention_flops(const Op& op) {
+  // QK^T and PV: 2 GEMMs of 2·q·kv·d each per head; a causal mask skips about half.
+  double f = 4.0 * static_cast<double>(op.batch) * static_cast<double>(op.heads) *
+             static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * static_cast<double>(op.head_dim);
+  return op.causal ? f * 0.5 : f;
+}
+
+}  // namespace clustersim

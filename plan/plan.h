@@ -1,0 +1,109 @@
+// The Plan: the one artifact both executors consume (the simulator in sim/ and the
+// CUDA/NCCL backend in real_backend/). It holds ranks, communicator groups and, per
+// *program*, an ordered op list on named streams with explicit dependencies.
+//
+// Ranks that run the same code share one Program, so a Plan for 16,384 GPUs costs
+// O(ranks + ops of the distinct programs), never O(ranks x ops). A program names its
+// collective's group by kind (TP, DP, ...); each rank resolves that kind to its own
+// concrete group through `rank_groups`.
+//
+// `mirror_of` records symmetry the planner can prove: rank r behaves exactly like
+// rank mirror_of[r] (same program, same group shapes on an isomorphic part of the
+// topology), so an executor may simulate only the representatives.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace clustersim {
+
+enum class DType : uint8_t { FP32, BF16, FP16, FP8, INT8, INT4 };
+int dtype_bits(DType d);
+std::string_view to_string(DType d);
+bool parse_dtype(std::string_view s, DType& out);
+
+enum class OpKind : uint8_t { Gemm, Attention, Memory, Collective, Send, Recv };
+std::string_view to_string(OpKind k);
+
+enum class CollectiveKind : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Reduce };
+std::string_view to_string(CollectiveKind k);
+bool parse_collective(std::string_view s, CollectiveKind& out);
+
+enum class GroupKind : uint8_t { TP, DP, PP, CP, EP, World };
+inline constexpr int kGroupKinds = 6;
+std::string_view to_string(GroupKind k);
+
+enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
+std::string_view to_string(Phase p);
+
+// One operation of a program. Field use by kind:
+//   Gemm:       m, n, k, batch, dtype            (flops = 2·m·n·k·batch)
+//   Attention:  batch, heads, kv_heads, q_len, kv_len, head_dim, causal, dtype
+//   Memory:     bytes_read, bytes_written, flops (elementwise / memory-bound)
+//   Collective: collective, group, bytes (per-rank buffer: the full array for
+//               all-reduce, the gathered array for all-gather / reduce-scatter), dtype
+//   Send/Recv:  group, peer (index inside the group), bytes
+struct Op {
+  OpKind kind = OpKind::Memory;
+  uint8_t stream = 0;
+  Phase phase = Phase::Other;
+  DType dtype = DType::BF16;
+  CollectiveKind collective = CollectiveKind::AllReduce;
+  GroupKind group = GroupKind::World;
+  bool causal = false;
+  int32_t layer = -1;        // -1: not a transformer layer (embedding, loss, optimizer)
+  int32_t micro_batch = -1;  // -1: not tied to one micro-batch
+  uint32_t name = 0;         // index into Plan::names
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
+  int64_t bytes_read = 0, bytes_written = 0;
+  int64_t bytes = 0;
+  int32_t peer = 0;
+  double flops = 0;
+  uint32_t dep_begin = 0;  // dependencies: Program::deps[dep_begin, dep_begin + dep_count)
+  uint32_t dep_count = 0;
+};
+
+struct Program {
+  std::string name;
+  std::vector<std::string> streams;  // stream index -> name ("compute", "tp", "dp", ...)
+  std::vector<Op> ops;               // in issue order; each stream runs its ops in this order
+  std::vector<uint32_t> deps;        // indices of earlier ops in `ops`
+
+  // Appends an op depending on `after` (indices of earlier ops); returns its index.
+  uint32_t add(const Op& op, std::initializer_list<uint32_t> after = {});
+  uint32_t add(const Op& op, const std::vector<uint32_t>& after);
+  uint8_t stream(std::string_view name);  // index of a stream, created on first use
+};
+
+struct Group {
+  GroupKind kind = GroupKind::World;
+  std::vector<int32_t> ranks;  // global ranks in group order (ring order)
+};
+
+struct Plan {
+  int32_t world_size = 0;
+  std::vector<std::string> names;         // op name table
+  std::vector<Program> programs;
+  std::vector<uint32_t> rank_program;     // rank -> program index
+  std::vector<int32_t> rank_gpu;          // rank -> global GPU index (node-major)
+  std::vector<Group> groups;
+  std::vector<std::array<int32_t, kGroupKinds>> rank_groups;  // rank -> group per kind, -1 none
+  std::vector<int32_t> mirror_of;         // rank -> representative rank (itself if simulated)
+
+  uint32_t intern(std::string_view name);  // index of an op name, added on first use
+  int32_t group_of(int32_t rank, GroupKind kind) const {
+    return rank_groups[static_cast<size_t>(rank)][static_cast<size_t>(kind)];
+  }
+  int32_t add_group(GroupKind kind, std::vector<int32_t> ranks);
+  std::vector<int32_t> representatives() const;
+  size_t total_ops() const;  // sum of program sizes (not ranks x ops)
+};
+
+double gemm_flops(const Op& op);
+double attention_flops(const Op& op);  // forward FLOPs, causal halves the score work
+
+}  // namespace clustersim

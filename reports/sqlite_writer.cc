@@ -1,0 +1,422 @@
+#include "reports/sqlite_writer.h"
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace clustersim {
+namespace {
+
+// 'ClSi': tells our databases apart from other SQLite files that also use user_version.
+constexpr int32_t kApplicationId = 0x436c5369;
+
+// Tables use CREATE ... IF NOT EXISTS so re-running the DDL on an existing version-1
+// database is harmless (and restores an index someone dropped).
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs (
+  run_id        INTEGER PRIMARY KEY AUTOINCREMENT,
+  name          TEXT NOT NULL,
+  source        TEXT NOT NULL CHECK (source IN ('sim', 'real')),
+  kind          TEXT NOT NULL,
+  network_model TEXT NOT NULL,
+  seed          INTEGER NOT NULL,
+  scenario_yaml TEXT NOT NULL,
+  complete      INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(run_id),
+  key    TEXT NOT NULL,
+  value  REAL
+);
+CREATE TABLE IF NOT EXISTS ranks (
+  run_id    INTEGER NOT NULL REFERENCES runs(run_id),
+  rank      INTEGER NOT NULL,
+  node      INTEGER NOT NULL,
+  local_gpu INTEGER NOT NULL,
+  device    TEXT NOT NULL,
+  program   INTEGER NOT NULL,
+  mirror_of INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS groups (
+  run_id   INTEGER NOT NULL REFERENCES runs(run_id),
+  group_id INTEGER NOT NULL,
+  kind     TEXT NOT NULL,
+  size     INTEGER NOT NULL,
+  ranks    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ops (
+  run_id        INTEGER NOT NULL REFERENCES runs(run_id),
+  program       INTEGER NOT NULL,
+  op_index      INTEGER NOT NULL,
+  name          TEXT NOT NULL,
+  kind          TEXT NOT NULL,
+  stream        TEXT NOT NULL,
+  phase         TEXT NOT NULL,
+  layer         INTEGER NOT NULL,
+  micro_batch   INTEGER NOT NULL,
+  dtype         TEXT NOT NULL,
+  m             INTEGER NOT NULL,
+  n             INTEGER NOT NULL,
+  k             INTEGER NOT NULL,
+  batch         INTEGER NOT NULL,
+  heads         INTEGER NOT NULL,
+  kv_heads      INTEGER NOT NULL,
+  q_len         INTEGER NOT NULL,
+  kv_len        INTEGER NOT NULL,
+  head_dim      INTEGER NOT NULL,
+  causal        INTEGER NOT NULL,
+  bytes_read    INTEGER NOT NULL,
+  bytes_written INTEGER NOT NULL,
+  bytes         INTEGER NOT NULL,
+  collective    TEXT,
+  grp           TEXT,
+  peer          INTEGER,
+  flops         REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS spans (
+  run_id   INTEGER NOT NULL REFERENCES runs(run_id),
+  rank     INTEGER NOT NULL,
+  stream   TEXT NOT NULL,
+  op_index INTEGER NOT NULL,
+  name     TEXT NOT NULL,
+  kind     TEXT NOT NULL,
+  start_ps INTEGER NOT NULL,
+  end_ps   INTEGER NOT NULL,
+  bytes    INTEGER NOT NULL,
+  flops    REAL NOT NULL,
+  source   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS links (
+  run_id        INTEGER NOT NULL REFERENCES runs(run_id),
+  link_id       INTEGER NOT NULL,
+  src           TEXT NOT NULL,
+  dst           TEXT NOT NULL,
+  kind          TEXT NOT NULL,
+  bandwidth_Bps REAL NOT NULL,
+  latency_s     REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS link_usage (
+  run_id      INTEGER NOT NULL REFERENCES runs(run_id),
+  link_id     INTEGER NOT NULL,
+  start_ps    INTEGER NOT NULL,
+  end_ps      INTEGER NOT NULL,
+  bytes       REAL NOT NULL,
+  utilization REAL
+);
+CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics(run_id, key);
+CREATE INDEX IF NOT EXISTS ranks_by_rank ON ranks(run_id, rank);
+CREATE INDEX IF NOT EXISTS groups_by_id ON groups(run_id, group_id);
+CREATE INDEX IF NOT EXISTS ops_by_op ON ops(run_id, program, op_index);
+CREATE INDEX IF NOT EXISTS spans_by_rank_time ON spans(run_id, rank, start_ps);
+CREATE INDEX IF NOT EXISTS links_by_id ON links(run_id, link_id);
+CREATE INDEX IF NOT EXISTS link_usage_by_link ON link_usage(run_id, link_id, start_ps);
+-- Spans with their op's phase / layer / micro-batch and duration, for reports.
+CREATE VIEW IF NOT EXISTS span_view AS
+  SELECT s.run_id, s.rank, s.stream, s.op_index, s.name, s.kind, o.phase, o.layer,
+         o.micro_batch, s.start_ps, s.end_ps, s.end_ps - s.start_ps AS dur_ps,
+         s.bytes, s.flops, s.source
+  FROM spans s
+  JOIN ranks r ON r.run_id = s.run_id AND r.rank = s.rank
+  JOIN ops o ON o.run_id = s.run_id AND o.program = r.program AND o.op_index = s.op_index;
+)sql";
+
+// Carries a message up to write_sqlite, which prefixes "cannot write PATH: ".
+struct WriteError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void fail_sqlite(sqlite3* db, std::string_view what) {
+  const int code = sqlite3_errcode(db);
+  std::string msg(what);
+  if (code == SQLITE_NOTADB) {
+    msg = "not a SQLite database (" + std::string(sqlite3_errmsg(db)) + ")";
+  } else {
+    msg += msg.empty() ? "" : ": ";
+    msg += sqlite3_errmsg(db);
+  }
+  throw WriteError(msg);
+}
+
+void exec(sqlite3* db, const char* sql) {
+  if (sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK) fail_sqlite(db, "");
+}
+
+// A prepared statement reused for every row: bind the columns in order, then insert().
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s_, nullptr) != SQLITE_OK)
+      fail_sqlite(db, "");
+  }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& i(int64_t v) { return check(sqlite3_bind_int64(s_, next_++, v)); }
+  Stmt& d(double v) { return check(sqlite3_bind_double(s_, next_++, v)); }
+  Stmt& null() { return check(sqlite3_bind_null(s_, next_++)); }
+  // The text must stay alive until the row is inserted (SQLITE_STATIC avoids a copy per
+  // row, which matters at a million spans); temporaries go through text_copy.
+  Stmt& t(std::string_view v) {
+    return check(sqlite3_bind_text64(s_, next_++, v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8));
+  }
+  Stmt& text_copy(std::string_view v) {
+    return check(sqlite3_bind_text64(s_, next_++, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
+  }
+
+  void insert() {
+    if (sqlite3_step(s_) != SQLITE_DONE) fail_sqlite(db_, "");
+    sqlite3_reset(s_);
+    next_ = 1;
+  }
+
+  // For single-value queries: steps once and returns column 0 as an integer.
+  int64_t query_int() {
+    if (sqlite3_step(s_) != SQLITE_ROW) fail_sqlite(db_, "");
+    const int64_t v = sqlite3_column_int64(s_, 0);
+    sqlite3_reset(s_);
+    next_ = 1;
+    return v;
+  }
+
+ private:
+  Stmt& check(int rc) {
+    if (rc != SQLITE_OK) fail_sqlite(db_, "");
+    return *this;
+  }
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int next_ = 1;
+};
+
+// FLOPs an op performs: the planner's figure when it set one, else the closed form.
+double op_flops(const Op& op) {
+  if (op.flops > 0) return op.flops;
+  if (op.kind == OpKind::Gemm) return gemm_flops(op);
+  if (op.kind == OpKind::Attention) return attention_flops(op);
+  return 0;
+}
+
+bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
+
+// Bytes a span moves: the message for communication, HBM traffic for everything else.
+int64_t op_bytes(const Op& op) { return is_comm(op.kind) ? op.bytes : op.bytes_read + op.bytes_written; }
+
+// Checked before the file is touched, so bad input never creates or locks a database.
+void validate(const Timeline& t) {
+  if (t.plan == nullptr) throw WriteError("timeline has no plan");
+  const Plan& plan = *t.plan;
+  if (t.run.source != "sim" && t.run.source != "real")
+    throw WriteError("run source must be 'sim' or 'real', got '" + t.run.source + "'");
+  for (const Program& p : plan.programs)
+    for (const Op& op : p.ops) {
+      if (op.name >= plan.names.size()) throw WriteError("program '" + p.name + "' has an op with no name");
+      if (op.stream >= p.streams.size()) throw WriteError("program '" + p.name + "' has an op on no stream");
+    }
+  for (const SpanRecord& s : t.spans) {
+    if (s.rank < 0 || static_cast<size_t>(s.rank) >= plan.rank_program.size())
+      throw WriteError("span of unknown rank " + std::to_string(s.rank));
+    const uint32_t prog = plan.rank_program[static_cast<size_t>(s.rank)];
+    if (prog >= plan.programs.size()) throw WriteError("rank " + std::to_string(s.rank) + " has no program");
+    const Program& p = plan.programs[prog];
+    if (s.op >= p.ops.size() || s.stream >= p.streams.size())
+      throw WriteError("span of rank " + std::to_string(s.rank) + " names op " + std::to_string(s.op) +
+                       " / stream " + std::to_string(s.stream) + " missing from its program");
+  }
+}
+
+// Refuses foreign files and other schema versions; creates the schema in a fresh file.
+// Runs inside the write transaction so two writers cannot both create the schema.
+void ensure_schema(sqlite3* db) {
+  const int64_t version = Stmt(db, "PRAGMA user_version").query_int();
+  const int64_t app_id = Stmt(db, "PRAGMA application_id").query_int();
+  if (version == 0) {
+    if (Stmt(db, "SELECT count(*) FROM sqlite_master").query_int() != 0)
+      throw WriteError("not a clustersim database (it has tables but no clustersim schema version)");
+    exec(db, kSchema);
+    exec(db, ("PRAGMA user_version = " + std::to_string(kSqliteSchemaVersion)).c_str());
+    exec(db, ("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str());
+    return;
+  }
+  if (app_id != 0 && app_id != kApplicationId)
+    throw WriteError("not a clustersim database (application_id " + std::to_string(app_id) + ")");
+  if (version != kSqliteSchemaVersion)
+    throw WriteError("incompatible clustersim database: schema version " + std::to_string(version) +
+                     ", this build writes version " + std::to_string(kSqliteSchemaVersion));
+  exec(db, kSchema);
+}
+
+int64_t insert_run(sqlite3* db, const RunInfo& run) {
+  Stmt s(db,
+         "INSERT INTO runs (name, source, kind, network_model, seed, scenario_yaml, complete) "
+         "VALUES (?, ?, ?, ?, ?, ?, 0)");
+  // A seed above 2^63 is stored as its two's-complement int64 (SQLite has no uint64).
+  s.t(run.name).t(run.source).t(run.kind).t(run.network_model).i(static_cast<int64_t>(run.seed));
+  s.t(run.scenario_yaml).insert();
+  return sqlite3_last_insert_rowid(db);
+}
+
+void insert_plan(sqlite3* db, int64_t run_id, const Plan& plan) {
+  {
+    Stmt s(db, "INSERT INTO groups (run_id, group_id, kind, size, ranks) VALUES (?, ?, ?, ?, ?)");
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
+      const Group& grp = plan.groups[g];
+      std::string csv;
+      for (size_t r = 0; r < grp.ranks.size(); ++r) {
+        if (r) csv += ',';
+        csv += std::to_string(grp.ranks[r]);
+      }
+      s.i(run_id).i(static_cast<int64_t>(g)).t(to_string(grp.kind)).i(static_cast<int64_t>(grp.ranks.size()));
+      s.text_copy(csv).insert();
+    }
+  }
+  Stmt s(db,
+         "INSERT INTO ops (run_id, program, op_index, name, kind, stream, phase, layer, micro_batch, dtype, "
+         "m, n, k, batch, heads, kv_heads, q_len, kv_len, head_dim, causal, bytes_read, bytes_written, "
+         "bytes, collective, grp, peer, flops) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  for (size_t p = 0; p < plan.programs.size(); ++p) {
+    const Program& prog = plan.programs[p];
+    for (size_t o = 0; o < prog.ops.size(); ++o) {
+      const Op& op = prog.ops[o];
+      s.i(run_id).i(static_cast<int64_t>(p)).i(static_cast<int64_t>(o)).t(plan.names[op.name]);
+      s.t(to_string(op.kind)).t(prog.streams[op.stream]).t(to_string(op.phase)).i(op.layer).i(op.micro_batch);
+      s.t(to_string(op.dtype)).i(op.m).i(op.n).i(op.k).i(op.batch).i(op.heads).i(op.kv_heads);
+      s.i(op.q_len).i(op.kv_len).i(op.head_dim).i(op.causal ? 1 : 0).i(op.bytes_read).i(op.bytes_written);
+      s.i(op.bytes);
+      if (op.kind == OpKind::Collective) s.t(to_string(op.collective));
+      else s.null();
+      if (is_comm(op.kind)) s.t(to_string(op.group));
+      else s.null();
+      if (op.kind == OpKind::Send || op.kind == OpKind::Recv) s.i(op.peer);
+      else s.null();
+      s.d(op_flops(op)).insert();
+    }
+  }
+}
+
+// What a span row repeats from its op; computed once per op, not once per span.
+struct OpRow {
+  std::string_view name, kind;
+  int64_t bytes = 0;
+  double flops = 0;
+};
+
+void insert_spans(sqlite3* db, int64_t run_id, const Timeline& t) {
+  const Plan& plan = *t.plan;
+  std::vector<std::vector<OpRow>> rows(plan.programs.size());
+  for (size_t p = 0; p < plan.programs.size(); ++p)
+    for (const Op& op : plan.programs[p].ops)
+      rows[p].push_back({plan.names[op.name], to_string(op.kind), op_bytes(op), op_flops(op)});
+
+  Stmt s(db,
+         "INSERT INTO spans (run_id, rank, stream, op_index, name, kind, start_ps, end_ps, bytes, flops, source) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  // Rows keep Timeline order, so rowid order is the order the executor recorded.
+  for (const SpanRecord& span : t.spans) {
+    const uint32_t prog = plan.rank_program[static_cast<size_t>(span.rank)];
+    const OpRow& r = rows[prog][span.op];
+    s.i(run_id).i(span.rank).t(plan.programs[prog].streams[span.stream]).i(span.op).t(r.name).t(r.kind);
+    s.i(span.start_ps).i(span.end_ps).i(r.bytes).d(r.flops).t(t.run.source).insert();
+  }
+}
+
+void insert_links(sqlite3* db, int64_t run_id, const Timeline& t) {
+  std::unordered_map<uint32_t, double> bandwidth;
+  {
+    Stmt s(db,
+           "INSERT INTO links (run_id, link_id, src, dst, kind, bandwidth_Bps, latency_s) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    for (const LinkInfo& l : t.links) {
+      s.i(run_id).i(l.id).t(l.src).t(l.dst).t(l.kind).d(l.bandwidth_Bps).d(l.latency_s).insert();
+      bandwidth[l.id] = l.bandwidth_Bps;
+    }
+  }
+  Stmt s(db,
+         "INSERT INTO link_usage (run_id, link_id, start_ps, end_ps, bytes, utilization) "
+         "VALUES (?, ?, ?, ?, ?, ?)");
+  for (const LinkUsage& u : t.link_usage) {
+    const auto it = bandwidth.find(u.link);
+    if (it == bandwidth.end()) throw WriteError("link usage of unknown link " + std::to_string(u.link));
+    s.i(run_id).i(u.link).i(u.start_ps).i(u.end_ps).d(u.bytes);
+    // Fraction of the link's capacity over the interval: bytes / (seconds * bandwidth).
+    const double seconds = static_cast<double>(u.end_ps - u.start_ps) * 1e-12;
+    if (u.end_ps == u.start_ps) s.d(0);
+    else if (it->second > 0) s.d(u.bytes / (seconds * it->second));
+    else s.null();  // capacity unknown: no meaningful fraction
+    s.insert();
+  }
+}
+
+void insert_run_rows(sqlite3* db, int64_t run_id, const Timeline& t) {
+  {
+    Stmt s(db, "INSERT INTO metrics (run_id, key, value) VALUES (?, ?, ?)");
+    for (const auto& [key, value] : t.run.metrics) s.i(run_id).t(key).d(value).insert();
+  }
+  {
+    Stmt s(db,
+           "INSERT INTO ranks (run_id, rank, node, local_gpu, device, program, mirror_of) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    for (const RankInfo& r : t.ranks)
+      s.i(run_id).i(r.rank).i(r.node).i(r.local_gpu).t(r.device).i(r.program).i(r.mirror_of).insert();
+  }
+  insert_plan(db, run_id, *t.plan);
+  insert_spans(db, run_id, t);
+  insert_links(db, run_id, t);
+  Stmt done(db, "UPDATE runs SET complete = 1 WHERE run_id = ?");
+  done.i(run_id).insert();
+}
+
+// Owns the connection; closing rolls back whatever transaction is still open.
+struct Connection {
+  sqlite3* db = nullptr;
+  ~Connection() {
+    if (db && !sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close_v2(db);
+  }
+};
+
+void write_or_throw(const Timeline& t, const std::string& path, bool create) {
+  Connection c;
+  // NOMUTEX: the connection never leaves this call, so SQLite's per-call locking is waste.
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+  if (sqlite3_open_v2(path.c_str(), &c.db, flags, nullptr) != SQLITE_OK) {
+    if (c.db == nullptr) throw WriteError("out of memory");
+    fail_sqlite(c.db, "cannot open");
+  }
+  sqlite3_extended_result_codes(c.db, 1);
+  // Sweeps append from several processes into one file: wait for the lock, don't fail.
+  sqlite3_busy_timeout(c.db, 30000);
+  exec(c.db, "PRAGMA synchronous = NORMAL");
+  exec(c.db, "PRAGMA cache_size = -65536");  // 64 MiB: keeps the span index in memory while inserting
+  exec(c.db, "BEGIN IMMEDIATE");
+  ensure_schema(c.db);
+  insert_run_rows(c.db, insert_run(c.db, t.run), t);
+  exec(c.db, "COMMIT");
+}
+
+}  // namespace
+
+void write_sqlite(const Timeline& t, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool existed = fs::exists(fs::symlink_status(path, ec));
+  try {
+    validate(t);
+    write_or_throw(t, path, !existed);
+  } catch (const std::exception& e) {
+    if (!existed) {
+      // Nothing of ours may survive a failed first write (the journal is normally gone).
+      for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(path + suffix, ec);
+    }
+    throw std::runtime_error("cannot write " + path + ": " + e.what());
+  }
+}
+
+}  // namespace clustersim

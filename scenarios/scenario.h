@@ -1,0 +1,78 @@
+// The scenario: every key of a scenario file, typed, with its unit and default.
+// scenarios/schema.cc holds the one table of keys (type, default, one-line doc); the
+// loader walks the YAML against it, so a typo is an error with file:line:col, never a
+// silently ignored key.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plan/model.h"
+#include "scenarios/error.h"
+#include "scenarios/yaml_tree.h"
+#include "topology/topology.h"
+
+namespace clustersim {
+
+struct ParallelConfig {
+  int64_t dp = 0;  // 0: derived as GPUs / (tp · pp · cp)
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t cp = 1;
+  int64_t ep = 1;
+  bool sequence_parallel = false;
+  int64_t zero_stage = 0;
+  std::string schedule = "1f1b";
+  int64_t virtual_stages = 1;
+  int64_t micro_batch = 1;
+  std::string placement = "tp-cp-ep-dp-pp";
+};
+
+struct TrainingConfig {
+  int64_t global_batch = 0;  // 0: one micro-batch per DP rank
+  int64_t iterations = 1;
+  std::string recompute = "none";
+  std::string optimizer = "adam";
+};
+
+struct Scenario {
+  std::string path;  // the file it was loaded from
+  std::string name;
+
+  ClusterSpec cluster;  // node preset resolved, overrides applied, fabric filled in
+  ModelConfig model;    // preset resolved, overrides applied
+  ParallelConfig parallel;
+  TrainingConfig training;
+  bool inference = false;  // an `inference:` block was given
+
+  std::string algorithm = "auto";
+  std::string network_model = "analytic";
+  std::string calibration;
+  std::string output_sqlite;
+  std::string output_trace;
+  uint64_t seed = 1;
+
+  std::vector<std::pair<std::string, YNode>> sweep;  // key path -> list of values
+
+  std::map<std::string, SourceMark> marks;  // dotted key -> where its value was written
+  std::string merged_yaml;                  // the merged document, as the run saw it
+
+  int64_t gpus() const { return cluster.node.gpus * cluster.nodes; }
+  // Where `key` was written; falls back to its nearest written parent, then the file.
+  SourceMark mark(const std::string& key) const;
+};
+
+// Loads a scenario file with its includes, applies `--set key=value` overrides in
+// order, and checks every key. Throws InputError on the first problem.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets = {});
+
+// One row per scenario key: for `clustersim keys` and docs/scenario-keys.md.
+struct KeyDoc {
+  std::string key, type, default_value, doc;
+};
+std::vector<KeyDoc> scenario_key_docs();
+
+}  // namespace clustersim

@@ -1,0 +1,135 @@
+#include "scenarios/yaml_tree.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace clustersim {
+
+const YNode* YNode::find(const std::string& key) const {
+  for (const auto& [k, v] : map)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+YNode* YNode::find(const std::string& key) {
+  for (auto& [k, v] : map)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+std::string YNode::kind_name() const {
+  switch (kind) {
+    case Kind::Null: return "nothing";
+    case Kind::Scalar: return "a value";
+    case Kind::Map: return "a mapping";
+    case Kind::Seq: return "a list";
+  }
+  return "?";
+}
+
+namespace {
+
+SourceMark mark_of(const YAML::Mark& m, const std::string& file) {
+  return SourceMark{file, m.line + 1, m.column + 1};
+}
+
+YNode convert(const YAML::Node& n, const std::string& file) {
+  YNode out;
+  out.mark = mark_of(n.Mark(), file);
+  switch (n.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null: out.kind = YNode::Kind::Null; break;
+    case YAML::NodeType::Scalar:
+      out.kind = YNode::Kind::Scalar;
+      out.scalar = n.Scalar();
+      break;
+    case YAML::NodeType::Sequence:
+      out.kind = YNode::Kind::Seq;
+      for (const auto& item : n) out.seq.push_back(convert(item, file));
+      break;
+    case YAML::NodeType::Map:
+      out.kind = YNode::Kind::Map;
+      for (const auto& kv : n) {
+        SourceMark km = mark_of(kv.first.Mark(), file);
+        if (!kv.first.IsScalar()) throw InputError(km, "a key must be a plain name, not " + std::string(kv.first.IsMap() ? "a mapping" : "a list"));
+        std::string key = kv.first.Scalar();
+        if (out.find(key)) throw InputError(km, "duplicate key '" + key + "'");
+        YNode child = convert(kv.second, file);
+        child.key_mark = km;
+        if (child.kind == YNode::Kind::Null) child.mark = km;
+        out.map.emplace_back(std::move(key), std::move(child));
+      }
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+YNode parse_yaml(const std::string& text, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(mark_of(e.mark, file), "malformed YAML: " + e.msg);
+  }
+  YNode out = convert(root, file);
+  if (out.kind == YNode::Kind::Null) out.mark = SourceMark{file, 1, 1};
+  return out;
+}
+
+YNode load_yaml_file(const std::string& path, const SourceMark& included_from) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    SourceMark where = included_from.known() ? included_from : SourceMark{path, 0, 0};
+    throw InputError(where, "cannot read scenario file '" + path + "'");
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_yaml(ss.str(), path);
+}
+
+void merge_yaml(YNode& base, const YNode& over) {
+  if (base.kind != YNode::Kind::Map || over.kind != YNode::Kind::Map) {
+    SourceMark km = base.key_mark;
+    base = over;
+    if (!base.key_mark.known()) base.key_mark = km;
+    return;
+  }
+  for (const auto& [k, v] : over.map) {
+    if (YNode* existing = base.find(k)) merge_yaml(*existing, v);
+    else base.map.emplace_back(k, v);
+  }
+}
+
+namespace {
+void emit(YAML::Emitter& e, const YNode& n) {
+  switch (n.kind) {
+    case YNode::Kind::Null: e << YAML::Null; break;
+    case YNode::Kind::Scalar: e << n.scalar; break;
+    case YNode::Kind::Seq:
+      e << YAML::BeginSeq;
+      for (const auto& item : n.seq) emit(e, item);
+      e << YAML::EndSeq;
+      break;
+    case YNode::Kind::Map:
+      e << YAML::BeginMap;
+      for (const auto& [k, v] : n.map) {
+        e << YAML::Key << k << YAML::Value;
+        emit(e, v);
+      }
+      e << YAML::EndMap;
+      break;
+  }
+}
+}  // namespace
+
+std::string emit_yaml(const YNode& node) {
+  YAML::Emitter e;
+  emit(e, node);
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace clustersim

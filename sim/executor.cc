@@ -1,0 +1,272 @@
+#include "sim/executor.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "cost_models/network.h"
+#include "sim/event_queue.h"
+
+namespace clustersim {
+namespace {
+
+// What is shared by every rank running one program: durations, dependents, stream order.
+struct ProgramInfo {
+  std::vector<SimTime> compute_time;                 // per op (0 for collectives)
+  std::vector<uint32_t> dependents_begin, dependents;  // CSR: ops waiting on each op
+  std::vector<std::vector<uint32_t>> stream_ops;     // per stream, ops in issue order
+};
+
+struct RankState {
+  int32_t rank = 0;
+  const Program* program = nullptr;
+  const ProgramInfo* info = nullptr;
+  std::vector<uint32_t> pending;        // unmet dependencies per op
+  std::vector<uint32_t> cursor;         // next position in each stream
+  std::vector<uint8_t> busy;            // stream running (or waiting in a collective)
+  std::vector<SimTime> stream_start;    // start of the op running on each stream
+  std::array<uint32_t, kGroupKinds> coll_seq{};
+  uint32_t done = 0;
+};
+
+struct Completion {
+  uint32_t slot;
+  uint32_t op;
+};
+
+struct Rendezvous {
+  uint32_t arrived = 0;
+  SimTime last;
+  std::vector<std::pair<uint32_t, uint32_t>> members;  // (slot, op)
+};
+
+struct CollectiveResult {
+  SimTime duration;
+  std::vector<std::pair<uint32_t, double>> link_bytes;
+};
+
+class Executor {
+ public:
+  Executor(const Plan& plan, Topology& topo, const ExecOptions& opt) : plan_(plan), topo_(topo), opt_(opt), net_(topo) {}
+
+  ExecResult run() {
+    prepare();
+    for (uint32_t s = 0; s < slots_.size(); ++s)
+      for (uint32_t st = 0; st < slots_[s].cursor.size(); ++st) try_start(s, st);
+    Simulation<Completion>::Event ev;
+    while (sim_.next(ev)) complete(ev.payload.slot, ev.payload.op);
+    for (const RankState& r : slots_) {
+      if (r.done != r.program->ops.size()) {
+        std::string where;
+        for (size_t st = 0; st < r.cursor.size(); ++st)
+          if (r.cursor[st] < r.info->stream_ops[st].size()) {
+            const Op& op = r.program->ops[r.info->stream_ops[st][r.cursor[st]]];
+            where += " " + r.program->streams[st] + ":" + plan_.names[op.name];
+          }
+        throw std::runtime_error("plan cannot finish: rank " + std::to_string(r.rank) + " is stuck at" + where);
+      }
+    }
+    result_.makespan = sim_.now();
+    result_.events = sim_.events_processed();
+    summarize();
+    return std::move(result_);
+  }
+
+ private:
+  void prepare() {
+    infos_.resize(plan_.programs.size());
+    for (size_t p = 0; p < plan_.programs.size(); ++p) {
+      const Program& prog = plan_.programs[p];
+      ProgramInfo& info = infos_[p];
+      const size_t n = prog.ops.size();
+      info.compute_time.resize(n);
+      std::vector<uint32_t> count(n + 1, 0);
+      info.stream_ops.resize(prog.streams.size());
+      for (size_t i = 0; i < n; ++i) {
+        const Op& op = prog.ops[i];
+        info.compute_time[i] = SimTime::from_seconds(compute_seconds(op, topo_.gpu(), opt_.compute));
+        info.stream_ops[op.stream].push_back(static_cast<uint32_t>(i));
+        for (uint32_t d = 0; d < op.dep_count; ++d) ++count[prog.deps[op.dep_begin + d] + 1];
+      }
+      for (size_t i = 0; i < n; ++i) count[i + 1] += count[i];
+      info.dependents_begin = count;
+      info.dependents.resize(prog.deps.size());
+      std::vector<uint32_t> fill(count.begin(), count.end() - 1);
+      for (size_t i = 0; i < n; ++i) {
+        const Op& op = prog.ops[i];
+        for (uint32_t d = 0; d < op.dep_count; ++d) info.dependents[fill[prog.deps[op.dep_begin + d]]++] = static_cast<uint32_t>(i);
+      }
+    }
+    for (int32_t r = 0; r < plan_.world_size; ++r) {
+      if (!opt_.simulate_all_ranks && plan_.mirror_of[static_cast<size_t>(r)] != r) continue;
+      RankState st;
+      st.rank = r;
+      const uint32_t p = plan_.rank_program[static_cast<size_t>(r)];
+      st.program = &plan_.programs[p];
+      st.info = &infos_[p];
+      st.pending.resize(st.program->ops.size());
+      for (size_t i = 0; i < st.pending.size(); ++i) st.pending[i] = st.program->ops[i].dep_count;
+      st.cursor.assign(st.program->streams.size(), 0);
+      st.busy.assign(st.program->streams.size(), 0);
+      st.stream_start.assign(st.program->streams.size(), SimTime::zero());
+      slots_.push_back(std::move(st));
+      result_.simulated_ranks.push_back(r);
+    }
+    // How many simulated members each group has: a collective starts when they all arrive.
+    std::vector<uint8_t> simulated(static_cast<size_t>(plan_.world_size), 0);
+    for (int32_t r : result_.simulated_ranks) simulated[static_cast<size_t>(r)] = 1;
+    group_expected_.resize(plan_.groups.size());
+    group_gpus_.resize(plan_.groups.size());
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      for (int32_t r : plan_.groups[g].ranks) {
+        group_expected_[g] += simulated[static_cast<size_t>(r)];
+        group_gpus_[g].push_back(plan_.rank_gpu[static_cast<size_t>(r)]);
+      }
+    }
+  }
+
+  void try_start(uint32_t slot, uint32_t stream) {
+    RankState& r = slots_[slot];
+    if (r.busy[stream]) return;
+    const auto& list = r.info->stream_ops[stream];
+    if (r.cursor[stream] >= list.size()) return;
+    const uint32_t op_index = list[r.cursor[stream]];
+    if (r.pending[op_index] != 0) return;
+    r.busy[stream] = 1;
+    r.stream_start[stream] = sim_.now();
+    const Op& op = r.program->ops[op_index];
+    if (op.kind == OpKind::Collective) {
+      arrive(slot, op_index, op);
+    } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+      throw std::runtime_error("plan uses send/recv, which this executor does not run yet");
+    } else {
+      sim_.schedule_in(r.info->compute_time[op_index], Completion{slot, op_index});
+    }
+  }
+
+  void arrive(uint32_t slot, uint32_t op_index, const Op& op) {
+    RankState& r = slots_[slot];
+    const int32_t group = plan_.group_of(r.rank, op.group);
+    if (group < 0) throw std::runtime_error("rank " + std::to_string(r.rank) + " has no " + std::string(to_string(op.group)) + " group");
+    const uint32_t seq = r.coll_seq[static_cast<size_t>(op.group)]++;
+    const uint64_t key = (static_cast<uint64_t>(group) << 32) | seq;
+    Rendezvous& rv = rendezvous_[key];
+    rv.members.emplace_back(slot, op_index);
+    rv.last = sim_.now();
+    if (++rv.arrived < group_expected_[static_cast<size_t>(group)]) return;
+    const CollectiveResult& c = collective_cost(group, op);
+    for (auto [s, o] : rv.members) sim_.schedule_in(c.duration, Completion{s, o});
+    if (opt_.record_link_usage) {
+      const int64_t start = sim_.now().picoseconds();
+      for (auto [link, bytes] : c.link_bytes)
+        result_.link_usage.push_back(LinkUsage{link, start, start + c.duration.picoseconds(), bytes});
+    }
+    rendezvous_.erase(key);
+  }
+
+  const CollectiveResult& collective_cost(int32_t group, const Op& op) {
+    const auto key = std::make_tuple(group, static_cast<int>(op.collective), op.bytes);
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    const auto& gpus = group_gpus_[static_cast<size_t>(group)];
+    const int p = static_cast<int>(gpus.size());
+    Algorithm algo = opt_.algorithm;
+    if (op.collective == CollectiveKind::AllToAll) algo = Algorithm::Direct;
+    CollectiveCost cost = net_.run(expand_collective(op.collective, algo, p, static_cast<double>(op.bytes)), gpus);
+    return memo_.emplace(key, CollectiveResult{SimTime::from_seconds(cost.seconds), std::move(cost.link_bytes)}).first->second;
+  }
+
+  void complete(uint32_t slot, uint32_t op_index) {
+    RankState& r = slots_[slot];
+    const Op& op = r.program->ops[op_index];
+    const uint32_t stream = op.stream;
+    spans_.push_back(SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
+    r.busy[stream] = 0;
+    ++r.cursor[stream];
+    ++r.done;
+    const ProgramInfo& info = *r.info;
+    for (uint32_t i = info.dependents_begin[op_index]; i < info.dependents_begin[op_index + 1]; ++i) {
+      const uint32_t d = info.dependents[i];
+      if (--r.pending[d] == 0) try_start(slot, r.program->ops[d].stream);
+    }
+    try_start(slot, stream);
+  }
+
+  // Exposed communication: comm time during which the compute stream was idle.
+  void summarize() {
+    std::sort(spans_.begin(), spans_.end(), [](const SpanRecord& a, const SpanRecord& b) {
+      if (a.rank != b.rank) return a.rank < b.rank;
+      if (a.start_ps != b.start_ps) return a.start_ps < b.start_ps;
+      if (a.stream != b.stream) return a.stream < b.stream;
+      return a.op < b.op;
+    });
+    const double n = static_cast<double>(slots_.size());
+    size_t i = 0;
+    while (i < spans_.size()) {
+      const int32_t rank = spans_[i].rank;
+      const Program& prog = plan_.programs[plan_.rank_program[static_cast<size_t>(rank)]];
+      std::vector<std::pair<int64_t, int64_t>> compute, comm_all;
+      std::array<std::vector<std::pair<int64_t, int64_t>>, kGroupKinds> comm;
+      for (; i < spans_.size() && spans_[i].rank == rank; ++i) {
+        const SpanRecord& s = spans_[i];
+        const Op& op = prog.ops[s.op];
+        if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+          comm[static_cast<size_t>(op.group)].emplace_back(s.start_ps, s.end_ps);
+          comm_all.emplace_back(s.start_ps, s.end_ps);
+        } else {
+          compute.emplace_back(s.start_ps, s.end_ps);
+          result_.compute_busy_s += static_cast<double>(s.end_ps - s.start_ps) * 1e-12 / n;
+        }
+      }
+      auto merged = [](std::vector<std::pair<int64_t, int64_t>> v) {
+        std::sort(v.begin(), v.end());
+        std::vector<std::pair<int64_t, int64_t>> out;
+        for (auto iv : v) {
+          if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+          else out.push_back(iv);
+        }
+        return out;
+      };
+      const auto busy = merged(compute);
+      auto exposed = [&](const std::vector<std::pair<int64_t, int64_t>>& v) {
+        int64_t total = 0;
+        size_t j = 0;
+        for (auto [a, b] : merged(v)) {
+          int64_t covered = 0;
+          while (j < busy.size() && busy[j].second <= a) ++j;
+          for (size_t k = j; k < busy.size() && busy[k].first < b; ++k)
+            covered += std::min(b, busy[k].second) - std::max(a, busy[k].first);
+          total += (b - a) - covered;
+        }
+        return static_cast<double>(total) * 1e-12;
+      };
+      result_.exposed_comm_s += exposed(comm_all) / n;
+      for (size_t k = 0; k < kGroupKinds; ++k) result_.exposed_comm_by_kind[k] += exposed(comm[k]) / n;
+    }
+    result_.spans = std::move(spans_);
+  }
+
+  const Plan& plan_;
+  Topology& topo_;
+  const ExecOptions& opt_;
+  AnalyticNetwork net_;
+  Simulation<Completion> sim_;
+  std::vector<ProgramInfo> infos_;
+  std::vector<RankState> slots_;
+  std::vector<uint32_t> group_expected_;
+  std::vector<std::vector<int32_t>> group_gpus_;
+  std::unordered_map<uint64_t, Rendezvous> rendezvous_;
+  std::map<std::tuple<int32_t, int, int64_t>, CollectiveResult> memo_;
+  std::vector<SpanRecord> spans_;
+  ExecResult result_;
+};
+
+}  // namespace
+
+ExecResult execute_plan(const Plan& plan, Topology& topo, const ExecOptions& opt) {
+  return Executor(plan, topo, opt).run();
+}
+
+}  // namespace clustersim

@@ -1,0 +1,183 @@
+// The clustersim command line. Only this file decides exit codes:
+//   0 success, 1 bad input (scenario or flag values), 2 usage, 3 failure while running
+//   or writing results.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "scenarios/scenario.h"
+#include "scenarios/units.h"
+#include "sim/collective_sweep.h"
+#include "sim/run.h"
+#include "topology/presets.h"
+
+namespace {
+
+using namespace clustersim;
+
+constexpr const char* kUsage =
+    "usage: clustersim <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run S.yaml [--set key=value]... [--json]      simulate a training scenario\n"
+    "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo ring|direct]\n"
+    "             [--min SIZE] [--max SIZE] [--json]   collective size sweep, nccl-tests style\n"
+    "  keys                                          list every scenario key (type, default, meaning)\n"
+    "  help, --help                                  this text\n"
+    "  --version                                     the version\n"
+    "\n"
+    "run options:\n"
+    "  --set key=value       override a scenario key (repeatable), e.g. --set parallel.tp=4\n"
+    "  --json                print one JSON object instead of the table\n"
+    "  --simulate-all-ranks  simulate every rank instead of one per symmetry class\n";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string need_value(const std::vector<std::string>& args, size_t& i) {
+  if (i + 1 >= args.size()) throw UsageError(args[i] + " needs a value");
+  return args[++i];
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+  std::string path;
+  std::vector<std::string> sets;
+  bool json = false;
+  RunOptions opt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set") sets.push_back(need_value(args, i));
+    else if (a.rfind("--set=", 0) == 0) sets.push_back(a.substr(6));
+    else if (a == "--json") json = true;
+    else if (a == "--simulate-all-ranks") opt.simulate_all_ranks = true;
+    else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "' for run");
+    else if (path.empty()) path = a;
+    else throw UsageError("run takes one scenario file, got '" + path + "' and '" + a + "'");
+  }
+  if (path.empty()) throw UsageError("run needs a scenario file");
+  Scenario s = load_scenario(path, sets);
+  if (!s.sweep.empty())
+    std::cerr << s.mark("sweep").str() << ": warning: run simulates the scenario as written; sweep points are not run\n";
+  check_output_paths(s);
+  RunOutcome out = run_training(s);
+  write_outputs(out);
+  std::cout << (json ? summary_json_line(out) + "\n" : summary_table(out));
+  return 0;
+}
+
+int cmd_collective(const std::vector<std::string>& args) {
+  CollectiveSweepConfig cfg;
+  std::string preset, op = "all-reduce", algo = "ring";
+  int nodes = 0;
+  bool json = false, have_gpus = false;
+  auto as_int = [](const std::string& flag, const std::string& v) {
+    try {
+      size_t used = 0;
+      long long x = std::stoll(v, &used);
+      if (used != v.size() || x < 1 || x > (1 << 24)) throw std::invalid_argument(v);
+      return static_cast<int>(x);
+    } catch (const std::exception&) {
+      throw InputError(SourceMark{flag, 0, 0}, "expected a positive integer, got '" + v + "'");
+    }
+  };
+  auto as_size = [](const std::string& flag, const std::string& v) {
+    int64_t b = 0;
+    std::string why;
+    if (!parse_size(v, b, why)) throw InputError(SourceMark{flag, 0, 0}, why);
+    if (b < 1) throw InputError(SourceMark{flag, 0, 0}, "size must be at least 1 byte");
+    return b;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--op") op = need_value(args, i);
+    else if (a == "--gpus") {
+      cfg.gpus = as_int(a, need_value(args, i));
+      have_gpus = true;
+    } else if (a == "--nodes") nodes = as_int(a, need_value(args, i));
+    else if (a == "--cluster") preset = need_value(args, i);
+    else if (a == "--algo") algo = need_value(args, i);
+    else if (a == "--min") cfg.min_bytes = as_size(a, need_value(args, i));
+    else if (a == "--max") cfg.max_bytes = as_size(a, need_value(args, i));
+    else if (a == "--json") json = true;
+    else throw UsageError("unknown option '" + a + "' for collective");
+  }
+  if (!have_gpus) throw UsageError("collective needs --gpus N");
+  if (preset.empty()) throw UsageError("collective needs --cluster PRESET");
+  if (!parse_collective(op, cfg.op) ||
+      !(cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::AllGather || cfg.op == CollectiveKind::ReduceScatter ||
+        cfg.op == CollectiveKind::AllToAll))
+    throw InputError(SourceMark{"--op", 0, 0}, "unknown operation '" + op + "', expected all-reduce, all-gather, reduce-scatter or all-to-all");
+  if (algo == "auto") algo = cfg.op == CollectiveKind::AllToAll ? "direct" : "ring";
+  if (!parse_algorithm(algo, cfg.algorithm))
+    throw InputError(SourceMark{"--algo", 0, 0}, "unknown algorithm '" + algo + "', expected auto, ring or direct");
+  const NodeSpec* node = find_node_preset(preset);
+  if (!node) {
+    std::string names;
+    for (const auto& n : node_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw InputError(SourceMark{"--cluster", 0, 0}, "unknown cluster preset '" + preset + "', expected one of: " + names);
+  }
+  cfg.cluster.node = *node;
+  cfg.nodes = nodes > 0 ? nodes : (cfg.gpus + node->gpus - 1) / node->gpus;
+  if (cfg.gpus % cfg.nodes != 0)
+    throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(cfg.gpus) +
+                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) + " nodes");
+  if (cfg.gpus / cfg.nodes > node->gpus)
+    throw InputError(SourceMark{"--gpus", 0, 0}, std::to_string(cfg.gpus) + " GPUs on " + std::to_string(cfg.nodes) + " node(s) of " +
+                                                     preset + " need " + std::to_string(cfg.gpus / cfg.nodes) + " GPUs per node, the preset has " +
+                                                     std::to_string(node->gpus) + "; add --nodes");
+  if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, cfg.gpus / cfg.nodes);
+  if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
+  try {
+    (void)expand_collective(cfg.op, cfg.algorithm, 2, 1024);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(SourceMark{"--algo", 0, 0}, e.what());
+  }
+  auto rows = run_collective_sweep(cfg);
+  std::cout << (json ? format_collective_json(cfg, rows) + "\n" : format_collective_table(cfg, rows));
+  return 0;
+}
+
+int cmd_keys() {
+  std::cout << "| key | type | default | meaning |\n| --- | --- | --- | --- |\n";
+  for (const auto& k : scenario_key_docs())
+    std::cout << "| `" << k.key << "` | " << k.type << " | " << k.default_value << " | " << k.doc << " |\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string cmd = args.front();
+  args.erase(args.begin());
+  try {
+    if (cmd == "run") return cmd_run(args);
+    if (cmd == "collective") return cmd_collective(args);
+    if (cmd == "keys") return cmd_keys();
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (cmd == "--version") {
+      std::cout << "clustersim 0.1.0\n";
+      return 0;
+    }
+    throw UsageError("unknown command '" + cmd + "'");
+  } catch (const UsageError& e) {
+    std::cerr << "clustersim: " << e.what() << "\n\n" << kUsage;
+    return 2;
+  } catch (const InputError& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "clustersim: error: " << e.what() << "\n";
+    return 3;
+  }
+}

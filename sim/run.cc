@@ -1,0 +1,191 @@
+#include "sim/run.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "reports/sqlite_writer.h"
+#include "reports/trace_writer.h"
+#include "scenarios/units.h"
+
+namespace clustersim {
+namespace {
+
+namespace fs = std::filesystem;
+
+void check_output_path(const Scenario& s, const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  const SourceMark mark = s.mark(key);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw InputError(mark, key + " '" + path + "' is a directory, expected a file path");
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  // The nearest existing ancestor must be a writable directory (missing ones are created).
+  fs::path probe = dir;
+  while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
+  if (probe.empty()) probe = ".";
+  if (!fs::is_directory(probe, ec))
+    throw InputError(mark, key + " '" + path + "': '" + probe.string() + "' is not a directory");
+  if (::access(probe.c_str(), W_OK) != 0)
+    throw InputError(mark, key + " '" + path + "': directory '" + probe.string() + "' is not writable");
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    throw InputError(mark, key + " '" + path + "' exists and is not writable");
+}
+
+Algorithm algorithm_for(const Scenario& s) {
+  // `auto` picks among the algorithms this build expands; ring is the one every
+  // operation in a training plan has.
+  Algorithm a = Algorithm::Ring;
+  if (s.algorithm == "auto") return a;
+  if (!parse_algorithm(s.algorithm, a))
+    throw InputError(s.mark("collectives.algorithm"),
+                     "collectives.algorithm '" + s.algorithm + "' is not modelled yet, expected auto or ring");
+  if (a != Algorithm::Ring)
+    throw InputError(s.mark("collectives.algorithm"), "training plans run their all-reduces as ring; expected auto or ring");
+  return a;
+}
+
+}  // namespace
+
+void check_output_paths(const Scenario& s) {
+  check_output_path(s, "output.sqlite", s.output_sqlite);
+  check_output_path(s, "output.trace", s.output_trace);
+}
+
+RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
+  RunOutcome out;
+  out.scenario = s;
+  if (s.network_model == "flow")
+    throw InputError(s.mark("network_model"), "network_model 'flow' is not modelled yet, expected analytic");
+  if (!s.calibration.empty())
+    throw InputError(s.mark("calibration"), "calibration profiles are not read yet; remove calibration to use the GPU preset's defaults");
+  ExecOptions eo;
+  eo.algorithm = algorithm_for(s);
+  eo.simulate_all_ranks = opt.simulate_all_ranks;
+  out.plan = build_training_plan(s);
+  out.topology = std::make_unique<Topology>(s.cluster);
+  out.exec = execute_plan(out.plan.plan, *out.topology, eo);
+
+  const TrainingLayout& l = out.plan.layout;
+  const double iter = out.exec.makespan.seconds();
+  const double gpus = static_cast<double>(s.gpus());
+  const double tokens = static_cast<double>(l.global_batch * s.model.seq_len);
+  const double tflops = out.plan.model_flops_per_rank / iter / 1e12;
+  const double peak = s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12;
+  const auto& ex = out.exec.exposed_comm_by_kind;
+  out.metrics = {
+      {"iteration_time_s", iter},
+      {"iterations", static_cast<double>(s.training.iterations)},
+      {"total_time_s", iter * static_cast<double>(s.training.iterations)},
+      {"tokens_per_s", tokens / iter},
+      {"tflops_per_gpu", tflops},
+      {"hardware_tflops_per_gpu", out.plan.hardware_flops_per_rank / iter / 1e12},
+      {"mfu", tflops / peak},
+      {"bubble_fraction", 0.0},
+      {"exposed_comm_s", out.exec.exposed_comm_s},
+      {"exposed_comm_tp_s", ex[static_cast<size_t>(GroupKind::TP)]},
+      {"exposed_comm_dp_s", ex[static_cast<size_t>(GroupKind::DP)]},
+      {"compute_busy_s", out.exec.compute_busy_s},
+      {"peak_memory_per_gpu_bytes", out.plan.memory.total()},
+      {"memory_weights_bytes", out.plan.memory.weights},
+      {"memory_gradients_bytes", out.plan.memory.gradients},
+      {"memory_optimizer_bytes", out.plan.memory.optimizer},
+      {"memory_activations_bytes", out.plan.memory.activations},
+      {"gpus", gpus},
+      {"dp", static_cast<double>(l.dp)},
+      {"tp", static_cast<double>(l.tp)},
+      {"pp", static_cast<double>(l.pp)},
+      {"micro_batches", static_cast<double>(l.micro_batches)},
+      {"global_batch", static_cast<double>(l.global_batch)},
+      {"simulated_ranks", static_cast<double>(out.exec.simulated_ranks.size())},
+      {"events", static_cast<double>(out.exec.events)},
+  };
+  return out;
+}
+
+Timeline make_timeline(const RunOutcome& run) {
+  Timeline t;
+  const Scenario& s = run.scenario;
+  t.run.name = s.name;
+  t.run.source = "sim";
+  t.run.kind = "training";
+  t.run.network_model = s.network_model;
+  t.run.scenario_yaml = s.merged_yaml;
+  t.run.seed = s.seed;
+  t.run.metrics = run.metrics;
+  const Plan& plan = run.plan.plan;
+  t.plan = &plan;
+  const Topology& topo = *run.topology;
+  for (int32_t r = 0; r < plan.world_size; ++r) {
+    const int gpu = plan.rank_gpu[static_cast<size_t>(r)];
+    t.ranks.push_back(RankInfo{r, topo.node_of(gpu), gpu % topo.gpus_per_node(), topo.vertex(topo.gpu_vertex(gpu)).name,
+                               plan.rank_program[static_cast<size_t>(r)], plan.mirror_of[static_cast<size_t>(r)]});
+  }
+  for (const Link& l : topo.links())
+    t.links.push_back(LinkInfo{l.id, topo.vertex(l.src).name, topo.vertex(l.dst).name, std::string(to_string(l.cls)),
+                               l.bandwidth, l.latency});
+  t.spans = run.exec.spans;
+  t.link_usage = run.exec.link_usage;
+  return t;
+}
+
+void write_outputs(const RunOutcome& run) {
+  const Scenario& s = run.scenario;
+  if (s.output_sqlite.empty() && s.output_trace.empty()) return;
+  const Timeline t = make_timeline(run);
+  for (const std::string* p : {&s.output_sqlite, &s.output_trace}) {
+    if (p->empty()) continue;
+    fs::path dir = fs::path(*p).parent_path();
+    if (!dir.empty()) fs::create_directories(dir);
+  }
+  if (!s.output_sqlite.empty()) write_sqlite(t, s.output_sqlite);
+  if (!s.output_trace.empty()) write_chrome_trace(t, s.output_trace);
+}
+
+std::string summary_table(const RunOutcome& run) {
+  const Scenario& s = run.scenario;
+  const TrainingLayout& l = run.plan.layout;
+  auto get = [&](const char* k) {
+    for (const auto& [key, v] : run.metrics)
+      if (key == k) return v;
+    return 0.0;
+  };
+  char buf[2048];
+  std::snprintf(buf, sizeof buf,
+                "scenario        %s\n"
+                "model           %s (%.2fB parameters), seq %lld, %s\n"
+                "cluster         %d x %s (%d x %s), %s fabric\n"
+                "layout          dp %lld  tp %lld  pp %lld%s, micro-batch %lld x %lld, global batch %lld\n"
+                "iteration       %.6f s   (%lld iteration(s): %.6f s)\n"
+                "throughput      %.1f tokens/s\n"
+                "per GPU         %.1f TFLOP/s model, %.1f TFLOP/s hardware, MFU %.1f%%\n"
+                "communication   exposed %.6f s (tp %.6f s, dp %.6f s); compute busy %.6f s\n"
+                "memory per GPU  %s (%s)\n"
+                "simulated       %lld of %lld ranks (symmetry), %lld events\n",
+                s.name.c_str(), s.model.name.c_str(), static_cast<double>(s.model.total_params()) / 1e9,
+                static_cast<long long>(s.model.seq_len), std::string(to_string(s.model.dtype)).c_str(), s.cluster.nodes,
+                s.cluster.node.preset.c_str(), s.cluster.node.gpus, s.cluster.node.gpu.name.c_str(),
+                std::string(to_string(s.cluster.fabric.kind)).c_str(), static_cast<long long>(l.dp),
+                static_cast<long long>(l.tp), static_cast<long long>(l.pp), l.sequence_parallel ? " (SP)" : "",
+                static_cast<long long>(l.micro_batch), static_cast<long long>(l.micro_batches),
+                static_cast<long long>(l.global_batch), get("iteration_time_s"), static_cast<long long>(s.training.iterations),
+                get("total_time_s"), get("tokens_per_s"), get("tflops_per_gpu"), get("hardware_tflops_per_gpu"),
+                100.0 * get("mfu"), get("exposed_comm_s"), get("exposed_comm_tp_s"), get("exposed_comm_dp_s"),
+                get("compute_busy_s"), format_size(static_cast<int64_t>(get("peak_memory_per_gpu_bytes"))).c_str(),
+                run.plan.memory.describe().c_str(), static_cast<long long>(run.exec.simulated_ranks.size()),
+                static_cast<long long>(s.gpus()), static_cast<long long>(run.exec.events));
+  return buf;
+}
+
+std::string summary_json_line(const RunOutcome& run) {
+  const Scenario& s = run.scenario;
+  return summary_json({{"name", s.name},
+                       {"kind", "training"},
+                       {"model", s.model.name},
+                       {"cluster", s.cluster.node.preset},
+                       {"network_model", s.network_model}},
+                      run.metrics);
+}
+
+}  // namespace clustersim

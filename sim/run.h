@@ -1,0 +1,39 @@
+// One simulated training run, end to end: scenario -> topology -> plan -> executor ->
+// timeline and metrics. Output files are written only after the run succeeded.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "plan/training_planner.h"
+#include "reports/summary.h"
+#include "reports/timeline.h"
+#include "scenarios/scenario.h"
+#include "sim/executor.h"
+#include "topology/topology.h"
+
+namespace clustersim {
+
+struct RunOptions {
+  bool simulate_all_ranks = false;  // ignore the symmetry shortcut (for checks)
+};
+
+struct RunOutcome {
+  Scenario scenario;
+  std::unique_ptr<Topology> topology;
+  TrainingPlan plan;
+  ExecResult exec;
+  Metrics metrics;  // in a fixed order; the --json fields
+};
+
+// Checks the output paths first, so a run that could not save its results fails
+// before doing any work.
+void check_output_paths(const Scenario& s);
+RunOutcome run_training(const Scenario& s, const RunOptions& opt = {});
+Timeline make_timeline(const RunOutcome& run);
+// Writes output.sqlite and output.trace when the scenario names them.
+void write_outputs(const RunOutcome& run);
+std::string summary_table(const RunOutcome& run);
+std::string summary_json_line(const RunOutcome& run);
+
+}  // namespace clustersim

@@ -1,0 +1,50 @@
+#include "topology/gpu.h"
+
+namespace clustersim {
+namespace {
+
+constexpr double T = 1e12;
+constexpr double GB = 1e9;
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+// Sources: NVIDIA A100 / H100 / H200 / B200 datasheets (dense, no sparsity).
+const std::vector<GpuSpec>& presets() {
+  static const std::vector<GpuSpec> kPresets = {
+      {"a100-sxm-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 80 * GiB, 2039 * GB, 108},
+      {"a100-sxm-40gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 40 * GiB, 1555 * GB, 108},
+      {"a100-pcie-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 80 * GiB, 1935 * GB, 108},
+      {"h100-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 80 * GiB, 3350 * GB, 132},
+      {"h100-pcie", 51 * T, 378 * T, 756 * T, 1513 * T, 1513 * T, 80 * GiB, 2000 * GB, 114},
+      {"h200-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 141 * GB, 4800 * GB, 132},
+      {"b200", 75 * T, 1100 * T, 2250 * T, 4500 * T, 4500 * T, 192 * GB, 8000 * GB, 148},
+  };
+  return kPresets;
+}
+
+}  // namespace
+
+double GpuSpec::peak_flops(DType d) const {
+  switch (d) {
+    case DType::FP32: return peak_fp32;
+    case DType::BF16:
+    case DType::FP16: return peak_bf16;
+    case DType::FP8: return peak_fp8 > 0 ? peak_fp8 : peak_bf16;
+    case DType::INT8: return peak_int8 > 0 ? peak_int8 : peak_bf16;
+    case DType::INT4: return peak_int8 > 0 ? peak_int8 : peak_bf16;  // int4 weights dequantize into int8/bf16 math
+  }
+  return peak_bf16;
+}
+
+const GpuSpec* find_gpu_preset(std::string_view name) {
+  for (const auto& g : presets())
+    if (g.name == name) return &g;
+  return nullptr;
+}
+
+std::vector<std::string> gpu_preset_names() {
+  std::vector<std::string> out;
+  for (const auto& g : presets()) out.push_back(g.name);
+  return out;
+}
+
+}  // namespace clustersim

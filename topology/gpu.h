@@ -1,0 +1,34 @@
+// GPU presets: peak dense throughput per dtype, HBM size and bandwidth, SM count.
+// Datasheet values (REFERENCE.md "Hardware"); measured efficiencies live in
+// calibration profiles, never here.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace clustersim {
+
+struct GpuSpec {
+  std::string name;
+  double peak_fp32 = 0;   // FLOP/s, dense, non-tensor-core FP32
+  double peak_tf32 = 0;   // FLOP/s, dense tensor-core TF32
+  double peak_bf16 = 0;   // FLOP/s, dense (FP16 is the same on every preset)
+  double peak_fp8 = 0;    // FLOP/s, dense; 0 where the GPU has no FP8 tensor cores
+  double peak_int8 = 0;   // OP/s, dense
+  double hbm_bytes = 0;
+  double hbm_bandwidth = 0;  // bytes/s
+  int sm_count = 0;
+
+  // Peak for a GEMM whose inputs are `d` (FP32 GEMMs run on TF32 tensor cores is
+  // *not* assumed: FP32 means true FP32). Falls back to the next wider type when the
+  // GPU lacks a path for `d` (e.g. FP8 on A100 runs as BF16).
+  double peak_flops(DType d) const;
+};
+
+const GpuSpec* find_gpu_preset(std::string_view name);
+std::vector<std::string> gpu_preset_names();
+
+}  // namespace clustersim

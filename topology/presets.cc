@@ -1,0 +1,66 @@
+#include "topology/presets.h"
+
+namespace clustersim {
+namespace {
+
+constexpr double GBps = 1e9;
+
+NodeSpec make(std::string name, const char* gpu, bool nvswitch, double nvlink, double pcie, int gpus_per_switch,
+              int nics, double nic) {
+  NodeSpec n;
+  n.preset = std::move(name);
+  n.gpu = *find_gpu_preset(gpu);
+  n.gpus = 8;
+  n.nvswitch = nvswitch;
+  n.nvlink_bandwidth = nvlink;
+  // NVLink: about 0.25 us per hop (GPU to NVSwitch), so about 0.5 us GPU to GPU.
+  n.nvlink_latency = 0.25e-6;
+  n.pcie_bandwidth = pcie;
+  n.pcie_latency = 0.5e-6;
+  n.gpus_per_pcie_switch = gpus_per_switch;
+  n.nics = nics;
+  n.nic_bandwidth = nic;
+  return n;
+}
+
+const std::vector<NodeSpec>& presets() {
+  // NVLink3 600 GB/s and NVLink4 900 GB/s per GPU are bidirectional: 300 / 450 each way.
+  // PCIe Gen4 x16 about 32 GB/s each way, Gen5 x16 about 64 GB/s. HDR 200 Gb/s, NDR 400 Gb/s.
+  static const std::vector<NodeSpec> kPresets = {
+      make("dgx-a100", "a100-sxm-80gb", true, 300 * GBps, 32 * GBps, 2, 8, 25 * GBps),
+      make("dgx-h100", "h100-sxm", true, 450 * GBps, 64 * GBps, 2, 8, 50 * GBps),
+      make("dgx-h200", "h200-sxm", true, 450 * GBps, 64 * GBps, 2, 8, 50 * GBps),
+      make("dgx-b200", "b200", true, 900 * GBps, 64 * GBps, 2, 8, 50 * GBps),
+      // Eight PCIe cards, four per PCIe switch, the two switches under one CPU root
+      // complex; two 400 Gb/s NICs, one per switch.
+      make("pcie-8gpu", "h100-pcie", false, 0, 64 * GBps, 4, 2, 50 * GBps),
+  };
+  return kPresets;
+}
+
+}  // namespace
+
+const NodeSpec* find_node_preset(std::string_view name) {
+  for (const auto& n : presets())
+    if (n.preset == name) return &n;
+  return nullptr;
+}
+
+std::vector<std::string> node_preset_names() {
+  std::vector<std::string> out;
+  for (const auto& n : presets()) out.push_back(n.preset);
+  return out;
+}
+
+bool parse_fabric(std::string_view s, FabricKind& out) {
+  for (FabricKind f : {FabricKind::Switch, FabricKind::FatTree, FabricKind::RailOptimized, FabricKind::Ring,
+                       FabricKind::Torus}) {
+    if (s == to_string(f)) {
+      out = f;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace clustersim

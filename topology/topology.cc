@@ -1,0 +1,248 @@
+#include "topology/topology.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <queue>
+#include <stdexcept>
+
+namespace clustersim {
+
+std::string_view to_string(LinkClass c) {
+  switch (c) {
+    case LinkClass::NvLink: return "nvlink";
+    case LinkClass::Pcie: return "pcie";
+    case LinkClass::Network: return "network";
+  }
+  return "?";
+}
+
+std::string_view to_string(FabricKind f) {
+  switch (f) {
+    case FabricKind::Switch: return "switch";
+    case FabricKind::FatTree: return "fat-tree";
+    case FabricKind::RailOptimized: return "rail-optimized";
+    case FabricKind::Ring: return "ring";
+    case FabricKind::Torus: return "torus";
+  }
+  return "?";
+}
+
+Topology::Topology(const ClusterSpec& spec) : spec_(spec) {
+  if (spec.nodes < 1 || spec.node.gpus < 1) throw std::invalid_argument("topology: need at least one node and one GPU");
+  std::vector<std::vector<uint32_t>> nics(static_cast<size_t>(spec.nodes));
+  for (int n = 0; n < spec.nodes; ++n) build_node(n, nics[static_cast<size_t>(n)]);
+  if (spec.nodes > 1) build_fabric(nics);
+}
+
+uint32_t Topology::add_vertex(VertexKind kind, std::string name, int node) {
+  auto v = static_cast<uint32_t>(boost::add_vertex(VertexProps{kind, std::move(name), node}, graph_));
+  return v;
+}
+
+void Topology::add_link(uint32_t a, uint32_t b, LinkClass cls, double bandwidth, double latency) {
+  for (auto [s, d] : {std::pair{a, b}, std::pair{b, a}}) {
+    auto id = static_cast<uint32_t>(links_.size());
+    links_.push_back(Link{id, s, d, cls, bandwidth, latency});
+    boost::add_edge(s, d, EdgeProps{id}, graph_);
+  }
+}
+
+void Topology::build_node(int n, std::vector<uint32_t>& nics) {
+  const NodeSpec& ns = spec_.node;
+  const std::string prefix = "node" + std::to_string(n) + "/";
+  std::vector<uint32_t> local;
+  for (int g = 0; g < ns.gpus; ++g) {
+    local.push_back(add_vertex(VertexKind::Gpu, prefix + "gpu" + std::to_string(g), n));
+    gpus_.push_back(local.back());
+  }
+  if (ns.nvswitch) {
+    uint32_t sw = add_vertex(VertexKind::NvSwitch, prefix + "nvswitch", n);
+    for (uint32_t g : local) add_link(g, sw, LinkClass::NvLink, ns.nvlink_bandwidth, ns.nvlink_latency);
+  }
+  const int per_switch = std::max(1, ns.gpus_per_pcie_switch);
+  const int switches = (ns.gpus + per_switch - 1) / per_switch;
+  uint32_t cpu = add_vertex(VertexKind::Cpu, prefix + "cpu", n);
+  std::vector<uint32_t> pcie;
+  for (int s = 0; s < switches; ++s) {
+    pcie.push_back(add_vertex(VertexKind::PcieSwitch, prefix + "pcie" + std::to_string(s), n));
+    add_link(pcie.back(), cpu, LinkClass::Pcie, ns.pcie_bandwidth, ns.pcie_latency);
+  }
+  for (int g = 0; g < ns.gpus; ++g)
+    add_link(local[static_cast<size_t>(g)], pcie[static_cast<size_t>(g / per_switch)], LinkClass::Pcie,
+             ns.pcie_bandwidth, ns.pcie_latency);
+  if (spec_.nodes > 1) {
+    for (int i = 0; i < ns.nics; ++i) {
+      uint32_t nic = add_vertex(VertexKind::Nic, prefix + "nic" + std::to_string(i), n);
+      // NICs are spread evenly over the PCIe switches, as on DGX/HGX boards.
+      size_t sw = static_cast<size_t>(static_cast<int64_t>(i) * switches / ns.nics);
+      add_link(nic, pcie[sw], LinkClass::Pcie, ns.pcie_bandwidth, ns.pcie_latency);
+      nics.push_back(nic);
+    }
+  }
+}
+
+void Topology::build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node) {
+  const FabricSpec& f = spec_.fabric;
+  const double bw = spec_.node.nic_bandwidth;
+  const double lat = f.latency;
+  const int nics_per_node = spec_.node.nics;
+
+  // Leaves with `members` NICs each, every leaf linked to every spine; the spine count
+  // sets the up-link capacity: radix / oversubscription links of NIC bandwidth.
+  auto leaf_spine = [&](const std::vector<std::vector<uint32_t>>& leaf_members, const std::string& name) {
+    std::vector<uint32_t> leaves;
+    for (size_t l = 0; l < leaf_members.size(); ++l) {
+      leaves.push_back(add_vertex(VertexKind::Switch, name + "leaf" + std::to_string(l), -1));
+      for (uint32_t nic : leaf_members[l]) add_link(nic, leaves.back(), LinkClass::Network, bw, lat);
+    }
+    return leaves;
+  };
+  auto connect_spines = [&](const std::vector<uint32_t>& leaves) {
+    if (leaves.size() < 2) return;
+    const int uplinks = std::max(1, static_cast<int>(std::lround(f.nics_per_leaf / f.oversubscription)));
+    for (int s = 0; s < uplinks; ++s) {
+      uint32_t spine = add_vertex(VertexKind::Switch, "spine" + std::to_string(s), -1);
+      for (uint32_t leaf : leaves) add_link(leaf, spine, LinkClass::Network, bw, lat);
+    }
+  };
+
+  switch (f.kind) {
+    case FabricKind::Switch: {
+      uint32_t sw = add_vertex(VertexKind::Switch, "switch", -1);
+      for (const auto& nics : nics_by_node)
+        for (uint32_t nic : nics) add_link(nic, sw, LinkClass::Network, bw, lat);
+      break;
+    }
+    case FabricKind::FatTree: {
+      std::vector<std::vector<uint32_t>> members;
+      size_t count = 0;
+      for (const auto& nics : nics_by_node)
+        for (uint32_t nic : nics) {
+          if (count++ % static_cast<size_t>(f.nics_per_leaf) == 0) members.emplace_back();
+          members.back().push_back(nic);
+        }
+      connect_spines(leaf_spine(members, ""));
+      break;
+    }
+    case FabricKind::RailOptimized: {
+      // NIC i of every node joins rail i; a rail's leaves take nics_per_leaf nodes each.
+      std::vector<uint32_t> all_leaves;
+      for (int rail = 0; rail < nics_per_node; ++rail) {
+        std::vector<std::vector<uint32_t>> members;
+        for (size_t n = 0; n < nics_by_node.size(); ++n) {
+          if (n % static_cast<size_t>(f.nics_per_leaf) == 0) members.emplace_back();
+          members.back().push_back(nics_by_node[n][static_cast<size_t>(rail)]);
+        }
+        auto leaves = leaf_spine(members, "rail" + std::to_string(rail) + "/");
+        all_leaves.insert(all_leaves.end(), leaves.begin(), leaves.end());
+      }
+      connect_spines(all_leaves);
+      break;
+    }
+    case FabricKind::Ring:
+    case FabricKind::Torus: {
+      // A router per node aggregates its NICs; routers form a ring or a 2-D torus and
+      // split the node's NIC bandwidth evenly over their neighbour links.
+      const int nodes = spec_.nodes;
+      int dx = nodes, dy = 1;
+      if (f.kind == FabricKind::Torus) {
+        for (int a = static_cast<int>(std::sqrt(static_cast<double>(nodes))); a >= 1; --a)
+          if (nodes % a == 0) {
+            dy = a;
+            dx = nodes / a;
+            break;
+          }
+      }
+      std::vector<uint32_t> routers;
+      for (int n = 0; n < nodes; ++n) {
+        routers.push_back(add_vertex(VertexKind::Switch, "node" + std::to_string(n) + "/router", n));
+        for (uint32_t nic : nics_by_node[static_cast<size_t>(n)]) add_link(nic, routers.back(), LinkClass::Network, bw, lat);
+      }
+      const int neighbours = (dx > 2 ? 2 : dx - 1) + (dy > 2 ? 2 : dy - 1);
+      const double link_bw = bw * nics_per_node / std::max(1, neighbours);
+      auto id = [&](int x, int y) { return routers[static_cast<size_t>(y * dx + x)]; };
+      for (int y = 0; y < dy; ++y)
+        for (int x = 0; x < dx; ++x) {
+          if (dx > 1 && (x + 1 < dx || dx > 2)) add_link(id(x, y), id((x + 1) % dx, y), LinkClass::Network, link_bw, lat);
+          if (dy > 1 && (y + 1 < dy || dy > 2)) add_link(id(x, y), id(x, (y + 1) % dy), LinkClass::Network, link_bw, lat);
+        }
+      break;
+    }
+  }
+}
+
+namespace {
+uint64_t mix(uint64_t x) {  // splitmix64 finalizer: a fixed, portable hash for ECMP
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const {
+  // Dijkstra on integer serialization cost (attoseconds per byte) so equal-cost paths
+  // compare exactly; every equal-cost predecessor edge is kept for ECMP.
+  const size_t nv = boost::num_vertices(graph_);
+  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> dist(nv, kInf);
+  std::vector<std::vector<uint32_t>> pred(nv);
+  using Item = std::pair<int64_t, uint32_t>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> pq;
+  dist[src] = 0;
+  pq.push({0, src});
+  while (!pq.empty()) {
+    auto [d, v] = pq.top();
+    pq.pop();
+    if (d != dist[v]) continue;
+    if (d > dist[dst]) break;
+    if (v != src && graph_[v].kind == VertexKind::Gpu) continue;  // GPUs do not forward
+    for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
+      const Link& l = links_[graph_[*e].link];
+      const int64_t c = d + std::llround(1e18 / l.bandwidth);
+      const uint32_t w = l.dst;
+      if (c < dist[w]) {
+        dist[w] = c;
+        pred[w].assign(1, l.id);
+        pq.push({c, w});
+      } else if (c == dist[w]) {
+        pred[w].push_back(l.id);
+      }
+    }
+  }
+  if (dist[dst] == kInf) throw std::runtime_error("topology: no route from " + graph_[src].name + " to " + graph_[dst].name);
+  std::vector<uint32_t> path;
+  const uint64_t h = mix((static_cast<uint64_t>(src) << 32) | dst);
+  for (uint32_t v = dst; v != src;) {
+    const auto& p = pred[v];
+    uint32_t link = p[p.size() == 1 ? 0 : mix(h ^ v) % p.size()];
+    path.push_back(link);
+    v = links_[link].src;
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::span<const uint32_t> Topology::route(int src, int dst) {
+  if (src == dst) return {};
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+  auto it = route_cache_.find(key);
+  if (it == route_cache_.end())
+    it = route_cache_.emplace(key, shortest_path(gpu_vertex(src), gpu_vertex(dst))).first;
+  return it->second;
+}
+
+double Topology::route_latency(std::span<const uint32_t> r) const {
+  double s = 0;
+  for (uint32_t l : r) s += links_[l].latency;
+  return s;
+}
+
+double Topology::route_bandwidth(std::span<const uint32_t> r) const {
+  double b = std::numeric_limits<double>::infinity();
+  for (uint32_t l : r) b = std::min(b, links_[l].bandwidth);
+  return b;
+}
+
+}  // namespace clustersim

@@ -1,0 +1,114 @@
+// The cluster as a Boost.Graph graph: GPUs, NVSwitches, PCIe switches, CPUs, NICs and
+// scale-out switches are vertices; every physical link is two directed edges, each
+// with its own bandwidth and latency (a full-duplex link carries its rate both ways).
+//
+// Routing is shortest path by serialization cost (1/bandwidth summed over hops), so
+// GPU-to-GPU traffic inside a node takes NVLink rather than PCIe; among equal-cost
+// paths one is chosen per (src, dst) by a deterministic hash (ECMP). GPUs are never
+// transit vertices. Routes are computed on first use and cached; a Topology belongs
+// to one run and is not shared between threads.
+#pragma once
+
+#include <boost/graph/adjacency_list.hpp>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "topology/gpu.h"
+
+namespace clustersim {
+
+enum class VertexKind : uint8_t { Gpu, NvSwitch, PcieSwitch, Cpu, Nic, Switch };
+enum class LinkClass : uint8_t { NvLink, Pcie, Network };
+std::string_view to_string(LinkClass c);
+
+struct VertexProps {
+  VertexKind kind = VertexKind::Gpu;
+  std::string name;
+  int32_t node = -1;  // -1 for fabric switches
+};
+
+struct EdgeProps {
+  uint32_t link = 0;  // index into Topology::links()
+};
+
+struct Link {
+  uint32_t id = 0;
+  uint32_t src = 0, dst = 0;  // vertex ids
+  LinkClass cls = LinkClass::Network;
+  double bandwidth = 0;  // bytes/s, this direction
+  double latency = 0;    // seconds, this hop
+};
+
+using ClusterGraph =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps, EdgeProps>;
+
+// How GPUs inside a node are connected and how the node reaches the fabric.
+struct NodeSpec {
+  std::string preset;
+  GpuSpec gpu;
+  int gpus = 8;
+  bool nvswitch = true;          // false: GPUs talk over PCIe (through their switch, then the CPU)
+  double nvlink_bandwidth = 0;   // bytes/s per GPU per direction into the NVSwitch
+  double nvlink_latency = 0;     // seconds per hop
+  double pcie_bandwidth = 0;     // bytes/s per direction, GPU or NIC to its PCIe switch
+  double pcie_latency = 0;
+  int gpus_per_pcie_switch = 2;
+  int nics = 8;                  // NICs per node, spread evenly over the PCIe switches
+  double nic_bandwidth = 0;      // bytes/s per NIC per direction
+};
+
+enum class FabricKind : uint8_t { Switch, FatTree, RailOptimized, Ring, Torus };
+std::string_view to_string(FabricKind f);
+
+struct FabricSpec {
+  FabricKind kind = FabricKind::FatTree;
+  double latency = 0.5e-6;        // seconds per scale-out link (NIC-switch, switch-switch)
+  double oversubscription = 1.0;  // leaf down-links : up-links bandwidth
+  int nics_per_leaf = 32;         // leaf switch radix towards the hosts
+};
+
+struct ClusterSpec {
+  NodeSpec node;
+  int nodes = 1;
+  FabricSpec fabric;
+};
+
+class Topology {
+ public:
+  explicit Topology(const ClusterSpec& spec);
+
+  const ClusterSpec& spec() const { return spec_; }
+  const GpuSpec& gpu() const { return spec_.node.gpu; }
+  const ClusterGraph& graph() const { return graph_; }
+  const std::vector<Link>& links() const { return links_; }
+  const VertexProps& vertex(uint32_t v) const { return graph_[v]; }
+
+  int num_gpus() const { return static_cast<int>(gpus_.size()); }
+  int nodes() const { return spec_.nodes; }
+  int gpus_per_node() const { return spec_.node.gpus; }
+  int node_of(int gpu) const { return gpu / spec_.node.gpus; }
+  uint32_t gpu_vertex(int gpu) const { return gpus_[static_cast<size_t>(gpu)]; }
+
+  // Link ids from GPU `src` to GPU `dst`, in hop order; empty when src == dst.
+  std::span<const uint32_t> route(int src, int dst);
+  double route_latency(std::span<const uint32_t> r) const;
+  double route_bandwidth(std::span<const uint32_t> r) const;  // the bottleneck
+
+ private:
+  uint32_t add_vertex(VertexKind kind, std::string name, int node);
+  void add_link(uint32_t a, uint32_t b, LinkClass cls, double bandwidth, double latency);
+  void build_node(int n, std::vector<uint32_t>& nics);
+  void build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
+  std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst) const;
+
+  ClusterSpec spec_;
+  ClusterGraph graph_;
+  std::vector<Link> links_;
+  std::vector<uint32_t> gpus_;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> route_cache_;
+};
+
+}  // namespace clustersim
