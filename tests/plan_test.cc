@@ -1,0 +1,138 @@
+#include <gtest/gtest.h>
+
+#include "plan/memory.h"
+#include "plan/model.h"
+#include "plan/training_planner.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim {
+namespace {
+
+using testing::scenario_from_text;
+
+TEST(Model, PresetParameterCountsMatchThePublishedSizes) {
+  // GPT-3 175B: 12·l·h² + 13·l·h + V·h + s·h (Brown et al.); Llama 3 8B / 70B model cards.
+  EXPECT_NEAR(find_model_preset("gpt3-175b")->total_params() / 1e9, 174.6, 0.1);
+  EXPECT_NEAR(find_model_preset("gpt3-1.3b")->total_params() / 1e9, 1.32, 0.02);
+  EXPECT_NEAR(find_model_preset("llama3-8b")->total_params() / 1e9, 8.03, 0.01);
+  EXPECT_NEAR(find_model_preset("llama3-70b")->total_params() / 1e9, 70.55, 0.05);
+  EXPECT_NEAR(find_model_preset("llama3-405b")->total_params() / 1e9, 405.8, 0.5);
+}
+
+TEST(Memory, ShardsOverTensorParallelism) {
+  const ModelConfig& m = *find_model_preset("llama3-8b");
+  const int64_t p1 = params_per_rank(m, 1), p8 = params_per_rank(m, 8);
+  EXPECT_NEAR(static_cast<double>(p1), static_cast<double>(m.total_params()), 0.001 * static_cast<double>(p1));
+  EXPECT_LT(p8, p1 / 7);
+  MemoryInputs in;
+  in.tp = 8;
+  const MemoryBreakdown b = training_memory(m, in);
+  EXPECT_DOUBLE_EQ(b.weights, static_cast<double>(p8) * 2);
+  EXPECT_DOUBLE_EQ(b.gradients, static_cast<double>(p8) * 4);
+  EXPECT_DOUBLE_EQ(b.optimizer, static_cast<double>(p8) * 12);
+  // Korthikanti, TP without SP: s·b·h·(10 + 24/t) per layer, plus logits.
+  const double sbh = 8192.0 * 4096;
+  const double logits = 8192.0 * padded_vocab(m, 8) / 8 * (2 + 4);
+  EXPECT_DOUBLE_EQ(b.activations, sbh * (10 + 24.0 / 8) * 32 + logits);
+  in.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(training_memory(m, in).activations, sbh * 34.0 / 8 * 32 + logits);
+}
+
+constexpr const char* kBase = R"(
+cluster: {preset: dgx-h100, nodes: 2}
+model: {preset: gpt3-1.3b}
+parallel: {tp: 2, dp: 8, micro_batch: 2}
+training: {global_batch: 32}
+)";
+
+int count_ops(const Plan& p, OpKind kind, CollectiveKind c, GroupKind g) {
+  int n = 0;
+  for (const Op& op : p.programs[0].ops) n += op.kind == kind && (kind != OpKind::Collective || (op.collective == c && op.group == g));
+  return n;
+}
+
+// GEMM FLOPs of one iteration on one rank: forward 2·tokens·(weights of the matmuls)
+// and backward twice that, i.e. 6·tokens·(l·12h² + V·h) / tp for a GPT layer.
+TEST(Planner, GemmFlopsAreSixTimesTokensTimesMatmulWeights) {
+  const Scenario s = scenario_from_text(kBase, "flops");
+  const TrainingPlan tp = build_training_plan(s);
+  double gemm = 0;
+  for (const Op& op : tp.plan.programs[0].ops)
+    if (op.kind == OpKind::Gemm) gemm += op.flops;
+  const double h = 2048, l = 24, V = padded_vocab(s.model, 2);
+  const double tokens_per_rank = 2048.0 * 32 / 8;  // global batch split over DP
+  EXPECT_NEAR(gemm, 6 * tokens_per_rank * (l * 12 * h * h + V * h) / 2, 1.0);
+}
+
+TEST(Planner, TensorParallelCollectivesPerLayer) {
+  const Scenario s = scenario_from_text(kBase, "tpcoll");
+  const TrainingPlan tp = build_training_plan(s);
+  const int mbs = 2, layers = 24;
+  EXPECT_EQ(tp.layout.micro_batches, mbs);
+  // Megatron: 2 all-reduces forward + 2 backward per layer per micro-batch, plus the
+  // embedding, the logits gradient and the vocab-parallel cross-entropy reductions.
+  EXPECT_EQ(count_ops(tp.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP), mbs * (4 * layers + 3));
+  EXPECT_EQ(count_ops(tp.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::DP), layers + 1);
+  for (const Op& op : tp.plan.programs[0].ops) {
+    if (op.kind == OpKind::Collective && op.group == GroupKind::TP && op.layer >= 0) {
+      EXPECT_EQ(op.bytes, 2LL * 2048 * 2048 * 2);  // b·s·h in bf16
+    }
+  }
+
+  Scenario sp = s;
+  sp.parallel.sequence_parallel = true;
+  const TrainingPlan t2 = build_training_plan(sp);
+  // SP: each all-reduce becomes reduce-scatter + all-gather, and backward re-gathers
+  // the inputs of the column-parallel weight gradients.
+  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP), mbs);  // cross-entropy only
+  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::ReduceScatter, GroupKind::TP), mbs * (4 * layers + 2));
+  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllGather, GroupKind::TP), mbs * (6 * layers + 1));
+  EXPECT_LT(t2.memory.activations, tp.memory.activations);
+}
+
+TEST(Planner, GroupsAndSymmetryFollowThePlacement) {
+  Scenario s = scenario_from_text(kBase, "groups");
+  const TrainingPlan tp = build_training_plan(s);
+  const Plan& p = tp.plan;
+  EXPECT_EQ(p.world_size, 16);
+  EXPECT_EQ(p.programs.size(), 1u);  // symmetric ranks share one program
+  EXPECT_EQ(p.groups[static_cast<size_t>(p.group_of(5, GroupKind::TP))].ranks, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(p.groups[static_cast<size_t>(p.group_of(5, GroupKind::DP))].ranks, (std::vector<int32_t>{1, 3, 5, 7, 9, 11, 13, 15}));
+  EXPECT_EQ(p.representatives(), (std::vector<int32_t>{0, 1}));
+
+  s.parallel.placement = "dp-tp-cp-ep-pp";  // TP strided across nodes: no provable symmetry
+  const TrainingPlan t2 = build_training_plan(s);
+  EXPECT_EQ(t2.plan.groups[static_cast<size_t>(t2.plan.group_of(0, GroupKind::TP))].ranks, (std::vector<int32_t>{0, 8}));
+  EXPECT_EQ(t2.plan.representatives().size(), 16u);
+}
+
+TEST(Planner, ImpossibleLayoutsAreRejectedWithTheirPosition) {
+  auto error_of = [](const std::string& yaml) {
+    try {
+      build_training_plan(scenario_from_text(yaml, "bad-layout"));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {tp: 2, dp: 3}\n")
+                .find("s.yaml:3:23: error: dp·tp·pp·cp = 3·2·1·1 = 6 but the cluster has 8 GPUs"),
+            std::string::npos);
+  EXPECT_NE(error_of("cluster: {preset: dgx-h100, nodes: 4}\nmodel: {preset: llama3-8b}\nparallel:\n  tp: 16\n")
+                .find("s.yaml:4:7: error: tp = 16 does not divide model.kv_heads = 8"),
+            std::string::npos);
+  EXPECT_NE(error_of("cluster: {preset: dgx-h100, nodes: 3}\nmodel: {preset: llama3-8b}\nparallel: {tp: 3}\n")
+                .find("tp = 3 does not divide model.heads = 32"),
+            std::string::npos);
+  EXPECT_NE(error_of("cluster: {preset: dgx-a100, nodes: 8}\nmodel: {preset: gpt3-175b}\nparallel: {tp: 1}\n")
+                .find("layout does not fit in memory"),
+            std::string::npos);
+  EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {pp: 2}\n").find("not modelled yet"),
+            std::string::npos);
+  EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\ntraining: {global_batch: 12}\n")
+                .find("not a multiple of dp·micro_batch = 8"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace clustersim

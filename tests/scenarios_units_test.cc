@@ -1,0 +1,71 @@
+#include <gtest/gtest.h>
+
+#include "scenarios/units.h"
+
+namespace clustersim {
+namespace {
+
+TEST(Units, Sizes) {
+  int64_t b = 0;
+  std::string why;
+  ASSERT_TRUE(parse_size("64MiB", b, why));
+  EXPECT_EQ(b, 64LL << 20);
+  ASSERT_TRUE(parse_size("1GiB", b, why));
+  EXPECT_EQ(b, 1LL << 30);
+  ASSERT_TRUE(parse_size("1.5KB", b, why));
+  EXPECT_EQ(b, 1500);
+  ASSERT_TRUE(parse_size("4096", b, why));
+  EXPECT_EQ(b, 4096);
+  ASSERT_TRUE(parse_size(" 8 GiB ", b, why));
+  EXPECT_EQ(b, 8LL << 30);
+  EXPECT_FALSE(parse_size("12 parsecs", b, why));
+  EXPECT_NE(why.find("unknown size unit"), std::string::npos);
+  EXPECT_FALSE(parse_size("-1MiB", b, why));
+  EXPECT_NE(why.find("negative"), std::string::npos);
+  EXPECT_FALSE(parse_size("MiB", b, why));
+  EXPECT_FALSE(parse_size("0.5B", b, why));
+  EXPECT_FALSE(parse_size("1e30B", b, why));
+}
+
+TEST(Units, Times) {
+  double s = 0;
+  std::string why;
+  ASSERT_TRUE(parse_time("5us", s, why));
+  EXPECT_DOUBLE_EQ(s, 5e-6);
+  ASSERT_TRUE(parse_time("2ms", s, why));
+  EXPECT_DOUBLE_EQ(s, 2e-3);
+  ASSERT_TRUE(parse_time("1.5s", s, why));
+  EXPECT_DOUBLE_EQ(s, 1.5);
+  ASSERT_TRUE(parse_time("800ns", s, why));
+  EXPECT_DOUBLE_EQ(s, 800e-9);
+  EXPECT_FALSE(parse_time("2", s, why));  // a bare number is ambiguous
+  EXPECT_NE(why.find("no unit"), std::string::npos);
+  EXPECT_FALSE(parse_time("2 fortnights", s, why));
+  EXPECT_FALSE(parse_time("-2us", s, why));
+}
+
+TEST(Units, Bandwidths) {
+  double bps = 0;
+  std::string why;
+  ASSERT_TRUE(parse_bandwidth("400Gbps", bps, why));
+  EXPECT_DOUBLE_EQ(bps, 50e9);  // bits per second / 8
+  ASSERT_TRUE(parse_bandwidth("450GB/s", bps, why));
+  EXPECT_DOUBLE_EQ(bps, 450e9);
+  ASSERT_TRUE(parse_bandwidth("25GBps", bps, why));
+  EXPECT_DOUBLE_EQ(bps, 25e9);
+  ASSERT_TRUE(parse_bandwidth("1GiB/s", bps, why));
+  EXPECT_DOUBLE_EQ(bps, 1024.0 * 1024 * 1024);
+  EXPECT_FALSE(parse_bandwidth("400", bps, why));
+  EXPECT_NE(why.find("no unit"), std::string::npos);
+  EXPECT_FALSE(parse_bandwidth("0Gbps", bps, why));
+  EXPECT_FALSE(parse_bandwidth("400 furlongs", bps, why));
+}
+
+TEST(Units, FormatSize) {
+  EXPECT_EQ(format_size(512), "512 B");
+  EXPECT_EQ(format_size(64LL << 20), "64 MiB");
+  EXPECT_EQ(format_size(3LL << 29), "1.50 GiB");
+}
+
+}  // namespace
+}  // namespace clustersim

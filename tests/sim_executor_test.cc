@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+
+#include "plan/training_planner.h"
+#include "sim/executor.h"
+#include "sim/run.h"
+#include "support/temp_scenario.h"
+#include "topology/presets.h"
+
+namespace clustersim {
+namespace {
+
+using testing::scenario_from_text;
+
+ClusterSpec one_dgx() {
+  ClusterSpec c;
+  c.node = *find_node_preset("dgx-h100");
+  return c;
+}
+
+// Two ranks, one program: memory op -> all-reduce over both -> memory op.
+Plan tiny_plan(int64_t first_bytes_rank1) {
+  Plan p;
+  p.world_size = 2;
+  p.rank_gpu = {0, 1};
+  p.mirror_of = {0, 1};
+  p.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1});
+  p.add_group(GroupKind::TP, {0, 1});
+  for (int r = 0; r < 2; ++r) {
+    Program prog;
+    prog.name = "r" + std::to_string(r);
+    const uint8_t compute = prog.stream("compute");
+    const uint8_t comm = prog.stream("tp");
+    Op a;
+    a.kind = OpKind::Memory;
+    a.stream = compute;
+    a.bytes_read = r == 1 ? first_bytes_rank1 : 1'000'000;
+    a.name = p.intern("a");
+    uint32_t i0 = prog.add(a);
+    Op c;
+    c.kind = OpKind::Collective;
+    c.stream = comm;
+    c.group = GroupKind::TP;
+    c.collective = CollectiveKind::AllReduce;
+    c.bytes = 90'000'000;
+    c.name = p.intern("ar");
+    uint32_t i1 = prog.add(c, {i0});
+    Op b = a;
+    b.bytes_read = 1'000'000;
+    prog.add(b, {i1});
+    p.programs.push_back(prog);
+    p.rank_program.push_back(static_cast<uint32_t>(r));
+  }
+  return p;
+}
+
+// A collective starts when its last member arrives and ends for all members at once:
+//   end(ar) = max(t_a(rank0), t_a(rank1)) + T_ring(2 GPUs, 90 MB)
+TEST(Executor, CollectiveWaitsForTheLastMember) {
+  Topology topo(one_dgx());
+  ExecOptions opt;
+  const Plan plan = tiny_plan(100'000'000);  // rank 1 arrives late
+  ExecResult r = execute_plan(plan, topo, opt);
+  const GpuSpec& gpu = topo.gpu();
+  auto dur = [&](int64_t bytes) { return SimTime::from_seconds(bytes / (gpu.hbm_bandwidth * 0.9) + 2e-6); };
+  const SimTime ar = SimTime::from_seconds(2 * 0.5e-6 + 90e6 / 450e9);  // p = 2: 2 steps of S/2
+  const SimTime expect_ar_end = dur(100'000'000) + ar;
+  ASSERT_EQ(r.spans.size(), 6u);
+  for (const SpanRecord& s : r.spans) {
+    if (s.op == 1) {
+      EXPECT_EQ(s.end_ps, expect_ar_end.picoseconds());
+      // Each member's span starts at its own arrival, as a real NCCL kernel does.
+      EXPECT_EQ(s.start_ps, s.rank == 0 ? dur(1'000'000).picoseconds() : dur(100'000'000).picoseconds());
+    }
+  }
+  EXPECT_EQ(r.makespan, expect_ar_end + dur(1'000'000));
+  // Rank 0 waited inside the collective while its compute stream was idle: exposed.
+  EXPECT_GT(r.exposed_comm_by_kind[static_cast<size_t>(GroupKind::TP)], ar.seconds());
+}
+
+TEST(Executor, ACollectiveNobodyJoinsIsReportedNotHung) {
+  Topology topo(one_dgx());
+  Plan plan = tiny_plan(1000);
+  plan.programs[1].ops[1].group = GroupKind::DP;  // rank 1 issues on a group it is not in
+  EXPECT_THROW(execute_plan(plan, topo, ExecOptions{}), std::runtime_error);
+}
+
+constexpr const char* kLayout = R"(
+cluster: {preset: dgx-h100, nodes: 4, scale_out: {topology: fat-tree, nics_per_leaf: 16}}
+model: {preset: gpt3-1.3b, layers: 4}
+parallel: {tp: 4, dp: 8, micro_batch: 1}
+training: {global_batch: 16}
+)";
+
+// The symmetry shortcut (simulate one DP replica) gives exactly the plain answer.
+TEST(Executor, SymmetryShortcutMatchesSimulatingEveryRank) {
+  const Scenario s = scenario_from_text(kLayout, "symmetry");
+  RunOptions all;
+  all.simulate_all_ranks = true;
+  const RunOutcome fast = run_training(s);
+  const RunOutcome slow = run_training(s, all);
+  EXPECT_EQ(fast.exec.simulated_ranks.size(), 4u);
+  EXPECT_EQ(slow.exec.simulated_ranks.size(), 32u);
+  EXPECT_EQ(fast.exec.makespan, slow.exec.makespan);
+  EXPECT_DOUBLE_EQ(fast.exec.exposed_comm_s, slow.exec.exposed_comm_s);
+  // Every mirror rank's spans equal its representative's, op for op.
+  std::map<int32_t, std::vector<std::tuple<uint8_t, uint32_t, int64_t, int64_t>>> by_rank;
+  for (const SpanRecord& sp : slow.exec.spans) by_rank[sp.rank].emplace_back(sp.stream, sp.op, sp.start_ps, sp.end_ps);
+  for (int32_t r = 0; r < 32; ++r) EXPECT_EQ(by_rank[r], by_rank[fast.plan.plan.mirror_of[static_cast<size_t>(r)]]) << r;
+}
+
+TEST(Executor, SameScenarioGivesIdenticalSpans) {
+  const Scenario s = scenario_from_text(kLayout, "determinism");
+  const RunOutcome a = run_training(s);
+  const RunOutcome b = run_training(s);
+  ASSERT_EQ(a.exec.spans.size(), b.exec.spans.size());
+  for (size_t i = 0; i < a.exec.spans.size(); ++i) {
+    EXPECT_EQ(a.exec.spans[i].start_ps, b.exec.spans[i].start_ps);
+    EXPECT_EQ(a.exec.spans[i].end_ps, b.exec.spans[i].end_ps);
+    EXPECT_EQ(a.exec.spans[i].op, b.exec.spans[i].op);
+  }
+  EXPECT_EQ(a.metrics, b.metrics);
+}
+
+// Every op of every simulated rank runs exactly once, after its dependencies, and
+// each stream runs one op at a time.
+TEST(Executor, EveryOpRunsOnceAfterItsDependencies) {
+  const Scenario s = scenario_from_text(kLayout, "invariants");
+  const RunOutcome out = run_training(s);
+  const Program& prog = out.plan.plan.programs[0];
+  std::map<int32_t, std::vector<int>> seen;
+  for (int32_t r : out.exec.simulated_ranks) seen[r].assign(prog.ops.size(), 0);
+  std::map<std::pair<int32_t, uint32_t>, std::pair<int64_t, int64_t>> when;
+  for (const SpanRecord& sp : out.exec.spans) {
+    ++seen[sp.rank][sp.op];
+    when[{sp.rank, sp.op}] = {sp.start_ps, sp.end_ps};
+    EXPECT_LE(sp.start_ps, sp.end_ps);
+  }
+  for (auto& [r, counts] : seen)
+    for (int c : counts) ASSERT_EQ(c, 1);
+  for (int32_t r : out.exec.simulated_ranks)
+    for (uint32_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      for (uint32_t d = 0; d < op.dep_count; ++d)
+        EXPECT_GE(when[std::pair(r, i)].first, when[std::pair(r, prog.deps[op.dep_begin + d])].second);
+    }
+  std::map<std::pair<int32_t, uint8_t>, int64_t> stream_free;
+  std::vector<SpanRecord> sorted = out.exec.spans;
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.start_ps < b.start_ps; });
+  for (const SpanRecord& sp : sorted) {
+    auto& free_at = stream_free[{sp.rank, sp.stream}];
+    EXPECT_GE(sp.start_ps, free_at);
+    free_at = sp.end_ps;
+  }
+}
+
+// DP gradient all-reduces overlap the backward pass: their exposed time is far less
+// than their total time.
+TEST(Executor, DataParallelGradientsOverlapBackward) {
+  const Scenario s = scenario_from_text(kLayout, "overlap");
+  const RunOutcome out = run_training(s);
+  const Program& prog = out.plan.plan.programs[0];
+  double dp_total = 0;
+  for (const SpanRecord& sp : out.exec.spans)
+    if (sp.rank == 0 && prog.ops[sp.op].kind == OpKind::Collective && prog.ops[sp.op].group == GroupKind::DP)
+      dp_total += static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12;
+  const double dp_exposed = out.exec.exposed_comm_by_kind[static_cast<size_t>(GroupKind::DP)];
+  EXPECT_GT(dp_total, 0);
+  EXPECT_LT(dp_exposed, dp_total);
+}
+
+}  // namespace
+}  // namespace clustersim

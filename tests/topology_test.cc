@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "topology/presets.h"
+#include "topology/topology.h"
+
+namespace clustersim {
+namespace {
+
+ClusterSpec cluster(const char* preset, int nodes, FabricKind fabric = FabricKind::FatTree) {
+  ClusterSpec c;
+  c.node = *find_node_preset(preset);
+  c.nodes = nodes;
+  c.fabric.kind = fabric;
+  return c;
+}
+
+TEST(Topology, DgxH100NodeRoutesOverNvlink) {
+  Topology t(cluster("dgx-h100", 1));
+  EXPECT_EQ(t.num_gpus(), 8);
+  auto r = t.route(0, 5);
+  ASSERT_EQ(r.size(), 2u);  // GPU -> NVSwitch -> GPU, never over PCIe
+  for (uint32_t l : r) EXPECT_EQ(t.links()[l].cls, LinkClass::NvLink);
+  EXPECT_DOUBLE_EQ(t.route_bandwidth(r), 450e9);
+  EXPECT_DOUBLE_EQ(t.route_latency(r), 0.5e-6);
+  EXPECT_TRUE(t.route(3, 3).empty());
+}
+
+TEST(Topology, LinksAreDirectedPairsWithEqualCapacity) {
+  Topology t(cluster("dgx-h100", 4));
+  const auto& links = t.links();
+  ASSERT_EQ(links.size() % 2, 0u);
+  for (size_t i = 0; i < links.size(); i += 2) {
+    EXPECT_EQ(links[i].src, links[i + 1].dst);
+    EXPECT_EQ(links[i].dst, links[i + 1].src);
+    EXPECT_EQ(links[i].bandwidth, links[i + 1].bandwidth);
+  }
+}
+
+TEST(Topology, InterNodeRouteCrossesNicsAndIsBottleneckedByThem) {
+  Topology t(cluster("dgx-h100", 2, FabricKind::Switch));
+  auto r = t.route(2, 8 + 2);
+  // gpu -> pcie switch -> nic -> switch -> nic -> pcie switch -> gpu
+  ASSERT_EQ(r.size(), 6u);
+  EXPECT_DOUBLE_EQ(t.route_bandwidth(r), 50e9);
+  for (size_t i = 1; i + 1 < r.size(); ++i)  // GPUs are endpoints only
+    EXPECT_NE(t.vertex(t.links()[r[i]].src).kind, VertexKind::Gpu);
+}
+
+TEST(Topology, FatTreeEcmpSpreadsPairsOverSpinesDeterministically) {
+  ClusterSpec c = cluster("dgx-h100", 16);
+  c.fabric.nics_per_leaf = 32;  // 4 nodes per leaf, 4 leaves, 32 spines
+  Topology a(c), b(c);
+  std::set<uint32_t> spines_used;
+  for (int g = 0; g < 8; ++g) {
+    auto r = a.route(g, 64 + g);  // node 0 -> node 8: different leaves
+    auto r2 = b.route(g, 64 + g);
+    ASSERT_EQ(std::vector<uint32_t>(r.begin(), r.end()), std::vector<uint32_t>(r2.begin(), r2.end()));
+    for (uint32_t l : r)
+      if (a.vertex(a.links()[l].dst).name.rfind("spine", 0) == 0) spines_used.insert(a.links()[l].dst);
+  }
+  EXPECT_GT(spines_used.size(), 1u);  // equal-cost paths are not all piled on one spine
+}
+
+TEST(Topology, OversubscriptionSetsSpineCount) {
+  ClusterSpec c = cluster("dgx-h100", 8);
+  c.fabric.nics_per_leaf = 16;
+  c.fabric.oversubscription = 4.0;
+  Topology t(c);
+  int spines = 0;
+  for (size_t v = 0; v < boost::num_vertices(t.graph()); ++v)
+    if (t.vertex(static_cast<uint32_t>(v)).name.rfind("spine", 0) == 0) ++spines;
+  EXPECT_EQ(spines, 4);  // 16 down-links : 4 up-links
+}
+
+TEST(Topology, RailOptimizedKeepsSameRailTrafficOnOneLeaf) {
+  Topology t(cluster("dgx-h100", 4, FabricKind::RailOptimized));
+  auto r = t.route(3, 8 + 3);
+  int network = 0;
+  for (uint32_t l : r) network += t.links()[l].cls == LinkClass::Network;
+  EXPECT_EQ(network, 2);  // NIC -> rail-3 leaf -> NIC
+}
+
+TEST(Topology, PcieServerCrossesTheCpuBetweenSwitches) {
+  Topology t(cluster("pcie-8gpu", 1));
+  auto same = t.route(0, 1);
+  auto cross = t.route(0, 5);
+  EXPECT_EQ(same.size(), 2u);
+  EXPECT_EQ(cross.size(), 4u);
+  for (uint32_t l : cross) EXPECT_EQ(t.links()[l].cls, LinkClass::Pcie);
+}
+
+TEST(Topology, RingAndTorusFabricsRouteEveryPair) {
+  for (FabricKind f : {FabricKind::Ring, FabricKind::Torus}) {
+    Topology t(cluster("dgx-a100", 6, f));
+    for (int n = 1; n < 6; ++n) EXPECT_FALSE(t.route(0, 8 * n).empty());
+  }
+}
+
+}  // namespace
+}  // namespace clustersim
