@@ -405,6 +405,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   }
   if (!have_cluster) throw InputError(s.mark("cluster"), "cluster.preset is required, expected one of: " + join(node_preset_names()));
 
+  // A node trimmed to fewer GPUs keeps one NIC per GPU at most, unless told otherwise.
+  if (s.marks.count("cluster.gpus_per_node") && !s.marks.count("cluster.scale_out.nics_per_node"))
+    s.cluster.node.nics = std::min(s.cluster.node.nics, s.cluster.node.gpus);
+
   ModelConfig& m = s.model;
   if (s.marks.count("model") == 0) throw InputError(SourceMark{path, 1, 1}, "model is required: a preset or its fields");
   if (!s.marks.count("model.kv_heads") && !have_model_preset) m.kv_heads = m.heads;

@@ -141,9 +141,13 @@ int cmd_collective(const std::vector<std::string>& args) {
 }
 
 int cmd_keys() {
+  auto cell = [](std::string v) {  // a literal '|' would end a Markdown table cell
+    for (size_t i = v.find('|'); i != std::string::npos; i = v.find('|', i + 2)) v.replace(i, 1, "\\|");
+    return v;
+  };
   std::cout << "| key | type | default | meaning |\n| --- | --- | --- | --- |\n";
   for (const auto& k : scenario_key_docs())
-    std::cout << "| `" << k.key << "` | " << k.type << " | " << k.default_value << " | " << k.doc << " |\n";
+    std::cout << "| `" << k.key << "` | " << cell(k.type) << " | " << cell(k.default_value) << " | " << cell(k.doc) << " |\n";
   return 0;
 }
 
