@@ -3,10 +3,12 @@
 //   or writing results.
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "plan/plan_io.h"
 #include "scenarios/scenario.h"
 #include "scenarios/units.h"
 #include "sim/collective_sweep.h"
@@ -24,6 +26,7 @@ constexpr const char* kUsage =
     "  run S.yaml [--set key=value]... [--json]      simulate a training scenario\n"
     "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo ring|direct]\n"
     "             [--min SIZE] [--max SIZE] [--json]   collective size sweep, nccl-tests style\n"
+    "  plan S.yaml [--set key=value]... [--out FILE] write the scenario's Plan as JSON (stdout by default)\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
     "  help, --help                                  this text\n"
     "  --version                                     the version\n"
@@ -140,6 +143,40 @@ int cmd_collective(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_plan(const std::vector<std::string>& args) {
+  std::string path, out;
+  std::vector<std::string> sets;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set") sets.push_back(need_value(args, i));
+    else if (a == "--out") out = need_value(args, i);
+    else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "' for plan");
+    else if (path.empty()) path = a;
+    else throw UsageError("plan takes one scenario file");
+  }
+  if (path.empty()) throw UsageError("plan needs a scenario file");
+  const Scenario s = load_scenario(path, sets);
+  const std::string json = plan_to_json(build_training_plan(s).plan);
+  if (out.empty()) {
+    std::cout << json;
+    return 0;
+  }
+  const std::string tmp = out + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << json;
+    if (!f.flush()) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write " + out);
+    }
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write " + out);
+  }
+  return 0;
+}
+
 int cmd_keys() {
   auto cell = [](std::string v) {  // a literal '|' would end a Markdown table cell
     for (size_t i = v.find('|'); i != std::string::npos; i = v.find('|', i + 2)) v.replace(i, 1, "\\|");
@@ -164,6 +201,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "run") return cmd_run(args);
     if (cmd == "collective") return cmd_collective(args);
+    if (cmd == "plan") return cmd_plan(args);
     if (cmd == "keys") return cmd_keys();
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::cout << kUsage;

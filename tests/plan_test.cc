@@ -2,6 +2,7 @@
 
 #include "plan/memory.h"
 #include "plan/model.h"
+#include "plan/plan_io.h"
 #include "plan/training_planner.h"
 #include "support/temp_scenario.h"
 
@@ -132,6 +133,46 @@ TEST(Planner, ImpossibleLayoutsAreRejectedWithTheirPosition) {
   EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\ntraining: {global_batch: 12}\n")
                 .find("not a multiple of dp·micro_batch = 8"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace clustersim
+
+namespace clustersim {
+namespace {
+
+TEST(PlanIo, RoundTripsExactly) {
+  const TrainingPlan tp = build_training_plan(scenario_from_text(kBase, "plan-io"));
+  const std::string json = plan_to_json(tp.plan);
+  const Plan back = plan_from_json(json, "plan.json");
+  EXPECT_EQ(plan_to_json(back), json);
+  EXPECT_EQ(back.world_size, tp.plan.world_size);
+  EXPECT_EQ(back.rank_groups, tp.plan.rank_groups);
+  ASSERT_EQ(back.programs[0].ops.size(), tp.plan.programs[0].ops.size());
+  EXPECT_EQ(back.programs[0].deps, tp.plan.programs[0].deps);
+}
+
+std::string plan_error(const std::string& json) {
+  try {
+    plan_from_json(json, "p.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(PlanIo, RejectsBrokenPlansWithTheirPosition) {
+  const std::string head =
+      "{\"format\":\"clustersim-plan\",\"version\":1,\"world_size\":1,\"names\":[\"a\"],\"rank_program\":[0],"
+      "\"rank_gpu\":[0],\"mirror_of\":[0],\"groups\":[],\n\"programs\":[{\"name\":\"p\",\"streams\":[\"compute\"],\"ops\":[\n";
+  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":0,\"deps\":[0]}]}]}").find("p.json:3:"), std::string::npos);
+  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":0},{\"kind\":\"memory\",\"name\":0,\"stream\":0,\"deps\":[1]}]}]}")
+                .find("must name an earlier op"),
+            std::string::npos);
+  EXPECT_NE(plan_error(head + "{\"kind\":\"teleport\",\"name\":0,\"stream\":0}]}]}").find("unknown op kind 'teleport'"), std::string::npos);
+  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":3}]}]}").find("stream = 3 is out of range"), std::string::npos);
+  EXPECT_NE(plan_error("{\"format\": \"something else\"}").find("not a clustersim plan"), std::string::npos);
+  EXPECT_NE(plan_error("{\"format\": [").find("malformed plan"), std::string::npos);
 }
 
 }  // namespace
