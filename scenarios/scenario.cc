@@ -25,7 +25,7 @@ const std::string& scalar(const YNode& n, const std::string& key, const char* ex
   return n.scalar;
 }
 
-int64_t as_int(const YNode& n, const std::string& key, int64_t min) {
+int64_t as_int(const YNode& n, const std::string& key, int64_t min, int64_t max = INT64_MAX) {
   const std::string& s = scalar(n, key, "an integer");
   int64_t v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -34,7 +34,16 @@ int64_t as_int(const YNode& n, const std::string& key, int64_t min) {
   if (v < min)
     throw InputError(n.mark, key + " must be " + (min == 1 ? std::string("positive") : ">= " + std::to_string(min)) +
                                  ", got " + s);
+  if (v > max) throw InputError(n.mark, key + " = " + s + " is out of range, expected at most " + std::to_string(max));
   return v;
+}
+
+// Counts of hardware (nodes, GPUs, NICs): a million of anything is past every machine.
+constexpr int64_t kMaxCount = 1 << 20;
+// Model dimensions stay far below what would overflow FLOP and byte counts.
+constexpr int64_t kMaxModelDim = int64_t{1} << 24;
+int as_count(const YNode& n, const std::string& key) { return static_cast<int>(as_int(n, key, 1, kMaxCount)); }
+int64_t as_degree(const YNode& n, const std::string& key) { return as_int(n, key, 1, kMaxCount);
 }
 
 double as_double(const YNode& n, const std::string& key, double min, bool exclusive) {
@@ -110,9 +119,9 @@ const std::vector<KeySpec>& key_table() {
          const NodeSpec* p = find_node_preset(as_enum(n, "cluster.preset", node_preset_names()));
          s.cluster.node = *p;
        }},
-      {"cluster.nodes", "integer", "1", "number of nodes", [](const N& n, S& s) { s.cluster.nodes = static_cast<int>(as_int(n, "cluster.nodes", 1)); }},
+      {"cluster.nodes", "integer", "1", "number of nodes", [](const N& n, S& s) { s.cluster.nodes = as_count(n, "cluster.nodes"); }},
       {"cluster.gpus_per_node", "integer", "preset's", "GPUs per node (1 for a single GPU)",
-       [](const N& n, S& s) { s.cluster.node.gpus = static_cast<int>(as_int(n, "cluster.gpus_per_node", 1)); }},
+       [](const N& n, S& s) { s.cluster.node.gpus = as_count(n, "cluster.gpus_per_node"); }},
       {"cluster.gpu", "name", "preset's", "GPU preset: a100-sxm-80gb, a100-sxm-40gb, a100-pcie-80gb, h100-sxm, h100-pcie, h200-sxm, b200",
        [](const N& n, S& s) { s.cluster.node.gpu = *find_gpu_preset(as_enum(n, "cluster.gpu", gpu_preset_names())); }},
       {"cluster.scale_out", "mapping", "", "the fabric between nodes", nullptr},
@@ -124,25 +133,25 @@ const std::vector<KeySpec>& key_table() {
       {"cluster.scale_out.nic_bandwidth", "bandwidth", "preset's", "per NIC, each direction (e.g. 400Gbps)",
        [](const N& n, S& s) { s.cluster.node.nic_bandwidth = as_bandwidth(n, "cluster.scale_out.nic_bandwidth"); }},
       {"cluster.scale_out.nics_per_node", "integer", "preset's", "NICs per node (DGX presets: one per GPU)",
-       [](const N& n, S& s) { s.cluster.node.nics = static_cast<int>(as_int(n, "cluster.scale_out.nics_per_node", 1)); }},
+       [](const N& n, S& s) { s.cluster.node.nics = as_count(n, "cluster.scale_out.nics_per_node"); }},
       {"cluster.scale_out.oversubscription", "number", "1.0", "leaf down-link : up-link bandwidth ratio (>= 1)",
        [](const N& n, S& s) { s.cluster.fabric.oversubscription = as_double(n, "cluster.scale_out.oversubscription", 1.0, false); }},
       {"cluster.scale_out.latency", "time", "0.5us", "latency of each scale-out link (NIC-switch, switch-switch)",
        [](const N& n, S& s) { s.cluster.fabric.latency = as_time(n, "cluster.scale_out.latency"); }},
       {"cluster.scale_out.nics_per_leaf", "integer", "32", "NICs under one leaf switch (its down-link radix)",
-       [](const N& n, S& s) { s.cluster.fabric.nics_per_leaf = static_cast<int>(as_int(n, "cluster.scale_out.nics_per_leaf", 1)); }},
+       [](const N& n, S& s) { s.cluster.fabric.nics_per_leaf = as_count(n, "cluster.scale_out.nics_per_leaf"); }},
       {"model", "mapping", "", "the transformer", nullptr},
       {"model.preset", "name", "none", "gpt3-1.3b, gpt3-175b, llama3-8b, llama3-70b, llama3-405b; fields given override it",
        [](const N& n, S& s) { s.model = *find_model_preset(as_enum(n, "model.preset", model_preset_names())); }},
-      {"model.layers", "integer", "preset's", "transformer layers", [](const N& n, S& s) { s.model.layers = as_int(n, "model.layers", 1); }},
-      {"model.hidden", "integer", "preset's", "hidden size h", [](const N& n, S& s) { s.model.hidden = as_int(n, "model.hidden", 1); }},
-      {"model.heads", "integer", "preset's", "attention heads", [](const N& n, S& s) { s.model.heads = as_int(n, "model.heads", 1); }},
-      {"model.kv_heads", "integer", "heads", "key/value heads (< heads means GQA)", [](const N& n, S& s) { s.model.kv_heads = as_int(n, "model.kv_heads", 1); }},
-      {"model.ffn_hidden", "integer", "preset's", "MLP inner size", [](const N& n, S& s) { s.model.ffn_hidden = as_int(n, "model.ffn_hidden", 1); }},
+      {"model.layers", "integer", "preset's", "transformer layers", [](const N& n, S& s) { s.model.layers = as_int(n, "model.layers", 1, kMaxModelDim); }},
+      {"model.hidden", "integer", "preset's", "hidden size h", [](const N& n, S& s) { s.model.hidden = as_int(n, "model.hidden", 1, kMaxModelDim); }},
+      {"model.heads", "integer", "preset's", "attention heads", [](const N& n, S& s) { s.model.heads = as_int(n, "model.heads", 1, kMaxModelDim); }},
+      {"model.kv_heads", "integer", "preset's, else heads", "key/value heads (< heads means GQA)", [](const N& n, S& s) { s.model.kv_heads = as_int(n, "model.kv_heads", 1, kMaxModelDim); }},
+      {"model.ffn_hidden", "integer", "preset's", "MLP inner size", [](const N& n, S& s) { s.model.ffn_hidden = as_int(n, "model.ffn_hidden", 1, kMaxModelDim); }},
       {"model.ffn_type", "name", "preset's", "gelu | swiglu",
        [](const N& n, S& s) { parse_ffn_type(as_enum(n, "model.ffn_type", {"gelu", "swiglu"}), s.model.ffn_type); }},
-      {"model.vocab", "integer", "preset's", "vocabulary size", [](const N& n, S& s) { s.model.vocab = as_int(n, "model.vocab", 1); }},
-      {"model.seq_len", "integer", "preset's", "tokens per sequence", [](const N& n, S& s) { s.model.seq_len = as_int(n, "model.seq_len", 1); }},
+      {"model.vocab", "integer", "preset's", "vocabulary size", [](const N& n, S& s) { s.model.vocab = as_int(n, "model.vocab", 1, kMaxModelDim); }},
+      {"model.seq_len", "integer", "preset's", "tokens per sequence", [](const N& n, S& s) { s.model.seq_len = as_int(n, "model.seq_len", 1, kMaxModelDim); }},
       {"model.dtype", "dtype", "bf16", "fp32 | bf16 | fp16 | fp8 | int8 | int4", [](const N& n, S& s) { s.model.dtype = as_dtype(n, "model.dtype"); }},
       {"model.tied_embeddings", "bool", "preset's", "output layer shares the token embedding",
        [](const N& n, S& s) { s.model.tied_embeddings = as_bool(n, "model.tied_embeddings"); }},
@@ -153,11 +162,11 @@ const std::vector<KeySpec>& key_table() {
       {"model.moe.expert_ffn_hidden", "integer", "0", "MLP inner size of one expert",
        [](const N& n, S& s) { s.model.moe.expert_ffn_hidden = as_int(n, "model.moe.expert_ffn_hidden", 0); }},
       {"parallel", "mapping", "", "the parallel layout", nullptr},
-      {"parallel.dp", "integer", "GPUs/(tp·pp·cp)", "data-parallel degree", [](const N& n, S& s) { s.parallel.dp = as_int(n, "parallel.dp", 1); }},
-      {"parallel.tp", "integer", "1", "tensor-parallel degree", [](const N& n, S& s) { s.parallel.tp = as_int(n, "parallel.tp", 1); }},
-      {"parallel.pp", "integer", "1", "pipeline-parallel degree", [](const N& n, S& s) { s.parallel.pp = as_int(n, "parallel.pp", 1); }},
-      {"parallel.cp", "integer", "1", "context-parallel degree", [](const N& n, S& s) { s.parallel.cp = as_int(n, "parallel.cp", 1); }},
-      {"parallel.ep", "integer", "1", "expert-parallel degree", [](const N& n, S& s) { s.parallel.ep = as_int(n, "parallel.ep", 1); }},
+      {"parallel.dp", "integer", "GPUs/(tp·pp·cp)", "data-parallel degree", [](const N& n, S& s) { s.parallel.dp = as_degree(n, "parallel.dp"); }},
+      {"parallel.tp", "integer", "1", "tensor-parallel degree", [](const N& n, S& s) { s.parallel.tp = as_degree(n, "parallel.tp"); }},
+      {"parallel.pp", "integer", "1", "pipeline-parallel degree", [](const N& n, S& s) { s.parallel.pp = as_degree(n, "parallel.pp"); }},
+      {"parallel.cp", "integer", "1", "context-parallel degree", [](const N& n, S& s) { s.parallel.cp = as_degree(n, "parallel.cp"); }},
+      {"parallel.ep", "integer", "1", "expert-parallel degree", [](const N& n, S& s) { s.parallel.ep = as_degree(n, "parallel.ep"); }},
       {"parallel.sequence_parallel", "bool", "false", "Megatron SP: all-gather / reduce-scatter instead of all-reduce",
        [](const N& n, S& s) { s.parallel.sequence_parallel = as_bool(n, "parallel.sequence_parallel"); }},
       {"parallel.zero_stage", "integer", "0", "0..3 (3 = FSDP-like)",
@@ -167,8 +176,8 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"parallel.schedule", "name", "1f1b", "gpipe | 1f1b | interleaved-1f1b",
        [](const N& n, S& s) { s.parallel.schedule = as_enum(n, "parallel.schedule", {"gpipe", "1f1b", "interleaved-1f1b"}); }},
-      {"parallel.virtual_stages", "integer", "1", "model chunks per pipeline rank", [](const N& n, S& s) { s.parallel.virtual_stages = as_int(n, "parallel.virtual_stages", 1); }},
-      {"parallel.micro_batch", "integer", "1", "sequences per micro-batch", [](const N& n, S& s) { s.parallel.micro_batch = as_int(n, "parallel.micro_batch", 1); }},
+      {"parallel.virtual_stages", "integer", "1", "model chunks per pipeline rank", [](const N& n, S& s) { s.parallel.virtual_stages = as_degree(n, "parallel.virtual_stages"); }},
+      {"parallel.micro_batch", "integer", "1", "sequences per micro-batch", [](const N& n, S& s) { s.parallel.micro_batch = as_degree(n, "parallel.micro_batch"); }},
       {"parallel.placement", "order", "tp-cp-ep-dp-pp", "rank order, innermost first (a permutation of tp, cp, ep, dp, pp)",
        [](const N& n, S& s) {
          const std::string& v = scalar(n, "parallel.placement", "an order such as tp-cp-ep-dp-pp");
@@ -187,9 +196,9 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"training", "mapping", "", "the training run", nullptr},
       {"training.global_batch", "integer", "dp · micro_batch", "sequences per iteration",
-       [](const N& n, S& s) { s.training.global_batch = as_int(n, "training.global_batch", 1); }},
+       [](const N& n, S& s) { s.training.global_batch = as_int(n, "training.global_batch", 1, int64_t{1} << 32); }},
       {"training.iterations", "integer", "1", "iterations (identical in a deterministic model: one is simulated)",
-       [](const N& n, S& s) { s.training.iterations = as_int(n, "training.iterations", 1); }},
+       [](const N& n, S& s) { s.training.iterations = as_int(n, "training.iterations", 1, int64_t{1} << 32); }},
       {"training.recompute", "name", "none", "none | selective | full",
        [](const N& n, S& s) { s.training.recompute = as_enum(n, "training.recompute", {"none", "selective", "full"}); }},
       {"training.optimizer", "name", "adam", "adam | sgd",
@@ -303,8 +312,11 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
   std::error_code ec;
   std::string canon = fs::weakly_canonical(fs::path(path), ec).string();
   if (ec) canon = path;
-  if (std::find(stack.begin(), stack.end(), canon) != stack.end())
-    throw InputError(from, "include cycle: '" + path + "' includes itself");
+  if (auto it = std::find(stack.begin(), stack.end(), canon); it != stack.end()) {
+    std::string chain;
+    for (; it != stack.end(); ++it) chain += "'" + fs::path(*it).filename().string() + "' -> ";
+    throw InputError(from, "include cycle: " + chain + "'" + fs::path(canon).filename().string() + "'");
+  }
   YNode doc = load_yaml_file(path, from);
   if (doc.kind == YNode::Kind::Null) doc.kind = YNode::Kind::Map;
   if (doc.kind != YNode::Kind::Map) throw InputError(doc.mark, "a scenario must be a mapping of keys, got " + doc.kind_name());
@@ -335,7 +347,10 @@ void apply_set(YNode& root, const std::string& arg, int index) {
     throw InputError(SourceMark{file, 1, 1}, "--set expects key=value, e.g. --set parallel.tp=4");
   const std::string key = arg.substr(0, eq);
   const KeySpec* spec = find_key(key);
-  if (!spec || !spec->apply) {
+  if (spec && !spec->apply)
+    throw InputError(SourceMark{file, 1, 1}, "'" + key + "' is " + (key == "include" ? "not settable from the command line"
+                                                                                        : "a mapping; set one of its keys, e.g. " + key + ".<key>=value"));
+  if (!spec) {
     std::string parent = key.find('.') == std::string::npos ? "" : key.substr(0, key.rfind('.'));
     unknown_key(parent, key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1), SourceMark{file, 1, 1});
   }
@@ -398,8 +413,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   std::stable_partition(leaves.begin(), leaves.end(),
                         [](const auto& l) { return l.first == "cluster.preset" || l.first == "model.preset"; });
   bool have_cluster = false, have_model_preset = false;
+  int64_t preset_heads = 0;
   for (const auto& [key, node] : leaves) {
     find_key(key)->apply(*node, s);
+    if (key == "model.preset") preset_heads = s.model.heads;
     have_cluster |= key == "cluster.preset";
     have_model_preset |= key == "model.preset";
   }
@@ -411,7 +428,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 
   ModelConfig& m = s.model;
   if (s.marks.count("model") == 0) throw InputError(SourceMark{path, 1, 1}, "model is required: a preset or its fields");
-  if (!s.marks.count("model.kv_heads") && !have_model_preset) m.kv_heads = m.heads;
+  // kv_heads defaults to heads (MHA) unless a GQA preset set it: overriding the heads of
+  // an MHA preset keeps it MHA.
+  if (!s.marks.count("model.kv_heads") && (!have_model_preset || m.kv_heads == preset_heads)) m.kv_heads = m.heads;
   for (auto [key, value] : {std::pair{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"ffn_hidden", m.ffn_hidden},
                             {"vocab", m.vocab}, {"seq_len", m.seq_len}}) {
     if (value <= 0)

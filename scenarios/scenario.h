@@ -60,7 +60,7 @@ struct Scenario {
   std::map<std::string, SourceMark> marks;  // dotted key -> where its value was written
   std::string merged_yaml;                  // the merged document, as the run saw it
 
-  int64_t gpus() const { return cluster.node.gpus * cluster.nodes; }
+  int64_t gpus() const { return static_cast<int64_t>(cluster.node.gpus) * cluster.nodes; }
   // Where `key` was written; falls back to its nearest written parent, then the file.
   SourceMark mark(const std::string& key) const;
 };

@@ -98,6 +98,10 @@ void merge_yaml(YNode& base, const YNode& over) {
     if (!base.key_mark.known()) base.key_mark = km;
     return;
   }
+  // The later file wins the position too, so errors about a merged block point at the
+  // block the user is most likely editing.
+  base.mark = over.mark;
+  if (over.key_mark.known()) base.key_mark = over.key_mark;
   for (const auto& [k, v] : over.map) {
     if (YNode* existing = base.find(k)) merge_yaml(*existing, v);
     else base.map.emplace_back(k, v);

@@ -24,7 +24,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run S.yaml [--set key=value]... [--json]      simulate a training scenario\n"
-    "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo ring|direct]\n"
+    "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo auto|ring|direct]\n"
     "             [--min SIZE] [--max SIZE] [--json]   collective size sweep, nccl-tests style\n"
     "  plan S.yaml [--set key=value]... [--out FILE] write the scenario's Plan as JSON (stdout by default)\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
@@ -73,7 +73,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
 int cmd_collective(const std::vector<std::string>& args) {
   CollectiveSweepConfig cfg;
-  std::string preset, op = "all-reduce", algo = "ring";
+  std::string preset, op = "all-reduce", algo = "auto";
   int nodes = 0;
   bool json = false, have_gpus = false;
   auto as_int = [](const std::string& flag, const std::string& v) {

@@ -49,6 +49,12 @@ Algorithm algorithm_for(const Scenario& s) {
 }  // namespace
 
 void check_output_paths(const Scenario& s) {
+  if (!s.output_sqlite.empty() && !s.output_trace.empty()) {
+    std::error_code ec;
+    const bool same = s.output_sqlite == s.output_trace ||
+                      fs::weakly_canonical(s.output_sqlite, ec) == fs::weakly_canonical(s.output_trace, ec);
+    if (same) throw InputError(s.mark("output.trace"), "output.trace names the same file as output.sqlite, expected two different paths");
+  }
   check_output_path(s, "output.sqlite", s.output_sqlite);
   check_output_path(s, "output.trace", s.output_trace);
 }

@@ -1,0 +1,641 @@
+// End-to-end tests of the clustersim binary: the error catalogue (exit code, the
+// FILE:LINE:COL message, nothing written), `run`, `collective` and `keys`.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef CLUSTERSIM_SOURCE_DIR
+#define CLUSTERSIM_SOURCE_DIR "."
+#endif
+#ifndef CLUSTERSIM_BINARY
+#define CLUSTERSIM_BINARY "clustersim"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kExample = std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/gpt3-1.3b-dgx-h100.yaml";
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+std::ostream& operator<<(std::ostream& os, const CliResult& r) {
+  return os << "exit " << r.code << "\n--- stdout ---\n" << r.out << "--- stderr ---\n" << r.err;
+}
+
+// A fresh directory per test: /tmp/clustersim_cli_<test>_<pid>. Scenario outputs go to
+// dir/out/, the captured stdout/stderr to dir/capture/.
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path("/tmp") / ("clustersim_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "capture");
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Runs the binary with `args` (already shell-quoted where needed) in the test's directory.
+  CliResult cli(const std::string& args) {
+    const fs::path out = dir_ / "capture" / "stdout", err = dir_ / "capture" / "stderr";
+    const std::string cmd = "cd " + quote(dir_.string()) + " && " + quote(CLUSTERSIM_BINARY) + " " + args + " >" +
+                            quote(out.string()) + " 2>" + quote(err.string());
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_file(out);
+    r.err = read_file(err);
+    return r;
+  }
+
+  std::string write(const std::string& rel, const std::string& text) {
+    fs::path p = dir_ / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+  }
+
+  std::string sqlite_path() const { return (dir_ / "out" / "run.sqlite").string(); }
+  std::string trace_path() const { return (dir_ / "out" / "run.trace.json").string(); }
+
+  // A scenario whose output block (appended last, so it moves no line above it) names
+  // dir/out/run.sqlite and dir/out/run.trace.json.
+  std::string scenario(const std::string& rel, const std::string& body) {
+    return write(rel, body + "output:\n  sqlite: " + sqlite_path() + "\n  trace: " + trace_path() + "\n");
+  }
+
+  void expect_nothing_written() {
+    EXPECT_FALSE(fs::exists(sqlite_path())) << sqlite_path();
+    EXPECT_FALSE(fs::exists(trace_path())) << trace_path();
+    EXPECT_FALSE(fs::exists(dir_ / "out")) << "the output folder was created";
+  }
+
+  // Exit 1, "where: error: ..." containing `phrase` on stderr, nothing on stdout, no output files.
+  void expect_input_error(const CliResult& r, const std::string& where, const std::string& phrase) {
+    EXPECT_EQ(r.code, 1) << r;
+    EXPECT_TRUE(starts_with(r.err, where + ": error: ")) << r << "\nexpected prefix: " << where << ": error: ";
+    EXPECT_NE(r.err.find(phrase), std::string::npos) << r << "\nexpected phrase: " << phrase;
+    EXPECT_TRUE(r.out.empty()) << r;
+    expect_nothing_written();
+  }
+
+  void expect_usage_error(const CliResult& r, const std::string& phrase) {
+    EXPECT_EQ(r.code, 2) << r;
+    EXPECT_TRUE(starts_with(r.err, "clustersim: ")) << r;
+    EXPECT_NE(r.err.find(phrase), std::string::npos) << r << "\nexpected phrase: " << phrase;
+    EXPECT_NE(r.err.find("usage: clustersim"), std::string::npos) << r;
+    EXPECT_TRUE(r.out.empty()) << r;
+    expect_nothing_written();
+  }
+
+  fs::path dir_;
+};
+
+// ---- the error catalogue: `run` -----------------------------------------------------------
+
+TEST_F(CliTest, MalformedYaml) {
+  const std::string p = scenario("s.yaml", "cluster: {preset: dgx-h100\nmodel: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":2:6", "malformed YAML");
+}
+
+TEST_F(CliTest, MalformedYamlBadIndentation) {
+  const std::string p = scenario("s.yaml", "cluster:\n  preset: dgx-h100\n   nodes: 2\nmodel: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":3:9", "malformed YAML");
+}
+
+TEST_F(CliTest, UnknownKey) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-h100\n"
+                                 "  nodez: 1\n"
+                                 "model: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":3:3", "unknown key 'cluster.nodez', did you mean 'nodes'?");
+}
+
+TEST_F(CliTest, DuplicateKey) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-h100\n"
+                                 "model: {preset: gpt3-1.3b}\n"
+                                 "cluster:\n"
+                                 "  nodes: 2\n");
+  expect_input_error(cli("run " + quote(p)), p + ":4:1", "duplicate key 'cluster'");
+}
+
+TEST_F(CliTest, WrongTypeWord) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-h100\n"
+                                 "model:\n"
+                                 "  preset: gpt3-1.3b\n"
+                                 "parallel:\n"
+                                 "  tp: four\n");
+  expect_input_error(cli("run " + quote(p)), p + ":6:7", "parallel.tp must be an integer, got 'four'");
+}
+
+TEST_F(CliTest, WrongTypeList) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-h100\n"
+                                 "  nodes: [1]\n"
+                                 "model: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":3:10", "cluster.nodes must be an integer, got a list");
+}
+
+TEST_F(CliTest, BadTimeUnit) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-h100\n"
+                                 "  scale_out:\n"
+                                 "    latency: 2 parsecs\n"
+                                 "model: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":4:14", "unknown time unit in '2 parsecs'");
+}
+
+TEST_F(CliTest, BandwidthWithoutUnit) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-h100\n"
+                                 "  scale_out:\n"
+                                 "    nic_bandwidth: 400\n"
+                                 "model: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":4:20", "bandwidth '400' has no unit");
+}
+
+TEST_F(CliTest, ZeroNodes) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-h100\n"
+                                 "  nodes: 0\n"
+                                 "model: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":3:10", "cluster.nodes must be positive, got 0");
+}
+
+TEST_F(CliTest, NegativeMicroBatch) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster: {preset: dgx-h100}\n"
+                                 "model: {preset: gpt3-1.3b}\n"
+                                 "parallel:\n"
+                                 "  micro_batch: -1\n");
+  expect_input_error(cli("run " + quote(p)), p + ":4:16", "parallel.micro_batch must be positive, got -1");
+}
+
+TEST_F(CliTest, LayoutProductNotEqualToGpus) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-h100\n"
+                                 "  nodes: 1\n"
+                                 "model:\n"
+                                 "  preset: gpt3-1.3b\n"
+                                 "parallel:\n"
+                                 "  tp: 1\n"
+                                 "  dp: 4\n");
+  expect_input_error(cli("run " + quote(p)), p + ":8:7", "dp·tp·pp·cp = 4·1·1·1 = 4 but the cluster has 8 GPUs");
+}
+
+TEST_F(CliTest, LayoutProductNotEqualToGpusViaSet) {
+  // The example is valid; --set makes the layout impossible and the error points at the flag.
+  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) + " --set " +
+                          quote("output.trace=" + trace_path()) + " --set parallel.dp=4");
+  expect_input_error(r, "--set 'parallel.dp=4':1:13", "but the cluster has 8 GPUs");
+}
+
+TEST_F(CliTest, TpNotDividingGpus) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster: {preset: dgx-h100, nodes: 1}\n"
+                                 "model: {preset: gpt3-1.3b}\n"
+                                 "parallel:\n"
+                                 "  tp: 16\n");
+  expect_input_error(cli("run " + quote(p)), p + ":4:7", "does not divide the 8 GPUs");
+}
+
+TEST_F(CliTest, TpNotDividingHeads) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster: {preset: dgx-h100, nodes: 1}\n"
+                                 "model:\n"
+                                 "  layers: 2\n"
+                                 "  hidden: 1536\n"
+                                 "  heads: 12\n"
+                                 "  ffn_hidden: 6144\n"
+                                 "  vocab: 51200\n"
+                                 "  seq_len: 2048\n"
+                                 "parallel:\n"
+                                 "  tp: 8\n");
+  expect_input_error(cli("run " + quote(p)), p + ":10:7", "tp = 8 does not divide model.heads = 12");
+}
+
+TEST_F(CliTest, TpNotDividingKvHeads) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster: {preset: dgx-h100, nodes: 1}\n"
+                                 "model:\n"
+                                 "  preset: gpt3-1.3b\n"
+                                 "  kv_heads: 2\n"
+                                 "parallel:\n"
+                                 "  tp: 4\n");
+  expect_input_error(cli("run " + quote(p)), p + ":6:7", "tp = 4 does not divide model.kv_heads = 2");
+}
+
+TEST_F(CliTest, LayoutDoesNotFitInMemory) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-a100\n"
+                                 "  nodes: 1\n"
+                                 "model:\n"
+                                 "  preset: gpt3-175b\n"
+                                 "parallel:\n"
+                                 "  tp: 1\n");
+  // Reported at the parallel block (its first key).
+  expect_input_error(cli("run " + quote(p)), p + ":7:3", "layout does not fit in memory");
+}
+
+TEST_F(CliTest, LayoutErrorInIncludedFileNamesThatFile) {
+  write("common/layout.yaml",
+        "parallel:\n"
+        "  tp: 1\n"
+        "  dp: 3\n");
+  const std::string p = scenario("s.yaml",
+                                 "include: [common/layout.yaml]\n"
+                                 "cluster: {preset: dgx-h100}\n"
+                                 "model: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), (dir_ / "common" / "layout.yaml").string() + ":3:7",
+                     "dp·tp·pp·cp = 3·1·1·1 = 3 but the cluster has 8 GPUs");
+}
+
+TEST_F(CliTest, MissingInclude) {
+  const std::string p = scenario("s.yaml",
+                                 "include:\n"
+                                 "  - common/nope.yaml\n"
+                                 "cluster: {preset: dgx-h100}\n"
+                                 "model: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":2:5", "included file 'common/nope.yaml' does not exist");
+}
+
+TEST_F(CliTest, IncludeCycle) {
+  write("b.yaml", "model: {preset: gpt3-1.3b}\ninclude: [s.yaml]\n");
+  const std::string p = scenario("s.yaml", "include: [b.yaml]\ncluster: {preset: dgx-h100}\n");
+  expect_input_error(cli("run " + quote(p)), (dir_ / "b.yaml").string() + ":2:11", "include cycle");
+}
+
+TEST_F(CliTest, UnknownClusterPreset) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster:\n"
+                                 "  preset: dgx-z100\n"
+                                 "model: {preset: gpt3-1.3b}\n");
+  expect_input_error(cli("run " + quote(p)), p + ":2:11", "unknown cluster.preset 'dgx-z100', expected one of:");
+}
+
+TEST_F(CliTest, UnknownModelPreset) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster: {preset: dgx-h100}\n"
+                                 "model:\n"
+                                 "  preset: gpt-9\n");
+  expect_input_error(cli("run " + quote(p)), p + ":3:11", "unknown model.preset 'gpt-9', expected one of:");
+}
+
+TEST_F(CliTest, OutputUnderARegularFile) {
+  const fs::path blocker = dir_ / "blocker";
+  write("blocker", "not a directory\n");
+  const std::string p = write("s.yaml",
+                              "cluster: {preset: dgx-h100}\n"
+                              "model: {preset: gpt3-1.3b}\n"
+                              "output:\n"
+                              "  trace: " + trace_path() + "\n"
+                              "  sqlite: " + (blocker / "run.sqlite").string() + "\n");
+  expect_input_error(cli("run " + quote(p)), p + ":5:11", "is not a directory");
+  EXPECT_TRUE(fs::is_regular_file(blocker));
+  EXPECT_EQ(read_file(blocker), "not a directory\n");
+}
+
+TEST_F(CliTest, OutputUnderARegularFileViaSet) {
+  write("blocker", "x");
+  const std::string bad = (dir_ / "blocker" / "deeper" / "t.json").string();
+  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) + " --set " +
+                          quote("output.trace=" + bad));
+  expect_input_error(r, "--set 'output.trace=" + bad + "':1:14", "is not a directory");
+  EXPECT_FALSE(fs::exists(dir_ / "blocker" / "deeper"));
+}
+
+TEST_F(CliTest, OutputIsADirectory) {
+  fs::create_directories(dir_ / "adir");
+  const std::string p = write("s.yaml",
+                              "cluster: {preset: dgx-h100}\n"
+                              "model: {preset: gpt3-1.3b}\n"
+                              "output:\n"
+                              "  sqlite: " + (dir_ / "adir").string() + "\n"
+                              "  trace: " + trace_path() + "\n");
+  expect_input_error(cli("run " + quote(p)), p + ":4:11", "is a directory");
+  EXPECT_TRUE(fs::is_empty(dir_ / "adir"));
+}
+
+TEST_F(CliTest, MissingScenarioFile) {
+  const std::string p = (dir_ / "no-such.yaml").string();
+  const CliResult r = cli("run " + quote(p));
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_TRUE(starts_with(r.err, p + ": error: cannot read scenario file")) << r;
+  EXPECT_TRUE(r.out.empty()) << r;
+}
+
+TEST_F(CliTest, SetOfUnknownKey) {
+  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) +
+                          " --set parallel.tpp=4");
+  expect_input_error(r, "--set 'parallel.tpp=4':1:1", "unknown key 'parallel.tpp', did you mean 'tp'?");
+}
+
+// ---- usage errors: exit 2 ----------------------------------------------------------------
+
+TEST_F(CliTest, NoArgumentsIsUsage) {
+  const CliResult r = cli("");
+  EXPECT_EQ(r.code, 2) << r;
+  EXPECT_NE(r.err.find("usage: clustersim"), std::string::npos) << r;
+}
+
+TEST_F(CliTest, UnknownCommandIsUsage) { expect_usage_error(cli("frobnicate"), "unknown command 'frobnicate'"); }
+
+TEST_F(CliTest, UnknownRunOptionIsUsage) {
+  expect_usage_error(cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) + " --turbo"),
+                     "unknown option '--turbo' for run");
+}
+
+TEST_F(CliTest, RunWithoutScenarioIsUsage) { expect_usage_error(cli("run"), "run needs a scenario file"); }
+
+TEST_F(CliTest, RunWithTwoScenariosIsUsage) {
+  expect_usage_error(cli("run " + quote(kExample) + " " + quote(kExample)), "run takes one scenario file");
+}
+
+TEST_F(CliTest, SetWithoutValueIsUsage) { expect_usage_error(cli("run " + quote(kExample) + " --set"), "--set needs a value"); }
+
+TEST_F(CliTest, UnknownCollectiveOptionIsUsage) {
+  expect_usage_error(cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --bogus"), "unknown option '--bogus' for collective");
+}
+
+TEST_F(CliTest, CollectiveWithoutGpusIsUsage) {
+  expect_usage_error(cli("collective --op all-reduce --cluster dgx-h100"), "collective needs --gpus N");
+}
+
+TEST_F(CliTest, CollectiveWithoutClusterIsUsage) {
+  expect_usage_error(cli("collective --op all-reduce --gpus 8"), "collective needs --cluster PRESET");
+}
+
+TEST_F(CliTest, HelpAndVersion) {
+  CliResult r = cli("--help");
+  EXPECT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.out.find("usage: clustersim"), std::string::npos) << r;
+  r = cli("--version");
+  EXPECT_EQ(r.code, 0) << r;
+  EXPECT_TRUE(starts_with(r.out, "clustersim ")) << r;
+}
+
+// ---- run: positive -------------------------------------------------------------------------
+
+// The spans table, one line per row, through the sqlite3 C API.
+std::string dump_spans(const std::string& db_path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << "cannot open " << db_path;
+    sqlite3_close(db);
+    return "";
+  }
+  sqlite3_stmt* st = nullptr;
+  const char* q = "SELECT rank,stream,op_index,name,kind,start_ps,end_ps,bytes,flops FROM spans ORDER BY rowid";
+  if (sqlite3_prepare_v2(db, q, -1, &st, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << "cannot query spans in " << db_path << ": " << sqlite3_errmsg(db);
+    sqlite3_close(db);
+    return "";
+  }
+  std::string out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    for (int c = 0; c < sqlite3_column_count(st); ++c) {
+      const unsigned char* t = sqlite3_column_text(st, c);
+      out += (c ? "|" : "") + std::string(t ? reinterpret_cast<const char*>(t) : "NULL");
+    }
+    out += "\n";
+  }
+  EXPECT_EQ(rc, SQLITE_DONE) << sqlite3_errmsg(db);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
+TEST_F(CliTest, RunExampleJson) {
+  const std::string db = (dir_ / "a.sqlite").string(), trace = (dir_ / "a.trace.json").string();
+  const CliResult r =
+      cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + db) + " --set " + quote("output.trace=" + trace) + " --json");
+  ASSERT_EQ(r.code, 0) << r;
+  // One JSON object on one line.
+  ASSERT_FALSE(r.out.empty()) << r;
+  EXPECT_EQ(r.out.back(), '\n') << r;
+  const std::string line = r.out.substr(0, r.out.size() - 1);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << r;
+  EXPECT_EQ(line.front(), '{') << r;
+  EXPECT_EQ(line.back(), '}') << r;
+  for (const char* key : {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble_fraction", "exposed_comm_s",
+                          "peak_memory_per_gpu_bytes"})
+    EXPECT_NE(line.find("\"" + std::string(key) + "\": "), std::string::npos) << key << "\n" << r;
+  EXPECT_TRUE(fs::is_regular_file(db));
+  EXPECT_TRUE(fs::is_regular_file(trace));
+  EXPECT_GT(fs::file_size(db), 0u);
+  EXPECT_GT(fs::file_size(trace), 0u);
+  EXPECT_FALSE(dump_spans(db).empty());
+  const std::string t = read_file(trace);
+  EXPECT_NE(t.find("traceEvents"), std::string::npos);
+  // The example's own relative out/ paths were overridden: nothing lands in the working directory.
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+TEST_F(CliTest, RunExampleTable) {
+  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) + " --set=" +
+                          quote("output.trace=" + trace_path()));
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.out.find("iteration"), std::string::npos) << r;
+  EXPECT_NE(r.out.find("gpt3-1.3b"), std::string::npos) << r;
+  EXPECT_TRUE(fs::is_regular_file(sqlite_path()));
+  EXPECT_TRUE(fs::is_regular_file(trace_path()));  // --set=key=value works like --set key=value
+}
+
+TEST_F(CliTest, RunIsDeterministic) {
+  auto run_into = [&](const std::string& tag) {
+    const std::string db = (dir_ / (tag + ".sqlite")).string(), trace = (dir_ / (tag + ".trace.json")).string();
+    const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + db) + " --set " +
+                            quote("output.trace=" + trace) + " --json");
+    EXPECT_EQ(r.code, 0) << r;
+    return std::pair{db, trace};
+  };
+  const auto [db1, trace1] = run_into("first");
+  const auto [db2, trace2] = run_into("second");
+  const std::string spans1 = dump_spans(db1), spans2 = dump_spans(db2);
+  EXPECT_FALSE(spans1.empty());
+  EXPECT_TRUE(spans1 == spans2) << "spans tables differ between two identical runs";
+  const std::string t1 = read_file(trace1), t2 = read_file(trace2);
+  EXPECT_FALSE(t1.empty());
+  EXPECT_TRUE(t1 == t2) << "trace files differ between two identical runs";
+}
+
+TEST_F(CliTest, RunSmallCustomScenario) {
+  const std::string p = scenario("s.yaml",
+                                 "name: tiny\n"
+                                 "cluster: {preset: dgx-h100, nodes: 1}\n"
+                                 "model:\n"
+                                 "  preset: gpt3-1.3b\n"
+                                 "  layers: 2\n"
+                                 "parallel: {tp: 2, micro_batch: 1}\n");
+  const CliResult r = cli("run " + quote(p) + " --json");
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.out.find("\"name\": \"tiny\""), std::string::npos) << r;
+  EXPECT_NE(r.out.find("\"tp\": 2"), std::string::npos) << r;
+  EXPECT_NE(r.out.find("\"dp\": 4"), std::string::npos) << r;
+  EXPECT_TRUE(fs::is_regular_file(sqlite_path()));
+  EXPECT_TRUE(fs::is_regular_file(trace_path()));
+}
+
+// ---- collective ------------------------------------------------------------------------------
+
+std::vector<std::string> data_rows(const std::string& out) {
+  std::vector<std::string> rows;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != '#') rows.push_back(line);
+  return rows;
+}
+
+TEST_F(CliTest, CollectiveTable) {
+  const CliResult r = cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 1MiB --max 16MiB");
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_TRUE(r.err.empty()) << r;
+  for (const char* col : {"size", "time", "algbw", "busbw"}) EXPECT_NE(r.out.find(col), std::string::npos) << col << "\n" << r;
+  const auto rows = data_rows(r.out);
+  ASSERT_EQ(rows.size(), 5u) << r;
+  long long expect_bytes = 1 << 20;
+  double prev_time = 0;
+  for (const std::string& row : rows) {
+    std::istringstream f(row);
+    long long bytes = 0, count = 0;
+    std::string type, redop;
+    double time_us = 0, algbw = 0, busbw = 0;
+    ASSERT_TRUE(static_cast<bool>(f >> bytes >> count >> type >> redop >> time_us >> algbw >> busbw)) << row;
+    EXPECT_EQ(bytes, expect_bytes) << row;
+    EXPECT_EQ(count, bytes / 4) << row;
+    EXPECT_EQ(type, "float");
+    EXPECT_EQ(redop, "sum");
+    EXPECT_GT(time_us, prev_time) << row;
+    EXPECT_GT(algbw, 0) << row;
+    // Ring all-reduce bus bandwidth: algbw · 2(n-1)/n, printed to two decimals.
+    EXPECT_NEAR(busbw, algbw * 2.0 * 7 / 8, 0.02) << row;
+    prev_time = time_us;
+    expect_bytes *= 2;
+  }
+}
+
+TEST_F(CliTest, CollectiveJson) {
+  const CliResult r = cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 1MiB --max 16MiB --json");
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out.front(), '{') << r;
+  size_t n = 0;
+  for (size_t at = r.out.find("\"busbw_GBps\""); at != std::string::npos; at = r.out.find("\"busbw_GBps\"", at + 1)) ++n;
+  EXPECT_EQ(n, 5u) << r;
+  for (const char* key : {"\"bytes\"", "\"time_s\"", "\"algbw_GBps\""}) EXPECT_NE(r.out.find(key), std::string::npos) << key;
+}
+
+TEST_F(CliTest, CollectiveOtherOpsAndNodes) {
+  // all-to-all without --algo regressed once: the default must be auto (direct for it).
+  for (const char* op : {"all-gather", "reduce-scatter", "all-to-all", "all-to-all --algo auto", "all-to-all --algo direct"}) {
+    const CliResult r = cli(std::string("collective --op ") + op + " --gpus 16 --nodes 2 --cluster dgx-a100 --min 1KiB --max 4KiB");
+    EXPECT_EQ(r.code, 0) << op << "\n" << r;
+    EXPECT_EQ(data_rows(r.out).size(), 3u) << op << "\n" << r;
+  }
+}
+
+// Regression: one path for both outputs let the trace overwrite the database.
+TEST_F(CliTest, SamePathForBothOutputsIsAnError) {
+  const std::string same = (dir_ / "same").string();
+  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + same) + " --set " +
+                          quote("output.trace=" + same));
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_NE(r.err.find("output.trace names the same file as output.sqlite"), std::string::npos) << r;
+  EXPECT_FALSE(std::filesystem::exists(same));
+}
+
+TEST_F(CliTest, CollectiveUnknownOp) {
+  const CliResult r = cli("collective --op frobnicate --gpus 8 --cluster dgx-h100");
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_TRUE(starts_with(r.err, "--op: error: unknown operation 'frobnicate'")) << r;
+  EXPECT_TRUE(r.out.empty()) << r;
+}
+
+TEST_F(CliTest, CollectiveGpusNotSplittingOverNodes) {
+  const CliResult r = cli("collective --op all-reduce --gpus 12 --nodes 5 --cluster dgx-h100");
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_TRUE(starts_with(r.err, "--gpus: error: ")) << r;
+  EXPECT_NE(r.err.find("do not split evenly over 5 nodes"), std::string::npos) << r;
+  EXPECT_TRUE(r.out.empty()) << r;
+}
+
+TEST_F(CliTest, CollectiveTooManyGpusPerNode) {
+  const CliResult r = cli("collective --op all-reduce --gpus 16 --nodes 1 --cluster dgx-h100");
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_TRUE(starts_with(r.err, "--gpus: error: ")) << r;
+  EXPECT_NE(r.err.find("add --nodes"), std::string::npos) << r;
+}
+
+TEST_F(CliTest, CollectiveBadValues) {
+  struct Case {
+    const char* args;
+    const char* prefix;
+  } cases[] = {
+      {"collective --op all-reduce --gpus 0 --cluster dgx-h100", "--gpus: error: "},
+      {"collective --op all-reduce --gpus eight --cluster dgx-h100", "--gpus: error: "},
+      {"collective --op all-reduce --gpus 8 --cluster dgx-z100", "--cluster: error: unknown cluster preset 'dgx-z100'"},
+      {"collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 1parsec", "--min: error: "},
+      {"collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 2MiB --max 1MiB", "--min: error: --min is larger than --max"},
+      {"collective --op all-reduce --gpus 8 --cluster dgx-h100 --algo telepathy", "--algo: error: unknown algorithm 'telepathy'"},
+      {"collective --op all-reduce --gpus 8 --nodes 0 --cluster dgx-h100", "--nodes: error: "},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = cli(c.args);
+    EXPECT_EQ(r.code, 1) << c.args << "\n" << r;
+    EXPECT_TRUE(starts_with(r.err, c.prefix)) << c.args << "\n" << r;
+    EXPECT_TRUE(r.out.empty()) << c.args << "\n" << r;
+  }
+}
+
+// ---- keys ------------------------------------------------------------------------------------
+
+TEST_F(CliTest, KeysListsEveryKey) {
+  const CliResult r = cli("keys");
+  ASSERT_EQ(r.code, 0) << r;
+  for (const char* k : {"parallel.tp", "parallel.dp", "cluster.preset", "model.preset", "output.sqlite", "output.trace",
+                        "cluster.scale_out.latency"})
+    EXPECT_NE(r.out.find("| `" + std::string(k) + "` |"), std::string::npos) << k << "\n" << r;
+}
+
+}  // namespace
