@@ -29,7 +29,8 @@ void BM_EventChain(benchmark::State& state) {
     benchmark::DoNotOptimize(sim.now());
   }
   state.SetItemsProcessed(state.iterations() * n);
-  state.counters["events/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n), benchmark::Counter::kIsRate);
+  state.counters["events/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * n), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_EventChain)->Arg(1 << 20);
 
@@ -49,7 +50,8 @@ void BM_EventChains(benchmark::State& state) {
     benchmark::DoNotOptimize(sim.now());
   }
   state.SetItemsProcessed(state.iterations() * total);
-  state.counters["events/s"] = benchmark::Counter(static_cast<double>(state.iterations() * total), benchmark::Counter::kIsRate);
+  state.counters["events/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * total), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_EventChains)->Arg(64)->Arg(4096)->Arg(65536);
 

@@ -17,7 +17,8 @@ void run_example(benchmark::State& state, const std::string& file) {
     benchmark::DoNotOptimize(out.exec.makespan);
   }
   state.counters["events"] = events;
-  state.counters["events/s"] = benchmark::Counter(events * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["events/s"] =
+      benchmark::Counter(events * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_Gpt3_1_3b_Dgx(benchmark::State& state) { run_example(state, "gpt3-1.3b-dgx-h100.yaml"); }

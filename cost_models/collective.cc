@@ -7,8 +7,10 @@ namespace clustersim {
 
 std::string_view to_string(Algorithm a) {
   switch (a) {
-    case Algorithm::Ring: return "ring";
-    case Algorithm::Direct: return "direct";
+    case Algorithm::Ring:
+      return "ring";
+    case Algorithm::Direct:
+      return "direct";
   }
   return "?";
 }
@@ -41,10 +43,13 @@ std::vector<CollectiveStep> expand_collective(CollectiveKind op, Algorithm algo,
     // Each rank sends one S/p piece to its ring successor per step; reduce-scatter
     // (p−1 steps) then all-gather (p−1 steps) for all-reduce.
     switch (op) {
-      case CollectiveKind::AllReduce: return {CollectiveStep{shift(p, 1), piece, 2 * static_cast<int64_t>(p - 1)}};
+      case CollectiveKind::AllReduce:
+        return {CollectiveStep{shift(p, 1), piece, 2 * static_cast<int64_t>(p - 1)}};
       case CollectiveKind::AllGather:
-      case CollectiveKind::ReduceScatter: return {CollectiveStep{shift(p, 1), piece, p - 1}};
-      default: break;
+      case CollectiveKind::ReduceScatter:
+        return {CollectiveStep{shift(p, 1), piece, p - 1}};
+      default:
+        break;
     }
   } else if (algo == Algorithm::Direct) {
     // Pairwise exchange: at step k rank i sends its S/p piece for rank i+k.
@@ -56,7 +61,8 @@ std::vector<CollectiveStep> expand_collective(CollectiveKind op, Algorithm algo,
         for (int k = 1; k < p; ++k) steps.push_back(CollectiveStep{shift(p, k), piece, 1});
         return steps;
       }
-      default: break;
+      default:
+        break;
     }
   }
   throw std::invalid_argument(std::string(to_string(op)) + " has no " + std::string(to_string(algo)) + " algorithm");
@@ -70,12 +76,15 @@ double closed_form_seconds(CollectiveKind op, Algorithm algo, int p, double byte
 
 double busbw_factor(CollectiveKind op, int p) {
   switch (op) {
-    case CollectiveKind::AllReduce: return 2.0 * (p - 1) / p;
+    case CollectiveKind::AllReduce:
+      return 2.0 * (p - 1) / p;
     case CollectiveKind::AllGather:
     case CollectiveKind::ReduceScatter:
-    case CollectiveKind::AllToAll: return static_cast<double>(p - 1) / p;
+    case CollectiveKind::AllToAll:
+      return static_cast<double>(p - 1) / p;
     case CollectiveKind::Broadcast:
-    case CollectiveKind::Reduce: return 1.0;
+    case CollectiveKind::Reduce:
+      return 1.0;
   }
   return 1.0;
 }

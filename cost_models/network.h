@@ -32,8 +32,8 @@ class AnalyticNetwork {
 
  private:
   Topology& topo_;
-  std::vector<uint32_t> load_;      // transfers per link in the current step
-  std::vector<double> bytes_;       // bytes per link over the collective
+  std::vector<uint32_t> load_;  // transfers per link in the current step
+  std::vector<double> bytes_;   // bytes per link over the collective
   std::vector<uint32_t> touched_;
 };
 

@@ -66,9 +66,12 @@ std::vector<std::string> model_preset_names() {
 std::string_view to_string(FfnType f) { return f == FfnType::Gelu ? "gelu" : "swiglu"; }
 
 bool parse_ffn_type(std::string_view s, FfnType& out) {
-  if (s == "gelu") out = FfnType::Gelu;
-  else if (s == "swiglu") out = FfnType::Swiglu;
-  else return false;
+  if (s == "gelu")
+    out = FfnType::Gelu;
+  else if (s == "swiglu")
+    out = FfnType::Swiglu;
+  else
+    return false;
   return true;
 }
 

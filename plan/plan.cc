@@ -7,24 +7,36 @@ namespace clustersim {
 
 int dtype_bits(DType d) {
   switch (d) {
-    case DType::FP32: return 32;
-    case DType::BF16: return 16;
-    case DType::FP16: return 16;
-    case DType::FP8: return 8;
-    case DType::INT8: return 8;
-    case DType::INT4: return 4;
+    case DType::FP32:
+      return 32;
+    case DType::BF16:
+      return 16;
+    case DType::FP16:
+      return 16;
+    case DType::FP8:
+      return 8;
+    case DType::INT8:
+      return 8;
+    case DType::INT4:
+      return 4;
   }
   return 16;
 }
 
 std::string_view to_string(DType d) {
   switch (d) {
-    case DType::FP32: return "fp32";
-    case DType::BF16: return "bf16";
-    case DType::FP16: return "fp16";
-    case DType::FP8: return "fp8";
-    case DType::INT8: return "int8";
-    case DType::INT4: return "int4";
+    case DType::FP32:
+      return "fp32";
+    case DType::BF16:
+      return "bf16";
+    case DType::FP16:
+      return "fp16";
+    case DType::FP8:
+      return "fp8";
+    case DType::INT8:
+      return "int8";
+    case DType::INT4:
+      return "int4";
   }
   return "?";
 }
@@ -41,28 +53,40 @@ bool parse_dtype(std::string_view s, DType& out) {
 
 std::string_view to_string(OpKind k) {
   switch (k) {
-    case OpKind::Gemm: return "gemm";
-    case OpKind::Attention: return "attention";
-    case OpKind::Memory: return "memory";
-    case OpKind::Collective: return "collective";
-    case OpKind::Send: return "send";
-    case OpKind::Recv: return "recv";
+    case OpKind::Gemm:
+      return "gemm";
+    case OpKind::Attention:
+      return "attention";
+    case OpKind::Memory:
+      return "memory";
+    case OpKind::Collective:
+      return "collective";
+    case OpKind::Send:
+      return "send";
+    case OpKind::Recv:
+      return "recv";
   }
   return "?";
 }
 
-static constexpr CollectiveKind kCollectives[] = {CollectiveKind::AllReduce, CollectiveKind::AllGather,
+static constexpr CollectiveKind kCollectives[] = {CollectiveKind::AllReduce,     CollectiveKind::AllGather,
                                                   CollectiveKind::ReduceScatter, CollectiveKind::AllToAll,
-                                                  CollectiveKind::Broadcast, CollectiveKind::Reduce};
+                                                  CollectiveKind::Broadcast,     CollectiveKind::Reduce};
 
 std::string_view to_string(CollectiveKind k) {
   switch (k) {
-    case CollectiveKind::AllReduce: return "all-reduce";
-    case CollectiveKind::AllGather: return "all-gather";
-    case CollectiveKind::ReduceScatter: return "reduce-scatter";
-    case CollectiveKind::AllToAll: return "all-to-all";
-    case CollectiveKind::Broadcast: return "broadcast";
-    case CollectiveKind::Reduce: return "reduce";
+    case CollectiveKind::AllReduce:
+      return "all-reduce";
+    case CollectiveKind::AllGather:
+      return "all-gather";
+    case CollectiveKind::ReduceScatter:
+      return "reduce-scatter";
+    case CollectiveKind::AllToAll:
+      return "all-to-all";
+    case CollectiveKind::Broadcast:
+      return "broadcast";
+    case CollectiveKind::Reduce:
+      return "reduce";
   }
   return "?";
 }
@@ -79,22 +103,32 @@ bool parse_collective(std::string_view s, CollectiveKind& out) {
 
 std::string_view to_string(GroupKind k) {
   switch (k) {
-    case GroupKind::TP: return "tp";
-    case GroupKind::DP: return "dp";
-    case GroupKind::PP: return "pp";
-    case GroupKind::CP: return "cp";
-    case GroupKind::EP: return "ep";
-    case GroupKind::World: return "world";
+    case GroupKind::TP:
+      return "tp";
+    case GroupKind::DP:
+      return "dp";
+    case GroupKind::PP:
+      return "pp";
+    case GroupKind::CP:
+      return "cp";
+    case GroupKind::EP:
+      return "ep";
+    case GroupKind::World:
+      return "world";
   }
   return "?";
 }
 
 std::string_view to_string(Phase p) {
   switch (p) {
-    case Phase::Forward: return "forward";
-    case Phase::Backward: return "backward";
-    case Phase::Optimizer: return "optimizer";
-    case Phase::Other: return "other";
+    case Phase::Forward:
+      return "forward";
+    case Phase::Backward:
+      return "backward";
+    case Phase::Optimizer:
+      return "optimizer";
+    case Phase::Other:
+      return "other";
   }
   return "?";
 }
@@ -159,8 +193,8 @@ double gemm_flops(const Op& op) {
 
 double attention_flops(const Op& op) {
   // QK^T and PV: 2 GEMMs of 2·q·kv·d each per head; a causal mask skips about half.
-  double f = 4.0 * static_cast<double>(op.batch) * static_cast<double>(op.heads) *
-             static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * static_cast<double>(op.head_dim);
+  double f = 4.0 * static_cast<double>(op.batch) * static_cast<double>(op.heads) * static_cast<double>(op.q_len) *
+             static_cast<double>(op.kv_len) * static_cast<double>(op.head_dim);
   return op.causal ? f * 0.5 : f;
 }
 

@@ -86,13 +86,13 @@ struct Group {
 
 struct Plan {
   int32_t world_size = 0;
-  std::vector<std::string> names;         // op name table
+  std::vector<std::string> names;  // op name table
   std::vector<Program> programs;
-  std::vector<uint32_t> rank_program;     // rank -> program index
-  std::vector<int32_t> rank_gpu;          // rank -> global GPU index (node-major)
+  std::vector<uint32_t> rank_program;  // rank -> program index
+  std::vector<int32_t> rank_gpu;       // rank -> global GPU index (node-major)
   std::vector<Group> groups;
   std::vector<std::array<int32_t, kGroupKinds>> rank_groups;  // rank -> group per kind, -1 none
-  std::vector<int32_t> mirror_of;         // rank -> representative rank (itself if simulated)
+  std::vector<int32_t> mirror_of;                             // rank -> representative rank (itself if simulated)
 
   uint32_t intern(std::string_view name);  // index of an op name, added on first use
   int32_t group_of(int32_t rank, GroupKind kind) const {

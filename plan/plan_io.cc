@@ -54,7 +54,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
              ",\"kv_len\":" + std::to_string(op.kv_len) + ",\"head_dim\":" + std::to_string(op.head_dim) +
              ",\"causal\":" + (op.causal ? "true" : "false");
       break;
-    case OpKind::Memory: break;
+    case OpKind::Memory:
+      break;
     case OpKind::Collective:
       out += ",\"collective\":" + quote(to_string(op.collective)) + ",\"group\":" + quote(to_string(op.group)) +
              ",\"bytes\":" + std::to_string(op.bytes);
@@ -90,9 +91,11 @@ struct Reader {
     const std::string& s = n.Scalar();
     long long v = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || p != s.data() + s.size()) throw InputError(at(n), std::string(what) + " must be an integer, got '" + s + "'");
+    if (ec != std::errc() || p != s.data() + s.size())
+      throw InputError(at(n), std::string(what) + " must be an integer, got '" + s + "'");
     if (v < static_cast<long long>(lo) || v > static_cast<long long>(hi))
-      throw InputError(at(n), std::string(what) + " = " + s + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      throw InputError(at(n), std::string(what) + " = " + s + " is out of range [" + std::to_string(lo) + ", " +
+                                  std::to_string(hi) + "]");
     return static_cast<T>(v);
   }
 
@@ -122,11 +125,13 @@ bool parse_enum(std::string_view s, E& out, const E (&all)[N]) {
 }
 
 bool parse_op_kind(std::string_view s, OpKind& k) {
-  static const OpKind all[] = {OpKind::Gemm, OpKind::Attention, OpKind::Memory, OpKind::Collective, OpKind::Send, OpKind::Recv};
+  static const OpKind all[] = {OpKind::Gemm,       OpKind::Attention, OpKind::Memory,
+                               OpKind::Collective, OpKind::Send,      OpKind::Recv};
   return parse_enum(s, k, all);
 }
 bool parse_group_kind(std::string_view s, GroupKind& k) {
-  static const GroupKind all[] = {GroupKind::TP, GroupKind::DP, GroupKind::PP, GroupKind::CP, GroupKind::EP, GroupKind::World};
+  static const GroupKind all[] = {GroupKind::TP, GroupKind::DP, GroupKind::PP,
+                                  GroupKind::CP, GroupKind::EP, GroupKind::World};
   return parse_enum(s, k, all);
 }
 bool parse_phase(std::string_view s, Phase& k) {
@@ -137,12 +142,14 @@ bool parse_phase(std::string_view s, Phase& k) {
 }  // namespace
 
 std::string plan_to_json(const Plan& plan) {
-  std::string out = "{\"format\":\"clustersim-plan\",\"version\":1,\"world_size\":" + std::to_string(plan.world_size) + ",\n\"names\":[";
+  std::string out = "{\"format\":\"clustersim-plan\",\"version\":1,\"world_size\":" + std::to_string(plan.world_size) +
+                    ",\n\"names\":[";
   for (size_t i = 0; i < plan.names.size(); ++i) out += (i ? "," : "") + quote(plan.names[i]);
   out += "],\n\"rank_program\":" + int_list(plan.rank_program) + ",\n\"rank_gpu\":" + int_list(plan.rank_gpu) +
          ",\n\"mirror_of\":" + int_list(plan.mirror_of) + ",\n\"groups\":[";
   for (size_t g = 0; g < plan.groups.size(); ++g)
-    out += std::string(g ? ",\n" : "\n") + "{\"kind\":" + quote(to_string(plan.groups[g].kind)) + ",\"ranks\":" + int_list(plan.groups[g].ranks) + "}";
+    out += std::string(g ? ",\n" : "\n") + "{\"kind\":" + quote(to_string(plan.groups[g].kind)) +
+           ",\"ranks\":" + int_list(plan.groups[g].ranks) + "}";
   out += "],\n\"programs\":[";
   for (size_t p = 0; p < plan.programs.size(); ++p) {
     const Program& prog = plan.programs[p];
@@ -182,7 +189,8 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
     for (const auto& n : list) out.push_back(rd.integer<int32_t>(n, 0, hi, key));
   };
   YAML::Node programs = rd.need(root, "programs");
-  if (!programs.IsSequence() || programs.size() == 0) throw InputError(rd.at(programs), "programs must be a non-empty list");
+  if (!programs.IsSequence() || programs.size() == 0)
+    throw InputError(rd.at(programs), "programs must be a non-empty list");
   std::vector<int32_t> rp;
   rank_list("rank_program", static_cast<int32_t>(programs.size()) - 1, rp);
   plan.rank_program.assign(rp.begin(), rp.end());
@@ -207,12 +215,14 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
     Program prog;
     prog.name = rd.need(pn, "name").Scalar();
     for (const auto& s : rd.need(pn, "streams")) prog.streams.push_back(s.Scalar());
-    if (prog.streams.empty() || prog.streams.size() > 255) throw InputError(rd.at(pn), "a program needs 1 to 255 streams");
+    if (prog.streams.empty() || prog.streams.size() > 255)
+      throw InputError(rd.at(pn), "a program needs 1 to 255 streams");
     for (const auto& on : rd.need(pn, "ops")) {
       Op op;
       op.kind = rd.name_of<OpKind>(rd.need(on, "kind"), parse_op_kind, "op kind");
       op.name = rd.integer<uint32_t>(rd.need(on, "name"), 0, static_cast<uint32_t>(plan.names.size()) - 1, "name");
-      op.stream = rd.integer<uint8_t>(rd.need(on, "stream"), 0, static_cast<uint8_t>(prog.streams.size() - 1), "stream");
+      op.stream =
+          rd.integer<uint8_t>(rd.need(on, "stream"), 0, static_cast<uint8_t>(prog.streams.size() - 1), "stream");
       if (on["phase"]) op.phase = rd.name_of<Phase>(on["phase"], parse_phase, "phase");
       if (on["dtype"]) op.dtype = rd.name_of<DType>(on["dtype"], parse_dtype, "dtype");
       if (on["layer"]) op.layer = rd.integer<int32_t>(on["layer"], -1, INT32_MAX, "layer");
@@ -230,7 +240,8 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       op.bytes_read = rd.i64(on, "bytes_read");
       op.bytes_written = rd.i64(on, "bytes_written");
       if (on["causal"]) op.causal = on["causal"].as<bool>(false);
-      if (on["collective"]) op.collective = rd.name_of<CollectiveKind>(on["collective"], parse_collective, "collective");
+      if (on["collective"])
+        op.collective = rd.name_of<CollectiveKind>(on["collective"], parse_collective, "collective");
       if (on["group"]) op.group = rd.name_of<GroupKind>(on["group"], parse_group_kind, "group kind");
       if (on["peer"]) op.peer = rd.integer<int32_t>(on["peer"], 0, plan.world_size - 1, "peer");
       if (on["flops"]) {
@@ -254,7 +265,8 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
   for (size_t r = 0; r < world; ++r) {
     const size_t m = static_cast<size_t>(plan.mirror_of[r]);
     if (plan.mirror_of[m] != static_cast<int32_t>(m) || plan.rank_program[m] != plan.rank_program[r])
-      throw InputError(rd.at(root["mirror_of"]), "mirror_of[" + std::to_string(r) + "] must be a representative rank running the same program");
+      throw InputError(rd.at(root["mirror_of"]),
+                       "mirror_of[" + std::to_string(r) + "] must be a representative rank running the same program");
   }
   return plan;
 }

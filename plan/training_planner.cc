@@ -15,14 +15,19 @@ std::string str(int64_t v) { return std::to_string(v); }
 TrainingLayout check_layout(const Scenario& s) {
   const ParallelConfig& p = s.parallel;
   const ModelConfig& m = s.model;
-  if (s.inference) fail(s, "inference", "inference scenarios are not modelled yet; remove the inference block to simulate training");
+  if (s.inference)
+    fail(s, "inference", "inference scenarios are not modelled yet; remove the inference block to simulate training");
   if (p.pp > 1) fail(s, "parallel.pp", "pipeline parallelism (pp > 1) is not modelled yet, expected pp: 1");
   if (p.cp > 1) fail(s, "parallel.cp", "context parallelism (cp > 1) is not modelled yet, expected cp: 1");
   if (p.ep > 1) fail(s, "parallel.ep", "expert parallelism (ep > 1) is not modelled yet, expected ep: 1");
-  if (m.moe.experts > 0) fail(s, "model.moe", "mixture-of-experts layers are not modelled yet, expected model.moe.experts: 0");
-  if (p.zero_stage > 0) fail(s, "parallel.zero_stage", "ZeRO stages above 0 are not modelled yet, expected zero_stage: 0");
-  if (p.virtual_stages > 1) fail(s, "parallel.virtual_stages", "virtual pipeline stages need pp > 1, expected virtual_stages: 1");
-  if (s.training.recompute != "none") fail(s, "training.recompute", "activation recompute is not modelled yet, expected recompute: none");
+  if (m.moe.experts > 0)
+    fail(s, "model.moe", "mixture-of-experts layers are not modelled yet, expected model.moe.experts: 0");
+  if (p.zero_stage > 0)
+    fail(s, "parallel.zero_stage", "ZeRO stages above 0 are not modelled yet, expected zero_stage: 0");
+  if (p.virtual_stages > 1)
+    fail(s, "parallel.virtual_stages", "virtual pipeline stages need pp > 1, expected virtual_stages: 1");
+  if (s.training.recompute != "none")
+    fail(s, "training.recompute", "activation recompute is not modelled yet, expected recompute: none");
 
   TrainingLayout l;
   l.tp = p.tp;
@@ -35,24 +40,31 @@ TrainingLayout check_layout(const Scenario& s) {
   const int64_t model_par = p.tp * p.pp * p.cp;
   if (p.dp == 0) {
     if (gpus % model_par != 0)
-      fail(s, "parallel.tp", "tp·pp·cp = " + str(model_par) + " does not divide the " + str(gpus) + " GPUs of the cluster");
+      fail(s, "parallel.tp",
+           "tp·pp·cp = " + str(model_par) + " does not divide the " + str(gpus) + " GPUs of the cluster");
     l.dp = gpus / model_par;
   } else {
     l.dp = p.dp;
     if (l.dp * model_par != gpus)
-      fail(s, "parallel.dp", "dp·tp·pp·cp = " + str(l.dp) + "·" + str(p.tp) + "·" + str(p.pp) + "·" + str(p.cp) + " = " +
-                                 str(l.dp * model_par) + " but the cluster has " + str(gpus) + " GPUs (" +
-                                 str(s.cluster.nodes) + " nodes × " + str(s.cluster.node.gpus) + ")");
+      fail(s, "parallel.dp",
+           "dp·tp·pp·cp = " + str(l.dp) + "·" + str(p.tp) + "·" + str(p.pp) + "·" + str(p.cp) + " = " +
+               str(l.dp * model_par) + " but the cluster has " + str(gpus) + " GPUs (" + str(s.cluster.nodes) +
+               " nodes × " + str(s.cluster.node.gpus) + ")");
   }
-  if (m.heads % p.tp != 0) fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.heads = " + str(m.heads));
-  if (m.kv_heads % p.tp != 0) fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
-  if (m.ffn_hidden % p.tp != 0) fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
+  if (m.heads % p.tp != 0)
+    fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.heads = " + str(m.heads));
+  if (m.kv_heads % p.tp != 0)
+    fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
+  if (m.ffn_hidden % p.tp != 0)
+    fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
   if (l.sequence_parallel && m.seq_len % p.tp != 0)
-    fail(s, "parallel.sequence_parallel", "sequence parallelism needs tp = " + str(p.tp) + " to divide model.seq_len = " + str(m.seq_len));
+    fail(s, "parallel.sequence_parallel",
+         "sequence parallelism needs tp = " + str(p.tp) + " to divide model.seq_len = " + str(m.seq_len));
   l.global_batch = s.training.global_batch > 0 ? s.training.global_batch : l.dp * l.micro_batch;
   if (l.global_batch % (l.dp * l.micro_batch) != 0)
-    fail(s, "training.global_batch", "training.global_batch = " + str(l.global_batch) + " is not a multiple of dp·micro_batch = " +
-                                         str(l.dp * l.micro_batch));
+    fail(s, "training.global_batch",
+         "training.global_batch = " + str(l.global_batch) +
+             " is not a multiple of dp·micro_batch = " + str(l.dp * l.micro_batch));
   l.micro_batches = l.global_batch / (l.dp * l.micro_batch);
   return l;
 }
@@ -91,7 +103,8 @@ class ProgramBuilder {
     const double params = static_cast<double>(params_per_rank(m_, t_));
     const double state = adam_ ? 12.0 : 8.0;
     // Reads weights, fp32 grads and optimizer state; writes weights and state back.
-    add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state), params * (e_ + state), params * 12, after);
+    add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state), params * (e_ + state), params * 12,
+               after);
   }
 
   double model_flops() const { return model_flops_; }
@@ -118,7 +131,8 @@ class ProgramBuilder {
     return op;
   }
 
-  uint32_t add_gemm(const char* name, Phase ph, int32_t layer, int64_t m, int64_t n, int64_t k, const std::vector<uint32_t>& after) {
+  uint32_t add_gemm(const char* name, Phase ph, int32_t layer, int64_t m, int64_t n, int64_t k,
+                    const std::vector<uint32_t>& after) {
     Op op = base(name, OpKind::Gemm, ph, layer, compute_);
     op.m = m;
     op.n = n;
@@ -166,7 +180,8 @@ class ProgramBuilder {
     return p_.add(op, after);
   }
 
-  uint32_t add_tp(const char* name, CollectiveKind kind, Phase ph, int32_t layer, double bytes, const std::vector<uint32_t>& after) {
+  uint32_t add_tp(const char* name, CollectiveKind kind, Phase ph, int32_t layer, double bytes,
+                  const std::vector<uint32_t>& after) {
     Op op = base(name, OpKind::Collective, ph, layer, tp_);
     op.collective = kind;
     op.group = GroupKind::TP;
@@ -178,13 +193,15 @@ class ProgramBuilder {
   uint32_t tp_reduce(const char* ar, const char* rs, Phase ph, int32_t layer, uint32_t after) {
     if (t_ == 1) return after;
     const double full = static_cast<double>(tokens_ * m_.hidden * e_);
-    return add_tp(l_.sequence_parallel ? rs : ar, l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
-                  ph, layer, full, deps(after));
+    return add_tp(l_.sequence_parallel ? rs : ar,
+                  l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, ph, layer, full,
+                  deps(after));
   }
   // Activations entering a column-parallel layer under SP: all-gather the sequence.
   uint32_t tp_gather(const char* name, Phase ph, int32_t layer, uint32_t after) {
     if (t_ == 1 || !l_.sequence_parallel) return after;
-    return add_tp(name, CollectiveKind::AllGather, ph, layer, static_cast<double>(tokens_ * m_.hidden * e_), deps(after));
+    return add_tp(name, CollectiveKind::AllGather, ph, layer, static_cast<double>(tokens_ * m_.hidden * e_),
+                  deps(after));
   }
 
   uint32_t dp_allreduce(double params, int32_t layer, uint32_t after) {
@@ -216,12 +233,14 @@ class ProgramBuilder {
       uint32_t at = add_attention("attention", Phase::Forward, L, deps(qkv));
       uint32_t proj = add_gemm("attn-proj", Phase::Forward, L, tokens_, h, m_.heads * m_.head_dim() / t_, deps(at));
       uint32_t red = tp_reduce("tp-allreduce-attn", "reduce-scatter-attn", Phase::Forward, L, proj);
-      uint32_t ln2 = add_memory("residual-layernorm-2", Phase::Forward, L, 2 * act, 2 * act, 10.0 * act / e_, deps(red));
+      uint32_t ln2 =
+          add_memory("residual-layernorm-2", Phase::Forward, L, 2 * act, 2 * act, 10.0 * act / e_, deps(red));
       uint32_t in2 = tp_gather("allgather-mlp-input", Phase::Forward, L, ln2);
       uint32_t up = add_gemm("mlp-up", Phase::Forward, L, tokens_, mlp_in_, h, deps(in2));
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
       const bool swiglu = m_.ffn_type == FfnType::Swiglu;
-      uint32_t act_op = add_memory(swiglu ? "swiglu" : "bias-gelu", Phase::Forward, L, swiglu ? 2 * f : f, f, 8.0 * f / e_, deps(up));
+      uint32_t act_op =
+          add_memory(swiglu ? "swiglu" : "bias-gelu", Phase::Forward, L, swiglu ? 2 * f : f, f, 8.0 * f / e_, deps(up));
       uint32_t down = add_gemm("mlp-down", Phase::Forward, L, tokens_, h, m_.ffn_hidden / t_, deps(act_op));
       uint32_t red2 = tp_reduce("tp-allreduce-mlp", "reduce-scatter-mlp", Phase::Forward, L, down);
       x = add_memory("residual-add", Phase::Forward, L, 2 * act, act, act / e_, deps(red2));
@@ -232,7 +251,8 @@ class ProgramBuilder {
     const double lg = static_cast<double>(tokens_ * vocab_local_);
     uint32_t ce = add_memory("cross-entropy", Phase::Forward, -1, lg * e_, lg * 4, 5.0 * lg, deps(logits));
     if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
-      ce = add_tp("cross-entropy-allreduce", CollectiveKind::AllReduce, Phase::Forward, -1, 3.0 * tokens_ * 4, deps(ce));
+      ce =
+          add_tp("cross-entropy-allreduce", CollectiveKind::AllReduce, Phase::Forward, -1, 3.0 * tokens_ * 4, deps(ce));
     return ce;
   }
 
@@ -253,17 +273,20 @@ class ProgramBuilder {
       uint32_t down_w = add_gemm("mlp-down-wgrad", Phase::Backward, L, m_.ffn_hidden / t_, h, tokens_, deps(dy));
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
       const bool swiglu = m_.ffn_type == FfnType::Swiglu;
-      uint32_t act_b = add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f,
-                                  swiglu ? 2 * f : f, 10.0 * f / e_, deps(down_d));
+      uint32_t act_b = add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L,
+                                  swiglu ? 3 * f : 2 * f, swiglu ? 2 * f : f, 10.0 * f / e_, deps(down_d));
       uint32_t up_d = add_gemm("mlp-up-dgrad", Phase::Backward, L, tokens_, h, mlp_in_, deps(act_b));
       uint32_t x2 = tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, act_b);
       uint32_t up_w = add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_, tokens_, deps(x2, down_w));
       uint32_t red = tp_reduce("tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L, up_d);
-      uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act, 2 * act, 12.0 * act / e_, deps(red, up_w));
+      uint32_t ln2 =
+          add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act, 2 * act, 12.0 * act / e_, deps(red, up_w));
       // Attention block, the same pattern.
       uint32_t dy2 = tp_gather("allgather-attn-grad", Phase::Backward, L, ln2);
-      uint32_t proj_d = add_gemm("attn-proj-dgrad", Phase::Backward, L, tokens_, m_.heads * m_.head_dim() / t_, h, deps(dy2));
-      uint32_t proj_w = add_gemm("attn-proj-wgrad", Phase::Backward, L, h, m_.heads * m_.head_dim() / t_, tokens_, deps(dy2));
+      uint32_t proj_d =
+          add_gemm("attn-proj-dgrad", Phase::Backward, L, tokens_, m_.heads * m_.head_dim() / t_, h, deps(dy2));
+      uint32_t proj_w =
+          add_gemm("attn-proj-wgrad", Phase::Backward, L, h, m_.heads * m_.head_dim() / t_, tokens_, deps(dy2));
       uint32_t at = add_attention("attention-backward", Phase::Backward, L, deps(proj_d));
       uint32_t qkv_d = add_gemm("qkv-dgrad", Phase::Backward, L, tokens_, h, qkv_, deps(at));
       uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at);
@@ -276,7 +299,8 @@ class ProgramBuilder {
         dp_ops.push_back(dp_allreduce(layer_params, L, g));
       }
     }
-    return add_memory("embedding-backward", Phase::Backward, -1, act, static_cast<double>(tokens_ * h * e_), 0, deps(g));
+    return add_memory("embedding-backward", Phase::Backward, -1, act, static_cast<double>(tokens_ * h * e_), 0,
+                      deps(g));
   }
 
   Plan& plan_;

@@ -27,7 +27,7 @@ struct TrainingLayout {
 struct TrainingPlan {
   Plan plan;
   TrainingLayout layout;
-  MemoryBreakdown memory;         // per rank
+  MemoryBreakdown memory;              // per rank
   double model_flops_per_rank = 0;     // one iteration, no recompute (MFU numerator)
   double hardware_flops_per_rank = 0;  // everything the GPU executes
 };

@@ -151,8 +151,7 @@ void exec(sqlite3* db, const char* sql) {
 class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s_, nullptr) != SQLITE_OK)
-      fail_sqlite(db, "");
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s_, nullptr) != SQLITE_OK) fail_sqlite(db, "");
   }
   ~Stmt() { sqlite3_finalize(s_); }
   Stmt(const Stmt&) = delete;
@@ -226,8 +225,8 @@ void validate(const Timeline& t) {
     if (prog >= plan.programs.size()) throw WriteError("rank " + std::to_string(s.rank) + " has no program");
     const Program& p = plan.programs[prog];
     if (s.op >= p.ops.size() || s.stream >= p.streams.size())
-      throw WriteError("span of rank " + std::to_string(s.rank) + " names op " + std::to_string(s.op) +
-                       " / stream " + std::to_string(s.stream) + " missing from its program");
+      throw WriteError("span of rank " + std::to_string(s.rank) + " names op " + std::to_string(s.op) + " / stream " +
+                       std::to_string(s.stream) + " missing from its program");
   }
 }
 
@@ -290,12 +289,18 @@ void insert_plan(sqlite3* db, int64_t run_id, const Plan& plan) {
       s.t(to_string(op.dtype)).i(op.m).i(op.n).i(op.k).i(op.batch).i(op.heads).i(op.kv_heads);
       s.i(op.q_len).i(op.kv_len).i(op.head_dim).i(op.causal ? 1 : 0).i(op.bytes_read).i(op.bytes_written);
       s.i(op.bytes);
-      if (op.kind == OpKind::Collective) s.t(to_string(op.collective));
-      else s.null();
-      if (is_comm(op.kind)) s.t(to_string(op.group));
-      else s.null();
-      if (op.kind == OpKind::Send || op.kind == OpKind::Recv) s.i(op.peer);
-      else s.null();
+      if (op.kind == OpKind::Collective)
+        s.t(to_string(op.collective));
+      else
+        s.null();
+      if (is_comm(op.kind))
+        s.t(to_string(op.group));
+      else
+        s.null();
+      if (op.kind == OpKind::Send || op.kind == OpKind::Recv)
+        s.i(op.peer);
+      else
+        s.null();
       s.d(op_flops(op)).insert();
     }
   }
@@ -347,9 +352,12 @@ void insert_links(sqlite3* db, int64_t run_id, const Timeline& t) {
     s.i(run_id).i(u.link).i(u.start_ps).i(u.end_ps).d(u.bytes);
     // Fraction of the link's capacity over the interval: bytes / (seconds * bandwidth).
     const double seconds = static_cast<double>(u.end_ps - u.start_ps) * 1e-12;
-    if (u.end_ps == u.start_ps) s.d(0);
-    else if (it->second > 0) s.d(u.bytes / (seconds * it->second));
-    else s.null();  // capacity unknown: no meaningful fraction
+    if (u.end_ps == u.start_ps)
+      s.d(0);
+    else if (it->second > 0)
+      s.d(u.bytes / (seconds * it->second));
+    else
+      s.null();  // capacity unknown: no meaningful fraction
     s.insert();
   }
 }

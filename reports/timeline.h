@@ -23,8 +23,8 @@ struct RankInfo {
 
 struct LinkInfo {
   uint32_t id = 0;
-  std::string src, dst;   // topology vertex names
-  std::string kind;       // "nvlink", "pcie", "network"
+  std::string src, dst;  // topology vertex names
+  std::string kind;      // "nvlink", "pcie", "network"
   double bandwidth_Bps = 0;
   double latency_s = 0;
 };
@@ -47,10 +47,10 @@ struct LinkUsage {
 
 struct RunInfo {
   std::string name;
-  std::string source = "sim";      // 'sim' | 'real'
-  std::string kind = "training";   // 'training' | 'collective'
+  std::string source = "sim";     // 'sim' | 'real'
+  std::string kind = "training";  // 'training' | 'collective'
   std::string network_model;
-  std::string scenario_yaml;       // the merged scenario, as the run saw it
+  std::string scenario_yaml;  // the merged scenario, as the run saw it
   uint64_t seed = 0;
   std::vector<std::pair<std::string, double>> metrics;  // the summary, in a fixed order
 };

@@ -54,13 +54,27 @@ class JsonOut {
     for (char ch : s) {
       const auto c = static_cast<unsigned char>(ch);
       switch (c) {
-        case '"': buf_ += "\\\""; break;
-        case '\\': buf_ += "\\\\"; break;
-        case '\n': buf_ += "\\n"; break;
-        case '\r': buf_ += "\\r"; break;
-        case '\t': buf_ += "\\t"; break;
-        case '\b': buf_ += "\\b"; break;
-        case '\f': buf_ += "\\f"; break;
+        case '"':
+          buf_ += "\\\"";
+          break;
+        case '\\':
+          buf_ += "\\\\";
+          break;
+        case '\n':
+          buf_ += "\\n";
+          break;
+        case '\r':
+          buf_ += "\\r";
+          break;
+        case '\t':
+          buf_ += "\\t";
+          break;
+        case '\b':
+          buf_ += "\\b";
+          break;
+        case '\f':
+          buf_ += "\\f";
+          break;
         default:
           if (c < 0x20) {
             static constexpr char kHex[] = "0123456789abcdef";
@@ -76,8 +90,7 @@ class JsonOut {
   }
 
   void flush() {
-    if (!buf_.empty() && std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size())
-      throw TraceError(errno_message());
+    if (!buf_.empty() && std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size()) throw TraceError(errno_message());
     buf_.clear();
   }
 

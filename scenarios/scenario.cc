@@ -20,8 +20,7 @@ namespace fs = std::filesystem;
 // ---- typed readers: each throws InputError at the value's position -----------------
 
 const std::string& scalar(const YNode& n, const std::string& key, const char* expected) {
-  if (n.kind != YNode::Kind::Scalar)
-    throw InputError(n.mark, key + " must be " + expected + ", got " + n.kind_name());
+  if (n.kind != YNode::Kind::Scalar) throw InputError(n.mark, key + " must be " + expected + ", got " + n.kind_name());
   return n.scalar;
 }
 
@@ -32,8 +31,8 @@ int64_t as_int(const YNode& n, const std::string& key, int64_t min, int64_t max 
   if (ec != std::errc() || p != s.data() + s.size())
     throw InputError(n.mark, key + " must be an integer, got '" + s + "'");
   if (v < min)
-    throw InputError(n.mark, key + " must be " + (min == 1 ? std::string("positive") : ">= " + std::to_string(min)) +
-                                 ", got " + s);
+    throw InputError(
+        n.mark, key + " must be " + (min == 1 ? std::string("positive") : ">= " + std::to_string(min)) + ", got " + s);
   if (v > max) throw InputError(n.mark, key + " = " + s + " is out of range, expected at most " + std::to_string(max));
   return v;
 }
@@ -43,8 +42,7 @@ constexpr int64_t kMaxCount = 1 << 20;
 // Model dimensions stay far below what would overflow FLOP and byte counts.
 constexpr int64_t kMaxModelDim = int64_t{1} << 24;
 int as_count(const YNode& n, const std::string& key) { return static_cast<int>(as_int(n, key, 1, kMaxCount)); }
-int64_t as_degree(const YNode& n, const std::string& key) { return as_int(n, key, 1, kMaxCount);
-}
+int64_t as_degree(const YNode& n, const std::string& key) { return as_int(n, key, 1, kMaxCount); }
 
 double as_double(const YNode& n, const std::string& key, double min, bool exclusive) {
   const std::string& s = scalar(n, key, "a number");
@@ -87,7 +85,8 @@ double as_time(const YNode& n, const std::string& key) {
 double as_bandwidth(const YNode& n, const std::string& key) {
   std::string why;
   double v = 0;
-  if (!parse_bandwidth(scalar(n, key, "a bandwidth such as 400Gbps"), v, why)) throw InputError(n.mark, key + ": " + why);
+  if (!parse_bandwidth(scalar(n, key, "a bandwidth such as 400Gbps"), v, why))
+    throw InputError(n.mark, key + ": " + why);
   return v;
 }
 
@@ -110,75 +109,107 @@ const std::vector<KeySpec>& key_table() {
   using S = Scenario;
   using N = YNode;
   static const std::vector<KeySpec> kKeys = {
-      {"name", "string", "file name", "free text stored with every run", [](const N& n, S& s) { s.name = scalar(n, "name", "text"); }},
+      {"name", "string", "file name", "free text stored with every run",
+       [](const N& n, S& s) { s.name = scalar(n, "name", "text"); }},
       {"include", "list of paths", "[]", "files merged first (relative to this file); this file wins", nullptr},
-      {"seed", "integer", "1", "seed of every random choice in the run", [](const N& n, S& s) { s.seed = static_cast<uint64_t>(as_int(n, "seed", 0)); }},
+      {"seed", "integer", "1", "seed of every random choice in the run",
+       [](const N& n, S& s) { s.seed = static_cast<uint64_t>(as_int(n, "seed", 0)); }},
       {"cluster", "mapping", "", "the machines and the fabric between them", nullptr},
       {"cluster.preset", "name", "(required)", "node preset: dgx-a100, dgx-h100, dgx-h200, dgx-b200, pcie-8gpu",
        [](const N& n, S& s) {
          const NodeSpec* p = find_node_preset(as_enum(n, "cluster.preset", node_preset_names()));
          s.cluster.node = *p;
        }},
-      {"cluster.nodes", "integer", "1", "number of nodes", [](const N& n, S& s) { s.cluster.nodes = as_count(n, "cluster.nodes"); }},
+      {"cluster.nodes", "integer", "1", "number of nodes",
+       [](const N& n, S& s) { s.cluster.nodes = as_count(n, "cluster.nodes"); }},
       {"cluster.gpus_per_node", "integer", "preset's", "GPUs per node (1 for a single GPU)",
        [](const N& n, S& s) { s.cluster.node.gpus = as_count(n, "cluster.gpus_per_node"); }},
-      {"cluster.gpu", "name", "preset's", "GPU preset: a100-sxm-80gb, a100-sxm-40gb, a100-pcie-80gb, h100-sxm, h100-pcie, h200-sxm, b200",
+      {"cluster.gpu", "name", "preset's",
+       "GPU preset: a100-sxm-80gb, a100-sxm-40gb, a100-pcie-80gb, h100-sxm, h100-pcie, h200-sxm, b200",
        [](const N& n, S& s) { s.cluster.node.gpu = *find_gpu_preset(as_enum(n, "cluster.gpu", gpu_preset_names())); }},
       {"cluster.scale_out", "mapping", "", "the fabric between nodes", nullptr},
       {"cluster.scale_out.topology", "name", "fat-tree", "fat-tree | rail-optimized | switch | ring | torus",
        [](const N& n, S& s) {
-         parse_fabric(as_enum(n, "cluster.scale_out.topology", {"fat-tree", "rail-optimized", "switch", "ring", "torus"}),
-                      s.cluster.fabric.kind);
+         parse_fabric(
+             as_enum(n, "cluster.scale_out.topology", {"fat-tree", "rail-optimized", "switch", "ring", "torus"}),
+             s.cluster.fabric.kind);
        }},
       {"cluster.scale_out.nic_bandwidth", "bandwidth", "preset's", "per NIC, each direction (e.g. 400Gbps)",
        [](const N& n, S& s) { s.cluster.node.nic_bandwidth = as_bandwidth(n, "cluster.scale_out.nic_bandwidth"); }},
       {"cluster.scale_out.nics_per_node", "integer", "preset's", "NICs per node (DGX presets: one per GPU)",
        [](const N& n, S& s) { s.cluster.node.nics = as_count(n, "cluster.scale_out.nics_per_node"); }},
       {"cluster.scale_out.oversubscription", "number", "1.0", "leaf down-link : up-link bandwidth ratio (>= 1)",
-       [](const N& n, S& s) { s.cluster.fabric.oversubscription = as_double(n, "cluster.scale_out.oversubscription", 1.0, false); }},
+       [](const N& n, S& s) {
+         s.cluster.fabric.oversubscription = as_double(n, "cluster.scale_out.oversubscription", 1.0, false);
+       }},
       {"cluster.scale_out.latency", "time", "0.5us", "latency of each scale-out link (NIC-switch, switch-switch)",
        [](const N& n, S& s) { s.cluster.fabric.latency = as_time(n, "cluster.scale_out.latency"); }},
       {"cluster.scale_out.nics_per_leaf", "integer", "32", "NICs under one leaf switch (its down-link radix)",
        [](const N& n, S& s) { s.cluster.fabric.nics_per_leaf = as_count(n, "cluster.scale_out.nics_per_leaf"); }},
       {"model", "mapping", "", "the transformer", nullptr},
-      {"model.preset", "name", "none", "gpt3-1.3b, gpt3-175b, llama3-8b, llama3-70b, llama3-405b; fields given override it",
+      {"model.preset", "name", "none",
+       "gpt3-1.3b, gpt3-175b, llama3-8b, llama3-70b, llama3-405b; fields given override it",
        [](const N& n, S& s) { s.model = *find_model_preset(as_enum(n, "model.preset", model_preset_names())); }},
-      {"model.layers", "integer", "preset's", "transformer layers", [](const N& n, S& s) { s.model.layers = as_int(n, "model.layers", 1, kMaxModelDim); }},
-      {"model.hidden", "integer", "preset's", "hidden size h", [](const N& n, S& s) { s.model.hidden = as_int(n, "model.hidden", 1, kMaxModelDim); }},
-      {"model.heads", "integer", "preset's", "attention heads", [](const N& n, S& s) { s.model.heads = as_int(n, "model.heads", 1, kMaxModelDim); }},
-      {"model.kv_heads", "integer", "preset's, else heads", "key/value heads (< heads means GQA)", [](const N& n, S& s) { s.model.kv_heads = as_int(n, "model.kv_heads", 1, kMaxModelDim); }},
-      {"model.ffn_hidden", "integer", "preset's", "MLP inner size", [](const N& n, S& s) { s.model.ffn_hidden = as_int(n, "model.ffn_hidden", 1, kMaxModelDim); }},
+      {"model.layers", "integer", "preset's", "transformer layers",
+       [](const N& n, S& s) { s.model.layers = as_int(n, "model.layers", 1, kMaxModelDim); }},
+      {"model.hidden", "integer", "preset's", "hidden size h",
+       [](const N& n, S& s) { s.model.hidden = as_int(n, "model.hidden", 1, kMaxModelDim); }},
+      {"model.heads", "integer", "preset's", "attention heads",
+       [](const N& n, S& s) { s.model.heads = as_int(n, "model.heads", 1, kMaxModelDim); }},
+      {"model.kv_heads", "integer", "preset's, else heads", "key/value heads (< heads means GQA)",
+       [](const N& n, S& s) { s.model.kv_heads = as_int(n, "model.kv_heads", 1, kMaxModelDim); }},
+      {"model.ffn_hidden", "integer", "preset's", "MLP inner size",
+       [](const N& n, S& s) { s.model.ffn_hidden = as_int(n, "model.ffn_hidden", 1, kMaxModelDim); }},
       {"model.ffn_type", "name", "preset's", "gelu | swiglu",
-       [](const N& n, S& s) { parse_ffn_type(as_enum(n, "model.ffn_type", {"gelu", "swiglu"}), s.model.ffn_type); }},
-      {"model.vocab", "integer", "preset's", "vocabulary size", [](const N& n, S& s) { s.model.vocab = as_int(n, "model.vocab", 1, kMaxModelDim); }},
-      {"model.seq_len", "integer", "preset's", "tokens per sequence", [](const N& n, S& s) { s.model.seq_len = as_int(n, "model.seq_len", 1, kMaxModelDim); }},
-      {"model.dtype", "dtype", "bf16", "fp32 | bf16 | fp16 | fp8 | int8 | int4", [](const N& n, S& s) { s.model.dtype = as_dtype(n, "model.dtype"); }},
+       [](const N& n, S& s) {
+         parse_ffn_type(as_enum(n, "model.ffn_type", {"gelu", "swiglu"}), s.model.ffn_type);
+       }},
+      {"model.vocab", "integer", "preset's", "vocabulary size",
+       [](const N& n, S& s) { s.model.vocab = as_int(n, "model.vocab", 1, kMaxModelDim); }},
+      {"model.seq_len", "integer", "preset's", "tokens per sequence",
+       [](const N& n, S& s) { s.model.seq_len = as_int(n, "model.seq_len", 1, kMaxModelDim); }},
+      {"model.dtype", "dtype", "bf16", "fp32 | bf16 | fp16 | fp8 | int8 | int4",
+       [](const N& n, S& s) { s.model.dtype = as_dtype(n, "model.dtype"); }},
       {"model.tied_embeddings", "bool", "preset's", "output layer shares the token embedding",
        [](const N& n, S& s) { s.model.tied_embeddings = as_bool(n, "model.tied_embeddings"); }},
       {"model.moe", "mapping", "", "mixture of experts (0 experts: dense)", nullptr},
-      {"model.moe.experts", "integer", "0", "experts per MoE layer", [](const N& n, S& s) { s.model.moe.experts = as_int(n, "model.moe.experts", 0); }},
-      {"model.moe.top_k", "integer", "0", "experts per token", [](const N& n, S& s) { s.model.moe.top_k = as_int(n, "model.moe.top_k", 0); }},
-      {"model.moe.shared_experts", "integer", "0", "always-active experts", [](const N& n, S& s) { s.model.moe.shared_experts = as_int(n, "model.moe.shared_experts", 0); }},
+      {"model.moe.experts", "integer", "0", "experts per MoE layer",
+       [](const N& n, S& s) { s.model.moe.experts = as_int(n, "model.moe.experts", 0); }},
+      {"model.moe.top_k", "integer", "0", "experts per token",
+       [](const N& n, S& s) { s.model.moe.top_k = as_int(n, "model.moe.top_k", 0); }},
+      {"model.moe.shared_experts", "integer", "0", "always-active experts",
+       [](const N& n, S& s) { s.model.moe.shared_experts = as_int(n, "model.moe.shared_experts", 0); }},
       {"model.moe.expert_ffn_hidden", "integer", "0", "MLP inner size of one expert",
        [](const N& n, S& s) { s.model.moe.expert_ffn_hidden = as_int(n, "model.moe.expert_ffn_hidden", 0); }},
       {"parallel", "mapping", "", "the parallel layout", nullptr},
-      {"parallel.dp", "integer", "GPUs/(tp·pp·cp)", "data-parallel degree", [](const N& n, S& s) { s.parallel.dp = as_degree(n, "parallel.dp"); }},
-      {"parallel.tp", "integer", "1", "tensor-parallel degree", [](const N& n, S& s) { s.parallel.tp = as_degree(n, "parallel.tp"); }},
-      {"parallel.pp", "integer", "1", "pipeline-parallel degree", [](const N& n, S& s) { s.parallel.pp = as_degree(n, "parallel.pp"); }},
-      {"parallel.cp", "integer", "1", "context-parallel degree", [](const N& n, S& s) { s.parallel.cp = as_degree(n, "parallel.cp"); }},
-      {"parallel.ep", "integer", "1", "expert-parallel degree", [](const N& n, S& s) { s.parallel.ep = as_degree(n, "parallel.ep"); }},
+      {"parallel.dp", "integer", "GPUs/(tp·pp·cp)", "data-parallel degree",
+       [](const N& n, S& s) { s.parallel.dp = as_degree(n, "parallel.dp"); }},
+      {"parallel.tp", "integer", "1", "tensor-parallel degree",
+       [](const N& n, S& s) { s.parallel.tp = as_degree(n, "parallel.tp"); }},
+      {"parallel.pp", "integer", "1", "pipeline-parallel degree",
+       [](const N& n, S& s) { s.parallel.pp = as_degree(n, "parallel.pp"); }},
+      {"parallel.cp", "integer", "1", "context-parallel degree",
+       [](const N& n, S& s) { s.parallel.cp = as_degree(n, "parallel.cp"); }},
+      {"parallel.ep", "integer", "1", "expert-parallel degree",
+       [](const N& n, S& s) { s.parallel.ep = as_degree(n, "parallel.ep"); }},
       {"parallel.sequence_parallel", "bool", "false", "Megatron SP: all-gather / reduce-scatter instead of all-reduce",
        [](const N& n, S& s) { s.parallel.sequence_parallel = as_bool(n, "parallel.sequence_parallel"); }},
       {"parallel.zero_stage", "integer", "0", "0..3 (3 = FSDP-like)",
        [](const N& n, S& s) {
          s.parallel.zero_stage = as_int(n, "parallel.zero_stage", 0);
-         if (s.parallel.zero_stage > 3) throw InputError(n.mark, "parallel.zero_stage must be 0, 1, 2 or 3, got " + n.scalar);
+         if (s.parallel.zero_stage > 3)
+           throw InputError(n.mark, "parallel.zero_stage must be 0, 1, 2 or 3, got " + n.scalar);
        }},
       {"parallel.schedule", "name", "1f1b", "gpipe | 1f1b | interleaved-1f1b",
-       [](const N& n, S& s) { s.parallel.schedule = as_enum(n, "parallel.schedule", {"gpipe", "1f1b", "interleaved-1f1b"}); }},
-      {"parallel.virtual_stages", "integer", "1", "model chunks per pipeline rank", [](const N& n, S& s) { s.parallel.virtual_stages = as_degree(n, "parallel.virtual_stages"); }},
-      {"parallel.micro_batch", "integer", "1", "sequences per micro-batch", [](const N& n, S& s) { s.parallel.micro_batch = as_degree(n, "parallel.micro_batch"); }},
-      {"parallel.placement", "order", "tp-cp-ep-dp-pp", "rank order, innermost first (a permutation of tp, cp, ep, dp, pp)",
+       [](const N& n, S& s) {
+         s.parallel.schedule = as_enum(n, "parallel.schedule", {"gpipe", "1f1b", "interleaved-1f1b"});
+       }},
+      {"parallel.virtual_stages", "integer", "1", "model chunks per pipeline rank",
+       [](const N& n, S& s) { s.parallel.virtual_stages = as_degree(n, "parallel.virtual_stages"); }},
+      {"parallel.micro_batch", "integer", "1", "sequences per micro-batch",
+       [](const N& n, S& s) { s.parallel.micro_batch = as_degree(n, "parallel.micro_batch"); }},
+      {"parallel.placement", "order", "tp-cp-ep-dp-pp",
+       "rank order, innermost first (a permutation of tp, cp, ep, dp, pp)",
        [](const N& n, S& s) {
          const std::string& v = scalar(n, "parallel.placement", "an order such as tp-cp-ep-dp-pp");
          std::vector<std::string> parts;
@@ -191,7 +222,8 @@ const std::vector<KeySpec>& key_table() {
          std::vector<std::string> sorted = parts;
          std::sort(sorted.begin(), sorted.end());
          if (sorted != std::vector<std::string>{"cp", "dp", "ep", "pp", "tp"})
-           throw InputError(n.mark, "parallel.placement '" + v + "' must name each of tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp");
+           throw InputError(
+               n.mark, "parallel.placement '" + v + "' must name each of tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp");
          s.parallel.placement = v;
        }},
       {"training", "mapping", "", "the training run", nullptr},
@@ -200,23 +232,31 @@ const std::vector<KeySpec>& key_table() {
       {"training.iterations", "integer", "1", "iterations (identical in a deterministic model: one is simulated)",
        [](const N& n, S& s) { s.training.iterations = as_int(n, "training.iterations", 1, int64_t{1} << 32); }},
       {"training.recompute", "name", "none", "none | selective | full",
-       [](const N& n, S& s) { s.training.recompute = as_enum(n, "training.recompute", {"none", "selective", "full"}); }},
+       [](const N& n, S& s) {
+         s.training.recompute = as_enum(n, "training.recompute", {"none", "selective", "full"});
+       }},
       {"training.optimizer", "name", "adam", "adam | sgd",
-       [](const N& n, S& s) { s.training.optimizer = as_enum(n, "training.optimizer", {"adam", "sgd"}); }},
+       [](const N& n, S& s) {
+         s.training.optimizer = as_enum(n, "training.optimizer", {"adam", "sgd"});
+       }},
       {"inference", "mapping", "", "an inference-serving run instead of training", nullptr},
       {"collectives", "mapping", "", "collective algorithms", nullptr},
       {"collectives.algorithm", "name", "auto", "auto | ring | tree | direct | halving-doubling | hierarchical",
        [](const N& n, S& s) {
-         s.algorithm = as_enum(n, "collectives.algorithm", {"auto", "ring", "tree", "direct", "halving-doubling", "hierarchical"});
+         s.algorithm = as_enum(n, "collectives.algorithm",
+                               {"auto", "ring", "tree", "direct", "halving-doubling", "hierarchical"});
        }},
       {"network_model", "name", "analytic", "analytic | flow",
-       [](const N& n, S& s) { s.network_model = as_enum(n, "network_model", {"analytic", "flow"}); }},
+       [](const N& n, S& s) {
+         s.network_model = as_enum(n, "network_model", {"analytic", "flow"});
+       }},
       {"calibration", "path", "none", "calibration profile YAML; else the GPU preset's defaults",
        [](const N& n, S& s) { s.calibration = scalar(n, "calibration", "a path"); }},
       {"output", "mapping", "", "where results go", nullptr},
       {"output.sqlite", "path", "none", "SQLite timeline database (a run is appended)",
        [](const N& n, S& s) { s.output_sqlite = scalar(n, "output.sqlite", "a path"); }},
-      {"output.trace", "path", "none", "Chrome / Perfetto trace JSON", [](const N& n, S& s) { s.output_trace = scalar(n, "output.trace", "a path"); }},
+      {"output.trace", "path", "none", "Chrome / Perfetto trace JSON",
+       [](const N& n, S& s) { s.output_trace = scalar(n, "output.trace", "a path"); }},
       {"sweep", "mapping", "", "key path -> list of values; every combination is a point", nullptr},
   };
   return kKeys;
@@ -257,8 +297,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
     }
   }
   std::string msg = "unknown key '" + prefix + key + "'";
-  if (!best.empty()) msg += ", did you mean '" + best + "'?";
-  else msg += ", expected one of: " + join(siblings);
+  if (!best.empty())
+    msg += ", did you mean '" + best + "'?";
+  else
+    msg += ", expected one of: " + join(siblings);
   throw InputError(mark, msg);
 }
 
@@ -276,10 +318,12 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
       continue;
     }
     if (key == "sweep") {
-      if (v.kind != YNode::Kind::Map) throw InputError(v.mark, "sweep must be a mapping of key -> list of values, got " + v.kind_name());
+      if (v.kind != YNode::Kind::Map)
+        throw InputError(v.mark, "sweep must be a mapping of key -> list of values, got " + v.kind_name());
       for (const auto& [sk, sv] : v.map) {
         const KeySpec* target = find_key(sk);
-        if (!target || !target->apply || sk == "sweep") throw InputError(sv.key_mark, "sweep: unknown key '" + sk + "'");
+        if (!target || !target->apply || sk == "sweep")
+          throw InputError(sv.key_mark, "sweep: unknown key '" + sk + "'");
         if (sv.kind != YNode::Kind::Seq || sv.seq.empty())
           throw InputError(sv.mark, "sweep." + sk + " must be a non-empty list of values");
         s.sweep.emplace_back(sk, sv);
@@ -288,7 +332,8 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
     }
     if (!spec->apply) {
       if (v.kind != YNode::Kind::Map)
-        throw InputError(v.kind == YNode::Kind::Null ? v.key_mark : v.mark, key + " must be a mapping of keys, got " + v.kind_name());
+        throw InputError(v.kind == YNode::Kind::Null ? v.key_mark : v.mark,
+                         key + " must be a mapping of keys, got " + v.kind_name());
       walk(v, key, leaves, s);
     } else {
       if (v.kind == YNode::Kind::Null) throw InputError(v.key_mark, key + " has no value, expected " + spec->type);
@@ -302,7 +347,8 @@ std::vector<std::string> include_list(const YNode& root) {
   const YNode* inc = root.find("include");
   if (!inc) return out;
   if (inc->kind == YNode::Kind::Scalar) return {inc->scalar};
-  if (inc->kind != YNode::Kind::Seq) throw InputError(inc->mark, "include must be a path or a list of paths, got " + inc->kind_name());
+  if (inc->kind != YNode::Kind::Seq)
+    throw InputError(inc->mark, "include must be a path or a list of paths, got " + inc->kind_name());
   for (const auto& item : inc->seq) out.push_back(scalar(item, "include", "a path"));
   return out;
 }
@@ -319,7 +365,8 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
   }
   YNode doc = load_yaml_file(path, from);
   if (doc.kind == YNode::Kind::Null) doc.kind = YNode::Kind::Map;
-  if (doc.kind != YNode::Kind::Map) throw InputError(doc.mark, "a scenario must be a mapping of keys, got " + doc.kind_name());
+  if (doc.kind != YNode::Kind::Map)
+    throw InputError(doc.mark, "a scenario must be a mapping of keys, got " + doc.kind_name());
   stack.push_back(canon);
   YNode merged;
   merged.kind = YNode::Kind::Map;
@@ -348,11 +395,14 @@ void apply_set(YNode& root, const std::string& arg, int index) {
   const std::string key = arg.substr(0, eq);
   const KeySpec* spec = find_key(key);
   if (spec && !spec->apply)
-    throw InputError(SourceMark{file, 1, 1}, "'" + key + "' is " + (key == "include" ? "not settable from the command line"
-                                                                                        : "a mapping; set one of its keys, e.g. " + key + ".<key>=value"));
+    throw InputError(SourceMark{file, 1, 1},
+                     "'" + key + "' is " +
+                         (key == "include" ? "not settable from the command line"
+                                           : "a mapping; set one of its keys, e.g. " + key + ".<key>=value"));
   if (!spec) {
     std::string parent = key.find('.') == std::string::npos ? "" : key.substr(0, key.rfind('.'));
-    unknown_key(parent, key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1), SourceMark{file, 1, 1});
+    unknown_key(parent, key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1),
+                SourceMark{file, 1, 1});
   }
   YNode value = parse_yaml(arg.substr(eq + 1), file);
   const int col = static_cast<int>(eq) + 2;
@@ -366,8 +416,10 @@ void apply_set(YNode& root, const std::string& arg, int index) {
     std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     YNode* next = cur->find(part);
     if (dot == std::string::npos) {
-      if (next) *next = value;
-      else cur->map.emplace_back(part, value);
+      if (next)
+        *next = value;
+      else
+        cur->map.emplace_back(part, value);
       return;
     }
     if (!next) {
@@ -420,19 +472,25 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     have_cluster |= key == "cluster.preset";
     have_model_preset |= key == "model.preset";
   }
-  if (!have_cluster) throw InputError(s.mark("cluster"), "cluster.preset is required, expected one of: " + join(node_preset_names()));
+  if (!have_cluster)
+    throw InputError(s.mark("cluster"), "cluster.preset is required, expected one of: " + join(node_preset_names()));
 
   // A node trimmed to fewer GPUs keeps one NIC per GPU at most, unless told otherwise.
   if (s.marks.count("cluster.gpus_per_node") && !s.marks.count("cluster.scale_out.nics_per_node"))
     s.cluster.node.nics = std::min(s.cluster.node.nics, s.cluster.node.gpus);
 
   ModelConfig& m = s.model;
-  if (s.marks.count("model") == 0) throw InputError(SourceMark{path, 1, 1}, "model is required: a preset or its fields");
+  if (s.marks.count("model") == 0)
+    throw InputError(SourceMark{path, 1, 1}, "model is required: a preset or its fields");
   // kv_heads defaults to heads (MHA) unless a GQA preset set it: overriding the heads of
   // an MHA preset keeps it MHA.
   if (!s.marks.count("model.kv_heads") && (!have_model_preset || m.kv_heads == preset_heads)) m.kv_heads = m.heads;
-  for (auto [key, value] : {std::pair{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"ffn_hidden", m.ffn_hidden},
-                            {"vocab", m.vocab}, {"seq_len", m.seq_len}}) {
+  for (auto [key, value] : {std::pair{"layers", m.layers},
+                            {"hidden", m.hidden},
+                            {"heads", m.heads},
+                            {"ffn_hidden", m.ffn_hidden},
+                            {"vocab", m.vocab},
+                            {"seq_len", m.seq_len}}) {
     if (value <= 0)
       throw InputError(s.mark("model"), std::string("model.") + key + " is not set: give model.preset or model." + key);
   }
@@ -441,8 +499,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     throw InputError(s.mark("model.heads"), "model.heads (" + std::to_string(m.heads) + ") must divide model.hidden (" +
                                                 std::to_string(m.hidden) + ")");
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
-    throw InputError(s.mark("model.kv_heads"), "model.kv_heads (" + std::to_string(m.kv_heads) + ") must divide model.heads (" +
-                                                   std::to_string(m.heads) + ")");
+    throw InputError(s.mark("model.kv_heads"), "model.kv_heads (" + std::to_string(m.kv_heads) +
+                                                   ") must divide model.heads (" + std::to_string(m.heads) + ")");
   s.merged_yaml = emit_yaml(root);
   return s;
 }

@@ -108,8 +108,7 @@ bool parse_time(std::string_view text, double& seconds, std::string& why) {
   static constexpr struct {
     std::string_view u;
     double f;
-  } kUnits[] = {{"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1.0},
-                {"min", 60.0}};
+  } kUnits[] = {{"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"min", 60.0}};
   for (const auto& u : kUnits) {
     if (unit == u.u) {
       if (v < 0) {
@@ -132,8 +131,10 @@ bool parse_bandwidth(std::string_view text, double& bytes_per_s, std::string& wh
   std::string_view u = unit;
   double f = prefix(u);
   double per = 0;
-  if (u == "bps" || u == "b/s" || u == "bit/s") per = 1.0 / 8.0;
-  else if (u == "Bps" || u == "B/s") per = 1.0;
+  if (u == "bps" || u == "b/s" || u == "bit/s")
+    per = 1.0 / 8.0;
+  else if (u == "Bps" || u == "B/s")
+    per = 1.0;
   if (per == 0) {
     why = unit.empty() ? "bandwidth '" + std::string(trim(text)) + "' has no unit, expected e.g. 400Gbps or 450GB/s"
                        : "unknown bandwidth unit in '" + std::string(trim(text)) +
@@ -157,8 +158,10 @@ std::string format_size(int64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (v == std::floor(v)) std::snprintf(buf, sizeof buf, "%.0f %s", v, kUnits[u]);
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  if (v == std::floor(v))
+    std::snprintf(buf, sizeof buf, "%.0f %s", v, kUnits[u]);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
   return buf;
 }
 

@@ -21,26 +21,30 @@ YNode* YNode::find(const std::string& key) {
 
 std::string YNode::kind_name() const {
   switch (kind) {
-    case Kind::Null: return "nothing";
-    case Kind::Scalar: return "a value";
-    case Kind::Map: return "a mapping";
-    case Kind::Seq: return "a list";
+    case Kind::Null:
+      return "nothing";
+    case Kind::Scalar:
+      return "a value";
+    case Kind::Map:
+      return "a mapping";
+    case Kind::Seq:
+      return "a list";
   }
   return "?";
 }
 
 namespace {
 
-SourceMark mark_of(const YAML::Mark& m, const std::string& file) {
-  return SourceMark{file, m.line + 1, m.column + 1};
-}
+SourceMark mark_of(const YAML::Mark& m, const std::string& file) { return SourceMark{file, m.line + 1, m.column + 1}; }
 
 YNode convert(const YAML::Node& n, const std::string& file) {
   YNode out;
   out.mark = mark_of(n.Mark(), file);
   switch (n.Type()) {
     case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null: out.kind = YNode::Kind::Null; break;
+    case YAML::NodeType::Null:
+      out.kind = YNode::Kind::Null;
+      break;
     case YAML::NodeType::Scalar:
       out.kind = YNode::Kind::Scalar;
       out.scalar = n.Scalar();
@@ -53,7 +57,9 @@ YNode convert(const YAML::Node& n, const std::string& file) {
       out.kind = YNode::Kind::Map;
       for (const auto& kv : n) {
         SourceMark km = mark_of(kv.first.Mark(), file);
-        if (!kv.first.IsScalar()) throw InputError(km, "a key must be a plain name, not " + std::string(kv.first.IsMap() ? "a mapping" : "a list"));
+        if (!kv.first.IsScalar())
+          throw InputError(km,
+                           "a key must be a plain name, not " + std::string(kv.first.IsMap() ? "a mapping" : "a list"));
         std::string key = kv.first.Scalar();
         if (out.find(key)) throw InputError(km, "duplicate key '" + key + "'");
         YNode child = convert(kv.second, file);
@@ -103,16 +109,22 @@ void merge_yaml(YNode& base, const YNode& over) {
   base.mark = over.mark;
   if (over.key_mark.known()) base.key_mark = over.key_mark;
   for (const auto& [k, v] : over.map) {
-    if (YNode* existing = base.find(k)) merge_yaml(*existing, v);
-    else base.map.emplace_back(k, v);
+    if (YNode* existing = base.find(k))
+      merge_yaml(*existing, v);
+    else
+      base.map.emplace_back(k, v);
   }
 }
 
 namespace {
 void emit(YAML::Emitter& e, const YNode& n) {
   switch (n.kind) {
-    case YNode::Kind::Null: e << YAML::Null; break;
-    case YNode::Kind::Scalar: e << n.scalar; break;
+    case YNode::Kind::Null:
+      e << YAML::Null;
+      break;
+    case YNode::Kind::Scalar:
+      e << n.scalar;
+      break;
     case YNode::Kind::Seq:
       e << YAML::BeginSeq;
       for (const auto& item : n.seq) emit(e, item);

@@ -36,14 +36,17 @@ std::string format_collective_table(const CollectiveSweepConfig& cfg, const std:
   std::string out;
   char buf[256];
   std::snprintf(buf, sizeof buf, "# clustersim collective: %s, %s, %d GPUs on %d x %s (%s fabric), analytic network\n",
-                std::string(to_string(cfg.op)).c_str(), std::string(to_string(cfg.algorithm)).c_str(), cfg.gpus, cfg.nodes,
-                cfg.cluster.node.preset.c_str(), std::string(to_string(cfg.cluster.fabric.kind)).c_str());
+                std::string(to_string(cfg.op)).c_str(), std::string(to_string(cfg.algorithm)).c_str(), cfg.gpus,
+                cfg.nodes, cfg.cluster.node.preset.c_str(), std::string(to_string(cfg.cluster.fabric.kind)).c_str());
   out += buf;
-  std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s\n", "size", "count", "type", "redop", "time", "algbw", "busbw");
+  std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s\n", "size", "count", "type", "redop", "time",
+                "algbw", "busbw");
   out += buf;
-  std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)");
+  std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
+                "(GB/s)");
   out += buf;
-  const bool reduces = cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::ReduceScatter || cfg.op == CollectiveKind::Reduce;
+  const bool reduces = cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::ReduceScatter ||
+                       cfg.op == CollectiveKind::Reduce;
   for (const CollectiveRow& r : rows) {
     std::snprintf(buf, sizeof buf, " %12lld %12lld %8s %8s %12.2f %12.2f %12.2f\n", static_cast<long long>(r.bytes),
                   static_cast<long long>(r.bytes / 4), "float", reduces ? "sum" : "none", r.time_s * 1e6, r.algbw_GBps,
@@ -55,13 +58,14 @@ std::string format_collective_table(const CollectiveSweepConfig& cfg, const std:
 
 std::string format_collective_json(const CollectiveSweepConfig& cfg, const std::vector<CollectiveRow>& rows) {
   std::string out = "{\"kind\": \"collective\", \"op\": \"" + std::string(to_string(cfg.op)) + "\", \"algorithm\": \"" +
-                    std::string(to_string(cfg.algorithm)) + "\", \"cluster\": \"" + json_escape(cfg.cluster.node.preset) +
-                    "\", \"gpus\": " + std::to_string(cfg.gpus) + ", \"nodes\": " + std::to_string(cfg.nodes) +
-                    ", \"network_model\": \"analytic\", \"results\": [";
+                    std::string(to_string(cfg.algorithm)) + "\", \"cluster\": \"" +
+                    json_escape(cfg.cluster.node.preset) + "\", \"gpus\": " + std::to_string(cfg.gpus) +
+                    ", \"nodes\": " + std::to_string(cfg.nodes) + ", \"network_model\": \"analytic\", \"results\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const CollectiveRow& r = rows[i];
-    out += (i ? ", " : "") + std::string("{\"bytes\": ") + std::to_string(r.bytes) + ", \"time_s\": " + format_number(r.time_s) +
-           ", \"algbw_GBps\": " + format_number(r.algbw_GBps) + ", \"busbw_GBps\": " + format_number(r.busbw_GBps) + "}";
+    out += (i ? ", " : "") + std::string("{\"bytes\": ") + std::to_string(r.bytes) +
+           ", \"time_s\": " + format_number(r.time_s) + ", \"algbw_GBps\": " + format_number(r.algbw_GBps) +
+           ", \"busbw_GBps\": " + format_number(r.busbw_GBps) + "}";
   }
   return out + "]}";
 }

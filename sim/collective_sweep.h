@@ -15,7 +15,7 @@ namespace clustersim {
 struct CollectiveSweepConfig {
   CollectiveKind op = CollectiveKind::AllReduce;
   Algorithm algorithm = Algorithm::Ring;
-  int gpus = 8;   // ranks in the group, over all nodes
+  int gpus = 8;  // ranks in the group, over all nodes
   int nodes = 1;
   ClusterSpec cluster;  // node preset and fabric; nodes and GPUs per node are set from the fields above
   int64_t min_bytes = 1024;

@@ -14,19 +14,19 @@ namespace {
 
 // What is shared by every rank running one program: durations, dependents, stream order.
 struct ProgramInfo {
-  std::vector<SimTime> compute_time;                 // per op (0 for collectives)
+  std::vector<SimTime> compute_time;                   // per op (0 for collectives)
   std::vector<uint32_t> dependents_begin, dependents;  // CSR: ops waiting on each op
-  std::vector<std::vector<uint32_t>> stream_ops;     // per stream, ops in issue order
+  std::vector<std::vector<uint32_t>> stream_ops;       // per stream, ops in issue order
 };
 
 struct RankState {
   int32_t rank = 0;
   const Program* program = nullptr;
   const ProgramInfo* info = nullptr;
-  std::vector<uint32_t> pending;        // unmet dependencies per op
-  std::vector<uint32_t> cursor;         // next position in each stream
-  std::vector<uint8_t> busy;            // stream running (or waiting in a collective)
-  std::vector<SimTime> stream_start;    // start of the op running on each stream
+  std::vector<uint32_t> pending;      // unmet dependencies per op
+  std::vector<uint32_t> cursor;       // next position in each stream
+  std::vector<uint8_t> busy;          // stream running (or waiting in a collective)
+  std::vector<SimTime> stream_start;  // start of the op running on each stream
   std::array<uint32_t, kGroupKinds> coll_seq{};
   uint32_t done = 0;
 };
@@ -49,7 +49,8 @@ struct CollectiveResult {
 
 class Executor {
  public:
-  Executor(const Plan& plan, Topology& topo, const ExecOptions& opt) : plan_(plan), topo_(topo), opt_(opt), net_(topo) {}
+  Executor(const Plan& plan, Topology& topo, const ExecOptions& opt)
+      : plan_(plan), topo_(topo), opt_(opt), net_(topo) {}
 
   ExecResult run() {
     prepare();
@@ -96,7 +97,8 @@ class Executor {
       std::vector<uint32_t> fill(count.begin(), count.end() - 1);
       for (size_t i = 0; i < n; ++i) {
         const Op& op = prog.ops[i];
-        for (uint32_t d = 0; d < op.dep_count; ++d) info.dependents[fill[prog.deps[op.dep_begin + d]]++] = static_cast<uint32_t>(i);
+        for (uint32_t d = 0; d < op.dep_count; ++d)
+          info.dependents[fill[prog.deps[op.dep_begin + d]]++] = static_cast<uint32_t>(i);
       }
     }
     for (int32_t r = 0; r < plan_.world_size; ++r) {
@@ -149,7 +151,9 @@ class Executor {
   void arrive(uint32_t slot, uint32_t op_index, const Op& op) {
     RankState& r = slots_[slot];
     const int32_t group = plan_.group_of(r.rank, op.group);
-    if (group < 0) throw std::runtime_error("rank " + std::to_string(r.rank) + " has no " + std::string(to_string(op.group)) + " group");
+    if (group < 0)
+      throw std::runtime_error("rank " + std::to_string(r.rank) + " has no " + std::string(to_string(op.group)) +
+                               " group");
     const uint32_t seq = r.coll_seq[static_cast<size_t>(op.group)]++;
     const uint64_t key = (static_cast<uint64_t>(group) << 32) | seq;
     Rendezvous& rv = rendezvous_[key];
@@ -175,14 +179,16 @@ class Executor {
     Algorithm algo = opt_.algorithm;
     if (op.collective == CollectiveKind::AllToAll) algo = Algorithm::Direct;
     CollectiveCost cost = net_.run(expand_collective(op.collective, algo, p, static_cast<double>(op.bytes)), gpus);
-    return memo_.emplace(key, CollectiveResult{SimTime::from_seconds(cost.seconds), std::move(cost.link_bytes)}).first->second;
+    return memo_.emplace(key, CollectiveResult{SimTime::from_seconds(cost.seconds), std::move(cost.link_bytes)})
+        .first->second;
   }
 
   void complete(uint32_t slot, uint32_t op_index) {
     RankState& r = slots_[slot];
     const Op& op = r.program->ops[op_index];
     const uint32_t stream = op.stream;
-    spans_.push_back(SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
+    spans_.push_back(
+        SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
     r.busy[stream] = 0;
     ++r.cursor[stream];
     ++r.done;
@@ -224,8 +230,10 @@ class Executor {
         std::sort(v.begin(), v.end());
         std::vector<std::pair<int64_t, int64_t>> out;
         for (auto iv : v) {
-          if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
-          else out.push_back(iv);
+          if (!out.empty() && iv.first <= out.back().second)
+            out.back().second = std::max(out.back().second, iv.second);
+          else
+            out.push_back(iv);
         }
         return out;
       };

@@ -52,18 +52,26 @@ int cmd_run(const std::vector<std::string>& args) {
   RunOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--set") sets.push_back(need_value(args, i));
-    else if (a.rfind("--set=", 0) == 0) sets.push_back(a.substr(6));
-    else if (a == "--json") json = true;
-    else if (a == "--simulate-all-ranks") opt.simulate_all_ranks = true;
-    else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "' for run");
-    else if (path.empty()) path = a;
-    else throw UsageError("run takes one scenario file, got '" + path + "' and '" + a + "'");
+    if (a == "--set")
+      sets.push_back(need_value(args, i));
+    else if (a.rfind("--set=", 0) == 0)
+      sets.push_back(a.substr(6));
+    else if (a == "--json")
+      json = true;
+    else if (a == "--simulate-all-ranks")
+      opt.simulate_all_ranks = true;
+    else if (!a.empty() && a[0] == '-')
+      throw UsageError("unknown option '" + a + "' for run");
+    else if (path.empty())
+      path = a;
+    else
+      throw UsageError("run takes one scenario file, got '" + path + "' and '" + a + "'");
   }
   if (path.empty()) throw UsageError("run needs a scenario file");
   Scenario s = load_scenario(path, sets);
   if (!s.sweep.empty())
-    std::cerr << s.mark("sweep").str() << ": warning: run simulates the scenario as written; sweep points are not run\n";
+    std::cerr << s.mark("sweep").str()
+              << ": warning: run simulates the scenario as written; sweep points are not run\n";
   check_output_paths(s);
   RunOutcome out = run_training(s);
   write_outputs(out);
@@ -95,24 +103,32 @@ int cmd_collective(const std::vector<std::string>& args) {
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--op") op = need_value(args, i);
+    if (a == "--op")
+      op = need_value(args, i);
     else if (a == "--gpus") {
       cfg.gpus = as_int(a, need_value(args, i));
       have_gpus = true;
-    } else if (a == "--nodes") nodes = as_int(a, need_value(args, i));
-    else if (a == "--cluster") preset = need_value(args, i);
-    else if (a == "--algo") algo = need_value(args, i);
-    else if (a == "--min") cfg.min_bytes = as_size(a, need_value(args, i));
-    else if (a == "--max") cfg.max_bytes = as_size(a, need_value(args, i));
-    else if (a == "--json") json = true;
-    else throw UsageError("unknown option '" + a + "' for collective");
+    } else if (a == "--nodes")
+      nodes = as_int(a, need_value(args, i));
+    else if (a == "--cluster")
+      preset = need_value(args, i);
+    else if (a == "--algo")
+      algo = need_value(args, i);
+    else if (a == "--min")
+      cfg.min_bytes = as_size(a, need_value(args, i));
+    else if (a == "--max")
+      cfg.max_bytes = as_size(a, need_value(args, i));
+    else if (a == "--json")
+      json = true;
+    else
+      throw UsageError("unknown option '" + a + "' for collective");
   }
   if (!have_gpus) throw UsageError("collective needs --gpus N");
   if (preset.empty()) throw UsageError("collective needs --cluster PRESET");
-  if (!parse_collective(op, cfg.op) ||
-      !(cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::AllGather || cfg.op == CollectiveKind::ReduceScatter ||
-        cfg.op == CollectiveKind::AllToAll))
-    throw InputError(SourceMark{"--op", 0, 0}, "unknown operation '" + op + "', expected all-reduce, all-gather, reduce-scatter or all-to-all");
+  if (!parse_collective(op, cfg.op) || !(cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::AllGather ||
+                                         cfg.op == CollectiveKind::ReduceScatter || cfg.op == CollectiveKind::AllToAll))
+    throw InputError(SourceMark{"--op", 0, 0},
+                     "unknown operation '" + op + "', expected all-reduce, all-gather, reduce-scatter or all-to-all");
   if (algo == "auto") algo = cfg.op == CollectiveKind::AllToAll ? "direct" : "ring";
   if (!parse_algorithm(algo, cfg.algorithm))
     throw InputError(SourceMark{"--algo", 0, 0}, "unknown algorithm '" + algo + "', expected auto, ring or direct");
@@ -120,17 +136,20 @@ int cmd_collective(const std::vector<std::string>& args) {
   if (!node) {
     std::string names;
     for (const auto& n : node_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    throw InputError(SourceMark{"--cluster", 0, 0}, "unknown cluster preset '" + preset + "', expected one of: " + names);
+    throw InputError(SourceMark{"--cluster", 0, 0},
+                     "unknown cluster preset '" + preset + "', expected one of: " + names);
   }
   cfg.cluster.node = *node;
   cfg.nodes = nodes > 0 ? nodes : (cfg.gpus + node->gpus - 1) / node->gpus;
   if (cfg.gpus % cfg.nodes != 0)
     throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(cfg.gpus) +
-                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) + " nodes");
+                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) +
+                                                     " nodes");
   if (cfg.gpus / cfg.nodes > node->gpus)
-    throw InputError(SourceMark{"--gpus", 0, 0}, std::to_string(cfg.gpus) + " GPUs on " + std::to_string(cfg.nodes) + " node(s) of " +
-                                                     preset + " need " + std::to_string(cfg.gpus / cfg.nodes) + " GPUs per node, the preset has " +
-                                                     std::to_string(node->gpus) + "; add --nodes");
+    throw InputError(SourceMark{"--gpus", 0, 0},
+                     std::to_string(cfg.gpus) + " GPUs on " + std::to_string(cfg.nodes) + " node(s) of " + preset +
+                         " need " + std::to_string(cfg.gpus / cfg.nodes) + " GPUs per node, the preset has " +
+                         std::to_string(node->gpus) + "; add --nodes");
   if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, cfg.gpus / cfg.nodes);
   if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
   try {
@@ -148,11 +167,16 @@ int cmd_plan(const std::vector<std::string>& args) {
   std::vector<std::string> sets;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--set") sets.push_back(need_value(args, i));
-    else if (a == "--out") out = need_value(args, i);
-    else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "' for plan");
-    else if (path.empty()) path = a;
-    else throw UsageError("plan takes one scenario file");
+    if (a == "--set")
+      sets.push_back(need_value(args, i));
+    else if (a == "--out")
+      out = need_value(args, i);
+    else if (!a.empty() && a[0] == '-')
+      throw UsageError("unknown option '" + a + "' for plan");
+    else if (path.empty())
+      path = a;
+    else
+      throw UsageError("plan takes one scenario file");
   }
   if (path.empty()) throw UsageError("plan needs a scenario file");
   const Scenario s = load_scenario(path, sets);
@@ -184,7 +208,8 @@ int cmd_keys() {
   };
   std::cout << "| key | type | default | meaning |\n| --- | --- | --- | --- |\n";
   for (const auto& k : scenario_key_docs())
-    std::cout << "| `" << k.key << "` | " << cell(k.type) << " | " << cell(k.default_value) << " | " << cell(k.doc) << " |\n";
+    std::cout << "| `" << k.key << "` | " << cell(k.type) << " | " << cell(k.default_value) << " | " << cell(k.doc)
+              << " |\n";
   return 0;
 }
 

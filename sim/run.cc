@@ -42,7 +42,8 @@ Algorithm algorithm_for(const Scenario& s) {
     throw InputError(s.mark("collectives.algorithm"),
                      "collectives.algorithm '" + s.algorithm + "' is not modelled yet, expected auto or ring");
   if (a != Algorithm::Ring)
-    throw InputError(s.mark("collectives.algorithm"), "training plans run their all-reduces as ring; expected auto or ring");
+    throw InputError(s.mark("collectives.algorithm"),
+                     "training plans run their all-reduces as ring; expected auto or ring");
   return a;
 }
 
@@ -53,7 +54,9 @@ void check_output_paths(const Scenario& s) {
     std::error_code ec;
     const bool same = s.output_sqlite == s.output_trace ||
                       fs::weakly_canonical(s.output_sqlite, ec) == fs::weakly_canonical(s.output_trace, ec);
-    if (same) throw InputError(s.mark("output.trace"), "output.trace names the same file as output.sqlite, expected two different paths");
+    if (same)
+      throw InputError(s.mark("output.trace"),
+                       "output.trace names the same file as output.sqlite, expected two different paths");
   }
   check_output_path(s, "output.sqlite", s.output_sqlite);
   check_output_path(s, "output.trace", s.output_trace);
@@ -65,7 +68,8 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   if (s.network_model == "flow")
     throw InputError(s.mark("network_model"), "network_model 'flow' is not modelled yet, expected analytic");
   if (!s.calibration.empty())
-    throw InputError(s.mark("calibration"), "calibration profiles are not read yet; remove calibration to use the GPU preset's defaults");
+    throw InputError(s.mark("calibration"),
+                     "calibration profiles are not read yet; remove calibration to use the GPU preset's defaults");
   ExecOptions eo;
   eo.algorithm = algorithm_for(s);
   eo.simulate_all_ranks = opt.simulate_all_ranks;
@@ -175,10 +179,11 @@ std::string summary_table(const RunOutcome& run) {
                 std::string(to_string(s.cluster.fabric.kind)).c_str(), static_cast<long long>(l.dp),
                 static_cast<long long>(l.tp), static_cast<long long>(l.pp), l.sequence_parallel ? " (SP)" : "",
                 static_cast<long long>(l.micro_batch), static_cast<long long>(l.micro_batches),
-                static_cast<long long>(l.global_batch), get("iteration_time_s"), static_cast<long long>(s.training.iterations),
-                get("total_time_s"), get("tokens_per_s"), get("tflops_per_gpu"), get("hardware_tflops_per_gpu"),
-                100.0 * get("mfu"), get("exposed_comm_s"), get("exposed_comm_tp_s"), get("exposed_comm_dp_s"),
-                get("compute_busy_s"), format_size(static_cast<int64_t>(get("peak_memory_per_gpu_bytes"))).c_str(),
+                static_cast<long long>(l.global_batch), get("iteration_time_s"),
+                static_cast<long long>(s.training.iterations), get("total_time_s"), get("tokens_per_s"),
+                get("tflops_per_gpu"), get("hardware_tflops_per_gpu"), 100.0 * get("mfu"), get("exposed_comm_s"),
+                get("exposed_comm_tp_s"), get("exposed_comm_dp_s"), get("compute_busy_s"),
+                format_size(static_cast<int64_t>(get("peak_memory_per_gpu_bytes"))).c_str(),
                 run.plan.memory.describe().c_str(), static_cast<long long>(run.exec.simulated_ranks.size()),
                 static_cast<long long>(s.gpus()), static_cast<long long>(run.exec.events));
   return buf;

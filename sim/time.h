@@ -23,9 +23,7 @@ class SimTime {
   static constexpr SimTime max() { return SimTime(std::numeric_limits<int64_t>::max()); }
 
   // Round-to-nearest conversion from seconds; the single place doubles become time.
-  static SimTime from_seconds(double seconds) {
-    return SimTime(static_cast<int64_t>(std::llround(seconds * 1e12)));
-  }
+  static SimTime from_seconds(double seconds) { return SimTime(static_cast<int64_t>(std::llround(seconds * 1e12))); }
 
   constexpr int64_t picoseconds() const { return ps_; }
   constexpr double seconds() const { return static_cast<double>(ps_) * 1e-12; }

@@ -329,8 +329,11 @@ TEST_F(CliTest, OutputUnderARegularFile) {
                               "cluster: {preset: dgx-h100}\n"
                               "model: {preset: gpt3-1.3b}\n"
                               "output:\n"
-                              "  trace: " + trace_path() + "\n"
-                              "  sqlite: " + (blocker / "run.sqlite").string() + "\n");
+                              "  trace: " +
+                                  trace_path() +
+                                  "\n"
+                                  "  sqlite: " +
+                                  (blocker / "run.sqlite").string() + "\n");
   expect_input_error(cli("run " + quote(p)), p + ":5:11", "is not a directory");
   EXPECT_TRUE(fs::is_regular_file(blocker));
   EXPECT_EQ(read_file(blocker), "not a directory\n");
@@ -351,8 +354,11 @@ TEST_F(CliTest, OutputIsADirectory) {
                               "cluster: {preset: dgx-h100}\n"
                               "model: {preset: gpt3-1.3b}\n"
                               "output:\n"
-                              "  sqlite: " + (dir_ / "adir").string() + "\n"
-                              "  trace: " + trace_path() + "\n");
+                              "  sqlite: " +
+                                  (dir_ / "adir").string() +
+                                  "\n"
+                                  "  trace: " +
+                                  trace_path() + "\n");
   expect_input_error(cli("run " + quote(p)), p + ":4:11", "is a directory");
   EXPECT_TRUE(fs::is_empty(dir_ / "adir"));
 }
@@ -366,8 +372,8 @@ TEST_F(CliTest, MissingScenarioFile) {
 }
 
 TEST_F(CliTest, SetOfUnknownKey) {
-  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) +
-                          " --set parallel.tpp=4");
+  const CliResult r =
+      cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) + " --set parallel.tpp=4");
   expect_input_error(r, "--set 'parallel.tpp=4':1:1", "unknown key 'parallel.tpp', did you mean 'tp'?");
 }
 
@@ -392,10 +398,13 @@ TEST_F(CliTest, RunWithTwoScenariosIsUsage) {
   expect_usage_error(cli("run " + quote(kExample) + " " + quote(kExample)), "run takes one scenario file");
 }
 
-TEST_F(CliTest, SetWithoutValueIsUsage) { expect_usage_error(cli("run " + quote(kExample) + " --set"), "--set needs a value"); }
+TEST_F(CliTest, SetWithoutValueIsUsage) {
+  expect_usage_error(cli("run " + quote(kExample) + " --set"), "--set needs a value");
+}
 
 TEST_F(CliTest, UnknownCollectiveOptionIsUsage) {
-  expect_usage_error(cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --bogus"), "unknown option '--bogus' for collective");
+  expect_usage_error(cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --bogus"),
+                     "unknown option '--bogus' for collective");
 }
 
 TEST_F(CliTest, CollectiveWithoutGpusIsUsage) {
@@ -449,8 +458,8 @@ std::string dump_spans(const std::string& db_path) {
 
 TEST_F(CliTest, RunExampleJson) {
   const std::string db = (dir_ / "a.sqlite").string(), trace = (dir_ / "a.trace.json").string();
-  const CliResult r =
-      cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + db) + " --set " + quote("output.trace=" + trace) + " --json");
+  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + db) + " --set " +
+                          quote("output.trace=" + trace) + " --json");
   ASSERT_EQ(r.code, 0) << r;
   // One JSON object on one line.
   ASSERT_FALSE(r.out.empty()) << r;
@@ -459,8 +468,8 @@ TEST_F(CliTest, RunExampleJson) {
   EXPECT_EQ(line.find('\n'), std::string::npos) << r;
   EXPECT_EQ(line.front(), '{') << r;
   EXPECT_EQ(line.back(), '}') << r;
-  for (const char* key : {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble_fraction", "exposed_comm_s",
-                          "peak_memory_per_gpu_bytes"})
+  for (const char* key : {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble_fraction",
+                          "exposed_comm_s", "peak_memory_per_gpu_bytes"})
     EXPECT_NE(line.find("\"" + std::string(key) + "\": "), std::string::npos) << key << "\n" << r;
   EXPECT_TRUE(fs::is_regular_file(db));
   EXPECT_TRUE(fs::is_regular_file(trace));
@@ -474,8 +483,8 @@ TEST_F(CliTest, RunExampleJson) {
 }
 
 TEST_F(CliTest, RunExampleTable) {
-  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) + " --set=" +
-                          quote("output.trace=" + trace_path()));
+  const CliResult r = cli("run " + quote(kExample) + " --set " + quote("output.sqlite=" + sqlite_path()) +
+                          " --set=" + quote("output.trace=" + trace_path()));
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_NE(r.out.find("iteration"), std::string::npos) << r;
   EXPECT_NE(r.out.find("gpt3-1.3b"), std::string::npos) << r;
@@ -532,7 +541,8 @@ TEST_F(CliTest, CollectiveTable) {
   const CliResult r = cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 1MiB --max 16MiB");
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_TRUE(r.err.empty()) << r;
-  for (const char* col : {"size", "time", "algbw", "busbw"}) EXPECT_NE(r.out.find(col), std::string::npos) << col << "\n" << r;
+  for (const char* col : {"size", "time", "algbw", "busbw"})
+    EXPECT_NE(r.out.find(col), std::string::npos) << col << "\n" << r;
   const auto rows = data_rows(r.out);
   ASSERT_EQ(rows.size(), 5u) << r;
   long long expect_bytes = 1 << 20;
@@ -561,15 +571,19 @@ TEST_F(CliTest, CollectiveJson) {
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_EQ(r.out.front(), '{') << r;
   size_t n = 0;
-  for (size_t at = r.out.find("\"busbw_GBps\""); at != std::string::npos; at = r.out.find("\"busbw_GBps\"", at + 1)) ++n;
+  for (size_t at = r.out.find("\"busbw_GBps\""); at != std::string::npos; at = r.out.find("\"busbw_GBps\"", at + 1))
+    ++n;
   EXPECT_EQ(n, 5u) << r;
-  for (const char* key : {"\"bytes\"", "\"time_s\"", "\"algbw_GBps\""}) EXPECT_NE(r.out.find(key), std::string::npos) << key;
+  for (const char* key : {"\"bytes\"", "\"time_s\"", "\"algbw_GBps\""})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key;
 }
 
 TEST_F(CliTest, CollectiveOtherOpsAndNodes) {
   // all-to-all without --algo regressed once: the default must be auto (direct for it).
-  for (const char* op : {"all-gather", "reduce-scatter", "all-to-all", "all-to-all --algo auto", "all-to-all --algo direct"}) {
-    const CliResult r = cli(std::string("collective --op ") + op + " --gpus 16 --nodes 2 --cluster dgx-a100 --min 1KiB --max 4KiB");
+  for (const char* op :
+       {"all-gather", "reduce-scatter", "all-to-all", "all-to-all --algo auto", "all-to-all --algo direct"}) {
+    const CliResult r =
+        cli(std::string("collective --op ") + op + " --gpus 16 --nodes 2 --cluster dgx-a100 --min 1KiB --max 4KiB");
     EXPECT_EQ(r.code, 0) << op << "\n" << r;
     EXPECT_EQ(data_rows(r.out).size(), 3u) << op << "\n" << r;
   }
@@ -616,8 +630,10 @@ TEST_F(CliTest, CollectiveBadValues) {
       {"collective --op all-reduce --gpus eight --cluster dgx-h100", "--gpus: error: "},
       {"collective --op all-reduce --gpus 8 --cluster dgx-z100", "--cluster: error: unknown cluster preset 'dgx-z100'"},
       {"collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 1parsec", "--min: error: "},
-      {"collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 2MiB --max 1MiB", "--min: error: --min is larger than --max"},
-      {"collective --op all-reduce --gpus 8 --cluster dgx-h100 --algo telepathy", "--algo: error: unknown algorithm 'telepathy'"},
+      {"collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 2MiB --max 1MiB",
+       "--min: error: --min is larger than --max"},
+      {"collective --op all-reduce --gpus 8 --cluster dgx-h100 --algo telepathy",
+       "--algo: error: unknown algorithm 'telepathy'"},
       {"collective --op all-reduce --gpus 8 --nodes 0 --cluster dgx-h100", "--nodes: error: "},
   };
   for (const Case& c : cases) {

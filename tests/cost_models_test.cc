@@ -33,7 +33,8 @@ TEST(Collectives, RingAllReduceOnOneDgxH100MatchesClosedForm) {
   const double alpha = topo.route_latency(topo.route(0, 1));
   const double B = topo.route_bandwidth(topo.route(0, 1));
   for (double S : {1024.0, 1e6, 64e6, 1024.0 * 1024 * 1024}) {
-    const double sim = net.run(expand_collective(CollectiveKind::AllReduce, Algorithm::Ring, p, S), first_gpus(p)).seconds;
+    const double sim =
+        net.run(expand_collective(CollectiveKind::AllReduce, Algorithm::Ring, p, S), first_gpus(p)).seconds;
     const double closed = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B;
     EXPECT_NEAR(sim, closed, 0.01 * closed) << "S=" << S;
     EXPECT_NEAR(closed_form_seconds(CollectiveKind::AllReduce, Algorithm::Ring, p, S, alpha, B), closed, 1e-15);
@@ -47,8 +48,10 @@ TEST(Collectives, OtherOperationsMatchTheirClosedForms) {
   AnalyticNetwork net(topo);
   const double alpha = 0.5e-6, B = 450e9;
   for (int p : {2, 4, 8}) {
-    for (auto [op, algo] : {std::pair{CollectiveKind::AllGather, Algorithm::Ring}, {CollectiveKind::ReduceScatter, Algorithm::Ring},
-                            {CollectiveKind::AllToAll, Algorithm::Direct}, {CollectiveKind::AllGather, Algorithm::Direct}}) {
+    for (auto [op, algo] : {std::pair{CollectiveKind::AllGather, Algorithm::Ring},
+                            {CollectiveKind::ReduceScatter, Algorithm::Ring},
+                            {CollectiveKind::AllToAll, Algorithm::Direct},
+                            {CollectiveKind::AllGather, Algorithm::Direct}}) {
       const double S = 256e6;
       const double sim = net.run(expand_collective(op, algo, p, S), first_gpus(p)).seconds;
       const double closed = (p - 1) * alpha + static_cast<double>(p - 1) / p * S / B;
@@ -68,7 +71,8 @@ TEST(Collectives, RingAcrossSixteenNodesIsBoundByTheInterNodeHop) {
   const double alpha = topo.route_latency(inter), B = topo.route_bandwidth(inter);
   EXPECT_DOUBLE_EQ(B, 50e9);
   const double S = 1e9;
-  const double sim = net.run(expand_collective(CollectiveKind::AllReduce, Algorithm::Ring, p, S), first_gpus(p)).seconds;
+  const double sim =
+      net.run(expand_collective(CollectiveKind::AllReduce, Algorithm::Ring, p, S), first_gpus(p)).seconds;
   const double closed = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B;
   EXPECT_NEAR(sim, closed, 0.01 * closed);
 }

@@ -48,7 +48,8 @@ training: {global_batch: 32}
 
 int count_ops(const Plan& p, OpKind kind, CollectiveKind c, GroupKind g) {
   int n = 0;
-  for (const Op& op : p.programs[0].ops) n += op.kind == kind && (kind != OpKind::Collective || (op.collective == c && op.group == g));
+  for (const Op& op : p.programs[0].ops)
+    n += op.kind == kind && (kind != OpKind::Collective || (op.collective == c && op.group == g));
   return n;
 }
 
@@ -85,8 +86,10 @@ TEST(Planner, TensorParallelCollectivesPerLayer) {
   const TrainingPlan t2 = build_training_plan(sp);
   // SP: each all-reduce becomes reduce-scatter + all-gather, and backward re-gathers
   // the inputs of the column-parallel weight gradients.
-  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP), mbs);  // cross-entropy only
-  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::ReduceScatter, GroupKind::TP), mbs * (4 * layers + 2));
+  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP),
+            mbs);  // cross-entropy only
+  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::ReduceScatter, GroupKind::TP),
+            mbs * (4 * layers + 2));
   EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllGather, GroupKind::TP), mbs * (6 * layers + 1));
   EXPECT_LT(t2.memory.activations, tp.memory.activations);
 }
@@ -98,12 +101,14 @@ TEST(Planner, GroupsAndSymmetryFollowThePlacement) {
   EXPECT_EQ(p.world_size, 16);
   EXPECT_EQ(p.programs.size(), 1u);  // symmetric ranks share one program
   EXPECT_EQ(p.groups[static_cast<size_t>(p.group_of(5, GroupKind::TP))].ranks, (std::vector<int32_t>{4, 5}));
-  EXPECT_EQ(p.groups[static_cast<size_t>(p.group_of(5, GroupKind::DP))].ranks, (std::vector<int32_t>{1, 3, 5, 7, 9, 11, 13, 15}));
+  EXPECT_EQ(p.groups[static_cast<size_t>(p.group_of(5, GroupKind::DP))].ranks,
+            (std::vector<int32_t>{1, 3, 5, 7, 9, 11, 13, 15}));
   EXPECT_EQ(p.representatives(), (std::vector<int32_t>{0, 1}));
 
   s.parallel.placement = "dp-tp-cp-ep-pp";  // TP strided across nodes: no provable symmetry
   const TrainingPlan t2 = build_training_plan(s);
-  EXPECT_EQ(t2.plan.groups[static_cast<size_t>(t2.plan.group_of(0, GroupKind::TP))].ranks, (std::vector<int32_t>{0, 8}));
+  EXPECT_EQ(t2.plan.groups[static_cast<size_t>(t2.plan.group_of(0, GroupKind::TP))].ranks,
+            (std::vector<int32_t>{0, 8}));
   EXPECT_EQ(t2.plan.representatives().size(), 16u);
 }
 
@@ -128,8 +133,9 @@ TEST(Planner, ImpossibleLayoutsAreRejectedWithTheirPosition) {
   EXPECT_NE(error_of("cluster: {preset: dgx-a100, nodes: 8}\nmodel: {preset: gpt3-175b}\nparallel: {tp: 1}\n")
                 .find("layout does not fit in memory"),
             std::string::npos);
-  EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {pp: 2}\n").find("not modelled yet"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {pp: 2}\n").find("not modelled yet"),
+      std::string::npos);
   EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\ntraining: {global_batch: 12}\n")
                 .find("not a multiple of dp·micro_batch = 8"),
             std::string::npos);
@@ -164,13 +170,18 @@ std::string plan_error(const std::string& json) {
 TEST(PlanIo, RejectsBrokenPlansWithTheirPosition) {
   const std::string head =
       "{\"format\":\"clustersim-plan\",\"version\":1,\"world_size\":1,\"names\":[\"a\"],\"rank_program\":[0],"
-      "\"rank_gpu\":[0],\"mirror_of\":[0],\"groups\":[],\n\"programs\":[{\"name\":\"p\",\"streams\":[\"compute\"],\"ops\":[\n";
-  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":0,\"deps\":[0]}]}]}").find("p.json:3:"), std::string::npos);
-  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":0},{\"kind\":\"memory\",\"name\":0,\"stream\":0,\"deps\":[1]}]}]}")
+      "\"rank_gpu\":[0],\"mirror_of\":[0],\"groups\":[],\n\"programs\":[{\"name\":\"p\",\"streams\":[\"compute\"],"
+      "\"ops\":[\n";
+  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":0,\"deps\":[0]}]}]}").find("p.json:3:"),
+            std::string::npos);
+  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":0},{\"kind\":\"memory\",\"name\":0,"
+                              "\"stream\":0,\"deps\":[1]}]}]}")
                 .find("must name an earlier op"),
             std::string::npos);
-  EXPECT_NE(plan_error(head + "{\"kind\":\"teleport\",\"name\":0,\"stream\":0}]}]}").find("unknown op kind 'teleport'"), std::string::npos);
-  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":3}]}]}").find("stream = 3 is out of range"), std::string::npos);
+  EXPECT_NE(plan_error(head + "{\"kind\":\"teleport\",\"name\":0,\"stream\":0}]}]}").find("unknown op kind 'teleport'"),
+            std::string::npos);
+  EXPECT_NE(plan_error(head + "{\"kind\":\"memory\",\"name\":0,\"stream\":3}]}]}").find("stream = 3 is out of range"),
+            std::string::npos);
   EXPECT_NE(plan_error("{\"format\": \"something else\"}").find("not a clustersim plan"), std::string::npos);
   EXPECT_NE(plan_error("{\"format\": [").find("malformed plan"), std::string::npos);
 }

@@ -1,6 +1,7 @@
 // Tests for the SQLite and Chrome-trace writers on a hand-built two-rank Timeline.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -9,8 +10,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-
-#include <unistd.h>
 
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
@@ -148,8 +147,9 @@ TEST_F(ReportsTest, SqliteHoldsEveryTable) {
   write_sqlite(timeline_, path("run.sqlite"));
   Db db = open_db(path("run.sqlite"));
   EXPECT_EQ(query(db.get(), "PRAGMA user_version"), "1\n");
-  EXPECT_EQ(query(db.get(), "SELECT run_id, name, source, kind, network_model, seed, scenario_yaml, complete FROM runs"),
-            "1|tiny|sim|training|analytic|7|model: tiny\n|1\n");
+  EXPECT_EQ(
+      query(db.get(), "SELECT run_id, name, source, kind, network_model, seed, scenario_yaml, complete FROM runs"),
+      "1|tiny|sim|training|analytic|7|model: tiny\n|1\n");
   EXPECT_EQ(query(db.get(), "SELECT run_id, key, value FROM metrics ORDER BY rowid"),
             "1|iteration_time_s|0.5\n1|mfu|0.4\n");
   EXPECT_EQ(query(db.get(), "SELECT rank, node, local_gpu, device, program, mirror_of FROM ranks ORDER BY rank"),

@@ -70,11 +70,11 @@ std::string load_error(const std::string& path, const std::vector<std::string>& 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 // Asserts the exact "where: error: " prefix and that `phrase` appears in the message.
-#define EXPECT_LOAD_ERROR(path_expr, sets_expr, where, phrase)                                   \
-  do {                                                                                           \
-    const std::string msg_ = load_error((path_expr), (sets_expr));                               \
-    const std::string prefix_ = std::string(where) + ": error: ";                                \
-    EXPECT_TRUE(starts_with(msg_, prefix_)) << "message: " << msg_ << "\nexpected prefix: " << prefix_; \
+#define EXPECT_LOAD_ERROR(path_expr, sets_expr, where, phrase)                                                   \
+  do {                                                                                                           \
+    const std::string msg_ = load_error((path_expr), (sets_expr));                                               \
+    const std::string prefix_ = std::string(where) + ": error: ";                                                \
+    EXPECT_TRUE(starts_with(msg_, prefix_)) << "message: " << msg_ << "\nexpected prefix: " << prefix_;          \
     EXPECT_NE(msg_.find(phrase), std::string::npos) << "message: " << msg_ << "\nexpected phrase: " << (phrase); \
   } while (0)
 
@@ -215,10 +215,10 @@ TEST_F(LoaderTest, IncludeMergesAndIncludingFileWins) {
                               "  tp: 4\n");
   Scenario s = load_scenario(p);
   EXPECT_EQ(s.name, "from-main");
-  EXPECT_EQ(s.cluster.node.preset, "dgx-h100");           // from the include
-  EXPECT_EQ(s.cluster.nodes, 2);                           // this file wins
-  EXPECT_DOUBLE_EQ(s.cluster.fabric.latency, 3e-6);        // deep merge: this file wins
-  EXPECT_DOUBLE_EQ(s.cluster.node.nic_bandwidth, 25e9);    // deep merge: sibling kept
+  EXPECT_EQ(s.cluster.node.preset, "dgx-h100");          // from the include
+  EXPECT_EQ(s.cluster.nodes, 2);                         // this file wins
+  EXPECT_DOUBLE_EQ(s.cluster.fabric.latency, 3e-6);      // deep merge: this file wins
+  EXPECT_DOUBLE_EQ(s.cluster.node.nic_bandwidth, 25e9);  // deep merge: sibling kept
   EXPECT_EQ(s.model.name, "gpt3-1.3b");
   EXPECT_EQ(s.parallel.tp, 4);
   EXPECT_EQ(s.parallel.micro_batch, 2);
@@ -345,8 +345,8 @@ TEST_F(LoaderTest, SetOverridesAKey) {
 
 TEST_F(LoaderTest, SetAddsKeysAndBlocksAndAppliesInOrder) {
   const std::string p = write("s.yaml", kBase);
-  Scenario s = load_scenario(p, {"parallel.tp=4", "output.sqlite=/x/y.sqlite", "parallel.tp=8", "cluster.scale_out.latency=5us",
-                                 "model.preset=llama3-8b"});
+  Scenario s = load_scenario(p, {"parallel.tp=4", "output.sqlite=/x/y.sqlite", "parallel.tp=8",
+                                 "cluster.scale_out.latency=5us", "model.preset=llama3-8b"});
   EXPECT_EQ(s.parallel.tp, 8);  // the last --set wins
   EXPECT_EQ(s.output_sqlite, "/x/y.sqlite");
   EXPECT_DOUBLE_EQ(s.cluster.fabric.latency, 5e-6);
@@ -378,22 +378,27 @@ TEST_F(LoaderTest, SetOfAMappingKeyIsAnError) {
 TEST_F(LoaderTest, HugeCountsAreOutOfRangeNotTruncated) {
   const std::string p = write("s.yaml", "cluster: {preset: dgx-h100, nodes: 4294967297}\nmodel: {preset: gpt3-1.3b}\n");
   EXPECT_LOAD_ERROR(p, kNoSets, p + ":1:36", "cluster.nodes = 4294967297 is out of range");
-  const std::string q = write("q.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, hidden: 99999999999}\n");
+  const std::string q =
+      write("q.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, hidden: 99999999999}\n");
   EXPECT_LOAD_ERROR(q, kNoSets, q + ":2:36", "out of range");
 }
 
 // Regression: overriding the heads of an MHA preset silently made it GQA.
 TEST_F(LoaderTest, KvHeadsFollowHeadsForMhaPresetsButKeepGqaPresets) {
-  const Scenario mha = load_scenario(write("a.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, heads: 32}\n"));
+  const Scenario mha =
+      load_scenario(write("a.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, heads: 32}\n"));
   EXPECT_EQ(mha.model.kv_heads, 32);
-  const Scenario gqa = load_scenario(write("b.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: llama3-8b, heads: 64}\n"));
+  const Scenario gqa =
+      load_scenario(write("b.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: llama3-8b, heads: 64}\n"));
   EXPECT_EQ(gqa.model.kv_heads, 8);
 }
 
 // Regression: a merged block kept the included file's position.
 TEST_F(LoaderTest, MergedBlocksPointAtTheIncludingFile) {
   write("inc.yaml", "parallel:\n  tp: 2\n");
-  const std::string p = write("main.yaml", "include: [inc.yaml]\ncluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel:\n  dp: 4\n");
+  const std::string p =
+      write("main.yaml",
+            "include: [inc.yaml]\ncluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel:\n  dp: 4\n");
   const Scenario s = load_scenario(p);
   EXPECT_EQ(s.mark("parallel").file, p);
   EXPECT_EQ(s.mark("parallel.tp").file, path("inc.yaml"));
@@ -489,7 +494,8 @@ TEST_F(LoaderTest, KeyWithoutValueIsAnError) {
 
 TEST_F(LoaderTest, UnknownEnumValueListsTheOptions) {
   const std::string p = write("s.yaml", std::string(kBase) + "  schedule: zigzag\n");
-  EXPECT_LOAD_ERROR(p, kNoSets, p + ":8:13", "unknown parallel.schedule 'zigzag', expected one of: gpipe, 1f1b, interleaved-1f1b");
+  EXPECT_LOAD_ERROR(p, kNoSets, p + ":8:13",
+                    "unknown parallel.schedule 'zigzag', expected one of: gpipe, 1f1b, interleaved-1f1b");
 }
 
 TEST_F(LoaderTest, UnknownClusterPreset) {
@@ -531,7 +537,8 @@ TEST_F(LoaderTest, BandwidthWithoutUnit) {
 }
 
 TEST_F(LoaderTest, BadBandwidthUnit) {
-  const std::string p = write("s.yaml", "cluster:\n  preset: dgx-h100\n  scale_out:\n    nic_bandwidth: 400 furlongs\n");
+  const std::string p =
+      write("s.yaml", "cluster:\n  preset: dgx-h100\n  scale_out:\n    nic_bandwidth: 400 furlongs\n");
   EXPECT_LOAD_ERROR(p, kNoSets, p + ":4:20", "unknown bandwidth unit in '400 furlongs'");
 }
 
@@ -585,7 +592,8 @@ TEST_F(LoaderTest, DuplicateKey) {
 }
 
 TEST_F(LoaderTest, DuplicateTopLevelKey) {
-  const std::string p = write("s.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\ncluster: {nodes: 2}\n");
+  const std::string p =
+      write("s.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\ncluster: {nodes: 2}\n");
   EXPECT_LOAD_ERROR(p, kNoSets, p + ":3:1", "duplicate key 'cluster'");
 }
 
@@ -644,7 +652,8 @@ TEST_F(LoaderTest, IncompleteCustomModel) {
 }
 
 TEST_F(LoaderTest, HeadsNotDividingHidden) {
-  const std::string p = write("s.yaml", "cluster: {preset: dgx-h100}\nmodel:\n  preset: gpt3-1.3b\n  heads: 12\n  kv_heads: 12\n");
+  const std::string p =
+      write("s.yaml", "cluster: {preset: dgx-h100}\nmodel:\n  preset: gpt3-1.3b\n  heads: 12\n  kv_heads: 12\n");
   EXPECT_LOAD_ERROR(p, kNoSets, p + ":4:10", "model.heads (12) must divide model.hidden (2048)");
 }
 
@@ -659,7 +668,8 @@ TEST_F(LoaderTest, SweepOfUnknownKeyIsAnError) {
 }
 
 TEST_F(LoaderTest, SweepIsCollected) {
-  const std::string p = write("s.yaml", std::string(kBase) + "sweep:\n  parallel.tp: [1, 2, 4]\n  parallel.micro_batch: [1, 2]\n");
+  const std::string p =
+      write("s.yaml", std::string(kBase) + "sweep:\n  parallel.tp: [1, 2, 4]\n  parallel.micro_batch: [1, 2]\n");
   Scenario s = load_scenario(p);
   ASSERT_EQ(s.sweep.size(), 2u);
   EXPECT_EQ(s.sweep[0].first, "parallel.tp");
@@ -703,7 +713,8 @@ TEST(ScenarioKeyDocs, ListsEveryKeyUsedInTheShippedExamples) {
     EXPECT_FALSE(used.empty()) << f;
     for (const std::string& k : used) EXPECT_TRUE(documented.count(k)) << f << " uses undocumented key " << k;
   }
-  for (const char* k : {"parallel.tp", "parallel.dp", "cluster.preset", "model.preset", "output.sqlite", "output.trace", "include"})
+  for (const char* k :
+       {"parallel.tp", "parallel.dp", "cluster.preset", "model.preset", "output.sqlite", "output.trace", "include"})
     EXPECT_TRUE(documented.count(k)) << k;
 }
 

@@ -105,7 +105,8 @@ TEST(Executor, SymmetryShortcutMatchesSimulatingEveryRank) {
   // Every mirror rank's spans equal its representative's, op for op.
   std::map<int32_t, std::vector<std::tuple<uint8_t, uint32_t, int64_t, int64_t>>> by_rank;
   for (const SpanRecord& sp : slow.exec.spans) by_rank[sp.rank].emplace_back(sp.stream, sp.op, sp.start_ps, sp.end_ps);
-  for (int32_t r = 0; r < 32; ++r) EXPECT_EQ(by_rank[r], by_rank[fast.plan.plan.mirror_of[static_cast<size_t>(r)]]) << r;
+  for (int32_t r = 0; r < 32; ++r)
+    EXPECT_EQ(by_rank[r], by_rank[fast.plan.plan.mirror_of[static_cast<size_t>(r)]]) << r;
 }
 
 TEST(Executor, SameScenarioGivesIdenticalSpans) {

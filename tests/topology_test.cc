@@ -1,9 +1,10 @@
+#include "topology/topology.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "topology/presets.h"
-#include "topology/topology.h"
 
 namespace clustersim {
 namespace {

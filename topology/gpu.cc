@@ -25,12 +25,17 @@ const std::vector<GpuSpec>& presets() {
 
 double GpuSpec::peak_flops(DType d) const {
   switch (d) {
-    case DType::FP32: return peak_fp32;
+    case DType::FP32:
+      return peak_fp32;
     case DType::BF16:
-    case DType::FP16: return peak_bf16;
-    case DType::FP8: return peak_fp8 > 0 ? peak_fp8 : peak_bf16;
-    case DType::INT8: return peak_int8 > 0 ? peak_int8 : peak_bf16;
-    case DType::INT4: return peak_int8 > 0 ? peak_int8 : peak_bf16;  // int4 weights dequantize into int8/bf16 math
+    case DType::FP16:
+      return peak_bf16;
+    case DType::FP8:
+      return peak_fp8 > 0 ? peak_fp8 : peak_bf16;
+    case DType::INT8:
+      return peak_int8 > 0 ? peak_int8 : peak_bf16;
+    case DType::INT4:
+      return peak_int8 > 0 ? peak_int8 : peak_bf16;  // int4 weights dequantize into int8/bf16 math
   }
   return peak_bf16;
 }

@@ -13,11 +13,11 @@ namespace clustersim {
 
 struct GpuSpec {
   std::string name;
-  double peak_fp32 = 0;   // FLOP/s, dense, non-tensor-core FP32
-  double peak_tf32 = 0;   // FLOP/s, dense tensor-core TF32
-  double peak_bf16 = 0;   // FLOP/s, dense (FP16 is the same on every preset)
-  double peak_fp8 = 0;    // FLOP/s, dense; 0 where the GPU has no FP8 tensor cores
-  double peak_int8 = 0;   // OP/s, dense
+  double peak_fp32 = 0;  // FLOP/s, dense, non-tensor-core FP32
+  double peak_tf32 = 0;  // FLOP/s, dense tensor-core TF32
+  double peak_bf16 = 0;  // FLOP/s, dense (FP16 is the same on every preset)
+  double peak_fp8 = 0;   // FLOP/s, dense; 0 where the GPU has no FP8 tensor cores
+  double peak_int8 = 0;  // OP/s, dense
   double hbm_bytes = 0;
   double hbm_bandwidth = 0;  // bytes/s
   int sm_count = 0;

@@ -53,8 +53,8 @@ std::vector<std::string> node_preset_names() {
 }
 
 bool parse_fabric(std::string_view s, FabricKind& out) {
-  for (FabricKind f : {FabricKind::Switch, FabricKind::FatTree, FabricKind::RailOptimized, FabricKind::Ring,
-                       FabricKind::Torus}) {
+  for (FabricKind f :
+       {FabricKind::Switch, FabricKind::FatTree, FabricKind::RailOptimized, FabricKind::Ring, FabricKind::Torus}) {
     if (s == to_string(f)) {
       out = f;
       return true;

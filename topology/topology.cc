@@ -10,20 +10,28 @@ namespace clustersim {
 
 std::string_view to_string(LinkClass c) {
   switch (c) {
-    case LinkClass::NvLink: return "nvlink";
-    case LinkClass::Pcie: return "pcie";
-    case LinkClass::Network: return "network";
+    case LinkClass::NvLink:
+      return "nvlink";
+    case LinkClass::Pcie:
+      return "pcie";
+    case LinkClass::Network:
+      return "network";
   }
   return "?";
 }
 
 std::string_view to_string(FabricKind f) {
   switch (f) {
-    case FabricKind::Switch: return "switch";
-    case FabricKind::FatTree: return "fat-tree";
-    case FabricKind::RailOptimized: return "rail-optimized";
-    case FabricKind::Ring: return "ring";
-    case FabricKind::Torus: return "torus";
+    case FabricKind::Switch:
+      return "switch";
+    case FabricKind::FatTree:
+      return "fat-tree";
+    case FabricKind::RailOptimized:
+      return "rail-optimized";
+    case FabricKind::Ring:
+      return "ring";
+    case FabricKind::Torus:
+      return "torus";
   }
   return "?";
 }
@@ -157,15 +165,18 @@ void Topology::build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_no
       std::vector<uint32_t> routers;
       for (int n = 0; n < nodes; ++n) {
         routers.push_back(add_vertex(VertexKind::Switch, "node" + std::to_string(n) + "/router", n));
-        for (uint32_t nic : nics_by_node[static_cast<size_t>(n)]) add_link(nic, routers.back(), LinkClass::Network, bw, lat);
+        for (uint32_t nic : nics_by_node[static_cast<size_t>(n)])
+          add_link(nic, routers.back(), LinkClass::Network, bw, lat);
       }
       const int neighbours = (dx > 2 ? 2 : dx - 1) + (dy > 2 ? 2 : dy - 1);
       const double link_bw = bw * nics_per_node / std::max(1, neighbours);
       auto id = [&](int x, int y) { return routers[static_cast<size_t>(y * dx + x)]; };
       for (int y = 0; y < dy; ++y)
         for (int x = 0; x < dx; ++x) {
-          if (dx > 1 && (x + 1 < dx || dx > 2)) add_link(id(x, y), id((x + 1) % dx, y), LinkClass::Network, link_bw, lat);
-          if (dy > 1 && (y + 1 < dy || dy > 2)) add_link(id(x, y), id(x, (y + 1) % dy), LinkClass::Network, link_bw, lat);
+          if (dx > 1 && (x + 1 < dx || dx > 2))
+            add_link(id(x, y), id((x + 1) % dx, y), LinkClass::Network, link_bw, lat);
+          if (dy > 1 && (y + 1 < dy || dy > 2))
+            add_link(id(x, y), id(x, (y + 1) % dy), LinkClass::Network, link_bw, lat);
         }
       break;
     }
@@ -211,7 +222,8 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
       }
     }
   }
-  if (dist[dst] == kInf) throw std::runtime_error("topology: no route from " + graph_[src].name + " to " + graph_[dst].name);
+  if (dist[dst] == kInf)
+    throw std::runtime_error("topology: no route from " + graph_[src].name + " to " + graph_[dst].name);
   std::vector<uint32_t> path;
   const uint64_t h = mix((static_cast<uint64_t>(src) << 32) | dst);
   for (uint32_t v = dst; v != src;) {
@@ -228,8 +240,7 @@ std::span<const uint32_t> Topology::route(int src, int dst) {
   if (src == dst) return {};
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
   auto it = route_cache_.find(key);
-  if (it == route_cache_.end())
-    it = route_cache_.emplace(key, shortest_path(gpu_vertex(src), gpu_vertex(dst))).first;
+  if (it == route_cache_.end()) it = route_cache_.emplace(key, shortest_path(gpu_vertex(src), gpu_vertex(dst))).first;
   return it->second;
 }
 

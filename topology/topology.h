@@ -42,22 +42,21 @@ struct Link {
   double latency = 0;    // seconds, this hop
 };
 
-using ClusterGraph =
-    boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps, EdgeProps>;
+using ClusterGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps, EdgeProps>;
 
 // How GPUs inside a node are connected and how the node reaches the fabric.
 struct NodeSpec {
   std::string preset;
   GpuSpec gpu;
   int gpus = 8;
-  bool nvswitch = true;          // false: GPUs talk over PCIe (through their switch, then the CPU)
-  double nvlink_bandwidth = 0;   // bytes/s per GPU per direction into the NVSwitch
-  double nvlink_latency = 0;     // seconds per hop
-  double pcie_bandwidth = 0;     // bytes/s per direction, GPU or NIC to its PCIe switch
+  bool nvswitch = true;         // false: GPUs talk over PCIe (through their switch, then the CPU)
+  double nvlink_bandwidth = 0;  // bytes/s per GPU per direction into the NVSwitch
+  double nvlink_latency = 0;    // seconds per hop
+  double pcie_bandwidth = 0;    // bytes/s per direction, GPU or NIC to its PCIe switch
   double pcie_latency = 0;
   int gpus_per_pcie_switch = 2;
-  int nics = 8;                  // NICs per node, spread evenly over the PCIe switches
-  double nic_bandwidth = 0;      // bytes/s per NIC per direction
+  int nics = 8;              // NICs per node, spread evenly over the PCIe switches
+  double nic_bandwidth = 0;  // bytes/s per NIC per direction
 };
 
 enum class FabricKind : uint8_t { Switch, FatTree, RailOptimized, Ring, Torus };
