@@ -1,90 +1,440 @@
 #include "cost_models/collective.h"
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <stdexcept>
-#include <string>
 
 namespace clustersim {
 
 std::string_view to_string(Algorithm a) {
   switch (a) {
-    case Algorithm::Ring:
-      return "ring";
-    case Algorithm::Direct:
-      return "direct";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Tree: return "tree";
+    case Algorithm::Direct: return "direct";
+    case Algorithm::HalvingDoubling: return "halving-doubling";
+    case Algorithm::Hierarchical: return "hierarchical";
+    case Algorithm::Nvls: return "nvls";
   }
   return "?";
 }
 
 bool parse_algorithm(std::string_view s, Algorithm& out) {
-  for (Algorithm a : {Algorithm::Ring, Algorithm::Direct}) {
+  for (Algorithm a : kAlgorithms)
     if (s == to_string(a)) {
       out = a;
       return true;
     }
-  }
   return false;
+}
+
+LatencyFamily latency_family(Algorithm a) {
+  if (a == Algorithm::Tree) return LatencyFamily::Tree;
+  if (a == Algorithm::Nvls) return LatencyFamily::Nvls;
+  return LatencyFamily::Ring;
+}
+
+int GroupLayout::nodes() const {
+  std::vector<int32_t> n = node;
+  std::sort(n.begin(), n.end());
+  return static_cast<int>(std::unique(n.begin(), n.end()) - n.begin());
+}
+
+int GroupLayout::per_node() const {
+  std::map<int32_t, int> count;
+  for (int32_t n : node) ++count[n];
+  int c = count.empty() ? 0 : count.begin()->second;
+  for (auto [n, k] : count)
+    if (k != c) return 0;
+  return c;
 }
 
 namespace {
 
-std::vector<std::pair<int32_t, int32_t>> shift(int p, int k) {
-  std::vector<std::pair<int32_t, int32_t>> t;
-  t.reserve(static_cast<size_t>(p));
-  for (int i = 0; i < p; ++i) t.emplace_back(i, (i + k) % p);
-  return t;
+bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
+
+// Members of each node, nodes in order of first appearance, members in group order.
+std::vector<std::vector<int32_t>> by_node(const GroupLayout& l) {
+  std::vector<std::vector<int32_t>> out;
+  std::map<int32_t, size_t> index;
+  for (int32_t i = 0; i < l.ranks(); ++i) {
+    auto [it, fresh] = index.emplace(l.node[static_cast<size_t>(i)], out.size());
+    if (fresh) out.emplace_back();
+    out[it->second].push_back(i);
+  }
+  return out;
+}
+
+// Ring orders, one per channel. Across several nodes with g members each, channel k
+// enters every node at its k-th member, so the g channels leave each node from g
+// different GPUs and spread the inter-node traffic over their NICs (as NCCL's rings
+// spread over rails). Otherwise one ring in group order.
+std::vector<std::vector<int32_t>> ring_orders(const GroupLayout& l) {
+  const auto nodes = by_node(l);
+  const int g = l.per_node();
+  std::vector<std::vector<int32_t>> rings;
+  if (nodes.size() < 2 || g < 2) {
+    rings.emplace_back();
+    for (int32_t i = 0; i < l.ranks(); ++i) rings.back().push_back(i);
+    return rings;
+  }
+  for (int k = 0; k < g; ++k) {
+    rings.emplace_back();
+    for (const auto& members : nodes)
+      for (int j = 0; j < g; ++j) rings.back().push_back(members[static_cast<size_t>((k + j) % g)]);
+  }
+  return rings;
+}
+
+// One step in which every ring passes `bytes` to its successor.
+CollectiveStep ring_step(const std::vector<std::vector<int32_t>>& rings, double bytes, int64_t repeat) {
+  CollectiveStep s;
+  s.repeat = repeat;
+  for (const auto& r : rings)
+    for (size_t i = 0; i < r.size(); ++i) s.transfers.push_back(Transfer{r[i], r[(i + 1) % r.size()], bytes});
+  return s;
+}
+
+// Rotates each ring so it starts at `root`.
+std::vector<std::vector<int32_t>> chains_from(std::vector<std::vector<int32_t>> rings, int32_t root) {
+  for (auto& r : rings) std::rotate(r.begin(), std::find(r.begin(), r.end(), root), r.end());
+  return rings;
+}
+
+int64_t chunks_for(double bytes, const NetworkProfile& prof, Protocol proto) {
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(bytes / static_cast<double>(prof.protocol(proto).chunk_bytes))));
+}
+
+// A pipelined phase over directed edges: (depth + C − 1) steps, every edge moving one
+// chunk per step (the steady state; the fill and drain are charged as full steps).
+CollectiveStep pipelined(const std::vector<Transfer>& edges, int depth, int64_t chunks) {
+  CollectiveStep s;
+  s.transfers = edges;
+  s.repeat = depth + chunks - 1;
+  return s;
+}
+
+void shift_steps(std::vector<CollectiveStep>& out, int p, double bytes, int first, int last) {
+  for (int k = first; k <= last; ++k) {
+    CollectiveStep s;
+    for (int i = 0; i < p; ++i) s.transfers.push_back(Transfer{i, (i + k) % p, bytes});
+    out.push_back(std::move(s));
+  }
+}
+
+int tree_depth(const std::vector<int32_t>& parent) {
+  int depth = 0;
+  for (size_t i = 0; i < parent.size(); ++i) {
+    int d = 0;
+    for (int32_t v = static_cast<int32_t>(i); parent[static_cast<size_t>(v)] >= 0; v = parent[static_cast<size_t>(v)]) ++d;
+    depth = std::max(depth, d);
+  }
+  return depth;
+}
+
+void btree(int n, int rank, int& up, int& d0, int& d1) {
+  int bit = 1;
+  for (; bit < n; bit <<= 1)
+    if (bit & rank) break;
+  if (rank == 0) {
+    up = -1;
+    d0 = -1;
+    d1 = n > 1 ? bit >> 1 : -1;
+    return;
+  }
+  up = (rank ^ bit) | (bit << 1);
+  if (up >= n) up = rank ^ bit;
+  int low = bit >> 1;
+  d0 = low == 0 ? -1 : rank - low;
+  d1 = low == 0 ? -1 : rank + low;
+  while (d1 >= n) {
+    low >>= 1;
+    d1 = low == 0 ? -1 : rank + low;
+  }
 }
 
 }  // namespace
 
-std::vector<CollectiveStep> expand_collective(CollectiveKind op, Algorithm algo, int p, double bytes) {
-  if (p <= 1 || bytes <= 0) return {};
-  const double piece = bytes / p;
-  if (algo == Algorithm::Ring) {
-    // Each rank sends one S/p piece to its ring successor per step; reduce-scatter
-    // (p−1 steps) then all-gather (p−1 steps) for all-reduce.
-    switch (op) {
-      case CollectiveKind::AllReduce:
-        return {CollectiveStep{shift(p, 1), piece, 2 * static_cast<int64_t>(p - 1)}};
-      case CollectiveKind::AllGather:
-      case CollectiveKind::ReduceScatter:
-        return {CollectiveStep{shift(p, 1), piece, p - 1}};
-      default:
-        break;
-    }
-  } else if (algo == Algorithm::Direct) {
-    // Pairwise exchange: at step k rank i sends its S/p piece for rank i+k.
-    switch (op) {
-      case CollectiveKind::AllToAll:
-      case CollectiveKind::AllGather:
-      case CollectiveKind::ReduceScatter: {
-        std::vector<CollectiveStep> steps;
-        for (int k = 1; k < p; ++k) steps.push_back(CollectiveStep{shift(p, k), piece, 1});
-        return steps;
-      }
-      default:
-        break;
-    }
+void double_binary_tree(int n, std::vector<int32_t>& a, std::vector<int32_t>& b) {
+  a.assign(static_cast<size_t>(n), -1);
+  b.assign(static_cast<size_t>(n), -1);
+  int up, d0, d1;
+  for (int r = 0; r < n; ++r) {
+    btree(n, r, up, d0, d1);
+    a[static_cast<size_t>(r)] = up;
   }
-  throw std::invalid_argument(std::string(to_string(op)) + " has no " + std::string(to_string(algo)) + " algorithm");
+  // Second tree: the first shifted by one rank (n even) or mirrored (n odd), so most
+  // ranks that are inner nodes of one tree are leaves of the other.
+  for (int r = 0; r < n; ++r) {
+    const int s = n % 2 == 0 ? (r - 1 + n) % n : n - 1 - r;
+    btree(n, s, up, d0, d1);
+    b[static_cast<size_t>(r)] = up < 0 ? -1 : (n % 2 == 0 ? (up + 1) % n : n - 1 - up);
+  }
 }
 
-double closed_form_seconds(CollectiveKind op, Algorithm algo, int p, double bytes, double alpha, double bandwidth) {
-  if (p <= 1 || bytes <= 0) return 0;
-  const double steps = (algo == Algorithm::Ring && op == CollectiveKind::AllReduce) ? 2.0 * (p - 1) : (p - 1);
-  return steps * alpha + steps / p * bytes / bandwidth;
+std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLayout& l) {
+  const std::string name = std::string(to_string(op)) + " with " + std::string(to_string(algo));
+  switch (algo) {
+    case Algorithm::Ring:
+      if (op == CollectiveKind::AllToAll) return name + ": all-to-all has no ring schedule, use direct";
+      return "";
+    case Algorithm::Tree:
+      if (op != CollectiveKind::AllReduce) return name + ": the tree algorithm runs all-reduce only (as NCCL's)";
+      return "";
+    case Algorithm::Direct: return "";
+    case Algorithm::HalvingDoubling:
+      if (op == CollectiveKind::AllToAll) return name + ": all-to-all has no halving-doubling schedule";
+      if (!power_of_two(l.ranks())) return name + ": needs a power-of-two group, got " + std::to_string(l.ranks()) + " ranks";
+      return "";
+    case Algorithm::Hierarchical:
+      if (op != CollectiveKind::AllReduce && op != CollectiveKind::AllGather && op != CollectiveKind::ReduceScatter)
+        return name + ": hierarchical runs all-reduce, all-gather and reduce-scatter";
+      if (l.nodes() < 2 || l.per_node() < 1) return name + ": needs a group spread evenly over two or more nodes";
+      return "";
+    case Algorithm::Nvls:
+      if (op != CollectiveKind::AllReduce && op != CollectiveKind::AllGather && op != CollectiveKind::ReduceScatter)
+        return name + ": in-switch reduction runs all-reduce, all-gather and reduce-scatter";
+      if (!l.nvswitch || l.nodes() != 1) return name + ": needs a group inside one node with an NVSwitch";
+      return "";
+  }
+  return name + ": unknown";
+}
+
+Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, const NetworkProfile& prof) {
+  const std::string why = unsupported_reason(req.op, req.algo, l);
+  if (!why.empty()) throw std::invalid_argument(why);
+  Expansion e;
+  e.family = latency_family(req.algo);
+  e.proto = req.proto;
+  const int p = l.ranks();
+  const double S = req.bytes;
+  if (p <= 1 || S <= 0) return e;
+  e.base_latency = prof.base(e.family, req.proto);
+  auto& steps = e.steps;
+  using CK = CollectiveKind;
+
+  switch (req.algo) {
+    case Algorithm::Ring: {
+      const auto rings = ring_orders(l);
+      const double K = static_cast<double>(rings.size());
+      switch (req.op) {
+        case CK::AllReduce: steps.push_back(ring_step(rings, S / (K * p), 2 * static_cast<int64_t>(p - 1))); break;
+        case CK::AllGather:
+        case CK::ReduceScatter: steps.push_back(ring_step(rings, S / (K * p), p - 1)); break;
+        case CK::Broadcast:
+        case CK::Reduce: {
+          // A pipelined chain from (or to) the root on each channel.
+          const auto chains = chains_from(rings, req.root);
+          const int64_t C = chunks_for(S / K, prof, req.proto);
+          std::vector<Transfer> edges;
+          for (const auto& c : chains)
+            for (size_t i = 0; i + 1 < c.size(); ++i)
+              edges.push_back(req.op == CK::Broadcast ? Transfer{c[i], c[i + 1], S / K / static_cast<double>(C)}
+                                                      : Transfer{c[i + 1], c[i], S / K / static_cast<double>(C)});
+          steps.push_back(pipelined(edges, p - 1, C));
+          break;
+        }
+        default: break;
+      }
+      break;
+    }
+    case Algorithm::Tree: {
+      // NCCL's tree: a chain inside each node from its first member, and a double binary
+      // tree across the nodes' first members; half the data on each tree. Reduce up the
+      // trees, then broadcast down, both pipelined in chunks.
+      const auto nodes = by_node(l);
+      const int n = static_cast<int>(nodes.size());
+      std::vector<int32_t> pa, pb;
+      double_binary_tree(n, pa, pb);
+      const bool two = n > 1;
+      const double per_tree = two ? S / 2 : S;
+      const int64_t C = chunks_for(per_tree, prof, req.proto);
+      const double c = per_tree / static_cast<double>(C);
+      std::vector<Transfer> up, down;
+      int chain = 0;
+      for (const auto& m : nodes) {
+        chain = std::max(chain, static_cast<int>(m.size()) - 1);
+        for (size_t j = 1; j < m.size(); ++j)
+          for (int t = 0; t < (two ? 2 : 1); ++t) {
+            up.push_back(Transfer{m[j], m[j - 1], c});
+            down.push_back(Transfer{m[j - 1], m[j], c});
+          }
+      }
+      for (int t = 0; t < (two ? 2 : 1); ++t) {
+        const auto& parent = t == 0 ? pa : pb;
+        for (int i = 0; i < n; ++i) {
+          const int32_t par = parent[static_cast<size_t>(i)];
+          if (par < 0) continue;
+          up.push_back(Transfer{nodes[static_cast<size_t>(i)][0], nodes[static_cast<size_t>(par)][0], c});
+          down.push_back(Transfer{nodes[static_cast<size_t>(par)][0], nodes[static_cast<size_t>(i)][0], c});
+        }
+      }
+      const int depth = chain + std::max(tree_depth(pa), two ? tree_depth(pb) : 0);
+      steps.push_back(pipelined(up, depth, C));
+      steps.push_back(pipelined(down, depth, C));
+      break;
+    }
+    case Algorithm::Direct: {
+      switch (req.op) {
+        case CK::AllReduce:
+          shift_steps(steps, p, S / p, 1, p - 1);  // reduce-scatter
+          shift_steps(steps, p, S / p, 1, p - 1);  // all-gather
+          break;
+        case CK::AllGather:
+        case CK::ReduceScatter:
+        case CK::AllToAll: shift_steps(steps, p, S / p, 1, p - 1); break;
+        case CK::Broadcast:
+        case CK::Reduce: {
+          CollectiveStep s;
+          for (int i = 0; i < p; ++i)
+            if (i != req.root)
+              s.transfers.push_back(req.op == CK::Broadcast ? Transfer{req.root, i, S} : Transfer{i, req.root, S});
+          steps.push_back(std::move(s));
+          break;
+        }
+      }
+      break;
+    }
+    case Algorithm::HalvingDoubling: {
+      int lg = 0;
+      while ((1 << lg) < p) ++lg;
+      auto exchange = [&](int distance, double bytes) {
+        CollectiveStep s;
+        for (int i = 0; i < p; ++i) s.transfers.push_back(Transfer{i, i ^ distance, bytes});
+        steps.push_back(std::move(s));
+      };
+      auto halving = [&] {  // reduce-scatter: halve the data, halve the distance
+        for (int k = 0; k < lg; ++k) exchange(p >> (k + 1), S / (1 << (k + 1)));
+      };
+      auto doubling = [&] {  // all-gather: double the distance and the data
+        for (int k = 0; k < lg; ++k) exchange(1 << k, S * (1 << k) / p);
+      };
+      switch (req.op) {
+        case CK::AllReduce:
+          halving();
+          doubling();
+          break;
+        case CK::ReduceScatter: halving(); break;
+        case CK::AllGather: doubling(); break;
+        case CK::Broadcast:
+        case CK::Reduce:
+          // Binomial tree relative to the root: lg p steps of the whole message.
+          for (int k = 0; k < lg; ++k) {
+            const int d = req.op == CK::Broadcast ? 1 << k : 1 << (lg - 1 - k);
+            CollectiveStep s;
+            for (int v = 0; v < d; ++v) {
+              const int a = (v + req.root) % p, b = (v + d + req.root) % p;
+              s.transfers.push_back(req.op == CK::Broadcast ? Transfer{a, b, S} : Transfer{b, a, S});
+            }
+            steps.push_back(std::move(s));
+          }
+          break;
+        default: break;
+      }
+      break;
+    }
+    case Algorithm::Hierarchical: {
+      const auto nodes = by_node(l);
+      const int g = l.per_node(), n = static_cast<int>(nodes.size());
+      std::vector<std::vector<int32_t>> intra(nodes.begin(), nodes.end()), inter(static_cast<size_t>(g));
+      for (const auto& m : nodes)
+        for (int j = 0; j < g; ++j) inter[static_cast<size_t>(j)].push_back(m[static_cast<size_t>(j)]);
+      if (req.op == CK::AllReduce || req.op == CK::ReduceScatter)
+        if (g > 1) steps.push_back(ring_step(intra, S / g, g - 1));
+      if (req.op == CK::AllReduce)
+        steps.push_back(ring_step(inter, S / (static_cast<double>(g) * n), 2 * static_cast<int64_t>(n - 1)));
+      else
+        steps.push_back(ring_step(inter, S / (static_cast<double>(g) * n), n - 1));
+      if (req.op == CK::AllReduce || req.op == CK::AllGather)
+        if (g > 1) steps.push_back(ring_step(intra, S / g, g - 1));
+      break;
+    }
+    case Algorithm::Nvls: {
+      // The switch reduces (multimem ld_reduce) and multicasts (multimem st). All-reduce
+      // pipelines the two: each GPU pushes its (p−1)/p·S of contributions plus its S/p
+      // reduced shard up, and receives its S/p shard plus the (p−1)/p·S others down.
+      CollectiveStep s;
+      const double up = req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S / p : S * (p - 1) / p);
+      const double down = req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S * (p - 1) / p : S / p);
+      for (int i = 0; i < p; ++i) {
+        s.transfers.push_back(Transfer{i, kSwitch, up});
+        s.transfers.push_back(Transfer{kSwitch, i, down});
+      }
+      steps.push_back(std::move(s));
+      break;
+    }
+  }
+  return e;
+}
+
+Expansion expand_all_to_allv(const std::vector<std::vector<double>>& bytes, Protocol proto, const NetworkProfile& prof) {
+  Expansion e;
+  e.proto = proto;
+  const int p = static_cast<int>(bytes.size());
+  if (p <= 1) return e;
+  e.base_latency = prof.base(LatencyFamily::Ring, proto);
+  for (int k = 1; k < p; ++k) {
+    CollectiveStep s;
+    for (int i = 0; i < p; ++i) {
+      const int j = (i + k) % p;
+      if (bytes[static_cast<size_t>(i)].size() != static_cast<size_t>(p)) throw std::invalid_argument("all-to-allv: the byte matrix must be square");
+      const double b = bytes[static_cast<size_t>(i)][static_cast<size_t>(j)];
+      if (b > 0) s.transfers.push_back(Transfer{i, j, b});
+    }
+    if (!s.transfers.empty()) e.steps.push_back(std::move(s));
+  }
+  return e;
+}
+
+Expansion expand_sendrecv(int p, double bytes, Protocol proto, const NetworkProfile& prof) {
+  Expansion e;
+  e.proto = proto;
+  if (p <= 1 || bytes <= 0) return e;
+  e.base_latency = prof.base(LatencyFamily::Ring, proto);
+  shift_steps(e.steps, p, bytes, 1, 1);
+  return e;
+}
+
+double closed_form_seconds(CollectiveKind op, Algorithm algo, int p, double S, double alpha, double B) {
+  if (p <= 1 || S <= 0) return 0;
+  const double frac = static_cast<double>(p - 1) / p;
+  int lg = 0;
+  while ((1 << lg) < p) ++lg;
+  switch (algo) {
+    case Algorithm::Ring:
+      if (op == CollectiveKind::AllReduce) return 2.0 * (p - 1) * alpha + 2.0 * frac * S / B;
+      return (p - 1) * alpha + frac * S / B;
+    case Algorithm::Direct:
+      if (op == CollectiveKind::AllReduce) return 2.0 * ((p - 1) * alpha + frac * S / B);
+      if (op == CollectiveKind::Broadcast || op == CollectiveKind::Reduce) return alpha + (p - 1) * S / B;
+      return (p - 1) * alpha + frac * S / B;
+    case Algorithm::HalvingDoubling:
+      if (op == CollectiveKind::AllReduce) return 2.0 * lg * alpha + 2.0 * frac * S / B;
+      if (op == CollectiveKind::Broadcast || op == CollectiveKind::Reduce) return lg * (alpha + S / B);
+      return lg * alpha + frac * S / B;
+    default: break;
+  }
+  throw std::invalid_argument("no flat closed form for " + std::string(to_string(algo)));
+}
+
+double closed_form_pipelined(int phases, int depth, int64_t chunks, double chunk_bytes, int link_load, double alpha,
+                             double bandwidth) {
+  return phases * static_cast<double>(depth + chunks - 1) * (alpha + link_load * chunk_bytes / bandwidth);
+}
+
+double closed_form_hierarchical(int g, int n, double S, double a1, double b1, double a2, double b2) {
+  const double intra = g > 1 ? (g - 1) * a1 + static_cast<double>(g - 1) / g * S / b1 : 0.0;
+  return 2 * intra + 2.0 * (n - 1) * a2 + 2.0 * (n - 1) / n * (S / g) / b2;
 }
 
 double busbw_factor(CollectiveKind op, int p) {
   switch (op) {
-    case CollectiveKind::AllReduce:
-      return 2.0 * (p - 1) / p;
+    case CollectiveKind::AllReduce: return 2.0 * (p - 1) / p;
     case CollectiveKind::AllGather:
     case CollectiveKind::ReduceScatter:
-    case CollectiveKind::AllToAll:
-      return static_cast<double>(p - 1) / p;
+    case CollectiveKind::AllToAll: return static_cast<double>(p - 1) / p;
     case CollectiveKind::Broadcast:
-    case CollectiveKind::Reduce:
-      return 1.0;
+    case CollectiveKind::Reduce: return 1.0;
   }
   return 1.0;
 }

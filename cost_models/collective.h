@@ -1,42 +1,96 @@
-// Collective algorithms as data: an algorithm turns (operation, group size, bytes)
-// into steps of point-to-point transfers between group positions; the network model
-// (cost_models/network.h) executes the steps over topology routes. Each algorithm's
-// closed-form α-β cost lives beside it, and tests check the two agree on an
-// uncontended network.
+// Collective algorithms as data: an algorithm turns (operation, group layout, bytes,
+// protocol) into steps of point-to-point transfers between group positions; a network
+// model (network.h analytic, flow_network.h flow) executes the steps over topology
+// routes. Each algorithm's closed-form α-β cost lives beside it (closed_form_*), and
+// tests check the expansion and the closed form agree on an uncontended network.
 //
-// Bytes follow nccl-tests: S is the full array for all-reduce, the gathered array for
-// all-gather and reduce-scatter, and the whole send buffer of one rank for all-to-all.
+// Bytes follow nccl-tests: S is the full array for all-reduce, broadcast and reduce, the
+// gathered array for all-gather and reduce-scatter, one rank's whole send buffer for
+// all-to-all, and each rank's message for send/recv.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
+#include "cost_models/protocol.h"
 #include "plan/plan.h"
 
 namespace clustersim {
 
-enum class Algorithm : uint8_t { Ring, Direct };
+enum class Algorithm : uint8_t { Ring, Tree, Direct, HalvingDoubling, Hierarchical, Nvls };
+inline constexpr Algorithm kAlgorithms[] = {Algorithm::Ring, Algorithm::Tree, Algorithm::Direct,
+                                            Algorithm::HalvingDoubling, Algorithm::Hierarchical, Algorithm::Nvls};
 std::string_view to_string(Algorithm a);
 bool parse_algorithm(std::string_view s, Algorithm& out);
+LatencyFamily latency_family(Algorithm a);
 
-struct CollectiveStep {
-  std::vector<std::pair<int32_t, int32_t>> transfers;  // (src, dst) positions in the group
-  double bytes = 0;                                    // per transfer
-  int64_t repeat = 1;                                  // identical consecutive steps
+// A transfer endpoint is a group position, or kSwitch: the NVSwitch of the other
+// endpoint's node (in-switch reduction and multicast).
+inline constexpr int32_t kSwitch = -1;
+
+struct Transfer {
+  int32_t src = 0, dst = 0;
+  double bytes = 0;
 };
 
-// Throws std::invalid_argument for an (operation, algorithm) pair that has no expansion.
-std::vector<CollectiveStep> expand_collective(CollectiveKind op, Algorithm algo, int ranks, double bytes);
+struct CollectiveStep {
+  std::vector<Transfer> transfers;  // run at once
+  int64_t repeat = 1;               // identical consecutive steps
+};
 
-// Closed form for a uniform network: α per step (route latency), B the per-link
-// bandwidth each transfer gets. Ring all-reduce: 2(p−1)·α + 2(p−1)/p·S/B
-// (Patarasuk & Yuan 2009); ring all-gather / reduce-scatter: (p−1)·α + (p−1)/p·S/B;
-// direct all-to-all: (p−1)·α + (p−1)/p·S/B.
-double closed_form_seconds(CollectiveKind op, Algorithm algo, int ranks, double bytes, double alpha, double bandwidth);
+// Where a group's members sit: node of each position, and whether nodes have NVSwitch.
+struct GroupLayout {
+  std::vector<int32_t> node;  // per position
+  bool nvswitch = false;
+  int ranks() const { return static_cast<int>(node.size()); }
+  int nodes() const;     // distinct nodes
+  int per_node() const;  // members per node when every node has the same count, else 0
+};
+
+struct CollectiveRequest {
+  CollectiveKind op = CollectiveKind::AllReduce;
+  Algorithm algo = Algorithm::Ring;
+  Protocol proto = Protocol::Simple;
+  double bytes = 0;
+  int32_t root = 0;  // broadcast / reduce
+};
+
+struct Expansion {
+  std::vector<CollectiveStep> steps;
+  LatencyFamily family = LatencyFamily::Ring;
+  Protocol proto = Protocol::Simple;
+  double base_latency = 0;  // paid once
+};
+
+// Why (op, algorithm) cannot run on this layout, or "" when it can.
+std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLayout& layout);
+// Throws std::invalid_argument with unsupported_reason() when it cannot.
+Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& layout, const NetworkProfile& profile);
+// All-to-all with per-pair sizes: bytes[i][j] is what position i sends to j (direct).
+Expansion expand_all_to_allv(const std::vector<std::vector<double>>& bytes, Protocol proto, const NetworkProfile& profile);
+// nccl-tests' sendrecv: each position sends `bytes` to its successor.
+Expansion expand_sendrecv(int ranks, double bytes, Protocol proto, const NetworkProfile& profile);
+
+// ---- closed forms on a uniform network: α per step, B bytes/s per transfer ---------
+// Ring all-reduce 2(p−1)α + 2(p−1)/p·S/B; ring all-gather / reduce-scatter and direct
+// all-to-all / all-gather / reduce-scatter (p−1)α + (p−1)/p·S/B; direct all-reduce twice
+// that; halving-doubling all-reduce 2·lg p·α + 2(p−1)/p·S/B (Thakur et al. 2005).
+double closed_form_seconds(CollectiveKind op, Algorithm algo, int p, double bytes, double alpha, double bandwidth);
+// Pipelined chain or tree of depth D, C chunks of c bytes, k transfers per busiest link:
+// each phase (D + C − 1)·(α + k·c/B); all-reduce has two phases (reduce, broadcast).
+double closed_form_pipelined(int phases, int depth, int64_t chunks, double chunk_bytes, int link_load, double alpha,
+                             double bandwidth);
+// Hierarchical all-reduce: ring reduce-scatter in the node (g ranks, α1, B1), ring
+// all-reduce of S/g across n nodes (α2, B2), ring all-gather in the node.
+double closed_form_hierarchical(int g, int n, double bytes, double alpha1, double bw1, double alpha2, double bw2);
 
 // nccl-tests busbw = algbw × factor (doc/PERFORMANCE.md).
 double busbw_factor(CollectiveKind op, int ranks);
+
+// NCCL's double binary tree over n ranks (ncclGetBtree / ncclGetDtree): parent of each
+// rank in the two trees, −1 at a root.
+void double_binary_tree(int n, std::vector<int32_t>& parent_a, std::vector<int32_t>& parent_b);
 
 }  // namespace clustersim

@@ -5,36 +5,42 @@
 
 namespace clustersim {
 
-CollectiveCost AnalyticNetwork::run(const std::vector<CollectiveStep>& steps, std::span<const int32_t> gpus) {
+std::span<const uint32_t> TransferPaths::links(const Transfer& t, std::span<const int32_t> gpus) {
+  if (t.src == kSwitch) return topo_.switch_route(gpus[static_cast<size_t>(t.dst)], false);
+  if (t.dst == kSwitch) return topo_.switch_route(gpus[static_cast<size_t>(t.src)], true);
+  return topo_.route(gpus[static_cast<size_t>(t.src)], gpus[static_cast<size_t>(t.dst)]);
+}
+
+double TransferPaths::latency(std::span<const uint32_t> r, const Expansion& e) const {
+  if (r.empty()) return 0;
+  return topo_.route_latency(r) + profile_.hop(topo_.route_class(r), e.family, e.proto);
+}
+
+CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t> gpus) {
   CollectiveCost cost;
-  if (bytes_.size() != load_.size()) bytes_.assign(load_.size(), 0.0);
+  if (e.steps.empty()) return cost;
+  cost.seconds = e.base_latency;
   std::vector<uint32_t> used;
-  const auto& links = topo_.links();
-  for (const CollectiveStep& step : steps) {
+  for (const CollectiveStep& step : e.steps) {
     touched_.clear();
-    for (auto [s, d] : step.transfers) {
-      for (uint32_t l : topo_.route(gpus[static_cast<size_t>(s)], gpus[static_cast<size_t>(d)])) {
+    for (const Transfer& t : step.transfers)
+      for (uint32_t l : paths_.links(t, gpus))
         if (load_[l]++ == 0) touched_.push_back(l);
-      }
-    }
     double step_s = 0;
-    for (auto [s, d] : step.transfers) {
-      auto r = topo_.route(gpus[static_cast<size_t>(s)], gpus[static_cast<size_t>(d)]);
+    for (const Transfer& t : step.transfers) {
+      auto r = paths_.links(t, gpus);
       if (r.empty()) continue;
       double rate = std::numeric_limits<double>::infinity();
-      double latency = 0;
-      for (uint32_t l : r) {
-        rate = std::min(rate, links[l].bandwidth / load_[l]);
-        latency += links[l].latency;
-      }
-      step_s = std::max(step_s, latency + step.bytes / rate);
+      for (uint32_t l : r) rate = std::min(rate, paths_.capacity(l) / load_[l]);
+      step_s = std::max(step_s, paths_.latency(r, e) + paths_.wire_bytes(t.bytes, e) / rate);
     }
     cost.seconds += step_s * static_cast<double>(step.repeat);
-    for (uint32_t l : touched_) {
-      if (bytes_[l] == 0) used.push_back(l);
-      bytes_[l] += load_[l] * step.bytes * static_cast<double>(step.repeat);
-      load_[l] = 0;
-    }
+    for (uint32_t l : touched_) load_[l] = 0;
+    for (const Transfer& t : step.transfers)
+      for (uint32_t l : paths_.links(t, gpus)) {
+        if (bytes_[l] == 0) used.push_back(l);
+        bytes_[l] += paths_.wire_bytes(t.bytes, e) * static_cast<double>(step.repeat);
+      }
   }
   std::sort(used.begin(), used.end());
   cost.link_bytes.reserve(used.size());

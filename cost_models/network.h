@@ -1,11 +1,13 @@
-// The analytic network: executes a collective's steps over topology routes.
+// Executing a collective's expansion on the topology, without contention from other
+// collectives (the `analytic` network model).
 //
-// A step's transfers run at once. A transfer pays its route latency (per-hop, cut-
-// through: serialization is paid once, at the bottleneck, not at every hop) plus its
-// bytes over its bottleneck share; a link crossed by k transfers of the same step
-// gives each 1/k of its bandwidth, so capacity is conserved inside a collective. A
-// step lasts as long as its slowest transfer. Contention *between* concurrent
-// collectives is not modelled here.
+// Each transfer pays a step latency — the protocol's per-step latency for the slowest
+// link class on its route (NCCL's tuning figures) plus the physical per-hop latencies,
+// once (cut-through: serialization is paid at the bottleneck, not at every hop) — and
+// moves bytes / protocol-efficiency wire bytes at its bottleneck share: a link of
+// capacity B (line rate × the class's efficiency) crossed by k transfers of one step
+// gives each B/k, so capacity is conserved inside a collective. A step lasts as long as
+// its slowest transfer; a collective costs its base latency plus its steps.
 #pragma once
 
 #include <cstdint>
@@ -14,26 +16,50 @@
 #include <vector>
 
 #include "cost_models/collective.h"
+#include "cost_models/protocol.h"
 #include "topology/topology.h"
 
 namespace clustersim {
 
+// Turns transfers between group positions into links, latencies and capacities; shared
+// by the analytic and the flow network so that both see the same physics.
+class TransferPaths {
+ public:
+  TransferPaths(Topology& topo, const NetworkProfile& profile) : topo_(topo), profile_(profile) {}
+  std::span<const uint32_t> links(const Transfer& t, std::span<const int32_t> gpus);
+  double latency(std::span<const uint32_t> links, const Expansion& e) const;
+  double wire_bytes(double payload, const Expansion& e) const {
+    return payload / profile_.protocol(e.proto).bandwidth_efficiency;
+  }
+  double capacity(uint32_t link) const {
+    const Link& l = topo_.links()[link];
+    return l.bandwidth * profile_.efficiency(l.cls);
+  }
+  Topology& topology() { return topo_; }
+  const NetworkProfile& profile() const { return profile_; }
+
+ private:
+  Topology& topo_;
+  const NetworkProfile& profile_;
+};
+
 struct CollectiveCost {
   double seconds = 0;
-  std::vector<std::pair<uint32_t, double>> link_bytes;  // bytes each link carried, by link id
+  std::vector<std::pair<uint32_t, double>> link_bytes;  // wire bytes each link carried, by link id
 };
 
 class AnalyticNetwork {
  public:
-  explicit AnalyticNetwork(Topology& topo) : topo_(topo), load_(topo.links().size(), 0) {}
+  AnalyticNetwork(Topology& topo, const NetworkProfile& profile)
+      : paths_(topo, profile), load_(topo.links().size(), 0), bytes_(topo.links().size(), 0.0) {}
 
   // `gpus[i]` is the GPU of group position i.
-  CollectiveCost run(const std::vector<CollectiveStep>& steps, std::span<const int32_t> gpus);
+  CollectiveCost run(const Expansion& e, std::span<const int32_t> gpus);
 
  private:
-  Topology& topo_;
+  TransferPaths paths_;
   std::vector<uint32_t> load_;  // transfers per link in the current step
-  std::vector<double> bytes_;   // bytes per link over the collective
+  std::vector<double> bytes_;   // wire bytes per link over the collective
   std::vector<uint32_t> touched_;
 };
 

@@ -241,12 +241,17 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"inference", "mapping", "", "an inference-serving run instead of training", nullptr},
       {"collectives", "mapping", "", "collective algorithms", nullptr},
-      {"collectives.algorithm", "name", "auto", "auto | ring | tree | direct | halving-doubling | hierarchical",
+      {"collectives.algorithm", "name", "auto",
+       "auto | ring | tree | direct | halving-doubling | hierarchical | nvls (auto: lowest predicted time, as NCCL's "
+       "tuner; an algorithm a collective cannot use falls back to auto for it)",
        [](const N& n, S& s) {
          s.algorithm = as_enum(n, "collectives.algorithm",
-                               {"auto", "ring", "tree", "direct", "halving-doubling", "hierarchical"});
+                               {"auto", "ring", "tree", "direct", "halving-doubling", "hierarchical", "nvls"});
        }},
-      {"network_model", "name", "analytic", "analytic | flow",
+      {"collectives.protocol", "name", "auto", "auto | LL | LL128 | Simple",
+       [](const N& n, S& s) { s.protocol = as_enum(n, "collectives.protocol", {"auto", "LL", "LL128", "Simple"}); }},
+      {"network_model", "name", "analytic",
+       "analytic (each collective alone on the network) | flow (max-min shared links: concurrent transfers contend)",
        [](const N& n, S& s) {
          s.network_model = as_enum(n, "network_model", {"analytic", "flow"});
        }},

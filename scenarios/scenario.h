@@ -49,6 +49,7 @@ struct Scenario {
   bool inference = false;  // an `inference:` block was given
 
   std::string algorithm = "auto";
+  std::string protocol = "auto";
   std::string network_model = "analytic";
   std::string calibration;
   std::string output_sqlite;

@@ -2,29 +2,68 @@
 
 #include <cstdio>
 
+#include "cost_models/flow_network.h"
 #include "cost_models/network.h"
+#include "cost_models/tuner.h"
 #include "reports/summary.h"
 #include "sim/time.h"
 
 namespace clustersim {
 
+std::string sweep_op_name(const CollectiveSweepConfig& cfg) {
+  return cfg.kind == SweepOp::SendRecv ? "send-recv" : std::string(to_string(cfg.op));
+}
+
 std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg) {
   ClusterSpec spec = cfg.cluster;
   spec.nodes = cfg.nodes;
-  spec.node.gpus = cfg.gpus / cfg.nodes;
+  spec.node.gpus = cfg.gpus * cfg.concurrent / cfg.nodes;
   Topology topo(spec);
-  AnalyticNetwork net(topo);
-  std::vector<int32_t> gpus;
-  for (int g = 0; g < cfg.gpus; ++g) gpus.push_back(g);
+  AnalyticNetwork net(topo, cfg.profile);
+  std::vector<std::vector<int32_t>> groups(static_cast<size_t>(cfg.concurrent));
+  for (int j = 0; j < cfg.concurrent; ++j)
+    for (int i = 0; i < cfg.gpus; ++i) groups[static_cast<size_t>(j)].push_back(j + i * cfg.concurrent);
+  const double factor = cfg.kind == SweepOp::SendRecv ? 1.0 : busbw_factor(cfg.op, cfg.gpus);
+
   std::vector<CollectiveRow> rows;
   for (int64_t b = cfg.min_bytes; b <= cfg.max_bytes; b *= cfg.step_factor) {
-    CollectiveCost c = net.run(expand_collective(cfg.op, cfg.algorithm, cfg.gpus, static_cast<double>(b)), gpus);
-    // Round through the engine's time type, exactly as an executor would schedule it.
-    const double t = SimTime::from_seconds(c.seconds).seconds();
-    CollectiveRow row{b, t, 0, 0};
+    const double bytes = static_cast<double>(b);
+    CollectiveRow row;
+    row.bytes = b;
+    std::vector<Expansion> exps;
+    for (const auto& g : groups) {
+      if (cfg.kind == SweepOp::SendRecv) {
+        const Protocol p = cfg.protocol.value_or(Protocol::Simple);
+        exps.push_back(expand_sendrecv(cfg.gpus, bytes, p, cfg.profile));
+        row.proto = p;
+        continue;
+      }
+      const GroupLayout layout = layout_of(topo, g);
+      const CollectiveChoice c = choose_collective(cfg.op, bytes, layout, g, net, cfg.profile, cfg.algorithm, cfg.protocol);
+      row.algo = c.algo;
+      row.proto = c.proto;
+      exps.push_back(expand_collective(CollectiveRequest{cfg.op, c.algo, c.proto, bytes, 0}, layout, cfg.profile));
+    }
+    double t = 0;
+    if (cfg.flow) {
+      FlowNetwork flow(topo, cfg.profile);
+      for (size_t j = 0; j < groups.size(); ++j) flow.start(exps[j], groups[j], SimTime::zero());
+      std::vector<uint64_t> done;
+      SimTime now;
+      while (!flow.idle()) {
+        now = flow.next_time();
+        flow.advance(now, done);
+      }
+      t = now.seconds();
+    } else {
+      // Independent groups do not see each other in the analytic model.
+      for (size_t j = 0; j < groups.size(); ++j)
+        t = std::max(t, SimTime::from_seconds(net.run(exps[j], groups[j]).seconds).seconds());
+    }
+    row.time_s = t;
     if (t > 0) {
-      row.algbw_GBps = static_cast<double>(b) / t / 1e9;
-      row.busbw_GBps = row.algbw_GBps * busbw_factor(cfg.op, cfg.gpus);
+      row.algbw_GBps = bytes / t / 1e9;
+      row.busbw_GBps = row.algbw_GBps * factor;
     }
     rows.push_back(row);
     if (b > cfg.max_bytes / cfg.step_factor) break;
@@ -34,38 +73,48 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
 
 std::string format_collective_table(const CollectiveSweepConfig& cfg, const std::vector<CollectiveRow>& rows) {
   std::string out;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "# clustersim collective: %s, %s, %d GPUs on %d x %s (%s fabric), analytic network\n",
-                std::string(to_string(cfg.op)).c_str(), std::string(to_string(cfg.algorithm)).c_str(), cfg.gpus,
-                cfg.nodes, cfg.cluster.node.preset.c_str(), std::string(to_string(cfg.cluster.fabric.kind)).c_str());
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "# clustersim collective: %s, %d GPUs%s on %d x %s (%s fabric), %s network\n",
+                sweep_op_name(cfg).c_str(), cfg.gpus,
+                cfg.concurrent > 1 ? (" x " + std::to_string(cfg.concurrent) + " concurrent groups").c_str() : "",
+                cfg.nodes, cfg.cluster.node.preset.c_str(), std::string(to_string(cfg.cluster.fabric.kind)).c_str(),
+                cfg.flow ? "flow" : "analytic");
   out += buf;
-  std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s\n", "size", "count", "type", "redop", "time",
-                "algbw", "busbw");
+  std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s  %-16s %s\n", "size", "count", "type", "redop", "time",
+                "algbw", "busbw", "algorithm", "protocol");
   out += buf;
   std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
                 "(GB/s)");
   out += buf;
-  const bool reduces = cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::ReduceScatter ||
-                       cfg.op == CollectiveKind::Reduce;
+  const bool reduces = cfg.kind == SweepOp::Collective &&
+                       (cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::ReduceScatter ||
+                        cfg.op == CollectiveKind::Reduce);
   for (const CollectiveRow& r : rows) {
-    std::snprintf(buf, sizeof buf, " %12lld %12lld %8s %8s %12.2f %12.2f %12.2f\n", static_cast<long long>(r.bytes),
-                  static_cast<long long>(r.bytes / 4), "float", reduces ? "sum" : "none", r.time_s * 1e6, r.algbw_GBps,
-                  r.busbw_GBps);
+    std::snprintf(buf, sizeof buf, " %12lld %12lld %8s %8s %12.2f %12.2f %12.2f  %-16s %s\n",
+                  static_cast<long long>(r.bytes), static_cast<long long>(r.bytes / 4), "float", reduces ? "sum" : "none",
+                  r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
+                  cfg.kind == SweepOp::SendRecv ? "p2p" : std::string(to_string(r.algo)).c_str(),
+                  std::string(to_string(r.proto)).c_str());
     out += buf;
   }
   return out;
 }
 
 std::string format_collective_json(const CollectiveSweepConfig& cfg, const std::vector<CollectiveRow>& rows) {
-  std::string out = "{\"kind\": \"collective\", \"op\": \"" + std::string(to_string(cfg.op)) + "\", \"algorithm\": \"" +
-                    std::string(to_string(cfg.algorithm)) + "\", \"cluster\": \"" +
-                    json_escape(cfg.cluster.node.preset) + "\", \"gpus\": " + std::to_string(cfg.gpus) +
-                    ", \"nodes\": " + std::to_string(cfg.nodes) + ", \"network_model\": \"analytic\", \"results\": [";
+  std::string out = "{\"kind\": \"collective\", \"op\": \"" + sweep_op_name(cfg) + "\", \"algorithm\": \"" +
+                    (cfg.algorithm ? std::string(to_string(*cfg.algorithm)) : std::string("auto")) +
+                    "\", \"protocol\": \"" + (cfg.protocol ? std::string(to_string(*cfg.protocol)) : std::string("auto")) +
+                    "\", \"cluster\": \"" + json_escape(cfg.cluster.node.preset) + "\", \"gpus\": " +
+                    std::to_string(cfg.gpus) + ", \"concurrent\": " + std::to_string(cfg.concurrent) +
+                    ", \"nodes\": " + std::to_string(cfg.nodes) + ", \"network_model\": \"" +
+                    (cfg.flow ? "flow" : "analytic") + "\", \"results\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const CollectiveRow& r = rows[i];
     out += (i ? ", " : "") + std::string("{\"bytes\": ") + std::to_string(r.bytes) +
            ", \"time_s\": " + format_number(r.time_s) + ", \"algbw_GBps\": " + format_number(r.algbw_GBps) +
-           ", \"busbw_GBps\": " + format_number(r.busbw_GBps) + "}";
+           ", \"busbw_GBps\": " + format_number(r.busbw_GBps) + ", \"algorithm\": \"" +
+           (cfg.kind == SweepOp::SendRecv ? "p2p" : std::string(to_string(r.algo))) + "\", \"protocol\": \"" +
+           std::string(to_string(r.proto)) + "\"}";
   }
   return out + "]}";
 }

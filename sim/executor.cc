@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 
+#include "cost_models/flow_network.h"
 #include "cost_models/network.h"
+#include "cost_models/tuner.h"
 #include "sim/event_queue.h"
 
 namespace clustersim {
@@ -43,21 +47,36 @@ struct Rendezvous {
 };
 
 struct CollectiveResult {
-  SimTime duration;
+  Expansion expansion;
+  SimTime duration;  // analytic
   std::vector<std::pair<uint32_t, double>> link_bytes;
 };
+
+constexpr uint32_t kWake = ~0u;  // Completion::slot of a network wake-up event
 
 class Executor {
  public:
   Executor(const Plan& plan, Topology& topo, const ExecOptions& opt)
-      : plan_(plan), topo_(topo), opt_(opt), net_(topo) {}
+      : plan_(plan), topo_(topo), opt_(opt), net_(topo, opt.network) {
+    if (opt.flow) flow_ = std::make_unique<FlowNetwork>(topo, opt.network);
+  }
 
   ExecResult run() {
     prepare();
     for (uint32_t s = 0; s < slots_.size(); ++s)
       for (uint32_t st = 0; st < slots_[s].cursor.size(); ++st) try_start(s, st);
     Simulation<Completion>::Event ev;
-    while (sim_.next(ev)) complete(ev.payload.slot, ev.payload.op);
+    while (sim_.next(ev)) {
+      if (ev.payload.slot == kWake) {
+        if (ev.payload.op == wake_version_) network_wake();
+        continue;
+      }
+      complete(ev.payload.slot, ev.payload.op);
+    }
+    if (flow_) {
+      flow_->flush_usage();
+      if (opt_.record_link_usage) result_.link_usage = std::move(flow_->usage());
+    }
     for (const RankState& r : slots_) {
       if (r.done != r.program->ops.size()) {
         std::string where;
@@ -117,13 +136,13 @@ class Executor {
       result_.simulated_ranks.push_back(r);
     }
     // How many simulated members each group has: a collective starts when they all arrive.
-    std::vector<uint8_t> simulated(static_cast<size_t>(plan_.world_size), 0);
-    for (int32_t r : result_.simulated_ranks) simulated[static_cast<size_t>(r)] = 1;
+    simulated_.assign(static_cast<size_t>(plan_.world_size), 0);
+    for (int32_t r : result_.simulated_ranks) simulated_[static_cast<size_t>(r)] = 1;
     group_expected_.resize(plan_.groups.size());
     group_gpus_.resize(plan_.groups.size());
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       for (int32_t r : plan_.groups[g].ranks) {
-        group_expected_[g] += simulated[static_cast<size_t>(r)];
+        group_expected_[g] += simulated_[static_cast<size_t>(r)];
         group_gpus_[g].push_back(plan_.rank_gpu[static_cast<size_t>(r)]);
       }
     }
@@ -142,7 +161,7 @@ class Executor {
     if (op.kind == OpKind::Collective) {
       arrive(slot, op_index, op);
     } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
-      throw std::runtime_error("plan uses send/recv, which this executor does not run yet");
+      arrive_p2p(slot, op_index, op);
     } else {
       sim_.schedule_in(r.info->compute_time[op_index], Completion{slot, op_index});
     }
@@ -152,22 +171,86 @@ class Executor {
     RankState& r = slots_[slot];
     const int32_t group = plan_.group_of(r.rank, op.group);
     if (group < 0)
-      throw std::runtime_error("rank " + std::to_string(r.rank) + " has no " + std::string(to_string(op.group)) +
-                               " group");
+      throw std::runtime_error("rank " + std::to_string(r.rank) + " has no " + std::string(to_string(op.group)) + " group");
     const uint32_t seq = r.coll_seq[static_cast<size_t>(op.group)]++;
     const uint64_t key = (static_cast<uint64_t>(group) << 32) | seq;
     Rendezvous& rv = rendezvous_[key];
     rv.members.emplace_back(slot, op_index);
-    rv.last = sim_.now();
     if (++rv.arrived < group_expected_[static_cast<size_t>(group)]) return;
     const CollectiveResult& c = collective_cost(group, op);
-    for (auto [s, o] : rv.members) sim_.schedule_in(c.duration, Completion{s, o});
+    launch(c.expansion, group_gpus_[static_cast<size_t>(group)], c, std::move(rv.members));
+    rendezvous_.erase(key);
+  }
+
+  // The k-th send a -> b meets the k-th receive on b from a.
+  void arrive_p2p(uint32_t slot, uint32_t op_index, const Op& op) {
+    RankState& r = slots_[slot];
+    const int32_t group = plan_.group_of(r.rank, op.group);
+    if (group < 0 || op.peer < 0 || static_cast<size_t>(op.peer) >= plan_.groups[static_cast<size_t>(group)].ranks.size())
+      throw std::runtime_error("rank " + std::to_string(r.rank) + ": " + std::string(to_string(op.kind)) + " to a peer outside its " +
+                               std::string(to_string(op.group)) + " group");
+    const int32_t peer = plan_.groups[static_cast<size_t>(group)].ranks[static_cast<size_t>(op.peer)];
+    const int32_t src = op.kind == OpKind::Send ? r.rank : peer;
+    const int32_t dst = op.kind == OpKind::Send ? peer : r.rank;
+    const uint64_t pair = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+    const uint32_t seq = (op.kind == OpKind::Send ? send_seq_ : recv_seq_)[pair]++;
+    const auto key = std::make_tuple(src, dst, seq);
+    Rendezvous& rv = p2p_[key];
+    rv.members.emplace_back(slot, op_index);
+    const uint32_t expected = static_cast<uint32_t>(simulated_[static_cast<size_t>(src)]) + simulated_[static_cast<size_t>(dst)];
+    if (++rv.arrived < expected) return;
+    const std::vector<int32_t> gpus = {plan_.rank_gpu[static_cast<size_t>(src)], plan_.rank_gpu[static_cast<size_t>(dst)]};
+    CollectiveResult c;
+    c.expansion.base_latency = opt_.network.base(LatencyFamily::Ring, Protocol::Simple);
+    c.expansion.steps.push_back(CollectiveStep{{Transfer{0, 1, static_cast<double>(op.bytes)}}, 1});
+    if (!flow_) {
+      const auto memo_key = std::make_tuple(gpus[0], gpus[1], op.bytes);
+      auto it = p2p_memo_.find(memo_key);
+      if (it == p2p_memo_.end()) {
+        CollectiveCost cost = net_.run(c.expansion, gpus);
+        it = p2p_memo_.emplace(memo_key, std::make_pair(SimTime::from_seconds(cost.seconds), std::move(cost.link_bytes))).first;
+      }
+      c.duration = it->second.first;
+      c.link_bytes = it->second.second;
+    }
+    launch(c.expansion, gpus, c, std::move(rv.members));
+    p2p_.erase(key);
+  }
+
+  // Runs a collective (or p2p transfer) for its members: at once in the analytic
+  // model, as flows in the flow model.
+  void launch(const Expansion& e, const std::vector<int32_t>& gpus, const CollectiveResult& c,
+              std::vector<std::pair<uint32_t, uint32_t>> members) {
+    if (flow_) {
+      const uint64_t id = flow_->start(e, gpus, sim_.now());
+      in_flight_.emplace(id, std::move(members));
+      rearm_wake();
+      return;
+    }
+    for (auto [s, o] : members) sim_.schedule_in(c.duration, Completion{s, o});
     if (opt_.record_link_usage) {
       const int64_t start = sim_.now().picoseconds();
       for (auto [link, bytes] : c.link_bytes)
         result_.link_usage.push_back(LinkUsage{link, start, start + c.duration.picoseconds(), bytes});
     }
-    rendezvous_.erase(key);
+  }
+
+  void rearm_wake() {
+    const SimTime t = flow_->next_time();
+    if (t == SimTime::max()) return;
+    sim_.schedule_at(t, Completion{kWake, ++wake_version_});
+  }
+
+  void network_wake() {
+    std::vector<uint64_t> finished;
+    flow_->advance(sim_.now(), finished);
+    for (uint64_t id : finished) {
+      auto it = in_flight_.find(id);
+      auto members = std::move(it->second);
+      in_flight_.erase(it);
+      for (auto [s, o] : members) complete(s, o);
+    }
+    rearm_wake();
   }
 
   const CollectiveResult& collective_cost(int32_t group, const Op& op) {
@@ -175,12 +258,21 @@ class Executor {
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
     const auto& gpus = group_gpus_[static_cast<size_t>(group)];
-    const int p = static_cast<int>(gpus.size());
-    Algorithm algo = opt_.algorithm;
-    if (op.collective == CollectiveKind::AllToAll) algo = Algorithm::Direct;
-    CollectiveCost cost = net_.run(expand_collective(op.collective, algo, p, static_cast<double>(op.bytes)), gpus);
-    return memo_.emplace(key, CollectiveResult{SimTime::from_seconds(cost.seconds), std::move(cost.link_bytes)})
-        .first->second;
+    const GroupLayout layout = layout_of(topo_, gpus);
+    const double bytes = static_cast<double>(op.bytes);
+    std::optional<Algorithm> algo = opt_.algorithm;
+    // A fixed algorithm that cannot run this operation on this group falls back to auto
+    // (e.g. ring for an all-to-all, NVLS for a group spanning nodes).
+    if (algo && !unsupported_reason(op.collective, *algo, layout).empty()) algo.reset();
+    const CollectiveChoice choice = choose_collective(op.collective, bytes, layout, gpus, net_, opt_.network, algo, opt_.protocol);
+    CollectiveResult r;
+    r.expansion = expand_collective(CollectiveRequest{op.collective, choice.algo, choice.proto, bytes, 0}, layout, opt_.network);
+    if (!flow_) {
+      CollectiveCost cost = net_.run(r.expansion, gpus);
+      r.duration = SimTime::from_seconds(cost.seconds);
+      r.link_bytes = std::move(cost.link_bytes);
+    }
+    return memo_.emplace(key, std::move(r)).first->second;
   }
 
   void complete(uint32_t slot, uint32_t op_index) {
@@ -260,6 +352,13 @@ class Executor {
   Topology& topo_;
   const ExecOptions& opt_;
   AnalyticNetwork net_;
+  std::unique_ptr<FlowNetwork> flow_;
+  uint32_t wake_version_ = 0;
+  std::map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> in_flight_;
+  std::vector<uint8_t> simulated_;
+  std::map<uint64_t, uint32_t> send_seq_, recv_seq_;
+  std::map<std::tuple<int32_t, int32_t, uint32_t>, Rendezvous> p2p_;
+  std::map<std::tuple<int32_t, int32_t, int64_t>, std::pair<SimTime, std::vector<std::pair<uint32_t, double>>>> p2p_memo_;
   Simulation<Completion> sim_;
   std::vector<ProgramInfo> infos_;
   std::vector<RankState> slots_;

@@ -11,11 +11,13 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <vector>
 
 #include "cost_models/collective.h"
 #include "cost_models/compute.h"
+#include "cost_models/protocol.h"
 #include "plan/plan.h"
 #include "reports/timeline.h"
 #include "sim/time.h"
@@ -25,7 +27,10 @@ namespace clustersim {
 
 struct ExecOptions {
   ComputeProfile compute;
-  Algorithm algorithm = Algorithm::Ring;
+  NetworkProfile network;
+  std::optional<Algorithm> algorithm;  // empty: auto, per collective (cost_models/tuner.h)
+  std::optional<Protocol> protocol;    // empty: auto
+  bool flow = false;                   // flow-level network (contention) instead of analytic
   bool simulate_all_ranks = false;
   bool record_link_usage = true;
 };
@@ -43,6 +48,9 @@ struct ExecResult {
   std::array<double, kGroupKinds> exposed_comm_by_kind{};
 };
 
+// Send/Recv: the k-th send from rank a to rank b meets the k-th receive on b from a;
+// the transfer starts when both (of those simulated) have arrived.
+//
 // Throws std::runtime_error if the plan cannot finish (a dependency cycle, or a
 // collective some member never reaches).
 ExecResult execute_plan(const Plan& plan, Topology& topo, const ExecOptions& opt);

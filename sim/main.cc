@@ -24,8 +24,9 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run S.yaml [--set key=value]... [--json]      simulate a training scenario\n"
-    "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo auto|ring|direct]\n"
-    "             [--min SIZE] [--max SIZE] [--json]   collective size sweep, nccl-tests style\n"
+    "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo A] [--proto P]\n"
+    "             [--network-model analytic|flow] [--concurrent K] [--min SIZE] [--max SIZE] [--json]\n"
+    "                                                collective size sweep, nccl-tests style\n"
     "  plan S.yaml [--set key=value]... [--out FILE] write the scenario's Plan as JSON (stdout by default)\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
     "  help, --help                                  this text\n"
@@ -81,17 +82,17 @@ int cmd_run(const std::vector<std::string>& args) {
 
 int cmd_collective(const std::vector<std::string>& args) {
   CollectiveSweepConfig cfg;
-  std::string preset, op = "all-reduce", algo = "auto";
+  std::string preset, op = "all-reduce", algo = "auto", proto = "auto", model = "analytic";
   int nodes = 0;
   bool json = false, have_gpus = false;
   auto as_int = [](const std::string& flag, const std::string& v) {
     try {
       size_t used = 0;
       long long x = std::stoll(v, &used);
-      if (used != v.size() || x < 1 || x > (1 << 24)) throw std::invalid_argument(v);
+      if (used != v.size() || x < 1 || x > (1 << 20)) throw std::invalid_argument(v);
       return static_cast<int>(x);
     } catch (const std::exception&) {
-      throw InputError(SourceMark{flag, 0, 0}, "expected a positive integer, got '" + v + "'");
+      throw InputError(SourceMark{flag, 0, 0}, "expected a positive integer up to 1048576, got '" + v + "'");
     }
   };
   auto as_size = [](const std::string& flag, const std::string& v) {
@@ -103,61 +104,70 @@ int cmd_collective(const std::vector<std::string>& args) {
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--op")
-      op = need_value(args, i);
+    if (a == "--op") op = need_value(args, i);
     else if (a == "--gpus") {
       cfg.gpus = as_int(a, need_value(args, i));
       have_gpus = true;
-    } else if (a == "--nodes")
-      nodes = as_int(a, need_value(args, i));
-    else if (a == "--cluster")
-      preset = need_value(args, i);
-    else if (a == "--algo")
-      algo = need_value(args, i);
-    else if (a == "--min")
-      cfg.min_bytes = as_size(a, need_value(args, i));
-    else if (a == "--max")
-      cfg.max_bytes = as_size(a, need_value(args, i));
-    else if (a == "--json")
-      json = true;
-    else
-      throw UsageError("unknown option '" + a + "' for collective");
+    } else if (a == "--nodes") nodes = as_int(a, need_value(args, i));
+    else if (a == "--cluster") preset = need_value(args, i);
+    else if (a == "--algo") algo = need_value(args, i);
+    else if (a == "--proto") proto = need_value(args, i);
+    else if (a == "--network-model") model = need_value(args, i);
+    else if (a == "--concurrent") cfg.concurrent = as_int(a, need_value(args, i));
+    else if (a == "--min") cfg.min_bytes = as_size(a, need_value(args, i));
+    else if (a == "--max") cfg.max_bytes = as_size(a, need_value(args, i));
+    else if (a == "--json") json = true;
+    else throw UsageError("unknown option '" + a + "' for collective");
   }
   if (!have_gpus) throw UsageError("collective needs --gpus N");
   if (preset.empty()) throw UsageError("collective needs --cluster PRESET");
-  if (!parse_collective(op, cfg.op) || !(cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::AllGather ||
-                                         cfg.op == CollectiveKind::ReduceScatter || cfg.op == CollectiveKind::AllToAll))
-    throw InputError(SourceMark{"--op", 0, 0},
-                     "unknown operation '" + op + "', expected all-reduce, all-gather, reduce-scatter or all-to-all");
-  if (algo == "auto") algo = cfg.op == CollectiveKind::AllToAll ? "direct" : "ring";
-  if (!parse_algorithm(algo, cfg.algorithm))
-    throw InputError(SourceMark{"--algo", 0, 0}, "unknown algorithm '" + algo + "', expected auto, ring or direct");
+  if (op == "send-recv") cfg.kind = SweepOp::SendRecv;
+  else if (!parse_collective(op, cfg.op))
+    throw InputError(SourceMark{"--op", 0, 0}, "unknown operation '" + op +
+                                                   "', expected all-reduce, all-gather, reduce-scatter, broadcast, reduce, "
+                                                   "all-to-all or send-recv");
+  if (algo != "auto") {
+    Algorithm a;
+    if (!parse_algorithm(algo, a))
+      throw InputError(SourceMark{"--algo", 0, 0}, "unknown algorithm '" + algo +
+                                                       "', expected auto, ring, tree, direct, halving-doubling, "
+                                                       "hierarchical or nvls");
+    cfg.algorithm = a;
+  }
+  if (proto != "auto") {
+    Protocol p;
+    if (!parse_protocol(proto, p))
+      throw InputError(SourceMark{"--proto", 0, 0}, "unknown protocol '" + proto + "', expected auto, LL, LL128 or Simple");
+    cfg.protocol = p;
+  }
+  if (model != "analytic" && model != "flow")
+    throw InputError(SourceMark{"--network-model", 0, 0}, "unknown network model '" + model + "', expected analytic or flow");
+  cfg.flow = model == "flow";
   const NodeSpec* node = find_node_preset(preset);
   if (!node) {
     std::string names;
     for (const auto& n : node_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    throw InputError(SourceMark{"--cluster", 0, 0},
-                     "unknown cluster preset '" + preset + "', expected one of: " + names);
+    throw InputError(SourceMark{"--cluster", 0, 0}, "unknown cluster preset '" + preset + "', expected one of: " + names);
   }
   cfg.cluster.node = *node;
-  cfg.nodes = nodes > 0 ? nodes : (cfg.gpus + node->gpus - 1) / node->gpus;
-  if (cfg.gpus % cfg.nodes != 0)
-    throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(cfg.gpus) +
-                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) +
-                                                     " nodes");
-  if (cfg.gpus / cfg.nodes > node->gpus)
-    throw InputError(SourceMark{"--gpus", 0, 0},
-                     std::to_string(cfg.gpus) + " GPUs on " + std::to_string(cfg.nodes) + " node(s) of " + preset +
-                         " need " + std::to_string(cfg.gpus / cfg.nodes) + " GPUs per node, the preset has " +
-                         std::to_string(node->gpus) + "; add --nodes");
-  if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, cfg.gpus / cfg.nodes);
+  const int total = cfg.gpus * cfg.concurrent;
+  cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
+  if (total % cfg.nodes != 0)
+    throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(total) +
+                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) + " nodes");
+  if (total / cfg.nodes > node->gpus)
+    throw InputError(SourceMark{"--gpus", 0, 0}, std::to_string(total) + " GPUs on " + std::to_string(cfg.nodes) +
+                                                     " node(s) of " + preset + " need " + std::to_string(total / cfg.nodes) +
+                                                     " GPUs per node, the preset has " + std::to_string(node->gpus) +
+                                                     "; add --nodes");
+  if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, total / cfg.nodes);
   if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
+  std::vector<CollectiveRow> rows;
   try {
-    (void)expand_collective(cfg.op, cfg.algorithm, 2, 1024);
+    rows = run_collective_sweep(cfg);
   } catch (const std::invalid_argument& e) {
     throw InputError(SourceMark{"--algo", 0, 0}, e.what());
   }
-  auto rows = run_collective_sweep(cfg);
   std::cout << (json ? format_collective_json(cfg, rows) + "\n" : format_collective_table(cfg, rows));
   return 0;
 }

@@ -33,18 +33,18 @@ void check_output_path(const Scenario& s, const std::string& key, const std::str
     throw InputError(mark, key + " '" + path + "' exists and is not writable");
 }
 
-Algorithm algorithm_for(const Scenario& s) {
-  // `auto` picks among the algorithms this build expands; ring is the one every
-  // operation in a training plan has.
-  Algorithm a = Algorithm::Ring;
-  if (s.algorithm == "auto") return a;
-  if (!parse_algorithm(s.algorithm, a))
-    throw InputError(s.mark("collectives.algorithm"),
-                     "collectives.algorithm '" + s.algorithm + "' is not modelled yet, expected auto or ring");
-  if (a != Algorithm::Ring)
-    throw InputError(s.mark("collectives.algorithm"),
-                     "training plans run their all-reduces as ring; expected auto or ring");
-  return a;
+void collective_options(const Scenario& s, ExecOptions& eo) {
+  if (s.algorithm != "auto") {
+    Algorithm a;
+    parse_algorithm(s.algorithm, a);  // the loader accepted only known names
+    eo.algorithm = a;
+  }
+  if (s.protocol != "auto") {
+    Protocol p;
+    parse_protocol(s.protocol, p);
+    eo.protocol = p;
+  }
+  eo.flow = s.network_model == "flow";
 }
 
 }  // namespace
@@ -65,13 +65,11 @@ void check_output_paths(const Scenario& s) {
 RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   RunOutcome out;
   out.scenario = s;
-  if (s.network_model == "flow")
-    throw InputError(s.mark("network_model"), "network_model 'flow' is not modelled yet, expected analytic");
   if (!s.calibration.empty())
     throw InputError(s.mark("calibration"),
                      "calibration profiles are not read yet; remove calibration to use the GPU preset's defaults");
   ExecOptions eo;
-  eo.algorithm = algorithm_for(s);
+  collective_options(s, eo);
   eo.simulate_all_ranks = opt.simulate_all_ranks;
   out.plan = build_training_plan(s);
   out.topology = std::make_unique<Topology>(s.cluster);

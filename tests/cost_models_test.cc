@@ -4,7 +4,9 @@
 
 #include "cost_models/collective.h"
 #include "cost_models/compute.h"
+#include "cost_models/flow_network.h"
 #include "cost_models/network.h"
+#include "cost_models/tuner.h"
 #include "topology/presets.h"
 
 namespace clustersim {
@@ -23,74 +25,180 @@ std::vector<int32_t> first_gpus(int n) {
   return g;
 }
 
-// Ring all-reduce on one DGX H100: p = 8 GPUs, each step a GPU sends S/p to its
-// successor over GPU -> NVSwitch -> GPU, alpha = 2 hops x 0.25 us, B = 450 GB/s:
-//   T = 2(p-1)·alpha + 2(p-1)/p · S/B
-TEST(Collectives, RingAllReduceOnOneDgxH100MatchesClosedForm) {
-  Topology topo(cluster("dgx-h100", 1));
-  AnalyticNetwork net(topo);
-  const int p = 8;
-  const double alpha = topo.route_latency(topo.route(0, 1));
-  const double B = topo.route_bandwidth(topo.route(0, 1));
-  for (double S : {1024.0, 1e6, 64e6, 1024.0 * 1024 * 1024}) {
-    const double sim =
-        net.run(expand_collective(CollectiveKind::AllReduce, Algorithm::Ring, p, S), first_gpus(p)).seconds;
-    const double closed = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B;
-    EXPECT_NEAR(sim, closed, 0.01 * closed) << "S=" << S;
-    EXPECT_NEAR(closed_form_seconds(CollectiveKind::AllReduce, Algorithm::Ring, p, S, alpha, B), closed, 1e-15);
-  }
+// A profile with no protocol overheads: α is the physical route latency and B the line
+// rate, so the textbook closed forms apply unchanged.
+NetworkProfile ideal() {
+  NetworkProfile p;
+  for (auto& f : p.base_latency) f.fill(0.0);
+  for (auto& c : p.hop_latency)
+    for (auto& f : c) f.fill(0.0);
+  p.link_efficiency.fill(1.0);
+  return p;
 }
 
-// All-gather / reduce-scatter ring: (p-1)·alpha + (p-1)/p·S/B; direct all-to-all the
-// same on a non-blocking switch (each GPU's up- and down-link carries one transfer).
-TEST(Collectives, OtherOperationsMatchTheirClosedForms) {
+Expansion expand(CollectiveKind op, Algorithm a, Protocol proto, const Topology& topo, int p, double S,
+                 const NetworkProfile& prof) {
+  return expand_collective(CollectiveRequest{op, a, proto, S, 0}, layout_of(topo, first_gpus(p)), prof);
+}
+
+// Ring all-reduce on one DGX H100: p = 8 GPUs, each step a GPU sends S/p to its
+// successor over GPU -> NVSwitch -> GPU (alpha = 2 hops x 0.25 us, B = 450 GB/s):
+//   T = 2(p-1)·alpha + 2(p-1)/p · S/B
+// With NCCL's protocol figures the same form holds with alpha = 0.5 us + the Simple
+// NVLink ring step latency (3.4 us), B = 450 GB/s x 370.8/450, plus the 8.4 us base.
+TEST(Collectives, RingAllReduceOnOneDgxH100MatchesClosedForm) {
   Topology topo(cluster("dgx-h100", 1));
-  AnalyticNetwork net(topo);
-  const double alpha = 0.5e-6, B = 450e9;
-  for (int p : {2, 4, 8}) {
-    for (auto [op, algo] : {std::pair{CollectiveKind::AllGather, Algorithm::Ring},
-                            {CollectiveKind::ReduceScatter, Algorithm::Ring},
-                            {CollectiveKind::AllToAll, Algorithm::Direct},
-                            {CollectiveKind::AllGather, Algorithm::Direct}}) {
-      const double S = 256e6;
-      const double sim = net.run(expand_collective(op, algo, p, S), first_gpus(p)).seconds;
-      const double closed = (p - 1) * alpha + static_cast<double>(p - 1) / p * S / B;
-      EXPECT_NEAR(sim, closed, 0.01 * closed) << to_string(op) << " p=" << p;
-      EXPECT_NEAR(closed_form_seconds(op, algo, p, S, alpha, B), closed, 1e-12);
+  const int p = 8;
+  for (bool nccl : {false, true}) {
+    const NetworkProfile prof = nccl ? NetworkProfile{} : ideal();
+    AnalyticNetwork net(topo, prof);
+    const double alpha = 0.5e-6 + (nccl ? 3.4e-6 : 0.0);
+    const double B = nccl ? 370.8e9 : 450e9;
+    const double base = nccl ? 8.4e-6 : 0.0;
+    for (double S : {1024.0, 1e6, 64e6, 1024.0 * 1024 * 1024}) {
+      const double sim =
+          net.run(expand(CollectiveKind::AllReduce, Algorithm::Ring, Protocol::Simple, topo, p, S, prof), first_gpus(p))
+              .seconds;
+      const double closed = base + 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B;
+      EXPECT_NEAR(sim, closed, 0.01 * closed) << "S=" << S << " nccl=" << nccl;
+      EXPECT_NEAR(base + closed_form_seconds(CollectiveKind::AllReduce, Algorithm::Ring, p, S, alpha, B), closed, 1e-15);
     }
   }
 }
 
-// Across 16 nodes the ring's slowest hop is the inter-node one: alpha and B are those
-// of a NIC-to-NIC route, and every step waits for it.
-TEST(Collectives, RingAcrossSixteenNodesIsBoundByTheInterNodeHop) {
-  Topology topo(cluster("dgx-h100", 16));
-  AnalyticNetwork net(topo);
-  const int p = 128;
-  const auto inter = topo.route(7, 8);
+// Flat algorithms on one node of 8: ring and direct all-gather / reduce-scatter and
+// direct all-to-all (p-1)·alpha + (p-1)/p·S/B; direct all-reduce twice that;
+// halving-doubling all-reduce 2·lg p·alpha + 2(p-1)/p·S/B, all-gather lg p·alpha + ...
+TEST(Collectives, FlatAlgorithmsMatchTheirClosedForms) {
+  Topology topo(cluster("dgx-h100", 1));
+  const NetworkProfile prof = ideal();
+  AnalyticNetwork net(topo, prof);
+  const double alpha = 0.5e-6, B = 450e9, S = 256e6;
+  for (int p : {2, 4, 8}) {
+    for (auto [op, algo] : {std::pair{CollectiveKind::AllGather, Algorithm::Ring},
+                            {CollectiveKind::ReduceScatter, Algorithm::Ring},
+                            {CollectiveKind::AllToAll, Algorithm::Direct},
+                            {CollectiveKind::AllGather, Algorithm::Direct},
+                            {CollectiveKind::AllReduce, Algorithm::Direct},
+                            {CollectiveKind::AllReduce, Algorithm::HalvingDoubling},
+                            {CollectiveKind::AllGather, Algorithm::HalvingDoubling},
+                            {CollectiveKind::ReduceScatter, Algorithm::HalvingDoubling},
+                            {CollectiveKind::Broadcast, Algorithm::HalvingDoubling}}) {
+      const double sim = net.run(expand(op, algo, Protocol::Simple, topo, p, S, prof), first_gpus(p)).seconds;
+      const double closed = closed_form_seconds(op, algo, p, S, alpha, B);
+      EXPECT_NEAR(sim, closed, 0.01 * closed) << to_string(op) << " " << to_string(algo) << " p=" << p;
+    }
+  }
+}
+
+// A pipelined chain (the tree inside one node, or a ring broadcast): depth D = p-1,
+// C = S / chunk chunks, each link carrying one chunk per step:
+//   all-reduce 2·(D + C - 1)·(alpha + c/B); broadcast (D + C - 1)·(alpha + c/B).
+TEST(Collectives, PipelinedChainsMatchTheirClosedForm) {
+  Topology topo(cluster("dgx-h100", 1));
+  const NetworkProfile prof = ideal();
+  AnalyticNetwork net(topo, prof);
+  const double chunk = static_cast<double>(prof.protocol(Protocol::Simple).chunk_bytes);
+  for (double S : {64.0 * 1024, 64e6}) {
+    const int64_t C = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(S / chunk)));
+    const double tree = net.run(expand(CollectiveKind::AllReduce, Algorithm::Tree, Protocol::Simple, topo, 8, S, prof),
+                                first_gpus(8))
+                            .seconds;
+    EXPECT_NEAR(tree, closed_form_pipelined(2, 7, C, S / C, 1, 0.5e-6, 450e9), 1e-9 + 0.01 * tree) << S;
+  }
+}
+
+// Across 16 nodes, one GPU each, the double binary tree: depth D of the deeper tree,
+// k = the most chunks any GPU link carries per step (children over both trees).
+TEST(Collectives, DoubleBinaryTreeMatchesItsClosedForm) {
+  ClusterSpec c = cluster("dgx-h100", 16);
+  c.node.gpus = 1;
+  c.node.nics = 1;
+  Topology topo(c);
+  const NetworkProfile prof = ideal();
+  AnalyticNetwork net(topo, prof);
+  std::vector<int32_t> a, b;
+  double_binary_tree(16, a, b);
+  int depth = 0, load = 0;
+  std::vector<int> children(16, 0);
+  for (const auto* parent : {&a, &b})
+    for (int i = 0; i < 16; ++i) {
+      int d = 0;
+      for (int v = i; (*parent)[static_cast<size_t>(v)] >= 0; v = (*parent)[static_cast<size_t>(v)]) ++d;
+      depth = std::max(depth, d);
+      if ((*parent)[static_cast<size_t>(i)] >= 0) load = std::max(load, ++children[static_cast<size_t>((*parent)[static_cast<size_t>(i)])]);
+    }
+  // Every rank is an inner node of at most one tree: at most 2 children in all.
+  EXPECT_LE(load, 2);
+  const auto inter = topo.route(0, 1);
   const double alpha = topo.route_latency(inter), B = topo.route_bandwidth(inter);
-  EXPECT_DOUBLE_EQ(B, 50e9);
+  const double S = 256e6;
+  const double chunk = static_cast<double>(prof.protocol(Protocol::Simple).chunk_bytes);
+  const int64_t C = static_cast<int64_t>(std::ceil(S / 2 / chunk));
+  const double sim =
+      net.run(expand(CollectiveKind::AllReduce, Algorithm::Tree, Protocol::Simple, topo, 16, S, prof), first_gpus(16))
+          .seconds;
+  // A node's up-link carries its chunk to the parent in each tree: load 2 at most.
+  EXPECT_NEAR(sim, closed_form_pipelined(2, depth, C, S / 2 / C, 2, alpha, B), 0.01 * sim);
+}
+
+// Hierarchical all-reduce on 16 x 8: intra-node ring reduce-scatter (NVLink), 8
+// concurrent inter-node rings on S/8 (each GPU's own NIC), intra-node all-gather. One
+// big switch, so no two rings can meet on a hashed spine link.
+TEST(Collectives, HierarchicalMatchesItsClosedForm) {
+  ClusterSpec c = cluster("dgx-h100", 16);
+  c.fabric.kind = FabricKind::Switch;
+  Topology topo(c);
+  const NetworkProfile prof = ideal();
+  AnalyticNetwork net(topo, prof);
   const double S = 1e9;
   const double sim =
-      net.run(expand_collective(CollectiveKind::AllReduce, Algorithm::Ring, p, S), first_gpus(p)).seconds;
-  const double closed = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B;
+      net.run(expand(CollectiveKind::AllReduce, Algorithm::Hierarchical, Protocol::Simple, topo, 128, S, prof),
+              first_gpus(128))
+          .seconds;
+  const auto inter = topo.route(0, 8);
+  const double closed =
+      closed_form_hierarchical(8, 16, S, 0.5e-6, 450e9, topo.route_latency(inter), topo.route_bandwidth(inter));
   EXPECT_NEAR(sim, closed, 0.01 * closed);
 }
 
-// Capacity is conserved: seven GPUs sending to GPU 0 in one step share its NVSwitch
-// down-link, each getting B/7, so the step takes alpha + 7·bytes/B.
-TEST(Network, TransfersSharingALinkSplitItsBandwidth) {
+// NVLS all-reduce: each GPU pushes S up and pulls S down through the switch at once:
+// alpha + S/B, against the ring's 2(p-1)/p·S/B.
+TEST(Collectives, InSwitchReductionHalvesTheRingsTraffic) {
   Topology topo(cluster("dgx-h100", 1));
-  AnalyticNetwork net(topo);
-  CollectiveStep step;
-  for (int i = 1; i < 8; ++i) step.transfers.emplace_back(i, 0);
-  step.bytes = 45e6;
-  const auto cost = net.run({step}, first_gpus(8));
-  EXPECT_NEAR(cost.seconds, 0.5e-6 + 7 * 45e6 / 450e9, 1e-12);
-  // Bytes accounting: the down-link into GPU 0 carried all seven transfers.
-  double max_bytes = 0;
-  for (auto [l, b] : cost.link_bytes) max_bytes = std::max(max_bytes, b);
-  EXPECT_DOUBLE_EQ(max_bytes, 7 * 45e6);
+  const NetworkProfile prof = ideal();
+  AnalyticNetwork net(topo, prof);
+  const double S = 1e9;
+  const double nvls =
+      net.run(expand(CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, topo, 8, S, prof), first_gpus(8)).seconds;
+  EXPECT_NEAR(nvls, 0.25e-6 + S / 450e9, 1e-9);
+  EXPECT_THROW(expand_collective(CollectiveRequest{CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, S, 0},
+                                 layout_of(Topology(cluster("pcie-8gpu", 1)), first_gpus(8)), prof),
+               std::invalid_argument);
+}
+
+// Protocols: LL moves 2 wire bytes per payload byte; LL128 128 per 120.
+TEST(Collectives, ProtocolsTradeLatencyForBandwidth) {
+  Topology topo(cluster("dgx-h100", 1));
+  NetworkProfile prof;
+  AnalyticNetwork net(topo, prof);
+  auto t = [&](Protocol proto, double S) {
+    return net.run(expand(CollectiveKind::AllReduce, Algorithm::Ring, proto, topo, 8, S, prof), first_gpus(8)).seconds;
+  };
+  EXPECT_LT(t(Protocol::LL, 1024), t(Protocol::Simple, 1024));       // small: LL's latency wins
+  EXPECT_GT(t(Protocol::LL, 1 << 30), 1.9 * t(Protocol::Simple, 1 << 30));  // large: LL pays 2x bytes
+  EXPECT_NEAR(t(Protocol::LL128, 1 << 30) / t(Protocol::Simple, 1 << 30), 128.0 / 120.0, 0.01);
+}
+
+TEST(Collectives, UnsupportedCombinationsSayWhy) {
+  GroupLayout six{{0, 0, 0, 0, 0, 0}, true};
+  EXPECT_NE(unsupported_reason(CollectiveKind::AllReduce, Algorithm::HalvingDoubling, six).find("power-of-two"),
+            std::string::npos);
+  EXPECT_NE(unsupported_reason(CollectiveKind::AllGather, Algorithm::Tree, six).find("all-reduce only"), std::string::npos);
+  EXPECT_NE(unsupported_reason(CollectiveKind::AllReduce, Algorithm::Hierarchical, six).find("two or more nodes"),
+            std::string::npos);
+  EXPECT_NE(unsupported_reason(CollectiveKind::AllToAll, Algorithm::Ring, six).find("direct"), std::string::npos);
+  EXPECT_TRUE(unsupported_reason(CollectiveKind::AllReduce, Algorithm::Nvls, six).empty());
 }
 
 TEST(Collectives, BusBandwidthFactorsFollowNcclTests) {
@@ -100,9 +208,33 @@ TEST(Collectives, BusBandwidthFactorsFollowNcclTests) {
   EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::Broadcast, 8), 1.0);
 }
 
-TEST(Collectives, UnsupportedPairsAreRejected) {
-  EXPECT_THROW(expand_collective(CollectiveKind::Broadcast, Algorithm::Direct, 4, 1e6), std::invalid_argument);
-  EXPECT_TRUE(expand_collective(CollectiveKind::AllReduce, Algorithm::Ring, 1, 1e6).empty());
+// Capacity is conserved in the analytic model: seven GPUs sending to GPU 0 in one step
+// share its NVSwitch down-link, each getting B/7.
+TEST(Network, TransfersSharingALinkSplitItsBandwidth) {
+  Topology topo(cluster("dgx-h100", 1));
+  const NetworkProfile prof = ideal();
+  AnalyticNetwork net(topo, prof);
+  Expansion e;
+  CollectiveStep step;
+  for (int i = 1; i < 8; ++i) step.transfers.push_back(Transfer{i, 0, 45e6});
+  e.steps.push_back(step);
+  const auto cost = net.run(e, first_gpus(8));
+  EXPECT_NEAR(cost.seconds, 0.5e-6 + 7 * 45e6 / 450e9, 1e-12);
+  double max_bytes = 0;
+  for (auto [l, b] : cost.link_bytes) max_bytes = std::max(max_bytes, b);
+  EXPECT_DOUBLE_EQ(max_bytes, 7 * 45e6);
+}
+
+TEST(Collectives, AllToAllvMovesEachPairsBytes) {
+  Topology topo(cluster("dgx-h100", 1));
+  const NetworkProfile prof = ideal();
+  AnalyticNetwork net(topo, prof);
+  // Rank 0 sends 90 MB to rank 1, everyone else 9 MB to everyone: rank 0's step to rank
+  // 1 is the long pole, 0.5 us + 90 MB / 450 GB/s, plus the other steps.
+  std::vector<std::vector<double>> m(4, std::vector<double>(4, 9e6));
+  m[0][1] = 90e6;
+  const double t = net.run(expand_all_to_allv(m, Protocol::Simple, prof), first_gpus(4)).seconds;
+  EXPECT_NEAR(t, (0.5e-6 + 90e6 / 450e9) + 2 * (0.5e-6 + 9e6 / 450e9), 1e-12);
 }
 
 // Roofline: an 8192^3 bf16 GEMM on H200 is compute-bound at peak x efficiency:

@@ -58,6 +58,13 @@ Plan tiny_plan(int64_t first_bytes_rank1) {
 TEST(Executor, CollectiveWaitsForTheLastMember) {
   Topology topo(one_dgx());
   ExecOptions opt;
+  // No protocol overheads, a fixed ring: the textbook 2-GPU ring all-reduce.
+  for (auto& f : opt.network.base_latency) f.fill(0.0);
+  for (auto& c : opt.network.hop_latency)
+    for (auto& f : c) f.fill(0.0);
+  opt.network.link_efficiency.fill(1.0);
+  opt.algorithm = Algorithm::Ring;
+  opt.protocol = Protocol::Simple;
   const Plan plan = tiny_plan(100'000'000);  // rank 1 arrives late
   ExecResult r = execute_plan(plan, topo, opt);
   const GpuSpec& gpu = topo.gpu();

@@ -43,8 +43,8 @@ Topology::Topology(const ClusterSpec& spec) : spec_(spec) {
   if (spec.nodes > 1) build_fabric(nics);
 }
 
-uint32_t Topology::add_vertex(VertexKind kind, std::string name, int node) {
-  auto v = static_cast<uint32_t>(boost::add_vertex(VertexProps{kind, std::move(name), node}, graph_));
+uint32_t Topology::add_vertex(VertexKind kind, std::string name, int node, int local) {
+  auto v = static_cast<uint32_t>(boost::add_vertex(VertexProps{kind, std::move(name), node, local}, graph_));
   return v;
 }
 
@@ -61,12 +61,16 @@ void Topology::build_node(int n, std::vector<uint32_t>& nics) {
   const std::string prefix = "node" + std::to_string(n) + "/";
   std::vector<uint32_t> local;
   for (int g = 0; g < ns.gpus; ++g) {
-    local.push_back(add_vertex(VertexKind::Gpu, prefix + "gpu" + std::to_string(g), n));
+    local.push_back(add_vertex(VertexKind::Gpu, prefix + "gpu" + std::to_string(g), n, g));
     gpus_.push_back(local.back());
   }
   if (ns.nvswitch) {
     uint32_t sw = add_vertex(VertexKind::NvSwitch, prefix + "nvswitch", n);
-    for (uint32_t g : local) add_link(g, sw, LinkClass::NvLink, ns.nvlink_bandwidth, ns.nvlink_latency);
+    for (uint32_t g : local) {
+      const auto first = static_cast<uint32_t>(links_.size());
+      add_link(g, sw, LinkClass::NvLink, ns.nvlink_bandwidth, ns.nvlink_latency);
+      gpu_switch_links_.push_back({first, first + 1});
+    }
   }
   const int per_switch = std::max(1, ns.gpus_per_pcie_switch);
   const int switches = (ns.gpus + per_switch - 1) / per_switch;
@@ -81,7 +85,7 @@ void Topology::build_node(int n, std::vector<uint32_t>& nics) {
              ns.pcie_bandwidth, ns.pcie_latency);
   if (spec_.nodes > 1) {
     for (int i = 0; i < ns.nics; ++i) {
-      uint32_t nic = add_vertex(VertexKind::Nic, prefix + "nic" + std::to_string(i), n);
+      uint32_t nic = add_vertex(VertexKind::Nic, prefix + "nic" + std::to_string(i), n, i);
       // NICs are spread evenly over the PCIe switches, as on DGX/HGX boards.
       size_t sw = static_cast<size_t>(static_cast<int64_t>(i) * switches / ns.nics);
       add_link(nic, pcie[sw], LinkClass::Pcie, ns.pcie_bandwidth, ns.pcie_latency);
@@ -226,9 +230,27 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
     throw std::runtime_error("topology: no route from " + graph_[src].name + " to " + graph_[dst].name);
   std::vector<uint32_t> path;
   const uint64_t h = mix((static_cast<uint64_t>(src) << 32) | dst);
+  // The NIC a GPU prefers: its own when there is one per GPU, else the share it sits in.
+  auto preferred_nic = [&](uint32_t gpu) {
+    return graph_[gpu].local * spec_.node.nics / std::max(1, spec_.node.gpus);
+  };
+  std::vector<uint32_t> affine;
   for (uint32_t v = dst; v != src;) {
     const auto& p = pred[v];
-    uint32_t link = p[p.size() == 1 ? 0 : mix(h ^ v) % p.size()];
+    uint32_t link = p[0];
+    if (p.size() > 1) {
+      affine.clear();
+      for (uint32_t l : p) {
+        const VertexProps& a = graph_[links_[l].src];
+        const VertexProps& b = graph_[links_[l].dst];
+        const VertexProps& nic = a.kind == VertexKind::Nic ? a : b;
+        if (nic.kind != VertexKind::Nic) continue;
+        const uint32_t end = nic.node == graph_[src].node ? src : dst;
+        if (nic.node == graph_[end].node && nic.local == preferred_nic(end)) affine.push_back(l);
+      }
+      const auto& choices = affine.empty() ? p : affine;
+      link = choices[choices.size() == 1 ? 0 : mix(h ^ v) % choices.size()];
+    }
     path.push_back(link);
     v = links_[link].src;
   }
@@ -242,6 +264,22 @@ std::span<const uint32_t> Topology::route(int src, int dst) {
   auto it = route_cache_.find(key);
   if (it == route_cache_.end()) it = route_cache_.emplace(key, shortest_path(gpu_vertex(src), gpu_vertex(dst))).first;
   return it->second;
+}
+
+std::span<const uint32_t> Topology::switch_route(int gpu, bool to_switch) const {
+  if (!spec_.node.nvswitch) return {};
+  const auto& pair = gpu_switch_links_[static_cast<size_t>(gpu)];
+  return {&pair[to_switch ? 0 : 1], 1};
+}
+
+LinkClass Topology::route_class(std::span<const uint32_t> r) const {
+  LinkClass c = LinkClass::NvLink;
+  for (uint32_t l : r) {
+    const LinkClass k = links_[l].cls;
+    if (k == LinkClass::Network) return k;
+    if (k == LinkClass::Pcie) c = k;
+  }
+  return c;
 }
 
 double Topology::route_latency(std::span<const uint32_t> r) const {

@@ -3,12 +3,15 @@
 // with its own bandwidth and latency (a full-duplex link carries its rate both ways).
 //
 // Routing is shortest path by serialization cost (1/bandwidth summed over hops), so
-// GPU-to-GPU traffic inside a node takes NVLink rather than PCIe; among equal-cost
-// paths one is chosen per (src, dst) by a deterministic hash (ECMP). GPUs are never
-// transit vertices. Routes are computed on first use and cached; a Topology belongs
+// GPU-to-GPU traffic inside a node takes NVLink rather than PCIe. Among equal-cost
+// paths, a GPU leaves and enters its node through its own NIC when it can (NIC
+// affinity, as NCCL pairs each GPU with the nearest NIC: local GPU i of g uses NIC
+// i·nics/g); remaining ties are broken per (src, dst) by a deterministic hash (ECMP).
+// GPUs are never transit vertices. Routes are computed on first use and cached; a Topology belongs
 // to one run and is not shared between threads.
 #pragma once
 
+#include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <span>
@@ -27,7 +30,8 @@ std::string_view to_string(LinkClass c);
 struct VertexProps {
   VertexKind kind = VertexKind::Gpu;
   std::string name;
-  int32_t node = -1;  // -1 for fabric switches
+  int32_t node = -1;   // -1 for fabric switches
+  int32_t local = -1;  // index of a GPU or NIC inside its node
 };
 
 struct EdgeProps {
@@ -93,11 +97,16 @@ class Topology {
 
   // Link ids from GPU `src` to GPU `dst`, in hop order; empty when src == dst.
   std::span<const uint32_t> route(int src, int dst);
+  // The NVLink hop between a GPU and its node's NVSwitch (in-switch reduction);
+  // empty when the node has none.
+  std::span<const uint32_t> switch_route(int gpu, bool to_switch) const;
+  // The slowest class on a route (network over PCIe over NVLink).
+  LinkClass route_class(std::span<const uint32_t> r) const;
   double route_latency(std::span<const uint32_t> r) const;
   double route_bandwidth(std::span<const uint32_t> r) const;  // the bottleneck
 
  private:
-  uint32_t add_vertex(VertexKind kind, std::string name, int node);
+  uint32_t add_vertex(VertexKind kind, std::string name, int node, int local = -1);
   void add_link(uint32_t a, uint32_t b, LinkClass cls, double bandwidth, double latency);
   void build_node(int n, std::vector<uint32_t>& nics);
   void build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
@@ -107,6 +116,7 @@ class Topology {
   ClusterGraph graph_;
   std::vector<Link> links_;
   std::vector<uint32_t> gpus_;
+  std::vector<std::array<uint32_t, 2>> gpu_switch_links_;  // per GPU: {to switch, from switch}
   std::unordered_map<uint64_t, std::vector<uint32_t>> route_cache_;
 };
 

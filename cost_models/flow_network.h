@@ -1,0 +1,91 @@
+// The flow-level network: collectives run as flows that share links max-min fairly
+// (maxmin.h) with every other flow in flight, so concurrent collectives contend — a DP
+// all-reduce and a PP send crossing one NIC slow each other down.
+//
+// A collective runs its expansion step by step. Each transfer of a step is one flow of
+// repeat × wire bytes along its route; when its bytes are through, it still owes
+// repeat × its step latency (TransferPaths::latency), and the step ends when every
+// transfer has paid both — so with no other traffic a step lasts exactly what the
+// analytic network says, max over transfers of latency + bytes / rate. Rates are
+// re-solved when a flow starts or ends, only for the links it shares.
+//
+// The network keeps its own clock in step with the caller's: the caller asks
+// next_time(), then advance()s to it (or starts collectives at its current time).
+#pragma once
+
+#include <cstdint>
+#include <queue>
+#include <span>
+#include <vector>
+
+#include "cost_models/maxmin.h"
+#include "cost_models/network.h"
+#include "reports/timeline.h"
+#include "sim/time.h"
+
+namespace clustersim {
+
+class FlowNetwork {
+ public:
+  FlowNetwork(Topology& topo, const NetworkProfile& profile);
+
+  // Starts a collective at time `now` (>= the last advance); returns its id.
+  uint64_t start(Expansion e, std::vector<int32_t> gpus, SimTime now);
+  // When something next happens inside the network, or SimTime::max() when idle.
+  SimTime next_time() const;
+  // Moves the clock to `t` (<= next_time()) and appends the ids of the collectives that
+  // finished at `t`, in the order they were started.
+  void advance(SimTime t, std::vector<uint64_t>& finished);
+
+  bool idle() const { return active_ == 0; }
+  uint64_t flows_started() const { return flows_started_; }
+  // Piecewise-constant link rates so far, as bytes carried per interval; flush()
+  // closes the open intervals at the current time.
+  std::vector<LinkUsage>& usage() { return usage_; }
+  void flush_usage();
+
+ private:
+  enum class State : uint8_t { Base, Moving, Draining, Done };
+  struct Collective {
+    Expansion e;
+    std::vector<int32_t> gpus;
+    size_t step = 0;
+    uint32_t pending = 0;  // transfers of the current step still moving bytes
+    SimTime step_end;      // max over finished transfers of finish + latency
+    State state = State::Base;
+  };
+  struct Flow {
+    uint32_t coll = 0;
+    double remaining = 0;  // wire bytes
+    double latency = 0;    // seconds still owed after the bytes
+    MaxMinSystem::Id var = 0;
+    bool alive = false;
+  };
+  struct Timer {
+    SimTime t;
+    uint64_t seq;
+    uint32_t coll;
+    bool operator>(const Timer& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+
+  void begin_step(uint32_t c, SimTime now);
+  void resolve(SimTime now);
+  void progress(SimTime t);
+
+  TransferPaths paths_;
+  MaxMinSystem system_;
+  std::vector<Collective> colls_;
+  std::vector<Flow> flows_;
+  std::vector<uint32_t> live_flows_;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
+  uint64_t timer_seq_ = 0;
+  SimTime now_;
+  SimTime next_flow_end_ = SimTime::max();
+  size_t active_ = 0;
+  uint64_t flows_started_ = 0;
+  std::vector<double> link_rate_;
+  std::vector<int64_t> link_since_;
+  std::vector<LinkUsage> usage_;
+};
+
+}  // namespace clustersim

@@ -1,0 +1,59 @@
+// NCCL-like execution constants: protocols (LL, LL128, Simple) as latency and
+// bandwidth-efficiency parameters, per-step hop latencies by link class, and the
+// fraction of a link's line rate that collectives reach. Defaults are NCCL's own tuning
+// model (src/graph/tuning.cc, v2.30) and its Hopper topology figures; a calibration
+// profile replaces them with measurements.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "topology/topology.h"
+
+namespace clustersim {
+
+enum class Protocol : uint8_t { LL, LL128, Simple };
+inline constexpr int kProtocols = 3;
+std::string_view to_string(Protocol p);
+bool parse_protocol(std::string_view s, Protocol& out);
+
+// Latency families: NCCL tunes rings and trees separately; direct, halving-doubling and
+// hierarchical schedules use the ring figures, in-switch reduction its own.
+enum class LatencyFamily : uint8_t { Ring, Tree, Nvls };
+
+struct ProtocolParams {
+  double bandwidth_efficiency = 1.0;  // payload bytes per wire byte
+  int64_t chunk_bytes = 512 * 1024;   // pipelining unit of one channel
+};
+
+struct NetworkProfile {
+  // LL: 8-byte lines carry 4 data bytes; LL128: 120 of 128 bytes; Simple: all.
+  // Chunks: NCCL's per-channel buffer (LL 256 KiB, LL128 ~1 MiB, Simple 4 MiB) over 8 steps.
+  std::array<ProtocolParams, kProtocols> protocols{{{0.5, 32 * 1024}, {120.0 / 128.0, 128 * 1024}, {1.0, 512 * 1024}}};
+  // Base latency per collective, seconds: [family][protocol].
+  std::array<std::array<double, kProtocols>, 3> base_latency{{
+      {6.6e-6, 14.0e-6, 8.4e-6},  // ring
+      {6.8e-6, 14.0e-6, 8.4e-6},  // tree
+      {25.0e-6, 25.0e-6, 25.0e-6},  // NVLS (intra-node)
+  }};
+  // Latency of one step over a route whose slowest link class is [class], seconds:
+  // [class][ring|tree][protocol].
+  std::array<std::array<std::array<double, kProtocols>, 2>, 3> hop_latency{{
+      {{{0.6e-6, 1.9e-6, 3.4e-6}, {0.6e-6, 1.25e-6, 4.0e-6}}},   // NVLink
+      {{{1.0e-6, 2.5e-6, 5.7e-6}, {1.0e-6, 2.5e-6, 5.7e-6}}},    // PCIe
+      {{{2.7e-6, 4.0e-6, 14.0e-6}, {5.0e-6, 8.5e-6, 14.0e-6}}},  // network
+  }};
+  // Fraction of line rate collectives reach per link class. NVLink: NCCL models a
+  // Hopper NVLink as 20.6 GB/s per link x 18 links = 370.8 of 450 GB/s.
+  std::array<double, 3> link_efficiency{370.8 / 450.0, 0.80, 0.92};
+
+  const ProtocolParams& protocol(Protocol p) const { return protocols[static_cast<size_t>(p)]; }
+  double base(LatencyFamily f, Protocol p) const { return base_latency[static_cast<size_t>(f)][static_cast<size_t>(p)]; }
+  double hop(LinkClass c, LatencyFamily f, Protocol p) const {
+    return hop_latency[static_cast<size_t>(c)][f == LatencyFamily::Tree ? 1 : 0][static_cast<size_t>(p)];
+  }
+  double efficiency(LinkClass c) const { return link_efficiency[static_cast<size_t>(c)]; }
+};
+
+}  // namespace clustersim

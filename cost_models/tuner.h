@@ -1,0 +1,30 @@
+// `algorithm: auto`: pick the (algorithm, protocol) with the lowest predicted time, as
+// NCCL's tuner does (src/graph/tuning.cc). Candidates are NCCL's own: ring, tree and
+// in-switch reduction (NVLS) where the group allows them, and direct for all-to-all;
+// halving-doubling and hierarchical run only when asked for by name. Predictions use the
+// analytic network on the actual topology, so the choice sees the real routes.
+#pragma once
+
+#include <optional>
+#include <span>
+
+#include "cost_models/collective.h"
+#include "cost_models/network.h"
+
+namespace clustersim {
+
+struct CollectiveChoice {
+  Algorithm algo = Algorithm::Ring;
+  Protocol proto = Protocol::Simple;
+  double predicted_s = 0;
+};
+
+GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus);
+
+// Throws std::invalid_argument when no candidate can run the operation on this group
+// (e.g. a fixed algorithm the group does not support).
+CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupLayout& layout,
+                                   std::span<const int32_t> gpus, AnalyticNetwork& net, const NetworkProfile& profile,
+                                   std::optional<Algorithm> algo, std::optional<Protocol> proto);
+
+}  // namespace clustersim

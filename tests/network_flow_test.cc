@@ -1,0 +1,230 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "cost_models/flow_network.h"
+#include "cost_models/maxmin.h"
+#include "cost_models/network.h"
+#include "cost_models/tuner.h"
+#include "topology/presets.h"
+
+namespace clustersim {
+namespace {
+
+// ---- the max-min solver -------------------------------------------------------------
+
+TEST(MaxMin, EqualFlowsSplitALinkEvenly) {
+  MaxMinSystem s;
+  const auto link = s.add_constraint(100);
+  std::vector<MaxMinSystem::Id> v;
+  for (int i = 0; i < 4; ++i) v.push_back(s.add_variable(std::vector<MaxMinSystem::Id>{link}));
+  s.solve();
+  for (auto x : v) EXPECT_DOUBLE_EQ(s.rate(x), 25);
+  s.remove_variable(v[0]);
+  s.solve();
+  EXPECT_NEAR(s.rate(v[1]), 100.0 / 3, 1e-9);
+}
+
+// A crosses links 1 and 2, B only link 2: A is held to C1 by link 1, and B takes what
+// is left of link 2 (not merely half of it).
+TEST(MaxMin, ALeftoverGoesToTheFlowThatCanUseIt) {
+  MaxMinSystem s;
+  const auto l1 = s.add_constraint(10), l2 = s.add_constraint(100);
+  const auto a = s.add_variable(std::vector<MaxMinSystem::Id>{l1, l2});
+  const auto b = s.add_variable(std::vector<MaxMinSystem::Id>{l2});
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 10);
+  EXPECT_DOUBLE_EQ(s.rate(b), 90);
+}
+
+TEST(MaxMin, WeightsAndBounds) {
+  MaxMinSystem s;
+  const auto l = s.add_constraint(90);
+  const auto heavy = s.add_variable(std::vector<MaxMinSystem::Id>{l}, 2.0);
+  const auto light = s.add_variable(std::vector<MaxMinSystem::Id>{l}, 1.0);
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(heavy), 60);  // twice the weight, twice the share
+  EXPECT_DOUBLE_EQ(s.rate(light), 30);
+  const auto capped = s.add_variable(std::vector<MaxMinSystem::Id>{l}, 1.0, 5.0);
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(capped), 5);
+  EXPECT_NEAR(s.rate(heavy) + s.rate(light), 85, 1e-9);
+}
+
+// Property: on random systems no link is over capacity, every variable is limited by a
+// saturated link on which it has the largest rate (the max-min condition), and an
+// incremental solve gives the same rates as solving from scratch.
+TEST(MaxMin, RandomSystemsAreFeasibleMaxMinAndIncrementalIsExact) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    MaxMinSystem inc;
+    const int links = 2 + static_cast<int>(rng() % 12);
+    std::vector<double> cap;
+    for (int l = 0; l < links; ++l) cap.push_back(1 + rng() % 100), inc.add_constraint(cap.back());
+    std::vector<std::vector<MaxMinSystem::Id>> routes;
+    std::vector<MaxMinSystem::Id> vars;
+    for (int round = 0; round < 3; ++round) {
+      for (int f = 0; f < 6; ++f) {
+        std::vector<MaxMinSystem::Id> r;
+        for (int l = 0; l < links; ++l)
+          if (rng() % 3 == 0) r.push_back(static_cast<MaxMinSystem::Id>(l));
+        if (r.empty()) r.push_back(static_cast<MaxMinSystem::Id>(rng() % links));
+        routes.push_back(r);
+        vars.push_back(inc.add_variable(r));
+      }
+      if (vars.size() > 4) {
+        inc.remove_variable(vars[0]);
+        vars.erase(vars.begin());
+        routes.erase(routes.begin());
+      }
+      inc.solve();
+    }
+    MaxMinSystem fresh;
+    for (double c : cap) fresh.add_constraint(c);
+    std::vector<MaxMinSystem::Id> fv;
+    for (const auto& r : routes) fv.push_back(fresh.add_variable(r));
+    fresh.solve();
+    for (int l = 0; l < links; ++l) EXPECT_LE(inc.usage(static_cast<MaxMinSystem::Id>(l)), cap[static_cast<size_t>(l)] * (1 + 1e-9));
+    for (size_t i = 0; i < vars.size(); ++i) {
+      EXPECT_NEAR(inc.rate(vars[i]), fresh.rate(fv[i]), 1e-9 * (1 + fresh.rate(fv[i])));
+      bool limited = false;
+      for (auto l : routes[i]) {
+        const bool saturated = inc.usage(l) >= cap[l] * (1 - 1e-9);
+        bool largest = true;
+        for (size_t j = 0; j < vars.size(); ++j)
+          if (std::find(routes[j].begin(), routes[j].end(), l) != routes[j].end() && inc.rate(vars[j]) > inc.rate(vars[i]) * (1 + 1e-9))
+            largest = false;
+        limited |= saturated && largest;
+      }
+      EXPECT_TRUE(limited) << "variable " << i << " could grow";
+    }
+  }
+}
+
+// ---- the flow network -----------------------------------------------------------------
+
+ClusterSpec cluster(const char* preset, int nodes) {
+  ClusterSpec c;
+  c.node = *find_node_preset(preset);
+  c.nodes = nodes;
+  return c;
+}
+
+std::vector<int32_t> first_gpus(int n) {
+  std::vector<int32_t> g(static_cast<size_t>(n));
+  std::iota(g.begin(), g.end(), 0);
+  return g;
+}
+
+// Runs expansions concurrently from time 0 on the flow network; returns each finish time.
+std::vector<double> run_flow(Topology& topo, const NetworkProfile& prof, const std::vector<Expansion>& e,
+                             const std::vector<std::vector<int32_t>>& gpus) {
+  FlowNetwork net(topo, prof);
+  for (size_t i = 0; i < e.size(); ++i) net.start(e[i], gpus[i], SimTime::zero());
+  std::vector<double> done(e.size(), 0);
+  std::vector<uint64_t> fin;
+  while (!net.idle()) {
+    const SimTime t = net.next_time();
+    fin.clear();
+    net.advance(t, fin);
+    for (uint64_t id : fin) done[id] = t.seconds();
+  }
+  return done;
+}
+
+TEST(FlowNetwork, TwoTransfersOverOneLinkEachGetHalf) {
+  Topology topo(cluster("dgx-h100", 1));
+  NetworkProfile prof;
+  Expansion a;
+  a.steps.push_back(CollectiveStep{{Transfer{0, 2, 100e6}}, 1});
+  Expansion b;
+  b.steps.push_back(CollectiveStep{{Transfer{1, 2, 100e6}}, 1});
+  const std::vector<int32_t> g = first_gpus(8);
+  const double alone = run_flow(topo, prof, {a}, {g})[0];
+  const auto both = run_flow(topo, prof, {a, b}, {g, g});
+  // Both cross GPU 2's NVSwitch down-link: each moves at half its rate.
+  const double lat = 0.5e-6 + prof.hop(LinkClass::NvLink, LatencyFamily::Ring, Protocol::Simple);
+  EXPECT_NEAR(alone, lat + 100e6 / 370.8e9, 1e-9);
+  EXPECT_NEAR(both[0], lat + 2 * 100e6 / 370.8e9, 1e-9);
+  EXPECT_NEAR(both[1], both[0], 1e-12);
+}
+
+// Uncontended, the flow network agrees with the analytic one for every algorithm and
+// operation it can run, on one node and on 16 nodes.
+TEST(FlowNetwork, AgreesWithAnalyticWithinOnePercentWhenUncontended) {
+  NetworkProfile prof;
+  const CollectiveKind ops[] = {CollectiveKind::AllReduce, CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
+                                CollectiveKind::Broadcast, CollectiveKind::Reduce,    CollectiveKind::AllToAll};
+  for (int nodes : {1, 16}) {
+    Topology topo(cluster("dgx-h100", nodes));
+    AnalyticNetwork analytic(topo, prof);
+    const int p = 8 * nodes;
+    const auto gpus = first_gpus(p);
+    const GroupLayout layout = layout_of(topo, gpus);
+    int checked = 0;
+    for (CollectiveKind op : ops)
+      for (Algorithm algo : kAlgorithms)
+        for (Protocol proto : {Protocol::LL, Protocol::Simple})
+          for (double S : {64.0 * 1024, 256e6}) {
+            if (!unsupported_reason(op, algo, layout).empty()) continue;
+            const Expansion e = expand_collective(CollectiveRequest{op, algo, proto, S, 3 % p}, layout, prof);
+            const double a = analytic.run(e, gpus).seconds;
+            const double f = run_flow(topo, prof, {e}, {gpus})[0];
+            EXPECT_NEAR(f, a, 0.01 * a) << nodes << " nodes " << to_string(op) << " " << to_string(algo) << " "
+                                        << to_string(proto) << " " << S;
+            ++checked;
+          }
+    EXPECT_GT(checked, 30);
+  }
+}
+
+// NCCL's crossover: on 16 DGX H100 a small all-reduce is faster on the tree (log-depth
+// latency), a large one is not slower on the ring (bandwidth over every NIC).
+TEST(Tuner, RingTreeCrossoverOnSixteenNodes) {
+  Topology topo(cluster("dgx-h100", 16));
+  NetworkProfile prof;
+  AnalyticNetwork net(topo, prof);
+  const auto gpus = first_gpus(128);
+  const GroupLayout layout = layout_of(topo, gpus);
+  auto best = [&](Algorithm a, double S) {
+    return choose_collective(CollectiveKind::AllReduce, S, layout, gpus, net, prof, a, std::nullopt).predicted_s;
+  };
+  for (double small : {8.0 * 1024, 64.0 * 1024}) EXPECT_LT(best(Algorithm::Tree, small), best(Algorithm::Ring, small));
+  EXPECT_LE(best(Algorithm::Ring, 1024.0 * 1024 * 1024), best(Algorithm::Tree, 1024.0 * 1024 * 1024));
+  EXPECT_EQ(choose_collective(CollectiveKind::AllReduce, 64.0 * 1024, layout, gpus, net, prof, std::nullopt, std::nullopt).algo,
+            Algorithm::Tree);
+  EXPECT_EQ(choose_collective(CollectiveKind::AllReduce, 1 << 30, layout, gpus, net, prof, std::nullopt, std::nullopt).algo,
+            Algorithm::Ring);
+}
+
+// Contention: the 8 DP groups of a TP-8 layout (one GPU per node each) all-reducing at
+// once on a 2:1 oversubscribed fat-tree share the spine; one group alone does not.
+TEST(FlowNetwork, ConcurrentDataParallelGroupsContendOnAnOversubscribedFabric) {
+  ClusterSpec c = cluster("dgx-h100", 16);
+  c.fabric.nics_per_leaf = 16;  // two nodes per leaf, 8 leaves
+  c.fabric.oversubscription = 2.0;
+  Topology topo(c);
+  NetworkProfile prof;
+  std::vector<std::vector<int32_t>> groups(8);
+  for (int j = 0; j < 8; ++j)
+    for (int n = 0; n < 16; ++n) groups[static_cast<size_t>(j)].push_back(8 * n + j);
+  std::vector<Expansion> e;
+  for (const auto& g : groups)
+    e.push_back(expand_collective(CollectiveRequest{CollectiveKind::AllReduce, Algorithm::Ring, Protocol::Simple, 1e9, 0},
+                                  layout_of(topo, g), prof));
+  const double one = run_flow(topo, prof, {e[0]}, {groups[0]})[0];
+  const auto all = run_flow(topo, prof, e, groups);
+  const double slowest = *std::max_element(all.begin(), all.end());
+  EXPECT_GT(slowest, 1.5 * one);
+  // A non-blocking fabric carries the same eight groups faster (what it still loses to
+  // one group alone is ECMP: hashed paths that collide on a spine link).
+  ClusterSpec full = c;
+  full.fabric.oversubscription = 1.0;
+  Topology t2(full);
+  const auto all_full = run_flow(t2, prof, e, groups);
+  EXPECT_LT(*std::max_element(all_full.begin(), all_full.end()), 0.8 * slowest);
+}
+
+}  // namespace
+}  // namespace clustersim
