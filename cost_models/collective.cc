@@ -90,8 +90,12 @@ std::vector<std::vector<int32_t>> ring_orders(const GroupLayout& l) {
 CollectiveStep ring_step(const std::vector<std::vector<int32_t>>& rings, double bytes, int64_t repeat) {
   CollectiveStep s;
   s.repeat = repeat;
-  for (const auto& r : rings)
-    for (size_t i = 0; i < r.size(); ++i) s.transfers.push_back(Transfer{r[i], r[(i + 1) % r.size()], bytes});
+  s.latency = StepLatency::RingMean;
+  for (size_t k = 0; k < rings.size(); ++k) {
+    const auto& r = rings[k];
+    for (size_t i = 0; i < r.size(); ++i)
+      s.transfers.push_back(Transfer{r[i], r[(i + 1) % r.size()], bytes, static_cast<uint16_t>(k)});
+  }
   return s;
 }
 
@@ -105,12 +109,15 @@ int64_t chunks_for(double bytes, const NetworkProfile& prof, Protocol proto) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(bytes / static_cast<double>(prof.protocol(proto).chunk_bytes))));
 }
 
-// A pipelined phase over directed edges: (depth + C − 1) steps, every edge moving one
-// chunk per step (the steady state; the fill and drain are charged as full steps).
-CollectiveStep pipelined(const std::vector<Transfer>& edges, int depth, int64_t chunks) {
+// A pipelined phase over directed edges: (depth + C − 1) rounds, every edge moving one
+// chunk per round (the steady state; fill and drain rounds are charged as full ones for
+// bandwidth); `path` is the deepest route, whose latencies the first chunk pays.
+CollectiveStep pipelined(const std::vector<Transfer>& edges, int depth, int64_t chunks, std::vector<uint32_t> path) {
   CollectiveStep s;
   s.transfers = edges;
   s.repeat = depth + chunks - 1;
+  s.latency = StepLatency::Path;
+  s.path = std::move(path);
   return s;
 }
 
@@ -120,16 +127,6 @@ void shift_steps(std::vector<CollectiveStep>& out, int p, double bytes, int firs
     for (int i = 0; i < p; ++i) s.transfers.push_back(Transfer{i, (i + k) % p, bytes});
     out.push_back(std::move(s));
   }
-}
-
-int tree_depth(const std::vector<int32_t>& parent) {
-  int depth = 0;
-  for (size_t i = 0; i < parent.size(); ++i) {
-    int d = 0;
-    for (int32_t v = static_cast<int32_t>(i); parent[static_cast<size_t>(v)] >= 0; v = parent[static_cast<size_t>(v)]) ++d;
-    depth = std::max(depth, d);
-  }
-  return depth;
 }
 
 void btree(int n, int rank, int& up, int& d0, int& d1) {
@@ -154,6 +151,33 @@ void btree(int n, int rank, int& up, int& d0, int& d1) {
 }
 
 }  // namespace
+
+double step_latency(const CollectiveStep& step, const std::vector<double>& lat) {
+  const double r = static_cast<double>(step.repeat);
+  switch (step.latency) {
+    case StepLatency::Max: return 0;
+    case StepLatency::RingMean: {
+      std::vector<double> sum, count;
+      for (size_t i = 0; i < step.transfers.size(); ++i) {
+        const size_t ch = step.transfers[i].channel;
+        if (sum.size() <= ch) sum.resize(ch + 1, 0.0), count.resize(ch + 1, 0.0);
+        sum[ch] += lat[i];
+        count[ch] += 1;
+      }
+      double worst = 0;
+      for (size_t ch = 0; ch < sum.size(); ++ch)
+        if (count[ch] > 0) worst = std::max(worst, sum[ch] / count[ch]);
+      return r * worst;
+    }
+    case StepLatency::Path: {
+      double along = 0, worst = 0;
+      for (uint32_t i : step.path) along += lat[i];
+      for (double l : lat) worst = std::max(worst, l);
+      return along + std::max(0.0, r - static_cast<double>(step.path.size())) * worst;
+    }
+  }
+  return 0;
+}
 
 void double_binary_tree(int n, std::vector<int32_t>& a, std::vector<int32_t>& b) {
   a.assign(static_cast<size_t>(n), -1);
@@ -227,11 +251,16 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
           const auto chains = chains_from(rings, req.root);
           const int64_t C = chunks_for(S / K, prof, req.proto);
           std::vector<Transfer> edges;
-          for (const auto& c : chains)
-            for (size_t i = 0; i + 1 < c.size(); ++i)
+          std::vector<uint32_t> path;
+          for (size_t k = 0; k < chains.size(); ++k) {
+            const auto& c = chains[k];
+            for (size_t i = 0; i + 1 < c.size(); ++i) {
+              if (k == 0) path.push_back(static_cast<uint32_t>(edges.size()));
               edges.push_back(req.op == CK::Broadcast ? Transfer{c[i], c[i + 1], S / K / static_cast<double>(C)}
                                                       : Transfer{c[i + 1], c[i], S / K / static_cast<double>(C)});
-          steps.push_back(pipelined(edges, p - 1, C));
+            }
+          }
+          steps.push_back(pipelined(edges, p - 1, C, std::move(path)));
           break;
         }
         default: break;
@@ -250,28 +279,46 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
       const double per_tree = two ? S / 2 : S;
       const int64_t C = chunks_for(per_tree, prof, req.proto);
       const double c = per_tree / static_cast<double>(C);
+      const int trees = two ? 2 : 1;
       std::vector<Transfer> up, down;
-      int chain = 0;
-      for (const auto& m : nodes) {
-        chain = std::max(chain, static_cast<int>(m.size()) - 1);
-        for (size_t j = 1; j < m.size(); ++j)
-          for (int t = 0; t < (two ? 2 : 1); ++t) {
+      // chain_edge[t][node][j]: the transfer from member j to j-1 of `node` in tree t;
+      // tree_edge[t][node]: from the node's first member to its parent's.
+      std::vector<std::vector<std::vector<uint32_t>>> chain_edge(static_cast<size_t>(trees));
+      std::vector<std::vector<int64_t>> tree_edge(static_cast<size_t>(trees), std::vector<int64_t>(static_cast<size_t>(n), -1));
+      for (int t = 0; t < trees; ++t) {
+        chain_edge[static_cast<size_t>(t)].resize(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) {
+          const auto& m = nodes[static_cast<size_t>(i)];
+          for (size_t j = 1; j < m.size(); ++j) {
+            chain_edge[static_cast<size_t>(t)][static_cast<size_t>(i)].push_back(static_cast<uint32_t>(up.size()));
             up.push_back(Transfer{m[j], m[j - 1], c});
             down.push_back(Transfer{m[j - 1], m[j], c});
           }
-      }
-      for (int t = 0; t < (two ? 2 : 1); ++t) {
-        const auto& parent = t == 0 ? pa : pb;
-        for (int i = 0; i < n; ++i) {
-          const int32_t par = parent[static_cast<size_t>(i)];
+          const int32_t par = (t == 0 ? pa : pb)[static_cast<size_t>(i)];
           if (par < 0) continue;
-          up.push_back(Transfer{nodes[static_cast<size_t>(i)][0], nodes[static_cast<size_t>(par)][0], c});
-          down.push_back(Transfer{nodes[static_cast<size_t>(par)][0], nodes[static_cast<size_t>(i)][0], c});
+          tree_edge[static_cast<size_t>(t)][static_cast<size_t>(i)] = static_cast<int64_t>(up.size());
+          up.push_back(Transfer{m[0], nodes[static_cast<size_t>(par)][0], c});
+          down.push_back(Transfer{nodes[static_cast<size_t>(par)][0], m[0], c});
         }
       }
-      const int depth = chain + std::max(tree_depth(pa), two ? tree_depth(pb) : 0);
-      steps.push_back(pipelined(up, depth, C));
-      steps.push_back(pipelined(down, depth, C));
+      // The deepest route: the last member of the deepest node's chain, up to the root.
+      std::vector<uint32_t> path;
+      int depth = 0;
+      for (int t = 0; t < trees; ++t) {
+        const auto& parent = t == 0 ? pa : pb;
+        for (int i = 0; i < n; ++i) {
+          std::vector<uint32_t> route;
+          for (uint32_t e : chain_edge[static_cast<size_t>(t)][static_cast<size_t>(i)]) route.insert(route.begin(), e);
+          for (int v = i; parent[static_cast<size_t>(v)] >= 0; v = parent[static_cast<size_t>(v)])
+            route.push_back(static_cast<uint32_t>(tree_edge[static_cast<size_t>(t)][static_cast<size_t>(v)]));
+          if (static_cast<int>(route.size()) > depth) {
+            depth = static_cast<int>(route.size());
+            path = route;
+          }
+        }
+      }
+      steps.push_back(pipelined(up, depth, C, path));
+      steps.push_back(pipelined(down, depth, C, path));
       break;
     }
     case Algorithm::Direct: {

@@ -33,12 +33,30 @@ inline constexpr int32_t kSwitch = -1;
 struct Transfer {
   int32_t src = 0, dst = 0;
   double bytes = 0;
+  uint16_t channel = 0;  // which ring (RingMean latency)
 };
+
+// How the latencies of a repeated step add up.
+//   Max:      lock-step rounds: repeat × max over transfers of (latency + bytes/rate).
+//   RingMean: a pipelined ring: a piece of data crosses one ring edge per round, so over
+//             the rounds it pays the ring's mean edge latency each time (NCCL: only the
+//             node-crossing steps pay the network latency): repeat × max over channels of
+//             the mean latency, plus repeat × the slowest transfer's bytes/rate.
+//   Path:     a pipelined tree or chain: the first chunk pays every latency along the
+//             deepest path, each later chunk one more round: Σ path latencies +
+//             (repeat − |path|) × max latency, plus repeat × the slowest bytes/rate.
+enum class StepLatency : uint8_t { Max, RingMean, Path };
 
 struct CollectiveStep {
   std::vector<Transfer> transfers;  // run at once
   int64_t repeat = 1;               // identical consecutive steps
+  StepLatency latency = StepLatency::Max;
+  std::vector<uint32_t> path;       // Path: indices into transfers, the deepest route
 };
+
+// The latency part of a step (RingMean, Path) given each transfer's latency; for Max
+// steps latency is not separable from bandwidth and this returns 0.
+double step_latency(const CollectiveStep& step, const std::vector<double>& transfer_latency);
 
 // Where a group's members sit: node of each position, and whether nodes have NVSwitch.
 struct GroupLayout {

@@ -14,7 +14,7 @@ FlowNetwork::FlowNetwork(Topology& topo, const NetworkProfile& profile) : paths_
 uint64_t FlowNetwork::start(Expansion e, std::vector<int32_t> gpus, SimTime now) {
   progress(now);
   const auto id = static_cast<uint32_t>(colls_.size());
-  colls_.push_back(Collective{std::move(e), std::move(gpus), 0, 0, now, State::Base});
+  colls_.push_back(Collective{std::move(e), std::move(gpus), 0, 0, now, 0.0, State::Base});
   ++active_;
   // The base latency elapses before the first step moves any byte.
   timers_.push(Timer{now + SimTime::from_seconds(colls_[id].e.base_latency), timer_seq_++, id});
@@ -33,13 +33,21 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
   col.pending = 0;
   const CollectiveStep& step = col.e.steps[col.step];
   const double rep = static_cast<double>(step.repeat);
-  for (const Transfer& t : step.transfers) {
+  const bool lockstep = step.latency == StepLatency::Max;
+  std::vector<double> lat(step.transfers.size(), 0.0);
+  for (size_t i = 0; i < step.transfers.size(); ++i) {
+    auto links = paths_.links(step.transfers[i], col.gpus);
+    if (!links.empty()) lat[i] = paths_.latency(links, col.e);
+  }
+  col.extra_latency = lockstep ? 0.0 : step_latency(step, lat);
+  for (size_t i = 0; i < step.transfers.size(); ++i) {
+    const Transfer& t = step.transfers[i];
     auto links = paths_.links(t, col.gpus);
     if (links.empty() || t.bytes <= 0) continue;
     Flow f;
     f.coll = c;
     f.remaining = paths_.wire_bytes(t.bytes, col.e) * rep;
-    f.latency = paths_.latency(links, col.e) * rep;
+    f.latency = lockstep ? lat[i] * rep : 0.0;
     f.var = system_.add_variable(links);
     f.alive = true;
     if (f.var >= flows_.size()) flows_.resize(f.var + 1);
@@ -48,9 +56,9 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
     ++col.pending;
     ++flows_started_;
   }
-  if (col.pending == 0) {  // nothing to move: the step is over at once
+  if (col.pending == 0) {  // nothing to move: only the latency
     col.state = State::Draining;
-    timers_.push(Timer{now, timer_seq_++, c});
+    timers_.push(Timer{now + SimTime::from_seconds(col.extra_latency), timer_seq_++, c});
   }
 }
 
@@ -103,7 +111,7 @@ void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {
     changed = true;
     if (--col.pending == 0) {
       col.state = State::Draining;
-      timers_.push(Timer{col.step_end, timer_seq_++, f.coll});
+      timers_.push(Timer{col.step_end + SimTime::from_seconds(col.extra_latency), timer_seq_++, f.coll});
     }
   }
   // Timers due now: the base latency is over (begin step 0), or a step is over (begin

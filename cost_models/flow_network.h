@@ -3,10 +3,10 @@
 // all-reduce and a PP send crossing one NIC slow each other down.
 //
 // A collective runs its expansion step by step. Each transfer of a step is one flow of
-// repeat × wire bytes along its route; when its bytes are through, it still owes
-// repeat × its step latency (TransferPaths::latency), and the step ends when every
-// transfer has paid both — so with no other traffic a step lasts exactly what the
-// analytic network says, max over transfers of latency + bytes / rate. Rates are
+// repeat × wire bytes along its route. In a lock-step step a flow whose bytes are
+// through still owes repeat × its latency; in a pipelined step (ring, tree) the step's
+// latency (step_latency()) is paid once the last flow is through — so with no other
+// traffic a step lasts exactly what the analytic network says. Rates are
 // re-solved when a flow starts or ends, only for the links it shares.
 //
 // The network keeps its own clock in step with the caller's: the caller asks
@@ -52,6 +52,7 @@ class FlowNetwork {
     size_t step = 0;
     uint32_t pending = 0;  // transfers of the current step still moving bytes
     SimTime step_end;      // max over finished transfers of finish + latency
+    double extra_latency = 0;  // pipelined steps: latency paid once the bytes are through
     State state = State::Base;
   };
   struct Flow {

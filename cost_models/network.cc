@@ -26,15 +26,21 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
     for (const Transfer& t : step.transfers)
       for (uint32_t l : paths_.links(t, gpus))
         if (load_[l]++ == 0) touched_.push_back(l);
-    double step_s = 0;
-    for (const Transfer& t : step.transfers) {
+    double lockstep = 0, moving = 0;
+    lat_.assign(step.transfers.size(), 0.0);
+    for (size_t i = 0; i < step.transfers.size(); ++i) {
+      const Transfer& t = step.transfers[i];
       auto r = paths_.links(t, gpus);
       if (r.empty()) continue;
       double rate = std::numeric_limits<double>::infinity();
       for (uint32_t l : r) rate = std::min(rate, paths_.capacity(l) / load_[l]);
-      step_s = std::max(step_s, paths_.latency(r, e) + paths_.wire_bytes(t.bytes, e) / rate);
+      lat_[i] = paths_.latency(r, e);
+      const double bw = paths_.wire_bytes(t.bytes, e) / rate;
+      lockstep = std::max(lockstep, lat_[i] + bw);
+      moving = std::max(moving, bw);
     }
-    cost.seconds += step_s * static_cast<double>(step.repeat);
+    const double rep = static_cast<double>(step.repeat);
+    cost.seconds += step.latency == StepLatency::Max ? lockstep * rep : step_latency(step, lat_) + moving * rep;
     for (uint32_t l : touched_) load_[l] = 0;
     for (const Transfer& t : step.transfers)
       for (uint32_t l : paths_.links(t, gpus)) {

@@ -6,8 +6,9 @@
 // once (cut-through: serialization is paid at the bottleneck, not at every hop) — and
 // moves bytes / protocol-efficiency wire bytes at its bottleneck share: a link of
 // capacity B (line rate × the class's efficiency) crossed by k transfers of one step
-// gives each B/k, so capacity is conserved inside a collective. A step lasts as long as
-// its slowest transfer; a collective costs its base latency plus its steps.
+// gives each B/k, so capacity is conserved inside a collective. How latencies of a
+// repeated step add up depends on its schedule (StepLatency: lock-step rounds,
+// pipelined ring, pipelined tree); a collective costs its base latency plus its steps.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,9 @@ class TransferPaths {
   std::span<const uint32_t> links(const Transfer& t, std::span<const int32_t> gpus);
   double latency(std::span<const uint32_t> links, const Expansion& e) const;
   double wire_bytes(double payload, const Expansion& e) const {
-    return payload / profile_.protocol(e.proto).bandwidth_efficiency;
+    const double eff = profile_.protocol(e.proto).bandwidth_efficiency *
+                       (e.family == LatencyFamily::Nvls ? profile_.nvls_efficiency : 1.0);
+    return payload / eff;
   }
   double capacity(uint32_t link) const {
     const Link& l = topo_.links()[link];
@@ -61,6 +64,7 @@ class AnalyticNetwork {
   std::vector<uint32_t> load_;  // transfers per link in the current step
   std::vector<double> bytes_;   // wire bytes per link over the collective
   std::vector<uint32_t> touched_;
+  std::vector<double> lat_;
 };
 
 }  // namespace clustersim

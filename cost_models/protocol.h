@@ -47,6 +47,9 @@ struct NetworkProfile {
   // Fraction of line rate collectives reach per link class. NVLink: NCCL models a
   // Hopper NVLink as 20.6 GB/s per link x 18 links = 370.8 of 450 GB/s.
   std::array<double, 3> link_efficiency{370.8 / 450.0, 0.80, 0.92};
+  // In-switch reduction reaches this fraction of the links' rate (NCCL's Hopper figure,
+  // src/tuning/nvls.cc: the switch's reduction throughput, not the links, limits it).
+  double nvls_efficiency = 0.85;
 
   const ProtocolParams& protocol(Protocol p) const { return protocols[static_cast<size_t>(p)]; }
   double base(LatencyFamily f, Protocol p) const { return base_latency[static_cast<size_t>(f)][static_cast<size_t>(p)]; }

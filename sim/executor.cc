@@ -202,7 +202,9 @@ class Executor {
     const std::vector<int32_t> gpus = {plan_.rank_gpu[static_cast<size_t>(src)], plan_.rank_gpu[static_cast<size_t>(dst)]};
     CollectiveResult c;
     c.expansion.base_latency = opt_.network.base(LatencyFamily::Ring, Protocol::Simple);
-    c.expansion.steps.push_back(CollectiveStep{{Transfer{0, 1, static_cast<double>(op.bytes)}}, 1});
+    CollectiveStep one;
+    one.transfers.push_back(Transfer{0, 1, static_cast<double>(op.bytes)});
+    c.expansion.steps.push_back(std::move(one));
     if (!flow_) {
       const auto memo_key = std::make_tuple(gpus[0], gpus[1], op.bytes);
       auto it = p2p_memo_.find(memo_key);

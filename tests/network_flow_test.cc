@@ -136,10 +136,13 @@ std::vector<double> run_flow(Topology& topo, const NetworkProfile& prof, const s
 TEST(FlowNetwork, TwoTransfersOverOneLinkEachGetHalf) {
   Topology topo(cluster("dgx-h100", 1));
   NetworkProfile prof;
-  Expansion a;
-  a.steps.push_back(CollectiveStep{{Transfer{0, 2, 100e6}}, 1});
-  Expansion b;
-  b.steps.push_back(CollectiveStep{{Transfer{1, 2, 100e6}}, 1});
+  auto one = [](int32_t src, int32_t dst) {
+    Expansion e;
+    e.steps.emplace_back();
+    e.steps.back().transfers.push_back(Transfer{src, dst, 100e6});
+    return e;
+  };
+  const Expansion a = one(0, 2), b = one(1, 2);
   const std::vector<int32_t> g = first_gpus(8);
   const double alone = run_flow(topo, prof, {a}, {g})[0];
   const auto both = run_flow(topo, prof, {a, b}, {g, g});
@@ -202,7 +205,7 @@ TEST(Tuner, RingTreeCrossoverOnSixteenNodes) {
 // once on a 2:1 oversubscribed fat-tree share the spine; one group alone does not.
 TEST(FlowNetwork, ConcurrentDataParallelGroupsContendOnAnOversubscribedFabric) {
   ClusterSpec c = cluster("dgx-h100", 16);
-  c.fabric.nics_per_leaf = 16;  // two nodes per leaf, 8 leaves
+  c.fabric.nics_per_leaf = 8;  // one node per leaf: every ring hop leaves its leaf
   c.fabric.oversubscription = 2.0;
   Topology topo(c);
   NetworkProfile prof;
@@ -217,13 +220,13 @@ TEST(FlowNetwork, ConcurrentDataParallelGroupsContendOnAnOversubscribedFabric) {
   const auto all = run_flow(topo, prof, e, groups);
   const double slowest = *std::max_element(all.begin(), all.end());
   EXPECT_GT(slowest, 1.5 * one);
-  // A non-blocking fabric carries the same eight groups faster (what it still loses to
-  // one group alone is ECMP: hashed paths that collide on a spine link).
+  // On a non-blocking fabric with destination-mod-k routing the eight rings take eight
+  // different spines and do not notice each other.
   ClusterSpec full = c;
   full.fabric.oversubscription = 1.0;
   Topology t2(full);
   const auto all_full = run_flow(t2, prof, e, groups);
-  EXPECT_LT(*std::max_element(all_full.begin(), all_full.end()), 0.8 * slowest);
+  EXPECT_LT(*std::max_element(all_full.begin(), all_full.end()), 1.01 * one);
 }
 
 }  // namespace

@@ -248,8 +248,20 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
         const uint32_t end = nic.node == graph_[src].node ? src : dst;
         if (nic.node == graph_[end].node && nic.local == preferred_nic(end)) affine.push_back(l);
       }
-      const auto& choices = affine.empty() ? p : affine;
-      link = choices[choices.size() == 1 ? 0 : mix(h ^ v) % choices.size()];
+      if (affine.size() == 1) {
+        link = affine[0];
+      } else {
+        // Destination-mod-k, as InfiniBand's fat-tree routing does: the spine (or any other
+        // tie) is picked by the destination's NIC, so a shift permutation never puts two
+        // flows on one link. Candidates are ordered by the vertex they come from.
+        std::vector<uint32_t> choices = affine.empty() ? p : affine;
+        std::sort(choices.begin(), choices.end(), [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; });
+        const uint64_t key = spec_.nodes > 1
+                                 ? static_cast<uint64_t>(graph_[dst].node) * static_cast<uint64_t>(spec_.node.nics) +
+                                       static_cast<uint64_t>(preferred_nic(dst))
+                                 : h;
+        link = choices[key % choices.size()];
+      }
     }
     path.push_back(link);
     v = links_[link].src;

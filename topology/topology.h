@@ -6,7 +6,9 @@
 // GPU-to-GPU traffic inside a node takes NVLink rather than PCIe. Among equal-cost
 // paths, a GPU leaves and enters its node through its own NIC when it can (NIC
 // affinity, as NCCL pairs each GPU with the nearest NIC: local GPU i of g uses NIC
-// i·nics/g); remaining ties are broken per (src, dst) by a deterministic hash (ECMP).
+// i·nics/g); remaining ties (which spine) are broken by the destination's NIC index
+// modulo the number of choices — InfiniBand's destination-mod-k fat-tree routing,
+// under which shift permutations (rings) never collide on a link.
 // GPUs are never transit vertices. Routes are computed on first use and cached; a Topology belongs
 // to one run and is not shared between threads.
 #pragma once
