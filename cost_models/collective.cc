@@ -268,55 +268,59 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
       break;
     }
     case Algorithm::Tree: {
-      // NCCL's tree: a chain inside each node from its first member, and a double binary
-      // tree across the nodes' first members; half the data on each tree. Reduce up the
-      // trees, then broadcast down, both pipelined in chunks.
+      // NCCL's tree: a chain inside each node, and a double binary tree across the nodes'
+      // chain heads; half of a channel's data on each tree. Across several nodes there is
+      // one channel per member of a node, channel k's chains starting at the k-th member,
+      // so the channels' trees leave each node through different GPUs and NICs. Reduce up
+      // the trees, then broadcast down, both pipelined in chunks.
       const auto nodes = by_node(l);
       const int n = static_cast<int>(nodes.size());
       std::vector<int32_t> pa, pb;
       double_binary_tree(n, pa, pb);
-      const bool two = n > 1;
-      const double per_tree = two ? S / 2 : S;
+      const int trees = n > 1 ? 2 : 1;
+      const int g = l.per_node();
+      const int channels = n > 1 && g > 1 ? g : 1;
+      const double per_tree = S / (trees * channels);
       const int64_t C = chunks_for(per_tree, prof, req.proto);
       const double c = per_tree / static_cast<double>(C);
-      const int trees = two ? 2 : 1;
       std::vector<Transfer> up, down;
-      // chain_edge[t][node][j]: the transfer from member j to j-1 of `node` in tree t;
-      // tree_edge[t][node]: from the node's first member to its parent's.
-      std::vector<std::vector<std::vector<uint32_t>>> chain_edge(static_cast<size_t>(trees));
-      std::vector<std::vector<int64_t>> tree_edge(static_cast<size_t>(trees), std::vector<int64_t>(static_cast<size_t>(n), -1));
-      for (int t = 0; t < trees; ++t) {
-        chain_edge[static_cast<size_t>(t)].resize(static_cast<size_t>(n));
-        for (int i = 0; i < n; ++i) {
-          const auto& m = nodes[static_cast<size_t>(i)];
-          for (size_t j = 1; j < m.size(); ++j) {
-            chain_edge[static_cast<size_t>(t)][static_cast<size_t>(i)].push_back(static_cast<uint32_t>(up.size()));
-            up.push_back(Transfer{m[j], m[j - 1], c});
-            down.push_back(Transfer{m[j - 1], m[j], c});
-          }
-          const int32_t par = (t == 0 ? pa : pb)[static_cast<size_t>(i)];
-          if (par < 0) continue;
-          tree_edge[static_cast<size_t>(t)][static_cast<size_t>(i)] = static_cast<int64_t>(up.size());
-          up.push_back(Transfer{m[0], nodes[static_cast<size_t>(par)][0], c});
-          down.push_back(Transfer{nodes[static_cast<size_t>(par)][0], m[0], c});
-        }
-      }
-      // The deepest route: the last member of the deepest node's chain, up to the root.
       std::vector<uint32_t> path;
       int depth = 0;
-      for (int t = 0; t < trees; ++t) {
-        const auto& parent = t == 0 ? pa : pb;
-        for (int i = 0; i < n; ++i) {
-          std::vector<uint32_t> route;
-          for (uint32_t e : chain_edge[static_cast<size_t>(t)][static_cast<size_t>(i)]) route.insert(route.begin(), e);
-          for (int v = i; parent[static_cast<size_t>(v)] >= 0; v = parent[static_cast<size_t>(v)])
-            route.push_back(static_cast<uint32_t>(tree_edge[static_cast<size_t>(t)][static_cast<size_t>(v)]));
-          if (static_cast<int>(route.size()) > depth) {
-            depth = static_cast<int>(route.size());
-            path = route;
+      for (int k = 0; k < channels; ++k)
+        for (int t = 0; t < trees; ++t) {
+          const auto& parent = t == 0 ? pa : pb;
+          // head[i]: the transfer from node i's chain head to its parent's; chain[i]: the
+          // node's chain transfers, head-most last.
+          std::vector<int64_t> head(static_cast<size_t>(n), -1);
+          std::vector<std::vector<uint32_t>> chain(static_cast<size_t>(n));
+          auto member = [&](int i, size_t j) {
+            const auto& m = nodes[static_cast<size_t>(i)];
+            return m[(j + static_cast<size_t>(k)) % m.size()];
+          };
+          for (int i = 0; i < n; ++i) {
+            const size_t size = nodes[static_cast<size_t>(i)].size();
+            for (size_t j = size - 1; j >= 1; --j) {
+              chain[static_cast<size_t>(i)].push_back(static_cast<uint32_t>(up.size()));
+              up.push_back(Transfer{member(i, j), member(i, j - 1), c});
+              down.push_back(Transfer{member(i, j - 1), member(i, j), c});
+            }
+            const int32_t par = parent[static_cast<size_t>(i)];
+            if (par < 0) continue;
+            head[static_cast<size_t>(i)] = static_cast<int64_t>(up.size());
+            up.push_back(Transfer{member(i, 0), member(par, 0), c});
+            down.push_back(Transfer{member(par, 0), member(i, 0), c});
+          }
+          // The deepest route: a node's whole chain, then tree edges up to the root.
+          for (int i = 0; i < n; ++i) {
+            std::vector<uint32_t> route = chain[static_cast<size_t>(i)];
+            for (int v = i; parent[static_cast<size_t>(v)] >= 0; v = parent[static_cast<size_t>(v)])
+              route.push_back(static_cast<uint32_t>(head[static_cast<size_t>(v)]));
+            if (static_cast<int>(route.size()) > depth) {
+              depth = static_cast<int>(route.size());
+              path = route;
+            }
           }
         }
-      }
       steps.push_back(pipelined(up, depth, C, path));
       steps.push_back(pipelined(down, depth, C, path));
       break;
