@@ -25,7 +25,8 @@ constexpr const char* kUsage =
     "commands:\n"
     "  run S.yaml [--set key=value]... [--json]      simulate a training scenario\n"
     "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo A] [--proto P]\n"
-    "             [--network-model analytic|flow] [--concurrent K] [--min SIZE] [--max SIZE] [--json]\n"
+    "             [--network-model analytic|flow] [--concurrent K] [--fabric F] [--oversubscription X]\n"
+    "             [--nics-per-leaf N] [--min SIZE] [--max SIZE] [--json]\n"
     "                                                collective size sweep, nccl-tests style\n"
     "  plan S.yaml [--set key=value]... [--out FILE] write the scenario's Plan as JSON (stdout by default)\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
@@ -82,7 +83,9 @@ int cmd_run(const std::vector<std::string>& args) {
 
 int cmd_collective(const std::vector<std::string>& args) {
   CollectiveSweepConfig cfg;
-  std::string preset, op = "all-reduce", algo = "auto", proto = "auto", model = "analytic";
+  std::string preset, op = "all-reduce", algo = "auto", proto = "auto", model = "analytic", fabric = "fat-tree";
+  double oversub = 1.0;
+  int nics_per_leaf = 32;
   int nodes = 0;
   bool json = false, have_gpus = false;
   auto as_int = [](const std::string& flag, const std::string& v) {
@@ -114,6 +117,14 @@ int cmd_collective(const std::vector<std::string>& args) {
     else if (a == "--proto") proto = need_value(args, i);
     else if (a == "--network-model") model = need_value(args, i);
     else if (a == "--concurrent") cfg.concurrent = as_int(a, need_value(args, i));
+    else if (a == "--fabric") fabric = need_value(args, i);
+    else if (a == "--oversubscription") {
+      const std::string v = need_value(args, i);
+      char* end = nullptr;
+      oversub = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(oversub >= 1.0) || oversub > 1e6)
+        throw InputError(SourceMark{a, 0, 0}, "expected a number >= 1, got '" + v + "'");
+    } else if (a == "--nics-per-leaf") nics_per_leaf = as_int(a, need_value(args, i));
     else if (a == "--min") cfg.min_bytes = as_size(a, need_value(args, i));
     else if (a == "--max") cfg.max_bytes = as_size(a, need_value(args, i));
     else if (a == "--json") json = true;
@@ -150,6 +161,11 @@ int cmd_collective(const std::vector<std::string>& args) {
     throw InputError(SourceMark{"--cluster", 0, 0}, "unknown cluster preset '" + preset + "', expected one of: " + names);
   }
   cfg.cluster.node = *node;
+  if (!parse_fabric(fabric, cfg.cluster.fabric.kind))
+    throw InputError(SourceMark{"--fabric", 0, 0},
+                     "unknown fabric '" + fabric + "', expected fat-tree, rail-optimized, switch, ring or torus");
+  cfg.cluster.fabric.oversubscription = oversub;
+  cfg.cluster.fabric.nics_per_leaf = nics_per_leaf;
   const int total = cfg.gpus * cfg.concurrent;
   cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
   if (total % cfg.nodes != 0)

@@ -655,3 +655,74 @@ TEST_F(CliTest, KeysListsEveryKey) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every operation and every named algorithm that can run it, under both network models.
+TEST_F(CliTest, CollectiveEveryOperationAlgorithmAndModel) {
+  struct Case {
+    const char* args;
+    const char* algorithm;
+  };
+  const Case cases[] = {
+      {"--op all-reduce --algo ring", "ring"},
+      {"--op all-reduce --algo tree", "tree"},
+      {"--op all-reduce --algo direct", "direct"},
+      {"--op all-reduce --algo halving-doubling", "halving-doubling"},
+      {"--op all-reduce --algo hierarchical", "hierarchical"},
+      {"--op all-gather --algo ring --proto LL128", "ring"},
+      {"--op reduce-scatter --algo hierarchical", "hierarchical"},
+      {"--op broadcast --algo ring", "ring"},
+      {"--op reduce --algo halving-doubling", "halving-doubling"},
+      {"--op all-to-all", "direct"},
+      {"--op send-recv", "p2p"},
+  };
+  for (const char* model : {"analytic", "flow"})
+    for (const Case& c : cases) {
+      const CliResult r = cli(std::string("collective ") + c.args + " --gpus 16 --nodes 2 --cluster dgx-h100 --min 1MiB --max 4MiB --network-model " + model);
+      ASSERT_EQ(r.code, 0) << c.args << " " << model << "\n" << r;
+      EXPECT_EQ(data_rows(r.out).size(), 3u) << c.args << "\n" << r;
+      EXPECT_NE(r.out.find(c.algorithm), std::string::npos) << c.args << "\n" << r;
+      EXPECT_NE(r.out.find(std::string(model) + " network"), std::string::npos) << r;
+    }
+}
+
+TEST_F(CliTest, CollectiveNvlsInsideOneNodeOnly) {
+  EXPECT_EQ(cli("collective --op all-reduce --algo nvls --gpus 8 --cluster dgx-h100 --min 1MiB --max 1MiB").code, 0);
+  const CliResult r = cli("collective --op all-reduce --algo nvls --gpus 16 --nodes 2 --cluster dgx-h100");
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_NE(r.err.find("needs a group inside one node with an NVSwitch"), std::string::npos) << r;
+}
+
+TEST_F(CliTest, CollectiveBadProtocolAndModel) {
+  const CliResult p = cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --proto LL64");
+  EXPECT_EQ(p.code, 1) << p;
+  EXPECT_TRUE(starts_with(p.err, "--proto: error: unknown protocol 'LL64'")) << p;
+  const CliResult m = cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --network-model packet");
+  EXPECT_EQ(m.code, 1) << m;
+  EXPECT_TRUE(starts_with(m.err, "--network-model: error:")) << m;
+}
+
+// K concurrent groups on an oversubscribed fabric take longer than one group (flow);
+// the analytic model, which costs each alone, does not see it.
+TEST_F(CliTest, CollectiveConcurrentGroupsContendUnderFlow) {
+  const std::string base = "collective --op all-reduce --algo ring --proto Simple --gpus 16 --cluster dgx-h100 --nodes 16 --min 256MiB --max 256MiB --json";
+  auto time_of = [&](const std::string& extra) {
+    const CliResult r = cli(base + extra);
+    EXPECT_EQ(r.code, 0) << r;
+    const size_t at = r.out.find("\"time_s\": ");
+    return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 10));
+  };
+  const double one = time_of(" --network-model flow");
+  const double eight = time_of(" --network-model flow --concurrent 8");
+  EXPECT_NEAR(eight, one, 0.01 * one);  // the default fabric is non-blocking
+  // One node per leaf, 2:1 oversubscribed: the eight rings share four up-links per leaf.
+  const std::string tight = " --nics-per-leaf 8 --oversubscription 2";
+  const double one_tight = time_of(" --network-model flow" + tight);
+  const double eight_tight = time_of(" --network-model flow --concurrent 8" + tight);
+  EXPECT_NEAR(one_tight, one, 0.01 * one);
+  EXPECT_GT(eight_tight, 1.5 * one_tight);
+  EXPECT_NEAR(time_of(" --concurrent 8" + tight), one, 0.01 * one);  // analytic: each group alone
+}
+
+}  // namespace
