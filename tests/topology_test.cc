@@ -101,3 +101,35 @@ TEST(Topology, RingAndTorusFabricsRouteEveryPair) {
 
 }  // namespace
 }  // namespace clustersim
+
+namespace clustersim {
+namespace {
+
+// The structured fast path (node templates + switch-level trees) chooses exactly the
+// links the plain search chooses, on every fabric where it applies.
+TEST(Topology, FastRoutingEqualsTheSearch) {
+  struct Case {
+    const char* preset;
+    int nodes;
+    FabricKind fabric;
+    int nics_per_leaf;
+    double oversub;
+  };
+  for (const Case& c : {Case{"dgx-h100", 12, FabricKind::FatTree, 32, 1.0}, Case{"dgx-h100", 9, FabricKind::FatTree, 16, 2.0},
+                        Case{"dgx-a100", 5, FabricKind::Switch, 32, 1.0}, Case{"pcie-8gpu", 8, FabricKind::FatTree, 4, 1.0},
+                        Case{"dgx-h100", 6, FabricKind::FatTree, 12, 1.0}}) {
+    ClusterSpec spec = cluster(c.preset, c.nodes, c.fabric);
+    spec.fabric.nics_per_leaf = c.nics_per_leaf;
+    spec.fabric.oversubscription = c.oversub;
+    Topology t(spec);
+    for (int a = 0; a < t.num_gpus(); a += 3)
+      for (int b = 0; b < t.num_gpus(); b += 5) {
+        auto fast = t.route(a, b);
+        EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.end()), t.route_by_search(a, b))
+            << c.preset << " " << c.nodes << " " << a << "->" << b;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace clustersim

@@ -58,6 +58,7 @@ void Topology::add_link(uint32_t a, uint32_t b, LinkClass cls, double bandwidth,
 
 void Topology::build_node(int n, std::vector<uint32_t>& nics) {
   const NodeSpec& ns = spec_.node;
+  node_link_base_.push_back(static_cast<uint32_t>(links_.size()));
   const std::string prefix = "node" + std::to_string(n) + "/";
   std::vector<uint32_t> local;
   for (int g = 0; g < ns.gpus; ++g) {
@@ -230,10 +231,7 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
     throw std::runtime_error("topology: no route from " + graph_[src].name + " to " + graph_[dst].name);
   std::vector<uint32_t> path;
   const uint64_t h = mix((static_cast<uint64_t>(src) << 32) | dst);
-  // The NIC a GPU prefers: its own when there is one per GPU, else the share it sits in.
-  auto preferred_nic = [&](uint32_t gpu) {
-    return graph_[gpu].local * spec_.node.nics / std::max(1, spec_.node.gpus);
-  };
+  auto preferred_nic = [&](uint32_t gpu) { return preferred_nic_local(graph_[gpu].local); };
   std::vector<uint32_t> affine;
   for (uint32_t v = dst; v != src;) {
     const auto& p = pred[v];
@@ -274,7 +272,11 @@ std::span<const uint32_t> Topology::route(int src, int dst) {
   if (src == dst) return {};
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
   auto it = route_cache_.find(key);
-  if (it == route_cache_.end()) it = route_cache_.emplace(key, shortest_path(gpu_vertex(src), gpu_vertex(dst))).first;
+  if (it == route_cache_.end()) {
+    if (fast_state_ == 0) prepare_fast_routing();
+    const bool fast = fast_state_ == 1 && node_of(src) != node_of(dst);
+    it = route_cache_.emplace(key, fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst))).first;
+  }
   return it->second;
 }
 
@@ -292,6 +294,126 @@ LinkClass Topology::route_class(std::span<const uint32_t> r) const {
     if (k == LinkClass::Pcie) c = k;
   }
   return c;
+}
+
+int Topology::preferred_nic_local(int local_gpu) const {
+  // A GPU's own NIC when there is one per GPU, else the share of NICs it sits in.
+  return local_gpu * spec_.node.nics / std::max(1, spec_.node.gpus);
+}
+
+std::vector<uint32_t> Topology::route_by_search(int src, int dst) const {
+  if (src == dst) return {};
+  return shortest_path(gpu_vertex(src), gpu_vertex(dst));
+}
+
+bool Topology::fast_routing_applies() const {
+  if (spec_.nodes < 2) return false;
+  const FabricSpec& f = spec_.fabric;
+  if (f.kind == FabricKind::Switch) return true;
+  // Whole nodes under each leaf: every NIC of a node reaches the fabric at one leaf.
+  return f.kind == FabricKind::FatTree && f.nics_per_leaf % spec_.node.nics == 0;
+}
+
+void Topology::prepare_fast_routing() {
+  fast_state_ = -1;
+  if (!fast_routing_applies()) return;
+  const int g = spec_.node.gpus;
+  // NICs: their vertex, fabric switch and the links between.
+  for (uint32_t l = 0; l < links_.size(); ++l) {
+    const VertexProps& a = graph_[links_[l].src];
+    const VertexProps& b = graph_[links_[l].dst];
+    if (a.kind == VertexKind::Nic && b.kind == VertexKind::Switch) {
+      const size_t idx = static_cast<size_t>(a.node) * static_cast<size_t>(spec_.node.nics) + static_cast<size_t>(a.local);
+      if (nic_up_.size() <= idx) nic_up_.resize(idx + 1), nic_down_.resize(idx + 1), nic_switch_.resize(idx + 1), nic_vertex_.resize(idx + 1);
+      nic_up_[idx] = l;
+      nic_down_[idx] = l + 1;  // links are added in pairs: a -> b, then b -> a
+      nic_switch_[idx] = links_[l].dst;
+      nic_vertex_[idx] = links_[l].src;
+    }
+  }
+  // Templates from node 0: GPU -> own NIC and back, each a shortest path whose cost
+  // equals the cheapest way to any NIC of the node (else the search is needed).
+  auto cost = [&](const std::vector<uint32_t>& path) {
+    int64_t c = 0;
+    for (uint32_t l : path) c += std::llround(1e18 / links_[l].bandwidth);
+    return c;
+  };
+  const uint32_t n0_end = node_link_base_.size() > 1 ? node_link_base_[1] : static_cast<uint32_t>(links_.size());
+  for (int a = 0; a < g; ++a) {
+    const size_t nic = static_cast<size_t>(preferred_nic_local(a));
+    std::vector<uint32_t> out = shortest_path(gpus_[static_cast<size_t>(a)], nic_vertex_[nic]);
+    std::vector<uint32_t> in = shortest_path(nic_vertex_[nic], gpus_[static_cast<size_t>(a)]);
+    int64_t best = std::numeric_limits<int64_t>::max();
+    for (int k = 0; k < spec_.node.nics; ++k)
+      best = std::min(best, cost(shortest_path(gpus_[static_cast<size_t>(a)], nic_vertex_[static_cast<size_t>(k)])));
+    if (cost(out) != best) return;
+    for (uint32_t l : out)
+      if (l >= n0_end) return;
+    for (uint32_t l : in)
+      if (l >= n0_end) return;
+    exit_template_.push_back(std::move(out));
+    enter_template_.push_back(std::move(in));
+  }
+  fast_state_ = 1;
+}
+
+std::vector<uint32_t> Topology::fast_route(int src, int dst) {
+  const int g = spec_.node.gpus;
+  const int na = node_of(src), nb = node_of(dst), la = src % g, lb = dst % g;
+  const size_t nics = static_cast<size_t>(spec_.node.nics);
+  const size_t nic_a = static_cast<size_t>(na) * nics + static_cast<size_t>(preferred_nic_local(la));
+  const size_t nic_b = static_cast<size_t>(nb) * nics + static_cast<size_t>(preferred_nic_local(lb));
+  std::vector<uint32_t> path;
+  for (uint32_t l : exit_template_[static_cast<size_t>(la)]) path.push_back(l + node_link_base_[static_cast<size_t>(na)]);
+  path.push_back(nic_up_[nic_a]);
+  const uint32_t sa = nic_switch_[nic_a], sb = nic_switch_[nic_b];
+  if (sa != sb) {
+    auto it = switch_trees_.find(sa);
+    if (it == switch_trees_.end()) {
+      // Dijkstra over switches only, from sa, keeping every equal-cost predecessor.
+      const size_t nv = boost::num_vertices(graph_);
+      constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+      std::vector<int64_t> dist(nv, kInf);
+      SwitchTree tree;
+      tree.pred.resize(nv);
+      using Item = std::pair<int64_t, uint32_t>;
+      std::priority_queue<Item, std::vector<Item>, std::greater<>> pq;
+      dist[sa] = 0;
+      pq.push({0, sa});
+      while (!pq.empty()) {
+        auto [d, v] = pq.top();
+        pq.pop();
+        if (d != dist[v]) continue;
+        for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
+          const Link& l = links_[graph_[*e].link];
+          if (graph_[l.dst].kind != VertexKind::Switch) continue;
+          const int64_t c = d + std::llround(1e18 / l.bandwidth);
+          if (c < dist[l.dst]) {
+            dist[l.dst] = c;
+            tree.pred[l.dst].assign(1, l.id);
+            pq.push({c, l.dst});
+          } else if (c == dist[l.dst]) {
+            tree.pred[l.dst].push_back(l.id);
+          }
+        }
+      }
+      it = switch_trees_.emplace(sa, std::move(tree)).first;
+    }
+    std::vector<uint32_t> middle;
+    const uint64_t key = nic_b;  // destination-mod-k, as in shortest_path()
+    for (uint32_t v = sb; v != sa;) {
+      std::vector<uint32_t> choices = it->second.pred[v];
+      if (choices.empty()) throw std::runtime_error("topology: no switch path to " + graph_[sb].name);
+      std::sort(choices.begin(), choices.end(), [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; });
+      const uint32_t link = choices[choices.size() == 1 ? 0 : key % choices.size()];
+      middle.push_back(link);
+      v = links_[link].src;
+    }
+    path.insert(path.end(), middle.rbegin(), middle.rend());
+  }
+  path.push_back(nic_down_[nic_b]);
+  for (uint32_t l : enter_template_[static_cast<size_t>(lb)]) path.push_back(l + node_link_base_[static_cast<size_t>(nb)]);
+  return path;
 }
 
 double Topology::route_latency(std::span<const uint32_t> r) const {

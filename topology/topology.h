@@ -99,6 +99,9 @@ class Topology {
 
   // Link ids from GPU `src` to GPU `dst`, in hop order; empty when src == dst.
   std::span<const uint32_t> route(int src, int dst);
+  // The same route by plain Dijkstra over the whole graph, never from the structured
+  // fast path (for tests that check the two agree).
+  std::vector<uint32_t> route_by_search(int src, int dst) const;
   // The NVLink hop between a GPU and its node's NVSwitch (in-switch reduction);
   // empty when the node has none.
   std::span<const uint32_t> switch_route(int gpu, bool to_switch) const;
@@ -113,6 +116,10 @@ class Topology {
   void build_node(int n, std::vector<uint32_t>& nics);
   void build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
   std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst) const;
+  bool fast_routing_applies() const;
+  void prepare_fast_routing();
+  std::vector<uint32_t> fast_route(int src, int dst);
+  int preferred_nic_local(int local_gpu) const;
 
   ClusterSpec spec_;
   ClusterGraph graph_;
@@ -120,6 +127,20 @@ class Topology {
   std::vector<uint32_t> gpus_;
   std::vector<std::array<uint32_t, 2>> gpu_switch_links_;  // per GPU: {to switch, from switch}
   std::unordered_map<uint64_t, std::vector<uint32_t>> route_cache_;
+
+  // Structured routing for homogeneous nodes on a switch or fat-tree fabric whose leaves
+  // hold whole nodes: a route between nodes is the source node's GPU -> own-NIC path
+  // (a template from node 0, shifted by the node's first link id), the NIC's up-link,
+  // the switch path (Dijkstra over switches only, cached per source switch), the
+  // destination NIC's down-link and its NIC -> GPU template. Same choices as the search.
+  struct SwitchTree {
+    std::vector<std::vector<uint32_t>> pred;  // per vertex: equal-cost incoming links
+  };
+  int fast_state_ = 0;  // 0 not prepared, 1 usable, -1 not applicable
+  std::vector<uint32_t> node_link_base_;
+  std::vector<std::vector<uint32_t>> exit_template_, enter_template_;  // per local GPU, node-0 link ids
+  std::vector<uint32_t> nic_vertex_, nic_up_, nic_down_, nic_switch_;  // per global NIC
+  std::unordered_map<uint32_t, SwitchTree> switch_trees_;
 };
 
 }  // namespace clustersim
