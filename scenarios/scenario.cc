@@ -255,7 +255,8 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.network_model = as_enum(n, "network_model", {"analytic", "flow"});
        }},
-      {"calibration", "path", "none", "calibration profile YAML; else the GPU preset's defaults",
+      {"calibration", "path", "none",
+       "calibration profile YAML (calibrate/profiles/*.yaml; relative to this file); else the built-in defaults",
        [](const N& n, S& s) { s.calibration = scalar(n, "calibration", "a path"); }},
       {"output", "mapping", "", "where results go", nullptr},
       {"output.sqlite", "path", "none", "SQLite timeline database (a run is appended)",

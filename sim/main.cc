@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/profile.h"
 #include "plan/plan_io.h"
 #include "scenarios/scenario.h"
 #include "scenarios/units.h"
@@ -26,7 +27,7 @@ constexpr const char* kUsage =
     "  run S.yaml [--set key=value]... [--json]      simulate a training scenario\n"
     "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo A] [--proto P]\n"
     "             [--network-model analytic|flow] [--concurrent K] [--fabric F] [--oversubscription X]\n"
-    "             [--nics-per-leaf N] [--min SIZE] [--max SIZE] [--json]\n"
+    "             [--nics-per-leaf N] [--profile P.yaml] [--min SIZE] [--max SIZE] [--json]\n"
     "                                                collective size sweep, nccl-tests style\n"
     "  plan S.yaml [--set key=value]... [--out FILE] write the scenario's Plan as JSON (stdout by default)\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
@@ -125,6 +126,7 @@ int cmd_collective(const std::vector<std::string>& args) {
       if (v.empty() || *end != '\0' || !(oversub >= 1.0) || oversub > 1e6)
         throw InputError(SourceMark{a, 0, 0}, "expected a number >= 1, got '" + v + "'");
     } else if (a == "--nics-per-leaf") nics_per_leaf = as_int(a, need_value(args, i));
+    else if (a == "--profile") cfg.profile = load_profile(need_value(args, i), SourceMark{"--profile", 0, 0}).network;
     else if (a == "--min") cfg.min_bytes = as_size(a, need_value(args, i));
     else if (a == "--max") cfg.max_bytes = as_size(a, need_value(args, i));
     else if (a == "--json") json = true;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "calibrate/profile.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/units.h"
@@ -65,10 +66,15 @@ void check_output_paths(const Scenario& s) {
 RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   RunOutcome out;
   out.scenario = s;
-  if (!s.calibration.empty())
-    throw InputError(s.mark("calibration"),
-                     "calibration profiles are not read yet; remove calibration to use the GPU preset's defaults");
   ExecOptions eo;
+  if (!s.calibration.empty()) {
+    // A relative profile path is relative to the scenario file, like include:.
+    std::filesystem::path p(s.calibration);
+    if (p.is_relative() && !std::filesystem::exists(p)) p = std::filesystem::path(s.path).parent_path() / p;
+    const CalibrationProfile prof = load_profile(p.string(), s.mark("calibration"));
+    eo.compute = prof.compute;
+    eo.network = prof.network;
+  }
   collective_options(s, eo);
   eo.simulate_all_ranks = opt.simulate_all_ranks;
   out.plan = build_training_plan(s);

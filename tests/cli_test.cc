@@ -726,3 +726,30 @@ TEST_F(CliTest, CollectiveConcurrentGroupsContendUnderFlow) {
 }
 
 }  // namespace
+
+namespace {
+
+// Naming the defaults profile changes nothing; a profile with slower links slows the run.
+TEST_F(CliTest, CalibrationProfileFeedsTheCostModels) {
+  const std::string defaults = std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/defaults.yaml";
+  const std::string scenario = std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/llama3-8b-128xh100.yaml";
+  auto iteration = [&](const std::string& extra) {
+    const CliResult r = cli("run " + quote(scenario) + " --set " + quote("output.sqlite=" + (dir_ / "x.sqlite").string()) + extra + " --json");
+    EXPECT_EQ(r.code, 0) << r;
+    const size_t at = r.out.find("\"iteration_time_s\": ");
+    return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 20));
+  };
+  const double base = iteration("");
+  EXPECT_DOUBLE_EQ(iteration(" --set " + quote("calibration=" + defaults)), base);
+  const std::string slow = (dir_ / "slow.yaml").string();
+  std::ofstream(slow) << "network: {link_efficiency: {network: 0.3}}\ncompute: {gemm_efficiency: 0.5}\n";
+  EXPECT_GT(iteration(" --set " + quote("calibration=" + slow)), 1.2 * base);
+  const CliResult bad = cli("run " + quote(scenario) + " --set calibration=/nonexistent.yaml");
+  EXPECT_EQ(bad.code, 1) << bad;
+  EXPECT_NE(bad.err.find("does not exist"), std::string::npos) << bad;
+
+  const CliResult c = cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 1GiB --max 1GiB --algo ring --proto Simple --profile " + quote(slow));
+  EXPECT_EQ(c.code, 0) << c;
+}
+
+}  // namespace

@@ -1,0 +1,123 @@
+#include "calibrate/profile.h"
+
+#include <filesystem>
+
+#include "scenarios/units.h"
+#include "scenarios/yaml_tree.h"
+
+namespace clustersim {
+namespace {
+
+const YNode& need_map(const YNode& n, const std::string& key) {
+  if (n.kind != YNode::Kind::Map) throw InputError(n.mark, key + " must be a mapping, got " + n.kind_name());
+  return n;
+}
+
+double number(const YNode& n, const std::string& key, double lo, double hi) {
+  if (n.kind != YNode::Kind::Scalar) throw InputError(n.mark, key + " must be a number, got " + n.kind_name());
+  char* end = nullptr;
+  const double v = std::strtod(n.scalar.c_str(), &end);
+  if (n.scalar.empty() || *end != '\0' || !(v >= lo && v <= hi))
+    throw InputError(n.mark, key + " must be a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
+                                 n.scalar + "'");
+  return v;
+}
+
+double seconds(const YNode& n, const std::string& key) {
+  std::string why;
+  double v = 0;
+  if (n.kind != YNode::Kind::Scalar || !parse_time(n.scalar, v, why)) throw InputError(n.mark, key + ": " + (why.empty() ? "expected a time such as 2us" : why));
+  return v;
+}
+
+int64_t bytes(const YNode& n, const std::string& key) {
+  std::string why;
+  int64_t v = 0;
+  if (n.kind != YNode::Kind::Scalar || !parse_size(n.scalar, v, why)) throw InputError(n.mark, key + ": " + (why.empty() ? "expected a size such as 512KiB" : why));
+  if (v < 1) throw InputError(n.mark, key + " must be at least 1 byte");
+  return v;
+}
+
+// Calls f(name, node) for each member, rejecting names not in `allowed`.
+template <typename F>
+void members(const YNode& map, const std::string& key, std::initializer_list<const char*> allowed, F f) {
+  need_map(map, key);
+  for (const auto& [k, v] : map.map) {
+    bool ok = false;
+    std::string list;
+    for (const char* a : allowed) {
+      ok |= k == a;
+      list += (list.empty() ? "" : ", ") + std::string(a);
+    }
+    if (!ok) throw InputError(v.key_mark, "unknown key '" + key + "." + k + "', expected one of: " + list);
+    f(k, v, key + "." + k);
+  }
+}
+
+int protocol_index(const std::string& p) { return p == "LL" ? 0 : p == "LL128" ? 1 : 2; }
+int class_index(const std::string& c) { return c == "nvlink" ? 0 : c == "pcie" ? 1 : 2; }
+int family_index(const std::string& f) { return f == "ring" ? 0 : f == "tree" ? 1 : 2; }
+
+}  // namespace
+
+CalibrationProfile load_profile(const std::string& path, const SourceMark& from) {
+  if (!std::filesystem::exists(path))
+    throw InputError(from.known() ? from : SourceMark{path, 0, 0}, "calibration profile '" + path + "' does not exist");
+  const YNode root = load_yaml_file(path, from);
+  CalibrationProfile p;
+  p.path = path;
+  if (root.kind == YNode::Kind::Null) return p;
+  members(root, "profile", {"gpu", "date", "command", "driver", "cuda", "nccl", "compute", "network", "measurements"},
+          [&](const std::string& k, const YNode& v, const std::string& key) {
+            if (k == "gpu" && v.kind == YNode::Kind::Scalar) p.gpu = v.scalar;
+            if (k == "compute") {
+              members(v, key, {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead"},
+                      [&](const std::string& c, const YNode& cv, const std::string& ck) {
+                        if (c == "launch_overhead") p.compute.launch_overhead_s = seconds(cv, ck);
+                        else {
+                          const double e = number(cv, ck, 1e-6, 1.0);
+                          if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
+                          if (c == "attention_efficiency") p.compute.attention_efficiency = e;
+                          if (c == "memory_efficiency") p.compute.memory_efficiency = e;
+                        }
+                      });
+            }
+            if (k == "network") {
+              NetworkProfile& n = p.network;
+              members(v, key, {"link_efficiency", "nvls_efficiency", "protocols", "base_latency", "hop_latency"},
+                      [&](const std::string& nk, const YNode& nv, const std::string& nkey) {
+                        if (nk == "nvls_efficiency") n.nvls_efficiency = number(nv, nkey, 1e-6, 1.0);
+                        if (nk == "link_efficiency")
+                          members(nv, nkey, {"nvlink", "pcie", "network"}, [&](const std::string& c, const YNode& x, const std::string& xk) {
+                            n.link_efficiency[static_cast<size_t>(class_index(c))] = number(x, xk, 1e-6, 1.0);
+                          });
+                        if (nk == "protocols")
+                          members(nv, nkey, {"LL", "LL128", "Simple"}, [&](const std::string& pr, const YNode& x, const std::string& xk) {
+                            members(x, xk, {"bandwidth_efficiency", "chunk"}, [&](const std::string& f, const YNode& y, const std::string& yk) {
+                              ProtocolParams& pp = n.protocols[static_cast<size_t>(protocol_index(pr))];
+                              if (f == "chunk") pp.chunk_bytes = bytes(y, yk);
+                              else pp.bandwidth_efficiency = number(y, yk, 1e-6, 1.0);
+                            });
+                          });
+                        if (nk == "base_latency")
+                          members(nv, nkey, {"ring", "tree", "nvls"}, [&](const std::string& fam, const YNode& x, const std::string& xk) {
+                            members(x, xk, {"LL", "LL128", "Simple"}, [&](const std::string& pr, const YNode& y, const std::string& yk) {
+                              n.base_latency[static_cast<size_t>(family_index(fam))][static_cast<size_t>(protocol_index(pr))] = seconds(y, yk);
+                            });
+                          });
+                        if (nk == "hop_latency")
+                          members(nv, nkey, {"nvlink", "pcie", "network"}, [&](const std::string& c, const YNode& x, const std::string& xk) {
+                            members(x, xk, {"ring", "tree"}, [&](const std::string& fam, const YNode& y, const std::string& yk) {
+                              members(y, yk, {"LL", "LL128", "Simple"}, [&](const std::string& pr, const YNode& z, const std::string& zk) {
+                                n.hop_latency[static_cast<size_t>(class_index(c))][static_cast<size_t>(family_index(fam))]
+                                             [static_cast<size_t>(protocol_index(pr))] = seconds(z, zk);
+                              });
+                            });
+                          });
+                      });
+            }
+          });
+  return p;
+}
+
+}  // namespace clustersim

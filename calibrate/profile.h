@@ -1,0 +1,36 @@
+// Calibration profiles: every constant a real GPU or network can measure, in one YAML
+// file. A profile names what it was measured on and overrides the built-in defaults
+// key by key; keys it leaves out keep their documented defaults
+// (calibrate/profiles/defaults.yaml lists them all with their sources).
+//
+//   gpu: h200-sxm                  # informational: what was measured
+//   compute: {gemm_efficiency: 0.80, attention_efficiency: 0.55, memory_efficiency: 0.90,
+//             launch_overhead: 2us}
+//   network:
+//     link_efficiency: {nvlink: 0.824, pcie: 0.80, network: 0.92}
+//     nvls_efficiency: 0.85
+//     protocols: {LL: {bandwidth_efficiency: 0.5, chunk: 32KiB}, LL128: {...}, Simple: {...}}
+//     base_latency: {ring: {LL: 6.6us, LL128: 14us, Simple: 8.4us}, tree: {...}, nvls: {...}}
+//     hop_latency: {nvlink: {ring: {LL: 0.6us, ...}, tree: {...}}, pcie: {...}, network: {...}}
+#pragma once
+
+#include <string>
+
+#include "cost_models/compute.h"
+#include "cost_models/protocol.h"
+#include "scenarios/error.h"
+
+namespace clustersim {
+
+struct CalibrationProfile {
+  std::string path;
+  std::string gpu;  // what it was measured on ("" for the defaults)
+  ComputeProfile compute;
+  NetworkProfile network;
+};
+
+// Reads a profile; unknown keys, wrong types and bad units are InputErrors with
+// file:line:col. `from` is where the path was given (a scenario key or a flag).
+CalibrationProfile load_profile(const std::string& path, const SourceMark& from = {});
+
+}  // namespace clustersim

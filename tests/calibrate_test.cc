@@ -1,0 +1,70 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "calibrate/profile.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim {
+namespace {
+
+const std::string kDefaults = std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/defaults.yaml";
+
+// The shipped defaults file spells out exactly the built-in constants.
+TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
+  const CalibrationProfile p = load_profile(kDefaults);
+  const ComputeProfile c;
+  const NetworkProfile n;
+  EXPECT_DOUBLE_EQ(p.compute.gemm_efficiency, c.gemm_efficiency);
+  EXPECT_DOUBLE_EQ(p.compute.attention_efficiency, c.attention_efficiency);
+  EXPECT_DOUBLE_EQ(p.compute.memory_efficiency, c.memory_efficiency);
+  EXPECT_DOUBLE_EQ(p.compute.launch_overhead_s, c.launch_overhead_s);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(p.network.link_efficiency[i], n.link_efficiency[i], 1e-12);
+    EXPECT_DOUBLE_EQ(p.network.protocols[i].bandwidth_efficiency, n.protocols[i].bandwidth_efficiency);
+    EXPECT_EQ(p.network.protocols[i].chunk_bytes, n.protocols[i].chunk_bytes);
+    for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(p.network.base_latency[i][j], n.base_latency[i][j], 1e-15);
+    for (size_t f = 0; f < 2; ++f)
+      for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(p.network.hop_latency[i][f][j], n.hop_latency[i][f][j], 1e-15);
+  }
+  EXPECT_DOUBLE_EQ(p.network.nvls_efficiency, n.nvls_efficiency);
+}
+
+std::string profile_error(const std::string& yaml) {
+  const std::string path = testing::temp_dir("profile") + "/p.yaml";
+  std::ofstream(path) << yaml;
+  try {
+    load_profile(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Profile, BadProfilesAreRejectedWithTheirPosition) {
+  EXPECT_NE(profile_error("compute: {gemm_eficiency: 0.7}\n").find("p.yaml:1:11: error: unknown key 'profile.compute.gemm_eficiency'"),
+            std::string::npos);
+  EXPECT_NE(profile_error("compute:\n  gemm_efficiency: 1.7\n").find("p.yaml:2:20: error:"), std::string::npos);
+  EXPECT_NE(profile_error("network:\n  hop_latency: {nvlink: {ring: {LL: 3}}}\n").find("has no unit"), std::string::npos);
+  EXPECT_NE(profile_error("network: [1, 2]\n").find("must be a mapping"), std::string::npos);
+  try {
+    load_profile("/nonexistent/p.yaml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos);
+  }
+}
+
+TEST(Profile, OverridesOnlyWhatItNames) {
+  const std::string path = testing::temp_dir("profile-partial") + "/p.yaml";
+  std::ofstream(path) << "gpu: h200-sxm\ncompute: {gemm_efficiency: 0.7}\nnetwork: {link_efficiency: {network: 0.8}}\n";
+  const CalibrationProfile p = load_profile(path);
+  EXPECT_EQ(p.gpu, "h200-sxm");
+  EXPECT_DOUBLE_EQ(p.compute.gemm_efficiency, 0.7);
+  EXPECT_DOUBLE_EQ(p.compute.memory_efficiency, ComputeProfile{}.memory_efficiency);
+  EXPECT_DOUBLE_EQ(p.network.link_efficiency[2], 0.8);
+  EXPECT_DOUBLE_EQ(p.network.link_efficiency[0], NetworkProfile{}.link_efficiency[0]);
+}
+
+}  // namespace
+}  // namespace clustersim
