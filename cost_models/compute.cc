@@ -15,6 +15,8 @@ double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfi
 
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+  // An op with nothing to read, write or compute only joins dependencies: no kernel.
+  if (op.kind == OpKind::Memory && bytes == 0 && op.flops == 0) return 0;
   const double mem = bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
   double math = 0;
   switch (op.kind) {

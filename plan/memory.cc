@@ -1,5 +1,6 @@
 #include "plan/memory.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace clustersim {
@@ -9,42 +10,77 @@ int64_t padded_vocab(const ModelConfig& m, int64_t tp) {
   return (m.vocab + q - 1) / q * q;
 }
 
-int64_t params_per_rank(const ModelConfig& m, int64_t tp) {
+StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
   // Linear weights (and their biases) shard over TP; norms and position tables are
-  // replicated; the vocabulary shards over TP.
-  const int64_t h = m.hidden, d = m.head_dim();
-  const int64_t mlp_in = (m.ffn_type == FfnType::Swiglu ? 2 : 1) * m.ffn_hidden;
-  int64_t sharded = h * (m.heads + 2 * m.kv_heads) * d + m.heads * d * h + h * mlp_in + m.ffn_hidden * h;
-  int64_t replicated = 2 * h;  // two norm gains
-  if (m.biases) {
-    sharded += (m.heads + 2 * m.kv_heads) * d + mlp_in;
-    replicated += 2 * h + 2 * h;  // norm biases, output-projection and MLP-down biases
+  // replicated; the vocabulary shards over TP; experts shard over EP, then TP.
+  StageParams p;
+  const double t = static_cast<double>(in.tp), h = static_cast<double>(m.hidden);
+  const int64_t end = in.end_layer < 0 ? m.layers : in.end_layer;
+  const double norms = m.biases ? 4 * h : 2 * h;
+  for (int64_t l = in.first_layer; l < end; ++l) {
+    p.dense += static_cast<double>(m.attention_params()) / t + norms;
+    if (m.moe_layer(l)) {
+      p.dense += h * static_cast<double>(m.moe.experts);  // router, replicated
+      p.dense += static_cast<double>(m.moe.shared_experts * m.expert_params()) / t;
+      p.expert += static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * static_cast<double>(m.expert_params()) / t;
+    } else {
+      p.dense += static_cast<double>(m.dense_mlp_params()) / t;
+    }
   }
-  const int64_t vocab = padded_vocab(m, tp) * h * (m.tied_embeddings ? 1 : 2);
-  const int64_t pos = m.learned_positions ? m.seq_len * h : 0;
-  return m.layers * (sharded / tp + replicated) + vocab / tp + pos + 2 * h;
+  const double vocab = static_cast<double>(padded_vocab(m, in.tp)) * h / t;
+  if (in.embedding) p.dense += vocab + (m.learned_positions ? static_cast<double>(m.seq_len) * h : 0.0);
+  // The output layer: its own weights when untied; when tied and pipelined, the last
+  // stage keeps a copy of the embedding (Megatron) whose gradients meet the first's.
+  if (in.output) p.dense += (!m.tied_embeddings || !in.embedding ? vocab : 0.0) + 2 * h;
+  return p;
+}
+
+int64_t params_per_rank(const ModelConfig& m, int64_t tp) {
+  MemoryInputs in;
+  in.tp = tp;
+  const StageParams p = stage_params(m, in);
+  return static_cast<int64_t>(p.dense + p.expert);
 }
 
 MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   MemoryBreakdown b;
-  const double p = static_cast<double>(params_per_rank(m, in.tp));
+  const StageParams sp = stage_params(m, in);
   const double e = dtype_bits(m.dtype) / 8.0;
-  b.weights = p * e;
-  b.gradients = p * (m.dtype == DType::FP16 ? 2.0 : 4.0);
-  b.optimizer = p * (in.adam ? (m.dtype == DType::FP32 ? 8.0 : 12.0) : (m.dtype == DType::FP32 ? 4.0 : 8.0));
-  const double sbh = static_cast<double>(m.seq_len) * in.micro_batch * m.hidden;
+  const double dp_all = static_cast<double>(in.dp * in.cp);
+  const double edp = std::max(1.0, dp_all / static_cast<double>(in.ep));
+  auto shard = [&](int stage) {  // ZeRO divisor for dense and expert parameters
+    return in.zero_stage >= stage ? std::pair{dp_all, edp} : std::pair{1.0, 1.0};
+  };
+  auto bytes = [&](double per_param, int stage) {
+    const auto [d, x] = shard(stage);
+    return per_param * (sp.dense / d + sp.expert / x);
+  };
+  b.weights = bytes(e, 3);
+  b.gradients = bytes(m.dtype == DType::FP16 ? 2.0 : 4.0, 2);
+  b.optimizer = bytes(in.adam ? (m.dtype == DType::FP32 ? 8.0 : 12.0) : (m.dtype == DType::FP32 ? 4.0 : 8.0), 1);
+
+  const double tokens = static_cast<double>(m.seq_len) / static_cast<double>(in.cp) * static_cast<double>(in.micro_batch);
+  const double sbh = tokens * static_cast<double>(m.hidden);
   const double t = static_cast<double>(in.tp);
-  const double per_layer = in.sequence_parallel ? sbh * 34.0 / t : sbh * (10.0 + 24.0 / t);
-  const double logits = static_cast<double>(m.seq_len) * in.micro_batch * padded_vocab(m, in.tp) / t * (e + 4.0);
-  b.activations = (per_layer * m.layers + logits) * in.in_flight_micro_batches;
+  const double full_layer = in.sequence_parallel ? sbh * 34.0 / t : sbh * (10.0 + 24.0 / t);
+  const double per_layer = in.full_recompute ? 2.0 * sbh / (in.sequence_parallel ? t : 1.0) : full_layer;
+  b.activations = per_layer * in.in_flight_layers + (in.full_recompute ? full_layer : 0.0);
+  if (in.output) b.activations += tokens * static_cast<double>(padded_vocab(m, in.tp)) / t * (e + 4.0);
+  if (in.pp > 1) b.buffers += 2.0 * 2.0 * sbh * e / (in.sequence_parallel ? t : 1.0);
+  if (in.zero_stage >= 3) {
+    // Two layers gathered at a time (one in use, one prefetched).
+    const double layer = (sp.dense + sp.expert) / std::max<int64_t>(1, (in.end_layer < 0 ? m.layers : in.end_layer) - in.first_layer);
+    b.buffers += 2.0 * layer * e;
+  }
   return b;
 }
 
 std::string MemoryBreakdown::describe() const {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "weights %.1f GiB, gradients %.1f GiB, optimizer state %.1f GiB, activations %.1f GiB",
-                weights / GiB, gradients / GiB, optimizer / GiB, activations / GiB);
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "weights %.1f GiB, gradients %.1f GiB, optimizer state %.1f GiB, activations %.1f GiB, buffers %.1f GiB",
+                weights / GiB, gradients / GiB, optimizer / GiB, activations / GiB, buffers / GiB);
   return buf;
 }
 

@@ -1,13 +1,20 @@
 // Per-rank training memory (bytes), following Korthikanti et al. 2022 for activations
-// and Megatron-LM's mixed-precision layout for states:
-//   weights     params_local · bytes(dtype)
-//   gradients   params_local · 4            (fp32 main gradients; 2 for fp16 models)
-//   optimizer   params_local · 12           (Adam: fp32 master copy, m, v; SGD: 8)
-//   activations layers · s·b·h·(10 + 24/t)  per in-flight micro-batch, without SP
-//               layers · s·b·h·34/t         with sequence parallelism
-//               + logits s·b·V/t · (bytes(dtype) + 4)
-// The 5·a·s/h score term of Korthikanti's formula is absent: attention runs as a
-// fused kernel that keeps only its output and the softmax statistics.
+// and Megatron-LM's mixed-precision layout for states. For the layers a pipeline stage
+// holds:
+//   weights     params_local · bytes(dtype)        (÷ dp·cp under ZeRO-3)
+//   gradients   params_local · 4                    (fp32 main gradients; 2 for fp16;
+//                                                    ÷ dp·cp under ZeRO-2 and -3)
+//   optimizer   params_local · 12                   (Adam: fp32 master, m, v; SGD 8;
+//                                                    ÷ dp·cp under ZeRO-1, -2, -3)
+//   activations per layer and in-flight micro-batch, s' = s/cp tokens:
+//               s'·b·h·(10 + 24/t)   without SP       s'·b·h·34/t   with SP
+//               2·s'·b·h (÷t with SP) under full recompute, plus one layer's worth
+//               + logits s'·b·V/t · (bytes(dtype) + 4) on the last stage
+//   p2p buffers 2 · s'·b·h · bytes(dtype) per pipeline neighbour
+// Expert weights shard over EP (experts/ep local) and their ZeRO sharding is over the
+// expert-data-parallel group (dp·cp/ep). The 5·a·s/h score term of Korthikanti's formula
+// is absent: attention runs as a fused kernel that keeps only its output and softmax
+// statistics, so selective recompute (of attention scores) changes nothing here.
 #pragma once
 
 #include <cstdint>
@@ -22,20 +29,32 @@ struct MemoryBreakdown {
   double gradients = 0;
   double optimizer = 0;
   double activations = 0;
-  double total() const { return weights + gradients + optimizer + activations; }
+  double buffers = 0;  // pipeline p2p buffers, ZeRO-3 gathered layers
+  double total() const { return weights + gradients + optimizer + activations + buffers; }
   std::string describe() const;  // "weights 1.2 GiB, gradients ..."
 };
 
 struct MemoryInputs {
-  int64_t tp = 1;
+  int64_t tp = 1, cp = 1, dp = 1, ep = 1, pp = 1;
+  int64_t zero_stage = 0;
   int64_t micro_batch = 1;
-  int64_t in_flight_micro_batches = 1;
+  double in_flight_layers = 0;  // layer-activations held at the peak (layers × micro-batches)
   bool sequence_parallel = false;
+  bool full_recompute = false;
   bool adam = true;
+  int64_t first_layer = 0, end_layer = -1;  // the stage's layers; end -1: all
+  bool embedding = true;                     // the stage holds the token embedding
+  bool output = true;                        // the stage holds the output layer and loss
 };
 
 int64_t padded_vocab(const ModelConfig& m, int64_t tp);  // Megatron: a multiple of 128 · tp
-int64_t params_per_rank(const ModelConfig& m, int64_t tp);
+
+struct StageParams {
+  double dense = 0;   // local parameters sharded over DP (attention, dense MLP, norms, embeddings)
+  double expert = 0;  // local expert parameters (sharded over the expert-DP group)
+};
+StageParams stage_params(const ModelConfig& m, const MemoryInputs& in);
+int64_t params_per_rank(const ModelConfig& m, int64_t tp);  // the whole model at this TP, no PP/EP
 MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in);
 
 }  // namespace clustersim

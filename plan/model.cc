@@ -20,6 +20,15 @@ ModelConfig make(std::string name, int64_t layers, int64_t hidden, int64_t heads
   return m;
 }
 
+ModelConfig moe(ModelConfig m, int64_t experts, int64_t top_k, int64_t shared, int64_t ffn, int64_t dense) {
+  m.moe.experts = experts;
+  m.moe.top_k = top_k;
+  m.moe.shared_experts = shared;
+  m.moe.expert_ffn_hidden = ffn;
+  m.moe.dense_layers = dense;
+  return m;
+}
+
 // GPT-3: Brown et al. 2020, Table 2.1 (1.3B with 16 heads of 128, as Megatron-LM runs
 // it); vocabulary 51200 (50257 padded). Llama 3: Meta's model cards / params.json.
 const std::vector<ModelConfig>& presets() {
@@ -29,26 +38,52 @@ const std::vector<ModelConfig>& presets() {
       make("llama3-8b", 32, 4096, 32, 8, 14336, FfnType::Swiglu, 128256, 8192, false),
       make("llama3-70b", 80, 8192, 64, 8, 28672, FfnType::Swiglu, 128256, 8192, false),
       make("llama3-405b", 126, 16384, 128, 8, 53248, FfnType::Swiglu, 128256, 8192, false),
+      // The Megatron-LM scaling family (Narayanan et al. 2021, Table 1): GPT layers, 4h MLP.
+      make("megatron-1.7b", 24, 2304, 24, 24, 4 * 2304, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-3.6b", 30, 3072, 32, 32, 4 * 3072, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-7.5b", 36, 4096, 32, 32, 4 * 4096, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-18.4b", 40, 6144, 48, 48, 4 * 6144, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-39.1b", 48, 8192, 64, 64, 4 * 8192, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-76.1b", 60, 10240, 80, 80, 4 * 10240, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-145.6b", 80, 12288, 96, 96, 4 * 12288, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-310.1b", 96, 16384, 128, 128, 4 * 16384, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-529.6b", 105, 20480, 128, 128, 4 * 20480, FfnType::Gelu, 51200, 2048, true),
+      make("megatron-1t", 128, 25600, 160, 160, 4 * 25600, FfnType::Gelu, 51200, 2048, true),
+      moe(make("mixtral-8x7b", 32, 4096, 32, 8, 14336, FfnType::Swiglu, 32000, 4096, false), 8, 2, 0, 14336, 0),
+      // DeepSeek-V3-like: MLA approximated by MHA of the same width; 256 routed experts
+      // (top 8) and one shared, the first 3 layers dense.
+      moe(make("deepseek-v3", 61, 7168, 128, 128, 18432, FfnType::Swiglu, 129280, 4096, false), 256, 8, 1, 2048, 3),
   };
   return kPresets;
 }
 
 }  // namespace
 
-int64_t ModelConfig::layer_params() const {
+int64_t ModelConfig::attention_params() const {
   const int64_t d = head_dim();
-  const int64_t qkv = hidden * (heads + 2 * kv_heads) * d;
-  const int64_t out = heads * d * hidden;
-  const int64_t mlp = (ffn_type == FfnType::Swiglu ? 3 : 2) * hidden * ffn_hidden;
-  // GPT-style models carry biases and LayerNorm gains+biases; Llama has RMSNorm gains only.
-  const int64_t extra = biases ? (heads + 2 * kv_heads) * d + hidden + ffn_hidden + hidden + 4 * hidden : 2 * hidden;
-  return qkv + out + mlp + extra;
+  return hidden * (heads + 2 * kv_heads) * d + heads * d * hidden + (biases ? (heads + 2 * kv_heads) * d + hidden : 0);
+}
+
+int64_t ModelConfig::dense_mlp_params() const {
+  return mlp_matrices() * hidden * ffn_hidden + (biases ? ffn_hidden + hidden : 0);
+}
+
+int64_t ModelConfig::expert_params() const { return mlp_matrices() * hidden * moe.expert_ffn_hidden; }
+
+int64_t ModelConfig::layer_params(int64_t layer) const {
+  // GPT-style models carry LayerNorm gains and biases; Llama has RMSNorm gains only.
+  const int64_t norms = biases ? 4 * hidden : 2 * hidden;
+  const int64_t mlp = moe_layer(layer) ? hidden * moe.experts + (moe.experts + moe.shared_experts) * expert_params()
+                                       : dense_mlp_params();
+  return attention_params() + mlp + norms;
 }
 
 int64_t ModelConfig::total_params() const {
   const int64_t embed = vocab * hidden * (tied_embeddings ? 1 : 2);
   const int64_t pos = learned_positions ? seq_len * hidden : 0;
-  return layers * layer_params() + embed + pos + 2 * hidden;
+  int64_t sum = 0;
+  for (int64_t l = 0; l < layers; ++l) sum += layer_params(l);
+  return sum + embed + pos + 2 * hidden;
 }
 
 const ModelConfig* find_model_preset(std::string_view name) {

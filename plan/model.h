@@ -14,10 +14,12 @@ namespace clustersim {
 enum class FfnType : uint8_t { Gelu, Swiglu };
 
 struct MoeConfig {
-  int64_t experts = 0;
+  int64_t experts = 0;  // 0: a dense model
   int64_t top_k = 0;
   int64_t shared_experts = 0;
   int64_t expert_ffn_hidden = 0;
+  double capacity_factor = 1.0;  // tokens an expert takes, relative to a perfectly even split
+  int64_t dense_layers = 0;      // leading layers that keep a dense MLP (DeepSeek: 3)
 };
 
 struct ModelConfig {
@@ -37,8 +39,14 @@ struct ModelConfig {
   MoeConfig moe;
 
   int64_t head_dim() const { return hidden / heads; }
-  // Weights of one transformer layer: QKV + output projection, MLP, two norms.
-  int64_t layer_params() const;
+  bool moe_layer(int64_t layer) const { return moe.experts > 0 && layer >= moe.dense_layers; }
+  int64_t mlp_matrices() const { return ffn_type == FfnType::Swiglu ? 3 : 2; }
+  int64_t attention_params() const;
+  int64_t dense_mlp_params() const;
+  int64_t expert_params() const;  // one expert
+  // Weights of one transformer layer: QKV + output projection, MLP (or router, experts
+  // and shared experts), norms.
+  int64_t layer_params(int64_t layer = 0) const;
   // All weights: layers, token embedding (and an untied output layer), final norm.
   int64_t total_params() const;
 };

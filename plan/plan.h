@@ -32,8 +32,10 @@ enum class CollectiveKind : uint8_t { AllReduce, AllGather, ReduceScatter, AllTo
 std::string_view to_string(CollectiveKind k);
 bool parse_collective(std::string_view s, CollectiveKind& out);
 
-enum class GroupKind : uint8_t { TP, DP, PP, CP, EP, World };
-inline constexpr int kGroupKinds = 6;
+// EDP: the expert-data-parallel group (ranks holding the same experts), over which
+// expert gradients are reduced when EP carves experts out of DP.
+enum class GroupKind : uint8_t { TP, DP, PP, CP, EP, EDP, World };
+inline constexpr int kGroupKinds = 7;
 std::string_view to_string(GroupKind k);
 
 enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
@@ -45,7 +47,9 @@ std::string_view to_string(Phase p);
 //   Memory:     bytes_read, bytes_written, flops (elementwise / memory-bound)
 //   Collective: collective, group, bytes (per-rank buffer: the full array for
 //               all-reduce, the gathered array for all-gather / reduce-scatter), dtype
-//   Send/Recv:  group, peer (index inside the group), bytes
+//   Send/Recv:  group, peer (index inside the group, or an offset from the rank's own
+//               position when relative_peer), bytes, phase (sends and receives match
+//               per (source, destination, phase) in issue order)
 struct Op {
   OpKind kind = OpKind::Memory;
   uint8_t stream = 0;
@@ -54,6 +58,7 @@ struct Op {
   CollectiveKind collective = CollectiveKind::AllReduce;
   GroupKind group = GroupKind::World;
   bool causal = false;
+  bool relative_peer = false;  // Send/Recv: peer is an offset from this rank's own group position
   int32_t layer = -1;        // -1: not a transformer layer (embedding, loss, optimizer)
   int32_t micro_batch = -1;  // -1: not tied to one micro-batch
   uint32_t name = 0;         // index into Plan::names

@@ -63,7 +63,7 @@ void write_op(std::string& out, const Program& p, const Op& op) {
     case OpKind::Send:
     case OpKind::Recv:
       out += ",\"group\":" + quote(to_string(op.group)) + ",\"peer\":" + std::to_string(op.peer) +
-             ",\"bytes\":" + std::to_string(op.bytes);
+             ",\"relative_peer\":" + (op.relative_peer ? "true" : "false") + ",\"bytes\":" + std::to_string(op.bytes);
       break;
   }
   out += ",\"bytes_read\":" + std::to_string(op.bytes_read) + ",\"bytes_written\":" + std::to_string(op.bytes_written) +
@@ -131,7 +131,7 @@ bool parse_op_kind(std::string_view s, OpKind& k) {
 }
 bool parse_group_kind(std::string_view s, GroupKind& k) {
   static const GroupKind all[] = {GroupKind::TP, GroupKind::DP, GroupKind::PP,
-                                  GroupKind::CP, GroupKind::EP, GroupKind::World};
+                                  GroupKind::CP, GroupKind::EP, GroupKind::EDP, GroupKind::World};
   return parse_enum(s, k, all);
 }
 bool parse_phase(std::string_view s, Phase& k) {
@@ -240,6 +240,7 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       op.bytes_read = rd.i64(on, "bytes_read");
       op.bytes_written = rd.i64(on, "bytes_written");
       if (on["causal"]) op.causal = on["causal"].as<bool>(false);
+      if (on["relative_peer"]) op.relative_peer = on["relative_peer"].as<bool>(false);
       if (on["collective"])
         op.collective = rd.name_of<CollectiveKind>(on["collective"], parse_collective, "collective");
       if (on["group"]) op.group = rd.name_of<GroupKind>(on["group"], parse_group_kind, "group kind");

@@ -1,14 +1,26 @@
-// The training planner: model + parallel layout -> Plan. One iteration of a
-// decoder-only transformer under DP and TP (with optional Megatron sequence
-// parallelism): forward and backward GEMMs, fused attention, memory-bound elementwise
-// ops, TP collectives, per-layer DP gradient all-reduces overlapped with the backward
-// pass of earlier layers, and the optimizer step.
+// The training planner: model + parallel layout -> Plan. One iteration of a decoder-only
+// transformer (dense or MoE) under every layout Megatron-LM / DeepSpeed users run:
+//   DP   per-bucket gradient reduction overlapped with the last micro-batch's backward;
+//        ZeRO 1/2 (reduce-scatter gradients, all-gather updated parameters), ZeRO 3
+//        (all-gather each layer's parameters before its forward and backward,
+//        reduce-scatter its gradients every micro-batch)
+//   TP   Megatron all-reduces, or sequence parallelism's all-gather / reduce-scatter
+//   PP   gpipe, 1f1b and interleaved-1f1b (virtual stages), op by op, with real sends
+//        and receives of activations and gradients between stages
+//   CP   ring attention: K/V blocks passed around the CP group, overlapped with the
+//        blockwise attention of the block already there
+//   EP   MoE layers: router, token dispatch and combine all-to-alls over the EP group,
+//        grouped expert GEMMs for the local experts; expert gradients reduced over the
+//        expert-data-parallel group
+//   recompute none | selective | full (full re-runs each layer's forward before its backward)
 //
 // Layout checks happen here, with the scenario's marks, so an impossible layout is a
 // FILE:LINE:COL error before anything runs.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "plan/memory.h"
 #include "plan/plan.h"
@@ -18,18 +30,24 @@ namespace clustersim {
 
 struct TrainingLayout {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
+  int64_t virtual_stages = 1;
   int64_t micro_batch = 1;
   int64_t micro_batches = 1;  // per DP rank per iteration
   int64_t global_batch = 1;
+  int64_t zero_stage = 0;
+  int64_t bucket_params = 40'000'000;
   bool sequence_parallel = false;
+  std::string schedule = "1f1b";
+  std::string recompute = "none";
 };
 
 struct TrainingPlan {
   Plan plan;
   TrainingLayout layout;
-  MemoryBreakdown memory;              // per rank
-  double model_flops_per_rank = 0;     // one iteration, no recompute (MFU numerator)
-  double hardware_flops_per_rank = 0;  // everything the GPU executes
+  MemoryBreakdown memory;                  // the stage that needs the most
+  std::vector<MemoryBreakdown> stage_memory;
+  double model_flops_per_rank = 0;         // one iteration, mean over ranks, no recompute (MFU numerator)
+  double hardware_flops_per_rank = 0;      // everything the GPUs execute, mean over ranks
 };
 
 struct PlannerOptions {
@@ -37,5 +55,15 @@ struct PlannerOptions {
 };
 
 TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt = {});
+
+// The order in which one pipeline stage runs forward (F) and backward (B) blocks of
+// (micro-batch, model chunk); exposed for tests.
+struct PipelineBlock {
+  bool forward = true;
+  int64_t micro_batch = 0;
+  int64_t chunk = 0;
+};
+std::vector<PipelineBlock> pipeline_schedule(const std::string& schedule, int64_t pp, int64_t virtual_stages,
+                                             int64_t micro_batches, int64_t stage);
 
 }  // namespace clustersim

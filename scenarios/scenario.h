@@ -29,6 +29,7 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   int64_t micro_batch = 1;
   std::string placement = "tp-cp-ep-dp-pp";
+  int64_t bucket_params = 40'000'000;  // DP gradient bucket (Megatron's default 40M parameters)
 };
 
 struct TrainingConfig {

@@ -186,15 +186,22 @@ class Executor {
   void arrive_p2p(uint32_t slot, uint32_t op_index, const Op& op) {
     RankState& r = slots_[slot];
     const int32_t group = plan_.group_of(r.rank, op.group);
-    if (group < 0 || op.peer < 0 || static_cast<size_t>(op.peer) >= plan_.groups[static_cast<size_t>(group)].ranks.size())
+    if (group < 0 || op.peer < 0 || (!op.relative_peer && static_cast<size_t>(op.peer) >= plan_.groups[static_cast<size_t>(group)].ranks.size()))
       throw std::runtime_error("rank " + std::to_string(r.rank) + ": " + std::string(to_string(op.kind)) + " to a peer outside its " +
                                std::string(to_string(op.group)) + " group");
-    const int32_t peer = plan_.groups[static_cast<size_t>(group)].ranks[static_cast<size_t>(op.peer)];
+    const auto& members = plan_.groups[static_cast<size_t>(group)].ranks;
+    size_t index = static_cast<size_t>(op.peer);
+    if (op.relative_peer) {
+      const size_t self = static_cast<size_t>(std::find(members.begin(), members.end(), r.rank) - members.begin());
+      index = (self + static_cast<size_t>(op.peer)) % members.size();
+    }
+    const int32_t peer = members[index];
     const int32_t src = op.kind == OpKind::Send ? r.rank : peer;
     const int32_t dst = op.kind == OpKind::Send ? peer : r.rank;
-    const uint64_t pair = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+    // Sends and receives match per (source, destination, phase), in issue order.
+    const auto pair = std::make_tuple(src, dst, static_cast<int>(op.phase));
     const uint32_t seq = (op.kind == OpKind::Send ? send_seq_ : recv_seq_)[pair]++;
-    const auto key = std::make_tuple(src, dst, seq);
+    const auto key = std::make_tuple(src, dst, static_cast<int>(op.phase), seq);
     Rendezvous& rv = p2p_[key];
     rv.members.emplace_back(slot, op_index);
     const uint32_t expected = static_cast<uint32_t>(simulated_[static_cast<size_t>(src)]) + simulated_[static_cast<size_t>(dst)];
@@ -215,6 +222,9 @@ class Executor {
       c.duration = it->second.first;
       c.link_bytes = it->second.second;
     }
+    // A receive posted early waits for its sender; that wait is pipeline idle time, not
+    // communication: the span starts when the transfer does.
+    for (auto [s2, o2] : rv.members) slots_[s2].stream_start[slots_[s2].program->ops[o2].stream] = sim_.now();
     launch(c.expansion, gpus, c, std::move(rv.members));
     p2p_.erase(key);
   }
@@ -344,7 +354,11 @@ class Executor {
         }
         return static_cast<double>(total) * 1e-12;
       };
-      result_.exposed_comm_s += exposed(comm_all) / n;
+      const double exposed_all = exposed(comm_all);
+      result_.exposed_comm_s += exposed_all / n;
+      double busy_s = 0;
+      for (auto [a, b] : busy) busy_s += static_cast<double>(b - a) * 1e-12;
+      result_.bubble_s += std::max(0.0, sim_.now().seconds() - busy_s - exposed_all) / n;
       for (size_t k = 0; k < kGroupKinds; ++k) result_.exposed_comm_by_kind[k] += exposed(comm[k]) / n;
     }
     result_.spans = std::move(spans_);
@@ -358,8 +372,8 @@ class Executor {
   uint32_t wake_version_ = 0;
   std::map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> in_flight_;
   std::vector<uint8_t> simulated_;
-  std::map<uint64_t, uint32_t> send_seq_, recv_seq_;
-  std::map<std::tuple<int32_t, int32_t, uint32_t>, Rendezvous> p2p_;
+  std::map<std::tuple<int32_t, int32_t, int>, uint32_t> send_seq_, recv_seq_;
+  std::map<std::tuple<int32_t, int32_t, int, uint32_t>, Rendezvous> p2p_;
   std::map<std::tuple<int32_t, int32_t, int64_t>, std::pair<SimTime, std::vector<std::pair<uint32_t, double>>>> p2p_memo_;
   Simulation<Completion> sim_;
   std::vector<ProgramInfo> infos_;

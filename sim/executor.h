@@ -45,6 +45,9 @@ struct ExecResult {
   // communication time not hidden behind compute, in total and per group kind.
   double compute_busy_s = 0;
   double exposed_comm_s = 0;
+  // Time the compute stream was idle with no communication running either: waiting for
+  // a pipeline neighbour (the bubble), or for a dependency.
+  double bubble_s = 0;
   std::array<double, kGroupKinds> exposed_comm_by_kind{};
 };
 

@@ -27,6 +27,7 @@ TEST(Memory, ShardsOverTensorParallelism) {
   EXPECT_LT(p8, p1 / 7);
   MemoryInputs in;
   in.tp = 8;
+  in.in_flight_layers = 32;  // one micro-batch through all 32 layers
   const MemoryBreakdown b = training_memory(m, in);
   EXPECT_DOUBLE_EQ(b.weights, static_cast<double>(p8) * 2);
   EXPECT_DOUBLE_EQ(b.gradients, static_cast<double>(p8) * 4);
@@ -42,7 +43,7 @@ TEST(Memory, ShardsOverTensorParallelism) {
 constexpr const char* kBase = R"(
 cluster: {preset: dgx-h100, nodes: 2}
 model: {preset: gpt3-1.3b}
-parallel: {tp: 2, dp: 8, micro_batch: 2}
+parallel: {tp: 2, dp: 8, micro_batch: 2, bucket_size: 1}
 training: {global_batch: 32}
 )";
 
@@ -133,9 +134,11 @@ TEST(Planner, ImpossibleLayoutsAreRejectedWithTheirPosition) {
   EXPECT_NE(error_of("cluster: {preset: dgx-a100, nodes: 8}\nmodel: {preset: gpt3-175b}\nparallel: {tp: 1}\n")
                 .find("layout does not fit in memory"),
             std::string::npos);
-  EXPECT_NE(
-      error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {pp: 2}\n").find("not modelled yet"),
-      std::string::npos);
+  EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {pp: 8}\n")
+                .find("pp·virtual_stages = 8 does not divide model.layers = 24"),
+            std::string::npos);
+  EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {ep: 2}\n").find("needs a mixture-of-experts"),
+            std::string::npos);
   EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\ntraining: {global_batch: 12}\n")
                 .find("not a multiple of dp·micro_batch = 8"),
             std::string::npos);

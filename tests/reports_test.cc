@@ -25,7 +25,7 @@ Plan tiny_plan() {
   plan.world_size = 2;
   plan.rank_program = {0, 0};
   plan.mirror_of = {0, 1};
-  plan.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1});
+  plan.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1, -1});
   plan.add_group(GroupKind::TP, {0, 1});
 
   Program p;

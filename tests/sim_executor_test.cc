@@ -23,7 +23,7 @@ Plan tiny_plan(int64_t first_bytes_rank1) {
   p.world_size = 2;
   p.rank_gpu = {0, 1};
   p.mirror_of = {0, 1};
-  p.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1});
+  p.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1, -1});
   p.add_group(GroupKind::TP, {0, 1});
   for (int r = 0; r < 2; ++r) {
     Program prog;
@@ -221,7 +221,7 @@ TEST(Executor, SendMeetsRecv) {
   p.world_size = 2;
   p.rank_gpu = {0, 1};
   p.mirror_of = {0, 1};
-  p.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1});
+  p.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1, -1});
   p.add_group(GroupKind::PP, {0, 1});
   for (int r = 0; r < 2; ++r) {
     Program prog;
