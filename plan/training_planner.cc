@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 namespace clustersim {
 namespace {
@@ -13,6 +14,13 @@ namespace {
 }
 
 std::string str(int64_t v) { return std::to_string(v); }
+
+// Layers of virtual stage vs of n: an even split, the first (layers mod n) stages taking
+// one more when it does not divide (Llama 3 405B: 126 layers over 16 stages).
+std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int64_t vs) {
+  const int64_t base = layers / n, extra = layers % n;
+  return {vs * base + std::min(vs, extra), base + (vs < extra ? 1 : 0)};
+}
 
 TrainingLayout check_layout(const Scenario& s) {
   const ParallelConfig& p = s.parallel;
@@ -48,9 +56,10 @@ TrainingLayout check_layout(const Scenario& s) {
   if (m.ffn_hidden % p.tp != 0) fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
   if (m.moe.experts > 0 && m.moe.expert_ffn_hidden % p.tp != 0)
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.moe.expert_ffn_hidden = " + str(m.moe.expert_ffn_hidden));
-  if (m.layers % (p.pp * p.virtual_stages) != 0)
+  if (m.layers < p.pp * p.virtual_stages)
     fail(s, p.virtual_stages > 1 ? "parallel.virtual_stages" : "parallel.pp",
-         "pp·virtual_stages = " + str(p.pp * p.virtual_stages) + " does not divide model.layers = " + str(m.layers));
+         "pp·virtual_stages = " + str(p.pp * p.virtual_stages) + " is more than model.layers = " + str(m.layers) +
+             ": every model chunk needs a layer");
   if (p.virtual_stages > 1 && (p.schedule != "interleaved-1f1b" || p.pp < 2))
     fail(s, "parallel.virtual_stages", "virtual_stages > 1 needs schedule: interleaved-1f1b and pp > 1");
   if (p.schedule == "interleaved-1f1b" && p.virtual_stages < 2 && p.pp > 1)
@@ -117,7 +126,7 @@ class StageBuilder {
     vocab_local_ = padded_vocab(m, t_) / t_;
     mlp_in_ = m.mlp_matrices() == 3 ? 2 * m.ffn_hidden / t_ : m.ffn_hidden / t_;
     qkv_ = (m.heads + 2 * m.kv_heads) * m.head_dim() / t_;
-    chunk_layers_ = m.layers / (l.pp * l.virtual_stages);
+
     grad_dtype_ = m.dtype == DType::FP16 ? DType::FP16 : DType::FP32;  // fp32 main grads for bf16 (Megatron)
   }
 
@@ -259,7 +268,10 @@ class StageBuilder {
   }
 
   int32_t layer_of(int64_t chunk, int64_t i) const {
-    return static_cast<int32_t>((chunk * l_.pp + stage_) * chunk_layers_ + i);
+    return static_cast<int32_t>(virtual_stage_layers(m_.layers, l_.pp * l_.virtual_stages, chunk * l_.pp + stage_).first + i);
+  }
+  int64_t chunk_layers(int64_t chunk) const {
+    return virtual_stage_layers(m_.layers, l_.pp * l_.virtual_stages, chunk * l_.pp + stage_).second;
   }
   bool first_virtual(int64_t chunk) const { return chunk == 0 && stage_ == 0; }
   bool last_virtual(int64_t chunk) const { return chunk == l_.virtual_stages - 1 && stage_ == l_.pp - 1; }
@@ -491,7 +503,7 @@ class StageBuilder {
                                     "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), act_bytes(), {});
       x = add_memory("pp-activation-in", Phase::Forward, layer_of(chunk, 0), 0, 0, 0, deps(recv, prev_));
     }
-    for (int64_t i = 0; i < chunk_layers_; ++i) {
+    for (int64_t i = 0; i < chunk_layers(chunk); ++i) {
       const int32_t L = layer_of(chunk, i);
       const uint32_t g = zero3_gather(Phase::Forward, L, x);
       x = layer_forward(L, g == x ? x : join(x, g), Phase::Forward);
@@ -507,7 +519,7 @@ class StageBuilder {
         x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1, 3.0 * static_cast<double>(tokens_) * 4, deps(x));
     } else {
       add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp), "pp-send-fwd",
-              Phase::Forward, layer_of(chunk, chunk_layers_ - 1), act_bytes(), deps(x));
+              Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), act_bytes(), deps(x));
     }
     prev_ = x;
   }
@@ -527,10 +539,10 @@ class StageBuilder {
       g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * act, act, 10.0 * act / static_cast<double>(e_), deps(d, wgrad));
     } else {
       const uint32_t recv = add_p2p("pp-recv-grad", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp), "pp-recv-bwd",
-                                    Phase::Backward, layer_of(chunk, chunk_layers_ - 1), act, {});
-      g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers_ - 1), 0, 0, 0, deps(recv, prev_));
+                                    Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), act, {});
+      g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), 0, 0, 0, deps(recv, prev_));
     }
-    for (int64_t i = chunk_layers_ - 1; i >= 0; --i) {
+    for (int64_t i = chunk_layers(chunk) - 1; i >= 0; --i) {
       const int32_t L = layer_of(chunk, i);
       const uint32_t zg = zero3_gather(Phase::Backward, L, g);
       if (zg != g) g = join(g, zg);
@@ -571,7 +583,7 @@ class StageBuilder {
     if (last_micro_batch) flush_buckets(g);
     // Parameters the optimizer updates on this stage.
     if (last_micro_batch) {
-      for (int64_t i = 0; i < chunk_layers_; ++i) {
+      for (int64_t i = 0; i < chunk_layers(chunk); ++i) {
         params_dense_ += layer_dense_params(layer_of(chunk, i));
         params_expert_ += layer_expert_params(layer_of(chunk, i));
       }
@@ -588,7 +600,7 @@ class StageBuilder {
   int64_t stage_;
   bool adam_;
   uint8_t compute_ = 0, tp_ = 0, dp_ = 0, ep_ = 0xff;
-  int64_t e_ = 2, t_ = 1, tokens_ = 0, seq_tokens_ = 0, vocab_local_ = 0, mlp_in_ = 0, qkv_ = 0, chunk_layers_ = 1;
+  int64_t e_ = 2, t_ = 1, tokens_ = 0, seq_tokens_ = 0, vocab_local_ = 0, mlp_in_ = 0, qkv_ = 0;
   DType grad_dtype_ = DType::FP32;
   int32_t mb_ = -1;
   uint32_t prev_ = kNone;
@@ -657,7 +669,7 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
   const bool adam = s.training.optimizer == "adam";
 
   // Memory per stage: the schedule tells how many layer-activations are held at the peak.
-  const int64_t chunk_layers = m.layers / (l.pp * l.virtual_stages);
+  const int64_t chunks = l.pp * l.virtual_stages;
   for (int64_t st = 0; st < l.pp; ++st) {
     MemoryInputs mi;
     mi.tp = l.tp;
@@ -675,13 +687,13 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
       live += b.forward ? 1 : -1;
       peak = std::max(peak, live);
     }
-    mi.in_flight_layers = static_cast<double>(peak * chunk_layers);
+    mi.in_flight_layers = static_cast<double>(peak * virtual_stage_layers(m.layers, chunks, st).second);
     MemoryBreakdown total;
     for (int64_t c = 0; c < l.virtual_stages; ++c) {
       MemoryInputs ci = mi;
       const int64_t vs = c * l.pp + st;
-      ci.first_layer = vs * chunk_layers;
-      ci.end_layer = ci.first_layer + chunk_layers;
+      std::tie(ci.first_layer, ci.end_layer) = virtual_stage_layers(m.layers, chunks, vs);
+      ci.end_layer += ci.first_layer;
       ci.embedding = vs == 0;
       ci.output = vs == l.pp * l.virtual_stages - 1;
       ci.in_flight_layers = c == 0 ? mi.in_flight_layers : 0;
