@@ -1,0 +1,200 @@
+// The training layouts against their documented formulas.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+
+#include "plan/training_planner.h"
+#include "sim/executor.h"
+#include "sim/run.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim {
+namespace {
+
+using testing::scenario_from_text;
+
+double sum_bytes(const Plan& p, size_t program, OpKind kind, GroupKind group, CollectiveKind coll, int32_t layer = -2,
+                 Phase phase = Phase::Other, bool any_phase = true) {
+  double b = 0;
+  for (const Op& op : p.programs[program].ops) {
+    if (op.kind != kind || op.group != group) continue;
+    if (kind == OpKind::Collective && op.collective != coll) continue;
+    if (layer != -2 && op.layer != layer) continue;
+    if (!any_phase && op.phase != phase) continue;
+    b += static_cast<double>(op.bytes);
+  }
+  return b;
+}
+
+// An ideal network: no protocol latency, full line rate.
+ExecOptions ideal_network() {
+  ExecOptions o;
+  for (auto& f : o.network.base_latency) f.fill(0.0);
+  for (auto& c : o.network.hop_latency)
+    for (auto& f : c) f.fill(0.0);
+  o.network.link_efficiency.fill(1.0);
+  return o;
+}
+
+// Stages of equal cost (big layers, a tiny vocabulary), communication next to nothing:
+// 1F1B idles (p-1) micro-batch-stage times per iteration, (p-1)/m of the ideal compute;
+// interleaving v chunks divides it by v.
+TEST(Pipeline, BubbleIsPMinusOneOverMOfTheIdealCompute) {
+  for (const auto& [schedule, v] : {std::pair{std::string("1f1b"), 1}, {std::string("gpipe"), 1},
+                                    {std::string("interleaved-1f1b"), 2}}) {
+    const int p = 4, m = 8;
+    const Scenario s = scenario_from_text(
+        "cluster: {preset: dgx-h100, gpus_per_node: 4}\n"
+        "model: {preset: gpt3-1.3b, layers: 16, vocab: 128, seq_len: 1024, hidden: 4096, heads: 32, ffn_hidden: 16384}\n"
+        "parallel: {pp: 4, dp: 1, schedule: " + schedule + ", virtual_stages: " + std::to_string(v) + "}\n"
+        "training: {global_batch: 8}\n",
+        "bubble");
+    const TrainingPlan tp = build_training_plan(s);
+    Topology topo(s.cluster);
+    const ExecResult r = execute_plan(tp.plan, topo, ideal_network());
+    // Ideal compute: the m micro-batches of one stage (the optimizer step after them is
+    // not pipelined), mean over the stages.
+    double optimizer = 0;
+    for (const SpanRecord& sp : r.spans)
+      if (tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(sp.rank)]].ops[sp.op].phase == Phase::Optimizer)
+        optimizer += static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12 / p;
+    const double compute = r.compute_busy_s - optimizer;
+    const double expected = static_cast<double>(p - 1) / (m * v) * compute;
+    EXPECT_NEAR(r.bubble_s, expected, 0.06 * expected) << schedule;
+    EXPECT_LT(r.exposed_comm_s, 0.02 * compute) << schedule;
+  }
+}
+
+TEST(Pipeline, SchedulesRunEveryBlockOnceInAValidOrder) {
+  for (const std::string sched : {"gpipe", "1f1b", "interleaved-1f1b"}) {
+    const int64_t pp = 4, v = sched == "interleaved-1f1b" ? 2 : 1, M = 8;
+    for (int64_t stage = 0; stage < pp; ++stage) {
+      const auto order = pipeline_schedule(sched, pp, v, M, stage);
+      ASSERT_EQ(order.size(), static_cast<size_t>(2 * M * v));
+      std::set<std::tuple<bool, int64_t, int64_t>> seen;
+      for (const auto& b : order) {
+        EXPECT_TRUE(seen.insert({b.forward, b.micro_batch, b.chunk}).second);
+        if (!b.forward) {
+          EXPECT_TRUE(seen.count({true, b.micro_batch, b.chunk}));  // backward after its forward
+        }
+      }
+    }
+    // 1F1B keeps at most pp - stage micro-batches in flight on a stage.
+    if (sched == "1f1b") {
+      for (int64_t stage = 0; stage < pp; ++stage) {
+        int64_t live = 0, peak = 0;
+        for (const auto& b : pipeline_schedule(sched, pp, v, M, stage)) peak = std::max(peak, live += b.forward ? 1 : -1);
+        EXPECT_EQ(peak, pp - stage);
+      }
+    }
+  }
+}
+
+constexpr const char* kTiny = "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 8}\n";
+
+// Per layer and micro-batch (b·s·h elements of e bytes): pipeline sends one activation
+// forward and one gradient back per stage boundary; DP reduces every local parameter's
+// fp32 gradient once; ZeRO-3 gathers each layer's parameters before forward and backward.
+TEST(Volumes, PipelineDataParallelAndZero) {
+  const Scenario s = scenario_from_text(std::string(kTiny) + "parallel: {pp: 2, dp: 8, micro_batch: 2}\ntraining: {global_batch: 64}\n", "vol-pp");
+  const TrainingPlan tp = build_training_plan(s);
+  const double act = 2.0 * 2048 * 2048 * 2;  // b·s·h·bytes
+  const int64_t M = 4;
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::PP, CollectiveKind::AllReduce), M * act);  // stage 0: activations
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 1, OpKind::Send, GroupKind::PP, CollectiveKind::AllReduce), M * act);  // stage 1: gradients
+  // DP: every parameter of the stage, 4 bytes each, once per iteration.
+  MemoryInputs in;
+  in.pp = 2;
+  in.first_layer = 0;
+  in.end_layer = 4;
+  in.output = false;
+  const double stage0 = stage_params(s.model, in).dense;
+  EXPECT_NEAR(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllReduce), 4 * stage0, 8.0);
+
+  Scenario z3 = s;
+  z3.parallel.zero_stage = 3;
+  const TrainingPlan t3 = build_training_plan(z3);
+  // Gathers: 2 per layer per micro-batch (forward, backward), each the layer's bf16 weights.
+  const double layer = static_cast<double>(s.model.attention_params() + s.model.dense_mlp_params()) + 4.0 * 2048;
+  EXPECT_NEAR(sum_bytes(t3.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllGather), 2.0 * M * 4 * layer * 2, 64.0 * M);
+  EXPECT_NEAR(sum_bytes(t3.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::ReduceScatter), M * 4 * layer * 4 + 4 * (stage0 - 4 * layer), 64.0 * M);
+
+  Scenario z1 = s;
+  z1.parallel.zero_stage = 1;
+  const TrainingPlan t1 = build_training_plan(z1);
+  // ZeRO-1 (distributed optimizer): reduce-scatter the fp32 gradients, all-gather bf16 weights.
+  EXPECT_NEAR(sum_bytes(t1.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::ReduceScatter), 4 * stage0, 8.0);
+  EXPECT_NEAR(sum_bytes(t1.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllGather), 2 * stage0, 8.0);
+}
+
+// Ring attention: per layer forward, cp-1 K/V blocks of 2·b·(s/cp)·kv_heads/t·d elements
+// pass to the next CP rank; backward passes K, V and their gradients (twice that).
+TEST(Volumes, ContextParallelRing) {
+  const Scenario s = scenario_from_text(
+      "cluster: {preset: dgx-h100}\nmodel: {preset: llama3-8b, layers: 2}\nparallel: {tp: 2, cp: 4, dp: 1}\ntraining: {global_batch: 1}\n", "vol-cp");
+  const TrainingPlan tp = build_training_plan(s);
+  const double block = 2.0 * 1 * (8192 / 4) * (8 / 2) * 128 * 2;
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::CP, CollectiveKind::AllReduce, 0, Phase::Forward, false), 3 * block);
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::CP, CollectiveKind::AllReduce, 0, Phase::Backward, false), 3 * 2 * block);
+  const RunOutcome out = run_training(s);
+  EXPECT_GT(out.exec.events, 0u);
+}
+
+// Expert parallelism: per MoE layer and micro-batch, dispatch and combine all-to-alls of
+// tokens·top_k·h elements, forward and backward.
+TEST(Volumes, ExpertParallelAllToAll) {
+  const Scenario s = scenario_from_text(
+      "cluster: {preset: dgx-h100}\nmodel: {preset: mixtral-8x7b, layers: 2}\nparallel: {dp: 8, ep: 4}\ntraining: {global_batch: 8}\n", "vol-ep");
+  const TrainingPlan tp = build_training_plan(s);
+  const double a2a = 4096.0 * 2 * 4096 * 2;  // tokens·top_k·h·bytes
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::EP, CollectiveKind::AllToAll, 0), 4 * a2a);
+  // Expert gradients go over the expert-data-parallel group (dp/ep = 2 ranks).
+  EXPECT_GT(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::EDP, CollectiveKind::AllReduce), 0.0);
+  const RunOutcome out = run_training(s);
+  EXPECT_GT(out.metrics[0].second, 0.0);
+}
+
+// Memory: ZeRO shards optimizer state (1), gradients (2) and weights (3) over DP; 1F1B
+// holds pp micro-batches of activations on the first stage, GPipe all m.
+TEST(Memory, ZeroStagesAndPipelineInFlight) {
+  auto mem = [&](const std::string& extra) {
+    return build_training_plan(scenario_from_text(std::string(kTiny) + extra, "mem")).memory;
+  };
+  const MemoryBreakdown z0 = mem("parallel: {dp: 16}\n");
+  const MemoryBreakdown z1 = mem("parallel: {dp: 16, zero_stage: 1}\n");
+  const MemoryBreakdown z2 = mem("parallel: {dp: 16, zero_stage: 2}\n");
+  const MemoryBreakdown z3 = mem("parallel: {dp: 16, zero_stage: 3}\n");
+  EXPECT_NEAR(z1.optimizer, z0.optimizer / 16, 1.0);
+  EXPECT_DOUBLE_EQ(z1.gradients, z0.gradients);
+  EXPECT_NEAR(z2.gradients, z0.gradients / 16, 1.0);
+  EXPECT_NEAR(z3.weights, z0.weights / 16, 1.0);
+  auto first_stage = [&](const std::string& extra) {
+    return build_training_plan(scenario_from_text(std::string(kTiny) + extra, "mem")).stage_memory[0];
+  };
+  const MemoryBreakdown f1b = first_stage("parallel: {pp: 4, dp: 4, schedule: 1f1b}\ntraining: {global_batch: 64}\n");
+  const MemoryBreakdown gp = first_stage("parallel: {pp: 4, dp: 4, schedule: gpipe}\ntraining: {global_batch: 64}\n");
+  // 16 micro-batches: GPipe holds 16, 1F1B 4, of 2 layers each on the first stage.
+  const double layer = 2048.0 * 2048 * (10 + 24.0);
+  EXPECT_NEAR(gp.activations - f1b.activations, (16 - 4) * 2 * layer, 1e6);
+  // Full recompute keeps each layer's input (2·s·b·h bytes) plus one layer's worth.
+  const MemoryBreakdown full = mem("parallel: {dp: 16}\ntraining: {recompute: full}\n");
+  const double logits = 2048.0 * 51200 * (2 + 4);
+  EXPECT_NEAR(full.activations - logits, 8 * 2 * 2048.0 * 2048 + layer, 1e6);
+  EXPECT_NEAR(z0.activations - logits, 8 * layer, 1e6);
+}
+
+// The shipped GPT-3 175B example lands where Megatron-LM's measurements do.
+TEST(Examples, Gpt3On1024A100HasPlausibleMfu) {
+  Scenario s = load_scenario(std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/training/gpt3-175b-1024xa100.yaml");
+  s.network_model = "analytic";
+  const RunOutcome out = run_training(s);
+  double mfu = 0;
+  for (const auto& [k, v] : out.metrics)
+    if (k == "mfu") mfu = v;
+  EXPECT_GT(mfu, 0.30);
+  EXPECT_LT(mfu, 0.60);
+}
+
+}  // namespace
+}  // namespace clustersim
