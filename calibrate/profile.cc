@@ -18,22 +18,24 @@ double number(const YNode& n, const std::string& key, double lo, double hi) {
   char* end = nullptr;
   const double v = std::strtod(n.scalar.c_str(), &end);
   if (n.scalar.empty() || *end != '\0' || !(v >= lo && v <= hi))
-    throw InputError(n.mark, key + " must be a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
-                                 n.scalar + "'");
+    throw InputError(n.mark, key + " must be a number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                 "], got '" + n.scalar + "'");
   return v;
 }
 
 double seconds(const YNode& n, const std::string& key) {
   std::string why;
   double v = 0;
-  if (n.kind != YNode::Kind::Scalar || !parse_time(n.scalar, v, why)) throw InputError(n.mark, key + ": " + (why.empty() ? "expected a time such as 2us" : why));
+  if (n.kind != YNode::Kind::Scalar || !parse_time(n.scalar, v, why))
+    throw InputError(n.mark, key + ": " + (why.empty() ? "expected a time such as 2us" : why));
   return v;
 }
 
 int64_t bytes(const YNode& n, const std::string& key) {
   std::string why;
   int64_t v = 0;
-  if (n.kind != YNode::Kind::Scalar || !parse_size(n.scalar, v, why)) throw InputError(n.mark, key + ": " + (why.empty() ? "expected a size such as 512KiB" : why));
+  if (n.kind != YNode::Kind::Scalar || !parse_size(n.scalar, v, why))
+    throw InputError(n.mark, key + ": " + (why.empty() ? "expected a size such as 512KiB" : why));
   if (v < 1) throw InputError(n.mark, key + " must be at least 1 byte");
   return v;
 }
@@ -73,7 +75,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
             if (k == "compute") {
               members(v, key, {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
-                        if (c == "launch_overhead") p.compute.launch_overhead_s = seconds(cv, ck);
+                        if (c == "launch_overhead")
+                          p.compute.launch_overhead_s = seconds(cv, ck);
                         else {
                           const double e = number(cv, ck, 1e-6, 1.0);
                           if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
@@ -88,32 +91,46 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                       [&](const std::string& nk, const YNode& nv, const std::string& nkey) {
                         if (nk == "nvls_efficiency") n.nvls_efficiency = number(nv, nkey, 1e-6, 1.0);
                         if (nk == "link_efficiency")
-                          members(nv, nkey, {"nvlink", "pcie", "network"}, [&](const std::string& c, const YNode& x, const std::string& xk) {
-                            n.link_efficiency[static_cast<size_t>(class_index(c))] = number(x, xk, 1e-6, 1.0);
-                          });
+                          members(nv, nkey, {"nvlink", "pcie", "network"},
+                                  [&](const std::string& c, const YNode& x, const std::string& xk) {
+                                    n.link_efficiency[static_cast<size_t>(class_index(c))] = number(x, xk, 1e-6, 1.0);
+                                  });
                         if (nk == "protocols")
-                          members(nv, nkey, {"LL", "LL128", "Simple"}, [&](const std::string& pr, const YNode& x, const std::string& xk) {
-                            members(x, xk, {"bandwidth_efficiency", "chunk"}, [&](const std::string& f, const YNode& y, const std::string& yk) {
-                              ProtocolParams& pp = n.protocols[static_cast<size_t>(protocol_index(pr))];
-                              if (f == "chunk") pp.chunk_bytes = bytes(y, yk);
-                              else pp.bandwidth_efficiency = number(y, yk, 1e-6, 1.0);
-                            });
-                          });
+                          members(nv, nkey, {"LL", "LL128", "Simple"},
+                                  [&](const std::string& pr, const YNode& x, const std::string& xk) {
+                                    members(x, xk, {"bandwidth_efficiency", "chunk"},
+                                            [&](const std::string& f, const YNode& y, const std::string& yk) {
+                                              ProtocolParams& pp = n.protocols[static_cast<size_t>(protocol_index(pr))];
+                                              if (f == "chunk")
+                                                pp.chunk_bytes = bytes(y, yk);
+                                              else
+                                                pp.bandwidth_efficiency = number(y, yk, 1e-6, 1.0);
+                                            });
+                                  });
                         if (nk == "base_latency")
-                          members(nv, nkey, {"ring", "tree", "nvls"}, [&](const std::string& fam, const YNode& x, const std::string& xk) {
-                            members(x, xk, {"LL", "LL128", "Simple"}, [&](const std::string& pr, const YNode& y, const std::string& yk) {
-                              n.base_latency[static_cast<size_t>(family_index(fam))][static_cast<size_t>(protocol_index(pr))] = seconds(y, yk);
-                            });
-                          });
+                          members(nv, nkey, {"ring", "tree", "nvls"},
+                                  [&](const std::string& fam, const YNode& x, const std::string& xk) {
+                                    members(x, xk, {"LL", "LL128", "Simple"},
+                                            [&](const std::string& pr, const YNode& y, const std::string& yk) {
+                                              n.base_latency[static_cast<size_t>(family_index(fam))]
+                                                            [static_cast<size_t>(protocol_index(pr))] = seconds(y, yk);
+                                            });
+                                  });
                         if (nk == "hop_latency")
-                          members(nv, nkey, {"nvlink", "pcie", "network"}, [&](const std::string& c, const YNode& x, const std::string& xk) {
-                            members(x, xk, {"ring", "tree"}, [&](const std::string& fam, const YNode& y, const std::string& yk) {
-                              members(y, yk, {"LL", "LL128", "Simple"}, [&](const std::string& pr, const YNode& z, const std::string& zk) {
-                                n.hop_latency[static_cast<size_t>(class_index(c))][static_cast<size_t>(family_index(fam))]
-                                             [static_cast<size_t>(protocol_index(pr))] = seconds(z, zk);
-                              });
-                            });
-                          });
+                          members(nv, nkey, {"nvlink", "pcie", "network"},
+                                  [&](const std::string& c, const YNode& x, const std::string& xk) {
+                                    members(
+                                        x, xk, {"ring", "tree"},
+                                        [&](const std::string& fam, const YNode& y, const std::string& yk) {
+                                          members(
+                                              y, yk, {"LL", "LL128", "Simple"},
+                                              [&](const std::string& pr, const YNode& z, const std::string& zk) {
+                                                n.hop_latency[static_cast<size_t>(class_index(c))][static_cast<size_t>(
+                                                    family_index(fam))][static_cast<size_t>(protocol_index(pr))] =
+                                                    seconds(z, zk);
+                                              });
+                                        });
+                                  });
                       });
             }
           });

@@ -9,12 +9,18 @@ namespace clustersim {
 
 std::string_view to_string(Algorithm a) {
   switch (a) {
-    case Algorithm::Ring: return "ring";
-    case Algorithm::Tree: return "tree";
-    case Algorithm::Direct: return "direct";
-    case Algorithm::HalvingDoubling: return "halving-doubling";
-    case Algorithm::Hierarchical: return "hierarchical";
-    case Algorithm::Nvls: return "nvls";
+    case Algorithm::Ring:
+      return "ring";
+    case Algorithm::Tree:
+      return "tree";
+    case Algorithm::Direct:
+      return "direct";
+    case Algorithm::HalvingDoubling:
+      return "halving-doubling";
+    case Algorithm::Hierarchical:
+      return "hierarchical";
+    case Algorithm::Nvls:
+      return "nvls";
   }
   return "?";
 }
@@ -106,7 +112,8 @@ std::vector<std::vector<int32_t>> chains_from(std::vector<std::vector<int32_t>> 
 }
 
 int64_t chunks_for(double bytes, const NetworkProfile& prof, Protocol proto) {
-  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(bytes / static_cast<double>(prof.protocol(proto).chunk_bytes))));
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(bytes / static_cast<double>(prof.protocol(proto).chunk_bytes))));
 }
 
 // A pipelined phase over directed edges: (depth + C − 1) rounds, every edge moving one
@@ -155,7 +162,8 @@ void btree(int n, int rank, int& up, int& d0, int& d1) {
 double step_latency(const CollectiveStep& step, const std::vector<double>& lat) {
   const double r = static_cast<double>(step.repeat);
   switch (step.latency) {
-    case StepLatency::Max: return 0;
+    case StepLatency::Max:
+      return 0;
     case StepLatency::RingMean: {
       std::vector<double> sum, count;
       for (size_t i = 0; i < step.transfers.size(); ++i) {
@@ -205,10 +213,12 @@ std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLay
     case Algorithm::Tree:
       if (op != CollectiveKind::AllReduce) return name + ": the tree algorithm runs all-reduce only (as NCCL's)";
       return "";
-    case Algorithm::Direct: return "";
+    case Algorithm::Direct:
+      return "";
     case Algorithm::HalvingDoubling:
       if (op == CollectiveKind::AllToAll) return name + ": all-to-all has no halving-doubling schedule";
-      if (!power_of_two(l.ranks())) return name + ": needs a power-of-two group, got " + std::to_string(l.ranks()) + " ranks";
+      if (!power_of_two(l.ranks()))
+        return name + ": needs a power-of-two group, got " + std::to_string(l.ranks()) + " ranks";
       return "";
     case Algorithm::Hierarchical:
       if (op != CollectiveKind::AllReduce && op != CollectiveKind::AllGather && op != CollectiveKind::ReduceScatter)
@@ -242,9 +252,13 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
       const auto rings = ring_orders(l);
       const double K = static_cast<double>(rings.size());
       switch (req.op) {
-        case CK::AllReduce: steps.push_back(ring_step(rings, S / (K * p), 2 * static_cast<int64_t>(p - 1))); break;
+        case CK::AllReduce:
+          steps.push_back(ring_step(rings, S / (K * p), 2 * static_cast<int64_t>(p - 1)));
+          break;
         case CK::AllGather:
-        case CK::ReduceScatter: steps.push_back(ring_step(rings, S / (K * p), p - 1)); break;
+        case CK::ReduceScatter:
+          steps.push_back(ring_step(rings, S / (K * p), p - 1));
+          break;
         case CK::Broadcast:
         case CK::Reduce: {
           // A pipelined chain from (or to) the root on each channel.
@@ -263,7 +277,8 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
           steps.push_back(pipelined(edges, p - 1, C, std::move(path)));
           break;
         }
-        default: break;
+        default:
+          break;
       }
       break;
     }
@@ -333,7 +348,9 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
           break;
         case CK::AllGather:
         case CK::ReduceScatter:
-        case CK::AllToAll: shift_steps(steps, p, S / p, 1, p - 1); break;
+        case CK::AllToAll:
+          shift_steps(steps, p, S / p, 1, p - 1);
+          break;
         case CK::Broadcast:
         case CK::Reduce: {
           CollectiveStep s;
@@ -365,8 +382,12 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
           halving();
           doubling();
           break;
-        case CK::ReduceScatter: halving(); break;
-        case CK::AllGather: doubling(); break;
+        case CK::ReduceScatter:
+          halving();
+          break;
+        case CK::AllGather:
+          doubling();
+          break;
         case CK::Broadcast:
         case CK::Reduce:
           // Binomial tree relative to the root: lg p steps of the whole message.
@@ -380,7 +401,8 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
             steps.push_back(std::move(s));
           }
           break;
-        default: break;
+        default:
+          break;
       }
       break;
     }
@@ -418,7 +440,8 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
   return e;
 }
 
-Expansion expand_all_to_allv(const std::vector<std::vector<double>>& bytes, Protocol proto, const NetworkProfile& prof) {
+Expansion expand_all_to_allv(const std::vector<std::vector<double>>& bytes, Protocol proto,
+                             const NetworkProfile& prof) {
   Expansion e;
   e.proto = proto;
   const int p = static_cast<int>(bytes.size());
@@ -428,7 +451,8 @@ Expansion expand_all_to_allv(const std::vector<std::vector<double>>& bytes, Prot
     CollectiveStep s;
     for (int i = 0; i < p; ++i) {
       const int j = (i + k) % p;
-      if (bytes[static_cast<size_t>(i)].size() != static_cast<size_t>(p)) throw std::invalid_argument("all-to-allv: the byte matrix must be square");
+      if (bytes[static_cast<size_t>(i)].size() != static_cast<size_t>(p))
+        throw std::invalid_argument("all-to-allv: the byte matrix must be square");
       const double b = bytes[static_cast<size_t>(i)][static_cast<size_t>(j)];
       if (b > 0) s.transfers.push_back(Transfer{i, j, b});
     }
@@ -463,7 +487,8 @@ double closed_form_seconds(CollectiveKind op, Algorithm algo, int p, double S, d
       if (op == CollectiveKind::AllReduce) return 2.0 * lg * alpha + 2.0 * frac * S / B;
       if (op == CollectiveKind::Broadcast || op == CollectiveKind::Reduce) return lg * (alpha + S / B);
       return lg * alpha + frac * S / B;
-    default: break;
+    default:
+      break;
   }
   throw std::invalid_argument("no flat closed form for " + std::string(to_string(algo)));
 }
@@ -480,12 +505,15 @@ double closed_form_hierarchical(int g, int n, double S, double a1, double b1, do
 
 double busbw_factor(CollectiveKind op, int p) {
   switch (op) {
-    case CollectiveKind::AllReduce: return 2.0 * (p - 1) / p;
+    case CollectiveKind::AllReduce:
+      return 2.0 * (p - 1) / p;
     case CollectiveKind::AllGather:
     case CollectiveKind::ReduceScatter:
-    case CollectiveKind::AllToAll: return static_cast<double>(p - 1) / p;
+    case CollectiveKind::AllToAll:
+      return static_cast<double>(p - 1) / p;
     case CollectiveKind::Broadcast:
-    case CollectiveKind::Reduce: return 1.0;
+    case CollectiveKind::Reduce:
+      return 1.0;
   }
   return 1.0;
 }

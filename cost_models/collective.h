@@ -20,8 +20,9 @@
 namespace clustersim {
 
 enum class Algorithm : uint8_t { Ring, Tree, Direct, HalvingDoubling, Hierarchical, Nvls };
-inline constexpr Algorithm kAlgorithms[] = {Algorithm::Ring, Algorithm::Tree, Algorithm::Direct,
-                                            Algorithm::HalvingDoubling, Algorithm::Hierarchical, Algorithm::Nvls};
+inline constexpr Algorithm kAlgorithms[] = {Algorithm::Ring,         Algorithm::Tree,
+                                            Algorithm::Direct,       Algorithm::HalvingDoubling,
+                                            Algorithm::Hierarchical, Algorithm::Nvls};
 std::string_view to_string(Algorithm a);
 bool parse_algorithm(std::string_view s, Algorithm& out);
 LatencyFamily latency_family(Algorithm a);
@@ -51,7 +52,7 @@ struct CollectiveStep {
   std::vector<Transfer> transfers;  // run at once
   int64_t repeat = 1;               // identical consecutive steps
   StepLatency latency = StepLatency::Max;
-  std::vector<uint32_t> path;       // Path: indices into transfers, the deepest route
+  std::vector<uint32_t> path;  // Path: indices into transfers, the deepest route
 };
 
 // The latency part of a step (RingMean, Path) given each transfer's latency; for Max
@@ -87,7 +88,8 @@ std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLay
 // Throws std::invalid_argument with unsupported_reason() when it cannot.
 Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& layout, const NetworkProfile& profile);
 // All-to-all with per-pair sizes: bytes[i][j] is what position i sends to j (direct).
-Expansion expand_all_to_allv(const std::vector<std::vector<double>>& bytes, Protocol proto, const NetworkProfile& profile);
+Expansion expand_all_to_allv(const std::vector<std::vector<double>>& bytes, Protocol proto,
+                             const NetworkProfile& profile);
 // nccl-tests' sendrecv: each position sends `bytes` to its successor.
 Expansion expand_sendrecv(int ranks, double bytes, Protocol proto, const NetworkProfile& profile);
 

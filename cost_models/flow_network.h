@@ -50,8 +50,8 @@ class FlowNetwork {
     Expansion e;
     std::vector<int32_t> gpus;
     size_t step = 0;
-    uint32_t pending = 0;  // transfers of the current step still moving bytes
-    SimTime step_end;      // max over finished transfers of finish + latency
+    uint32_t pending = 0;      // transfers of the current step still moving bytes
+    SimTime step_end;          // max over finished transfers of finish + latency
     double extra_latency = 0;  // pipelined steps: latency paid once the bytes are through
     State state = State::Base;
   };

@@ -4,9 +4,12 @@ namespace clustersim {
 
 std::string_view to_string(Protocol p) {
   switch (p) {
-    case Protocol::LL: return "LL";
-    case Protocol::LL128: return "LL128";
-    case Protocol::Simple: return "Simple";
+    case Protocol::LL:
+      return "LL";
+    case Protocol::LL128:
+      return "LL128";
+    case Protocol::Simple:
+      return "Simple";
   }
   return "?";
 }

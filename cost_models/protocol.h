@@ -33,8 +33,8 @@ struct NetworkProfile {
   std::array<ProtocolParams, kProtocols> protocols{{{0.5, 32 * 1024}, {120.0 / 128.0, 128 * 1024}, {1.0, 512 * 1024}}};
   // Base latency per collective, seconds: [family][protocol].
   std::array<std::array<double, kProtocols>, 3> base_latency{{
-      {6.6e-6, 14.0e-6, 8.4e-6},  // ring
-      {6.8e-6, 14.0e-6, 8.4e-6},  // tree
+      {6.6e-6, 14.0e-6, 8.4e-6},    // ring
+      {6.8e-6, 14.0e-6, 8.4e-6},    // tree
       {25.0e-6, 25.0e-6, 25.0e-6},  // NVLS (intra-node)
   }};
   // Latency of one step over a route whose slowest link class is [class], seconds:
@@ -52,7 +52,9 @@ struct NetworkProfile {
   double nvls_efficiency = 0.85;
 
   const ProtocolParams& protocol(Protocol p) const { return protocols[static_cast<size_t>(p)]; }
-  double base(LatencyFamily f, Protocol p) const { return base_latency[static_cast<size_t>(f)][static_cast<size_t>(p)]; }
+  double base(LatencyFamily f, Protocol p) const {
+    return base_latency[static_cast<size_t>(f)][static_cast<size_t>(p)];
+  }
   double hop(LinkClass c, LatencyFamily f, Protocol p) const {
     return hop_latency[static_cast<size_t>(c)][f == LatencyFamily::Tree ? 1 : 0][static_cast<size_t>(p)];
   }

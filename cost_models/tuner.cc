@@ -16,12 +16,17 @@ CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupL
                                    std::span<const int32_t> gpus, AnalyticNetwork& net, const NetworkProfile& profile,
                                    std::optional<Algorithm> algo, std::optional<Protocol> proto) {
   std::vector<Algorithm> algos;
-  if (algo) algos = {*algo};
-  else if (op == CollectiveKind::AllToAll) algos = {Algorithm::Direct};
-  else algos = {Algorithm::Ring, Algorithm::Tree, Algorithm::Nvls};
+  if (algo)
+    algos = {*algo};
+  else if (op == CollectiveKind::AllToAll)
+    algos = {Algorithm::Direct};
+  else
+    algos = {Algorithm::Ring, Algorithm::Tree, Algorithm::Nvls};
   std::vector<Protocol> protos;
-  if (proto) protos = {*proto};
-  else protos = {Protocol::LL, Protocol::LL128, Protocol::Simple};
+  if (proto)
+    protos = {*proto};
+  else
+    protos = {Protocol::LL, Protocol::LL128, Protocol::Simple};
 
   CollectiveChoice best;
   best.predicted_s = std::numeric_limits<double>::infinity();

@@ -22,7 +22,8 @@ StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
     if (m.moe_layer(l)) {
       p.dense += h * static_cast<double>(m.moe.experts);  // router, replicated
       p.dense += static_cast<double>(m.moe.shared_experts * m.expert_params()) / t;
-      p.expert += static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * static_cast<double>(m.expert_params()) / t;
+      p.expert +=
+          static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * static_cast<double>(m.expert_params()) / t;
     } else {
       p.dense += static_cast<double>(m.dense_mlp_params()) / t;
     }
@@ -59,7 +60,8 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   b.gradients = bytes(m.dtype == DType::FP16 ? 2.0 : 4.0, 2);
   b.optimizer = bytes(in.adam ? (m.dtype == DType::FP32 ? 8.0 : 12.0) : (m.dtype == DType::FP32 ? 4.0 : 8.0), 1);
 
-  const double tokens = static_cast<double>(m.seq_len) / static_cast<double>(in.cp) * static_cast<double>(in.micro_batch);
+  const double tokens =
+      static_cast<double>(m.seq_len) / static_cast<double>(in.cp) * static_cast<double>(in.micro_batch);
   const double sbh = tokens * static_cast<double>(m.hidden);
   const double t = static_cast<double>(in.tp);
   const double full_layer = in.sequence_parallel ? sbh * 34.0 / t : sbh * (10.0 + 24.0 / t);
@@ -69,7 +71,8 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   if (in.pp > 1) b.buffers += 2.0 * 2.0 * sbh * e / (in.sequence_parallel ? t : 1.0);
   if (in.zero_stage >= 3) {
     // Two layers gathered at a time (one in use, one prefetched).
-    const double layer = (sp.dense + sp.expert) / std::max<int64_t>(1, (in.end_layer < 0 ? m.layers : in.end_layer) - in.first_layer);
+    const double layer =
+        (sp.dense + sp.expert) / std::max<int64_t>(1, (in.end_layer < 0 ? m.layers : in.end_layer) - in.first_layer);
     b.buffers += 2.0 * layer * e;
   }
   return b;
@@ -78,9 +81,10 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
 std::string MemoryBreakdown::describe() const {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "weights %.1f GiB, gradients %.1f GiB, optimizer state %.1f GiB, activations %.1f GiB, buffers %.1f GiB",
-                weights / GiB, gradients / GiB, optimizer / GiB, activations / GiB, buffers / GiB);
+  std::snprintf(
+      buf, sizeof buf,
+      "weights %.1f GiB, gradients %.1f GiB, optimizer state %.1f GiB, activations %.1f GiB, buffers %.1f GiB",
+      weights / GiB, gradients / GiB, optimizer / GiB, activations / GiB, buffers / GiB);
   return buf;
 }
 

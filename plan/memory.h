@@ -43,8 +43,8 @@ struct MemoryInputs {
   bool full_recompute = false;
   bool adam = true;
   int64_t first_layer = 0, end_layer = -1;  // the stage's layers; end -1: all
-  bool embedding = true;                     // the stage holds the token embedding
-  bool output = true;                        // the stage holds the output layer and loss
+  bool embedding = true;                    // the stage holds the token embedding
+  bool output = true;                       // the stage holds the output layer and loss
 };
 
 int64_t padded_vocab(const ModelConfig& m, int64_t tp);  // Megatron: a multiple of 128 · tp

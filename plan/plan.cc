@@ -113,7 +113,8 @@ std::string_view to_string(GroupKind k) {
       return "cp";
     case GroupKind::EP:
       return "ep";
-    case GroupKind::EDP: return "edp";
+    case GroupKind::EDP:
+      return "edp";
     case GroupKind::World:
       return "world";
   }

@@ -59,9 +59,9 @@ struct Op {
   GroupKind group = GroupKind::World;
   bool causal = false;
   bool relative_peer = false;  // Send/Recv: peer is an offset from this rank's own group position
-  int32_t layer = -1;        // -1: not a transformer layer (embedding, loss, optimizer)
-  int32_t micro_batch = -1;  // -1: not tied to one micro-batch
-  uint32_t name = 0;         // index into Plan::names
+  int32_t layer = -1;          // -1: not a transformer layer (embedding, loss, optimizer)
+  int32_t micro_batch = -1;    // -1: not tied to one micro-batch
+  uint32_t name = 0;           // index into Plan::names
   int64_t m = 0, n = 0, k = 0, batch = 1;
   int64_t heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
   int64_t bytes_read = 0, bytes_written = 0;

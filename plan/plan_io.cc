@@ -130,8 +130,8 @@ bool parse_op_kind(std::string_view s, OpKind& k) {
   return parse_enum(s, k, all);
 }
 bool parse_group_kind(std::string_view s, GroupKind& k) {
-  static const GroupKind all[] = {GroupKind::TP, GroupKind::DP, GroupKind::PP,
-                                  GroupKind::CP, GroupKind::EP, GroupKind::EDP, GroupKind::World};
+  static const GroupKind all[] = {GroupKind::TP, GroupKind::DP,  GroupKind::PP,   GroupKind::CP,
+                                  GroupKind::EP, GroupKind::EDP, GroupKind::World};
   return parse_enum(s, k, all);
 }
 bool parse_phase(std::string_view s, Phase& k) {

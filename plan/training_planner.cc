@@ -25,7 +25,8 @@ std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int6
 TrainingLayout check_layout(const Scenario& s) {
   const ParallelConfig& p = s.parallel;
   const ModelConfig& m = s.model;
-  if (s.inference) fail(s, "inference", "inference scenarios are not modelled yet; remove the inference block to simulate training");
+  if (s.inference)
+    fail(s, "inference", "inference scenarios are not modelled yet; remove the inference block to simulate training");
   TrainingLayout l;
   l.tp = p.tp;
   l.pp = p.pp;
@@ -42,20 +43,26 @@ TrainingLayout check_layout(const Scenario& s) {
   const int64_t model_par = p.tp * p.pp * p.cp;
   if (p.dp == 0) {
     if (gpus % model_par != 0)
-      fail(s, "parallel.tp", "tp·pp·cp = " + str(model_par) + " does not divide the " + str(gpus) + " GPUs of the cluster");
+      fail(s, "parallel.tp",
+           "tp·pp·cp = " + str(model_par) + " does not divide the " + str(gpus) + " GPUs of the cluster");
     l.dp = gpus / model_par;
   } else {
     l.dp = p.dp;
     if (l.dp * model_par != gpus)
-      fail(s, "parallel.dp", "dp·tp·pp·cp = " + str(l.dp) + "·" + str(p.tp) + "·" + str(p.pp) + "·" + str(p.cp) + " = " +
-                                 str(l.dp * model_par) + " but the cluster has " + str(gpus) + " GPUs (" +
-                                 str(s.cluster.nodes) + " nodes × " + str(s.cluster.node.gpus) + ")");
+      fail(s, "parallel.dp",
+           "dp·tp·pp·cp = " + str(l.dp) + "·" + str(p.tp) + "·" + str(p.pp) + "·" + str(p.cp) + " = " +
+               str(l.dp * model_par) + " but the cluster has " + str(gpus) + " GPUs (" + str(s.cluster.nodes) +
+               " nodes × " + str(s.cluster.node.gpus) + ")");
   }
-  if (m.heads % p.tp != 0) fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.heads = " + str(m.heads));
-  if (m.kv_heads % p.tp != 0) fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
-  if (m.ffn_hidden % p.tp != 0) fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
+  if (m.heads % p.tp != 0)
+    fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.heads = " + str(m.heads));
+  if (m.kv_heads % p.tp != 0)
+    fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
+  if (m.ffn_hidden % p.tp != 0)
+    fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
   if (m.moe.experts > 0 && m.moe.expert_ffn_hidden % p.tp != 0)
-    fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.moe.expert_ffn_hidden = " + str(m.moe.expert_ffn_hidden));
+    fail(s, "parallel.tp",
+         "tp = " + str(p.tp) + " does not divide model.moe.expert_ffn_hidden = " + str(m.moe.expert_ffn_hidden));
   if (m.layers < p.pp * p.virtual_stages)
     fail(s, p.virtual_stages > 1 ? "parallel.virtual_stages" : "parallel.pp",
          "pp·virtual_stages = " + str(p.pp * p.virtual_stages) + " is more than model.layers = " + str(m.layers) +
@@ -65,27 +72,34 @@ TrainingLayout check_layout(const Scenario& s) {
   if (p.schedule == "interleaved-1f1b" && p.virtual_stages < 2 && p.pp > 1)
     fail(s, "parallel.schedule", "interleaved-1f1b needs virtual_stages >= 2 (model chunks per pipeline rank)");
   if (l.sequence_parallel && (m.seq_len / p.cp) % p.tp != 0)
-    fail(s, "parallel.sequence_parallel", "sequence parallelism needs tp = " + str(p.tp) + " to divide the " +
-                                              str(m.seq_len / p.cp) + " tokens per context-parallel rank");
+    fail(s, "parallel.sequence_parallel",
+         "sequence parallelism needs tp = " + str(p.tp) + " to divide the " + str(m.seq_len / p.cp) +
+             " tokens per context-parallel rank");
   if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
-    fail(s, "parallel.cp", "cp = " + str(p.cp) + ": model.seq_len = " + str(m.seq_len) +
-                               " must split into 2·cp equal chunks (load-balanced causal ring attention)");
+    fail(s, "parallel.cp",
+         "cp = " + str(p.cp) + ": model.seq_len = " + str(m.seq_len) +
+             " must split into 2·cp equal chunks (load-balanced causal ring attention)");
   if (p.ep > 1) {
-    if (m.moe.experts == 0) fail(s, "parallel.ep", "ep = " + str(p.ep) + " needs a mixture-of-experts model (model.moe.experts > 0)");
+    if (m.moe.experts == 0)
+      fail(s, "parallel.ep", "ep = " + str(p.ep) + " needs a mixture-of-experts model (model.moe.experts > 0)");
     if (m.moe.experts % p.ep != 0)
       fail(s, "parallel.ep", "ep = " + str(p.ep) + " does not divide model.moe.experts = " + str(m.moe.experts));
-    if (l.dp % p.ep != 0) fail(s, "parallel.ep", "ep = " + str(p.ep) + " must divide dp = " + str(l.dp) + " (experts are carved out of data parallelism)");
+    if (l.dp % p.ep != 0)
+      fail(s, "parallel.ep",
+           "ep = " + str(p.ep) + " must divide dp = " + str(l.dp) + " (experts are carved out of data parallelism)");
   }
   if (m.moe.experts > 0 && (m.moe.top_k < 1 || m.moe.top_k > m.moe.experts || m.moe.expert_ffn_hidden < 1))
     fail(s, "model.moe", "a mixture of experts needs 1 <= top_k <= experts and expert_ffn_hidden > 0");
   l.global_batch = s.training.global_batch > 0 ? s.training.global_batch : l.dp * l.micro_batch * (p.pp > 1 ? p.pp : 1);
   if (l.global_batch % (l.dp * l.micro_batch) != 0)
-    fail(s, "training.global_batch", "training.global_batch = " + str(l.global_batch) + " is not a multiple of dp·micro_batch = " +
-                                         str(l.dp * l.micro_batch));
+    fail(s, "training.global_batch",
+         "training.global_batch = " + str(l.global_batch) +
+             " is not a multiple of dp·micro_batch = " + str(l.dp * l.micro_batch));
   l.micro_batches = l.global_batch / (l.dp * l.micro_batch);
   if (p.schedule == "interleaved-1f1b" && p.pp > 1 && l.micro_batches % p.pp != 0)
-    fail(s, "training.global_batch", "interleaved-1f1b needs the " + str(l.micro_batches) +
-                                         " micro-batches per pipeline to be a multiple of pp = " + str(p.pp));
+    fail(s, "training.global_batch",
+         "interleaved-1f1b needs the " + str(l.micro_batches) +
+             " micro-batches per pipeline to be a multiple of pp = " + str(p.pp));
   return l;
 }
 
@@ -133,11 +147,14 @@ class StageBuilder {
   void build() {
     const auto order = pipeline_schedule(l_.schedule, l_.pp, l_.virtual_stages, l_.micro_batches, stage_);
     last_mb_.assign(static_cast<size_t>(l_.virtual_stages), -1);
-    for (const PipelineBlock& b : order) last_mb_[static_cast<size_t>(b.chunk)] = std::max(last_mb_[static_cast<size_t>(b.chunk)], b.micro_batch);
+    for (const PipelineBlock& b : order)
+      last_mb_[static_cast<size_t>(b.chunk)] = std::max(last_mb_[static_cast<size_t>(b.chunk)], b.micro_batch);
     for (const PipelineBlock& b : order) {
       mb_ = static_cast<int32_t>(b.micro_batch);
-      if (b.forward) forward_block(b.chunk);
-      else backward_block(b.chunk, b.micro_batch == last_mb_[static_cast<size_t>(b.chunk)]);
+      if (b.forward)
+        forward_block(b.chunk);
+      else
+        backward_block(b.chunk, b.micro_batch == last_mb_[static_cast<size_t>(b.chunk)]);
     }
     mb_ = -1;
     flush_buckets(prev_);
@@ -152,7 +169,9 @@ class StageBuilder {
                               params * 12, after);
     // ZeRO 1/2: the updated shards are all-gathered back into every replica.
     if (l_.zero_stage >= 1 && l_.zero_stage <= 2 && l_.dp * l_.cp > 1) {
-      for (double bytes : gather_buckets_) add_coll("zero-param-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_, Phase::Optimizer, -1, bytes, deps(opt));
+      for (double bytes : gather_buckets_)
+        add_coll("zero-param-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_, Phase::Optimizer, -1, bytes,
+                 deps(opt));
     }
   }
 
@@ -182,8 +201,8 @@ class StageBuilder {
 
   // A GEMM; `model_share` is the part of its FLOPs that counts as model FLOPs (recompute
   // 0, capacity padding excluded).
-  uint32_t add_gemm(const char* name, Phase ph, int32_t layer, int64_t m, int64_t n, int64_t k, const std::vector<uint32_t>& after,
-                    int64_t batch = 1, double model_share = 1.0) {
+  uint32_t add_gemm(const char* name, Phase ph, int32_t layer, int64_t m, int64_t n, int64_t k,
+                    const std::vector<uint32_t>& after, int64_t batch = 1, double model_share = 1.0) {
     Op op = base(name, OpKind::Gemm, ph, layer, compute_);
     op.m = m;
     op.n = n;
@@ -205,7 +224,8 @@ class StageBuilder {
     return p_.add(op, after);
   }
 
-  uint32_t add_attention(const char* name, Phase ph, int32_t layer, int64_t q_len, int64_t kv_len, const std::vector<uint32_t>& after) {
+  uint32_t add_attention(const char* name, Phase ph, int32_t layer, int64_t q_len, int64_t kv_len,
+                         const std::vector<uint32_t>& after) {
     Op op = base(name, OpKind::Attention, ph, layer, compute_);
     op.batch = l_.micro_batch;
     op.heads = m_.heads / t_;
@@ -242,8 +262,8 @@ class StageBuilder {
     return p_.add(op, after);
   }
 
-  uint32_t add_p2p(const char* name, OpKind kind, GroupKind group, int32_t peer, const char* stream, Phase ph, int32_t layer,
-                   double bytes, const std::vector<uint32_t>& after, bool relative = false) {
+  uint32_t add_p2p(const char* name, OpKind kind, GroupKind group, int32_t peer, const char* stream, Phase ph,
+                   int32_t layer, double bytes, const std::vector<uint32_t>& after, bool relative = false) {
     Op op = base(name, kind, ph, layer, p_.stream(stream));
     op.group = group;
     op.peer = peer;
@@ -258,8 +278,9 @@ class StageBuilder {
   // Activations leaving a row-parallel layer: all-reduce, or reduce-scatter under SP.
   uint32_t tp_reduce(const char* ar, const char* rs, Phase ph, int32_t layer, uint32_t after) {
     if (t_ == 1) return after;
-    return add_coll(l_.sequence_parallel ? rs : ar, l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
-                    GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(after));
+    return add_coll(l_.sequence_parallel ? rs : ar,
+                    l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP,
+                    tp_, ph, layer, full_act_bytes(), deps(after));
   }
   // Activations entering a column-parallel layer under SP: all-gather the sequence.
   uint32_t tp_gather(const char* name, Phase ph, int32_t layer, uint32_t after) {
@@ -268,7 +289,8 @@ class StageBuilder {
   }
 
   int32_t layer_of(int64_t chunk, int64_t i) const {
-    return static_cast<int32_t>(virtual_stage_layers(m_.layers, l_.pp * l_.virtual_stages, chunk * l_.pp + stage_).first + i);
+    return static_cast<int32_t>(
+        virtual_stage_layers(m_.layers, l_.pp * l_.virtual_stages, chunk * l_.pp + stage_).first + i);
   }
   int64_t chunk_layers(int64_t chunk) const {
     return virtual_stage_layers(m_.layers, l_.pp * l_.virtual_stages, chunk * l_.pp + stage_).second;
@@ -279,8 +301,11 @@ class StageBuilder {
   double layer_dense_params(int32_t L) const {
     const double t = static_cast<double>(t_), h = static_cast<double>(m_.hidden);
     double p = static_cast<double>(m_.attention_params()) / t + (m_.biases ? 4 * h : 2 * h);
-    if (m_.moe_layer(L)) p += h * static_cast<double>(m_.moe.experts) + static_cast<double>(m_.moe.shared_experts * m_.expert_params()) / t;
-    else p += static_cast<double>(m_.dense_mlp_params()) / t;
+    if (m_.moe_layer(L))
+      p +=
+          h * static_cast<double>(m_.moe.experts) + static_cast<double>(m_.moe.shared_experts * m_.expert_params()) / t;
+    else
+      p += static_cast<double>(m_.dense_mlp_params()) / t;
     return p;
   }
   double layer_expert_params(int32_t L) const {
@@ -300,8 +325,9 @@ class StageBuilder {
     if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
     // Prefetched: the gather for this layer is issued on the DP stream as soon as the
     // previous gather finished, and the layer's first op waits for it.
-    uint32_t g = add_coll(ph == Phase::Forward ? "zero3-param-allgather" : "zero3-param-allgather-bwd", CollectiveKind::AllGather,
-                          GroupKind::DP, dp_, ph, L, layer_dense_params(L) * static_cast<double>(e_), {});
+    uint32_t g = add_coll(ph == Phase::Forward ? "zero3-param-allgather" : "zero3-param-allgather-bwd",
+                          CollectiveKind::AllGather, GroupKind::DP, dp_, ph, L,
+                          layer_dense_params(L) * static_cast<double>(e_), {});
     if (layer_expert_params(L) > 0 && l_.dp * l_.cp / l_.ep > 1)
       g = add_coll("zero3-expert-allgather", CollectiveKind::AllGather, GroupKind::EDP, dp_, ph, L,
                    layer_expert_params(L) * static_cast<double>(e_), {});
@@ -315,9 +341,11 @@ class StageBuilder {
     if (l_.zero_stage >= 3) {
       // ZeRO-3 reduce-scatters each layer's gradients every micro-batch.
       if (l_.dp * l_.cp > 1 && dense > 0)
-        grad_ops_.push_back(add_grad_coll("zero3-grad-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::DP, L, dense * gb, ready));
+        grad_ops_.push_back(add_grad_coll("zero3-grad-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::DP, L,
+                                          dense * gb, ready));
       if (l_.dp * l_.cp / l_.ep > 1 && expert > 0)
-        grad_ops_.push_back(add_grad_coll("zero3-expert-grad-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::EDP, L, expert * gb, ready));
+        grad_ops_.push_back(add_grad_coll("zero3-expert-grad-reduce-scatter", CollectiveKind::ReduceScatter,
+                                          GroupKind::EDP, L, expert * gb, ready));
       return;
     }
     bucket_dense_ += dense;
@@ -327,7 +355,8 @@ class StageBuilder {
     if (bucket_dense_ + bucket_expert_ >= static_cast<double>(l_.bucket_params)) flush_buckets(ready);
   }
 
-  uint32_t add_grad_coll(const char* name, CollectiveKind kind, GroupKind group, int32_t L, double bytes, uint32_t ready) {
+  uint32_t add_grad_coll(const char* name, CollectiveKind kind, GroupKind group, int32_t L, double bytes,
+                         uint32_t ready) {
     Op op = base(name, OpKind::Collective, Phase::Backward, L, dp_);
     op.collective = kind;
     op.group = group;
@@ -343,12 +372,13 @@ class StageBuilder {
     const bool sharded = l_.zero_stage >= 1;
     const CollectiveKind kind = sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     if (bucket_dense_ > 0 && l_.dp * l_.cp > 1) {
-      grad_ops_.push_back(add_grad_coll(sharded ? "dp-grad-reduce-scatter" : "dp-grad-allreduce", kind, GroupKind::DP, bucket_layer_, bucket_dense_ * gb, ready));
+      grad_ops_.push_back(add_grad_coll(sharded ? "dp-grad-reduce-scatter" : "dp-grad-allreduce", kind, GroupKind::DP,
+                                        bucket_layer_, bucket_dense_ * gb, ready));
       if (sharded) gather_buckets_.push_back(bucket_dense_ * static_cast<double>(e_));
     }
     if (bucket_expert_ > 0 && l_.dp * l_.cp / l_.ep > 1) {
-      grad_ops_.push_back(add_grad_coll(sharded ? "expert-grad-reduce-scatter" : "expert-grad-allreduce", kind, GroupKind::EDP,
-                                        bucket_layer_, bucket_expert_ * gb, ready));
+      grad_ops_.push_back(add_grad_coll(sharded ? "expert-grad-reduce-scatter" : "expert-grad-allreduce", kind,
+                                        GroupKind::EDP, bucket_layer_, bucket_expert_ * gb, ready));
     }
     bucket_dense_ = bucket_expert_ = 0;
   }
@@ -364,11 +394,13 @@ class StageBuilder {
     uint32_t have = qkv;
     for (int64_t i = 1; i < l_.cp; ++i) {
       add_p2p("cp-kv-send", OpKind::Send, GroupKind::CP, 1, "cp-send", Phase::Forward, L, kv, deps(have), true);
-      const uint32_t recv = add_p2p("cp-kv-recv", OpKind::Recv, GroupKind::CP, static_cast<int32_t>(l_.cp - 1), "cp-recv", Phase::Forward, L, kv, deps(have), true);
+      const uint32_t recv = add_p2p("cp-kv-recv", OpKind::Recv, GroupKind::CP, static_cast<int32_t>(l_.cp - 1),
+                                    "cp-recv", Phase::Forward, L, kv, deps(have), true);
       at = add_attention("attention-block", Phase::Forward, L, q, q, deps(recv, at));
       have = recv;
     }
-    return add_memory("attention-merge", Phase::Forward, L, 2 * act_bytes(), act_bytes(), 4.0 * act_bytes() / static_cast<double>(e_), deps(at));
+    return add_memory("attention-merge", Phase::Forward, L, 2 * act_bytes(), act_bytes(),
+                      4.0 * act_bytes() / static_cast<double>(e_), deps(at));
   }
 
   uint32_t attention_backward(int32_t L, uint32_t dy) {
@@ -380,7 +412,8 @@ class StageBuilder {
     uint32_t have = at;
     for (int64_t i = 1; i < l_.cp; ++i) {
       add_p2p("cp-dkv-send", OpKind::Send, GroupKind::CP, 1, "cp-send", Phase::Backward, L, kv, deps(have), true);
-      const uint32_t recv = add_p2p("cp-dkv-recv", OpKind::Recv, GroupKind::CP, static_cast<int32_t>(l_.cp - 1), "cp-recv", Phase::Backward, L, kv, deps(have), true);
+      const uint32_t recv = add_p2p("cp-dkv-recv", OpKind::Recv, GroupKind::CP, static_cast<int32_t>(l_.cp - 1),
+                                    "cp-recv", Phase::Backward, L, kv, deps(have), true);
       at = add_attention("attention-block-backward", Phase::Backward, L, q, q, deps(recv, at));
       have = at;
     }
@@ -394,23 +427,28 @@ class StageBuilder {
     if (!m_.moe_layer(L)) {
       uint32_t up = add_gemm("mlp-up", ph, L, tokens_, mlp_in_, h, deps(in));
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
-      uint32_t a = add_memory(swiglu ? "swiglu" : "bias-gelu", ph, L, swiglu ? 2 * f : f, f, 8.0 * f / static_cast<double>(e_), deps(up));
+      uint32_t a = add_memory(swiglu ? "swiglu" : "bias-gelu", ph, L, swiglu ? 2 * f : f, f,
+                              8.0 * f / static_cast<double>(e_), deps(up));
       return add_gemm("mlp-down", ph, L, tokens_, h, m_.ffn_hidden / t_, deps(a));
     }
     const MoeConfig& moe = m_.moe;
     const int64_t local = moe.experts / l_.ep;
     const double cap = moe.capacity_factor;
-    const int64_t per_expert = static_cast<int64_t>(std::ceil(static_cast<double>(tokens_ * l_.ep * moe.top_k) * cap / static_cast<double>(moe.experts)));
+    const int64_t per_expert = static_cast<int64_t>(
+        std::ceil(static_cast<double>(tokens_ * l_.ep * moe.top_k) * cap / static_cast<double>(moe.experts)));
     const int64_t fe = moe.expert_ffn_hidden / t_;
     uint32_t router = add_gemm("moe-router", ph, L, tokens_, moe.experts, h, deps(in));
     const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_);
-    uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a, deps(router))
+    uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
+                                         ph, L, a2a, deps(router))
                               : add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
     uint32_t up = add_gemm("expert-up", ph, L, per_expert, (swiglu ? 2 : 1) * fe, h, deps(disp), local, 1.0 / cap);
     const double f = static_cast<double>(per_expert * local * fe * e_);
-    uint32_t a = add_memory(swiglu ? "expert-swiglu" : "expert-gelu", ph, L, swiglu ? 2 * f : f, f, 8.0 * f / static_cast<double>(e_), deps(up));
+    uint32_t a = add_memory(swiglu ? "expert-swiglu" : "expert-gelu", ph, L, swiglu ? 2 * f : f, f,
+                            8.0 * f / static_cast<double>(e_), deps(up));
     uint32_t down = add_gemm("expert-down", ph, L, per_expert, h, fe, deps(a), local, 1.0 / cap);
-    uint32_t comb = l_.ep > 1 ? add_coll("moe-combine-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a, deps(down))
+    uint32_t comb = l_.ep > 1 ? add_coll("moe-combine-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
+                                         ph, L, a2a, deps(down))
                               : add_memory("moe-unpermute", ph, L, a2a, a2a, 0, deps(down));
     uint32_t out = comb;
     if (moe.shared_experts > 0) {
@@ -429,8 +467,9 @@ class StageBuilder {
       uint32_t down_d = add_gemm("mlp-down-dgrad", Phase::Backward, L, tokens_, m_.ffn_hidden / t_, h, deps(dy));
       uint32_t down_w = add_gemm("mlp-down-wgrad", Phase::Backward, L, m_.ffn_hidden / t_, h, tokens_, deps(dy));
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
-      uint32_t act_b = add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f,
-                                  swiglu ? 2 * f : f, 10.0 * f / static_cast<double>(e_), deps(down_d));
+      uint32_t act_b =
+          add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f,
+                     swiglu ? 2 * f : f, 10.0 * f / static_cast<double>(e_), deps(down_d));
       uint32_t up_d = add_gemm("mlp-up-dgrad", Phase::Backward, L, tokens_, h, mlp_in_, deps(act_b));
       mlp_input_ready_ = act_b;
       wgrad = down_w;
@@ -439,18 +478,24 @@ class StageBuilder {
     const MoeConfig& moe = m_.moe;
     const int64_t local = moe.experts / l_.ep;
     const double cap = moe.capacity_factor;
-    const int64_t per_expert = static_cast<int64_t>(std::ceil(static_cast<double>(tokens_ * l_.ep * moe.top_k) * cap / static_cast<double>(moe.experts)));
+    const int64_t per_expert = static_cast<int64_t>(
+        std::ceil(static_cast<double>(tokens_ * l_.ep * moe.top_k) * cap / static_cast<double>(moe.experts)));
     const int64_t fe = moe.expert_ffn_hidden / t_;
     const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_);
-    uint32_t comb = l_.ep > 1 ? add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), Phase::Backward, L, a2a, deps(dy))
+    uint32_t comb = l_.ep > 1 ? add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP,
+                                         ep_stream(), Phase::Backward, L, a2a, deps(dy))
                               : add_memory("moe-unpermute-backward", Phase::Backward, L, a2a, a2a, 0, deps(dy));
     uint32_t dd = add_gemm("expert-down-dgrad", Phase::Backward, L, per_expert, fe, h, deps(comb), local, 1.0 / cap);
     uint32_t dw = add_gemm("expert-down-wgrad", Phase::Backward, L, fe, h, per_expert, deps(comb), local, 1.0 / cap);
     const double f = static_cast<double>(per_expert * local * fe * e_);
-    uint32_t ab = add_memory("expert-act-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f, swiglu ? 2 * f : f, 10.0 * f / static_cast<double>(e_), deps(dd));
-    uint32_t ud = add_gemm("expert-up-dgrad", Phase::Backward, L, per_expert, h, (swiglu ? 2 : 1) * fe, deps(ab), local, 1.0 / cap);
-    uint32_t uw = add_gemm("expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fe, per_expert, deps(ab, dw), local, 1.0 / cap);
-    uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), Phase::Backward, L, a2a, deps(ud))
+    uint32_t ab = add_memory("expert-act-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f, swiglu ? 2 * f : f,
+                             10.0 * f / static_cast<double>(e_), deps(dd));
+    uint32_t ud = add_gemm("expert-up-dgrad", Phase::Backward, L, per_expert, h, (swiglu ? 2 : 1) * fe, deps(ab), local,
+                           1.0 / cap);
+    uint32_t uw = add_gemm("expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fe, per_expert, deps(ab, dw),
+                           local, 1.0 / cap);
+    uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP,
+                                         ep_stream(), Phase::Backward, L, a2a, deps(ud))
                               : add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(ud));
     uint32_t rd = add_gemm("moe-router-dgrad", Phase::Backward, L, tokens_, h, moe.experts, deps(disp));
     uint32_t rw = add_gemm("moe-router-wgrad", Phase::Backward, L, moe.experts, h, tokens_, deps(disp, uw));
@@ -460,9 +505,12 @@ class StageBuilder {
       const int64_t fs = moe.shared_experts * fe;
       uint32_t sdd = add_gemm("shared-expert-down-dgrad", Phase::Backward, L, tokens_, fs, h, deps(dy));
       uint32_t sdw = add_gemm("shared-expert-down-wgrad", Phase::Backward, L, fs, h, tokens_, deps(dy));
-      uint32_t sud = add_gemm("shared-expert-up-dgrad", Phase::Backward, L, tokens_, h, (swiglu ? 2 : 1) * fs, deps(sdd));
-      uint32_t suw = add_gemm("shared-expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fs, tokens_, deps(sdd, sdw));
-      out = add_memory("moe-merge-backward", Phase::Backward, L, 2 * full_act_bytes(), full_act_bytes(), 0, deps(rd, sud));
+      uint32_t sud =
+          add_gemm("shared-expert-up-dgrad", Phase::Backward, L, tokens_, h, (swiglu ? 2 : 1) * fs, deps(sdd));
+      uint32_t suw =
+          add_gemm("shared-expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fs, tokens_, deps(sdd, sdw));
+      out = add_memory("moe-merge-backward", Phase::Backward, L, 2 * full_act_bytes(), full_act_bytes(), 0,
+                       deps(rd, sud));
       wgrad = add_memory("moe-wgrad-join", Phase::Backward, L, 0, 0, 0, deps(rw, suw));
     }
     mlp_input_ready_ = out;
@@ -485,7 +533,8 @@ class StageBuilder {
                                : attention_forward(L, qkv);
     uint32_t proj = add_gemm("attn-proj", ph, L, tokens_, h, m_.heads * m_.head_dim() / t_, deps(at));
     uint32_t red = tp_reduce("tp-allreduce-attn", "reduce-scatter-attn", ph, L, proj);
-    uint32_t ln2 = add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act, 10.0 * act / static_cast<double>(e_), deps(red));
+    uint32_t ln2 =
+        add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act, 10.0 * act / static_cast<double>(e_), deps(red));
     uint32_t in2 = tp_gather("allgather-mlp-input", ph, L, ln2);
     uint32_t mlp = mlp_forward(L, ph, in2);
     uint32_t red2 = tp_reduce("tp-allreduce-mlp", "reduce-scatter-mlp", ph, L, mlp);
@@ -496,11 +545,13 @@ class StageBuilder {
     uint32_t x = prev_;
     if (first_virtual(chunk)) {
       // Vocab-parallel embedding: each TP rank looks up its slice, then partial sums meet.
-      x = add_memory("embedding", Phase::Forward, -1, full_act_bytes() + static_cast<double>(tokens_ * 8), full_act_bytes(), 0, deps(prev_));
+      x = add_memory("embedding", Phase::Forward, -1, full_act_bytes() + static_cast<double>(tokens_ * 8),
+                     full_act_bytes(), 0, deps(prev_));
       x = tp_reduce("embedding-allreduce", "embedding-reduce-scatter", Phase::Forward, -1, x);
     } else {
-      const uint32_t recv = add_p2p("pp-recv-activation", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
-                                    "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), act_bytes(), {});
+      const uint32_t recv =
+          add_p2p("pp-recv-activation", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
+                  "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), act_bytes(), {});
       x = add_memory("pp-activation-in", Phase::Forward, layer_of(chunk, 0), 0, 0, 0, deps(recv, prev_));
     }
     for (int64_t i = 0; i < chunk_layers(chunk); ++i) {
@@ -510,16 +561,18 @@ class StageBuilder {
     }
     if (last_virtual(chunk)) {
       const double act = act_bytes();
-      uint32_t ln = add_memory("final-layernorm", Phase::Forward, -1, act, act, 8.0 * act / static_cast<double>(e_), deps(x));
+      uint32_t ln =
+          add_memory("final-layernorm", Phase::Forward, -1, act, act, 8.0 * act / static_cast<double>(e_), deps(x));
       uint32_t in = tp_gather("allgather-logits-input", Phase::Forward, -1, ln);
       uint32_t logits = add_gemm("logits", Phase::Forward, -1, tokens_, vocab_local_, m_.hidden, deps(in));
       const double lg = static_cast<double>(tokens_ * vocab_local_);
       x = add_memory("cross-entropy", Phase::Forward, -1, lg * static_cast<double>(e_), lg * 4, 5.0 * lg, deps(logits));
       if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
-        x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1, 3.0 * static_cast<double>(tokens_) * 4, deps(x));
+        x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
+                     3.0 * static_cast<double>(tokens_) * 4, deps(x));
     } else {
-      add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp), "pp-send-fwd",
-              Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), act_bytes(), deps(x));
+      add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
+              "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), act_bytes(), deps(x));
     }
     prev_ = x;
   }
@@ -532,15 +585,19 @@ class StageBuilder {
     uint32_t g;
     if (last_virtual(chunk)) {
       const double lg = static_cast<double>(tokens_ * vocab_local_);
-      g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 3.0 * lg, deps(prev_));
+      g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 3.0 * lg,
+                     deps(prev_));
       uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g));
       uint32_t wgrad = add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g));
       uint32_t d = tp_reduce("logits-grad-allreduce", "logits-grad-reduce-scatter", Phase::Backward, -1, dgrad);
-      g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * act, act, 10.0 * act / static_cast<double>(e_), deps(d, wgrad));
+      g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * act, act,
+                     10.0 * act / static_cast<double>(e_), deps(d, wgrad));
     } else {
-      const uint32_t recv = add_p2p("pp-recv-grad", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp), "pp-recv-bwd",
-                                    Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), act, {});
-      g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), 0, 0, 0, deps(recv, prev_));
+      const uint32_t recv =
+          add_p2p("pp-recv-grad", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
+                  "pp-recv-bwd", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), act, {});
+      g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), 0, 0, 0,
+                     deps(recv, prev_));
     }
     for (int64_t i = chunk_layers(chunk) - 1; i >= 0; --i) {
       const int32_t L = layer_of(chunk, i);
@@ -558,25 +615,30 @@ class StageBuilder {
       uint32_t mlp_w = kNone;
       uint32_t up_d = mlp_backward(L, dy, mlp_w);
       uint32_t x2 = tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
-      uint32_t up_w = m_.moe_layer(L) ? mlp_w : add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_, tokens_, deps(x2, mlp_w));
+      uint32_t up_w =
+          m_.moe_layer(L) ? mlp_w : add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_, tokens_, deps(x2, mlp_w));
       uint32_t red = tp_reduce("tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L, up_d);
-      uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act, 2 * act, 12.0 * act / static_cast<double>(e_), deps(red, up_w));
+      uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act, 2 * act,
+                                12.0 * act / static_cast<double>(e_), deps(red, up_w));
       uint32_t dy2 = tp_gather("allgather-attn-grad", Phase::Backward, L, ln2);
-      uint32_t proj_d = add_gemm("attn-proj-dgrad", Phase::Backward, L, tokens_, m_.heads * m_.head_dim() / t_, h, deps(dy2));
-      uint32_t proj_w = add_gemm("attn-proj-wgrad", Phase::Backward, L, h, m_.heads * m_.head_dim() / t_, tokens_, deps(dy2));
+      uint32_t proj_d =
+          add_gemm("attn-proj-dgrad", Phase::Backward, L, tokens_, m_.heads * m_.head_dim() / t_, h, deps(dy2));
+      uint32_t proj_w =
+          add_gemm("attn-proj-wgrad", Phase::Backward, L, h, m_.heads * m_.head_dim() / t_, tokens_, deps(dy2));
       uint32_t at = attention_backward(L, proj_d);
       uint32_t qkv_d = add_gemm("qkv-dgrad", Phase::Backward, L, tokens_, h, qkv_, deps(at));
       uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at);
       uint32_t qkv_w = add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w));
       uint32_t red1 = tp_reduce("tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad", Phase::Backward, L, qkv_d);
-      g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act, 2 * act, 12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
+      g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act, 2 * act, 12.0 * act / static_cast<double>(e_),
+                     deps(red1, qkv_w));
       if (last_micro_batch || l_.zero_stage >= 3) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
     }
     if (first_virtual(chunk)) {
       g = add_memory("embedding-backward", Phase::Backward, -1, act, full_act_bytes(), 0, deps(g));
     } else {
-      add_p2p("pp-send-grad", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp), "pp-send-bwd",
-              Phase::Backward, layer_of(chunk, 0), act, deps(g));
+      add_p2p("pp-send-grad", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
+              "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), act, deps(g));
     }
     if (last_micro_batch && (first_virtual(chunk) || last_virtual(chunk)))
       add_grads(-1, embedding_params(first_virtual(chunk), last_virtual(chunk)), 0, g);
@@ -733,7 +795,8 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
   for (int64_t p = 0; p < l.pp; ++p)
     for (int64_t d = 0; d < l.dp; ++d)
       for (int64_t c = 0; c < l.cp; ++c)
-        for (int64_t t = 0; t < l.tp; ++t) plan.rank_program[static_cast<size_t>(rank_of(t, c, d, p))] = static_cast<uint32_t>(p);
+        for (int64_t t = 0; t < l.tp; ++t)
+          plan.rank_program[static_cast<size_t>(rank_of(t, c, d, p))] = static_cast<uint32_t>(p);
   auto group = [&](GroupKind kind, auto&& members) {
     std::vector<int32_t> g;
     members(g);
@@ -742,12 +805,16 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
   for (int64_t p = 0; p < l.pp; ++p)
     for (int64_t d = 0; d < l.dp; ++d)
       for (int64_t c = 0; c < l.cp; ++c) {
-        group(GroupKind::TP, [&](auto& g) { for (int64_t t = 0; t < l.tp; ++t) g.push_back(rank_of(t, c, d, p)); });
+        group(GroupKind::TP, [&](auto& g) {
+          for (int64_t t = 0; t < l.tp; ++t) g.push_back(rank_of(t, c, d, p));
+        });
       }
   for (int64_t p = 0; p < l.pp; ++p)
     for (int64_t d = 0; d < l.dp; ++d)
       for (int64_t t = 0; t < l.tp; ++t)
-        group(GroupKind::CP, [&](auto& g) { for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p)); });
+        group(GroupKind::CP, [&](auto& g) {
+          for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p));
+        });
   for (int64_t p = 0; p < l.pp; ++p)
     for (int64_t t = 0; t < l.tp; ++t) {
       // Dense gradients are reduced over DP x CP (Megatron); experts over the ranks that
@@ -764,7 +831,9 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
           });
         for (int64_t c = 0; c < l.cp; ++c)
           for (int64_t k = 0; k < l.dp / l.ep; ++k)
-            group(GroupKind::EP, [&](auto& g) { for (int64_t d = k * l.ep; d < (k + 1) * l.ep; ++d) g.push_back(rank_of(t, c, d, p)); });
+            group(GroupKind::EP, [&](auto& g) {
+              for (int64_t d = k * l.ep; d < (k + 1) * l.ep; ++d) g.push_back(rank_of(t, c, d, p));
+            });
       } else if (m.moe.experts > 0) {
         group(GroupKind::EDP, [&](auto& g) {
           for (int64_t d = 0; d < l.dp; ++d)
@@ -775,7 +844,9 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
   for (int64_t d = 0; d < l.dp; ++d)
     for (int64_t c = 0; c < l.cp; ++c)
       for (int64_t t = 0; t < l.tp; ++t)
-        group(GroupKind::PP, [&](auto& g) { for (int64_t p = 0; p < l.pp; ++p) g.push_back(rank_of(t, c, d, p)); });
+        group(GroupKind::PP, [&](auto& g) {
+          for (int64_t p = 0; p < l.pp; ++p) g.push_back(rank_of(t, c, d, p));
+        });
 
   // Symmetry: when every TP group is one contiguous block inside a node, every DP replica
   // runs on an isomorphic part of the cluster and behaves like replica 0, which meets
@@ -787,7 +858,8 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
     for (int64_t d = 0; d < l.dp; ++d)
       for (int64_t c = 0; c < l.cp; ++c)
         for (int64_t t = 0; t < l.tp; ++t)
-          plan.mirror_of[static_cast<size_t>(rank_of(t, c, d, p))] = symmetric ? rank_of(t, c, 0, p) : rank_of(t, c, d, p);
+          plan.mirror_of[static_cast<size_t>(rank_of(t, c, d, p))] =
+              symmetric ? rank_of(t, c, 0, p) : rank_of(t, c, d, p);
 
   double model_flops = 0;
   for (int64_t p = 0; p < l.pp; ++p) {
@@ -798,7 +870,8 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
     b.build();
     model_flops += b.model_flops();
     for (const Op& op : prog.ops)
-      if (op.kind == OpKind::Gemm || op.kind == OpKind::Attention) tp.hardware_flops_per_rank += op.flops / static_cast<double>(l.pp);
+      if (op.kind == OpKind::Gemm || op.kind == OpKind::Attention)
+        tp.hardware_flops_per_rank += op.flops / static_cast<double>(l.pp);
   }
   tp.model_flops_per_rank = model_flops / static_cast<double>(l.pp);
   return tp;

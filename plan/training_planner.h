@@ -44,10 +44,10 @@ struct TrainingLayout {
 struct TrainingPlan {
   Plan plan;
   TrainingLayout layout;
-  MemoryBreakdown memory;                  // the stage that needs the most
+  MemoryBreakdown memory;  // the stage that needs the most
   std::vector<MemoryBreakdown> stage_memory;
-  double model_flops_per_rank = 0;         // one iteration, mean over ranks, no recompute (MFU numerator)
-  double hardware_flops_per_rank = 0;      // everything the GPUs execute, mean over ranks
+  double model_flops_per_rank = 0;     // one iteration, mean over ranks, no recompute (MFU numerator)
+  double hardware_flops_per_rank = 0;  // everything the GPUs execute, mean over ranks
 };
 
 struct PlannerOptions {

@@ -213,7 +213,8 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.parallel.virtual_stages = as_degree(n, "parallel.virtual_stages"); }},
       {"parallel.micro_batch", "integer", "1", "sequences per micro-batch",
        [](const N& n, S& s) { s.parallel.micro_batch = as_degree(n, "parallel.micro_batch"); }},
-      {"parallel.bucket_size", "integer", "40000000", "parameters per DP gradient bucket (reduced as soon as its layers' gradients are final)",
+      {"parallel.bucket_size", "integer", "40000000",
+       "parameters per DP gradient bucket (reduced as soon as its layers' gradients are final)",
        [](const N& n, S& s) { s.parallel.bucket_params = as_int(n, "parallel.bucket_size", 1); }},
       {"parallel.placement", "order", "tp-cp-ep-dp-pp",
        "rank order, innermost first (a permutation of tp, cp, ep, dp, pp)",
@@ -256,7 +257,9 @@ const std::vector<KeySpec>& key_table() {
                                {"auto", "ring", "tree", "direct", "halving-doubling", "hierarchical", "nvls"});
        }},
       {"collectives.protocol", "name", "auto", "auto | LL | LL128 | Simple",
-       [](const N& n, S& s) { s.protocol = as_enum(n, "collectives.protocol", {"auto", "LL", "LL128", "Simple"}); }},
+       [](const N& n, S& s) {
+         s.protocol = as_enum(n, "collectives.protocol", {"auto", "LL", "LL128", "Simple"});
+       }},
       {"network_model", "name", "analytic",
        "analytic (each collective alone on the network) | flow (max-min shared links: concurrent transfers contend)",
        [](const N& n, S& s) {

@@ -39,7 +39,8 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
         continue;
       }
       const GroupLayout layout = layout_of(topo, g);
-      const CollectiveChoice c = choose_collective(cfg.op, bytes, layout, g, net, cfg.profile, cfg.algorithm, cfg.protocol);
+      const CollectiveChoice c =
+          choose_collective(cfg.op, bytes, layout, g, net, cfg.profile, cfg.algorithm, cfg.protocol);
       row.algo = c.algo;
       row.proto = c.proto;
       exps.push_back(expand_collective(CollectiveRequest{cfg.op, c.algo, c.proto, bytes, 0}, layout, cfg.profile));
@@ -80,19 +81,19 @@ std::string format_collective_table(const CollectiveSweepConfig& cfg, const std:
                 cfg.nodes, cfg.cluster.node.preset.c_str(), std::string(to_string(cfg.cluster.fabric.kind)).c_str(),
                 cfg.flow ? "flow" : "analytic");
   out += buf;
-  std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s  %-16s %s\n", "size", "count", "type", "redop", "time",
-                "algbw", "busbw", "algorithm", "protocol");
+  std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s  %-16s %s\n", "size", "count", "type", "redop",
+                "time", "algbw", "busbw", "algorithm", "protocol");
   out += buf;
   std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)",
                 "(GB/s)");
   out += buf;
-  const bool reduces = cfg.kind == SweepOp::Collective &&
-                       (cfg.op == CollectiveKind::AllReduce || cfg.op == CollectiveKind::ReduceScatter ||
-                        cfg.op == CollectiveKind::Reduce);
+  const bool reduces =
+      cfg.kind == SweepOp::Collective && (cfg.op == CollectiveKind::AllReduce ||
+                                          cfg.op == CollectiveKind::ReduceScatter || cfg.op == CollectiveKind::Reduce);
   for (const CollectiveRow& r : rows) {
     std::snprintf(buf, sizeof buf, " %12lld %12lld %8s %8s %12.2f %12.2f %12.2f  %-16s %s\n",
-                  static_cast<long long>(r.bytes), static_cast<long long>(r.bytes / 4), "float", reduces ? "sum" : "none",
-                  r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
+                  static_cast<long long>(r.bytes), static_cast<long long>(r.bytes / 4), "float",
+                  reduces ? "sum" : "none", r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
                   cfg.kind == SweepOp::SendRecv ? "p2p" : std::string(to_string(r.algo)).c_str(),
                   std::string(to_string(r.proto)).c_str());
     out += buf;
@@ -101,13 +102,13 @@ std::string format_collective_table(const CollectiveSweepConfig& cfg, const std:
 }
 
 std::string format_collective_json(const CollectiveSweepConfig& cfg, const std::vector<CollectiveRow>& rows) {
-  std::string out = "{\"kind\": \"collective\", \"op\": \"" + sweep_op_name(cfg) + "\", \"algorithm\": \"" +
-                    (cfg.algorithm ? std::string(to_string(*cfg.algorithm)) : std::string("auto")) +
-                    "\", \"protocol\": \"" + (cfg.protocol ? std::string(to_string(*cfg.protocol)) : std::string("auto")) +
-                    "\", \"cluster\": \"" + json_escape(cfg.cluster.node.preset) + "\", \"gpus\": " +
-                    std::to_string(cfg.gpus) + ", \"concurrent\": " + std::to_string(cfg.concurrent) +
-                    ", \"nodes\": " + std::to_string(cfg.nodes) + ", \"network_model\": \"" +
-                    (cfg.flow ? "flow" : "analytic") + "\", \"results\": [";
+  std::string out =
+      "{\"kind\": \"collective\", \"op\": \"" + sweep_op_name(cfg) + "\", \"algorithm\": \"" +
+      (cfg.algorithm ? std::string(to_string(*cfg.algorithm)) : std::string("auto")) + "\", \"protocol\": \"" +
+      (cfg.protocol ? std::string(to_string(*cfg.protocol)) : std::string("auto")) + "\", \"cluster\": \"" +
+      json_escape(cfg.cluster.node.preset) + "\", \"gpus\": " + std::to_string(cfg.gpus) +
+      ", \"concurrent\": " + std::to_string(cfg.concurrent) + ", \"nodes\": " + std::to_string(cfg.nodes) +
+      ", \"network_model\": \"" + (cfg.flow ? "flow" : "analytic") + "\", \"results\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const CollectiveRow& r = rows[i];
     out += (i ? ", " : "") + std::string("{\"bytes\": ") + std::to_string(r.bytes) +

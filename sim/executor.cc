@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <tuple>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include "cost_models/flow_network.h"
@@ -171,7 +171,8 @@ class Executor {
     RankState& r = slots_[slot];
     const int32_t group = plan_.group_of(r.rank, op.group);
     if (group < 0)
-      throw std::runtime_error("rank " + std::to_string(r.rank) + " has no " + std::string(to_string(op.group)) + " group");
+      throw std::runtime_error("rank " + std::to_string(r.rank) + " has no " + std::string(to_string(op.group)) +
+                               " group");
     const uint32_t seq = r.coll_seq[static_cast<size_t>(op.group)]++;
     const uint64_t key = (static_cast<uint64_t>(group) << 32) | seq;
     Rendezvous& rv = rendezvous_[key];
@@ -186,9 +187,10 @@ class Executor {
   void arrive_p2p(uint32_t slot, uint32_t op_index, const Op& op) {
     RankState& r = slots_[slot];
     const int32_t group = plan_.group_of(r.rank, op.group);
-    if (group < 0 || op.peer < 0 || (!op.relative_peer && static_cast<size_t>(op.peer) >= plan_.groups[static_cast<size_t>(group)].ranks.size()))
-      throw std::runtime_error("rank " + std::to_string(r.rank) + ": " + std::string(to_string(op.kind)) + " to a peer outside its " +
-                               std::string(to_string(op.group)) + " group");
+    if (group < 0 || op.peer < 0 ||
+        (!op.relative_peer && static_cast<size_t>(op.peer) >= plan_.groups[static_cast<size_t>(group)].ranks.size()))
+      throw std::runtime_error("rank " + std::to_string(r.rank) + ": " + std::string(to_string(op.kind)) +
+                               " to a peer outside its " + std::string(to_string(op.group)) + " group");
     const auto& members = plan_.groups[static_cast<size_t>(group)].ranks;
     size_t index = static_cast<size_t>(op.peer);
     if (op.relative_peer) {
@@ -204,9 +206,11 @@ class Executor {
     const auto key = std::make_tuple(src, dst, static_cast<int>(op.phase), seq);
     Rendezvous& rv = p2p_[key];
     rv.members.emplace_back(slot, op_index);
-    const uint32_t expected = static_cast<uint32_t>(simulated_[static_cast<size_t>(src)]) + simulated_[static_cast<size_t>(dst)];
+    const uint32_t expected =
+        static_cast<uint32_t>(simulated_[static_cast<size_t>(src)]) + simulated_[static_cast<size_t>(dst)];
     if (++rv.arrived < expected) return;
-    const std::vector<int32_t> gpus = {plan_.rank_gpu[static_cast<size_t>(src)], plan_.rank_gpu[static_cast<size_t>(dst)]};
+    const std::vector<int32_t> gpus = {plan_.rank_gpu[static_cast<size_t>(src)],
+                                       plan_.rank_gpu[static_cast<size_t>(dst)]};
     CollectiveResult c;
     c.expansion.base_latency = opt_.network.base(LatencyFamily::Ring, Protocol::Simple);
     CollectiveStep one;
@@ -217,7 +221,9 @@ class Executor {
       auto it = p2p_memo_.find(memo_key);
       if (it == p2p_memo_.end()) {
         CollectiveCost cost = net_.run(c.expansion, gpus);
-        it = p2p_memo_.emplace(memo_key, std::make_pair(SimTime::from_seconds(cost.seconds), std::move(cost.link_bytes))).first;
+        it =
+            p2p_memo_.emplace(memo_key, std::make_pair(SimTime::from_seconds(cost.seconds), std::move(cost.link_bytes)))
+                .first;
       }
       c.duration = it->second.first;
       c.link_bytes = it->second.second;
@@ -276,9 +282,11 @@ class Executor {
     // A fixed algorithm that cannot run this operation on this group falls back to auto
     // (e.g. ring for an all-to-all, NVLS for a group spanning nodes).
     if (algo && !unsupported_reason(op.collective, *algo, layout).empty()) algo.reset();
-    const CollectiveChoice choice = choose_collective(op.collective, bytes, layout, gpus, net_, opt_.network, algo, opt_.protocol);
+    const CollectiveChoice choice =
+        choose_collective(op.collective, bytes, layout, gpus, net_, opt_.network, algo, opt_.protocol);
     CollectiveResult r;
-    r.expansion = expand_collective(CollectiveRequest{op.collective, choice.algo, choice.proto, bytes, 0}, layout, opt_.network);
+    r.expansion =
+        expand_collective(CollectiveRequest{op.collective, choice.algo, choice.proto, bytes, 0}, layout, opt_.network);
     if (!flow_) {
       CollectiveCost cost = net_.run(r.expansion, gpus);
       r.duration = SimTime::from_seconds(cost.seconds);
@@ -374,7 +382,8 @@ class Executor {
   std::vector<uint8_t> simulated_;
   std::map<std::tuple<int32_t, int32_t, int>, uint32_t> send_seq_, recv_seq_;
   std::map<std::tuple<int32_t, int32_t, int, uint32_t>, Rendezvous> p2p_;
-  std::map<std::tuple<int32_t, int32_t, int64_t>, std::pair<SimTime, std::vector<std::pair<uint32_t, double>>>> p2p_memo_;
+  std::map<std::tuple<int32_t, int32_t, int64_t>, std::pair<SimTime, std::vector<std::pair<uint32_t, double>>>>
+      p2p_memo_;
   Simulation<Completion> sim_;
   std::vector<ProgramInfo> infos_;
   std::vector<RankState> slots_;

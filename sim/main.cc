@@ -108,37 +108,53 @@ int cmd_collective(const std::vector<std::string>& args) {
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--op") op = need_value(args, i);
+    if (a == "--op")
+      op = need_value(args, i);
     else if (a == "--gpus") {
       cfg.gpus = as_int(a, need_value(args, i));
       have_gpus = true;
-    } else if (a == "--nodes") nodes = as_int(a, need_value(args, i));
-    else if (a == "--cluster") preset = need_value(args, i);
-    else if (a == "--algo") algo = need_value(args, i);
-    else if (a == "--proto") proto = need_value(args, i);
-    else if (a == "--network-model") model = need_value(args, i);
-    else if (a == "--concurrent") cfg.concurrent = as_int(a, need_value(args, i));
-    else if (a == "--fabric") fabric = need_value(args, i);
+    } else if (a == "--nodes")
+      nodes = as_int(a, need_value(args, i));
+    else if (a == "--cluster")
+      preset = need_value(args, i);
+    else if (a == "--algo")
+      algo = need_value(args, i);
+    else if (a == "--proto")
+      proto = need_value(args, i);
+    else if (a == "--network-model")
+      model = need_value(args, i);
+    else if (a == "--concurrent")
+      cfg.concurrent = as_int(a, need_value(args, i));
+    else if (a == "--fabric")
+      fabric = need_value(args, i);
     else if (a == "--oversubscription") {
       const std::string v = need_value(args, i);
       char* end = nullptr;
       oversub = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(oversub >= 1.0) || oversub > 1e6)
         throw InputError(SourceMark{a, 0, 0}, "expected a number >= 1, got '" + v + "'");
-    } else if (a == "--nics-per-leaf") nics_per_leaf = as_int(a, need_value(args, i));
-    else if (a == "--profile") cfg.profile = load_profile(need_value(args, i), SourceMark{"--profile", 0, 0}).network;
-    else if (a == "--min") cfg.min_bytes = as_size(a, need_value(args, i));
-    else if (a == "--max") cfg.max_bytes = as_size(a, need_value(args, i));
-    else if (a == "--json") json = true;
-    else throw UsageError("unknown option '" + a + "' for collective");
+    } else if (a == "--nics-per-leaf")
+      nics_per_leaf = as_int(a, need_value(args, i));
+    else if (a == "--profile")
+      cfg.profile = load_profile(need_value(args, i), SourceMark{"--profile", 0, 0}).network;
+    else if (a == "--min")
+      cfg.min_bytes = as_size(a, need_value(args, i));
+    else if (a == "--max")
+      cfg.max_bytes = as_size(a, need_value(args, i));
+    else if (a == "--json")
+      json = true;
+    else
+      throw UsageError("unknown option '" + a + "' for collective");
   }
   if (!have_gpus) throw UsageError("collective needs --gpus N");
   if (preset.empty()) throw UsageError("collective needs --cluster PRESET");
-  if (op == "send-recv") cfg.kind = SweepOp::SendRecv;
+  if (op == "send-recv")
+    cfg.kind = SweepOp::SendRecv;
   else if (!parse_collective(op, cfg.op))
-    throw InputError(SourceMark{"--op", 0, 0}, "unknown operation '" + op +
-                                                   "', expected all-reduce, all-gather, reduce-scatter, broadcast, reduce, "
-                                                   "all-to-all or send-recv");
+    throw InputError(SourceMark{"--op", 0, 0},
+                     "unknown operation '" + op +
+                         "', expected all-reduce, all-gather, reduce-scatter, broadcast, reduce, "
+                         "all-to-all or send-recv");
   if (algo != "auto") {
     Algorithm a;
     if (!parse_algorithm(algo, a))
@@ -150,17 +166,20 @@ int cmd_collective(const std::vector<std::string>& args) {
   if (proto != "auto") {
     Protocol p;
     if (!parse_protocol(proto, p))
-      throw InputError(SourceMark{"--proto", 0, 0}, "unknown protocol '" + proto + "', expected auto, LL, LL128 or Simple");
+      throw InputError(SourceMark{"--proto", 0, 0},
+                       "unknown protocol '" + proto + "', expected auto, LL, LL128 or Simple");
     cfg.protocol = p;
   }
   if (model != "analytic" && model != "flow")
-    throw InputError(SourceMark{"--network-model", 0, 0}, "unknown network model '" + model + "', expected analytic or flow");
+    throw InputError(SourceMark{"--network-model", 0, 0},
+                     "unknown network model '" + model + "', expected analytic or flow");
   cfg.flow = model == "flow";
   const NodeSpec* node = find_node_preset(preset);
   if (!node) {
     std::string names;
     for (const auto& n : node_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    throw InputError(SourceMark{"--cluster", 0, 0}, "unknown cluster preset '" + preset + "', expected one of: " + names);
+    throw InputError(SourceMark{"--cluster", 0, 0},
+                     "unknown cluster preset '" + preset + "', expected one of: " + names);
   }
   cfg.cluster.node = *node;
   if (!parse_fabric(fabric, cfg.cluster.fabric.kind))
@@ -172,12 +191,13 @@ int cmd_collective(const std::vector<std::string>& args) {
   cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
   if (total % cfg.nodes != 0)
     throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(total) +
-                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) + " nodes");
+                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) +
+                                                     " nodes");
   if (total / cfg.nodes > node->gpus)
-    throw InputError(SourceMark{"--gpus", 0, 0}, std::to_string(total) + " GPUs on " + std::to_string(cfg.nodes) +
-                                                     " node(s) of " + preset + " need " + std::to_string(total / cfg.nodes) +
-                                                     " GPUs per node, the preset has " + std::to_string(node->gpus) +
-                                                     "; add --nodes");
+    throw InputError(SourceMark{"--gpus", 0, 0},
+                     std::to_string(total) + " GPUs on " + std::to_string(cfg.nodes) + " node(s) of " + preset +
+                         " need " + std::to_string(total / cfg.nodes) + " GPUs per node, the preset has " +
+                         std::to_string(node->gpus) + "; add --nodes");
   if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, total / cfg.nodes);
   if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
   std::vector<CollectiveRow> rows;

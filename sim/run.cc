@@ -110,6 +110,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"memory_gradients_bytes", out.plan.memory.gradients},
       {"memory_optimizer_bytes", out.plan.memory.optimizer},
       {"memory_activations_bytes", out.plan.memory.activations},
+      {"memory_buffers_bytes", out.plan.memory.buffers},
       {"gpus", gpus},
       {"dp", static_cast<double>(l.dp)},
       {"tp", static_cast<double>(l.tp)},
@@ -174,30 +175,37 @@ std::string summary_table(const RunOutcome& run) {
     return 0.0;
   };
   char buf[2048];
-  std::snprintf(buf, sizeof buf,
-                "scenario        %s\n"
-                "model           %s (%.2fB parameters), seq %lld, %s\n"
-                "cluster         %d x %s (%d x %s), %s fabric\n"
-                "layout          dp %lld  tp %lld  pp %lld%s, micro-batch %lld x %lld, global batch %lld\n"
-                "iteration       %.6f s   (%lld iteration(s): %.6f s)\n"
-                "throughput      %.1f tokens/s\n"
-                "per GPU         %.1f TFLOP/s model, %.1f TFLOP/s hardware, MFU %.1f%%\n"
-                "communication   exposed %.6f s (tp %.6f s, dp %.6f s); compute busy %.6f s\n"
-                "memory per GPU  %s (%s)\n"
-                "simulated       %lld of %lld ranks (symmetry), %lld events\n",
-                s.name.c_str(), s.model.name.c_str(), static_cast<double>(s.model.total_params()) / 1e9,
-                static_cast<long long>(s.model.seq_len), std::string(to_string(s.model.dtype)).c_str(), s.cluster.nodes,
-                s.cluster.node.preset.c_str(), s.cluster.node.gpus, s.cluster.node.gpu.name.c_str(),
-                std::string(to_string(s.cluster.fabric.kind)).c_str(), static_cast<long long>(l.dp),
-                static_cast<long long>(l.tp), static_cast<long long>(l.pp), l.sequence_parallel ? " (SP)" : "",
-                static_cast<long long>(l.micro_batch), static_cast<long long>(l.micro_batches),
-                static_cast<long long>(l.global_batch), get("iteration_time_s"),
-                static_cast<long long>(s.training.iterations), get("total_time_s"), get("tokens_per_s"),
-                get("tflops_per_gpu"), get("hardware_tflops_per_gpu"), 100.0 * get("mfu"), get("exposed_comm_s"),
-                get("exposed_comm_tp_s"), get("exposed_comm_dp_s"), get("compute_busy_s"),
-                format_size(static_cast<int64_t>(get("peak_memory_per_gpu_bytes"))).c_str(),
-                run.plan.memory.describe().c_str(), static_cast<long long>(run.exec.simulated_ranks.size()),
-                static_cast<long long>(s.gpus()), static_cast<long long>(run.exec.events));
+  std::snprintf(
+      buf, sizeof buf,
+      "scenario        %s\n"
+      "model           %s (%.2fB parameters), seq %lld, %s\n"
+      "cluster         %d x %s (%d x %s), %s fabric\n"
+      "layout          dp %lld  tp %lld  pp %lld  cp %lld  ep %lld%s, %s, ZeRO %lld, micro-batch %lld x %lld, global "
+      "batch %lld\n"
+      "iteration       %.6f s   (%lld iteration(s): %.6f s)\n"
+      "throughput      %.1f tokens/s\n"
+      "per GPU         %.1f TFLOP/s model, %.1f TFLOP/s hardware, MFU %.1f%%\n"
+      "communication   exposed %.6f s (tp %.6f, dp %.6f, pp %.6f, cp %.6f, ep %.6f); compute busy %.6f s\n"
+      "pipeline bubble %.6f s (%.1f%%)\n"
+      "memory per GPU  %s (%s)\n"
+      "simulated       %lld of %lld ranks (symmetry), %lld events\n",
+      s.name.c_str(), s.model.name.c_str(), static_cast<double>(s.model.total_params()) / 1e9,
+      static_cast<long long>(s.model.seq_len), std::string(to_string(s.model.dtype)).c_str(), s.cluster.nodes,
+      s.cluster.node.preset.c_str(), s.cluster.node.gpus, s.cluster.node.gpu.name.c_str(),
+      std::string(to_string(s.cluster.fabric.kind)).c_str(), static_cast<long long>(l.dp), static_cast<long long>(l.tp),
+      static_cast<long long>(l.pp), static_cast<long long>(l.cp), static_cast<long long>(l.ep),
+      l.sequence_parallel ? " (SP)" : "",
+      l.pp > 1 ? (l.schedule + (l.virtual_stages > 1 ? " x" + std::to_string(l.virtual_stages) : std::string())).c_str()
+               : "no pipeline",
+      static_cast<long long>(l.zero_stage), static_cast<long long>(l.micro_batch),
+      static_cast<long long>(l.micro_batches), static_cast<long long>(l.global_batch), get("iteration_time_s"),
+      static_cast<long long>(s.training.iterations), get("total_time_s"), get("tokens_per_s"), get("tflops_per_gpu"),
+      get("hardware_tflops_per_gpu"), 100.0 * get("mfu"), get("exposed_comm_s"), get("exposed_comm_tp_s"),
+      get("exposed_comm_dp_s"), get("exposed_comm_pp_s"), get("exposed_comm_cp_s"), get("exposed_comm_ep_s"),
+      get("compute_busy_s"), get("bubble_s"), 100.0 * get("bubble_fraction"),
+      format_size(static_cast<int64_t>(get("peak_memory_per_gpu_bytes"))).c_str(), run.plan.memory.describe().c_str(),
+      static_cast<long long>(run.exec.simulated_ranks.size()), static_cast<long long>(s.gpus()),
+      static_cast<long long>(run.exec.events));
   return buf;
 }
 

@@ -42,10 +42,12 @@ std::string profile_error(const std::string& yaml) {
 }
 
 TEST(Profile, BadProfilesAreRejectedWithTheirPosition) {
-  EXPECT_NE(profile_error("compute: {gemm_eficiency: 0.7}\n").find("p.yaml:1:11: error: unknown key 'profile.compute.gemm_eficiency'"),
+  EXPECT_NE(profile_error("compute: {gemm_eficiency: 0.7}\n")
+                .find("p.yaml:1:11: error: unknown key 'profile.compute.gemm_eficiency'"),
             std::string::npos);
   EXPECT_NE(profile_error("compute:\n  gemm_efficiency: 1.7\n").find("p.yaml:2:20: error:"), std::string::npos);
-  EXPECT_NE(profile_error("network:\n  hop_latency: {nvlink: {ring: {LL: 3}}}\n").find("has no unit"), std::string::npos);
+  EXPECT_NE(profile_error("network:\n  hop_latency: {nvlink: {ring: {LL: 3}}}\n").find("has no unit"),
+            std::string::npos);
   EXPECT_NE(profile_error("network: [1, 2]\n").find("must be a mapping"), std::string::npos);
   try {
     load_profile("/nonexistent/p.yaml");

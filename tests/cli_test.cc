@@ -679,7 +679,8 @@ TEST_F(CliTest, CollectiveEveryOperationAlgorithmAndModel) {
   };
   for (const char* model : {"analytic", "flow"})
     for (const Case& c : cases) {
-      const CliResult r = cli(std::string("collective ") + c.args + " --gpus 16 --nodes 2 --cluster dgx-h100 --min 1MiB --max 4MiB --network-model " + model);
+      const CliResult r = cli(std::string("collective ") + c.args +
+                              " --gpus 16 --nodes 2 --cluster dgx-h100 --min 1MiB --max 4MiB --network-model " + model);
       ASSERT_EQ(r.code, 0) << c.args << " " << model << "\n" << r;
       EXPECT_EQ(data_rows(r.out).size(), 3u) << c.args << "\n" << r;
       EXPECT_NE(r.out.find(c.algorithm), std::string::npos) << c.args << "\n" << r;
@@ -706,7 +707,9 @@ TEST_F(CliTest, CollectiveBadProtocolAndModel) {
 // K concurrent groups on an oversubscribed fabric take longer than one group (flow);
 // the analytic model, which costs each alone, does not see it.
 TEST_F(CliTest, CollectiveConcurrentGroupsContendUnderFlow) {
-  const std::string base = "collective --op all-reduce --algo ring --proto Simple --gpus 16 --cluster dgx-h100 --nodes 16 --min 256MiB --max 256MiB --json";
+  const std::string base =
+      "collective --op all-reduce --algo ring --proto Simple --gpus 16 --cluster dgx-h100 --nodes 16 --min 256MiB "
+      "--max 256MiB --json";
   auto time_of = [&](const std::string& extra) {
     const CliResult r = cli(base + extra);
     EXPECT_EQ(r.code, 0) << r;
@@ -734,7 +737,8 @@ TEST_F(CliTest, CalibrationProfileFeedsTheCostModels) {
   const std::string defaults = std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/defaults.yaml";
   const std::string scenario = std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/llama3-8b-128xh100.yaml";
   auto iteration = [&](const std::string& extra) {
-    const CliResult r = cli("run " + quote(scenario) + " --set " + quote("output.sqlite=" + (dir_ / "x.sqlite").string()) + extra + " --json");
+    const CliResult r = cli("run " + quote(scenario) + " --set " +
+                            quote("output.sqlite=" + (dir_ / "x.sqlite").string()) + extra + " --json");
     EXPECT_EQ(r.code, 0) << r;
     const size_t at = r.out.find("\"iteration_time_s\": ");
     return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 20));
@@ -748,7 +752,10 @@ TEST_F(CliTest, CalibrationProfileFeedsTheCostModels) {
   EXPECT_EQ(bad.code, 1) << bad;
   EXPECT_NE(bad.err.find("does not exist"), std::string::npos) << bad;
 
-  const CliResult c = cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 1GiB --max 1GiB --algo ring --proto Simple --profile " + quote(slow));
+  const CliResult c =
+      cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --min 1GiB --max 1GiB --algo ring --proto Simple "
+          "--profile " +
+          quote(slow));
   EXPECT_EQ(c.code, 0) << c;
 }
 

@@ -61,7 +61,8 @@ TEST(Collectives, RingAllReduceOnOneDgxH100MatchesClosedForm) {
               .seconds;
       const double closed = base + 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * S / B;
       EXPECT_NEAR(sim, closed, 0.01 * closed) << "S=" << S << " nccl=" << nccl;
-      EXPECT_NEAR(base + closed_form_seconds(CollectiveKind::AllReduce, Algorithm::Ring, p, S, alpha, B), closed, 1e-15);
+      EXPECT_NEAR(base + closed_form_seconds(CollectiveKind::AllReduce, Algorithm::Ring, p, S, alpha, B), closed,
+                  1e-15);
     }
   }
 }
@@ -101,9 +102,9 @@ TEST(Collectives, PipelinedChainsMatchTheirClosedForm) {
   const double chunk = static_cast<double>(prof.protocol(Protocol::Simple).chunk_bytes);
   for (double S : {64.0 * 1024, 64e6}) {
     const int64_t C = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(S / chunk)));
-    const double tree = net.run(expand(CollectiveKind::AllReduce, Algorithm::Tree, Protocol::Simple, topo, 8, S, prof),
-                                first_gpus(8))
-                            .seconds;
+    const double tree =
+        net.run(expand(CollectiveKind::AllReduce, Algorithm::Tree, Protocol::Simple, topo, 8, S, prof), first_gpus(8))
+            .seconds;
     EXPECT_NEAR(tree, closed_form_pipelined(2, 7, C, S / C, 1, 0.5e-6, 450e9), 1e-9 + 0.01 * tree) << S;
   }
 }
@@ -126,7 +127,8 @@ TEST(Collectives, DoubleBinaryTreeMatchesItsClosedForm) {
       int d = 0;
       for (int v = i; (*parent)[static_cast<size_t>(v)] >= 0; v = (*parent)[static_cast<size_t>(v)]) ++d;
       depth = std::max(depth, d);
-      if ((*parent)[static_cast<size_t>(i)] >= 0) load = std::max(load, ++children[static_cast<size_t>((*parent)[static_cast<size_t>(i)])]);
+      if ((*parent)[static_cast<size_t>(i)] >= 0)
+        load = std::max(load, ++children[static_cast<size_t>((*parent)[static_cast<size_t>(i)])]);
     }
   // Every rank is an inner node of at most one tree: at most 2 children in all.
   EXPECT_LE(load, 2);
@@ -170,7 +172,8 @@ TEST(Collectives, InSwitchReductionHalvesTheRingsTraffic) {
   AnalyticNetwork net(topo, prof);
   const double S = 1e9;
   const double nvls =
-      net.run(expand(CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, topo, 8, S, prof), first_gpus(8)).seconds;
+      net.run(expand(CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, topo, 8, S, prof), first_gpus(8))
+          .seconds;
   EXPECT_NEAR(nvls, 0.25e-6 + S / (450e9 * prof.nvls_efficiency), 1e-9);
   EXPECT_THROW(expand_collective(CollectiveRequest{CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, S, 0},
                                  layout_of(Topology(cluster("pcie-8gpu", 1)), first_gpus(8)), prof),
@@ -185,7 +188,7 @@ TEST(Collectives, ProtocolsTradeLatencyForBandwidth) {
   auto t = [&](Protocol proto, double S) {
     return net.run(expand(CollectiveKind::AllReduce, Algorithm::Ring, proto, topo, 8, S, prof), first_gpus(8)).seconds;
   };
-  EXPECT_LT(t(Protocol::LL, 1024), t(Protocol::Simple, 1024));       // small: LL's latency wins
+  EXPECT_LT(t(Protocol::LL, 1024), t(Protocol::Simple, 1024));              // small: LL's latency wins
   EXPECT_GT(t(Protocol::LL, 1 << 30), 1.9 * t(Protocol::Simple, 1 << 30));  // large: LL pays 2x bytes
   EXPECT_NEAR(t(Protocol::LL128, 1 << 30) / t(Protocol::Simple, 1 << 30), 128.0 / 120.0, 0.01);
 }
@@ -194,7 +197,8 @@ TEST(Collectives, UnsupportedCombinationsSayWhy) {
   GroupLayout six{{0, 0, 0, 0, 0, 0}, true};
   EXPECT_NE(unsupported_reason(CollectiveKind::AllReduce, Algorithm::HalvingDoubling, six).find("power-of-two"),
             std::string::npos);
-  EXPECT_NE(unsupported_reason(CollectiveKind::AllGather, Algorithm::Tree, six).find("all-reduce only"), std::string::npos);
+  EXPECT_NE(unsupported_reason(CollectiveKind::AllGather, Algorithm::Tree, six).find("all-reduce only"),
+            std::string::npos);
   EXPECT_NE(unsupported_reason(CollectiveKind::AllReduce, Algorithm::Hierarchical, six).find("two or more nodes"),
             std::string::npos);
   EXPECT_NE(unsupported_reason(CollectiveKind::AllToAll, Algorithm::Ring, six).find("direct"), std::string::npos);

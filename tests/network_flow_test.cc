@@ -85,7 +85,8 @@ TEST(MaxMin, RandomSystemsAreFeasibleMaxMinAndIncrementalIsExact) {
     std::vector<MaxMinSystem::Id> fv;
     for (const auto& r : routes) fv.push_back(fresh.add_variable(r));
     fresh.solve();
-    for (int l = 0; l < links; ++l) EXPECT_LE(inc.usage(static_cast<MaxMinSystem::Id>(l)), cap[static_cast<size_t>(l)] * (1 + 1e-9));
+    for (int l = 0; l < links; ++l)
+      EXPECT_LE(inc.usage(static_cast<MaxMinSystem::Id>(l)), cap[static_cast<size_t>(l)] * (1 + 1e-9));
     for (size_t i = 0; i < vars.size(); ++i) {
       EXPECT_NEAR(inc.rate(vars[i]), fresh.rate(fv[i]), 1e-9 * (1 + fresh.rate(fv[i])));
       bool limited = false;
@@ -93,7 +94,8 @@ TEST(MaxMin, RandomSystemsAreFeasibleMaxMinAndIncrementalIsExact) {
         const bool saturated = inc.usage(l) >= cap[l] * (1 - 1e-9);
         bool largest = true;
         for (size_t j = 0; j < vars.size(); ++j)
-          if (std::find(routes[j].begin(), routes[j].end(), l) != routes[j].end() && inc.rate(vars[j]) > inc.rate(vars[i]) * (1 + 1e-9))
+          if (std::find(routes[j].begin(), routes[j].end(), l) != routes[j].end() &&
+              inc.rate(vars[j]) > inc.rate(vars[i]) * (1 + 1e-9))
             largest = false;
         limited |= saturated && largest;
       }
@@ -195,10 +197,13 @@ TEST(Tuner, RingTreeCrossoverOnSixteenNodes) {
   };
   for (double small : {8.0 * 1024, 64.0 * 1024}) EXPECT_LT(best(Algorithm::Tree, small), best(Algorithm::Ring, small));
   EXPECT_LE(best(Algorithm::Ring, 1024.0 * 1024 * 1024), best(Algorithm::Tree, 1024.0 * 1024 * 1024));
-  EXPECT_EQ(choose_collective(CollectiveKind::AllReduce, 64.0 * 1024, layout, gpus, net, prof, std::nullopt, std::nullopt).algo,
-            Algorithm::Tree);
-  EXPECT_EQ(choose_collective(CollectiveKind::AllReduce, 1 << 30, layout, gpus, net, prof, std::nullopt, std::nullopt).algo,
-            Algorithm::Ring);
+  EXPECT_EQ(
+      choose_collective(CollectiveKind::AllReduce, 64.0 * 1024, layout, gpus, net, prof, std::nullopt, std::nullopt)
+          .algo,
+      Algorithm::Tree);
+  EXPECT_EQ(
+      choose_collective(CollectiveKind::AllReduce, 1 << 30, layout, gpus, net, prof, std::nullopt, std::nullopt).algo,
+      Algorithm::Ring);
 }
 
 // Contention: the 8 DP groups of a TP-8 layout (one GPU per node each) all-reducing at
@@ -214,8 +219,9 @@ TEST(FlowNetwork, ConcurrentDataParallelGroupsContendOnAnOversubscribedFabric) {
     for (int n = 0; n < 16; ++n) groups[static_cast<size_t>(j)].push_back(8 * n + j);
   std::vector<Expansion> e;
   for (const auto& g : groups)
-    e.push_back(expand_collective(CollectiveRequest{CollectiveKind::AllReduce, Algorithm::Ring, Protocol::Simple, 1e9, 0},
-                                  layout_of(topo, g), prof));
+    e.push_back(
+        expand_collective(CollectiveRequest{CollectiveKind::AllReduce, Algorithm::Ring, Protocol::Simple, 1e9, 0},
+                          layout_of(topo, g), prof));
   const double one = run_flow(topo, prof, {e[0]}, {groups[0]})[0];
   const auto all = run_flow(topo, prof, e, groups);
   const double slowest = *std::max_element(all.begin(), all.end());

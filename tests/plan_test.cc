@@ -137,7 +137,8 @@ TEST(Planner, ImpossibleLayoutsAreRejectedWithTheirPosition) {
   EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, layers: 4}\nparallel: {pp: 8}\n")
                 .find("pp·virtual_stages = 8 is more than model.layers = 4"),
             std::string::npos);
-  EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {ep: 2}\n").find("needs a mixture-of-experts"),
+  EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {ep: 2}\n")
+                .find("needs a mixture-of-experts"),
             std::string::npos);
   EXPECT_NE(error_of("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\ntraining: {global_batch: 12}\n")
                 .find("not a multiple of dp·micro_batch = 8"),

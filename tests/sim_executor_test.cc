@@ -185,7 +185,8 @@ namespace {
 // One node, no traffic between concurrent collectives: the flow network changes nothing.
 TEST(Executor, FlowAndAnalyticAgreeWithoutContention) {
   const Scenario s = scenario_from_text(
-      "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, layers: 4}\nparallel: {dp: 8}\ntraining: {global_batch: 16}\n",
+      "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, layers: 4}\nparallel: {dp: 8}\ntraining: {global_batch: "
+      "16}\n",
       "flow-agree");
   Scenario f = s;
   f.network_model = "flow";

@@ -115,9 +115,10 @@ TEST(Topology, FastRoutingEqualsTheSearch) {
     int nics_per_leaf;
     double oversub;
   };
-  for (const Case& c : {Case{"dgx-h100", 12, FabricKind::FatTree, 32, 1.0}, Case{"dgx-h100", 9, FabricKind::FatTree, 16, 2.0},
-                        Case{"dgx-a100", 5, FabricKind::Switch, 32, 1.0}, Case{"pcie-8gpu", 8, FabricKind::FatTree, 4, 1.0},
-                        Case{"dgx-h100", 6, FabricKind::FatTree, 12, 1.0}}) {
+  for (const Case& c :
+       {Case{"dgx-h100", 12, FabricKind::FatTree, 32, 1.0}, Case{"dgx-h100", 9, FabricKind::FatTree, 16, 2.0},
+        Case{"dgx-a100", 5, FabricKind::Switch, 32, 1.0}, Case{"pcie-8gpu", 8, FabricKind::FatTree, 4, 1.0},
+        Case{"dgx-h100", 6, FabricKind::FatTree, 12, 1.0}}) {
     ClusterSpec spec = cluster(c.preset, c.nodes, c.fabric);
     spec.fabric.nics_per_leaf = c.nics_per_leaf;
     spec.fabric.oversubscription = c.oversub;

@@ -41,14 +41,17 @@ ExecOptions ideal_network() {
 // 1F1B idles (p-1) micro-batch-stage times per iteration, (p-1)/m of the ideal compute;
 // interleaving v chunks divides it by v.
 TEST(Pipeline, BubbleIsPMinusOneOverMOfTheIdealCompute) {
-  for (const auto& [schedule, v] : {std::pair{std::string("1f1b"), 1}, {std::string("gpipe"), 1},
-                                    {std::string("interleaved-1f1b"), 2}}) {
+  for (const auto& [schedule, v] :
+       {std::pair{std::string("1f1b"), 1}, {std::string("gpipe"), 1}, {std::string("interleaved-1f1b"), 2}}) {
     const int p = 4, m = 8;
     const Scenario s = scenario_from_text(
         "cluster: {preset: dgx-h100, gpus_per_node: 4}\n"
-        "model: {preset: gpt3-1.3b, layers: 16, vocab: 128, seq_len: 1024, hidden: 4096, heads: 32, ffn_hidden: 16384}\n"
-        "parallel: {pp: 4, dp: 1, schedule: " + schedule + ", virtual_stages: " + std::to_string(v) + "}\n"
-        "training: {global_batch: 8}\n",
+        "model: {preset: gpt3-1.3b, layers: 16, vocab: 128, seq_len: 1024, hidden: 4096, heads: 32, ffn_hidden: "
+        "16384}\n"
+        "parallel: {pp: 4, dp: 1, schedule: " +
+            schedule + ", virtual_stages: " + std::to_string(v) +
+            "}\n"
+            "training: {global_batch: 8}\n",
         "bubble");
     const TrainingPlan tp = build_training_plan(s);
     Topology topo(s.cluster);
@@ -84,7 +87,8 @@ TEST(Pipeline, SchedulesRunEveryBlockOnceInAValidOrder) {
     if (sched == "1f1b") {
       for (int64_t stage = 0; stage < pp; ++stage) {
         int64_t live = 0, peak = 0;
-        for (const auto& b : pipeline_schedule(sched, pp, v, M, stage)) peak = std::max(peak, live += b.forward ? 1 : -1);
+        for (const auto& b : pipeline_schedule(sched, pp, v, M, stage))
+          peak = std::max(peak, live += b.forward ? 1 : -1);
         EXPECT_EQ(peak, pp - stage);
       }
     }
@@ -97,12 +101,15 @@ constexpr const char* kTiny = "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {pr
 // forward and one gradient back per stage boundary; DP reduces every local parameter's
 // fp32 gradient once; ZeRO-3 gathers each layer's parameters before forward and backward.
 TEST(Volumes, PipelineDataParallelAndZero) {
-  const Scenario s = scenario_from_text(std::string(kTiny) + "parallel: {pp: 2, dp: 8, micro_batch: 2}\ntraining: {global_batch: 64}\n", "vol-pp");
+  const Scenario s = scenario_from_text(
+      std::string(kTiny) + "parallel: {pp: 2, dp: 8, micro_batch: 2}\ntraining: {global_batch: 64}\n", "vol-pp");
   const TrainingPlan tp = build_training_plan(s);
   const double act = 2.0 * 2048 * 2048 * 2;  // b·s·h·bytes
   const int64_t M = 4;
-  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::PP, CollectiveKind::AllReduce), M * act);  // stage 0: activations
-  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 1, OpKind::Send, GroupKind::PP, CollectiveKind::AllReduce), M * act);  // stage 1: gradients
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::PP, CollectiveKind::AllReduce),
+                   M * act);  // stage 0: activations
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 1, OpKind::Send, GroupKind::PP, CollectiveKind::AllReduce),
+                   M * act);  // stage 1: gradients
   // DP: every parameter of the stage, 4 bytes each, once per iteration.
   MemoryInputs in;
   in.pp = 2;
@@ -117,8 +124,10 @@ TEST(Volumes, PipelineDataParallelAndZero) {
   const TrainingPlan t3 = build_training_plan(z3);
   // Gathers: 2 per layer per micro-batch (forward, backward), each the layer's bf16 weights.
   const double layer = static_cast<double>(s.model.attention_params() + s.model.dense_mlp_params()) + 4.0 * 2048;
-  EXPECT_NEAR(sum_bytes(t3.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllGather), 2.0 * M * 4 * layer * 2, 64.0 * M);
-  EXPECT_NEAR(sum_bytes(t3.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::ReduceScatter), M * 4 * layer * 4 + 4 * (stage0 - 4 * layer), 64.0 * M);
+  EXPECT_NEAR(sum_bytes(t3.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllGather),
+              2.0 * M * 4 * layer * 2, 64.0 * M);
+  EXPECT_NEAR(sum_bytes(t3.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::ReduceScatter),
+              M * 4 * layer * 4 + 4 * (stage0 - 4 * layer), 64.0 * M);
 
   Scenario z1 = s;
   z1.parallel.zero_stage = 1;
@@ -132,11 +141,17 @@ TEST(Volumes, PipelineDataParallelAndZero) {
 // pass to the next CP rank; backward passes K, V and their gradients (twice that).
 TEST(Volumes, ContextParallelRing) {
   const Scenario s = scenario_from_text(
-      "cluster: {preset: dgx-h100}\nmodel: {preset: llama3-8b, layers: 2}\nparallel: {tp: 2, cp: 4, dp: 1}\ntraining: {global_batch: 1}\n", "vol-cp");
+      "cluster: {preset: dgx-h100}\nmodel: {preset: llama3-8b, layers: 2}\nparallel: {tp: 2, cp: 4, dp: 1}\ntraining: "
+      "{global_batch: 1}\n",
+      "vol-cp");
   const TrainingPlan tp = build_training_plan(s);
   const double block = 2.0 * 1 * (8192 / 4) * (8 / 2) * 128 * 2;
-  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::CP, CollectiveKind::AllReduce, 0, Phase::Forward, false), 3 * block);
-  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::CP, CollectiveKind::AllReduce, 0, Phase::Backward, false), 3 * 2 * block);
+  EXPECT_DOUBLE_EQ(
+      sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::CP, CollectiveKind::AllReduce, 0, Phase::Forward, false),
+      3 * block);
+  EXPECT_DOUBLE_EQ(
+      sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::CP, CollectiveKind::AllReduce, 0, Phase::Backward, false),
+      3 * 2 * block);
   const RunOutcome out = run_training(s);
   EXPECT_GT(out.exec.events, 0u);
 }
@@ -145,7 +160,9 @@ TEST(Volumes, ContextParallelRing) {
 // tokens·top_k·h elements, forward and backward.
 TEST(Volumes, ExpertParallelAllToAll) {
   const Scenario s = scenario_from_text(
-      "cluster: {preset: dgx-h100}\nmodel: {preset: mixtral-8x7b, layers: 2}\nparallel: {dp: 8, ep: 4}\ntraining: {global_batch: 8}\n", "vol-ep");
+      "cluster: {preset: dgx-h100}\nmodel: {preset: mixtral-8x7b, layers: 2}\nparallel: {dp: 8, ep: 4}\ntraining: "
+      "{global_batch: 8}\n",
+      "vol-ep");
   const TrainingPlan tp = build_training_plan(s);
   const double a2a = 4096.0 * 2 * 4096 * 2;  // tokens·top_k·h·bytes
   EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::EP, CollectiveKind::AllToAll, 0), 4 * a2a);
@@ -186,7 +203,8 @@ TEST(Memory, ZeroStagesAndPipelineInFlight) {
 
 // The shipped GPT-3 175B example lands where Megatron-LM's measurements do.
 TEST(Examples, Gpt3On1024A100HasPlausibleMfu) {
-  Scenario s = load_scenario(std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/training/gpt3-175b-1024xa100.yaml");
+  Scenario s =
+      load_scenario(std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/training/gpt3-175b-1024xa100.yaml");
   s.network_model = "analytic";
   const RunOutcome out = run_training(s);
   double mfu = 0;

@@ -253,7 +253,8 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
         // tie) is picked by the destination's NIC, so a shift permutation never puts two
         // flows on one link. Candidates are ordered by the vertex they come from.
         std::vector<uint32_t> choices = affine.empty() ? p : affine;
-        std::sort(choices.begin(), choices.end(), [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; });
+        std::sort(choices.begin(), choices.end(),
+                  [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; });
         const uint64_t key = spec_.nodes > 1
                                  ? static_cast<uint64_t>(graph_[dst].node) * static_cast<uint64_t>(spec_.node.nics) +
                                        static_cast<uint64_t>(preferred_nic(dst))
@@ -323,8 +324,10 @@ void Topology::prepare_fast_routing() {
     const VertexProps& a = graph_[links_[l].src];
     const VertexProps& b = graph_[links_[l].dst];
     if (a.kind == VertexKind::Nic && b.kind == VertexKind::Switch) {
-      const size_t idx = static_cast<size_t>(a.node) * static_cast<size_t>(spec_.node.nics) + static_cast<size_t>(a.local);
-      if (nic_up_.size() <= idx) nic_up_.resize(idx + 1), nic_down_.resize(idx + 1), nic_switch_.resize(idx + 1), nic_vertex_.resize(idx + 1);
+      const size_t idx =
+          static_cast<size_t>(a.node) * static_cast<size_t>(spec_.node.nics) + static_cast<size_t>(a.local);
+      if (nic_up_.size() <= idx)
+        nic_up_.resize(idx + 1), nic_down_.resize(idx + 1), nic_switch_.resize(idx + 1), nic_vertex_.resize(idx + 1);
       nic_up_[idx] = l;
       nic_down_[idx] = l + 1;  // links are added in pairs: a -> b, then b -> a
       nic_switch_[idx] = links_[l].dst;
@@ -364,7 +367,8 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
   const size_t nic_a = static_cast<size_t>(na) * nics + static_cast<size_t>(preferred_nic_local(la));
   const size_t nic_b = static_cast<size_t>(nb) * nics + static_cast<size_t>(preferred_nic_local(lb));
   std::vector<uint32_t> path;
-  for (uint32_t l : exit_template_[static_cast<size_t>(la)]) path.push_back(l + node_link_base_[static_cast<size_t>(na)]);
+  for (uint32_t l : exit_template_[static_cast<size_t>(la)])
+    path.push_back(l + node_link_base_[static_cast<size_t>(na)]);
   path.push_back(nic_up_[nic_a]);
   const uint32_t sa = nic_switch_[nic_a], sb = nic_switch_[nic_b];
   if (sa != sb) {
@@ -412,7 +416,8 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
     path.insert(path.end(), middle.rbegin(), middle.rend());
   }
   path.push_back(nic_down_[nic_b]);
-  for (uint32_t l : enter_template_[static_cast<size_t>(lb)]) path.push_back(l + node_link_base_[static_cast<size_t>(nb)]);
+  for (uint32_t l : enter_template_[static_cast<size_t>(lb)])
+    path.push_back(l + node_link_base_[static_cast<size_t>(nb)]);
   return path;
 }
 
