@@ -18,7 +18,7 @@ jobs="$(nproc)"
 
 if [ "$sanitize" = 1 ]; then
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCLUSTERSIM_WERROR="$werror" \
-    -DCLUSTERSIM_SANITIZE=address,undefined -DCLUSTERSIM_BUILD_BENCH=OFF
+    -DCLUSTERSIM_SANITIZE=address,undefined -DCLUSTERSIM_BUILD_BENCH=OFF -DCLUSTERSIM_REAL_BACKEND=OFF
   cmake --build build-asan -j"$jobs"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
 fi

@@ -1,0 +1,49 @@
+// The real backend's own CUDA kernels: a FlashAttention-style fused attention (forward
+// and backward, tiled, online softmax, causal mask, GQA; tensor cores through WMMA), a
+// memory-bound kernel that reads and writes exactly an op's bytes, random fills, and
+// naive reference kernels that tests check the fast ones against.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace clustersim::real {
+
+enum class Elem { BF16, FP16 };
+
+struct AttentionShape {
+  int batch = 1, heads = 1, kv_heads = 1, q_len = 1, kv_len = 1, head_dim = 128;
+  bool causal = true;
+};
+
+// Q [b, h, q, d], K/V [b, hkv, kv, d], O [b, h, q, d], lse [b, h, q] (log2 domain).
+// head_dim must be 64 or 128.
+void attention_forward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
+                       cudaStream_t stream);
+// dq/dk/dv are fp32 accumulators (zeroed here), then converted into dq16/dk16/dv16.
+void attention_backward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,
+                        const void* dout, const float* lse, float* delta, float* dq, float* dk, float* dv, void* dq16,
+                        void* dk16, void* dv16, cudaStream_t stream);
+bool attention_supported(int head_dim);
+
+// Reads `read_bytes` from `in` and writes `write_bytes` to `out` (16-byte vectors).
+void memory_op(const void* in, void* out, int64_t read_bytes, int64_t write_bytes, cudaStream_t stream);
+
+// Deterministic pseudo-random values in [-1, 1) (scaled) for `n` elements.
+void fill_random(Elem e, void* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+void fill_random_f32(float* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+
+// References (fp32 math, one thread per output): C[m,n] = sum_k A[m,k]·B[k,n] with A
+// row-major m×k and B row-major k×n; attention output (and, when dout is given, the
+// input gradients) straight from the definition.
+void reference_gemm(Elem e, int m, int n, int k, const void* a, const void* b, float* c, cudaStream_t stream);
+void reference_attention(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v, float* o,
+                         cudaStream_t stream);
+void reference_attention_backward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v,
+                                  const void* dout, float* dq, float* dk, float* dv, cudaStream_t stream);
+// Largest |a - b| / (|b| + eps) over n values; a in the element type, b fp32.
+double max_relative_error(Elem e, const void* a, const float* b, int64_t n, double eps);
+double max_abs_error_f32(const float* a, const float* b, int64_t n);
+
+}  // namespace clustersim::real

@@ -1,0 +1,159 @@
+// GPU tests of the real backend. Each skips itself where no GPU is present (CI).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "plan/training_planner.h"
+#include "real_backend/check.h"
+#include "real_backend/gemm.h"
+#include "real_backend/kernels.h"
+#include "real_backend/real_executor.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim::real {
+namespace {
+
+#define REQUIRE_GPU()                                                  \
+  do {                                                                 \
+    if (device_count() == 0) GTEST_SKIP() << "no GPU on this machine"; \
+  } while (0)
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { CS_CUDA(cudaMalloc(&p, bytes)); }
+  ~DeviceBuffer() { cudaFree(p); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// cuBLASLt against a naive fp32 GEMM on random data.
+TEST(RealBackend, GemmMatchesTheReference) {
+  REQUIRE_GPU();
+  for (DType d : {DType::BF16, DType::FP16}) {
+    const int m = 320, n = 192, k = 256;
+    DeviceBuffer a(m * k * 2), b(k * n * 2), c(m * n * 2), ref(m * n * 4);
+    const Elem e = d == DType::BF16 ? Elem::BF16 : Elem::FP16;
+    fill_random(e, a.p, m * k, 11, 1.f, nullptr);
+    fill_random(e, b.p, k * n, 12, 1.f, nullptr);
+    Gemm g;
+    g.run(d, m, n, k, 1, a.p, b.p, c.p, nullptr);
+    reference_gemm(e, m, n, k, a.p, b.p, ref.as<float>(), nullptr);
+    CS_CUDA(cudaDeviceSynchronize());
+    // Sums of 256 products of values in [-1, 1): typical magnitude ~9; bf16 keeps 8 bits.
+    EXPECT_LT(max_relative_error(e, c.p, ref.as<float>(), m * n, 1.0), d == DType::BF16 ? 2e-2 : 4e-3) << to_string(d);
+  }
+}
+
+// The vendor library's rate for an 8192^3 bf16 GEMM: about 770-800 TFLOP/s on an H200.
+TEST(RealBackend, Gemm8192Rate) {
+  REQUIRE_GPU();
+  const int64_t n = 8192;
+  DeviceBuffer a(n * n * 2), b(n * n * 2), c(n * n * 2);
+  fill_random(Elem::BF16, a.p, n * n, 1, 1.f, nullptr);
+  fill_random(Elem::BF16, b.p, n * n, 2, 1.f, nullptr);
+  Gemm g;
+  for (int i = 0; i < 3; ++i) g.run(DType::BF16, n, n, n, 1, a.p, b.p, c.p, nullptr);
+  cudaEvent_t s, e;
+  CS_CUDA(cudaEventCreate(&s));
+  CS_CUDA(cudaEventCreate(&e));
+  const int reps = 20;
+  CS_CUDA(cudaEventRecord(s));
+  for (int i = 0; i < reps; ++i) g.run(DType::BF16, n, n, n, 1, a.p, b.p, c.p, nullptr);
+  CS_CUDA(cudaEventRecord(e));
+  CS_CUDA(cudaEventSynchronize(e));
+  float ms = 0;
+  CS_CUDA(cudaEventElapsedTime(&ms, s, e));
+  const double tflops = 2.0 * n * n * n * reps / (ms * 1e-3) / 1e12;
+  cudaDeviceProp prop{};
+  CS_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("gemm 8192^3 bf16 on %s: %.1f TFLOP/s\n", prop.name, tflops);
+  RecordProperty("gemm_8192_bf16_tflops", std::to_string(tflops));
+  const std::string name = prop.name;
+  if (name.find("H200") != std::string::npos || name.find("H100") != std::string::npos) {
+    EXPECT_GT(tflops, 0.9 * 770);
+  }
+}
+
+// The fused attention kernel against the definition: ragged lengths (not multiples of
+// the 64 tile), GQA, causal and not, head dims 64 and 128; forward and backward.
+TEST(RealBackend, AttentionMatchesTheReference) {
+  REQUIRE_GPU();
+  for (int d : {64, 128})
+    for (bool causal : {true, false}) {
+      AttentionShape s{2, 4, 2, 200, 200, d, causal};
+      const size_t qn = static_cast<size_t>(s.batch * s.heads * s.q_len * d);
+      const size_t kn = static_cast<size_t>(s.batch * s.kv_heads * s.kv_len * d);
+      const size_t rows = static_cast<size_t>(s.batch * s.heads * s.q_len);
+      DeviceBuffer q(qn * 2), k(kn * 2), v(kn * 2), o(qn * 2), dout(qn * 2), lse(rows * 4), delta(rows * 4);
+      DeviceBuffer dq(qn * 4), dk(kn * 4), dv(kn * 4), dq16(qn * 2), dk16(kn * 2), dv16(kn * 2);
+      DeviceBuffer ro(qn * 4), rdq(qn * 4), rdk(kn * 4), rdv(kn * 4);
+      fill_random(Elem::BF16, q.p, static_cast<int64_t>(qn), 1, 1.f, nullptr);
+      fill_random(Elem::BF16, k.p, static_cast<int64_t>(kn), 2, 1.f, nullptr);
+      fill_random(Elem::BF16, v.p, static_cast<int64_t>(kn), 3, 1.f, nullptr);
+      fill_random(Elem::BF16, dout.p, static_cast<int64_t>(qn), 4, 1.f, nullptr);
+      attention_forward(Elem::BF16, s, q.p, k.p, v.p, o.p, lse.as<float>(), nullptr);
+      reference_attention(Elem::BF16, s, q.p, k.p, v.p, ro.as<float>(), nullptr);
+      attention_backward(Elem::BF16, s, q.p, k.p, v.p, o.p, dout.p, lse.as<float>(), delta.as<float>(), dq.as<float>(),
+                         dk.as<float>(), dv.as<float>(), dq16.p, dk16.p, dv16.p, nullptr);
+      reference_attention_backward(Elem::BF16, s, q.p, k.p, v.p, dout.p, rdq.as<float>(), rdk.as<float>(), rdv.as<float>(), nullptr);
+      CS_CUDA(cudaDeviceSynchronize());
+      const std::string what = "d=" + std::to_string(d) + (causal ? " causal" : "");
+      EXPECT_LT(max_relative_error(Elem::BF16, o.p, ro.as<float>(), static_cast<int64_t>(qn), 0.25), 3e-2) << what;
+      EXPECT_LT(max_abs_error_f32(dq.as<float>(), rdq.as<float>(), static_cast<int64_t>(qn)), 8e-2) << what;
+      EXPECT_LT(max_abs_error_f32(dk.as<float>(), rdk.as<float>(), static_cast<int64_t>(kn)), 8e-2) << what;
+      EXPECT_LT(max_abs_error_f32(dv.as<float>(), rdv.as<float>(), static_cast<int64_t>(kn)), 8e-2) << what;
+    }
+}
+
+// A small GPT trained TP1 DP1 on one GPU: every op runs, spans are ordered and timed.
+TEST(RealBackend, RunsASmallTrainingPlan) {
+  REQUIRE_GPU();
+  const Scenario s = testing::scenario_from_text(
+      "cluster: {preset: dgx-h200, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 2, seq_len: 1024}\n"
+      "parallel: {dp: 1, micro_batch: 2}\ntraining: {global_batch: 4}\n",
+      "real-small");
+  PlannerOptions po;
+  po.use_symmetry = false;
+  const TrainingPlan tp = build_training_plan(s, po);
+  RealOptions ro;
+  ro.iterations = 3;
+  ro.warmup = 1;
+  const RealResult r = run_plan(tp.plan, ro);
+  ASSERT_EQ(r.spans.size(), tp.plan.programs[0].ops.size());
+  EXPECT_EQ(r.iteration_s.size(), 3u);
+  EXPECT_GT(r.median_iteration_s, 0.0);
+  std::set<int> kinds;
+  for (const SpanRecord& sp : r.spans) {
+    EXPECT_LE(sp.start_ps, sp.end_ps);
+    kinds.insert(static_cast<int>(tp.plan.programs[0].ops[sp.op].kind));
+  }
+  EXPECT_TRUE(kinds.count(static_cast<int>(OpKind::Gemm)) && kinds.count(static_cast<int>(OpKind::Attention)) &&
+              kinds.count(static_cast<int>(OpKind::Memory)));
+}
+
+// More ranks than GPUs is an error that says what to do, not a hang.
+TEST(RealBackend, RefusesMoreRanksThanGpus) {
+  REQUIRE_GPU();
+  const int have = device_count();
+  const Scenario s = testing::scenario_from_text("cluster: {preset: dgx-h200, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {dp: 16}\n",
+                                                 "real-too-many");
+  if (have >= 16) GTEST_SKIP() << "this machine has 16 GPUs";
+  PlannerOptions po;
+  po.use_symmetry = false;
+  const TrainingPlan tp = build_training_plan(s, po);
+  try {
+    run_plan(tp.plan, RealOptions{});
+    FAIL();
+  } catch (const RealBackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("16 ranks"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace clustersim::real
