@@ -18,6 +18,11 @@ using namespace nvcuda;
 constexpr int kTile = 64;   // queries per block (forward), keys per block (backward)
 constexpr int kWarps = 4;   // 16 rows each
 constexpr float kLog2e = 1.4426950408889634f;
+// Shared-memory row strides padded past a multiple of 128 bytes, so the rows of a
+// tensor-core fragment load fall in different banks.
+constexpr int kPadH = 8;                 // 16-bit elements
+constexpr int kPS = kTile + kPadH;       // P tiles (16-bit)
+constexpr int kSS = kTile + 4;           // S tiles (fp32)
 
 template <typename T>
 __device__ float to_f(T x);
@@ -35,9 +40,12 @@ __device__ __half from_f(float x) { return __float2half(x); }
 // Copies a rows×D tile (row stride D) into shared memory, zero past `valid` rows.
 template <typename T, int D>
 __device__ void load_tile(T* dst, const T* src, int valid) {
-  for (int i = threadIdx.x; i < kTile * D; i += blockDim.x) {
-    const int r = i / D;
-    dst[i] = r < valid ? src[i] : from_f<T>(0.f);
+  // 16-byte vectors: 8 elements at a time, rows of D in global, D + kPadH in shared.
+  for (int i = threadIdx.x; i < kTile * D / 8; i += blockDim.x) {
+    const int r = (i * 8) / D, c = (i * 8) % D;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < valid) v = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r) * D + c);
+    *reinterpret_cast<uint4*>(dst + r * (D + kPadH) + c) = v;
   }
 }
 
@@ -49,12 +57,13 @@ template <typename T, int D>
 __global__ void flash_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
                           float* __restrict__ LSE, AttentionShape s, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int DS = D + kPadH, OS = D + 4;
   T* Qs = reinterpret_cast<T*>(smem);
-  T* Ks = Qs + kTile * D;
-  T* Vs = Ks + kTile * D;
-  T* Ps = Vs + kTile * D;                                   // [warps][16][64]
-  float* Ss = reinterpret_cast<float*>(Ps + kWarps * 16 * kTile);  // [warps][16][64]
-  float* Os = Ss + kWarps * 16 * kTile;                     // [warps][16][D]
+  T* Ks = Qs + kTile * DS;
+  T* Vs = Ks + kTile * DS;
+  T* Ps = Vs + kTile * DS;                                   // [warps][16][kPS]
+  float* Ss = reinterpret_cast<float*>(Ps + kWarps * 16 * kPS);  // [warps][16][kSS]
+  float* Os = Ss + kWarps * 16 * kSS;                        // [warps][16][OS]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bh = blockIdx.y, b = bh / s.heads, h = bh % s.heads;
   const int hk = h / (s.heads / s.kv_heads);
@@ -63,10 +72,10 @@ __global__ void flash_fwd(const T* __restrict__ Q, const T* __restrict__ K, cons
   const T* k = K + (static_cast<int64_t>(b) * s.kv_heads + hk) * s.kv_len * D;
   const T* v = V + (static_cast<int64_t>(b) * s.kv_heads + hk) * s.kv_len * D;
   load_tile<T, D>(Qs, q, min(kTile, s.q_len - q0));
-  float* Sw = Ss + warp * 16 * kTile;
-  T* Pw = Ps + warp * 16 * kTile;
-  float* Ow = Os + warp * 16 * D;
-  for (int i = lane; i < 16 * D; i += 32) Ow[i] = 0.f;
+  float* Sw = Ss + warp * 16 * kSS;
+  T* Pw = Ps + warp * 16 * kPS;
+  float* Ow = Os + warp * 16 * OS;
+  for (int i = lane; i < 16 * OS; i += 32) Ow[i] = 0.f;
   // Lane pair (2r, 2r+1) owns row r: columns [32·half, 32·half + 32).
   const int r = lane / 2, half = lane % 2;
   const int qi = q0 + warp * 16 + r;
@@ -88,19 +97,19 @@ __global__ void flash_fwd(const T* __restrict__ Q, const T* __restrict__ K, cons
       for (int kd = 0; kd < D / 16; ++kd) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bk;
-        wmma::load_matrix_sync(a, Qs + (warp * 16) * D + kd * 16, D);
-        wmma::load_matrix_sync(bk, Ks + (n * 16) * D + kd * 16, D);
+        wmma::load_matrix_sync(a, Qs + (warp * 16) * DS + kd * 16, DS);
+        wmma::load_matrix_sync(bk, Ks + (n * 16) * DS + kd * 16, DS);
         wmma::mma_sync(acc, a, bk, acc);
       }
-      wmma::store_matrix_sync(Sw + n * 16, acc, kTile, wmma::mem_row_major);
+      wmma::store_matrix_sync(Sw + n * 16, acc, kSS, wmma::mem_row_major);
     }
     __syncwarp();
     float tmax = -INFINITY;
     for (int c = half * 32; c < half * 32 + 32; ++c) {
       const int kj = k0 + c;
-      float x = Sw[r * kTile + c] * sl2;
+      float x = Sw[r * kSS + c] * sl2;
       if (kj >= s.kv_len || qi >= s.q_len || (s.causal && kj > qi + offset)) x = -INFINITY;
-      Sw[r * kTile + c] = x;
+      Sw[r * kSS + c] = x;
       tmax = fmaxf(tmax, x);
     }
     tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffff, tmax, 1));
@@ -108,35 +117,35 @@ __global__ void flash_fwd(const T* __restrict__ Q, const T* __restrict__ K, cons
     const float ref = m_new == -INFINITY ? 0.f : m_new;
     float sum = 0.f;
     for (int c = half * 32; c < half * 32 + 32; ++c) {
-      const float p = exp2f(Sw[r * kTile + c] - ref);
+      const float p = exp2f(Sw[r * kSS + c] - ref);
       sum += p;
-      Pw[r * kTile + c] = from_f<T>(p);
+      Pw[r * kPS + c] = from_f<T>(p);
     }
     sum += __shfl_xor_sync(0xffffffff, sum, 1);
     const float alpha = exp2f(m - ref);
     l = l * alpha + sum;
     m = m_new;
-    for (int c = half * (D / 2); c < half * (D / 2) + D / 2; ++c) Ow[r * D + c] *= alpha;
+    for (int c = half * (D / 2); c < half * (D / 2) + D / 2; ++c) Ow[r * OS + c] *= alpha;
     __syncwarp();
     // O_w += P_w · V: 16 × D.
     for (int dt = 0; dt < D / 16; ++dt) {
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, Ow + dt * 16, D, wmma::mem_row_major);
+      wmma::load_matrix_sync(acc, Ow + dt * 16, OS, wmma::mem_row_major);
       for (int kk = 0; kk < kTile / 16; ++kk) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bv;
-        wmma::load_matrix_sync(a, Pw + kk * 16, kTile);
-        wmma::load_matrix_sync(bv, Vs + (kk * 16) * D + dt * 16, D);
+        wmma::load_matrix_sync(a, Pw + kk * 16, kPS);
+        wmma::load_matrix_sync(bv, Vs + (kk * 16) * DS + dt * 16, DS);
         wmma::mma_sync(acc, a, bv, acc);
       }
-      wmma::store_matrix_sync(Ow + dt * 16, acc, D, wmma::mem_row_major);
+      wmma::store_matrix_sync(Ow + dt * 16, acc, OS, wmma::mem_row_major);
     }
     __syncwarp();
   }
   if (qi < s.q_len) {
     const float inv = l > 0.f ? 1.f / l : 0.f;
     T* o = O + (static_cast<int64_t>(bh) * s.q_len + qi) * D;
-    for (int c = half * (D / 2); c < half * (D / 2) + D / 2; ++c) o[c] = from_f<T>(Ow[r * D + c] * inv);
+    for (int c = half * (D / 2); c < half * (D / 2) + D / 2; ++c) o[c] = from_f<T>(Ow[r * OS + c] * inv);
     if (half == 0) LSE[static_cast<int64_t>(bh) * s.q_len + qi] = l > 0.f ? m + log2f(l) : -INFINITY;
   }
 }
@@ -165,14 +174,15 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
                           float* __restrict__ dQ, float* __restrict__ dK, float* __restrict__ dV, AttentionShape s,
                           float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int DS = D + kPadH;
   T* Ks = reinterpret_cast<T*>(smem);
-  T* Vs = Ks + kTile * D;
-  T* Qs = Vs + kTile * D;
-  T* dOs = Qs + kTile * D;
-  T* Pt = dOs + kTile * D;                 // [warps][16][64]  P^T
-  T* dSt = Pt + kWarps * 16 * kTile;       // [warps][16][64]  dS^T
-  float* St = reinterpret_cast<float*>(dSt + kWarps * 16 * kTile);  // [warps][16][64]
-  float* dQacc = St + kWarps * 16 * kTile;  // [64][D]
+  T* Vs = Ks + kTile * DS;
+  T* Qs = Vs + kTile * DS;
+  T* dOs = Qs + kTile * DS;
+  T* Pt = dOs + kTile * DS;                // [warps][16][kPS]  P^T
+  T* dSt = Pt + kWarps * 16 * kPS;         // [warps][16][kPS]  dS^T
+  float* St = reinterpret_cast<float*>(dSt + kWarps * 16 * kPS);  // [warps][16][kSS]
+  float* dQacc = St + kWarps * 16 * kSS;    // [64][D]
   float* scratch = dQacc + kTile * D;       // [warps][16][16]
   float* lse_s = scratch + kWarps * 256;    // [64]
   float* delta_s = lse_s + kTile;           // [64]
@@ -189,9 +199,9 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
     wmma::fill_fragment(dk[i], 0.f);
     wmma::fill_fragment(dv[i], 0.f);
   }
-  float* Sw = St + warp * 16 * kTile;
-  T* Pw = Pt + warp * 16 * kTile;
-  T* dSw = dSt + warp * 16 * kTile;
+  float* Sw = St + warp * 16 * kSS;
+  T* Pw = Pt + warp * 16 * kPS;
+  T* dSw = dSt + warp * 16 * kPS;
   const int r = lane / 2, half = lane % 2;  // row r of the warp's 16 keys, columns by half
   const int kj = k0 + warp * 16 + r;
   const int offset = s.kv_len - s.q_len;
@@ -216,18 +226,18 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
       for (int kd = 0; kd < D / 16; ++kd) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bq;
-        wmma::load_matrix_sync(a, Ks + (warp * 16) * D + kd * 16, D);
-        wmma::load_matrix_sync(bq, Qs + (n * 16) * D + kd * 16, D);
+        wmma::load_matrix_sync(a, Ks + (warp * 16) * DS + kd * 16, DS);
+        wmma::load_matrix_sync(bq, Qs + (n * 16) * DS + kd * 16, DS);
         wmma::mma_sync(acc, a, bq, acc);
       }
-      wmma::store_matrix_sync(Sw + n * 16, acc, kTile, wmma::mem_row_major);
+      wmma::store_matrix_sync(Sw + n * 16, acc, kSS, wmma::mem_row_major);
     }
     __syncwarp();
     for (int c = half * 32; c < half * 32 + 32; ++c) {
       const int qi = q0 + c;
       float p = 0.f;
-      if (qi < s.q_len && kj < s.kv_len && !(s.causal && kj > qi + offset)) p = exp2f(Sw[r * kTile + c] * sl2 - lse_s[c]);
-      Pw[r * kTile + c] = from_f<T>(p);
+      if (qi < s.q_len && kj < s.kv_len && !(s.causal && kj > qi + offset)) p = exp2f(Sw[r * kSS + c] * sl2 - lse_s[c]);
+      Pw[r * kPS + c] = from_f<T>(p);
     }
     __syncwarp();
     // dP^T = V_w · dO^T.
@@ -237,16 +247,16 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
       for (int kd = 0; kd < D / 16; ++kd) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bo;
-        wmma::load_matrix_sync(a, Vs + (warp * 16) * D + kd * 16, D);
-        wmma::load_matrix_sync(bo, dOs + (n * 16) * D + kd * 16, D);
+        wmma::load_matrix_sync(a, Vs + (warp * 16) * DS + kd * 16, DS);
+        wmma::load_matrix_sync(bo, dOs + (n * 16) * DS + kd * 16, DS);
         wmma::mma_sync(acc, a, bo, acc);
       }
-      wmma::store_matrix_sync(Sw + n * 16, acc, kTile, wmma::mem_row_major);
+      wmma::store_matrix_sync(Sw + n * 16, acc, kSS, wmma::mem_row_major);
     }
     __syncwarp();
     for (int c = half * 32; c < half * 32 + 32; ++c) {
-      const float p = to_f(Pw[r * kTile + c]);
-      dSw[r * kTile + c] = from_f<T>(p * (Sw[r * kTile + c] - delta_s[c]));
+      const float p = to_f(Pw[r * kPS + c]);
+      dSw[r * kPS + c] = from_f<T>(p * (Sw[r * kSS + c] - delta_s[c]));
     }
     __syncwarp();
     // dV_w += P^T · dO; dK_w += dS^T · Q (scaled at the end).
@@ -254,11 +264,11 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
       for (int kk = 0; kk < kTile / 16; ++kk) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p, ds;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bo, bq;
-        wmma::load_matrix_sync(p, Pw + kk * 16, kTile);
-        wmma::load_matrix_sync(bo, dOs + (kk * 16) * D + dt * 16, D);
+        wmma::load_matrix_sync(p, Pw + kk * 16, kPS);
+        wmma::load_matrix_sync(bo, dOs + (kk * 16) * DS + dt * 16, DS);
         wmma::mma_sync(dv[dt], p, bo, dv[dt]);
-        wmma::load_matrix_sync(ds, dSw + kk * 16, kTile);
-        wmma::load_matrix_sync(bq, Qs + (kk * 16) * D + dt * 16, D);
+        wmma::load_matrix_sync(ds, dSw + kk * 16, kPS);
+        wmma::load_matrix_sync(bq, Qs + (kk * 16) * DS + dt * 16, DS);
         wmma::mma_sync(dk[dt], ds, bq, dk[dt]);
       }
     // dQ (64 × D) += dS (64 × 16 keys of this warp) · K_w (16 × D).
@@ -269,8 +279,8 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bk;
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
         wmma::fill_fragment(acc, 0.f);
-        wmma::load_matrix_sync(ds, dSw + mt * 16, kTile);
-        wmma::load_matrix_sync(bk, Ks + (warp * 16) * D + dt * 16, D);
+        wmma::load_matrix_sync(ds, dSw + mt * 16, kPS);
+        wmma::load_matrix_sync(bk, Ks + (warp * 16) * DS + dt * 16, DS);
         wmma::mma_sync(acc, ds, bk, acc);
         wmma::store_matrix_sync(sc, acc, 16, wmma::mem_row_major);
         __syncwarp();
@@ -309,11 +319,11 @@ __global__ void to_elem(const float* in, T* out, int64_t n) {
 }
 
 size_t fwd_smem(int D, size_t elem) {
-  return (3 * kTile * D + kWarps * 16 * kTile) * elem + (kWarps * 16 * kTile + kWarps * 16 * D) * sizeof(float);
+  return (3 * kTile * (D + kPadH) + kWarps * 16 * kPS) * elem + (kWarps * 16 * kSS + kWarps * 16 * (D + 4)) * sizeof(float);
 }
 size_t bwd_smem(int D, size_t elem) {
-  return (4 * kTile * D + 2 * kWarps * 16 * kTile) * elem +
-         (kWarps * 16 * kTile + kTile * D + kWarps * 256 + 2 * kTile) * sizeof(float);
+  return (4 * kTile * (D + kPadH) + 2 * kWarps * 16 * kPS) * elem +
+         (kWarps * 16 * kSS + kTile * D + kWarps * 256 + 2 * kTile) * sizeof(float);
 }
 
 template <typename T, int D>

@@ -157,3 +157,42 @@ TEST(RealBackend, RefusesMoreRanksThanGpus) {
 
 }  // namespace
 }  // namespace clustersim::real
+
+namespace clustersim::real {
+namespace {
+
+// The attention kernels' rate on a training shape (GPT-3 1.3B, micro-batch 2): printed
+// for docs/performance.md; the simulator's default assumes 55 % of peak.
+TEST(RealBackend, AttentionRate) {
+  REQUIRE_GPU();
+  AttentionShape s{2, 16, 16, 2048, 2048, 128, true};
+  const size_t qn = static_cast<size_t>(s.batch * s.heads * s.q_len * s.head_dim), kn = qn;
+  const size_t rows = static_cast<size_t>(s.batch * s.heads * s.q_len);
+  DeviceBuffer q(qn * 2), k(kn * 2), v(kn * 2), o(qn * 2), dout(qn * 2), lse(rows * 4), delta(rows * 4);
+  DeviceBuffer dq(qn * 4), dk(kn * 4), dv(kn * 4), dq16(qn * 2), dk16(kn * 2), dv16(kn * 2);
+  for (void* p : {q.p, k.p, v.p, dout.p}) fill_random(Elem::BF16, p, static_cast<int64_t>(qn), 5, 1.f, nullptr);
+  cudaEvent_t a, b, c;
+  CS_CUDA(cudaEventCreate(&a));
+  CS_CUDA(cudaEventCreate(&b));
+  CS_CUDA(cudaEventCreate(&c));
+  const int reps = 5;
+  attention_forward(Elem::BF16, s, q.p, k.p, v.p, o.p, lse.as<float>(), nullptr);
+  CS_CUDA(cudaEventRecord(a));
+  for (int i = 0; i < reps; ++i) attention_forward(Elem::BF16, s, q.p, k.p, v.p, o.p, lse.as<float>(), nullptr);
+  CS_CUDA(cudaEventRecord(b));
+  for (int i = 0; i < reps; ++i)
+    attention_backward(Elem::BF16, s, q.p, k.p, v.p, o.p, dout.p, lse.as<float>(), delta.as<float>(), dq.as<float>(),
+                       dk.as<float>(), dv.as<float>(), dq16.p, dk16.p, dv16.p, nullptr);
+  CS_CUDA(cudaEventRecord(c));
+  CS_CUDA(cudaEventSynchronize(c));
+  float fwd_ms = 0, bwd_ms = 0;
+  CS_CUDA(cudaEventElapsedTime(&fwd_ms, a, b));
+  CS_CUDA(cudaEventElapsedTime(&bwd_ms, b, c));
+  const double flops = 4.0 * s.batch * s.heads * static_cast<double>(s.q_len) * s.kv_len * s.head_dim / 2;  // causal
+  std::printf("attention b2 h16 s2048 d128 causal: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s at 2.5x)\n",
+              fwd_ms / reps, flops / (fwd_ms / reps * 1e-3) / 1e12, bwd_ms / reps, 2.5 * flops / (bwd_ms / reps * 1e-3) / 1e12);
+  EXPECT_GT(fwd_ms, 0.f);
+}
+
+}  // namespace
+}  // namespace clustersim::real
