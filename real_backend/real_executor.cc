@@ -8,6 +8,7 @@
 #include <barrier>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -114,28 +115,36 @@ struct RankRun {
   std::vector<std::vector<std::pair<float, float>>> times;  // per timed iteration, per op: (start, end) ms
 };
 
+}  // namespace
+
 class Runner {
  public:
-  Runner(const Plan& plan, const RealOptions& opt) : plan_(plan), opt_(opt), barrier_(plan.world_size) {}
+  Runner(const Plan& plan, const RealOptions& opt, Launch launch)
+      : plan_(plan), opt_(opt), launch_(std::move(launch)), barrier_(static_cast<std::ptrdiff_t>(launch_.ranks.size())) {}
 
   RealResult run() {
-    const int n = plan_.world_size;
-    runs_.resize(static_cast<size_t>(n));
-    world_.resize(static_cast<size_t>(n));
-    std::vector<int> devs(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) devs[static_cast<size_t>(r)] = r;
-    CS_NCCL(ncclCommInitAll(world_.data(), n, devs.data()));
+    const size_t n = launch_.ranks.size();
+    runs_.resize(n);
+    world_.resize(n);
+    launch_.init_world(world_);
     std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) threads.emplace_back([this, r] { thread_main(r); });
+    for (size_t i = 0; i < n; ++i) threads.emplace_back([this, i] { thread_main(i); });
     for (auto& t : threads) t.join();
     if (error_) std::rethrow_exception(error_);
     return collect();
   }
 
  private:
-  void thread_main(int r) {
+  // All local threads meet, then (under MPI) the processes.
+  void sync(size_t local) {
+    barrier_.arrive_and_wait();
+    if (local == 0 && launch_.global_barrier) launch_.global_barrier();
+    barrier_.arrive_and_wait();
+  }
+
+  void thread_main(size_t local) {
     try {
-      rank_main(r);
+      rank_main(local);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!error_) error_ = std::current_exception();
@@ -146,10 +155,11 @@ class Runner {
     }
   }
 
-  void rank_main(int r) {
-    RankRun& rr = runs_[static_cast<size_t>(r)];
+  void rank_main(size_t local) {
+    const int r = launch_.ranks[local];
+    RankRun& rr = runs_[local];
     rr.rank = r;
-    rr.device = r;
+    rr.device = launch_.devices[local];
     rr.prog = &plan_.programs[plan_.rank_program[static_cast<size_t>(r)]];
     CS_CUDA(cudaSetDevice(rr.device));
     set_context("rank " + std::to_string(r) + " set-up");
@@ -162,7 +172,7 @@ class Runner {
         const auto& m = plan_.groups[static_cast<size_t>(g)].ranks;
         key = static_cast<int>(std::find(m.begin(), m.end(), r) - m.begin());
       }
-      CS_NCCL(ncclCommSplit(world_[static_cast<size_t>(r)], g >= 0 ? g : NCCL_SPLIT_NOCOLOR, key, &rr.comms[static_cast<size_t>(k)], nullptr));
+      CS_NCCL(ncclCommSplit(world_[local], g >= 0 ? g : NCCL_SPLIT_NOCOLOR, key, &rr.comms[static_cast<size_t>(k)], nullptr));
     }
     for (size_t s = 0; s < rr.prog->streams.size(); ++s) {
       cudaStream_t st;
@@ -189,7 +199,7 @@ class Runner {
     Gemm gemm;
     CS_CUDA(cudaDeviceSynchronize());
     for (int it = 0; it < opt_.warmup + opt_.iterations; ++it) {
-      barrier_.arrive_and_wait();
+      sync(local);
       if (failed_) return;
       CS_CUDA(cudaEventRecord(rr.t0, rr.streams[0]));
       for (size_t s = 1; s < rr.streams.size(); ++s) CS_CUDA(cudaStreamWaitEvent(rr.streams[s], rr.t0, 0));
@@ -204,7 +214,7 @@ class Runner {
         rr.times.push_back(std::move(t));
       }
     }
-    barrier_.arrive_and_wait();
+    sync(local);
     for (auto c : rr.comms)
       if (c) ncclCommDestroy(c);
     for (auto s : rr.streams) cudaStreamDestroy(s);
@@ -321,7 +331,7 @@ class Runner {
 
   RealResult collect() {
     RealResult res;
-    res.devices = plan_.world_size;
+    res.devices = static_cast<int>(launch_.ranks.size());
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) res.device_name = prop.name;
     const size_t iters = runs_.empty() ? 0 : runs_[0].times.size();
@@ -352,6 +362,7 @@ class Runner {
 
   const Plan& plan_;
   RealOptions opt_;
+  Launch launch_;
   std::barrier<> barrier_;
   std::vector<RankRun> runs_;
   std::vector<ncclComm_t> world_;
@@ -359,8 +370,6 @@ class Runner {
   std::exception_ptr error_;
   std::atomic<bool> failed_{false};
 };
-
-}  // namespace
 
 int device_count() {
   int n = 0;
@@ -376,16 +385,28 @@ RealResult run_plan(const Plan& plan, const RealOptions& opt) {
   if (plan.world_size > have)
     throw RealBackendError("the plan has " + std::to_string(plan.world_size) + " ranks but this machine has " + std::to_string(have) +
                            " GPU(s); one process runs one thread per local GPU (multi-node launch runs one process per GPU under MPI)");
-  for (int d = 0; d < plan.world_size; ++d) {
-    cudaDeviceProp prop{};
-    CS_CUDA(cudaGetDeviceProperties(&prop, d));
-    for (const Program& p : plan.programs)
-      for (const Op& op : p.ops)
-        if (op.kind == OpKind::Gemm && !Gemm::supported(op.dtype, prop.major))
-          throw RealBackendError(std::string("GEMMs in ") + std::string(to_string(op.dtype)) + " do not run on " + prop.name);
-  }
+  for (int d = 0; d < plan.world_size; ++d) check_gemm_support(plan, d);
   if (opt.iterations < 1 || opt.warmup < 0) throw RealBackendError("iterations must be >= 1 and warmup >= 0");
-  return Runner(plan, opt).run();
+  Launch launch;
+  for (int r = 0; r < plan.world_size; ++r) {
+    launch.ranks.push_back(r);
+    launch.devices.push_back(r);
+  }
+  launch.init_world = [&](std::vector<ncclComm_t>& world) {
+    CS_NCCL(ncclCommInitAll(world.data(), plan.world_size, launch.devices.data()));
+  };
+  return run_local(plan, opt, std::move(launch));
 }
+
+void check_gemm_support(const Plan& plan, int device) {
+  cudaDeviceProp prop{};
+  CS_CUDA(cudaGetDeviceProperties(&prop, device));
+  for (const Program& p : plan.programs)
+    for (const Op& op : p.ops)
+      if (op.kind == OpKind::Gemm && !Gemm::supported(op.dtype, prop.major))
+        throw RealBackendError(std::string("GEMMs in ") + std::string(to_string(op.dtype)) + " do not run on " + prop.name);
+}
+
+RealResult run_local(const Plan& plan, const RealOptions& opt, Launch launch) { return Runner(plan, opt, std::move(launch)).run(); }
 
 }  // namespace clustersim::real

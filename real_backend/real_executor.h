@@ -9,7 +9,10 @@
 // iterations are dropped; each op's start and end are the medians over the timed ones.
 #pragma once
 
+#include <nccl.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,7 +35,21 @@ struct RealResult {
   int devices = 0;
 };
 
+// How this process takes part: the global ranks it runs (one thread each), their CUDA
+// devices, how the world communicator is made (ncclCommInitAll for threads in one
+// process; ncclCommInitRank with a unique id broadcast over MPI for one process per GPU)
+// and how processes meet between iterations.
+struct Launch {
+  std::vector<int> ranks;
+  std::vector<int> devices;
+  std::function<void(std::vector<ncclComm_t>&)> init_world;
+  std::function<void()> global_barrier;  // empty: one process
+};
+
 int device_count();  // 0 when there is no GPU or no driver
+void check_gemm_support(const Plan& plan, int device);
+// Runs this process's share; the result holds its own ranks' spans and iteration times.
+RealResult run_local(const Plan& plan, const RealOptions& opt, Launch launch);
 // Throws RealBackendError on any CUDA / cuBLAS / NCCL failure, naming the op it served.
 RealResult run_plan(const Plan& plan, const RealOptions& opt);
 

@@ -21,6 +21,9 @@
 #ifdef CLUSTERSIM_HAVE_REAL
 #include "real_backend/real_executor.h"
 #endif
+#ifdef CLUSTERSIM_HAVE_MPI
+#include "real_backend/mpi_launch.h"
+#endif
 
 namespace {
 
@@ -36,8 +39,9 @@ constexpr const char* kUsage =
     "             [--nics-per-leaf N] [--profile P.yaml] [--min SIZE] [--max SIZE] [--json]\n"
     "                                                collective size sweep, nccl-tests style\n"
     "  plan S.yaml [--set key=value]... [--out FILE] write the scenario's Plan as JSON (stdout by default)\n"
-    "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--json]\n"
-    "                                                execute the scenario's plan on local GPUs (CUDA, cuBLAS, NCCL)\n"
+    "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--mpi] [--json]\n"
+    "                                                execute the scenario's plan on GPUs (CUDA, cuBLAS, NCCL): one\n"
+    "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
     "  help, --help                                  this text\n"
     "  --version                                     the version\n"
@@ -260,7 +264,7 @@ int cmd_plan(const std::vector<std::string>& args) {
 int cmd_real(const std::vector<std::string>& args) {
   std::string path;
   std::vector<std::string> sets;
-  bool json = false;
+  bool json = false, mpi = false;
   int iterations = 5, warmup = 2;
   auto count = [](const std::string& flag, const std::string& v, int lo) {
     try {
@@ -278,6 +282,7 @@ int cmd_real(const std::vector<std::string>& args) {
     else if (a == "--iterations") iterations = count(a, need_value(args, i), 1);
     else if (a == "--warmup") warmup = count(a, need_value(args, i), 0);
     else if (a == "--json") json = true;
+    else if (a == "--mpi") mpi = true;
     else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "' for real");
     else if (path.empty()) path = a;
     else throw UsageError("real takes one scenario file");
@@ -296,7 +301,26 @@ int cmd_real(const std::vector<std::string>& args) {
   real::RealOptions ro;
   ro.iterations = iterations;
   ro.warmup = warmup;
-  const real::RealResult rr = real::run_plan(tp.plan, ro);
+  real::RealResult rr;
+  if (mpi) {
+#ifdef CLUSTERSIM_HAVE_MPI
+    real::MpiRun run;
+    try {
+      run = real::run_plan_mpi(tp.plan, ro);
+    } catch (const std::exception& e) {
+      std::cerr << "clustersim: error: " << e.what() << "\n";
+      real::mpi_abort(3);  // the other processes would wait for this one forever
+    }
+    const int rank = run.rank;
+    real::mpi_finalize();
+    if (rank != 0) return 0;  // rank 0 reports for all
+    rr = std::move(run.result);
+#else
+    throw std::runtime_error("this build has no MPI launch: no MPI was found when it was configured");
+#endif
+  } else {
+    rr = real::run_plan(tp.plan, ro);
+  }
   const double iter = rr.median_iteration_s;
   const double tokens = static_cast<double>(tp.layout.global_batch * s.model.seq_len);
   const double tflops = tp.model_flops_per_rank / iter / 1e12;

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <set>
+#include <fstream>
+#include <sys/wait.h>
 
 #include "plan/training_planner.h"
 #include "real_backend/check.h"
@@ -192,6 +194,69 @@ TEST(RealBackend, AttentionRate) {
   std::printf("attention b2 h16 s2048 d128 causal: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s at 2.5x)\n",
               fwd_ms / reps, flops / (fwd_ms / reps * 1e-3) / 1e12, bwd_ms / reps, 2.5 * flops / (bwd_ms / reps * 1e-3) / 1e12);
   EXPECT_GT(fwd_ms, 0.f);
+}
+
+}  // namespace
+}  // namespace clustersim::real
+
+namespace clustersim::real {
+namespace {
+
+std::string shell(const std::string& cmd, int& code) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+// mpirun that works here (installed, and allowed to start processes as this user).
+bool have_mpirun(std::string& launcher) {
+  launcher = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe";
+  int code = 0;
+  shell(launcher + " -n 1 true", code);
+  return code == 0;
+}
+
+std::string small_scenario() {
+  const std::string path = testing::temp_dir("mpi") + "/s.yaml";
+  std::ofstream(path) << "cluster: {preset: dgx-h200, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 2, seq_len: 1024}\n"
+                         "parallel: {dp: 1}\ntraining: {global_batch: 2}\n";
+  return path;
+}
+
+// The MPI launch refuses a process count that does not match the plan, cleanly (no hang),
+// with or without a GPU.
+TEST(RealBackendMpi, WrongProcessCountIsAnError) {
+#ifndef CLUSTERSIM_HAVE_MPI
+  GTEST_SKIP() << "built without MPI";
+#endif
+  std::string mpirun;
+  if (!have_mpirun(mpirun)) GTEST_SKIP() << "mpirun cannot start processes here";
+  int code = 0;
+  const std::string out = shell("timeout 120 " + mpirun + " -n 2 " + CLUSTERSIM_BINARY + " real " + small_scenario() + " --mpi", code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("the plan has 1 ranks but mpirun started 2 processes"), std::string::npos) << out;
+}
+
+// One process per GPU: as far as one GPU allows, a one-rank plan through the MPI path.
+TEST(RealBackendMpi, RunsUnderMpirun) {
+  REQUIRE_GPU();
+#ifndef CLUSTERSIM_HAVE_MPI
+  GTEST_SKIP() << "built without MPI";
+#endif
+  std::string mpirun;
+  if (!have_mpirun(mpirun)) GTEST_SKIP() << "mpirun cannot start processes here";
+  int code = 0;
+  const std::string out = shell("timeout 300 " + mpirun + " -n 1 " + CLUSTERSIM_BINARY + " real " + small_scenario() +
+                                    " --mpi --iterations 2 --warmup 1 --json",
+                                code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"iteration_time_s\""), std::string::npos) << out;
 }
 
 }  // namespace
