@@ -50,37 +50,45 @@ __device__ void load_tile(T* dst, const T* src, int valid) {
 }
 
 // ---- forward ----------------------------------------------------------------------
-// Each block: 64 queries of one (batch, head); each warp 16 of them. For every 64-key
-// tile: S = Q·K^T (tensor cores), online softmax per row (running max m, sum l, output
-// rescaled by exp(m_old - m_new)), O += P·V (tensor cores). O and S stay in shared memory.
+// Each block: 64 queries of one (batch, head); each warp 16 of them, their Q fragments,
+// S = Q·K^T and the output O held in tensor-core registers. For every 64-key tile:
+// S (tensor cores), online softmax on the registers (running max m and sum l per row;
+// O rescaled by exp(m_old - m_new)), P to shared memory in 16 bits, O += P·V.
+//
+// Accumulator element layout (the mma.m16n8k16 layout, which WMMA uses on sm_80 and
+// later): element i of a 16×16 float fragment sits at row (lane / 4) + 8·((i / 2) % 2),
+// column 2·(lane % 4) + (i % 2) + 8·(i / 4). The kernel's check against the reference
+// attention covers it.
+__device__ __forceinline__ int frag_row(int lane, int i) { return (lane >> 2) + 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ int frag_col(int lane, int i) { return ((lane & 3) << 1) + (i & 1) + 8 * (i >> 2); }
+
 template <typename T, int D>
-__global__ void flash_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-                          float* __restrict__ LSE, AttentionShape s, float scale) {
+__global__ void __launch_bounds__(kWarps * 32) flash_fwd(const T* __restrict__ Q, const T* __restrict__ K,
+                                                         const T* __restrict__ V, T* __restrict__ O,
+                                                         float* __restrict__ LSE, AttentionShape s, float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int DS = D + kPadH, OS = D + 4;
+  constexpr int DS = D + kPadH;
   T* Qs = reinterpret_cast<T*>(smem);
   T* Ks = Qs + kTile * DS;
   T* Vs = Ks + kTile * DS;
-  T* Ps = Vs + kTile * DS;                                   // [warps][16][kPS]
-  float* Ss = reinterpret_cast<float*>(Ps + kWarps * 16 * kPS);  // [warps][16][kSS]
-  float* Os = Ss + kWarps * 16 * kSS;                        // [warps][16][OS]
+  T* Ps = Vs + kTile * DS;  // [warps][16][kPS]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int bh = blockIdx.y, b = bh / s.heads, h = bh % s.heads;
   const int hk = h / (s.heads / s.kv_heads);
   const int q0 = blockIdx.x * kTile;
-  const T* q = Q + (static_cast<int64_t>(bh) * s.q_len + q0) * D;
   const T* k = K + (static_cast<int64_t>(b) * s.kv_heads + hk) * s.kv_len * D;
   const T* v = V + (static_cast<int64_t>(b) * s.kv_heads + hk) * s.kv_len * D;
-  load_tile<T, D>(Qs, q, min(kTile, s.q_len - q0));
-  float* Sw = Ss + warp * 16 * kSS;
+  load_tile<T, D>(Qs, Q + (static_cast<int64_t>(bh) * s.q_len + q0) * D, min(kTile, s.q_len - q0));
+  __syncthreads();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf[D / 16];
+  for (int kd = 0; kd < D / 16; ++kd) wmma::load_matrix_sync(qf[kd], Qs + (warp * 16) * DS + kd * 16, DS);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[D / 16];
+  for (int dt = 0; dt < D / 16; ++dt) wmma::fill_fragment(o[dt], 0.f);
   T* Pw = Ps + warp * 16 * kPS;
-  float* Ow = Os + warp * 16 * OS;
-  for (int i = lane; i < 16 * OS; i += 32) Ow[i] = 0.f;
-  // Lane pair (2r, 2r+1) owns row r: columns [32·half, 32·half + 32).
-  const int r = lane / 2, half = lane % 2;
-  const int qi = q0 + warp * 16 + r;
+  const int r0 = lane >> 2;  // this thread's rows: r0 and r0 + 8 of the warp's 16
+  const int qa = q0 + warp * 16 + r0, qb = qa + 8;
   const int offset = s.kv_len - s.q_len;  // causal: query i sees keys <= i + offset
-  float m = -INFINITY, l = 0.f;
+  float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;  // per row; l partial over this thread's columns
   const float sl2 = scale * kLog2e;
   int tiles = (s.kv_len + kTile - 1) / kTile;
   if (s.causal) tiles = min(tiles, (q0 + kTile - 1 + offset) / kTile + 1);
@@ -90,63 +98,75 @@ __global__ void flash_fwd(const T* __restrict__ Q, const T* __restrict__ K, cons
     load_tile<T, D>(Ks, k + static_cast<int64_t>(k0) * D, min(kTile, s.kv_len - k0));
     load_tile<T, D>(Vs, v + static_cast<int64_t>(k0) * D, min(kTile, s.kv_len - k0));
     __syncthreads();
-    // S = Q_w · K^T: 16 × 64.
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf[kTile / 16];
     for (int n = 0; n < kTile / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.f);
+      wmma::fill_fragment(sf[n], 0.f);
       for (int kd = 0; kd < D / 16; ++kd) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> bk;
-        wmma::load_matrix_sync(a, Qs + (warp * 16) * DS + kd * 16, DS);
         wmma::load_matrix_sync(bk, Ks + (n * 16) * DS + kd * 16, DS);
-        wmma::mma_sync(acc, a, bk, acc);
+        wmma::mma_sync(sf[n], qf[kd], bk, sf[n]);
       }
-      wmma::store_matrix_sync(Sw + n * 16, acc, kSS, wmma::mem_row_major);
     }
+    const bool mask = s.causal ? (k0 + kTile - 1 > q0 + warp * 16 + offset) || k0 + kTile > s.kv_len : k0 + kTile > s.kv_len;
+    float ta = -INFINITY, tb = -INFINITY;
+    for (int n = 0; n < kTile / 16; ++n)
+      for (int i = 0; i < sf[n].num_elements; ++i) {
+        const int row = frag_row(lane, i), kj = k0 + n * 16 + frag_col(lane, i);
+        const int qi = row < 8 ? qa : qb;
+        float x = sf[n].x[i] * sl2;
+        if (mask && (kj >= s.kv_len || (s.causal && kj > qi + offset))) x = -INFINITY;
+        sf[n].x[i] = x;
+        if (row < 8) ta = fmaxf(ta, x);
+        else tb = fmaxf(tb, x);
+      }
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      ta = fmaxf(ta, __shfl_xor_sync(0xffffffff, ta, o2));
+      tb = fmaxf(tb, __shfl_xor_sync(0xffffffff, tb, o2));
+    }
+    const float na = fmaxf(ma, ta), nb = fmaxf(mb, tb);
+    const float ra = na == -INFINITY ? 0.f : na, rb = nb == -INFINITY ? 0.f : nb;
+    const float aa = exp2f(ma - ra), ab = exp2f(mb - rb);
+    ma = na;
+    mb = nb;
+    float sa = 0.f, sb = 0.f;
+    for (int n = 0; n < kTile / 16; ++n)
+      for (int i = 0; i < sf[n].num_elements; ++i) {
+        const int row = frag_row(lane, i);
+        const float p = exp2f(sf[n].x[i] - (row < 8 ? ra : rb));
+        if (row < 8) sa += p;
+        else sb += p;
+        Pw[row * kPS + n * 16 + frag_col(lane, i)] = from_f<T>(p);
+      }
+    la = la * aa + sa;
+    lb = lb * ab + sb;
+    for (int dt = 0; dt < D / 16; ++dt)
+      for (int i = 0; i < o[dt].num_elements; ++i) o[dt].x[i] *= frag_row(lane, i) < 8 ? aa : ab;
     __syncwarp();
-    float tmax = -INFINITY;
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      const int kj = k0 + c;
-      float x = Sw[r * kSS + c] * sl2;
-      if (kj >= s.kv_len || qi >= s.q_len || (s.causal && kj > qi + offset)) x = -INFINITY;
-      Sw[r * kSS + c] = x;
-      tmax = fmaxf(tmax, x);
-    }
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffff, tmax, 1));
-    const float m_new = fmaxf(m, tmax);
-    const float ref = m_new == -INFINITY ? 0.f : m_new;
-    float sum = 0.f;
-    for (int c = half * 32; c < half * 32 + 32; ++c) {
-      const float p = exp2f(Sw[r * kSS + c] - ref);
-      sum += p;
-      Pw[r * kPS + c] = from_f<T>(p);
-    }
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    const float alpha = exp2f(m - ref);
-    l = l * alpha + sum;
-    m = m_new;
-    for (int c = half * (D / 2); c < half * (D / 2) + D / 2; ++c) Ow[r * OS + c] *= alpha;
-    __syncwarp();
-    // O_w += P_w · V: 16 × D.
-    for (int dt = 0; dt < D / 16; ++dt) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, Ow + dt * 16, OS, wmma::mem_row_major);
-      for (int kk = 0; kk < kTile / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa;
+      wmma::load_matrix_sync(pa, Pw + kk * 16, kPS);
+      for (int dt = 0; dt < D / 16; ++dt) {
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bv;
-        wmma::load_matrix_sync(a, Pw + kk * 16, kPS);
         wmma::load_matrix_sync(bv, Vs + (kk * 16) * DS + dt * 16, DS);
-        wmma::mma_sync(acc, a, bv, acc);
+        wmma::mma_sync(o[dt], pa, bv, o[dt]);
       }
-      wmma::store_matrix_sync(Ow + dt * 16, acc, OS, wmma::mem_row_major);
     }
     __syncwarp();
   }
-  if (qi < s.q_len) {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    T* o = O + (static_cast<int64_t>(bh) * s.q_len + qi) * D;
-    for (int c = half * (D / 2); c < half * (D / 2) + D / 2; ++c) o[c] = from_f<T>(Ow[r * OS + c] * inv);
-    if (half == 0) LSE[static_cast<int64_t>(bh) * s.q_len + qi] = l > 0.f ? m + log2f(l) : -INFINITY;
+  for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+    la += __shfl_xor_sync(0xffffffff, la, o2);
+    lb += __shfl_xor_sync(0xffffffff, lb, o2);
+  }
+  const float ia = la > 0.f ? 1.f / la : 0.f, ib = lb > 0.f ? 1.f / lb : 0.f;
+  for (int dt = 0; dt < D / 16; ++dt)
+    for (int i = 0; i < o[dt].num_elements; ++i) {
+      const int row = frag_row(lane, i), qi = row < 8 ? qa : qb;
+      if (qi < s.q_len)
+        O[(static_cast<int64_t>(bh) * s.q_len + qi) * D + dt * 16 + frag_col(lane, i)] = from_f<T>(o[dt].x[i] * (row < 8 ? ia : ib));
+    }
+  if ((lane & 3) == 0) {
+    if (qa < s.q_len) LSE[static_cast<int64_t>(bh) * s.q_len + qa] = la > 0.f ? ma + log2f(la) : -INFINITY;
+    if (qb < s.q_len) LSE[static_cast<int64_t>(bh) * s.q_len + qb] = lb > 0.f ? mb + log2f(lb) : -INFINITY;
   }
 }
 
@@ -182,8 +202,7 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
   T* Pt = dOs + kTile * DS;                // [warps][16][kPS]  P^T
   T* dSt = Pt + kWarps * 16 * kPS;         // [warps][16][kPS]  dS^T
   float* St = reinterpret_cast<float*>(dSt + kWarps * 16 * kPS);  // [warps][16][kSS]
-  float* dQacc = St + kWarps * 16 * kSS;    // [64][D]
-  float* scratch = dQacc + kTile * D;       // [warps][16][16]
+  float* scratch = St + kWarps * 16 * kSS;  // [warps][16][16]
   float* lse_s = scratch + kWarps * 256;    // [64]
   float* delta_s = lse_s + kTile;           // [64]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -193,7 +212,6 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
   const int64_t kv_base = (static_cast<int64_t>(b) * s.kv_heads + hk) * s.kv_len;
   load_tile<T, D>(Ks, K + (kv_base + k0) * D, min(kTile, s.kv_len - k0));
   load_tile<T, D>(Vs, V + (kv_base + k0) * D, min(kTile, s.kv_len - k0));
-  for (int i = threadIdx.x; i < kTile * D; i += blockDim.x) dQacc[i] = 0.f;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[D / 16], dv[D / 16];
   for (int i = 0; i < D / 16; ++i) {
     wmma::fill_fragment(dk[i], 0.f);
@@ -271,28 +289,26 @@ __global__ void flash_bwd(const T* __restrict__ Q, const T* __restrict__ K, cons
         wmma::load_matrix_sync(bq, Qs + (kk * 16) * DS + dt * 16, DS);
         wmma::mma_sync(dk[dt], ds, bq, dk[dt]);
       }
-    // dQ (64 × D) += dS (64 × 16 keys of this warp) · K_w (16 × D).
+    // dQ rows [16·warp, 16·warp + 16) += dS (16 × 64 keys, read from every warp's dS^T)
+    // · K (64 × D); fp32 atomics into global memory (other blocks add their keys' share).
+    __syncthreads();
     float* sc = scratch + warp * 256;
-    for (int mt = 0; mt < kTile / 16; ++mt)
-      for (int dt = 0; dt < D / 16; ++dt) {
+    for (int dt = 0; dt < D / 16; ++dt) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+      for (int kk = 0; kk < kTile / 16; ++kk) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> ds;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bk;
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::fill_fragment(acc, 0.f);
-        wmma::load_matrix_sync(ds, dSw + mt * 16, kPS);
-        wmma::load_matrix_sync(bk, Ks + (warp * 16) * DS + dt * 16, DS);
+        wmma::load_matrix_sync(ds, dSt + kk * 16 * kPS + warp * 16, kPS);
+        wmma::load_matrix_sync(bk, Ks + (kk * 16) * DS + dt * 16, DS);
         wmma::mma_sync(acc, ds, bk, acc);
-        wmma::store_matrix_sync(sc, acc, 16, wmma::mem_row_major);
-        __syncwarp();
-        for (int i = lane; i < 256; i += 32) atomicAdd(&dQacc[(mt * 16 + i / 16) * D + dt * 16 + i % 16], sc[i] * scale);
-        __syncwarp();
       }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kTile * D; i += blockDim.x) {
-      const int qi = q0 + i / D;
-      if (qi < s.q_len && dQacc[i] != 0.f) atomicAdd(&dQ[(q_base + qi) * D + i % D], dQacc[i]);
-      dQacc[i] = 0.f;
+      for (int i = 0; i < acc.num_elements; ++i) {
+        const int qi = q0 + warp * 16 + frag_row(lane, i);
+        if (qi < s.q_len) atomicAdd(&dQ[(q_base + qi) * D + dt * 16 + frag_col(lane, i)], acc.x[i] * scale);
+      }
     }
+    (void)sc;
   }
   __syncthreads();
   // The warp's dK and dV rows, summed over the query heads that share this KV head.
@@ -318,12 +334,9 @@ __global__ void to_elem(const float* in, T* out, int64_t n) {
     out[i] = from_f<T>(in[i]);
 }
 
-size_t fwd_smem(int D, size_t elem) {
-  return (3 * kTile * (D + kPadH) + kWarps * 16 * kPS) * elem + (kWarps * 16 * kSS + kWarps * 16 * (D + 4)) * sizeof(float);
-}
+size_t fwd_smem(int D, size_t elem) { return (3 * kTile * (D + kPadH) + kWarps * 16 * kPS) * elem; }
 size_t bwd_smem(int D, size_t elem) {
-  return (4 * kTile * (D + kPadH) + 2 * kWarps * 16 * kPS) * elem +
-         (kWarps * 16 * kSS + kTile * D + kWarps * 256 + 2 * kTile) * sizeof(float);
+  return (4 * kTile * (D + kPadH) + 2 * kWarps * 16 * kPS) * elem + (kWarps * 16 * kSS + kWarps * 256 + 2 * kTile) * sizeof(float);
 }
 
 template <typename T, int D>
