@@ -1,6 +1,8 @@
 #include "calibrate/profile.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
 
 #include "scenarios/units.h"
 #include "scenarios/yaml_tree.h"
@@ -56,6 +58,35 @@ void members(const YNode& map, const std::string& key, std::initializer_list<con
   }
 }
 
+// Rows of a measurement table: lists of scalars of a fixed width.
+void read_table(const std::string& name, const YNode& table, const std::string& key, std::shared_ptr<MeasuredTables>& out) {
+  if (table.kind != YNode::Kind::Seq) throw InputError(table.mark, key + " must be a list of rows");
+  const size_t width = name == "gemm_table" ? 5 : name == "attention_table" ? 6 : 2;
+  for (const YNode& row : table.seq) {
+    if (row.kind != YNode::Kind::Seq || row.seq.size() != width)
+      throw InputError(row.mark, key + ": each row must be a list of " + std::to_string(width) + " values");
+    for (const YNode& cell : row.seq)
+      if (cell.kind != YNode::Kind::Scalar) throw InputError(cell.mark, key + ": a row holds plain values");
+    auto num = [&](size_t i, double lo) { return number(row.seq[i], key, lo, 1e30); };
+    if (name == "gemm_table") {
+      DType d;
+      if (!parse_dtype(row.seq[0].scalar, d)) throw InputError(row.seq[0].mark, key + ": unknown dtype '" + row.seq[0].scalar + "'");
+      out->gemm.push_back(GemmPoint{d, static_cast<int64_t>(num(1, 1)), static_cast<int64_t>(num(2, 1)),
+                                    static_cast<int64_t>(num(3, 1)), num(4, 1e-12)});
+    } else if (name == "attention_table") {
+      const std::string& phase = row.seq[0].scalar;
+      if (phase != "forward" && phase != "backward")
+        throw InputError(row.seq[0].mark, key + ": phase must be forward or backward, got '" + phase + "'");
+      const std::string& causal = row.seq[2].scalar;
+      if (causal != "true" && causal != "false") throw InputError(row.seq[2].mark, key + ": causal must be true or false");
+      out->attention.push_back(AttentionPoint{phase == "backward", causal == "true", static_cast<int64_t>(num(1, 1)),
+                                              static_cast<int64_t>(num(3, 1)), static_cast<int64_t>(num(4, 1)), num(5, 1e-12)});
+    } else {
+      out->memory.push_back(MemoryPoint{num(0, 1), num(1, 1e-12)});
+    }
+  }
+}
+
 int protocol_index(const std::string& p) { return p == "LL" ? 0 : p == "LL128" ? 1 : 2; }
 int class_index(const std::string& c) { return c == "nvlink" ? 0 : c == "pcie" ? 1 : 2; }
 int family_index(const std::string& f) { return f == "ring" ? 0 : f == "tree" ? 1 : 2; }
@@ -69,14 +100,19 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
   CalibrationProfile p;
   p.path = path;
   if (root.kind == YNode::Kind::Null) return p;
+  auto tables = std::make_shared<MeasuredTables>();
   members(root, "profile", {"gpu", "date", "command", "driver", "cuda", "nccl", "compute", "network", "measurements"},
           [&](const std::string& k, const YNode& v, const std::string& key) {
             if (k == "gpu" && v.kind == YNode::Kind::Scalar) p.gpu = v.scalar;
             if (k == "compute") {
-              members(v, key, {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead"},
+              members(v, key,
+                      {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead", "gemm_table",
+                       "attention_table", "memory_table"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "launch_overhead")
                           p.compute.launch_overhead_s = seconds(cv, ck);
+                        else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
+                          read_table(c, cv, ck, tables);
                         else {
                           const double e = number(cv, ck, 1e-6, 1.0);
                           if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
@@ -134,6 +170,10 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                       });
             }
           });
+  if (!tables->gemm.empty() || !tables->attention.empty() || !tables->memory.empty()) {
+    std::sort(tables->memory.begin(), tables->memory.end(), [](const MemoryPoint& a, const MemoryPoint& b) { return a.bytes < b.bytes; });
+    p.compute.measured = tables;
+  }
   return p;
 }
 

@@ -1,19 +1,55 @@
-// Roofline compute model: an op takes the longer of its math time and its memory
-// time, plus a fixed per-kernel launch gap.
+// Compute model. Without measurements, a roofline: an op's kernel takes the longer of
+// its math time and its memory time,
 //
-//   t = max(flops / (peak(dtype) · eff · wave), bytes / (hbm_bw · mem_eff)) + launch
+//   t = max(flops / (peak(dtype) · eff · wave), bytes / (hbm_bw · mem_eff))
+//
+// and each kernel on a stream starts a launch gap after the stream became ready (the
+// executor adds the gap; spans hold kernel time, as CUDA events measure it).
 //
 // `wave` is GEMM wave quantization: a GEMM runs as ceil(m/Tm)·ceil(n/Tn)·batch output
 // tiles over the SMs, and the last, partial wave leaves SMs idle:
 //   wave = tiles / (ceil(tiles / SMs) · SMs).
 // The efficiencies are what large, well-shaped kernels reach on the GPU; they are
 // measured by calibration and the defaults below are documented starting points.
+// With a calibration profile's measurements, each kind is interpolated instead:
+//   GEMM       measured / roofline(eff = 1) ratios over a grid of (m, n, k), interpolated
+//              in log2 space by inverse-distance weighting (power 4) of the nearest
+//              points, times the op's own roofline (so wave effects and batch scale);
+//   attention  measured / (FLOPs / peak) ratios over the sequence length, per phase,
+//              head dim and mask, piecewise linear in log2(length);
+//   memory     measured seconds over the bytes moved, piecewise linear in log-log.
 #pragma once
+
+#include <memory>
+#include <vector>
 
 #include "plan/plan.h"
 #include "topology/gpu.h"
 
 namespace clustersim {
+
+struct GemmPoint {
+  DType dtype = DType::BF16;
+  int64_t m = 0, n = 0, k = 0;
+  double seconds = 0;
+};
+struct AttentionPoint {
+  bool backward = false;
+  bool causal = true;
+  int64_t head_dim = 128;
+  int64_t seq = 0;            // q_len = kv_len
+  int64_t batch_heads = 1;    // batch × heads of the measurement
+  double seconds = 0;
+};
+struct MemoryPoint {
+  double bytes = 0;  // read + written
+  double seconds = 0;
+};
+struct MeasuredTables {
+  std::vector<GemmPoint> gemm;
+  std::vector<AttentionPoint> attention;
+  std::vector<MemoryPoint> memory;  // sorted by bytes
+};
 
 struct ComputeProfile {
   double gemm_efficiency = 0.80;       // large bf16 GEMMs: ~790 of 989 TFLOP/s on H200
@@ -22,10 +58,11 @@ struct ComputeProfile {
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap
   int gemm_tile_m = 128;
   int gemm_tile_n = 256;
+  std::shared_ptr<const MeasuredTables> measured;  // from a calibration profile, or none
 };
 
-// Seconds for a GEMM, attention or memory op on one GPU. Collectives and p2p are the
-// network's business and return 0 here.
+// Kernel seconds for a GEMM, attention or memory op on one GPU (no launch gap).
+// Collectives and p2p are the network's business and return 0 here.
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 

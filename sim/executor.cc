@@ -57,7 +57,8 @@ constexpr uint32_t kWake = ~0u;  // Completion::slot of a network wake-up event
 class Executor {
  public:
   Executor(const Plan& plan, Topology& topo, const ExecOptions& opt)
-      : plan_(plan), topo_(topo), opt_(opt), net_(topo, opt.network) {
+      : plan_(plan), topo_(topo), opt_(opt), net_(topo, opt.network),
+        launch_gap_(SimTime::from_seconds(opt.compute.launch_overhead_s)) {
     if (opt.flow) flow_ = std::make_unique<FlowNetwork>(topo, opt.network);
   }
 
@@ -163,7 +164,10 @@ class Executor {
     } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
       arrive_p2p(slot, op_index, op);
     } else {
-      sim_.schedule_in(r.info->compute_time[op_index], Completion{slot, op_index});
+      // A kernel starts a launch gap after its stream became ready (joins have no kernel).
+      const SimTime kernel = r.info->compute_time[op_index];
+      if (kernel > SimTime::zero()) r.stream_start[stream] = sim_.now() + launch_gap_;
+      sim_.schedule_in(kernel > SimTime::zero() ? kernel + launch_gap_ : kernel, Completion{slot, op_index});
     }
   }
 
@@ -334,8 +338,11 @@ class Executor {
           comm[static_cast<size_t>(op.group)].emplace_back(s.start_ps, s.end_ps);
           comm_all.emplace_back(s.start_ps, s.end_ps);
         } else {
-          compute.emplace_back(s.start_ps, s.end_ps);
-          result_.compute_busy_s += static_cast<double>(s.end_ps - s.start_ps) * 1e-12 / n;
+          // The launch gap before a kernel occupies its stream too: it is neither a
+          // bubble nor communication.
+          const int64_t gap = s.end_ps > s.start_ps ? launch_gap_.picoseconds() : 0;
+          compute.emplace_back(s.start_ps - gap, s.end_ps);
+          result_.compute_busy_s += static_cast<double>(s.end_ps - s.start_ps + gap) * 1e-12 / n;
         }
       }
       auto merged = [](std::vector<std::pair<int64_t, int64_t>> v) {
@@ -376,6 +383,7 @@ class Executor {
   Topology& topo_;
   const ExecOptions& opt_;
   AnalyticNetwork net_;
+  SimTime launch_gap_;
   std::unique_ptr<FlowNetwork> flow_;
   uint32_t wake_version_ = 0;
   std::map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> in_flight_;
