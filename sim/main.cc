@@ -24,6 +24,9 @@
 #ifdef CLUSTERSIM_HAVE_MPI
 #include "real_backend/mpi_launch.h"
 #endif
+#ifdef CLUSTERSIM_HAVE_REAL
+#include "sim/real_commands.h"
+#endif
 
 namespace {
 
@@ -42,6 +45,10 @@ constexpr const char* kUsage =
     "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--mpi] [--json]\n"
     "                                                execute the scenario's plan on GPUs (CUDA, cuBLAS, NCCL): one\n"
     "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
+    "  calibrate --suite gemm|attention|memory|launch|all --out P.yaml\n"
+    "                                                measure this GPU's kernels into a calibration profile\n"
+    "  validate S.yaml --profile P.yaml [--iterations N] [--json]\n"
+    "                                                run real and simulated, report per-op and end-to-end error\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
     "  help, --help                                  this text\n"
     "  --version                                     the version\n"
@@ -385,6 +392,17 @@ int main(int argc, char** argv) {
     if (cmd == "collective") return cmd_collective(args);
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "real") return cmd_real(args);
+    if (cmd == "calibrate" || cmd == "validate") {
+#ifdef CLUSTERSIM_HAVE_REAL
+      try {
+        return cmd == "calibrate" ? cmd_calibrate(args) : cmd_validate(args);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
+#else
+      throw std::runtime_error(cmd + " needs the real backend: CUDA, cuBLASLt and NCCL were not found when this build was configured");
+#endif
+    }
     if (cmd == "keys") return cmd_keys();
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::cout << kUsage;

@@ -1,0 +1,146 @@
+#include "real_backend/microbench.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+
+#include "real_backend/check.h"
+#include "real_backend/gemm.h"
+#include "real_backend/kernels.h"
+
+namespace clustersim::real {
+namespace {
+
+// Median seconds of `reps` runs of f after `warmup` runs, each timed with events.
+template <typename F>
+double time_median(int warmup, int reps, F&& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  cudaEvent_t a, b;
+  CS_CUDA(cudaEventCreate(&a));
+  CS_CUDA(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    CS_CUDA(cudaEventRecord(a));
+    f();
+    CS_CUDA(cudaEventRecord(b));
+    CS_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    CS_CUDA(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) {
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) throw RealBackendError("calibration: cannot allocate " + std::to_string(bytes >> 20) + " MiB: " + cudaGetErrorString(e));
+  }
+  ~Buf() { cudaFree(p); }
+};
+
+}  // namespace
+
+MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
+  MicrobenchResult r;
+  CS_CUDA(cudaSetDevice(0));
+  cudaDeviceProp prop{};
+  CS_CUDA(cudaGetDeviceProperties(&prop, 0));
+  r.gpu = prop.name;
+  int drv = 0, rt = 0, nccl = 0;
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  ncclGetVersion(&nccl);
+  r.driver = std::to_string(drv / 1000) + "." + std::to_string((drv % 1000) / 10);
+  r.cuda = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
+  r.nccl = std::to_string(nccl / 10000) + "." + std::to_string((nccl % 10000) / 100) + "." + std::to_string(nccl % 100);
+
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> gemms;
+  if (opt.gemm)
+    for (int64_t m = 256; m <= 65536; m *= 4)
+      for (int64_t n = 256; n <= 32768; n *= 2)
+        for (int64_t k = 256; k <= 32768; k *= 2)
+          if (static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 41)) gemms.emplace_back(m, n, k);
+  std::vector<std::pair<int64_t, int64_t>> attn;  // (head_dim, seq)
+  if (opt.attention)
+    for (int64_t d : {64, 128})
+      for (int64_t s = 256; s <= 8192; s *= 2) attn.emplace_back(d, s);
+  std::vector<int64_t> mem;
+  if (opt.memory)
+    for (int64_t b = 4096; b <= (int64_t{1} << 32); b *= 4) mem.push_back(b);
+  const int total = static_cast<int>(gemms.size() + 2 * attn.size() + mem.size()) + (opt.launch ? 1 : 0);
+  int done = 0;
+  auto tick = [&](const std::string& what) {
+    if (opt.progress) opt.progress(++done, total, what);
+  };
+
+  if (!gemms.empty()) {
+    size_t a = 0, b = 0, c = 0;
+    for (auto [m, n, k] : gemms) {
+      a = std::max(a, static_cast<size_t>(m * k * 2));
+      b = std::max(b, static_cast<size_t>(k * n * 2));
+      c = std::max(c, static_cast<size_t>(m * n * 2));
+    }
+    Buf A(a), B(b), C(c);
+    fill_random(Elem::BF16, A.p, static_cast<int64_t>(a / 2), 1, 1.f, nullptr);
+    fill_random(Elem::BF16, B.p, static_cast<int64_t>(b / 2), 2, 1.f, nullptr);
+    Gemm g;
+    for (auto [m, n, k] : gemms) {
+      set_context("calibration gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+      const double t = time_median(opt.warmup, opt.reps, [&] { g.run(DType::BF16, m, n, k, 1, A.p, B.p, C.p, nullptr); });
+      r.gemm.push_back({m, n, k, t});
+      tick("gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+    }
+  }
+  if (!attn.empty()) {
+    const int64_t bh = 32, smax = 8192, dmax = 128;
+    const size_t qn = static_cast<size_t>(bh * smax * dmax), rows = static_cast<size_t>(bh * smax);
+    Buf q(qn * 2), k(qn * 2), v(qn * 2), o(qn * 2), dout(qn * 2), lse(rows * 4), delta(rows * 4);
+    Buf dq(qn * 4), dk(qn * 4), dv(qn * 4), dq16(qn * 2), dk16(qn * 2), dv16(qn * 2);
+    for (void* p : {q.p, k.p, v.p, dout.p}) fill_random(Elem::BF16, p, static_cast<int64_t>(qn), 3, 1.f, nullptr);
+    for (auto [d, s] : attn) {
+      AttentionShape sh{1, static_cast<int>(bh), static_cast<int>(bh), static_cast<int>(s), static_cast<int>(s), static_cast<int>(d), true};
+      set_context("calibration attention d" + std::to_string(d) + " s" + std::to_string(s));
+      const double f = time_median(opt.warmup, opt.reps, [&] {
+        attention_forward(Elem::BF16, sh, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), nullptr);
+      });
+      r.attention.push_back({false, d, s, bh, true, f});
+      tick("attention forward d" + std::to_string(d) + " s" + std::to_string(s));
+      const double bw = time_median(opt.warmup, opt.reps, [&] {
+        attention_backward(Elem::BF16, sh, q.p, k.p, v.p, o.p, dout.p, static_cast<float*>(lse.p), static_cast<float*>(delta.p),
+                           static_cast<float*>(dq.p), static_cast<float*>(dk.p), static_cast<float*>(dv.p), dq16.p, dk16.p, dv16.p,
+                           nullptr);
+      });
+      r.attention.push_back({true, d, s, bh, true, bw});
+      tick("attention backward d" + std::to_string(d) + " s" + std::to_string(s));
+    }
+  }
+  if (!mem.empty() || opt.launch) {
+    const int64_t maxb = mem.empty() ? 4096 : mem.back();
+    Buf in(static_cast<size_t>(maxb / 2)), out(static_cast<size_t>(maxb / 2));
+    for (int64_t b : mem) {
+      const double t = time_median(opt.warmup, opt.reps, [&] { memory_op(in.p, out.p, b / 2, b / 2, nullptr); });
+      r.memory.push_back({b, t});
+      tick("memory " + std::to_string(b) + " B");
+    }
+    if (opt.launch) {
+      // A kernel's period back to back, less its own time: the launch gap.
+      const double one = time_median(opt.warmup, opt.reps, [&] { memory_op(in.p, out.p, 2048, 2048, nullptr); });
+      const int n = 1000;
+      const double many = time_median(1, 3, [&] {
+        for (int i = 0; i < n; ++i) memory_op(in.p, out.p, 2048, 2048, nullptr);
+      });
+      r.launch_gap_s = std::max(0.0, many / n - one);
+      tick("launch gap");
+    }
+  }
+  set_context("");
+  return r;
+}
+
+}  // namespace clustersim::real

@@ -1,0 +1,48 @@
+// Microbenchmark suites for calibration: the real backend's own kernels (cuBLASLt GEMMs,
+// the fused attention, the memory-bound kernel) timed with CUDA events over shape grids.
+// Each measurement is the median of `reps` runs after `warmup` runs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace clustersim::real {
+
+struct GemmSample {
+  int64_t m, n, k;
+  double seconds;
+};
+struct AttentionSample {
+  bool backward;
+  int64_t head_dim, seq, batch_heads;
+  bool causal;
+  double seconds;
+};
+struct MemorySample {
+  int64_t bytes;  // read + written
+  double seconds;
+};
+
+struct MicrobenchResult {
+  std::string gpu, driver, cuda, nccl;
+  std::vector<GemmSample> gemm;            // bf16
+  std::vector<AttentionSample> attention;  // bf16
+  std::vector<MemorySample> memory;
+  double launch_gap_s = 0;
+};
+
+struct MicrobenchOptions {
+  bool gemm = true, attention = true, memory = true, launch = true;
+  int warmup = 2, reps = 5;
+  // Called after each measurement: (done, total, what).
+  std::function<void(int, int, const std::string&)> progress;
+};
+
+// The grids: GEMM m in {256 … 65536} (×4), n and k in {256 … 32768} (×2), at most 2^42
+// FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, 32
+// heads; memory 4 KiB … 4 GiB (×4).
+MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt);
+
+}  // namespace clustersim::real

@@ -1,0 +1,214 @@
+#include "sim/real_commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "calibrate/profile.h"
+#include "plan/training_planner.h"
+#include "real_backend/microbench.h"
+#include "real_backend/real_executor.h"
+#include "reports/sqlite_writer.h"
+#include "reports/summary.h"
+#include "sim/run.h"
+
+namespace clustersim {
+namespace {
+
+std::string value_of(const std::vector<std::string>& args, size_t& i) {
+  if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value");
+  return args[++i];
+}
+
+std::string num(double v) { return format_number(v); }
+
+}  // namespace
+
+int cmd_calibrate(const std::vector<std::string>& args) {
+  std::string out, suite = "all";
+  std::vector<std::string> argv = args;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--out") out = value_of(argv, i);
+    else if (argv[i] == "--suite") suite = value_of(argv, i);
+    else throw std::invalid_argument("unknown option '" + argv[i] + "' for calibrate");
+  }
+  if (out.empty()) throw std::invalid_argument("calibrate needs --out P.yaml");
+  real::MicrobenchOptions mo;
+  mo.gemm = mo.attention = mo.memory = mo.launch = false;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = suite.find(',', start);
+    const std::string s = suite.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (s == "all") mo.gemm = mo.attention = mo.memory = mo.launch = true;
+    else if (s == "gemm") mo.gemm = true;
+    else if (s == "attention") mo.attention = true;
+    else if (s == "memory") mo.memory = true;
+    else if (s == "launch") mo.launch = true;
+    else if (s == "collectives" || s == "p2p")
+      throw std::invalid_argument("suite '" + s + "' needs several GPUs and is not measured by this command yet");
+    else throw InputError(SourceMark{"--suite", 0, 0}, "unknown suite '" + s + "', expected gemm, attention, memory, launch or all");
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const bool tty = ::isatty(STDERR_FILENO);
+  mo.progress = [&](int done, int total, const std::string& what) {
+    if (tty) {
+      const int w = 30, filled = total ? done * w / total : w;
+      std::fprintf(stderr, "\r[%s%s] %d/%d %-40s", std::string(static_cast<size_t>(filled), '#').c_str(),
+                   std::string(static_cast<size_t>(w - filled), '.').c_str(), done, total, what.c_str());
+      if (done == total) std::fprintf(stderr, "\n");
+    } else if (done == total || done % 50 == 0) {
+      std::fprintf(stderr, "calibrate: %d/%d %s\n", done, total, what.c_str());
+    }
+  };
+  const real::MicrobenchResult r = real::run_microbenchmarks(mo);
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::string y = "# Measured by clustersim calibrate on " + r.gpu + ". The compute model interpolates these\n"
+                  "# tables (cost_models/compute.h); network constants keep their defaults\n"
+                  "# (calibrate/profiles/defaults.yaml) until the collective suites measure them.\n";
+  y += "gpu: \"" + r.gpu + "\"\ndate: \"" + std::string(date) + "\"\ndriver: \"" + r.driver + "\"\ncuda: \"" + r.cuda +
+       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out + "\"\ncompute:\n";
+  if (mo.launch) y += "  launch_overhead: " + num(r.launch_gap_s * 1e6) + "us\n";
+  if (!r.gemm.empty()) {
+    y += "  gemm_table:  # [dtype, m, n, k, seconds]\n";
+    for (const auto& g : r.gemm)
+      y += "    - [bf16, " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) + ", " + num(g.seconds) + "]\n";
+  }
+  if (!r.attention.empty()) {
+    y += "  attention_table:  # [phase, head_dim, causal, seq, batch_heads, seconds]\n";
+    for (const auto& a : r.attention)
+      y += std::string("    - [") + (a.backward ? "backward" : "forward") + ", " + std::to_string(a.head_dim) + ", " +
+           (a.causal ? "true" : "false") + ", " + std::to_string(a.seq) + ", " + std::to_string(a.batch_heads) + ", " +
+           num(a.seconds) + "]\n";
+  }
+  if (!r.memory.empty()) {
+    y += "  memory_table:  # [bytes read + written, seconds]\n";
+    for (const auto& m : r.memory) y += "    - [" + std::to_string(m.bytes) + ", " + num(m.seconds) + "]\n";
+  }
+  const std::filesystem::path p(out);
+  if (!p.parent_path().empty()) std::filesystem::create_directories(p.parent_path());
+  const std::string tmp = out + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << y;
+    if (!f.flush()) throw std::runtime_error("cannot write " + out);
+  }
+  std::filesystem::rename(tmp, out);
+  load_profile(out);  // what was written reads back
+  std::cout << "calibrate: " << r.gemm.size() << " GEMM shapes, " << r.attention.size() << " attention points, " << r.memory.size()
+            << " memory sizes on " << r.gpu << " -> " << out << "\n";
+  return 0;
+}
+
+int cmd_validate(const std::vector<std::string>& args) {
+  std::string path, profile;
+  std::vector<std::string> sets;
+  bool json = false;
+  int iterations = 5, warmup = 2;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--profile") profile = value_of(args, i);
+    else if (a == "--set") sets.push_back(value_of(args, i));
+    else if (a == "--iterations") iterations = std::stoi(value_of(args, i));
+    else if (a == "--warmup") warmup = std::stoi(value_of(args, i));
+    else if (a == "--json") json = true;
+    else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown option '" + a + "' for validate");
+    else path = a;
+  }
+  if (path.empty()) throw std::invalid_argument("validate needs a scenario file");
+  Scenario s = load_scenario(path, sets);
+  if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
+  check_output_paths(s);
+  // The simulator, every rank simulated so each real rank has its twin.
+  RunOptions ro;
+  ro.simulate_all_ranks = true;
+  const RunOutcome sim = run_training(s, ro);
+  PlannerOptions po;
+  po.use_symmetry = false;
+  const TrainingPlan tp = build_training_plan(s, po);
+  real::RealOptions rop;
+  rop.iterations = iterations;
+  rop.warmup = warmup;
+  const real::RealResult real_run = real::run_plan(tp.plan, rop);
+
+  // Per op: (simulated - real) / real, for ops the GPU spent at least a microsecond on.
+  std::map<std::pair<int32_t, uint32_t>, int64_t> sim_ps;
+  for (const SpanRecord& sp : sim.exec.spans) sim_ps[{sp.rank, sp.op}] = sp.end_ps - sp.start_ps;
+  struct Row {
+    std::string name, kind;
+    double real_s, sim_s, err;
+  };
+  std::vector<Row> rows;
+  for (const SpanRecord& sp : real_run.spans) {
+    const Op& op = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(sp.rank)]].ops[sp.op];
+    const double rs = static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12;
+    auto it = sim_ps.find({sp.rank, sp.op});
+    if (it == sim_ps.end() || rs < 1e-6) continue;
+    const double ss = static_cast<double>(it->second) * 1e-12;
+    rows.push_back({tp.plan.names[op.name], std::string(to_string(op.kind)), rs, ss, (ss - rs) / rs});
+  }
+  std::vector<double> abs_err;
+  for (const Row& r : rows) abs_err.push_back(std::fabs(r.err));
+  std::sort(abs_err.begin(), abs_err.end());
+  auto pct = [&](double q) { return abs_err.empty() ? 0.0 : abs_err[std::min(abs_err.size() - 1, static_cast<size_t>(q * abs_err.size()))]; };
+  const double median = pct(0.5), p95 = pct(0.95);
+  const double real_iter = real_run.median_iteration_s, sim_iter = sim.exec.makespan.seconds();
+  const double e2e = (sim_iter - real_iter) / real_iter;
+  // Worst op names by median error.
+  std::map<std::string, std::vector<double>> by_name;
+  std::map<std::string, std::pair<double, double>> time_by_name;
+  for (const Row& r : rows) {
+    by_name[r.name].push_back(r.err);
+    time_by_name[r.name].first += r.real_s;
+    time_by_name[r.name].second += r.sim_s;
+  }
+  std::vector<std::pair<double, std::string>> worst;
+  for (auto& [name, errs] : by_name) {
+    std::sort(errs.begin(), errs.end());
+    worst.emplace_back(errs[errs.size() / 2], name);
+  }
+  std::sort(worst.begin(), worst.end(), [](auto& a, auto& b) { return std::fabs(a.first) > std::fabs(b.first); });
+
+  // Both timelines in one database.
+  if (!s.output_sqlite.empty()) {
+    Timeline st = make_timeline(sim);
+    write_sqlite(st, s.output_sqlite);
+    Timeline rt;
+    rt.run = st.run;
+    rt.run.source = "real";
+    rt.run.network_model = "real";
+    rt.run.metrics = {{"iteration_time_s", real_iter}};
+    rt.plan = &tp.plan;
+    for (int32_t r = 0; r < tp.plan.world_size; ++r)
+      rt.ranks.push_back(RankInfo{r, 0, r, "gpu" + std::to_string(r), tp.plan.rank_program[static_cast<size_t>(r)], r});
+    rt.spans = real_run.spans;
+    write_sqlite(rt, s.output_sqlite);
+  }
+  if (json) {
+    Metrics m = {{"ops_compared", static_cast<double>(rows.size())}, {"median_abs_error", median}, {"p95_abs_error", p95},
+                 {"real_iteration_s", real_iter}, {"sim_iteration_s", sim_iter}, {"iteration_error", e2e}};
+    std::cout << summary_json({{"name", s.name}, {"device", real_run.device_name}, {"profile", s.calibration}}, m) << "\n";
+    return 0;
+  }
+  std::printf("validate        %s on %s, profile %s\n", s.name.c_str(), real_run.device_name.c_str(),
+              s.calibration.empty() ? "(defaults)" : s.calibration.c_str());
+  std::printf("per-op error    median |err| %.2f%%, p95 %.2f%% over %zu ops (>= 1 us)\n", 100 * median, 100 * p95, rows.size());
+  std::printf("iteration       real %.6f s, simulated %.6f s, error %+.2f%%\n", real_iter, sim_iter, 100 * e2e);
+  std::printf("worst ops (median error by name; total real / simulated ms):\n");
+  for (size_t i = 0; i < worst.size() && i < 8; ++i)
+    std::printf("  %-28s %+7.2f%%   %10.3f / %10.3f\n", worst[i].second.c_str(), 100 * worst[i].first,
+                1e3 * time_by_name[worst[i].second].first, 1e3 * time_by_name[worst[i].second].second);
+  return 0;
+}
+
+}  // namespace clustersim
