@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,6 +31,7 @@ double gemm_measured(const Op& op, const GpuSpec& gpu, const ComputeProfile& p, 
   const double lm = std::log2(static_cast<double>(op.m)), ln = std::log2(static_cast<double>(op.n)),
                lk = std::log2(static_cast<double>(op.k));
   std::vector<std::pair<double, double>> near;  // (distance², log ratio)
+  std::vector<double> near_ratio;               // log ratio per point of this dtype, in order
   for (const GemmPoint& g : pts) {
     if (g.dtype != op.dtype) continue;
     Op probe = op;
@@ -44,8 +47,50 @@ double gemm_measured(const Op& op, const GpuSpec& gpu, const ComputeProfile& p, 
     const double dm = std::log2(static_cast<double>(g.m)) - lm, dn = std::log2(static_cast<double>(g.n)) - ln,
                  dk = std::log2(static_cast<double>(g.k)) - lk;
     near.emplace_back(dm * dm + dn * dn + dk * dk, std::log(g.seconds / ideal));
+    near_ratio.push_back(near.back().second);
   }
   if (near.empty()) return -1;
+  // On a regular grid: trilinear interpolation of the log ratio between the 8 corners
+  // that enclose the shape (clamped at the grid's edges).
+  {
+    std::vector<double> am, an, ak;
+    std::map<std::tuple<int64_t, int64_t, int64_t>, double> at;
+    size_t idx = 0;
+    for (const GemmPoint& g : pts) {
+      if (g.dtype != op.dtype) continue;
+      am.push_back(static_cast<double>(g.m));
+      an.push_back(static_cast<double>(g.n));
+      ak.push_back(static_cast<double>(g.k));
+      at[{g.m, g.n, g.k}] = idx++;
+    }
+    auto axis = [](std::vector<double>& v, double x, double& lo, double& hi, double& t) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+      if (x <= v.front()) { lo = hi = v.front(); t = 0; return; }
+      if (x >= v.back()) { lo = hi = v.back(); t = 0; return; }
+      auto it = std::upper_bound(v.begin(), v.end(), x);
+      hi = *it;
+      lo = *(it - 1);
+      t = (std::log2(x) - std::log2(lo)) / (std::log2(hi) - std::log2(lo));
+    };
+    double m0, m1, tm, n0, n1, tn, k0, k1, tk;
+    axis(am, static_cast<double>(op.m), m0, m1, tm);
+    axis(an, static_cast<double>(op.n), n0, n1, tn);
+    axis(ak, static_cast<double>(op.k), k0, k1, tk);
+    double acc = 0;
+    bool complete = true;
+    for (int c = 0; c < 8 && complete; ++c) {
+      const double mm = c & 1 ? m1 : m0, nn = c & 2 ? n1 : n0, kk = c & 4 ? k1 : k0;
+      const double w = (c & 1 ? tm : 1 - tm) * (c & 2 ? tn : 1 - tn) * (c & 4 ? tk : 1 - tk);
+      auto it = at.find({static_cast<int64_t>(mm), static_cast<int64_t>(nn), static_cast<int64_t>(kk)});
+      if (it == at.end()) {
+        complete = w == 0.0;
+        continue;
+      }
+      acc += w * near_ratio[static_cast<size_t>(it->second)];
+    }
+    if (complete) return std::exp(acc) * roofline(op, gpu, 1.0, 1.0, gemm_wave_efficiency(op, gpu, p));
+  }
   std::sort(near.begin(), near.end());
   if (near.size() > 8) near.resize(8);
   if (near[0].first < 1e-12) return std::exp(near[0].second) * roofline(op, gpu, 1.0, 1.0, gemm_wave_efficiency(op, gpu, p));
@@ -93,9 +138,12 @@ double attention_measured(const Op& op, const GpuSpec& gpu, const std::vector<At
 
 double memory_measured(const Op& op, const std::vector<MemoryPoint>& pts) {
   if (pts.empty()) return -1;
+  // Interpolate seconds per byte (log-log): past the largest measurement the bandwidth
+  // stays that of the largest, so time keeps growing with bytes.
   std::vector<std::pair<double, double>> curve;
-  for (const MemoryPoint& m : pts) curve.emplace_back(m.bytes, std::log(m.seconds));
-  return std::exp(interpolate(curve, static_cast<double>(op.bytes_read + op.bytes_written)));
+  for (const MemoryPoint& m : pts) curve.emplace_back(m.bytes, std::log(m.seconds / m.bytes));
+  const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+  return std::exp(interpolate(curve, bytes)) * bytes;
 }
 
 }  // namespace

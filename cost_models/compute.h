@@ -13,11 +13,13 @@
 // measured by calibration and the defaults below are documented starting points.
 // With a calibration profile's measurements, each kind is interpolated instead:
 //   GEMM       measured / roofline(eff = 1) ratios over a grid of (m, n, k), interpolated
-//              in log2 space by inverse-distance weighting (power 4) of the nearest
-//              points, times the op's own roofline (so wave effects and batch scale);
+//              trilinearly in log2 space between the 8 enclosing grid points (inverse-
+//              distance weighting of the nearest 8 where the grid has holes), times the
+//              op's own roofline (so wave effects and batch scale);
 //   attention  measured / (FLOPs / peak) ratios over the sequence length, per phase,
 //              head dim and mask, piecewise linear in log2(length);
-//   memory     measured seconds over the bytes moved, piecewise linear in log-log.
+//   memory     measured seconds per byte over the bytes moved, piecewise linear in
+//              log-log; past the largest measurement its bandwidth holds.
 #pragma once
 
 #include <memory>

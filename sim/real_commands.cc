@@ -181,6 +181,8 @@ int cmd_validate(const std::vector<std::string>& args) {
 
   // Both timelines in one database.
   if (!s.output_sqlite.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(s.output_sqlite).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
     Timeline st = make_timeline(sim);
     write_sqlite(st, s.output_sqlite);
     Timeline rt;

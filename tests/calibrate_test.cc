@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "calibrate/profile.h"
+#include "cost_models/compute.h"
+#include "topology/gpu.h"
 #include "support/temp_scenario.h"
 
 namespace clustersim {
@@ -66,6 +69,50 @@ TEST(Profile, OverridesOnlyWhatItNames) {
   EXPECT_DOUBLE_EQ(p.compute.memory_efficiency, ComputeProfile{}.memory_efficiency);
   EXPECT_DOUBLE_EQ(p.network.link_efficiency[2], 0.8);
   EXPECT_DOUBLE_EQ(p.network.link_efficiency[0], NetworkProfile{}.link_efficiency[0]);
+}
+
+}  // namespace
+}  // namespace clustersim
+
+namespace clustersim {
+namespace {
+
+// A measured table drives the compute model: a GEMM grid on which every shape took
+// exactly 1.25x its ideal time predicts 1.25x for a shape between grid points; memory
+// time follows the measured bandwidth past the largest measurement.
+TEST(Profile, MeasuredTablesAreInterpolated) {
+  const GpuSpec& gpu = *find_gpu_preset("h200-sxm");
+  ComputeProfile base;
+  auto ideal = [&](int64_t m, int64_t n, int64_t k) {
+    Op op;
+    op.kind = OpKind::Gemm;
+    op.m = m;
+    op.n = n;
+    op.k = k;
+    op.flops = gemm_flops(op);
+    op.bytes_read = (m * k + k * n) * 2;
+    op.bytes_written = m * n * 2;
+    ComputeProfile unit;
+    unit.gemm_efficiency = 1.0;
+    unit.memory_efficiency = 1.0;
+    return std::pair{op, compute_seconds(op, gpu, unit)};
+  };
+  auto tables = std::make_shared<MeasuredTables>();
+  for (int64_t m : {1024, 4096})
+    for (int64_t n : {1024, 2048})
+      for (int64_t k : {1024, 2048}) tables->gemm.push_back(GemmPoint{DType::BF16, m, n, k, 1.25 * ideal(m, n, k).second});
+  tables->memory = {{1e6, 1e-5}, {1e9, 1e-3}};  // 1 TB/s at the top
+  base.measured = tables;
+  const auto [op, t_ideal] = ideal(3000, 1500, 1200);
+  EXPECT_NEAR(compute_seconds(op, gpu, base), 1.25 * t_ideal, 1e-3 * t_ideal);
+  Op mem;
+  mem.kind = OpKind::Memory;
+  mem.bytes_read = mem.bytes_written = 5e9;  // 10 GB: ten times past the top
+  EXPECT_NEAR(compute_seconds(mem, gpu, base), 1e-2, 1e-6);
+  // 100 MB: seconds per byte interpolated log-log between 1e-11 (1 MB) and 1e-12 (1 GB),
+  // two thirds of the way: 1e-11 · 10^(-2/3) s/B.
+  mem.bytes_read = mem.bytes_written = 5e7;
+  EXPECT_NEAR(compute_seconds(mem, gpu, base), 1e-11 * std::pow(10.0, -2.0 / 3.0) * 1e8, 1e-9);
 }
 
 }  // namespace
