@@ -303,6 +303,9 @@ int cmd_real(const std::vector<std::string>& args) {
 #ifndef CLUSTERSIM_HAVE_REAL
   (void)tp;
   (void)json;
+  (void)mpi;
+  (void)iterations;
+  (void)warmup;
   throw std::runtime_error("this build has no real backend: CUDA, cuBLASLt and NCCL were not found when it was configured");
 #else
   real::RealOptions ro;
