@@ -261,3 +261,34 @@ TEST(RealBackendMpi, RunsUnderMpirun) {
 
 }  // namespace
 }  // namespace clustersim::real
+
+namespace clustersim::real {
+namespace {
+
+// What the input values do to a GEMM's rate (power draw sets the clocks): printed for
+// the calibration notes.
+TEST(RealBackend, GemmRateByInputScale) {
+  REQUIRE_GPU();
+  const int64_t m = 4096, n = 2048, k = 2048;
+  DeviceBuffer a(m * k * 2), b(k * n * 2), c(m * n * 2);
+  Gemm g;
+  for (float scale : {1.0f, 0.5f, 0.05f, 0.0f}) {
+    fill_random(Elem::BF16, a.p, m * k, 1, scale, nullptr);
+    fill_random(Elem::BF16, b.p, k * n, 2, scale, nullptr);
+    for (int i = 0; i < 20; ++i) g.run(DType::BF16, m, n, k, 1, a.p, b.p, c.p, nullptr);
+    cudaEvent_t s, e;
+    CS_CUDA(cudaEventCreate(&s));
+    CS_CUDA(cudaEventCreate(&e));
+    CS_CUDA(cudaEventRecord(s));
+    for (int i = 0; i < 200; ++i) g.run(DType::BF16, m, n, k, 1, a.p, b.p, c.p, nullptr);
+    CS_CUDA(cudaEventRecord(e));
+    CS_CUDA(cudaEventSynchronize(e));
+    float ms = 0;
+    CS_CUDA(cudaEventElapsedTime(&ms, s, e));
+    std::printf("gemm 4096x2048x2048 inputs scale %.2f: %.1f us, %.1f TFLOP/s\n", scale, ms * 1e3 / 200,
+                2.0 * m * n * k * 200 / (ms * 1e-3) / 1e12);
+  }
+}
+
+}  // namespace
+}  // namespace clustersim::real
