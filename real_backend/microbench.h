@@ -1,6 +1,7 @@
 // Microbenchmark suites for calibration: the real backend's own kernels (cuBLASLt GEMMs,
 // the fused attention, the memory-bound kernel) timed with CUDA events over shape grids.
-// Each measurement is the median of `reps` runs after `warmup` runs.
+// Each measurement is the median of `reps` batched samples after `warmup` runs, the GPU
+// kept busy (see time_median in microbench.cc).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,7 @@ struct MicrobenchOptions {
 
 // The grids: GEMM m in {256 … 65536} (×4), n and k in {256 … 32768} (×2), at most 2^42
 // FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, 32
-// heads; memory 4 KiB … 4 GiB (×4).
+// heads; memory 4 KiB … 4 GiB (×2).
 MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt);
 
 }  // namespace clustersim::real
