@@ -12,7 +12,16 @@
 namespace clustersim::real {
 namespace {
 
-// Median over `reps` samples of one run of f. Each sample times a batch of back-to-back
+// Operands rotate through several copies (`slots`), so that what one run reads is not
+// still in the 50 MB L2 from the run before: inside a plan, other kernels run between
+// two uses of the same weights, and L2 does not keep them.
+size_t slots_for(size_t bytes_per_run, size_t capacity) {
+  if (bytes_per_run == 0) return 1;
+  const size_t want = std::max<size_t>(1, (256u << 20) / bytes_per_run + 1);
+  return std::max<size_t>(1, std::min(want, capacity / bytes_per_run));
+}
+
+// Median over `reps` samples of one run of f(run index). Each sample times a batch of back-to-back
 // runs (at least ~0.5 ms of work) between two events, and all samples run back to back
 // with one synchronization at the end: kernels run as they do inside a plan, the GPU busy
 // and at its working clocks, and the events' own cost is amortized.
@@ -20,18 +29,19 @@ template <typename F>
 double time_median(int warmup, int reps, F&& f) {
   std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * reps + 2));
   for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
-  for (int i = 0; i < warmup; ++i) f();
+  int run = 0;
+  for (int i = 0; i < warmup; ++i) f(run++);
   CS_CUDA(cudaEventRecord(ev[0]));
-  f();
+  f(run++);
   CS_CUDA(cudaEventRecord(ev[1]));
   CS_CUDA(cudaEventSynchronize(ev[1]));
   float first_ms = 0;
   CS_CUDA(cudaEventElapsedTime(&first_ms, ev[0], ev[1]));
   const int batch = std::clamp(static_cast<int>(0.5 / std::max(first_ms, 1e-3f)), 1, 500);
-  for (int i = 0; i < batch; ++i) f();  // back to speed after the synchronization
+  for (int i = 0; i < batch; ++i) f(run++);  // back to speed after the synchronization
   for (int r = 0; r < reps; ++r) {
     CS_CUDA(cudaEventRecord(ev[static_cast<size_t>(2 + 2 * r)]));
-    for (int j = 0; j < batch; ++j) f();
+    for (int j = 0; j < batch; ++j) f(run++);
     CS_CUDA(cudaEventRecord(ev[static_cast<size_t>(3 + 2 * r)]));
   }
   CS_CUDA(cudaEventSynchronize(ev.back()));
@@ -73,7 +83,7 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
 
   std::vector<std::tuple<int64_t, int64_t, int64_t>> gemms;
   if (opt.gemm)
-    for (int64_t m = 256; m <= 65536; m *= 4)
+    for (int64_t m = 256; m <= 65536; m *= 2)
       for (int64_t n = 256; n <= 32768; n *= 2)
         for (int64_t k = 256; k <= 32768; k *= 2)
           if (static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 41)) gemms.emplace_back(m, n, k);
@@ -102,11 +112,16 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     fill_random(Elem::BF16, B.p, static_cast<int64_t>(b / 2), 2, 1.f, nullptr);
     Gemm g;
     // Bring the GPU to its working clocks before the first measurement (~0.3 s of work).
-    for (int i = 0; i < 400; ++i) g.run(DType::BF16, 4096, 4096, 4096, 1, A.p, B.p, C.p, nullptr);
+    for (int i = 0; i < 400; ++i) g.run(DType::BF16, 4096, 2048, 2048, 1, A.p, B.p, C.p, nullptr);
     CS_CUDA(cudaDeviceSynchronize());
     for (auto [m, n, k] : gemms) {
       set_context("calibration gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
-      const double t = time_median(opt.warmup, opt.reps, [&] { g.run(DType::BF16, m, n, k, 1, A.p, B.p, C.p, nullptr); });
+      const size_t sa = static_cast<size_t>(m * k * 2 + 255) / 256 * 256, sb = static_cast<size_t>(k * n * 2 + 255) / 256 * 256;
+      const size_t slots = std::min(slots_for(sa + sb, a), std::min(a / sa, b / sb));
+      const double t = time_median(opt.warmup, opt.reps, [&](int i) {
+        const size_t slot = static_cast<size_t>(i) % slots;
+        g.run(DType::BF16, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p, nullptr);
+      });
       r.gemm.push_back({m, n, k, t});
       tick("gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
     }
@@ -120,12 +135,12 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     for (auto [d, s] : attn) {
       AttentionShape sh{1, static_cast<int>(bh), static_cast<int>(bh), static_cast<int>(s), static_cast<int>(s), static_cast<int>(d), true};
       set_context("calibration attention d" + std::to_string(d) + " s" + std::to_string(s));
-      const double f = time_median(opt.warmup, opt.reps, [&] {
+      const double f = time_median(opt.warmup, opt.reps, [&](int) {
         attention_forward(Elem::BF16, sh, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), nullptr);
       });
       r.attention.push_back({false, d, s, bh, true, f});
       tick("attention forward d" + std::to_string(d) + " s" + std::to_string(s));
-      const double bw = time_median(opt.warmup, opt.reps, [&] {
+      const double bw = time_median(opt.warmup, opt.reps, [&](int) {
         attention_backward(Elem::BF16, sh, q.p, k.p, v.p, o.p, dout.p, static_cast<float*>(lse.p), static_cast<float*>(delta.p),
                            static_cast<float*>(dq.p), static_cast<float*>(dk.p), static_cast<float*>(dv.p), dq16.p, dk16.p, dv16.p,
                            nullptr);
@@ -138,15 +153,20 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     const int64_t maxb = mem.empty() ? 4096 : mem.back();
     Buf in(static_cast<size_t>(maxb / 2)), out(static_cast<size_t>(maxb / 2));
     for (int64_t b : mem) {
-      const double t = time_median(opt.warmup, opt.reps, [&] { memory_op(in.p, out.p, b / 2, b / 2, nullptr); });
+      const size_t half = static_cast<size_t>(b / 2 + 255) / 256 * 256;
+      const size_t slots = std::min(slots_for(2 * half, static_cast<size_t>(maxb)), static_cast<size_t>(maxb / 2) / half);
+      const double t = time_median(opt.warmup, opt.reps, [&](int i) {
+        const size_t slot = static_cast<size_t>(i) % std::max<size_t>(1, slots);
+        memory_op(static_cast<char*>(in.p) + slot * half, static_cast<char*>(out.p) + slot * half, b / 2, b / 2, nullptr);
+      });
       r.memory.push_back({b, t});
       tick("memory " + std::to_string(b) + " B");
     }
     if (opt.launch) {
       // A kernel's period back to back, less its own time: the launch gap.
-      const double one = time_median(opt.warmup, opt.reps, [&] { memory_op(in.p, out.p, 2048, 2048, nullptr); });
+      const double one = time_median(opt.warmup, opt.reps, [&](int) { memory_op(in.p, out.p, 2048, 2048, nullptr); });
       const int n = 1000;
-      const double many = time_median(1, 3, [&] {
+      const double many = time_median(1, 3, [&](int) {
         for (int i = 0; i < n; ++i) memory_op(in.p, out.p, 2048, 2048, nullptr);
       });
       r.launch_gap_s = std::max(0.0, many / n - one);
