@@ -63,6 +63,15 @@ AttnLayout attn_layout(const Op& op, size_t e) {
   return l;
 }
 
+// Every op reads and writes its own region of a pool larger than the GPU's L2, as a
+// model's ops touch different weights and activations: without it, consecutive ops
+// would find each other's operands in L2 and run faster than they do in training.
+constexpr size_t kPool = size_t{1} << 30;
+size_t op_offset(uint32_t op_index, size_t pool) {
+  const uint64_t h = (static_cast<uint64_t>(op_index) + 1) * 0x9e3779b97f4a7c15ULL;
+  return static_cast<size_t>((h >> 20) % (pool / 256)) * 256;
+}
+
 void size_buffers(const Program& prog, Buffers& buf) {
   for (const Op& op : prog.ops) {
     const size_t e = Gemm::element_bytes(op.dtype);
@@ -180,6 +189,7 @@ class Runner {
       rr.streams.push_back(st);
     }
     size_buffers(*rr.prog, rr.buf);
+    for (size_t* bytes : {&rr.buf.a_bytes, &rr.buf.b_bytes, &rr.buf.c_bytes}) *bytes += kPool;
     rr.buf.a = allocate(rr.buf.a_bytes, "operands A / inputs", r);
     rr.buf.b = allocate(rr.buf.b_bytes, "operands B / K,V / receive buffers", r);
     rr.buf.c = allocate(rr.buf.c_bytes, "outputs", r);
@@ -259,7 +269,10 @@ class Runner {
       if (rr.prog->ops[dep].stream != op.stream) CS_CUDA(cudaStreamWaitEvent(st, rr.end[dep], 0));
     }
     CS_CUDA(cudaEventRecord(rr.begin[i], st));
-    Buffers& b = rr.buf;
+    Buffers b = rr.buf;  // this op's regions of the pools
+    b.a = static_cast<char*>(b.a) + op_offset(i, kPool);
+    b.b = static_cast<char*>(b.b) + op_offset(i + 7919, kPool);
+    b.c = static_cast<char*>(b.c) + op_offset(i + 104729, kPool);
     switch (op.kind) {
       case OpKind::Gemm: gemm.run(op.dtype, op.m, op.n, op.k, op.batch, b.a, b.b, b.c, st); break;
       case OpKind::Attention: {
