@@ -21,39 +21,59 @@ size_t slots_for(size_t bytes_per_run, size_t capacity) {
   return std::max<size_t>(1, std::min(want, capacity / bytes_per_run));
 }
 
-// Median over `reps` samples of one run of f(run index). Each sample times a batch of back-to-back
-// runs (at least ~0.5 ms of work) between two events, and all samples run back to back
-// with one synchronization at the end: kernels run as they do inside a plan, the GPU busy
-// and at its working clocks, and the events' own cost is amortized.
-template <typename F>
-double time_median(int warmup, int reps, F&& f) {
-  std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * reps + 2));
-  for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
+// Median over `reps` samples of one run of f(run index). Each run is bracketed by its
+// own events, and runs go back to back (at least ~0.5 ms per sample, one synchronization
+// at the end), so kernels run as inside a plan, the GPU busy and at working clocks. With
+// `between`, every run is followed by that (untimed) kernel: a GPU running GEMMs back to
+// back sits at its power limit and lowers its clocks, while in a training step GEMMs
+// alternate with memory-bound kernels and attention.
+template <typename F, typename G>
+double time_median(int warmup, int reps, F&& f, G&& between) {
   int run = 0;
-  for (int i = 0; i < warmup; ++i) f(run++);
-  CS_CUDA(cudaEventRecord(ev[0]));
+  for (int i = 0; i < warmup; ++i) f(run++), between();
+  cudaEvent_t a, b;
+  CS_CUDA(cudaEventCreate(&a));
+  CS_CUDA(cudaEventCreate(&b));
+  CS_CUDA(cudaEventRecord(a));
   f(run++);
-  CS_CUDA(cudaEventRecord(ev[1]));
-  CS_CUDA(cudaEventSynchronize(ev[1]));
+  CS_CUDA(cudaEventRecord(b));
+  CS_CUDA(cudaEventSynchronize(b));
   float first_ms = 0;
-  CS_CUDA(cudaEventElapsedTime(&first_ms, ev[0], ev[1]));
-  const int batch = std::clamp(static_cast<int>(0.5 / std::max(first_ms, 1e-3f)), 1, 500);
-  for (int i = 0; i < batch; ++i) f(run++);  // back to speed after the synchronization
-  for (int r = 0; r < reps; ++r) {
-    CS_CUDA(cudaEventRecord(ev[static_cast<size_t>(2 + 2 * r)]));
-    for (int j = 0; j < batch; ++j) f(run++);
-    CS_CUDA(cudaEventRecord(ev[static_cast<size_t>(3 + 2 * r)]));
-  }
+  CS_CUDA(cudaEventElapsedTime(&first_ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  const int batch = std::clamp(static_cast<int>(0.5 / std::max(first_ms, 1e-3f)), 1, 200);
+  std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * reps * batch));
+  for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < batch; ++i) f(run++), between();  // back to speed after the synchronization
+  for (int r = 0; r < reps; ++r)
+    for (int j = 0; j < batch; ++j) {
+      const size_t k = static_cast<size_t>(2 * (r * batch + j));
+      CS_CUDA(cudaEventRecord(ev[k]));
+      f(run++);
+      CS_CUDA(cudaEventRecord(ev[k + 1]));
+      between();
+    }
   CS_CUDA(cudaEventSynchronize(ev.back()));
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
-    float ms = 0;
-    CS_CUDA(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(2 + 2 * r)], ev[static_cast<size_t>(3 + 2 * r)]));
-    t.push_back(ms * 1e-3 / batch);
+    double sum = 0;
+    for (int j = 0; j < batch; ++j) {
+      const size_t k = static_cast<size_t>(2 * (r * batch + j));
+      float ms = 0;
+      CS_CUDA(cudaEventElapsedTime(&ms, ev[k], ev[k + 1]));
+      sum += ms * 1e-3;
+    }
+    t.push_back(sum / batch);
   }
   for (auto& e : ev) cudaEventDestroy(e);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+template <typename F>
+double time_median(int warmup, int reps, F&& f) {
+  return time_median(warmup, reps, std::forward<F>(f), [] {});
 }
 
 struct Buf {
@@ -107,7 +127,7 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       b = std::max(b, static_cast<size_t>(k * n * 2));
       c = std::max(c, static_cast<size_t>(m * n * 2));
     }
-    Buf A(a), B(b), C(c);
+    Buf A(a), B(b), C(c), Mix(size_t{2} << 30);
     fill_random(Elem::BF16, A.p, static_cast<int64_t>(a / 2), 1, 1.f, nullptr);
     fill_random(Elem::BF16, B.p, static_cast<int64_t>(b / 2), 2, 1.f, nullptr);
     Gemm g;
@@ -118,10 +138,16 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       set_context("calibration gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
       const size_t sa = static_cast<size_t>(m * k * 2 + 255) / 256 * 256, sb = static_cast<size_t>(k * n * 2 + 255) / 256 * 256;
       const size_t slots = std::min(slots_for(sa + sb, a), std::min(a / sa, b / sb));
-      const double t = time_median(opt.warmup, opt.reps, [&](int i) {
-        const size_t slot = static_cast<size_t>(i) % slots;
-        g.run(DType::BF16, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p, nullptr);
-      });
+      // A memory-bound kernel of about the GEMM's length between runs (estimated at the
+      // roofline: FLOPs at 700 TFLOP/s, then bytes at 3 TB/s), as in a training step.
+      const int64_t mix = std::clamp<int64_t>(static_cast<int64_t>(2.0 * m * n * k / 700e12 * 3e12), 4096, int64_t{1} << 30) / 16 * 16;
+      const double t = time_median(
+          opt.warmup, opt.reps,
+          [&](int i) {
+            const size_t slot = static_cast<size_t>(i) % slots;
+            g.run(DType::BF16, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p, nullptr);
+          },
+          [&] { memory_op(Mix.p, static_cast<char*>(Mix.p) + (int64_t{1} << 30), mix / 2, mix / 2, nullptr); });
       r.gemm.push_back({m, n, k, t});
       tick("gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
     }
