@@ -119,6 +119,14 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   auto tick = [&](const std::string& what) {
     if (opt.progress) opt.progress(++done, total, what);
   };
+  // Measures `key` with `measure` unless a cached value exists; records new ones at once.
+  auto take = [&](const std::string& key, auto&& measure) {
+    double t = 0;
+    if (opt.cached && opt.cached(key, t)) return t;
+    t = measure();
+    if (opt.record) opt.record(key, t);
+    return t;
+  };
 
   if (!gemms.empty()) {
     size_t a = 0, b = 0, c = 0;
@@ -141,13 +149,16 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       // A memory-bound kernel of about the GEMM's length between runs (estimated at the
       // roofline: FLOPs at 700 TFLOP/s, then bytes at 3 TB/s), as in a training step.
       const int64_t mix = std::clamp<int64_t>(static_cast<int64_t>(2.0 * m * n * k / 700e12 * 3e12), 4096, int64_t{1} << 30) / 16 * 16;
-      const double t = time_median(
-          opt.warmup, opt.reps,
-          [&](int i) {
-            const size_t slot = static_cast<size_t>(i) % slots;
-            g.run(DType::BF16, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p, nullptr);
-          },
-          [&] { memory_op(Mix.p, static_cast<char*>(Mix.p) + (int64_t{1} << 30), mix / 2, mix / 2, nullptr); });
+      const double t = take("gemm bf16 " + std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k), [&] {
+        return time_median(
+            opt.warmup, opt.reps,
+            [&](int i) {
+              const size_t slot = static_cast<size_t>(i) % slots;
+              g.run(DType::BF16, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p,
+                    nullptr);
+            },
+            [&] { memory_op(Mix.p, static_cast<char*>(Mix.p) + (int64_t{1} << 30), mix / 2, mix / 2, nullptr); });
+      });
       r.gemm.push_back({m, n, k, t});
       tick("gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
     }
@@ -161,15 +172,20 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     for (auto [d, s] : attn) {
       AttentionShape sh{1, static_cast<int>(bh), static_cast<int>(bh), static_cast<int>(s), static_cast<int>(s), static_cast<int>(d), true};
       set_context("calibration attention d" + std::to_string(d) + " s" + std::to_string(s));
-      const double f = time_median(opt.warmup, opt.reps, [&](int) {
-        attention_forward(Elem::BF16, sh, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), nullptr);
+      const std::string key = " bf16 d" + std::to_string(d) + " s" + std::to_string(s) + " bh" + std::to_string(bh) + " causal";
+      const double f = take("attention forward" + key, [&] {
+        return time_median(opt.warmup, opt.reps, [&](int) {
+          attention_forward(Elem::BF16, sh, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), nullptr);
+        });
       });
       r.attention.push_back({false, d, s, bh, true, f});
       tick("attention forward d" + std::to_string(d) + " s" + std::to_string(s));
-      const double bw = time_median(opt.warmup, opt.reps, [&](int) {
-        attention_backward(Elem::BF16, sh, q.p, k.p, v.p, o.p, dout.p, static_cast<float*>(lse.p), static_cast<float*>(delta.p),
-                           static_cast<float*>(dq.p), static_cast<float*>(dk.p), static_cast<float*>(dv.p), dq16.p, dk16.p, dv16.p,
-                           nullptr);
+      const double bw = take("attention backward" + key, [&] {
+        return time_median(opt.warmup, opt.reps, [&](int) {
+          attention_backward(Elem::BF16, sh, q.p, k.p, v.p, o.p, dout.p, static_cast<float*>(lse.p),
+                             static_cast<float*>(delta.p), static_cast<float*>(dq.p), static_cast<float*>(dk.p),
+                             static_cast<float*>(dv.p), dq16.p, dk16.p, dv16.p, nullptr);
+        });
       });
       r.attention.push_back({true, d, s, bh, true, bw});
       tick("attention backward d" + std::to_string(d) + " s" + std::to_string(s));
@@ -181,9 +197,11 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     for (int64_t b : mem) {
       const size_t half = static_cast<size_t>(b / 2 + 255) / 256 * 256;
       const size_t slots = std::min(slots_for(2 * half, static_cast<size_t>(maxb)), static_cast<size_t>(maxb / 2) / half);
-      const double t = time_median(opt.warmup, opt.reps, [&](int i) {
-        const size_t slot = static_cast<size_t>(i) % std::max<size_t>(1, slots);
-        memory_op(static_cast<char*>(in.p) + slot * half, static_cast<char*>(out.p) + slot * half, b / 2, b / 2, nullptr);
+      const double t = take("memory " + std::to_string(b), [&] {
+        return time_median(opt.warmup, opt.reps, [&](int i) {
+          const size_t slot = static_cast<size_t>(i) % std::max<size_t>(1, slots);
+          memory_op(static_cast<char*>(in.p) + slot * half, static_cast<char*>(out.p) + slot * half, b / 2, b / 2, nullptr);
+        });
       });
       r.memory.push_back({b, t});
       tick("memory " + std::to_string(b) + " B");
@@ -195,7 +213,7 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       const double many = time_median(1, 3, [&](int) {
         for (int i = 0; i < n; ++i) memory_op(in.p, out.p, 2048, 2048, nullptr);
       });
-      r.launch_gap_s = std::max(0.0, many / n - one);
+      r.launch_gap_s = take("launch gap", [&] { return std::max(0.0, many / n - one); });
       tick("launch gap");
     }
   }

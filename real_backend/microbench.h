@@ -39,6 +39,10 @@ struct MicrobenchOptions {
   int warmup = 2, reps = 5;
   // Called after each measurement: (done, total, what).
   std::function<void(int, int, const std::string&)> progress;
+  // Resuming: a measurement found here (by key, e.g. "gemm bf16 4096 2048 2048") is not
+  // taken again; each new one is handed to `record` as soon as it is taken.
+  std::function<bool(const std::string& key, double& seconds)> cached;
+  std::function<void(const std::string& key, double seconds)> record;
 };
 
 // The grids: GEMM m in {256 … 65536} (×2), n and k in {256 … 32768} (×2), at most 2^42

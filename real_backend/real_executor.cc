@@ -393,6 +393,12 @@ int device_count() {
   return n;
 }
 
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  CS_CUDA(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
 RealResult run_plan(const Plan& plan, const RealOptions& opt) {
   const int have = device_count();
   if (plan.world_size > have)

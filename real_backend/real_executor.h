@@ -47,6 +47,7 @@ struct Launch {
 };
 
 int device_count();  // 0 when there is no GPU or no driver
+std::string device_name(int device);
 void check_gemm_support(const Plan& plan, int device);
 // Runs this process's share; the result holds its own ranks' spans and iteration times.
 RealResult run_local(const Plan& plan, const RealOptions& opt, Launch launch);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "calibrate/profile.h"
+#include "calibrate/profile_check.h"
 #include "plan/plan_io.h"
 #include "plan/training_planner.h"
 #include "scenarios/scenario.h"
@@ -45,10 +46,11 @@ constexpr const char* kUsage =
     "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--mpi] [--json]\n"
     "                                                execute the scenario's plan on GPUs (CUDA, cuBLAS, NCCL): one\n"
     "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
-    "  calibrate --suite gemm|attention|memory|launch|all --out P.yaml\n"
+    "  calibrate --suite gemm|attention|memory|launch|all --out P.yaml [--raw M.sqlite]\n"
     "                                                measure this GPU's kernels into a calibration profile\n"
     "  validate S.yaml --profile P.yaml [--iterations N] [--json]\n"
     "                                                run real and simulated, report per-op and end-to-end error\n"
+    "  profile-check P.yaml [--gpu PRESET]           held-out error of a profile's GEMM interpolation\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
     "  help, --help                                  this text\n"
     "  --version                                     the version\n"
@@ -368,6 +370,25 @@ int cmd_real(const std::vector<std::string>& args) {
 #endif
 }
 
+// Held-out error of a profile's GEMM interpolation; runs anywhere (no GPU needed).
+int cmd_profile_check(const std::vector<std::string>& args) {
+  if (args.size() != 1 && args.size() != 3) throw UsageError("profile-check takes P.yaml [--gpu PRESET]");
+  const CalibrationProfile p = load_profile(args[0], SourceMark{args[0], 0, 0});
+  std::string gpu_name = "h200-sxm";
+  if (args.size() == 3) {
+    if (args[1] != "--gpu") throw UsageError("unknown option '" + args[1] + "' for profile-check");
+    gpu_name = args[2];
+  }
+  const GpuSpec* gpu = find_gpu_preset(gpu_name);
+  if (!gpu) throw InputError(SourceMark{"--gpu", 0, 0}, "unknown GPU preset '" + gpu_name + "'");
+  const HeldOutError e = gemm_held_out_error(p, *gpu);
+  if (e.points == 0) throw InputError(SourceMark{args[0], 0, 0}, "the profile has no GEMM table to check");
+  std::printf("gemm interpolation, %d held-out shapes (grid x4 predicting the x2 points): median |err| %.2f%%, p95 %.2f%%, "
+              "worst %.2f%%\n",
+              e.points, 100 * e.median, 100 * e.p95, 100 * e.worst);
+  return 0;
+}
+
 int cmd_keys() {
   auto cell = [](std::string v) {  // a literal '|' would end a Markdown table cell
     for (size_t i = v.find('|'); i != std::string::npos; i = v.find('|', i + 2)) v.replace(i, 1, "\\|");
@@ -407,6 +428,7 @@ int main(int argc, char** argv) {
 #endif
     }
     if (cmd == "keys") return cmd_keys();
+    if (cmd == "profile-check") return cmd_profile_check(args);
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::cout << kUsage;
       return 0;

@@ -12,6 +12,8 @@
 #include <iostream>
 #include <map>
 
+#include <sqlite3.h>
+
 #include "calibrate/profile.h"
 #include "plan/training_planner.h"
 #include "real_backend/microbench.h"
@@ -32,15 +34,68 @@ std::string num(double v) { return format_number(v); }
 
 }  // namespace
 
+namespace {
+
+// Raw measurements, one row per (GPU, key), written as each is taken: an interrupted
+// calibration resumes from where it stopped.
+class RawStore {
+ public:
+  RawStore(const std::string& path, std::string gpu) : gpu_(std::move(gpu)) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("cannot open " + path + ": " + sqlite3_errmsg(db_));
+    exec("CREATE TABLE IF NOT EXISTS calibration_measurements (gpu TEXT NOT NULL, key TEXT NOT NULL, seconds REAL NOT NULL, "
+         "PRIMARY KEY (gpu, key))");
+  }
+  ~RawStore() { sqlite3_close(db_); }
+  bool get(const std::string& key, double& seconds) {
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db_, "SELECT seconds FROM calibration_measurements WHERE gpu = ? AND key = ?", -1, &st, nullptr);
+    sqlite3_bind_text(st, 1, gpu_.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, key.c_str(), -1, SQLITE_TRANSIENT);
+    const bool found = sqlite3_step(st) == SQLITE_ROW;
+    if (found) seconds = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    if (found) ++reused_;
+    return found;
+  }
+  void put(const std::string& key, double seconds) {
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO calibration_measurements VALUES (?, ?, ?)", -1, &st, nullptr);
+    sqlite3_bind_text(st, 1, gpu_.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, key.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 3, seconds);
+    const int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) throw std::runtime_error(std::string("cannot record a measurement: ") + sqlite3_errmsg(db_));
+  }
+  int reused() const { return reused_; }
+
+ private:
+  void exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      const std::string msg = err ? err : "?";
+      sqlite3_free(err);
+      throw std::runtime_error("calibration database: " + msg);
+    }
+  }
+  sqlite3* db_ = nullptr;
+  std::string gpu_;
+  int reused_ = 0;
+};
+
+}  // namespace
+
 int cmd_calibrate(const std::vector<std::string>& args) {
-  std::string out, suite = "all";
+  std::string out, suite = "all", raw;
   std::vector<std::string> argv = args;
   for (size_t i = 0; i < argv.size(); ++i) {
     if (argv[i] == "--out") out = value_of(argv, i);
     else if (argv[i] == "--suite") suite = value_of(argv, i);
+    else if (argv[i] == "--raw") raw = value_of(argv, i);
     else throw std::invalid_argument("unknown option '" + argv[i] + "' for calibrate");
   }
   if (out.empty()) throw std::invalid_argument("calibrate needs --out P.yaml");
+  if (raw.empty()) raw = out + ".raw.sqlite";
   real::MicrobenchOptions mo;
   mo.gemm = mo.attention = mo.memory = mo.launch = false;
   size_t start = 0;
@@ -69,6 +124,13 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       std::fprintf(stderr, "calibrate: %d/%d %s\n", done, total, what.c_str());
     }
   };
+  {
+    const std::filesystem::path rp(raw);
+    if (!rp.parent_path().empty()) std::filesystem::create_directories(rp.parent_path());
+  }
+  RawStore store(raw, real::device_name(0));
+  mo.cached = [&](const std::string& key, double& seconds) { return store.get(key, seconds); };
+  mo.record = [&](const std::string& key, double seconds) { store.put(key, seconds); };
   const real::MicrobenchResult r = real::run_microbenchmarks(mo);
   std::time_t now = std::time(nullptr);
   char date[32];
@@ -106,7 +168,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   std::filesystem::rename(tmp, out);
   load_profile(out);  // what was written reads back
   std::cout << "calibrate: " << r.gemm.size() << " GEMM shapes, " << r.attention.size() << " attention points, " << r.memory.size()
-            << " memory sizes on " << r.gpu << " -> " << out << "\n";
+            << " memory sizes on " << r.gpu << " -> " << out << " (raw measurements in " << raw << ", " << store.reused()
+            << " reused from an earlier run)\n";
   return 0;
 }
 
