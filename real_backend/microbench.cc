@@ -102,10 +102,18 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   r.nccl = std::to_string(nccl / 10000) + "." + std::to_string((nccl % 10000) / 100) + "." + std::to_string(nccl % 100);
 
   std::vector<std::tuple<int64_t, int64_t, int64_t>> gemms;
+  // Every ×2 and halfway between (×1.5): powers of two and 3·2^i.
+  std::vector<int64_t> axis_mn, axis_k;
+  for (int64_t v = 256; v <= 65536; v *= 2) {
+    axis_mn.push_back(v);
+    if (v * 3 / 2 <= 65536) axis_mn.push_back(v * 3 / 2);
+  }
+  for (int64_t v : axis_mn)
+    if (v <= 32768) axis_k.push_back(v);
   if (opt.gemm)
-    for (int64_t m = 256; m <= 65536; m *= 2)
-      for (int64_t n = 256; n <= 32768; n *= 2)
-        for (int64_t k = 256; k <= 32768; k *= 2)
+    for (int64_t m : axis_mn)
+      for (int64_t n : axis_k)
+        for (int64_t k : axis_k)
           if (static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 41)) gemms.emplace_back(m, n, k);
   std::vector<std::pair<int64_t, int64_t>> attn;  // (head_dim, seq)
   if (opt.attention)
