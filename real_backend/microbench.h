@@ -46,7 +46,7 @@ struct MicrobenchOptions {
 };
 
 // The grids: GEMM m in {256 … 65536}, n and k in {256 … 32768}, each at powers of two
-// and halfway between (3·2^i), at most 2^42
+// and about halfway between (1.4·2^i rounded to 64), at most 2^42
 // FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, 32
 // heads; memory 4 KiB … 4 GiB (×2).
 MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt);
