@@ -14,13 +14,18 @@ HeldOutError gemm_held_out_error(const CalibrationProfile& profile, const GpuSpe
   if (!profile.compute.measured) return out;
   const auto& all = profile.compute.measured->gemm;
   if (all.empty()) return out;
-  int64_t mmin = all.front().m, mmax = all.front().m;
-  for (const GemmPoint& g : all) mmin = std::min(mmin, g.m), mmax = std::max(mmax, g.m);
-  auto level = [&](int64_t m) { return static_cast<int>(std::lround(std::log2(static_cast<double>(m) / static_cast<double>(mmin)))); };
+  // Kept: shapes whose m, n and k are all powers of two. Held out: shapes with n and k
+  // powers of two and m off them (the calibration's in-between points): each is
+  // predicted from the kept grid alone.
+  auto pow2 = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
   auto kept = std::make_shared<MeasuredTables>();
   std::vector<GemmPoint> held;
+  int64_t mmax = 0;
+  for (const GemmPoint& g : all)
+    if (pow2(g.m)) mmax = std::max(mmax, g.m);
   for (const GemmPoint& g : all) {
-    if (level(g.m) % 2 == 0) kept->gemm.push_back(g);
+    if (!pow2(g.n) || !pow2(g.k)) continue;
+    if (pow2(g.m)) kept->gemm.push_back(g);
     else if (g.m < mmax) held.push_back(g);
   }
   ComputeProfile cp = profile.compute;

@@ -1,8 +1,8 @@
 // How well a profile's interpolation predicts shapes it did not measure: a held-out
-// test on the GEMM table. The points whose m is on every other grid line (×4 apart) are
-// kept; those halfway between (the ×2 points) are predicted from them and compared with
-// their measurement. Spacing ×4 is twice the table's, so this overstates the error at
-// the table's own resolution.
+// test on the GEMM table. The shapes whose m, n and k are powers of two are kept; those
+// with m between two powers (n, k powers) are predicted from them alone and compared with
+// their measurement. The kept grid is coarser than the whole table, so this overstates
+// the error at the table's own resolution.
 #pragma once
 
 #include <string>

@@ -383,7 +383,7 @@ int cmd_profile_check(const std::vector<std::string>& args) {
   if (!gpu) throw InputError(SourceMark{"--gpu", 0, 0}, "unknown GPU preset '" + gpu_name + "'");
   const HeldOutError e = gemm_held_out_error(p, *gpu);
   if (e.points == 0) throw InputError(SourceMark{args[0], 0, 0}, "the profile has no GEMM table to check");
-  std::printf("gemm interpolation, %d held-out shapes (grid x4 predicting the x2 points): median |err| %.2f%%, p95 %.2f%%, "
+  std::printf("gemm interpolation, %d held-out shapes (powers-of-two grid predicting the shapes between): median |err| %.2f%%, p95 %.2f%%, "
               "worst %.2f%%\n",
               e.points, 100 * e.median, 100 * e.p95, 100 * e.worst);
   return 0;
