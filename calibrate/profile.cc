@@ -87,6 +87,26 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
   }
 }
 
+// [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual] rows.
+std::shared_ptr<const std::vector<CollectiveFitRow>> read_collective_table(const YNode& table, const std::string& key) {
+  if (table.kind != YNode::Kind::Seq) throw InputError(table.mark, key + " must be a list of rows");
+  auto rows = std::make_shared<std::vector<CollectiveFitRow>>();
+  for (const YNode& row : table.seq) {
+    if (row.kind != YNode::Kind::Seq || row.seq.size() != 7)
+      throw InputError(row.mark, key + ": each row must be [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual]");
+    CollectiveFitRow f;
+    f.op = row.seq[0].scalar;
+    f.algo = row.seq[1].scalar;
+    f.proto = row.seq[2].scalar;
+    f.ranks = static_cast<int>(number(row.seq[3], key, 2, 1 << 20));
+    f.alpha_s = number(row.seq[4], key, 0, 1e6);
+    f.beta_s_per_byte = number(row.seq[5], key, 0, 1e6);
+    number(row.seq[6], key, 0, 1e6);
+    rows->push_back(f);
+  }
+  return rows;
+}
+
 int protocol_index(const std::string& p) { return p == "LL" ? 0 : p == "LL128" ? 1 : 2; }
 int class_index(const std::string& c) { return c == "nvlink" ? 0 : c == "pcie" ? 1 : 2; }
 int family_index(const std::string& f) { return f == "ring" ? 0 : f == "tree" ? 1 : 2; }
@@ -123,9 +143,10 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
             }
             if (k == "network") {
               NetworkProfile& n = p.network;
-              members(v, key, {"link_efficiency", "nvls_efficiency", "protocols", "base_latency", "hop_latency"},
+              members(v, key, {"link_efficiency", "nvls_efficiency", "protocols", "base_latency", "hop_latency", "collective_table"},
                       [&](const std::string& nk, const YNode& nv, const std::string& nkey) {
                         if (nk == "nvls_efficiency") n.nvls_efficiency = number(nv, nkey, 1e-6, 1.0);
+                        if (nk == "collective_table") n.collective_fits = read_collective_table(nv, nkey);
                         if (nk == "link_efficiency")
                           members(nv, nkey, {"nvlink", "pcie", "network"},
                                   [&](const std::string& c, const YNode& x, const std::string& xk) {

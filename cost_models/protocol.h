@@ -7,7 +7,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "topology/topology.h"
 
@@ -25,6 +28,14 @@ enum class LatencyFamily : uint8_t { Ring, Tree, Nvls };
 struct ProtocolParams {
   double bandwidth_efficiency = 1.0;  // payload bytes per wire byte
   int64_t chunk_bytes = 512 * 1024;   // pipelining unit of one channel
+};
+
+// A fitted collective from a calibration profile: t = alpha + beta·bytes for one
+// (operation, NCCL algorithm, protocol, group size), measured inside one node.
+struct CollectiveFitRow {
+  std::string op, algo, proto;  // "all-reduce", "ring" / "tree" / "p2p", "LL" / "LL128" / "Simple"
+  int ranks = 2;
+  double alpha_s = 0, beta_s_per_byte = 0;
 };
 
 struct NetworkProfile {
@@ -50,6 +61,8 @@ struct NetworkProfile {
   // In-switch reduction reaches this fraction of the links' rate (NCCL's Hopper figure,
   // src/tuning/nvls.cc: the switch's reduction throughput, not the links, limits it).
   double nvls_efficiency = 0.85;
+  // Measured collectives (calibration); used for groups inside one node when present.
+  std::shared_ptr<const std::vector<CollectiveFitRow>> collective_fits;
 
   const ProtocolParams& protocol(Protocol p) const { return protocols[static_cast<size_t>(p)]; }
   double base(LatencyFamily f, Protocol p) const {

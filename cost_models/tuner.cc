@@ -12,6 +12,15 @@ GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus) {
   return l;
 }
 
+double measured_collective_seconds(const NetworkProfile& profile, CollectiveKind op, Algorithm algo, Protocol proto,
+                                   const GroupLayout& layout, double bytes) {
+  if (!profile.collective_fits || layout.nodes() != 1) return -1;
+  for (const CollectiveFitRow& f : *profile.collective_fits)
+    if (f.ranks == layout.ranks() && f.op == to_string(op) && f.algo == to_string(algo) && f.proto == to_string(proto))
+      return f.alpha_s + f.beta_s_per_byte * bytes;
+  return -1;
+}
+
 CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupLayout& layout,
                                    std::span<const int32_t> gpus, AnalyticNetwork& net, const NetworkProfile& profile,
                                    std::optional<Algorithm> algo, std::optional<Protocol> proto) {
@@ -38,7 +47,8 @@ CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupL
       continue;
     }
     for (Protocol p : protos) {
-      const double t = net.run(expand_collective(CollectiveRequest{op, a, p, bytes, 0}, layout, profile), gpus).seconds;
+      double t = measured_collective_seconds(profile, op, a, p, layout, bytes);
+      if (t < 0) t = net.run(expand_collective(CollectiveRequest{op, a, p, bytes, 0}, layout, profile), gpus).seconds;
       if (t < best.predicted_s) best = CollectiveChoice{a, p, t};  // ties keep the earlier (ring, Simple last)
     }
   }

@@ -21,6 +21,12 @@ struct CollectiveChoice {
 
 GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus);
 
+// A calibration profile's fitted time for this collective, when it has one for the
+// (operation, algorithm, protocol, group size) and the group sits inside one node;
+// otherwise -1.
+double measured_collective_seconds(const NetworkProfile& profile, CollectiveKind op, Algorithm algo, Protocol proto,
+                                   const GroupLayout& layout, double bytes);
+
 // Throws std::invalid_argument when no candidate can run the operation on this group
 // (e.g. a fixed algorithm the group does not support).
 CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupLayout& layout,

@@ -293,7 +293,9 @@ class Executor {
         expand_collective(CollectiveRequest{op.collective, choice.algo, choice.proto, bytes, 0}, layout, opt_.network);
     if (!flow_) {
       CollectiveCost cost = net_.run(r.expansion, gpus);
-      r.duration = SimTime::from_seconds(cost.seconds);
+      // A calibrated fit for this collective inside a node replaces the model's time.
+      const double measured = measured_collective_seconds(opt_.network, op.collective, choice.algo, choice.proto, layout, bytes);
+      r.duration = SimTime::from_seconds(measured >= 0 ? measured : cost.seconds);
       r.link_bytes = std::move(cost.link_bytes);
     }
     return memo_.emplace(key, std::move(r)).first->second;

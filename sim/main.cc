@@ -46,7 +46,7 @@ constexpr const char* kUsage =
     "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--mpi] [--json]\n"
     "                                                execute the scenario's plan on GPUs (CUDA, cuBLAS, NCCL): one\n"
     "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
-    "  calibrate --suite gemm|attention|memory|launch|all --out P.yaml [--raw M.sqlite]\n"
+    "  calibrate --suite gemm|attention|memory|launch|collectives|p2p|all --out P.yaml [--raw M.sqlite]\n"
     "                                                measure this GPU's kernels into a calibration profile\n"
     "  validate S.yaml --profile P.yaml [--iterations N] [--json]\n"
     "                                                run real and simulated, report per-op and end-to-end error\n"

@@ -14,8 +14,10 @@
 
 #include <sqlite3.h>
 
+#include "calibrate/fit.h"
 #include "calibrate/profile.h"
 #include "plan/training_planner.h"
+#include "real_backend/collective_bench.h"
 #include "real_backend/microbench.h"
 #include "real_backend/real_executor.h"
 #include "reports/sqlite_writer.h"
@@ -96,20 +98,24 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   if (out.empty()) throw std::invalid_argument("calibrate needs --out P.yaml");
   if (raw.empty()) raw = out + ".raw.sqlite";
+  if (real::device_count() == 0) throw std::runtime_error("calibrate measures a GPU, and this machine has none");
   real::MicrobenchOptions mo;
   mo.gemm = mo.attention = mo.memory = mo.launch = false;
+  real::CollectiveBenchOptions co;
+  co.collectives = co.p2p = false;
   size_t start = 0;
   for (;;) {
     const size_t comma = suite.find(',', start);
     const std::string s = suite.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (s == "all") mo.gemm = mo.attention = mo.memory = mo.launch = true;
+    if (s == "all") mo.gemm = mo.attention = mo.memory = mo.launch = true, co.collectives = co.p2p = real::device_count() >= 2;
     else if (s == "gemm") mo.gemm = true;
     else if (s == "attention") mo.attention = true;
     else if (s == "memory") mo.memory = true;
     else if (s == "launch") mo.launch = true;
-    else if (s == "collectives" || s == "p2p")
-      throw std::invalid_argument("suite '" + s + "' needs several GPUs and is not measured by this command yet");
-    else throw InputError(SourceMark{"--suite", 0, 0}, "unknown suite '" + s + "', expected gemm, attention, memory, launch or all");
+    else if (s == "collectives") co.collectives = true;
+    else if (s == "p2p") co.p2p = true;
+    else throw InputError(SourceMark{"--suite", 0, 0},
+                          "unknown suite '" + s + "', expected gemm, attention, memory, launch, collectives, p2p or all");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -131,7 +137,18 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   RawStore store(raw, real::device_name(0));
   mo.cached = [&](const std::string& key, double& seconds) { return store.get(key, seconds); };
   mo.record = [&](const std::string& key, double seconds) { store.put(key, seconds); };
-  const real::MicrobenchResult r = real::run_microbenchmarks(mo);
+  const bool compute = mo.gemm || mo.attention || mo.memory || mo.launch;
+  const real::MicrobenchResult r = compute ? real::run_microbenchmarks(mo) : real::MicrobenchResult{real::device_name(0), "", "", "", {}, {}, {}, 0};
+  std::vector<CollectiveFit> fits;
+  if (co.collectives || co.p2p) {
+    co.progress = mo.progress;
+    co.cached = mo.cached;
+    co.record = mo.record;
+    std::vector<CollectiveSample> samples;
+    for (const auto& m : real::run_collective_bench(co))
+      samples.push_back(CollectiveSample{m.op, m.algo, m.proto, m.ranks, static_cast<double>(m.bytes), m.seconds});
+    fits = fit_collectives(samples);
+  }
   std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
@@ -141,6 +158,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   y += "gpu: \"" + r.gpu + "\"\ndate: \"" + std::string(date) + "\"\ndriver: \"" + r.driver + "\"\ncuda: \"" + r.cuda +
        "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out + "\"\ncompute:\n";
   if (mo.launch) y += "  launch_overhead: " + num(r.launch_gap_s * 1e6) + "us\n";
+  if (!compute) y.resize(y.size() - std::string("compute:\n").size());
   if (!r.gemm.empty()) {
     y += "  gemm_table:  # [dtype, m, n, k, seconds]\n";
     for (const auto& g : r.gemm)
@@ -157,6 +175,12 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     y += "  memory_table:  # [bytes read + written, seconds]\n";
     for (const auto& m : r.memory) y += "    - [" + std::to_string(m.bytes) + ", " + num(m.seconds) + "]\n";
   }
+  if (!fits.empty()) {
+    y += "network:\n  collective_table:  # [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual]\n";
+    for (const CollectiveFit& f : fits)
+      y += "    - [" + f.op + ", " + f.algo + ", " + f.proto + ", " + std::to_string(f.ranks) + ", " + num(f.alpha_s) + ", " +
+           num(f.beta_s_per_byte) + ", " + num(f.rms_rel_residual) + "]\n";
+  }
   const std::filesystem::path p(out);
   if (!p.parent_path().empty()) std::filesystem::create_directories(p.parent_path());
   const std::string tmp = out + ".tmp";
@@ -169,7 +193,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   load_profile(out);  // what was written reads back
   std::cout << "calibrate: " << r.gemm.size() << " GEMM shapes, " << r.attention.size() << " attention points, " << r.memory.size()
             << " memory sizes on " << r.gpu << " -> " << out << " (raw measurements in " << raw << ", " << store.reused()
-            << " reused from an earlier run)\n";
+            << " reused from an earlier run)";
+  if (!fits.empty()) std::cout << "; " << fits.size() << " collective fits";
+  std::cout << "\n";
   return 0;
 }
 
@@ -189,6 +215,7 @@ int cmd_validate(const std::vector<std::string>& args) {
     else path = a;
   }
   if (path.empty()) throw std::invalid_argument("validate needs a scenario file");
+  if (real::device_count() == 0) throw std::runtime_error("validate runs the scenario on a GPU, and this machine has none");
   Scenario s = load_scenario(path, sets);
   if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
   check_output_paths(s);

@@ -117,3 +117,54 @@ TEST(Profile, MeasuredTablesAreInterpolated) {
 
 }  // namespace
 }  // namespace clustersim
+
+#include "calibrate/fit.h"
+#include "cost_models/tuner.h"
+#include "topology/presets.h"
+
+namespace clustersim {
+namespace {
+
+// t = α + β·bytes is recovered from noiseless samples; weights are relative, so a
+// 2 % error on one large size moves the fit little and shows in the residual.
+TEST(Fit, RecoversLatencyAndBandwidth) {
+  std::vector<CollectiveSample> s;
+  for (double b = 1024; b <= 1e9; b *= 4) s.push_back({"all-reduce", "ring", "Simple", 8, b, 20e-6 + b / 300e9});
+  const auto fits = fit_collectives(s);
+  ASSERT_EQ(fits.size(), 1u);
+  EXPECT_NEAR(fits[0].alpha_s, 20e-6, 1e-9);
+  EXPECT_NEAR(fits[0].beta_s_per_byte, 1 / 300e9, 1e-15);
+  EXPECT_LT(fits[0].rms_rel_residual, 1e-9);
+  s.back().seconds *= 1.02;
+  const auto noisy = fit_collectives(s);
+  EXPECT_GT(noisy[0].rms_rel_residual, 1e-3);
+  EXPECT_NEAR(noisy[0].alpha_s, 20e-6, 1e-6);
+}
+
+// A profile's fitted collective replaces the model inside a node, for the tuner and for
+// the analytic time; groups across nodes keep the model.
+TEST(Fit, ProfileFitsDriveCollectivesInsideANode) {
+  const std::string path = testing::temp_dir("fits") + "/p.yaml";
+  std::ofstream(path) << "network:\n  collective_table:\n    - [all-reduce, ring, Simple, 8, 1.0e-5, 2.5e-12, 0.01]\n";
+  const CalibrationProfile p = load_profile(path);
+  ASSERT_TRUE(p.network.collective_fits);
+  ClusterSpec c;
+  c.node = *find_node_preset("dgx-h100");
+  Topology one(c);
+  std::vector<int32_t> g = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_DOUBLE_EQ(measured_collective_seconds(p.network, CollectiveKind::AllReduce, Algorithm::Ring, Protocol::Simple,
+                                               layout_of(one, g), 1e9),
+                   1.0e-5 + 2.5e-3);
+  EXPECT_LT(measured_collective_seconds(p.network, CollectiveKind::AllGather, Algorithm::Ring, Protocol::Simple,
+                                        layout_of(one, g), 1e9),
+            0);
+  c.nodes = 2;
+  Topology two(c);
+  std::vector<int32_t> across = {0, 8, 1, 9, 2, 10, 3, 11};
+  EXPECT_LT(measured_collective_seconds(p.network, CollectiveKind::AllReduce, Algorithm::Ring, Protocol::Simple,
+                                        layout_of(two, across), 1e9),
+            0);
+}
+
+}  // namespace
+}  // namespace clustersim

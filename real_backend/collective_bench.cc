@@ -1,0 +1,151 @@
+#include "real_backend/collective_bench.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "real_backend/check.h"
+#include "real_backend/real_executor.h"
+
+namespace clustersim::real {
+namespace {
+
+// One operation on every rank of a group, each rank from its own thread; returns the
+// slowest rank's median over `reps` samples of back-to-back runs.
+double time_group(const std::vector<ncclComm_t>& comms, const std::vector<cudaStream_t>& streams,
+                  const std::vector<void*>& send, const std::vector<void*>& recv, const std::string& op, int64_t bytes,
+                  int warmup, int reps) {
+  const int n = static_cast<int>(comms.size());
+  std::vector<double> worst(static_cast<size_t>(reps), 0.0);
+  std::vector<std::thread> threads;
+  std::exception_ptr error;
+  std::mutex mu;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        CS_CUDA(cudaSetDevice(r));
+        cudaStream_t st = streams[static_cast<size_t>(r)];
+        ncclComm_t c = comms[static_cast<size_t>(r)];
+        const size_t count = static_cast<size_t>(bytes) / 2;  // bf16 elements
+        auto once = [&] {
+          if (op == "all-reduce") CS_NCCL(ncclAllReduce(send[r], recv[r], count, ncclBfloat16, ncclSum, c, st));
+          else if (op == "all-gather") CS_NCCL(ncclAllGather(send[r], recv[r], count / n, ncclBfloat16, c, st));
+          else if (op == "reduce-scatter") CS_NCCL(ncclReduceScatter(send[r], recv[r], count / n, ncclBfloat16, ncclSum, c, st));
+          else if (op == "broadcast") CS_NCCL(ncclBroadcast(send[r], recv[r], count, ncclBfloat16, 0, c, st));
+          else if (op == "reduce") CS_NCCL(ncclReduce(send[r], recv[r], count, ncclBfloat16, ncclSum, 0, c, st));
+          else if (op == "all-to-all") {
+            const size_t per = static_cast<size_t>(bytes) / static_cast<size_t>(n);
+            CS_NCCL(ncclGroupStart());
+            for (int p = 0; p < n; ++p) {
+              CS_NCCL(ncclSend(static_cast<char*>(send[r]) + per * p, per, ncclInt8, p, c, st));
+              CS_NCCL(ncclRecv(static_cast<char*>(recv[r]) + per * p, per, ncclInt8, p, c, st));
+            }
+            CS_NCCL(ncclGroupEnd());
+          } else if (op == "send-recv") {  // 0 -> 1
+            CS_NCCL(ncclGroupStart());
+            if (r == 0) CS_NCCL(ncclSend(send[r], static_cast<size_t>(bytes), ncclInt8, 1, c, st));
+            if (r == 1) CS_NCCL(ncclRecv(recv[r], static_cast<size_t>(bytes), ncclInt8, 0, c, st));
+            CS_NCCL(ncclGroupEnd());
+          }
+        };
+        for (int i = 0; i < warmup; ++i) once();
+        cudaEvent_t a, b;
+        CS_CUDA(cudaEventCreate(&a));
+        CS_CUDA(cudaEventCreate(&b));
+        const int batch = bytes >= (int64_t{1} << 28) ? 1 : 8;
+        for (int s = 0; s < reps; ++s) {
+          CS_CUDA(cudaEventRecord(a, st));
+          for (int j = 0; j < batch; ++j) once();
+          CS_CUDA(cudaEventRecord(b, st));
+          CS_CUDA(cudaEventSynchronize(b));
+          float ms = 0;
+          CS_CUDA(cudaEventElapsedTime(&ms, a, b));
+          std::lock_guard<std::mutex> lock(mu);
+          worst[static_cast<size_t>(s)] = std::max(worst[static_cast<size_t>(s)], ms * 1e-3 / batch);
+        }
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+  std::sort(worst.begin(), worst.end());
+  return worst[worst.size() / 2];
+}
+
+}  // namespace
+
+std::vector<CollectiveMeasurement> run_collective_bench(const CollectiveBenchOptions& opt) {
+  const int gpus = device_count();
+  if (gpus < 2) throw RealBackendError("the collectives and p2p suites need at least 2 GPUs; this machine has " + std::to_string(gpus));
+  std::vector<int> sizes;
+  for (int g = 2; g <= gpus; g *= 2) sizes.push_back(g);
+  if (sizes.back() != gpus) sizes.push_back(gpus);
+  const std::vector<std::string> ops = {"all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce", "all-to-all"};
+  const std::vector<std::pair<std::string, std::string>> algos = {{"ring", "Ring"}, {"tree", "Tree"}};
+  const std::vector<std::string> protos = {"LL", "LL128", "Simple"};
+  std::vector<int64_t> bytes;
+  for (int64_t b = opt.min_bytes; b <= opt.max_bytes; b *= 4) bytes.push_back(b);
+  const int total = static_cast<int>((opt.collectives ? sizes.size() * ops.size() * algos.size() * protos.size() : 0) * bytes.size() +
+                                     (opt.p2p ? protos.size() * bytes.size() : 0));
+  int done = 0;
+  std::vector<CollectiveMeasurement> out;
+  // Buffers on every GPU, big enough for the largest size.
+  std::vector<void*> send(static_cast<size_t>(gpus)), recv(static_cast<size_t>(gpus));
+  std::vector<cudaStream_t> streams(static_cast<size_t>(gpus));
+  for (int d = 0; d < gpus; ++d) {
+    CS_CUDA(cudaSetDevice(d));
+    CS_CUDA(cudaMalloc(&send[static_cast<size_t>(d)], static_cast<size_t>(opt.max_bytes)));
+    CS_CUDA(cudaMalloc(&recv[static_cast<size_t>(d)], static_cast<size_t>(opt.max_bytes) * static_cast<size_t>(gpus)));
+    CS_CUDA(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(d)], cudaStreamNonBlocking));
+  }
+  auto run = [&](const std::string& algo_env, const std::string& algo, const std::string& proto, int g,
+                 const std::vector<std::string>& which) {
+    // NCCL reads NCCL_ALGO / NCCL_PROTO when a communicator is created.
+    setenv("NCCL_ALGO", algo_env.c_str(), 1);
+    setenv("NCCL_PROTO", proto.c_str(), 1);
+    std::vector<ncclComm_t> comms(static_cast<size_t>(g));
+    std::vector<int> devs(static_cast<size_t>(g));
+    for (int i = 0; i < g; ++i) devs[static_cast<size_t>(i)] = i;
+    CS_NCCL(ncclCommInitAll(comms.data(), g, devs.data()));
+    for (const std::string& op : which)
+      for (int64_t b : bytes) {
+        const std::string key = "coll " + op + " " + algo + " " + proto + " " + std::to_string(g) + " " + std::to_string(b);
+        double t = 0;
+        if (!(opt.cached && opt.cached(key, t))) {
+          t = time_group(std::vector<ncclComm_t>(comms.begin(), comms.end()),
+                         std::vector<cudaStream_t>(streams.begin(), streams.begin() + g),
+                         std::vector<void*>(send.begin(), send.begin() + g), std::vector<void*>(recv.begin(), recv.begin() + g),
+                         op, b, opt.warmup, opt.reps);
+          if (opt.record) opt.record(key, t);
+        }
+        out.push_back({op, algo, proto, g, b, t});
+        if (opt.progress) opt.progress(++done, total, key);
+      }
+    for (auto c : comms) ncclCommDestroy(c);
+  };
+  if (opt.collectives)
+    for (const auto& [algo, env] : algos)
+      for (const std::string& proto : protos)
+        for (int g : sizes) run(env, algo, proto, g, ops);
+  if (opt.p2p)
+    for (const std::string& proto : protos) run("Ring", "p2p", proto, 2, {"send-recv"});
+  unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
+  for (int d = 0; d < gpus; ++d) {
+    cudaSetDevice(d);
+    cudaFree(send[static_cast<size_t>(d)]);
+    cudaFree(recv[static_cast<size_t>(d)]);
+    cudaStreamDestroy(streams[static_cast<size_t>(d)]);
+  }
+  return out;
+}
+
+}  // namespace clustersim::real
