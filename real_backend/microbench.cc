@@ -101,11 +101,11 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   r.cuda = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
   r.nccl = std::to_string(nccl / 10000) + "." + std::to_string((nccl % 10000) / 100) + "." + std::to_string(nccl % 100);
 
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> gemms;
+  std::vector<std::tuple<DType, int64_t, int64_t, int64_t>> gemms;
   // Powers of two and about halfway between in log scale (1.4·2^i, a multiple of 64) —
   // deliberately not 1.5·2^i: model widths (6144, 3072, …) stay off the grid, so the
   // validation scenarios test the interpolation.
-  std::vector<int64_t> axis_mn, axis_k;
+  std::vector<int64_t> axis_mn = {64, 128}, axis_k;
   for (int64_t v = 256; v <= 65536; v *= 2) {
     axis_mn.push_back(v);
     const int64_t mid = (v * 14 / 10 + 63) / 64 * 64;
@@ -113,11 +113,17 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   }
   for (int64_t v : axis_mn)
     if (v <= 32768) axis_k.push_back(v);
+  auto pow2 = [](int64_t v) { return (v & (v - 1)) == 0; };
   if (opt.gemm)
-    for (int64_t m : axis_mn)
-      for (int64_t n : axis_k)
-        for (int64_t k : axis_k)
-          if (static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 41)) gemms.emplace_back(m, n, k);
+    for (DType d : {DType::BF16, DType::FP16, DType::FP8}) {
+      if (!Gemm::supported(d, prop.major)) continue;
+      for (int64_t m : axis_mn)
+        for (int64_t n : axis_k)
+          for (int64_t k : axis_k) {
+            if (d != DType::BF16 && !(pow2(m) && pow2(n) && pow2(k) && m >= 256)) continue;
+            if (static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 41)) gemms.emplace_back(d, m, n, k);
+          }
+    }
   std::vector<std::pair<int64_t, int64_t>> attn;  // (head_dim, seq)
   if (opt.attention)
     for (int64_t d : {64, 128})
@@ -141,7 +147,7 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
 
   if (!gemms.empty()) {
     size_t a = 0, b = 0, c = 0;
-    for (auto [m, n, k] : gemms) {
+    for (auto [d, m, n, k] : gemms) {
       a = std::max(a, static_cast<size_t>(m * k * 2));
       b = std::max(b, static_cast<size_t>(k * n * 2));
       c = std::max(c, static_cast<size_t>(m * n * 2));
@@ -153,25 +159,26 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     // Bring the GPU to its working clocks before the first measurement (~0.3 s of work).
     for (int i = 0; i < 400; ++i) g.run(DType::BF16, 4096, 2048, 2048, 1, A.p, B.p, C.p, nullptr);
     CS_CUDA(cudaDeviceSynchronize());
-    for (auto [m, n, k] : gemms) {
-      set_context("calibration gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
-      const size_t sa = static_cast<size_t>(m * k * 2 + 255) / 256 * 256, sb = static_cast<size_t>(k * n * 2 + 255) / 256 * 256;
+    for (auto [d, m, n, k] : gemms) {
+      const std::string dt(to_string(d));
+      set_context("calibration gemm " + dt + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+      const size_t e = Gemm::element_bytes(d);
+      const size_t sa = static_cast<size_t>(m * k) * e / 256 * 256 + 256, sb = static_cast<size_t>(k * n) * e / 256 * 256 + 256;
       const size_t slots = std::min(slots_for(sa + sb, a), std::min(a / sa, b / sb));
       // A memory-bound kernel of about the GEMM's length between runs (estimated at the
       // roofline: FLOPs at 700 TFLOP/s, then bytes at 3 TB/s), as in a training step.
       const int64_t mix = std::clamp<int64_t>(static_cast<int64_t>(2.0 * m * n * k / 700e12 * 3e12), 4096, int64_t{1} << 30) / 16 * 16;
-      const double t = take("gemm bf16 " + std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k), [&] {
+      const double t = take("gemm " + dt + " " + std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k), [&] {
         return time_median(
             opt.warmup, opt.reps,
             [&](int i) {
               const size_t slot = static_cast<size_t>(i) % slots;
-              g.run(DType::BF16, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p,
-                    nullptr);
+              g.run(d, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p, nullptr);
             },
             [&] { memory_op(Mix.p, static_cast<char*>(Mix.p) + (int64_t{1} << 30), mix / 2, mix / 2, nullptr); });
       });
-      r.gemm.push_back({m, n, k, t});
-      tick("gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+      r.gemm.push_back({dt, m, n, k, t});
+      tick("gemm " + dt + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
     }
   }
   if (!attn.empty()) {

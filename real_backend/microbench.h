@@ -12,6 +12,7 @@
 namespace clustersim::real {
 
 struct GemmSample {
+  std::string dtype;  // "bf16", "fp16", "fp8"
   int64_t m, n, k;
   double seconds;
 };
@@ -28,7 +29,7 @@ struct MemorySample {
 
 struct MicrobenchResult {
   std::string gpu, driver, cuda, nccl;
-  std::vector<GemmSample> gemm;            // bf16
+  std::vector<GemmSample> gemm;
   std::vector<AttentionSample> attention;  // bf16
   std::vector<MemorySample> memory;
   double launch_gap_s = 0;
@@ -45,8 +46,9 @@ struct MicrobenchOptions {
   std::function<void(const std::string& key, double seconds)> record;
 };
 
-// The grids: GEMM m in {256 … 65536}, n and k in {256 … 32768}, each at powers of two
-// and about halfway between (1.4·2^i rounded to 64), at most 2^42
+// The grids: bf16 GEMMs with m in {64 … 65536}, n and k in {256 … 32768}, each at powers
+// of two and about halfway between (1.4·2^i rounded to 64), at most 2^42 FLOPs; fp16 and
+// fp8 (Hopper and later) at the powers of two only;
 // FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, 32
 // heads; memory 4 KiB … 4 GiB (×2).
 MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt);

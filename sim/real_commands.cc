@@ -162,7 +162,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (!r.gemm.empty()) {
     y += "  gemm_table:  # [dtype, m, n, k, seconds]\n";
     for (const auto& g : r.gemm)
-      y += "    - [bf16, " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) + ", " + num(g.seconds) + "]\n";
+      y += "    - [" + g.dtype + ", " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) + ", " + num(g.seconds) + "]\n";
   }
   if (!r.attention.empty()) {
     y += "  attention_table:  # [phase, head_dim, causal, seq, batch_heads, seconds]\n";
