@@ -148,8 +148,8 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   if (!gemms.empty()) {
     size_t a = 0, b = 0, c = 0;
     for (auto [d, m, n, k] : gemms) {
-      a = std::max(a, static_cast<size_t>(m * k * 2));
-      b = std::max(b, static_cast<size_t>(k * n * 2));
+      a = std::max(a, static_cast<size_t>(m * k * 2) + 256);
+      b = std::max(b, static_cast<size_t>(k * n * 2) + 256);
       c = std::max(c, static_cast<size_t>(m * n * 2));
     }
     Buf A(a), B(b), C(c), Mix(size_t{2} << 30);
@@ -164,7 +164,7 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       set_context("calibration gemm " + dt + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
       const size_t e = Gemm::element_bytes(d);
       const size_t sa = static_cast<size_t>(m * k) * e / 256 * 256 + 256, sb = static_cast<size_t>(k * n) * e / 256 * 256 + 256;
-      const size_t slots = std::min(slots_for(sa + sb, a), std::min(a / sa, b / sb));
+      const size_t slots = std::max<size_t>(1, std::min(slots_for(sa + sb, a), std::min(a / sa, b / sb)));
       // A memory-bound kernel of about the GEMM's length between runs (estimated at the
       // roofline: FLOPs at 700 TFLOP/s, then bytes at 3 TB/s), as in a training step.
       const int64_t mix = std::clamp<int64_t>(static_cast<int64_t>(2.0 * m * n * k / 700e12 * 3e12), 4096, int64_t{1} << 30) / 16 * 16;
