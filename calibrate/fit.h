@@ -18,9 +18,9 @@ struct CollectiveSample {
 struct CollectiveFit {
   std::string op, algo, proto;
   int ranks = 2;
-  double alpha_s = 0;          // latency
-  double beta_s_per_byte = 0;  // inverse bandwidth
-  double rms_rel_residual = 0; // sqrt(mean(((α + β·b) - t) / t)²)
+  double alpha_s = 0;           // latency
+  double beta_s_per_byte = 0;   // inverse bandwidth
+  double rms_rel_residual = 0;  // sqrt(mean(((α + β·b) - t) / t)²)
   int points = 0;
 };
 

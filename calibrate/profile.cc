@@ -59,7 +59,8 @@ void members(const YNode& map, const std::string& key, std::initializer_list<con
 }
 
 // Rows of a measurement table: lists of scalars of a fixed width.
-void read_table(const std::string& name, const YNode& table, const std::string& key, std::shared_ptr<MeasuredTables>& out) {
+void read_table(const std::string& name, const YNode& table, const std::string& key,
+                std::shared_ptr<MeasuredTables>& out) {
   if (table.kind != YNode::Kind::Seq) throw InputError(table.mark, key + " must be a list of rows");
   const size_t width = name == "gemm_table" ? 5 : name == "attention_table" ? 6 : 2;
   for (const YNode& row : table.seq) {
@@ -70,7 +71,8 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
     auto num = [&](size_t i, double lo) { return number(row.seq[i], key, lo, 1e30); };
     if (name == "gemm_table") {
       DType d;
-      if (!parse_dtype(row.seq[0].scalar, d)) throw InputError(row.seq[0].mark, key + ": unknown dtype '" + row.seq[0].scalar + "'");
+      if (!parse_dtype(row.seq[0].scalar, d))
+        throw InputError(row.seq[0].mark, key + ": unknown dtype '" + row.seq[0].scalar + "'");
       out->gemm.push_back(GemmPoint{d, static_cast<int64_t>(num(1, 1)), static_cast<int64_t>(num(2, 1)),
                                     static_cast<int64_t>(num(3, 1)), num(4, 1e-12)});
     } else if (name == "attention_table") {
@@ -78,9 +80,11 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
       if (phase != "forward" && phase != "backward")
         throw InputError(row.seq[0].mark, key + ": phase must be forward or backward, got '" + phase + "'");
       const std::string& causal = row.seq[2].scalar;
-      if (causal != "true" && causal != "false") throw InputError(row.seq[2].mark, key + ": causal must be true or false");
+      if (causal != "true" && causal != "false")
+        throw InputError(row.seq[2].mark, key + ": causal must be true or false");
       out->attention.push_back(AttentionPoint{phase == "backward", causal == "true", static_cast<int64_t>(num(1, 1)),
-                                              static_cast<int64_t>(num(3, 1)), static_cast<int64_t>(num(4, 1)), num(5, 1e-12)});
+                                              static_cast<int64_t>(num(3, 1)), static_cast<int64_t>(num(4, 1)),
+                                              num(5, 1e-12)});
     } else {
       out->memory.push_back(MemoryPoint{num(0, 1), num(1, 1e-12)});
     }
@@ -93,7 +97,8 @@ std::shared_ptr<const std::vector<CollectiveFitRow>> read_collective_table(const
   auto rows = std::make_shared<std::vector<CollectiveFitRow>>();
   for (const YNode& row : table.seq) {
     if (row.kind != YNode::Kind::Seq || row.seq.size() != 7)
-      throw InputError(row.mark, key + ": each row must be [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual]");
+      throw InputError(row.mark,
+                       key + ": each row must be [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual]");
     CollectiveFitRow f;
     f.op = row.seq[0].scalar;
     f.algo = row.seq[1].scalar;
@@ -121,78 +126,80 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
   p.path = path;
   if (root.kind == YNode::Kind::Null) return p;
   auto tables = std::make_shared<MeasuredTables>();
-  members(root, "profile", {"gpu", "date", "command", "driver", "cuda", "nccl", "compute", "network", "measurements"},
-          [&](const std::string& k, const YNode& v, const std::string& key) {
-            if (k == "gpu" && v.kind == YNode::Kind::Scalar) p.gpu = v.scalar;
-            if (k == "compute") {
-              members(v, key,
-                      {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead", "gemm_table",
-                       "attention_table", "memory_table"},
-                      [&](const std::string& c, const YNode& cv, const std::string& ck) {
-                        if (c == "launch_overhead")
-                          p.compute.launch_overhead_s = seconds(cv, ck);
-                        else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
-                          read_table(c, cv, ck, tables);
-                        else {
-                          const double e = number(cv, ck, 1e-6, 1.0);
-                          if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
-                          if (c == "attention_efficiency") p.compute.attention_efficiency = e;
-                          if (c == "memory_efficiency") p.compute.memory_efficiency = e;
-                        }
-                      });
-            }
-            if (k == "network") {
-              NetworkProfile& n = p.network;
-              members(v, key, {"link_efficiency", "nvls_efficiency", "protocols", "base_latency", "hop_latency", "collective_table"},
-                      [&](const std::string& nk, const YNode& nv, const std::string& nkey) {
-                        if (nk == "nvls_efficiency") n.nvls_efficiency = number(nv, nkey, 1e-6, 1.0);
-                        if (nk == "collective_table") n.collective_fits = read_collective_table(nv, nkey);
-                        if (nk == "link_efficiency")
-                          members(nv, nkey, {"nvlink", "pcie", "network"},
-                                  [&](const std::string& c, const YNode& x, const std::string& xk) {
-                                    n.link_efficiency[static_cast<size_t>(class_index(c))] = number(x, xk, 1e-6, 1.0);
-                                  });
-                        if (nk == "protocols")
-                          members(nv, nkey, {"LL", "LL128", "Simple"},
-                                  [&](const std::string& pr, const YNode& x, const std::string& xk) {
-                                    members(x, xk, {"bandwidth_efficiency", "chunk"},
-                                            [&](const std::string& f, const YNode& y, const std::string& yk) {
-                                              ProtocolParams& pp = n.protocols[static_cast<size_t>(protocol_index(pr))];
-                                              if (f == "chunk")
-                                                pp.chunk_bytes = bytes(y, yk);
-                                              else
-                                                pp.bandwidth_efficiency = number(y, yk, 1e-6, 1.0);
-                                            });
-                                  });
-                        if (nk == "base_latency")
-                          members(nv, nkey, {"ring", "tree", "nvls"},
-                                  [&](const std::string& fam, const YNode& x, const std::string& xk) {
-                                    members(x, xk, {"LL", "LL128", "Simple"},
-                                            [&](const std::string& pr, const YNode& y, const std::string& yk) {
-                                              n.base_latency[static_cast<size_t>(family_index(fam))]
-                                                            [static_cast<size_t>(protocol_index(pr))] = seconds(y, yk);
-                                            });
-                                  });
-                        if (nk == "hop_latency")
-                          members(nv, nkey, {"nvlink", "pcie", "network"},
-                                  [&](const std::string& c, const YNode& x, const std::string& xk) {
-                                    members(
-                                        x, xk, {"ring", "tree"},
-                                        [&](const std::string& fam, const YNode& y, const std::string& yk) {
-                                          members(
-                                              y, yk, {"LL", "LL128", "Simple"},
+  members(
+      root, "profile", {"gpu", "date", "command", "driver", "cuda", "nccl", "compute", "network", "measurements"},
+      [&](const std::string& k, const YNode& v, const std::string& key) {
+        if (k == "gpu" && v.kind == YNode::Kind::Scalar) p.gpu = v.scalar;
+        if (k == "compute") {
+          members(v, key,
+                  {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead", "gemm_table",
+                   "attention_table", "memory_table"},
+                  [&](const std::string& c, const YNode& cv, const std::string& ck) {
+                    if (c == "launch_overhead")
+                      p.compute.launch_overhead_s = seconds(cv, ck);
+                    else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
+                      read_table(c, cv, ck, tables);
+                    else {
+                      const double e = number(cv, ck, 1e-6, 1.0);
+                      if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
+                      if (c == "attention_efficiency") p.compute.attention_efficiency = e;
+                      if (c == "memory_efficiency") p.compute.memory_efficiency = e;
+                    }
+                  });
+        }
+        if (k == "network") {
+          NetworkProfile& n = p.network;
+          members(
+              v, key,
+              {"link_efficiency", "nvls_efficiency", "protocols", "base_latency", "hop_latency", "collective_table"},
+              [&](const std::string& nk, const YNode& nv, const std::string& nkey) {
+                if (nk == "nvls_efficiency") n.nvls_efficiency = number(nv, nkey, 1e-6, 1.0);
+                if (nk == "collective_table") n.collective_fits = read_collective_table(nv, nkey);
+                if (nk == "link_efficiency")
+                  members(nv, nkey, {"nvlink", "pcie", "network"},
+                          [&](const std::string& c, const YNode& x, const std::string& xk) {
+                            n.link_efficiency[static_cast<size_t>(class_index(c))] = number(x, xk, 1e-6, 1.0);
+                          });
+                if (nk == "protocols")
+                  members(nv, nkey, {"LL", "LL128", "Simple"},
+                          [&](const std::string& pr, const YNode& x, const std::string& xk) {
+                            members(x, xk, {"bandwidth_efficiency", "chunk"},
+                                    [&](const std::string& f, const YNode& y, const std::string& yk) {
+                                      ProtocolParams& pp = n.protocols[static_cast<size_t>(protocol_index(pr))];
+                                      if (f == "chunk")
+                                        pp.chunk_bytes = bytes(y, yk);
+                                      else
+                                        pp.bandwidth_efficiency = number(y, yk, 1e-6, 1.0);
+                                    });
+                          });
+                if (nk == "base_latency")
+                  members(nv, nkey, {"ring", "tree", "nvls"},
+                          [&](const std::string& fam, const YNode& x, const std::string& xk) {
+                            members(x, xk, {"LL", "LL128", "Simple"},
+                                    [&](const std::string& pr, const YNode& y, const std::string& yk) {
+                                      n.base_latency[static_cast<size_t>(family_index(fam))]
+                                                    [static_cast<size_t>(protocol_index(pr))] = seconds(y, yk);
+                                    });
+                          });
+                if (nk == "hop_latency")
+                  members(nv, nkey, {"nvlink", "pcie", "network"},
+                          [&](const std::string& c, const YNode& x, const std::string& xk) {
+                            members(x, xk, {"ring", "tree"},
+                                    [&](const std::string& fam, const YNode& y, const std::string& yk) {
+                                      members(y, yk, {"LL", "LL128", "Simple"},
                                               [&](const std::string& pr, const YNode& z, const std::string& zk) {
                                                 n.hop_latency[static_cast<size_t>(class_index(c))][static_cast<size_t>(
                                                     family_index(fam))][static_cast<size_t>(protocol_index(pr))] =
                                                     seconds(z, zk);
                                               });
-                                        });
-                                  });
-                      });
-            }
-          });
+                                    });
+                          });
+              });
+        }
+      });
   if (!tables->gemm.empty() || !tables->attention.empty() || !tables->memory.empty()) {
-    std::sort(tables->memory.begin(), tables->memory.end(), [](const MemoryPoint& a, const MemoryPoint& b) { return a.bytes < b.bytes; });
+    std::sort(tables->memory.begin(), tables->memory.end(),
+              [](const MemoryPoint& a, const MemoryPoint& b) { return a.bytes < b.bytes; });
     p.compute.measured = tables;
   }
   return p;

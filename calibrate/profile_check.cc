@@ -25,8 +25,10 @@ HeldOutError gemm_held_out_error(const CalibrationProfile& profile, const GpuSpe
     if (pow2(g.m)) mmax = std::max(mmax, g.m);
   for (const GemmPoint& g : all) {
     if (!pow2(g.n) || !pow2(g.k)) continue;
-    if (pow2(g.m)) kept->gemm.push_back(g);
-    else if (g.m < mmax) held.push_back(g);
+    if (pow2(g.m))
+      kept->gemm.push_back(g);
+    else if (g.m < mmax)
+      held.push_back(g);
   }
   ComputeProfile cp = profile.compute;
   cp.measured = kept;

@@ -66,8 +66,16 @@ double gemm_measured(const Op& op, const GpuSpec& gpu, const ComputeProfile& p, 
     auto axis = [](std::vector<double>& v, double x, double& lo, double& hi, double& t) {
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());
-      if (x <= v.front()) { lo = hi = v.front(); t = 0; return; }
-      if (x >= v.back()) { lo = hi = v.back(); t = 0; return; }
+      if (x <= v.front()) {
+        lo = hi = v.front();
+        t = 0;
+        return;
+      }
+      if (x >= v.back()) {
+        lo = hi = v.back();
+        t = 0;
+        return;
+      }
       auto it = std::upper_bound(v.begin(), v.end(), x);
       hi = *it;
       lo = *(it - 1);
@@ -93,7 +101,8 @@ double gemm_measured(const Op& op, const GpuSpec& gpu, const ComputeProfile& p, 
   }
   std::sort(near.begin(), near.end());
   if (near.size() > 8) near.resize(8);
-  if (near[0].first < 1e-12) return std::exp(near[0].second) * roofline(op, gpu, 1.0, 1.0, gemm_wave_efficiency(op, gpu, p));
+  if (near[0].first < 1e-12)
+    return std::exp(near[0].second) * roofline(op, gpu, 1.0, 1.0, gemm_wave_efficiency(op, gpu, p));
   double wsum = 0, acc = 0;
   for (auto [d2, lr] : near) {
     const double w = 1.0 / (d2 * d2);
@@ -154,9 +163,12 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
   if (op.kind == OpKind::Memory && bytes == 0 && op.flops == 0) return 0;
   if (p.measured) {
     double t = -1;
-    if (op.kind == OpKind::Gemm) t = gemm_measured(op, gpu, p, p.measured->gemm);
-    else if (op.kind == OpKind::Attention) t = attention_measured(op, gpu, p.measured->attention);
-    else if (op.kind == OpKind::Memory) t = memory_measured(op, p.measured->memory);
+    if (op.kind == OpKind::Gemm)
+      t = gemm_measured(op, gpu, p, p.measured->gemm);
+    else if (op.kind == OpKind::Attention)
+      t = attention_measured(op, gpu, p.measured->attention);
+    else if (op.kind == OpKind::Memory)
+      t = memory_measured(op, p.measured->memory);
     if (t >= 0) return t;
   }
   const double mem = bytes / (gpu.hbm_bandwidth * p.memory_efficiency);

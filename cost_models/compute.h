@@ -39,8 +39,8 @@ struct AttentionPoint {
   bool backward = false;
   bool causal = true;
   int64_t head_dim = 128;
-  int64_t seq = 0;            // q_len = kv_len
-  int64_t batch_heads = 1;    // batch × heads of the measurement
+  int64_t seq = 0;          // q_len = kv_len
+  int64_t batch_heads = 1;  // batch × heads of the measurement
   double seconds = 0;
 };
 struct MemoryPoint {

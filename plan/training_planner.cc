@@ -384,40 +384,30 @@ class StageBuilder {
   }
 
   // ---- attention, with ring attention across the CP group ----------------------------
-  uint32_t attention_forward(int32_t L, uint32_t qkv) {
+  // Ring attention: the local K/V block first, then cp - 1 blocks arriving from the ring
+  // predecessor while the block at hand is computed (load-balanced causal split). Forward
+  // passes K and V on as they arrive; backward passes K, V and their gradients (twice the
+  // bytes) once each block's gradients are done.
+  uint32_t ring_attention(int32_t L, Phase ph, uint32_t input) {
+    const bool fwd = ph == Phase::Forward;
     const int64_t q = m_.seq_len / l_.cp;
-    if (l_.cp == 1) return add_attention("attention", Phase::Forward, L, q, q, deps(qkv));
-    // Ring attention: the local K/V block first, then cp-1 blocks arriving from the ring
-    // predecessor while the previous block is computed (load-balanced causal split).
-    const double kv = 2.0 * static_cast<double>(l_.micro_batch * q * (m_.kv_heads / t_) * m_.head_dim() * e_);
-    uint32_t at = add_attention("attention-block", Phase::Forward, L, q, q, deps(qkv));
-    uint32_t have = qkv;
+    const char* block = fwd ? "attention-block" : "attention-block-backward";
+    if (l_.cp == 1) return add_attention(fwd ? "attention" : "attention-backward", ph, L, q, q, deps(input));
+    const double kv =
+        (fwd ? 2.0 : 4.0) * static_cast<double>(l_.micro_batch * q * (m_.kv_heads / t_) * m_.head_dim() * e_);
+    uint32_t at = add_attention(block, ph, L, q, q, deps(input));
+    uint32_t have = fwd ? input : at;
     for (int64_t i = 1; i < l_.cp; ++i) {
-      add_p2p("cp-kv-send", OpKind::Send, GroupKind::CP, 1, "cp-send", Phase::Forward, L, kv, deps(have), true);
-      const uint32_t recv = add_p2p("cp-kv-recv", OpKind::Recv, GroupKind::CP, static_cast<int32_t>(l_.cp - 1),
-                                    "cp-recv", Phase::Forward, L, kv, deps(have), true);
-      at = add_attention("attention-block", Phase::Forward, L, q, q, deps(recv, at));
-      have = recv;
+      add_p2p(fwd ? "cp-kv-send" : "cp-dkv-send", OpKind::Send, GroupKind::CP, 1, "cp-send", ph, L, kv, deps(have),
+              true);
+      const uint32_t recv = add_p2p(fwd ? "cp-kv-recv" : "cp-dkv-recv", OpKind::Recv, GroupKind::CP,
+                                    static_cast<int32_t>(l_.cp - 1), "cp-recv", ph, L, kv, deps(have), true);
+      at = add_attention(block, ph, L, q, q, deps(recv, at));
+      have = fwd ? recv : at;
     }
-    return add_memory("attention-merge", Phase::Forward, L, 2 * act_bytes(), act_bytes(),
+    if (!fwd) return at;
+    return add_memory("attention-merge", ph, L, 2 * act_bytes(), act_bytes(),
                       4.0 * act_bytes() / static_cast<double>(e_), deps(at));
-  }
-
-  uint32_t attention_backward(int32_t L, uint32_t dy) {
-    const int64_t q = m_.seq_len / l_.cp;
-    if (l_.cp == 1) return add_attention("attention-backward", Phase::Backward, L, q, q, deps(dy));
-    // K/V and their gradients travel the ring together.
-    const double kv = 4.0 * static_cast<double>(l_.micro_batch * q * (m_.kv_heads / t_) * m_.head_dim() * e_);
-    uint32_t at = add_attention("attention-block-backward", Phase::Backward, L, q, q, deps(dy));
-    uint32_t have = at;
-    for (int64_t i = 1; i < l_.cp; ++i) {
-      add_p2p("cp-dkv-send", OpKind::Send, GroupKind::CP, 1, "cp-send", Phase::Backward, L, kv, deps(have), true);
-      const uint32_t recv = add_p2p("cp-dkv-recv", OpKind::Recv, GroupKind::CP, static_cast<int32_t>(l_.cp - 1),
-                                    "cp-recv", Phase::Backward, L, kv, deps(have), true);
-      at = add_attention("attention-block-backward", Phase::Backward, L, q, q, deps(recv, at));
-      have = at;
-    }
-    return at;
   }
 
   // ---- the MLP: dense, or router + experts (+ shared experts) -------------------------
@@ -530,7 +520,7 @@ class StageBuilder {
     uint32_t in = tp_gather("allgather-qkv-input", ph, L, ln);
     uint32_t qkv = add_gemm("qkv", ph, L, tokens_, qkv_, h, deps(in));
     uint32_t at = recomputing_ ? add_attention("attention", ph, L, m_.seq_len / l_.cp, m_.seq_len / l_.cp, deps(qkv))
-                               : attention_forward(L, qkv);
+                               : ring_attention(L, Phase::Forward, qkv);
     uint32_t proj = add_gemm("attn-proj", ph, L, tokens_, h, m_.heads * m_.head_dim() / t_, deps(at));
     uint32_t red = tp_reduce("tp-allreduce-attn", "reduce-scatter-attn", ph, L, proj);
     uint32_t ln2 =
@@ -625,7 +615,7 @@ class StageBuilder {
           add_gemm("attn-proj-dgrad", Phase::Backward, L, tokens_, m_.heads * m_.head_dim() / t_, h, deps(dy2));
       uint32_t proj_w =
           add_gemm("attn-proj-wgrad", Phase::Backward, L, h, m_.heads * m_.head_dim() / t_, tokens_, deps(dy2));
-      uint32_t at = attention_backward(L, proj_d);
+      uint32_t at = ring_attention(L, Phase::Backward, proj_d);
       uint32_t qkv_d = add_gemm("qkv-dgrad", Phase::Backward, L, tokens_, h, qkv_, deps(at));
       uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at);
       uint32_t qkv_w = add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w));

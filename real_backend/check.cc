@@ -9,7 +9,8 @@ void set_context(const std::string& what) { g_context = what; }
 const std::string& context() { return g_context; }
 
 static std::string where(const char* call, const char* file, int line) {
-  return std::string(call) + " at " + file + ":" + std::to_string(line) + (g_context.empty() ? "" : " while running " + g_context);
+  return std::string(call) + " at " + file + ":" + std::to_string(line) +
+         (g_context.empty() ? "" : " while running " + g_context);
 }
 
 void fail_cuda(int code, const char* name, const char* call, const char* file, int line) {
@@ -23,7 +24,8 @@ void fail_cublas(int code, const char* call, const char* file, int line) {
 }
 
 void fail_nccl(int code, const char* name, const char* call, const char* file, int line) {
-  throw RealBackendError(std::string("NCCL error ") + std::to_string(code) + " (" + name + ") in " + where(call, file, line));
+  throw RealBackendError(std::string("NCCL error ") + std::to_string(code) + " (" + name + ") in " +
+                         where(call, file, line));
 }
 
 }  // namespace clustersim::real

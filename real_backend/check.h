@@ -22,19 +22,20 @@ const std::string& context();
 
 }  // namespace clustersim::real
 
-#define CS_CUDA(call)                                                                                       \
-  do {                                                                                                      \
-    cudaError_t cs_e_ = (call);                                                                             \
-    if (cs_e_ != cudaSuccess) ::clustersim::real::fail_cuda(cs_e_, cudaGetErrorString(cs_e_), #call, __FILE__, __LINE__); \
+#define CS_CUDA(call)                                                                             \
+  do {                                                                                            \
+    cudaError_t cs_e_ = (call);                                                                   \
+    if (cs_e_ != cudaSuccess)                                                                     \
+      ::clustersim::real::fail_cuda(cs_e_, cudaGetErrorString(cs_e_), #call, __FILE__, __LINE__); \
   } while (0)
-#define CS_CUBLAS(call)                                                                             \
-  do {                                                                                              \
-    cublasStatus_t cs_s_ = (call);                                                                  \
+#define CS_CUBLAS(call)                                                                                    \
+  do {                                                                                                     \
+    cublasStatus_t cs_s_ = (call);                                                                         \
     if (cs_s_ != CUBLAS_STATUS_SUCCESS) ::clustersim::real::fail_cublas(cs_s_, #call, __FILE__, __LINE__); \
   } while (0)
-#define CS_NCCL(call)                                                                                         \
-  do {                                                                                                        \
-    ncclResult_t cs_r_ = (call);                                                                              \
-    if (cs_r_ != ncclSuccess && cs_r_ != ncclInProgress)                                                      \
-      ::clustersim::real::fail_nccl(cs_r_, ncclGetErrorString(cs_r_), #call, __FILE__, __LINE__);             \
+#define CS_NCCL(call)                                                                             \
+  do {                                                                                            \
+    ncclResult_t cs_r_ = (call);                                                                  \
+    if (cs_r_ != ncclSuccess && cs_r_ != ncclInProgress)                                          \
+      ::clustersim::real::fail_nccl(cs_r_, ncclGetErrorString(cs_r_), #call, __FILE__, __LINE__); \
   } while (0)

@@ -32,11 +32,16 @@ double time_group(const std::vector<ncclComm_t>& comms, const std::vector<cudaSt
         ncclComm_t c = comms[static_cast<size_t>(r)];
         const size_t count = static_cast<size_t>(bytes) / 2;  // bf16 elements
         auto once = [&] {
-          if (op == "all-reduce") CS_NCCL(ncclAllReduce(send[r], recv[r], count, ncclBfloat16, ncclSum, c, st));
-          else if (op == "all-gather") CS_NCCL(ncclAllGather(send[r], recv[r], count / n, ncclBfloat16, c, st));
-          else if (op == "reduce-scatter") CS_NCCL(ncclReduceScatter(send[r], recv[r], count / n, ncclBfloat16, ncclSum, c, st));
-          else if (op == "broadcast") CS_NCCL(ncclBroadcast(send[r], recv[r], count, ncclBfloat16, 0, c, st));
-          else if (op == "reduce") CS_NCCL(ncclReduce(send[r], recv[r], count, ncclBfloat16, ncclSum, 0, c, st));
+          if (op == "all-reduce")
+            CS_NCCL(ncclAllReduce(send[r], recv[r], count, ncclBfloat16, ncclSum, c, st));
+          else if (op == "all-gather")
+            CS_NCCL(ncclAllGather(send[r], recv[r], count / n, ncclBfloat16, c, st));
+          else if (op == "reduce-scatter")
+            CS_NCCL(ncclReduceScatter(send[r], recv[r], count / n, ncclBfloat16, ncclSum, c, st));
+          else if (op == "broadcast")
+            CS_NCCL(ncclBroadcast(send[r], recv[r], count, ncclBfloat16, 0, c, st));
+          else if (op == "reduce")
+            CS_NCCL(ncclReduce(send[r], recv[r], count, ncclBfloat16, ncclSum, 0, c, st));
           else if (op == "all-to-all") {
             const size_t per = static_cast<size_t>(bytes) / static_cast<size_t>(n);
             CS_NCCL(ncclGroupStart());
@@ -84,17 +89,21 @@ double time_group(const std::vector<ncclComm_t>& comms, const std::vector<cudaSt
 
 std::vector<CollectiveMeasurement> run_collective_bench(const CollectiveBenchOptions& opt) {
   const int gpus = device_count();
-  if (gpus < 2) throw RealBackendError("the collectives and p2p suites need at least 2 GPUs; this machine has " + std::to_string(gpus));
+  if (gpus < 2)
+    throw RealBackendError("the collectives and p2p suites need at least 2 GPUs; this machine has " +
+                           std::to_string(gpus));
   std::vector<int> sizes;
   for (int g = 2; g <= gpus; g *= 2) sizes.push_back(g);
   if (sizes.back() != gpus) sizes.push_back(gpus);
-  const std::vector<std::string> ops = {"all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce", "all-to-all"};
+  const std::vector<std::string> ops = {"all-reduce", "all-gather", "reduce-scatter",
+                                        "broadcast",  "reduce",     "all-to-all"};
   const std::vector<std::pair<std::string, std::string>> algos = {{"ring", "Ring"}, {"tree", "Tree"}};
   const std::vector<std::string> protos = {"LL", "LL128", "Simple"};
   std::vector<int64_t> bytes;
   for (int64_t b = opt.min_bytes; b <= opt.max_bytes; b *= 4) bytes.push_back(b);
-  const int total = static_cast<int>((opt.collectives ? sizes.size() * ops.size() * algos.size() * protos.size() : 0) * bytes.size() +
-                                     (opt.p2p ? protos.size() * bytes.size() : 0));
+  const int total =
+      static_cast<int>((opt.collectives ? sizes.size() * ops.size() * algos.size() * protos.size() : 0) * bytes.size() +
+                       (opt.p2p ? protos.size() * bytes.size() : 0));
   int done = 0;
   std::vector<CollectiveMeasurement> out;
   // Buffers on every GPU, big enough for the largest size.
@@ -117,13 +126,14 @@ std::vector<CollectiveMeasurement> run_collective_bench(const CollectiveBenchOpt
     CS_NCCL(ncclCommInitAll(comms.data(), g, devs.data()));
     for (const std::string& op : which)
       for (int64_t b : bytes) {
-        const std::string key = "coll " + op + " " + algo + " " + proto + " " + std::to_string(g) + " " + std::to_string(b);
+        const std::string key =
+            "coll " + op + " " + algo + " " + proto + " " + std::to_string(g) + " " + std::to_string(b);
         double t = 0;
         if (!(opt.cached && opt.cached(key, t))) {
           t = time_group(std::vector<ncclComm_t>(comms.begin(), comms.end()),
                          std::vector<cudaStream_t>(streams.begin(), streams.begin() + g),
-                         std::vector<void*>(send.begin(), send.begin() + g), std::vector<void*>(recv.begin(), recv.begin() + g),
-                         op, b, opt.warmup, opt.reps);
+                         std::vector<void*>(send.begin(), send.begin() + g),
+                         std::vector<void*>(recv.begin(), recv.begin() + g), op, b, opt.warmup, opt.reps);
           if (opt.record) opt.record(key, t);
         }
         out.push_back({op, algo, proto, g, b, t});

@@ -7,18 +7,25 @@ namespace {
 
 cudaDataType_t in_type(DType d) {
   switch (d) {
-    case DType::FP32: return CUDA_R_32F;
-    case DType::FP16: return CUDA_R_16F;
-    case DType::FP8: return CUDA_R_8F_E4M3;
-    default: return CUDA_R_16BF;
+    case DType::FP32:
+      return CUDA_R_32F;
+    case DType::FP16:
+      return CUDA_R_16F;
+    case DType::FP8:
+      return CUDA_R_8F_E4M3;
+    default:
+      return CUDA_R_16BF;
   }
 }
 
 cudaDataType_t out_type(DType d) {
   switch (d) {
-    case DType::FP32: return CUDA_R_32F;
-    case DType::FP16: return CUDA_R_16F;
-    default: return CUDA_R_16BF;  // fp8 products are written in bf16
+    case DType::FP32:
+      return CUDA_R_32F;
+    case DType::FP16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_16BF;  // fp8 products are written in bf16
   }
 }
 
@@ -69,7 +76,8 @@ Gemm::Entry& Gemm::entry(DType d, int64_t m, int64_t n, int64_t k, int64_t batch
     const int64_t sa = n * k, sb = k * m, sc = n * m;
     for (auto [layout, stride] : {std::pair{e.a, sa}, {e.b, sb}, {e.c, sc}}) {
       CS_CUBLAS(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-      CS_CUBLAS(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+      CS_CUBLAS(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                 sizeof stride));
     }
   }
   cublasLtMatmulPreference_t pref;
@@ -81,8 +89,9 @@ Gemm::Entry& Gemm::entry(DType d, int64_t m, int64_t n, int64_t k, int64_t batch
   CS_CUBLAS(cublasLtMatmulAlgoGetHeuristic(handle_, e.desc, e.a, e.b, e.c, e.c, pref, 1, &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0)
-    throw RealBackendError("cuBLASLt has no algorithm for a " + std::string(to_string(d)) + " GEMM " + std::to_string(m) + "x" +
-                           std::to_string(n) + "x" + std::to_string(k) + " while running " + context());
+    throw RealBackendError("cuBLASLt has no algorithm for a " + std::string(to_string(d)) + " GEMM " +
+                           std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " while running " +
+                           context());
   e.algo = result.algo;
   return cache_.emplace(key, e).first->second;
 }

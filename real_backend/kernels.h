@@ -19,8 +19,8 @@ struct AttentionShape {
 
 // Q [b, h, q, d], K/V [b, hkv, kv, d], O [b, h, q, d], lse [b, h, q] (log2 domain).
 // head_dim must be 64 or 128.
-void attention_forward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
-                       cudaStream_t stream);
+void attention_forward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
+                       float* lse, cudaStream_t stream);
 // dq/dk/dv are fp32 accumulators (zeroed here), then converted into dq16/dk16/dv16.
 void attention_backward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,
                         const void* dout, const float* lse, float* delta, float* dq, float* dk, float* dv, void* dq16,

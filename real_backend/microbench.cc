@@ -80,7 +80,9 @@ struct Buf {
   void* p = nullptr;
   explicit Buf(size_t bytes) {
     const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) throw RealBackendError("calibration: cannot allocate " + std::to_string(bytes >> 20) + " MiB: " + cudaGetErrorString(e));
+    if (e != cudaSuccess)
+      throw RealBackendError("calibration: cannot allocate " + std::to_string(bytes >> 20) +
+                             " MiB: " + cudaGetErrorString(e));
   }
   ~Buf() { cudaFree(p); }
 };
@@ -161,22 +163,27 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     CS_CUDA(cudaDeviceSynchronize());
     for (auto [d, m, n, k] : gemms) {
       const std::string dt(to_string(d));
-      set_context("calibration gemm " + dt + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+      set_context("calibration gemm " + dt + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                  std::to_string(k));
       const size_t e = Gemm::element_bytes(d);
-      const size_t sa = static_cast<size_t>(m * k) * e / 256 * 256 + 256, sb = static_cast<size_t>(k * n) * e / 256 * 256 + 256;
+      const size_t sa = static_cast<size_t>(m * k) * e / 256 * 256 + 256,
+                   sb = static_cast<size_t>(k * n) * e / 256 * 256 + 256;
       const size_t slots = std::max<size_t>(1, std::min(slots_for(sa + sb, a), std::min(a / sa, b / sb)));
       // A memory-bound kernel of about the GEMM's length between runs (estimated at the
       // roofline: FLOPs at 700 TFLOP/s, then bytes at 3 TB/s), as in a training step.
-      const int64_t mix = std::clamp<int64_t>(static_cast<int64_t>(2.0 * m * n * k / 700e12 * 3e12), 4096, int64_t{1} << 30) / 16 * 16;
-      const double t = take("gemm " + dt + " " + std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k), [&] {
-        return time_median(
-            opt.warmup, opt.reps,
-            [&](int i) {
-              const size_t slot = static_cast<size_t>(i) % slots;
-              g.run(d, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p, nullptr);
-            },
-            [&] { memory_op(Mix.p, static_cast<char*>(Mix.p) + (int64_t{1} << 30), mix / 2, mix / 2, nullptr); });
-      });
+      const int64_t mix =
+          std::clamp<int64_t>(static_cast<int64_t>(2.0 * m * n * k / 700e12 * 3e12), 4096, int64_t{1} << 30) / 16 * 16;
+      const double t =
+          take("gemm " + dt + " " + std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k), [&] {
+            return time_median(
+                opt.warmup, opt.reps,
+                [&](int i) {
+                  const size_t slot = static_cast<size_t>(i) % slots;
+                  g.run(d, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p,
+                        nullptr);
+                },
+                [&] { memory_op(Mix.p, static_cast<char*>(Mix.p) + (int64_t{1} << 30), mix / 2, mix / 2, nullptr); });
+          });
       r.gemm.push_back({dt, m, n, k, t});
       tick("gemm " + dt + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
     }
@@ -188,9 +195,16 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     Buf dq(qn * 4), dk(qn * 4), dv(qn * 4), dq16(qn * 2), dk16(qn * 2), dv16(qn * 2);
     for (void* p : {q.p, k.p, v.p, dout.p}) fill_random(Elem::BF16, p, static_cast<int64_t>(qn), 3, 1.f, nullptr);
     for (auto [d, s] : attn) {
-      AttentionShape sh{1, static_cast<int>(bh), static_cast<int>(bh), static_cast<int>(s), static_cast<int>(s), static_cast<int>(d), true};
+      AttentionShape sh{1,
+                        static_cast<int>(bh),
+                        static_cast<int>(bh),
+                        static_cast<int>(s),
+                        static_cast<int>(s),
+                        static_cast<int>(d),
+                        true};
       set_context("calibration attention d" + std::to_string(d) + " s" + std::to_string(s));
-      const std::string key = " bf16 d" + std::to_string(d) + " s" + std::to_string(s) + " bh" + std::to_string(bh) + " causal";
+      const std::string key =
+          " bf16 d" + std::to_string(d) + " s" + std::to_string(s) + " bh" + std::to_string(bh) + " causal";
       const double f = take("attention forward" + key, [&] {
         return time_median(opt.warmup, opt.reps, [&](int) {
           attention_forward(Elem::BF16, sh, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), nullptr);
@@ -214,11 +228,13 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     Buf in(static_cast<size_t>(maxb / 2)), out(static_cast<size_t>(maxb / 2));
     for (int64_t b : mem) {
       const size_t half = static_cast<size_t>(b / 2 + 255) / 256 * 256;
-      const size_t slots = std::min(slots_for(2 * half, static_cast<size_t>(maxb)), static_cast<size_t>(maxb / 2) / half);
+      const size_t slots =
+          std::min(slots_for(2 * half, static_cast<size_t>(maxb)), static_cast<size_t>(maxb / 2) / half);
       const double t = take("memory " + std::to_string(b), [&] {
         return time_median(opt.warmup, opt.reps, [&](int i) {
           const size_t slot = static_cast<size_t>(i) % std::max<size_t>(1, slots);
-          memory_op(static_cast<char*>(in.p) + slot * half, static_cast<char*>(out.p) + slot * half, b / 2, b / 2, nullptr);
+          memory_op(static_cast<char*>(in.p) + slot * half, static_cast<char*>(out.p) + slot * half, b / 2, b / 2,
+                    nullptr);
         });
       });
       r.memory.push_back({b, t});

@@ -54,7 +54,8 @@ MpiRun run_plan_mpi(const Plan& plan, const RealOptions& opt) {
   int total = 0;
   for (int i = 0; i < size; ++i) offsets[static_cast<size_t>(i)] = total, total += counts[static_cast<size_t>(i)];
   std::vector<SpanRecord> all(out.rank == 0 ? static_cast<size_t>(total) / sizeof(SpanRecord) : 0);
-  MPI_Gatherv(local_result.spans.data(), bytes, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, 0, MPI_COMM_WORLD);
+  MPI_Gatherv(local_result.spans.data(), bytes, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, 0,
+              MPI_COMM_WORLD);
   out.result = std::move(local_result);
   out.result.iteration_s = iters;
   std::vector<double> sorted = iters;

@@ -23,22 +23,26 @@ Elem elem_of(DType d) { return d == DType::FP16 ? Elem::FP16 : Elem::BF16; }
 
 ncclDataType_t nccl_type(DType d) {
   switch (d) {
-    case DType::FP32: return ncclFloat32;
-    case DType::FP16: return ncclFloat16;
+    case DType::FP32:
+      return ncclFloat32;
+    case DType::FP16:
+      return ncclFloat16;
     case DType::FP8:
     case DType::INT8:
-    case DType::INT4: return ncclInt8;
-    default: return ncclBfloat16;
+    case DType::INT4:
+      return ncclInt8;
+    default:
+      return ncclBfloat16;
   }
 }
 size_t nccl_bytes(ncclDataType_t t) { return t == ncclFloat32 ? 4 : t == ncclInt8 ? 1 : 2; }
 
 // Device buffers big enough for the largest op of a program.
 struct Buffers {
-  void* a = nullptr;  // GEMM A / attention Q / memory-op input / send buffer
-  void* b = nullptr;  // GEMM B / attention K, V / receive buffer
-  void* c = nullptr;  // GEMM C / attention O and gradients / memory-op output
-  float* f = nullptr; // attention fp32 accumulators and statistics
+  void* a = nullptr;   // GEMM A / attention Q / memory-op input / send buffer
+  void* b = nullptr;   // GEMM B / attention K, V / receive buffer
+  void* c = nullptr;   // GEMM C / attention O and gradients / memory-op output
+  float* f = nullptr;  // attention fp32 accumulators and statistics
   size_t a_bytes = 0, b_bytes = 0, c_bytes = 0, f_bytes = 0;
 };
 
@@ -79,7 +83,8 @@ void size_buffers(const Program& prog, Buffers& buf) {
       case OpKind::Gemm:
         buf.a_bytes = std::max(buf.a_bytes, static_cast<size_t>(op.m * op.k * op.batch) * e);
         buf.b_bytes = std::max(buf.b_bytes, static_cast<size_t>(op.k * op.n * op.batch) * e);
-        buf.c_bytes = std::max(buf.c_bytes, static_cast<size_t>(op.m * op.n * op.batch) * 2 * (op.dtype == DType::FP32 ? 2 : 1));
+        buf.c_bytes =
+            std::max(buf.c_bytes, static_cast<size_t>(op.m * op.n * op.batch) * 2 * (op.dtype == DType::FP32 ? 2 : 1));
         break;
       case OpKind::Attention: {
         const size_t qn = static_cast<size_t>(op.batch * op.heads * op.q_len * op.head_dim);
@@ -108,8 +113,8 @@ void* allocate(size_t bytes, const char* what, int rank) {
   if (bytes == 0) bytes = 256;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess)
-    throw RealBackendError("rank " + std::to_string(rank) + ": cannot allocate " + std::to_string(bytes >> 20) + " MiB for " + what +
-                           ": " + cudaGetErrorString(e));
+    throw RealBackendError("rank " + std::to_string(rank) + ": cannot allocate " + std::to_string(bytes >> 20) +
+                           " MiB for " + what + ": " + cudaGetErrorString(e));
   return p;
 }
 
@@ -129,7 +134,10 @@ struct RankRun {
 class Runner {
  public:
   Runner(const Plan& plan, const RealOptions& opt, Launch launch)
-      : plan_(plan), opt_(opt), launch_(std::move(launch)), barrier_(static_cast<std::ptrdiff_t>(launch_.ranks.size())) {}
+      : plan_(plan),
+        opt_(opt),
+        launch_(std::move(launch)),
+        barrier_(static_cast<std::ptrdiff_t>(launch_.ranks.size())) {}
 
   RealResult run() {
     const size_t n = launch_.ranks.size();
@@ -181,7 +189,8 @@ class Runner {
         const auto& m = plan_.groups[static_cast<size_t>(g)].ranks;
         key = static_cast<int>(std::find(m.begin(), m.end(), r) - m.begin());
       }
-      CS_NCCL(ncclCommSplit(world_[local], g >= 0 ? g : NCCL_SPLIT_NOCOLOR, key, &rr.comms[static_cast<size_t>(k)], nullptr));
+      CS_NCCL(ncclCommSplit(world_[local], g >= 0 ? g : NCCL_SPLIT_NOCOLOR, key, &rr.comms[static_cast<size_t>(k)],
+                            nullptr));
     }
     for (size_t s = 0; s < rr.prog->streams.size(); ++s) {
       cudaStream_t st;
@@ -240,8 +249,10 @@ class Runner {
       bool done = true;
       for (auto s : rr.streams) {
         const cudaError_t q = cudaStreamQuery(s);
-        if (q == cudaErrorNotReady) done = false;
-        else if (q != cudaSuccess) CS_CUDA(q);
+        if (q == cudaErrorNotReady)
+          done = false;
+        else if (q != cudaSuccess)
+          CS_CUDA(q);
       }
       if (done) return;
       for (auto c : rr.comms) {
@@ -249,7 +260,8 @@ class Runner {
         ncclResult_t async = ncclSuccess;
         CS_NCCL(ncclCommGetAsyncError(c, &async));
         if (async != ncclSuccess && async != ncclInProgress)
-          throw RealBackendError("rank " + std::to_string(rr.rank) + ": NCCL asynchronous error " + ncclGetErrorString(async));
+          throw RealBackendError("rank " + std::to_string(rr.rank) + ": NCCL asynchronous error " +
+                                 ncclGetErrorString(async));
       }
       if (failed_) throw RealBackendError("rank " + std::to_string(rr.rank) + ": stopped because another rank failed");
       if (std::chrono::steady_clock::now() > deadline)
@@ -274,10 +286,17 @@ class Runner {
     b.b = static_cast<char*>(b.b) + op_offset(i + 7919, kPool);
     b.c = static_cast<char*>(b.c) + op_offset(i + 104729, kPool);
     switch (op.kind) {
-      case OpKind::Gemm: gemm.run(op.dtype, op.m, op.n, op.k, op.batch, b.a, b.b, b.c, st); break;
+      case OpKind::Gemm:
+        gemm.run(op.dtype, op.m, op.n, op.k, op.batch, b.a, b.b, b.c, st);
+        break;
       case OpKind::Attention: {
-        AttentionShape s{static_cast<int>(op.batch), static_cast<int>(op.heads), static_cast<int>(op.kv_heads),
-                         static_cast<int>(op.q_len), static_cast<int>(op.kv_len), static_cast<int>(op.head_dim), op.causal};
+        AttentionShape s{static_cast<int>(op.batch),
+                         static_cast<int>(op.heads),
+                         static_cast<int>(op.kv_heads),
+                         static_cast<int>(op.q_len),
+                         static_cast<int>(op.kv_len),
+                         static_cast<int>(op.head_dim),
+                         op.causal};
         const AttnLayout l = attn_layout(op, 2);
         char* c = static_cast<char*>(b.c);
         const size_t qn = static_cast<size_t>(op.batch * op.heads * op.q_len * op.head_dim) * 2;
@@ -291,10 +310,16 @@ class Runner {
         }
         break;
       }
-      case OpKind::Memory: memory_op(b.a, b.c, op.bytes_read, op.bytes_written, st); break;
-      case OpKind::Collective: collective(rr, op, st); break;
+      case OpKind::Memory:
+        memory_op(b.a, b.c, op.bytes_read, op.bytes_written, st);
+        break;
+      case OpKind::Collective:
+        collective(rr, op, st);
+        break;
       case OpKind::Send:
-      case OpKind::Recv: p2p(rr, op, st); break;
+      case OpKind::Recv:
+        p2p(rr, op, st);
+        break;
     }
     CS_CUDA(cudaEventRecord(rr.end[i], st));
   }
@@ -312,17 +337,29 @@ class Runner {
     const ncclDataType_t t = nccl_type(op.dtype);
     const size_t count = static_cast<size_t>(op.bytes) / nccl_bytes(t);
     switch (op.collective) {
-      case CollectiveKind::AllReduce: CS_NCCL(ncclAllReduce(rr.buf.a, rr.buf.b, count, t, ncclSum, comm, st)); break;
-      case CollectiveKind::AllGather: CS_NCCL(ncclAllGather(rr.buf.a, rr.buf.b, count / p, t, comm, st)); break;
-      case CollectiveKind::ReduceScatter: CS_NCCL(ncclReduceScatter(rr.buf.a, rr.buf.b, count / p, t, ncclSum, comm, st)); break;
-      case CollectiveKind::Broadcast: CS_NCCL(ncclBroadcast(rr.buf.a, rr.buf.b, count, t, 0, comm, st)); break;
-      case CollectiveKind::Reduce: CS_NCCL(ncclReduce(rr.buf.a, rr.buf.b, count, t, ncclSum, 0, comm, st)); break;
+      case CollectiveKind::AllReduce:
+        CS_NCCL(ncclAllReduce(rr.buf.a, rr.buf.b, count, t, ncclSum, comm, st));
+        break;
+      case CollectiveKind::AllGather:
+        CS_NCCL(ncclAllGather(rr.buf.a, rr.buf.b, count / p, t, comm, st));
+        break;
+      case CollectiveKind::ReduceScatter:
+        CS_NCCL(ncclReduceScatter(rr.buf.a, rr.buf.b, count / p, t, ncclSum, comm, st));
+        break;
+      case CollectiveKind::Broadcast:
+        CS_NCCL(ncclBroadcast(rr.buf.a, rr.buf.b, count, t, 0, comm, st));
+        break;
+      case CollectiveKind::Reduce:
+        CS_NCCL(ncclReduce(rr.buf.a, rr.buf.b, count, t, ncclSum, 0, comm, st));
+        break;
       case CollectiveKind::AllToAll: {
         const size_t per = static_cast<size_t>(op.bytes) / static_cast<size_t>(p);
         CS_NCCL(ncclGroupStart());
         for (int peer = 0; peer < p; ++peer) {
-          CS_NCCL(ncclSend(static_cast<char*>(rr.buf.a) + per * static_cast<size_t>(peer), per, ncclInt8, peer, comm, st));
-          CS_NCCL(ncclRecv(static_cast<char*>(rr.buf.b) + per * static_cast<size_t>(peer), per, ncclInt8, peer, comm, st));
+          CS_NCCL(
+              ncclSend(static_cast<char*>(rr.buf.a) + per * static_cast<size_t>(peer), per, ncclInt8, peer, comm, st));
+          CS_NCCL(
+              ncclRecv(static_cast<char*>(rr.buf.b) + per * static_cast<size_t>(peer), per, ncclInt8, peer, comm, st));
         }
         CS_NCCL(ncclGroupEnd());
         break;
@@ -337,8 +374,10 @@ class Runner {
     const int peer = op.relative_peer ? (group_position(rr.rank, g) + op.peer) % p : op.peer;
     ncclComm_t comm = rr.comms[static_cast<size_t>(op.group)];
     CS_NCCL(ncclGroupStart());
-    if (op.kind == OpKind::Send) CS_NCCL(ncclSend(rr.buf.a, static_cast<size_t>(op.bytes), ncclInt8, peer, comm, st));
-    else CS_NCCL(ncclRecv(rr.buf.b, static_cast<size_t>(op.bytes), ncclInt8, peer, comm, st));
+    if (op.kind == OpKind::Send)
+      CS_NCCL(ncclSend(rr.buf.a, static_cast<size_t>(op.bytes), ncclInt8, peer, comm, st));
+    else
+      CS_NCCL(ncclRecv(rr.buf.b, static_cast<size_t>(op.bytes), ncclInt8, peer, comm, st));
     CS_NCCL(ncclGroupEnd());
   }
 
@@ -355,7 +394,8 @@ class Runner {
     };
     for (const RankRun& rr : runs_) {
       for (size_t it = 0; it < iters; ++it)
-        for (const auto& [b, e] : rr.times[it]) res.iteration_s[it] = std::max(res.iteration_s[it], static_cast<double>(e) * 1e-3);
+        for (const auto& [b, e] : rr.times[it])
+          res.iteration_s[it] = std::max(res.iteration_s[it], static_cast<double>(e) * 1e-3);
       for (size_t i = 0; i < rr.prog->ops.size(); ++i) {
         std::vector<float> b, e;
         for (size_t it = 0; it < iters; ++it) {
@@ -402,8 +442,9 @@ std::string device_name(int device) {
 RealResult run_plan(const Plan& plan, const RealOptions& opt) {
   const int have = device_count();
   if (plan.world_size > have)
-    throw RealBackendError("the plan has " + std::to_string(plan.world_size) + " ranks but this machine has " + std::to_string(have) +
-                           " GPU(s); one process runs one thread per local GPU (multi-node launch runs one process per GPU under MPI)");
+    throw RealBackendError(
+        "the plan has " + std::to_string(plan.world_size) + " ranks but this machine has " + std::to_string(have) +
+        " GPU(s); one process runs one thread per local GPU (multi-node launch runs one process per GPU under MPI)");
   for (int d = 0; d < plan.world_size; ++d) check_gemm_support(plan, d);
   if (opt.iterations < 1 || opt.warmup < 0) throw RealBackendError("iterations must be >= 1 and warmup >= 0");
   Launch launch;
@@ -423,9 +464,12 @@ void check_gemm_support(const Plan& plan, int device) {
   for (const Program& p : plan.programs)
     for (const Op& op : p.ops)
       if (op.kind == OpKind::Gemm && !Gemm::supported(op.dtype, prop.major))
-        throw RealBackendError(std::string("GEMMs in ") + std::string(to_string(op.dtype)) + " do not run on " + prop.name);
+        throw RealBackendError(std::string("GEMMs in ") + std::string(to_string(op.dtype)) + " do not run on " +
+                               prop.name);
 }
 
-RealResult run_local(const Plan& plan, const RealOptions& opt, Launch launch) { return Runner(plan, opt, std::move(launch)).run(); }
+RealResult run_local(const Plan& plan, const RealOptions& opt, Launch launch) {
+  return Runner(plan, opt, std::move(launch)).run();
+}
 
 }  // namespace clustersim::real

@@ -28,8 +28,8 @@ struct RealOptions {
 };
 
 struct RealResult {
-  std::vector<SpanRecord> spans;       // every rank, median over the timed iterations
-  std::vector<double> iteration_s;     // each timed iteration: the last op end over ranks
+  std::vector<SpanRecord> spans;    // every rank, median over the timed iterations
+  std::vector<double> iteration_s;  // each timed iteration: the last op end over ranks
   double median_iteration_s = 0;
   std::string device_name;
   int devices = 0;

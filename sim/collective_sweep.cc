@@ -61,7 +61,8 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
       // for the collective inside a node replaces the model's time.
       for (size_t j = 0; j < groups.size(); ++j) {
         double m = cfg.kind == SweepOp::Collective
-                       ? measured_collective_seconds(cfg.profile, cfg.op, row.algo, row.proto, layout_of(topo, groups[j]), bytes)
+                       ? measured_collective_seconds(cfg.profile, cfg.op, row.algo, row.proto,
+                                                     layout_of(topo, groups[j]), bytes)
                        : -1;
         if (m < 0) m = net.run(exps[j], groups[j]).seconds;
         t = std::max(t, SimTime::from_seconds(m).seconds());

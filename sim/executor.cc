@@ -57,7 +57,10 @@ constexpr uint32_t kWake = ~0u;  // Completion::slot of a network wake-up event
 class Executor {
  public:
   Executor(const Plan& plan, Topology& topo, const ExecOptions& opt)
-      : plan_(plan), topo_(topo), opt_(opt), net_(topo, opt.network),
+      : plan_(plan),
+        topo_(topo),
+        opt_(opt),
+        net_(topo, opt.network),
         launch_gap_(SimTime::from_seconds(opt.compute.launch_overhead_s)) {
     if (opt.flow) flow_ = std::make_unique<FlowNetwork>(topo, opt.network);
   }
@@ -294,7 +297,8 @@ class Executor {
     if (!flow_) {
       CollectiveCost cost = net_.run(r.expansion, gpus);
       // A calibrated fit for this collective inside a node replaces the model's time.
-      const double measured = measured_collective_seconds(opt_.network, op.collective, choice.algo, choice.proto, layout, bytes);
+      const double measured =
+          measured_collective_seconds(opt_.network, op.collective, choice.algo, choice.proto, layout, bytes);
       r.duration = SimTime::from_seconds(measured >= 0 ? measured : cost.seconds);
       r.link_bytes = std::move(cost.link_bytes);
     }

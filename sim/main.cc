@@ -12,13 +12,13 @@
 #include "calibrate/profile_check.h"
 #include "plan/plan_io.h"
 #include "plan/training_planner.h"
+#include "reports/sqlite_writer.h"
+#include "reports/trace_writer.h"
 #include "scenarios/scenario.h"
 #include "scenarios/units.h"
 #include "sim/collective_sweep.h"
 #include "sim/run.h"
 #include "topology/presets.h"
-#include "reports/sqlite_writer.h"
-#include "reports/trace_writer.h"
 #ifdef CLUSTERSIM_HAVE_REAL
 #include "real_backend/real_executor.h"
 #endif
@@ -287,14 +287,22 @@ int cmd_real(const std::vector<std::string>& args) {
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--set") sets.push_back(need_value(args, i));
-    else if (a == "--iterations") iterations = count(a, need_value(args, i), 1);
-    else if (a == "--warmup") warmup = count(a, need_value(args, i), 0);
-    else if (a == "--json") json = true;
-    else if (a == "--mpi") mpi = true;
-    else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "' for real");
-    else if (path.empty()) path = a;
-    else throw UsageError("real takes one scenario file");
+    if (a == "--set")
+      sets.push_back(need_value(args, i));
+    else if (a == "--iterations")
+      iterations = count(a, need_value(args, i), 1);
+    else if (a == "--warmup")
+      warmup = count(a, need_value(args, i), 0);
+    else if (a == "--json")
+      json = true;
+    else if (a == "--mpi")
+      mpi = true;
+    else if (!a.empty() && a[0] == '-')
+      throw UsageError("unknown option '" + a + "' for real");
+    else if (path.empty())
+      path = a;
+    else
+      throw UsageError("real takes one scenario file");
   }
   if (path.empty()) throw UsageError("real needs a scenario file");
   const Scenario s = load_scenario(path, sets);
@@ -308,7 +316,8 @@ int cmd_real(const std::vector<std::string>& args) {
   (void)mpi;
   (void)iterations;
   (void)warmup;
-  throw std::runtime_error("this build has no real backend: CUDA, cuBLASLt and NCCL were not found when it was configured");
+  throw std::runtime_error(
+      "this build has no real backend: CUDA, cuBLASLt and NCCL were not found when it was configured");
 #else
   real::RealOptions ro;
   ro.iterations = iterations;
@@ -350,7 +359,8 @@ int cmd_real(const std::vector<std::string>& args) {
                    {"hardware_tflops_per_gpu", tp.hardware_flops_per_rank / iter / 1e12},
                    {"mfu", tflops / (s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12)},
                    {"gpus", static_cast<double>(tp.plan.world_size)}};
-  for (size_t i = 0; i < rr.iteration_s.size(); ++i) t.run.metrics.emplace_back("iteration_" + std::to_string(i) + "_s", rr.iteration_s[i]);
+  for (size_t i = 0; i < rr.iteration_s.size(); ++i)
+    t.run.metrics.emplace_back("iteration_" + std::to_string(i) + "_s", rr.iteration_s[i]);
   t.plan = &tp.plan;
   for (int32_t r = 0; r < tp.plan.world_size; ++r)
     t.ranks.push_back(RankInfo{r, 0, r, "gpu" + std::to_string(r), tp.plan.rank_program[static_cast<size_t>(r)], r});
@@ -358,13 +368,15 @@ int cmd_real(const std::vector<std::string>& args) {
   if (!s.output_sqlite.empty()) write_sqlite(t, s.output_sqlite);
   if (!s.output_trace.empty()) write_chrome_trace(t, s.output_trace);
   if (json) {
-    std::cout << summary_json({{"name", s.name}, {"kind", "training"}, {"source", "real"}, {"device", rr.device_name}}, t.run.metrics)
+    std::cout << summary_json({{"name", s.name}, {"kind", "training"}, {"source", "real"}, {"device", rr.device_name}},
+                              t.run.metrics)
               << "\n";
   } else {
-    std::printf("scenario        %s\nsource          real: %d x %s\niteration       %.6f s (median of %zu after %d warm-up)\n"
-                "throughput      %.1f tokens/s\nper GPU         %.1f TFLOP/s model, MFU %.1f%%\nops timed       %zu\n",
-                s.name.c_str(), rr.devices, rr.device_name.c_str(), iter, rr.iteration_s.size(), warmup, tokens / iter, tflops,
-                100.0 * tflops / (s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12), rr.spans.size());
+    std::printf(
+        "scenario        %s\nsource          real: %d x %s\niteration       %.6f s (median of %zu after %d warm-up)\n"
+        "throughput      %.1f tokens/s\nper GPU         %.1f TFLOP/s model, MFU %.1f%%\nops timed       %zu\n",
+        s.name.c_str(), rr.devices, rr.device_name.c_str(), iter, rr.iteration_s.size(), warmup, tokens / iter, tflops,
+        100.0 * tflops / (s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12), rr.spans.size());
   }
   return 0;
 #endif
@@ -383,9 +395,11 @@ int cmd_profile_check(const std::vector<std::string>& args) {
   if (!gpu) throw InputError(SourceMark{"--gpu", 0, 0}, "unknown GPU preset '" + gpu_name + "'");
   const HeldOutError e = gemm_held_out_error(p, *gpu);
   if (e.points == 0) throw InputError(SourceMark{args[0], 0, 0}, "the profile has no GEMM table to check");
-  std::printf("gemm interpolation, %d held-out shapes (powers-of-two grid predicting the shapes between): median |err| %.2f%%, p95 %.2f%%, "
-              "worst %.2f%%\n",
-              e.points, 100 * e.median, 100 * e.p95, 100 * e.worst);
+  std::printf(
+      "gemm interpolation, %d held-out shapes (powers-of-two grid predicting the shapes between): median |err| %.2f%%, "
+      "p95 %.2f%%, "
+      "worst %.2f%%\n",
+      e.points, 100 * e.median, 100 * e.p95, 100 * e.worst);
   return 0;
 }
 
@@ -424,7 +438,8 @@ int main(int argc, char** argv) {
         throw UsageError(e.what());
       }
 #else
-      throw std::runtime_error(cmd + " needs the real backend: CUDA, cuBLASLt and NCCL were not found when this build was configured");
+      throw std::runtime_error(
+          cmd + " needs the real backend: CUDA, cuBLASLt and NCCL were not found when this build was configured");
 #endif
     }
     if (cmd == "keys") return cmd_keys();

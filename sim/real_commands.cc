@@ -1,5 +1,6 @@
 #include "sim/real_commands.h"
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-
-#include <sqlite3.h>
 
 #include "calibrate/fit.h"
 #include "calibrate/profile.h"
@@ -43,9 +42,12 @@ namespace {
 class RawStore {
  public:
   RawStore(const std::string& path, std::string gpu) : gpu_(std::move(gpu)) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("cannot open " + path + ": " + sqlite3_errmsg(db_));
-    exec("CREATE TABLE IF NOT EXISTS calibration_measurements (gpu TEXT NOT NULL, key TEXT NOT NULL, seconds REAL NOT NULL, "
-         "PRIMARY KEY (gpu, key))");
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK)
+      throw std::runtime_error("cannot open " + path + ": " + sqlite3_errmsg(db_));
+    exec(
+        "CREATE TABLE IF NOT EXISTS calibration_measurements (gpu TEXT NOT NULL, key TEXT NOT NULL, seconds REAL NOT "
+        "NULL, "
+        "PRIMARY KEY (gpu, key))");
   }
   ~RawStore() { sqlite3_close(db_); }
   bool get(const std::string& key, double& seconds) {
@@ -91,10 +93,14 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   std::string out, suite = "all", raw;
   std::vector<std::string> argv = args;
   for (size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i] == "--out") out = value_of(argv, i);
-    else if (argv[i] == "--suite") suite = value_of(argv, i);
-    else if (argv[i] == "--raw") raw = value_of(argv, i);
-    else throw std::invalid_argument("unknown option '" + argv[i] + "' for calibrate");
+    if (argv[i] == "--out")
+      out = value_of(argv, i);
+    else if (argv[i] == "--suite")
+      suite = value_of(argv, i);
+    else if (argv[i] == "--raw")
+      raw = value_of(argv, i);
+    else
+      throw std::invalid_argument("unknown option '" + argv[i] + "' for calibrate");
   }
   if (out.empty()) throw std::invalid_argument("calibrate needs --out P.yaml");
   if (raw.empty()) raw = out + ".raw.sqlite";
@@ -107,15 +113,23 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   for (;;) {
     const size_t comma = suite.find(',', start);
     const std::string s = suite.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (s == "all") mo.gemm = mo.attention = mo.memory = mo.launch = true, co.collectives = co.p2p = real::device_count() >= 2;
-    else if (s == "gemm") mo.gemm = true;
-    else if (s == "attention") mo.attention = true;
-    else if (s == "memory") mo.memory = true;
-    else if (s == "launch") mo.launch = true;
-    else if (s == "collectives") co.collectives = true;
-    else if (s == "p2p") co.p2p = true;
-    else throw InputError(SourceMark{"--suite", 0, 0},
-                          "unknown suite '" + s + "', expected gemm, attention, memory, launch, collectives, p2p or all");
+    if (s == "all")
+      mo.gemm = mo.attention = mo.memory = mo.launch = true, co.collectives = co.p2p = real::device_count() >= 2;
+    else if (s == "gemm")
+      mo.gemm = true;
+    else if (s == "attention")
+      mo.attention = true;
+    else if (s == "memory")
+      mo.memory = true;
+    else if (s == "launch")
+      mo.launch = true;
+    else if (s == "collectives")
+      co.collectives = true;
+    else if (s == "p2p")
+      co.p2p = true;
+    else
+      throw InputError(SourceMark{"--suite", 0, 0},
+                       "unknown suite '" + s + "', expected gemm, attention, memory, launch, collectives, p2p or all");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -138,7 +152,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   mo.cached = [&](const std::string& key, double& seconds) { return store.get(key, seconds); };
   mo.record = [&](const std::string& key, double seconds) { store.put(key, seconds); };
   const bool compute = mo.gemm || mo.attention || mo.memory || mo.launch;
-  const real::MicrobenchResult r = compute ? real::run_microbenchmarks(mo) : real::MicrobenchResult{real::device_name(0), "", "", "", {}, {}, {}, 0};
+  const real::MicrobenchResult r =
+      compute ? real::run_microbenchmarks(mo) : real::MicrobenchResult{real::device_name(0), "", "", "", {}, {}, {}, 0};
   std::vector<CollectiveFit> fits;
   if (co.collectives || co.p2p) {
     co.progress = mo.progress;
@@ -152,17 +167,20 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  std::string y = "# Measured by clustersim calibrate on " + r.gpu + ". The compute model interpolates these\n"
+  std::string y = "# Measured by clustersim calibrate on " + r.gpu +
+                  ". The compute model interpolates these\n"
                   "# tables (cost_models/compute.h); network constants keep their defaults\n"
                   "# (calibrate/profiles/defaults.yaml) until the collective suites measure them.\n";
   y += "gpu: \"" + r.gpu + "\"\ndate: \"" + std::string(date) + "\"\ndriver: \"" + r.driver + "\"\ncuda: \"" + r.cuda +
-       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out + "\"\ncompute:\n";
+       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out +
+       "\"\ncompute:\n";
   if (mo.launch) y += "  launch_overhead: " + num(r.launch_gap_s * 1e6) + "us\n";
   if (!compute) y.resize(y.size() - std::string("compute:\n").size());
   if (!r.gemm.empty()) {
     y += "  gemm_table:  # [dtype, m, n, k, seconds]\n";
     for (const auto& g : r.gemm)
-      y += "    - [" + g.dtype + ", " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) + ", " + num(g.seconds) + "]\n";
+      y += "    - [" + g.dtype + ", " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) +
+           ", " + num(g.seconds) + "]\n";
   }
   if (!r.attention.empty()) {
     y += "  attention_table:  # [phase, head_dim, causal, seq, batch_heads, seconds]\n";
@@ -178,8 +196,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (!fits.empty()) {
     y += "network:\n  collective_table:  # [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual]\n";
     for (const CollectiveFit& f : fits)
-      y += "    - [" + f.op + ", " + f.algo + ", " + f.proto + ", " + std::to_string(f.ranks) + ", " + num(f.alpha_s) + ", " +
-           num(f.beta_s_per_byte) + ", " + num(f.rms_rel_residual) + "]\n";
+      y += "    - [" + f.op + ", " + f.algo + ", " + f.proto + ", " + std::to_string(f.ranks) + ", " + num(f.alpha_s) +
+           ", " + num(f.beta_s_per_byte) + ", " + num(f.rms_rel_residual) + "]\n";
   }
   const std::filesystem::path p(out);
   if (!p.parent_path().empty()) std::filesystem::create_directories(p.parent_path());
@@ -191,9 +209,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   std::filesystem::rename(tmp, out);
   load_profile(out);  // what was written reads back
-  std::cout << "calibrate: " << r.gemm.size() << " GEMM shapes, " << r.attention.size() << " attention points, " << r.memory.size()
-            << " memory sizes on " << r.gpu << " -> " << out << " (raw measurements in " << raw << ", " << store.reused()
-            << " reused from an earlier run)";
+  std::cout << "calibrate: " << r.gemm.size() << " GEMM shapes, " << r.attention.size() << " attention points, "
+            << r.memory.size() << " memory sizes on " << r.gpu << " -> " << out << " (raw measurements in " << raw
+            << ", " << store.reused() << " reused from an earlier run)";
   if (!fits.empty()) std::cout << "; " << fits.size() << " collective fits";
   std::cout << "\n";
   return 0;
@@ -206,16 +224,24 @@ int cmd_validate(const std::vector<std::string>& args) {
   int iterations = 5, warmup = 2;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--profile") profile = value_of(args, i);
-    else if (a == "--set") sets.push_back(value_of(args, i));
-    else if (a == "--iterations") iterations = std::stoi(value_of(args, i));
-    else if (a == "--warmup") warmup = std::stoi(value_of(args, i));
-    else if (a == "--json") json = true;
-    else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown option '" + a + "' for validate");
-    else path = a;
+    if (a == "--profile")
+      profile = value_of(args, i);
+    else if (a == "--set")
+      sets.push_back(value_of(args, i));
+    else if (a == "--iterations")
+      iterations = std::stoi(value_of(args, i));
+    else if (a == "--warmup")
+      warmup = std::stoi(value_of(args, i));
+    else if (a == "--json")
+      json = true;
+    else if (!a.empty() && a[0] == '-')
+      throw std::invalid_argument("unknown option '" + a + "' for validate");
+    else
+      path = a;
   }
   if (path.empty()) throw std::invalid_argument("validate needs a scenario file");
-  if (real::device_count() == 0) throw std::runtime_error("validate runs the scenario on a GPU, and this machine has none");
+  if (real::device_count() == 0)
+    throw std::runtime_error("validate runs the scenario on a GPU, and this machine has none");
   Scenario s = load_scenario(path, sets);
   if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
   check_output_paths(s);
@@ -250,7 +276,9 @@ int cmd_validate(const std::vector<std::string>& args) {
   std::vector<double> abs_err;
   for (const Row& r : rows) abs_err.push_back(std::fabs(r.err));
   std::sort(abs_err.begin(), abs_err.end());
-  auto pct = [&](double q) { return abs_err.empty() ? 0.0 : abs_err[std::min(abs_err.size() - 1, static_cast<size_t>(q * abs_err.size()))]; };
+  auto pct = [&](double q) {
+    return abs_err.empty() ? 0.0 : abs_err[std::min(abs_err.size() - 1, static_cast<size_t>(q * abs_err.size()))];
+  };
   const double median = pct(0.5), p95 = pct(0.95);
   const double real_iter = real_run.median_iteration_s, sim_iter = sim.exec.makespan.seconds();
   const double e2e = (sim_iter - real_iter) / real_iter;
@@ -287,14 +315,20 @@ int cmd_validate(const std::vector<std::string>& args) {
     write_sqlite(rt, s.output_sqlite);
   }
   if (json) {
-    Metrics m = {{"ops_compared", static_cast<double>(rows.size())}, {"median_abs_error", median}, {"p95_abs_error", p95},
-                 {"real_iteration_s", real_iter}, {"sim_iteration_s", sim_iter}, {"iteration_error", e2e}};
-    std::cout << summary_json({{"name", s.name}, {"device", real_run.device_name}, {"profile", s.calibration}}, m) << "\n";
+    Metrics m = {{"ops_compared", static_cast<double>(rows.size())},
+                 {"median_abs_error", median},
+                 {"p95_abs_error", p95},
+                 {"real_iteration_s", real_iter},
+                 {"sim_iteration_s", sim_iter},
+                 {"iteration_error", e2e}};
+    std::cout << summary_json({{"name", s.name}, {"device", real_run.device_name}, {"profile", s.calibration}}, m)
+              << "\n";
     return 0;
   }
   std::printf("validate        %s on %s, profile %s\n", s.name.c_str(), real_run.device_name.c_str(),
               s.calibration.empty() ? "(defaults)" : s.calibration.c_str());
-  std::printf("per-op error    median |err| %.2f%%, p95 %.2f%% over %zu ops (>= 1 us)\n", 100 * median, 100 * p95, rows.size());
+  std::printf("per-op error    median |err| %.2f%%, p95 %.2f%% over %zu ops (>= 1 us)\n", 100 * median, 100 * p95,
+              rows.size());
   std::printf("iteration       real %.6f s, simulated %.6f s, error %+.2f%%\n", real_iter, sim_iter, 100 * e2e);
   std::printf("worst ops (median error by name; total real / simulated ms):\n");
   for (size_t i = 0; i < worst.size() && i < 8; ++i)

@@ -5,8 +5,8 @@
 
 #include "calibrate/profile.h"
 #include "cost_models/compute.h"
-#include "topology/gpu.h"
 #include "support/temp_scenario.h"
+#include "topology/gpu.h"
 
 namespace clustersim {
 namespace {
@@ -100,7 +100,8 @@ TEST(Profile, MeasuredTablesAreInterpolated) {
   auto tables = std::make_shared<MeasuredTables>();
   for (int64_t m : {1024, 4096})
     for (int64_t n : {1024, 2048})
-      for (int64_t k : {1024, 2048}) tables->gemm.push_back(GemmPoint{DType::BF16, m, n, k, 1.25 * ideal(m, n, k).second});
+      for (int64_t k : {1024, 2048})
+        tables->gemm.push_back(GemmPoint{DType::BF16, m, n, k, 1.25 * ideal(m, n, k).second});
   tables->memory = {{1e6, 1e-5}, {1e9, 1e-3}};  // 1 TB/s at the top
   base.measured = tables;
   const auto [op, t_ideal] = ideal(3000, 1500, 1200);

@@ -766,13 +766,15 @@ namespace {
 // The committed H200 profile loads, and its GEMM interpolation's held-out error is what
 // docs/accuracy.md reports (a grid twice as coarse predicting the points between).
 TEST_F(CliTest, ProfileCheckOfTheH200Profile) {
-  const CliResult r = cli("profile-check " + quote(std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/h200.yaml"));
+  const CliResult r =
+      cli("profile-check " + quote(std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/h200.yaml"));
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_NE(r.out.find("held-out shapes"), std::string::npos) << r;
   const size_t at = r.out.find("median |err| ");
   ASSERT_NE(at, std::string::npos) << r;
   EXPECT_LT(std::stod(r.out.substr(at + 13)), 10.0) << r;
-  const CliResult none = cli("profile-check " + quote(std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/defaults.yaml"));
+  const CliResult none =
+      cli("profile-check " + quote(std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/defaults.yaml"));
   EXPECT_EQ(none.code, 1) << none;
 }
 

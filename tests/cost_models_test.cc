@@ -7,23 +7,14 @@
 #include "cost_models/flow_network.h"
 #include "cost_models/network.h"
 #include "cost_models/tuner.h"
+#include "support/clusters.h"
 #include "topology/presets.h"
 
 namespace clustersim {
 namespace {
 
-ClusterSpec cluster(const char* preset, int nodes) {
-  ClusterSpec c;
-  c.node = *find_node_preset(preset);
-  c.nodes = nodes;
-  return c;
-}
-
-std::vector<int32_t> first_gpus(int n) {
-  std::vector<int32_t> g(static_cast<size_t>(n));
-  std::iota(g.begin(), g.end(), 0);
-  return g;
-}
+ClusterSpec cluster(const char* preset, int nodes) { return testing::preset_cluster(preset, nodes); }
+using testing::first_gpus;
 
 // A profile with no protocol overheads: α is the physical route latency and B the line
 // rate, so the textbook closed forms apply unchanged.

@@ -7,6 +7,7 @@
 #include "cost_models/maxmin.h"
 #include "cost_models/network.h"
 #include "cost_models/tuner.h"
+#include "support/clusters.h"
 #include "topology/presets.h"
 
 namespace clustersim {
@@ -106,18 +107,8 @@ TEST(MaxMin, RandomSystemsAreFeasibleMaxMinAndIncrementalIsExact) {
 
 // ---- the flow network -----------------------------------------------------------------
 
-ClusterSpec cluster(const char* preset, int nodes) {
-  ClusterSpec c;
-  c.node = *find_node_preset(preset);
-  c.nodes = nodes;
-  return c;
-}
-
-std::vector<int32_t> first_gpus(int n) {
-  std::vector<int32_t> g(static_cast<size_t>(n));
-  std::iota(g.begin(), g.end(), 0);
-  return g;
-}
+ClusterSpec cluster(const char* preset, int nodes) { return testing::preset_cluster(preset, nodes); }
+using testing::first_gpus;
 
 // Runs expansions concurrently from time 0 on the flow network; returns each finish time.
 std::vector<double> run_flow(Topology& topo, const NetworkProfile& prof, const std::vector<Expansion>& e,

@@ -1,13 +1,12 @@
 // GPU tests of the real backend. Each skips itself where no GPU is present (CI).
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdio>
-#include <set>
 #include <fstream>
-#include <sys/wait.h>
+#include <set>
 
 #include "plan/training_planner.h"
 #include "real_backend/check.h"
@@ -103,7 +102,8 @@ TEST(RealBackend, AttentionMatchesTheReference) {
       reference_attention(Elem::BF16, s, q.p, k.p, v.p, ro.as<float>(), nullptr);
       attention_backward(Elem::BF16, s, q.p, k.p, v.p, o.p, dout.p, lse.as<float>(), delta.as<float>(), dq.as<float>(),
                          dk.as<float>(), dv.as<float>(), dq16.p, dk16.p, dv16.p, nullptr);
-      reference_attention_backward(Elem::BF16, s, q.p, k.p, v.p, dout.p, rdq.as<float>(), rdk.as<float>(), rdv.as<float>(), nullptr);
+      reference_attention_backward(Elem::BF16, s, q.p, k.p, v.p, dout.p, rdq.as<float>(), rdk.as<float>(),
+                                   rdv.as<float>(), nullptr);
       CS_CUDA(cudaDeviceSynchronize());
       const std::string what = "d=" + std::to_string(d) + (causal ? " causal" : "");
       EXPECT_LT(max_relative_error(Elem::BF16, o.p, ro.as<float>(), static_cast<int64_t>(qn), 0.25), 3e-2) << what;
@@ -143,8 +143,9 @@ TEST(RealBackend, RunsASmallTrainingPlan) {
 TEST(RealBackend, RefusesMoreRanksThanGpus) {
   REQUIRE_GPU();
   const int have = device_count();
-  const Scenario s = testing::scenario_from_text("cluster: {preset: dgx-h200, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {dp: 16}\n",
-                                                 "real-too-many");
+  const Scenario s = testing::scenario_from_text(
+      "cluster: {preset: dgx-h200, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {dp: 16}\n",
+      "real-too-many");
   if (have >= 16) GTEST_SKIP() << "this machine has 16 GPUs";
   PlannerOptions po;
   po.use_symmetry = false;
@@ -191,8 +192,9 @@ TEST(RealBackend, AttentionRate) {
   CS_CUDA(cudaEventElapsedTime(&fwd_ms, a, b));
   CS_CUDA(cudaEventElapsedTime(&bwd_ms, b, c));
   const double flops = 4.0 * s.batch * s.heads * static_cast<double>(s.q_len) * s.kv_len * s.head_dim / 2;  // causal
-  std::printf("attention b2 h16 s2048 d128 causal: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s at 2.5x)\n",
-              fwd_ms / reps, flops / (fwd_ms / reps * 1e-3) / 1e12, bwd_ms / reps, 2.5 * flops / (bwd_ms / reps * 1e-3) / 1e12);
+  std::printf(
+      "attention b2 h16 s2048 d128 causal: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s at 2.5x)\n",
+      fwd_ms / reps, flops / (fwd_ms / reps * 1e-3) / 1e12, bwd_ms / reps, 2.5 * flops / (bwd_ms / reps * 1e-3) / 1e12);
   EXPECT_GT(fwd_ms, 0.f);
 }
 
@@ -224,8 +226,9 @@ bool have_mpirun(std::string& launcher) {
 
 std::string small_scenario() {
   const std::string path = testing::temp_dir("mpi") + "/s.yaml";
-  std::ofstream(path) << "cluster: {preset: dgx-h200, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 2, seq_len: 1024}\n"
-                         "parallel: {dp: 1}\ntraining: {global_batch: 2}\n";
+  std::ofstream(path)
+      << "cluster: {preset: dgx-h200, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 2, seq_len: 1024}\n"
+         "parallel: {dp: 1}\ntraining: {global_batch: 2}\n";
   return path;
 }
 
@@ -238,7 +241,8 @@ TEST(RealBackendMpi, WrongProcessCountIsAnError) {
   std::string mpirun;
   if (!have_mpirun(mpirun)) GTEST_SKIP() << "mpirun cannot start processes here";
   int code = 0;
-  const std::string out = shell("timeout 120 " + mpirun + " -n 2 " + CLUSTERSIM_BINARY + " real " + small_scenario() + " --mpi", code);
+  const std::string out =
+      shell("timeout 120 " + mpirun + " -n 2 " + CLUSTERSIM_BINARY + " real " + small_scenario() + " --mpi", code);
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("the plan has 1 ranks but mpirun started 2 processes"), std::string::npos) << out;
 }
