@@ -248,6 +248,76 @@ const std::vector<KeySpec>& key_table() {
          s.training.optimizer = as_enum(n, "training.optimizer", {"adam", "sgd"});
        }},
       {"inference", "mapping", "", "an inference-serving run instead of training", nullptr},
+      {"inference.replicas", "integer", "1", "model replicas, each tp × pp GPUs",
+       [](const N& n, S& s) { s.serving.replicas = as_int(n, "inference.replicas", 1, 1 << 20); }},
+      {"inference.scheduler", "name", "vllm", "static | orca | vllm | sarathi",
+       [](const N& n, S& s) { s.serving.scheduler = as_enum(n, "inference.scheduler", {"static", "orca", "vllm", "sarathi"}); }},
+      {"inference.router", "name", "round-robin", "round-robin | least-outstanding | least-kv",
+       [](const N& n, S& s) { s.serving.router = as_enum(n, "inference.router", {"round-robin", "least-outstanding", "least-kv"}); }},
+      {"inference.max_batch_size", "integer", "256", "requests in one iteration at most",
+       [](const N& n, S& s) { s.serving.max_batch_size = as_int(n, "inference.max_batch_size", 1, 1 << 20); }},
+      {"inference.max_batch_tokens", "integer", "8192", "vllm: prefill tokens per iteration (a longer prompt runs alone); sarathi: the token budget; not used by static and orca",
+       [](const N& n, S& s) { s.serving.max_batch_tokens = as_int(n, "inference.max_batch_tokens", 1, 1 << 24); }},
+      {"inference.kv_block_tokens", "integer", "16", "tokens per paged KV-cache block",
+       [](const N& n, S& s) { s.serving.kv_block_tokens = as_int(n, "inference.kv_block_tokens", 1, 1 << 16); }},
+      {"inference.requests", "integer", "1000", "requests to serve",
+       [](const N& n, S& s) { s.serving.requests = as_int(n, "inference.requests", 1, int64_t{1} << 26); }},
+      {"inference.arrivals", "mapping", "", "when requests arrive", nullptr},
+      {"inference.arrivals.process", "name", "poisson", "poisson | gamma | fixed",
+       [](const N& n, S& s) { s.serving.arrival_process = as_enum(n, "inference.arrivals.process", {"poisson", "gamma", "fixed"}); }},
+      {"inference.arrivals.rate_per_s", "number", "8", "mean arrivals per second",
+       [](const N& n, S& s) { s.serving.rate_per_s = as_double(n, "inference.arrivals.rate_per_s", 0, true); }},
+      {"inference.arrivals.cv", "number", "1.0", "gamma: coefficient of variation of the gaps (burstiness)",
+       [](const N& n, S& s) { s.serving.cv = as_double(n, "inference.arrivals.cv", 0, true); }},
+      {"inference.arrivals.seed", "integer", "1", "seed of arrivals and lengths",
+       [](const N& n, S& s) { s.serving.arrival_seed = static_cast<uint64_t>(as_int(n, "inference.arrivals.seed", 0)); }},
+      {"inference.arrivals.trace", "path", "none", "CSV of arrival_s, prompt_tokens, output_tokens (instead of a process)",
+       [](const N& n, S& s) { s.serving.trace = scalar(n, "inference.arrivals.trace", "a path"); }},
+      {"inference.prompt_tokens", "mapping", "", "prompt length distribution", nullptr},
+      {"inference.output_tokens", "mapping", "", "output length distribution", nullptr},
+      {"inference.prompt_tokens.dist", "name", "fixed", "fixed | uniform | lognormal | zipf",
+       [](const N& n, S& s) { s.serving.prompt.dist = as_enum(n, "inference.prompt_tokens.dist", {"fixed", "uniform", "lognormal", "zipf"}); }},
+      {"inference.prompt_tokens.value", "integer", "preset", "fixed: the length",
+       [](const N& n, S& s) { s.serving.prompt.value = as_int(n, "inference.prompt_tokens.value", 1, 1 << 24); }},
+      {"inference.prompt_tokens.min", "integer", "1", "uniform / zipf: smallest length",
+       [](const N& n, S& s) { s.serving.prompt.min = as_int(n, "inference.prompt_tokens.min", 1, 1 << 24); }},
+      {"inference.prompt_tokens.max", "integer", "4096", "uniform / zipf / lognormal: largest length",
+       [](const N& n, S& s) { s.serving.prompt.max = as_int(n, "inference.prompt_tokens.max", 1, 1 << 24); }},
+      {"inference.prompt_tokens.mean", "number", "1024", "lognormal: mean length",
+       [](const N& n, S& s) { s.serving.prompt.mean = as_double(n, "inference.prompt_tokens.mean", 0, true); }},
+      {"inference.prompt_tokens.sigma", "number", "0.5", "lognormal: sigma of log length",
+       [](const N& n, S& s) { s.serving.prompt.sigma = as_double(n, "inference.prompt_tokens.sigma", 0, false); }},
+      {"inference.prompt_tokens.alpha", "number", "1.2", "zipf: exponent",
+       [](const N& n, S& s) { s.serving.prompt.alpha = as_double(n, "inference.prompt_tokens.alpha", 0, true); }},
+      {"inference.output_tokens.dist", "name", "fixed", "fixed | uniform | lognormal | zipf",
+       [](const N& n, S& s) { s.serving.output.dist = as_enum(n, "inference.output_tokens.dist", {"fixed", "uniform", "lognormal", "zipf"}); }},
+      {"inference.output_tokens.value", "integer", "preset", "fixed: the length",
+       [](const N& n, S& s) { s.serving.output.value = as_int(n, "inference.output_tokens.value", 1, 1 << 24); }},
+      {"inference.output_tokens.min", "integer", "1", "uniform / zipf: smallest length",
+       [](const N& n, S& s) { s.serving.output.min = as_int(n, "inference.output_tokens.min", 1, 1 << 24); }},
+      {"inference.output_tokens.max", "integer", "4096", "uniform / zipf / lognormal: largest length",
+       [](const N& n, S& s) { s.serving.output.max = as_int(n, "inference.output_tokens.max", 1, 1 << 24); }},
+      {"inference.output_tokens.mean", "number", "1024", "lognormal: mean length",
+       [](const N& n, S& s) { s.serving.output.mean = as_double(n, "inference.output_tokens.mean", 0, true); }},
+      {"inference.output_tokens.sigma", "number", "0.5", "lognormal: sigma of log length",
+       [](const N& n, S& s) { s.serving.output.sigma = as_double(n, "inference.output_tokens.sigma", 0, false); }},
+      {"inference.output_tokens.alpha", "number", "1.2", "zipf: exponent",
+       [](const N& n, S& s) { s.serving.output.alpha = as_double(n, "inference.output_tokens.alpha", 0, true); }},
+      {"inference.slo", "mapping", "", "service-level objective for goodput", nullptr},
+      {"inference.slo.ttft", "time", "500ms", "time to first token", [](const N& n, S& s) { s.serving.slo_ttft_s = as_time(n, "inference.slo.ttft"); }},
+      {"inference.slo.tpot", "time", "50ms", "time per output token", [](const N& n, S& s) { s.serving.slo_tpot_s = as_time(n, "inference.slo.tpot"); }},
+      {"inference.disaggregation", "mapping", "", "separate prefill and decode pools", nullptr},
+      {"inference.disaggregation.prefill_replicas", "integer", "0", "replicas that only prefill",
+       [](const N& n, S& s) { s.serving.prefill_replicas = as_int(n, "inference.disaggregation.prefill_replicas", 0); }},
+      {"inference.disaggregation.decode_replicas", "integer", "0", "replicas that only decode",
+       [](const N& n, S& s) { s.serving.decode_replicas = as_int(n, "inference.disaggregation.decode_replicas", 0); }},
+      {"inference.speculative", "mapping", "", "speculative decoding", nullptr},
+      {"inference.speculative.draft_model", "name", "null", "draft model preset",
+       [](const N& n, S& s) { s.serving.draft_model = n.scalar == "null" ? "" : scalar(n, "inference.speculative.draft_model", "a preset"); }},
+      {"inference.speculative.lookahead", "integer", "0", "draft tokens per step",
+       [](const N& n, S& s) { s.serving.lookahead = as_int(n, "inference.speculative.lookahead", 0); }},
+      {"inference.speculative.acceptance_rate", "number", "0.0", "probability a draft token is accepted",
+       [](const N& n, S& s) { s.serving.acceptance_rate = as_double(n, "inference.speculative.acceptance_rate", 0, false); }},
       {"collectives", "mapping", "", "collective algorithms", nullptr},
       {"collectives.algorithm", "name", "auto",
        "auto | ring | tree | direct | halving-doubling | hierarchical | nvls (auto: lowest predicted time, as NCCL's "
@@ -329,10 +399,7 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
     if (!spec) unknown_key(parent, k, v.key_mark);
     s.marks[key] = v.kind == YNode::Kind::Null ? v.key_mark : v.mark;
     if (key == "include") continue;
-    if (key == "inference") {
-      s.inference = true;
-      continue;
-    }
+    if (key == "inference") s.inference = true;
     if (key == "sweep") {
       if (v.kind != YNode::Kind::Map)
         throw InputError(v.mark, "sweep must be a mapping of key -> list of values, got " + v.kind_name());
@@ -352,6 +419,7 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
                          key + " must be a mapping of keys, got " + v.kind_name());
       walk(v, key, leaves, s);
     } else {
+      if (v.kind == YNode::Kind::Null && key == "inference.speculative.draft_model") continue;  // null: no draft
       if (v.kind == YNode::Kind::Null) throw InputError(v.key_mark, key + " has no value, expected " + spec->type);
       leaves.emplace_back(key, &v);
     }

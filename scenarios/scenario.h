@@ -39,6 +39,33 @@ struct TrainingConfig {
   std::string optimizer = "adam";
 };
 
+struct LengthDist {
+  std::string dist = "fixed";  // fixed | uniform | lognormal | zipf
+  int64_t value = 1024, min = 1, max = 4096;
+  double mean = 1024, sigma = 0.5, alpha = 1.2;
+};
+
+struct InferenceConfig {
+  int64_t replicas = 1;
+  std::string scheduler = "vllm";  // static | orca | vllm | sarathi
+  std::string router = "round-robin";
+  int64_t max_batch_size = 256;
+  int64_t max_batch_tokens = 8192;
+  int64_t kv_block_tokens = 16;
+  int64_t requests = 1000;
+  std::string arrival_process = "poisson";  // poisson | gamma | fixed
+  double rate_per_s = 8;
+  double cv = 1.0;  // gamma: coefficient of variation of inter-arrival times
+  uint64_t arrival_seed = 1;
+  std::string trace;  // CSV: arrival_s, prompt_tokens, output_tokens
+  LengthDist prompt, output{"fixed", 256, 1, 4096, 256, 0.5, 1.2};
+  double slo_ttft_s = 0.5, slo_tpot_s = 0.05;
+  int64_t prefill_replicas = 0, decode_replicas = 0;
+  int64_t lookahead = 0;
+  double acceptance_rate = 0;
+  std::string draft_model;
+};
+
 struct Scenario {
   std::string path;  // the file it was loaded from
   std::string name;
@@ -48,6 +75,7 @@ struct Scenario {
   ParallelConfig parallel;
   TrainingConfig training;
   bool inference = false;  // an `inference:` block was given
+  InferenceConfig serving;
 
   std::string algorithm = "auto";
   std::string protocol = "auto";

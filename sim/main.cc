@@ -18,6 +18,7 @@
 #include "scenarios/units.h"
 #include "sim/collective_sweep.h"
 #include "sim/run.h"
+#include "sim/serving.h"
 #include "topology/presets.h"
 #ifdef CLUSTERSIM_HAVE_REAL
 #include "real_backend/real_executor.h"
@@ -96,6 +97,14 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!s.sweep.empty())
     std::cerr << s.mark("sweep").str()
               << ": warning: run simulates the scenario as written; sweep points are not run\n";
+  if (s.inference) {
+    if (!s.output_sqlite.empty() || !s.output_trace.empty())
+      std::cerr << s.mark("output").str()
+                << ": warning: inference runs print their summary only; output.sqlite and output.trace are not written\n";
+    const ServingResult r = run_serving(s);
+    std::cout << (json ? serving_summary_json(s, r) + "\n" : serving_summary_table(s, r));
+    return 0;
+  }
   check_output_paths(s);
   RunOutcome out = run_training(s);
   write_outputs(out);

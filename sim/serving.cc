@@ -1,0 +1,654 @@
+#include "sim/serving.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "calibrate/profile.h"
+#include "cost_models/compute.h"
+#include "cost_models/protocol.h"
+#include "plan/plan.h"
+#include "scenarios/error.h"
+
+namespace clustersim {
+namespace {
+
+// ---- seeded draws (splitmix64: the same bytes on every platform) ----------------------
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
+  double normal() { return std::sqrt(-2 * std::log(uniform())) * std::cos(2 * M_PI * uniform()); }
+  // Marsaglia & Tsang (2000); shape < 1 by the boost U^(1/shape).
+  double gamma(double shape) {
+    if (shape < 1) return gamma(shape + 1) * std::pow(uniform(), 1 / shape);
+    const double d = shape - 1.0 / 3, c = 1 / std::sqrt(9 * d);
+    for (;;) {
+      double x, v;
+      do {
+        x = normal();
+        v = 1 + c * x;
+      } while (v <= 0);
+      v = v * v * v;
+      const double u = uniform();
+      if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v;
+    }
+  }
+
+ private:
+  uint64_t s_;
+};
+
+class LengthSampler {
+ public:
+  explicit LengthSampler(const LengthDist& d) : d_(d) {
+    if (d.dist == "zipf") {
+      double sum = 0;
+      for (int64_t k = d.min; k <= d.max; ++k) cdf_.push_back(sum += std::pow(static_cast<double>(k), -d.alpha));
+      for (double& c : cdf_) c /= sum;
+    }
+  }
+  int64_t draw(Rng& r) const {
+    if (d_.dist == "fixed") return d_.value;
+    if (d_.dist == "uniform")
+      return d_.min + static_cast<int64_t>(r.uniform() * static_cast<double>(d_.max - d_.min + 1));
+    if (d_.dist == "lognormal") {
+      const double mu = std::log(d_.mean) - d_.sigma * d_.sigma / 2;  // so the mean is `mean`
+      const double x = std::exp(mu + d_.sigma * r.normal());
+      return std::clamp<int64_t>(std::llround(x), std::max<int64_t>(1, d_.min), d_.max);
+    }
+    const double u = r.uniform();
+    return d_.min + static_cast<int64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+  }
+
+ private:
+  LengthDist d_;
+  std::vector<double> cdf_;
+};
+
+struct Arrival {
+  double t;
+  int64_t prompt, output;
+};
+
+std::vector<Arrival> load_trace(const Scenario& s) {
+  namespace fs = std::filesystem;
+  fs::path p(s.serving.trace);
+  if (p.is_relative() && !fs::exists(p)) p = fs::path(s.path).parent_path() / p;
+  std::ifstream in(p);
+  if (!in)
+    throw InputError(s.mark("inference.arrivals.trace"), "cannot open trace '" + p.string() + "', expected a CSV file");
+  std::vector<Arrival> out;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#') continue;
+    std::replace(line.begin(), line.end(), ',', ' ');
+    std::istringstream ls(line);
+    Arrival a{};
+    if (!(ls >> a.t >> a.prompt >> a.output)) {
+      if (out.empty() && lineno == 1) continue;  // a header
+      SourceMark m{p.string(), lineno, 1};
+      throw InputError(m, "malformed trace row, expected arrival_s, prompt_tokens, output_tokens");
+    }
+    if (a.t < 0 || a.prompt < 1 || a.output < 1 || (!out.empty() && a.t < out.back().t))
+      throw InputError(SourceMark{p.string(), lineno, 1},
+                       "bad trace row, expected arrival_s >= 0 and not decreasing, token counts >= 1");
+    out.push_back(a);
+  }
+  if (out.empty()) throw InputError(s.mark("inference.arrivals.trace"), "trace '" + p.string() + "' has no requests");
+  return out;
+}
+
+std::vector<Arrival> make_arrivals(const Scenario& s) {
+  const InferenceConfig& c = s.serving;
+  if (!c.trace.empty()) return load_trace(s);
+  Rng gaps(c.arrival_seed), lengths(c.arrival_seed ^ 0x5DEECE66Dull);
+  const LengthSampler prompt(c.prompt), output(c.output);
+  std::vector<Arrival> out(static_cast<size_t>(c.requests));
+  double t = 0;
+  const double shape = c.cv > 0 ? 1 / (c.cv * c.cv) : 1;
+  for (Arrival& a : out) {
+    a.t = t;
+    a.prompt = prompt.draw(lengths);
+    a.output = output.draw(lengths);
+    if (c.arrival_process == "fixed")
+      t += 1 / c.rate_per_s;
+    else if (c.arrival_process == "gamma")
+      t += gaps.gamma(shape) / (shape * c.rate_per_s);
+    else
+      t += -std::log(gaps.uniform()) / c.rate_per_s;
+  }
+  return out;
+}
+
+// ---- iteration cost --------------------------------------------------------------------
+// One iteration of a replica: every layer runs its GEMMs over all the batch's tokens,
+// attention per prefill chunk (causal, against the context it extends) and one paged
+// decode-attention kernel that reads every decoding request's KV, then two TP
+// all-reduces of the tokens' activations; the logits GEMM covers one row per request
+// that emits a token.
+class IterationCost {
+ public:
+  IterationCost(const Scenario& s, ComputeProfile compute, NetworkProfile net)
+      : s_(s), m_(s.model), gpu_(s.cluster.node.gpu), p_(std::move(compute)), net_(std::move(net)) {
+    tp_ = s.parallel.tp;
+    const int64_t hd = m_.head_dim();
+    qkv_out_ = (m_.heads + 2 * m_.kv_heads) * hd / tp_;
+    kv_heads_local_ = std::max<int64_t>(1, m_.kv_heads / tp_);
+    bytes_ = dtype_bits(m_.dtype) / 8.0;
+  }
+
+  double kv_bytes_per_token() const {  // one GPU, all layers, K and V
+    return 2.0 * static_cast<double>(m_.layers * kv_heads_local_ * m_.head_dim()) * bytes_;
+  }
+
+  // Token-count dependent part: GEMMs, all-reduces, launches. Memoized.
+  double dense(int64_t tokens, int64_t emitting) {
+    const uint64_t key = static_cast<uint64_t>(tokens) << 20 | static_cast<uint64_t>(emitting);
+    auto it = memo_.find(key);
+    if (it != memo_.end()) {
+      ++hits_;
+      return it->second;
+    }
+    ++misses_;
+    const int64_t h = m_.hidden, T = tokens;
+    const int64_t mlp_in = m_.mlp_matrices() == 3 ? 2 * m_.ffn_hidden / tp_ : m_.ffn_hidden / tp_;
+    double layer = gemm(T, qkv_out_, h) + gemm(T, h, m_.heads * m_.head_dim() / tp_) + gemm(T, mlp_in, h) +
+                   gemm(T, h, m_.ffn_hidden / tp_);
+    // Norms, activation and residual adds: elementwise passes over the activations.
+    layer += memory(static_cast<double>(T) * static_cast<double>(h) * bytes_ * 8);
+    if (tp_ > 1) layer += 2 * all_reduce(static_cast<double>(T * h) * bytes_);
+    const double launches = 12.0 * p_.launch_overhead_s;  // kernels per layer
+    double t = static_cast<double>(m_.layers) * (layer + launches);
+    t += gemm(emitting, m_.vocab / tp_, h);                                            // logits
+    if (tp_ > 1) t += all_reduce(static_cast<double>(emitting * m_.vocab / tp_) * 4);  // gathered logits
+    memo_.emplace(key, t);
+    return t;
+  }
+
+  // A prefill chunk of `q` tokens appended to a context of `past` tokens, all layers.
+  double prefill_attention(int64_t q, int64_t past) {
+    Op op;
+    op.kind = OpKind::Attention;
+    op.dtype = m_.dtype;
+    op.heads = m_.heads / tp_;
+    op.kv_heads = kv_heads_local_;
+    op.q_len = q;
+    op.kv_len = past + q;
+    op.head_dim = m_.head_dim();
+    op.causal = true;
+    op.flops = attention_flops(op);
+    op.bytes_read =
+        static_cast<int64_t>(static_cast<double>((q * op.heads + 2 * op.kv_len * op.kv_heads) * op.head_dim) * bytes_);
+    return static_cast<double>(m_.layers) * compute_seconds(op, gpu_, p_);
+  }
+
+  // One paged decode-attention kernel per layer reading `context_tokens` tokens of KV.
+  double decode_attention(int64_t context_tokens) {
+    if (context_tokens == 0) return 0;
+    return static_cast<double>(m_.layers) *
+           memory(static_cast<double>(context_tokens) * kv_bytes_per_token() / static_cast<double>(m_.layers));
+  }
+
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+
+ private:
+  double gemm(int64_t m, int64_t n, int64_t k) {
+    if (m <= 0 || n <= 0) return 0;
+    Op op;
+    op.kind = OpKind::Gemm;
+    op.dtype = m_.dtype;
+    op.m = m;
+    op.n = n;
+    op.k = k;
+    op.flops = gemm_flops(op);
+    op.bytes_read = static_cast<int64_t>(static_cast<double>(m * k + k * n) * bytes_);
+    op.bytes_written = static_cast<int64_t>(static_cast<double>(m * n) * bytes_);
+    return compute_seconds(op, gpu_, p_);
+  }
+  double memory(double bytes) {
+    Op op;
+    op.kind = OpKind::Memory;
+    op.bytes_read = static_cast<int64_t>(bytes);
+    return compute_seconds(op, gpu_, p_);
+  }
+  // NCCL-style ring all-reduce over NVLink: the fastest protocol's base latency,
+  // 2(p−1) hops and 2(p−1)/p of the bytes at the protocol's efficiency.
+  double all_reduce(double bytes) const {
+    const double p = static_cast<double>(tp_);
+    const double bw = s_.cluster.node.nvswitch ? s_.cluster.node.nvlink_bandwidth : s_.cluster.node.pcie_bandwidth;
+    const int cls = s_.cluster.node.nvswitch ? 0 : 1;
+    double best = 1e30;
+    for (int pr = 0; pr < kProtocols; ++pr) {
+      const double t = net_.base_latency[0][static_cast<size_t>(pr)] +
+                       2 * (p - 1) * net_.hop_latency[static_cast<size_t>(cls)][0][static_cast<size_t>(pr)] +
+                       2 * (p - 1) / p * bytes / (bw * net_.protocols[static_cast<size_t>(pr)].bandwidth_efficiency);
+      best = std::min(best, t);
+    }
+    return best;
+  }
+
+  const Scenario& s_;
+  const ModelConfig& m_;
+  const GpuSpec& gpu_;
+  ComputeProfile p_;
+  NetworkProfile net_;
+  int64_t tp_ = 1, qkv_out_ = 0, kv_heads_local_ = 1;
+  double bytes_ = 2;
+  std::unordered_map<uint64_t, double> memo_;
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+// ---- the engine ------------------------------------------------------------------------
+struct Req {
+  int64_t prompt = 0, output = 0;
+  int64_t target = 0;     // tokens to prefill before the next token: prompt (+ generated after a preemption)
+  int64_t kv = 0;         // tokens whose KV is cached
+  int64_t generated = 0;  // output tokens emitted
+  int64_t blocks = 0;     // KV blocks held
+  double arrival = 0, first = -1, finish = -1;
+  int replica = 0, preemptions = 0;
+};
+
+struct Replica {
+  std::deque<int64_t> waiting;
+  std::vector<int64_t> running;  // in admission order
+  int64_t free_blocks = 0;
+  bool busy = false;
+  int64_t outstanding = 0;
+  bool static_batch_open = false;  // static: the current batch still admits (only before it starts)
+};
+
+struct Work {
+  int64_t req;
+  int64_t tokens;  // prefill chunk size, or 1 for a decode
+  bool decode;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+class Engine {
+ public:
+  Engine(const Scenario& s, IterationCost& cost, int64_t blocks_per_replica)
+      : s_(s), c_(s.serving), cost_(cost), blocks_(blocks_per_replica) {}
+
+  ServingResult run(const std::vector<Arrival>& arrivals) {
+    reqs_.resize(arrivals.size());
+    for (size_t i = 0; i < arrivals.size(); ++i) {
+      reqs_[i].arrival = arrivals[i].t;
+      reqs_[i].prompt = arrivals[i].prompt;
+      reqs_[i].output = arrivals[i].output;
+      reqs_[i].target = arrivals[i].prompt;
+      const int64_t need = ceil_div(arrivals[i].prompt + arrivals[i].output, c_.kv_block_tokens);
+      if (need > blocks_)
+        throw InputError(s_.mark("inference"), "request " + std::to_string(i) + " needs " + std::to_string(need) +
+                                                   " KV blocks but a replica holds " + std::to_string(blocks_) +
+                                                   ", expected shorter requests or more GPU memory per replica");
+    }
+    reps_.assign(static_cast<size_t>(c_.replicas), Replica{});
+    for (Replica& r : reps_) r.free_blocks = blocks_;
+    // Events: (time, seq, kind, index); kind 0 = arrival of request index, 1 = replica index done.
+    using Ev = std::tuple<double, uint64_t, int, int64_t>;
+    std::priority_queue<Ev, std::vector<Ev>, std::greater<>> q;
+    uint64_t seq = 0;
+    size_t next_arrival = 0;
+    auto push_arrival = [&] {
+      if (next_arrival < reqs_.size()) {
+        q.emplace(reqs_[next_arrival].arrival, seq++, 0, static_cast<int64_t>(next_arrival));
+        ++next_arrival;
+      }
+    };
+    push_arrival();
+    std::vector<std::vector<Work>> inflight(reps_.size());
+    double now = 0, last_t = 0, in_system_area = 0;
+    int64_t in_system = 0;
+    while (!q.empty()) {
+      auto [t, sq, kind, idx] = q.top();
+      q.pop();
+      (void)sq;
+      in_system_area += static_cast<double>(in_system) * (t - last_t);
+      last_t = now = t;
+      int rep = 0;
+      if (kind == 0) {
+        ++in_system;
+        rep = route(idx);
+        reqs_[static_cast<size_t>(idx)].replica = rep;
+        reps_[static_cast<size_t>(rep)].waiting.push_back(idx);
+        ++reps_[static_cast<size_t>(rep)].outstanding;
+        push_arrival();
+      } else {
+        rep = static_cast<int>(idx);
+        in_system -= finish_iteration(rep, inflight[static_cast<size_t>(rep)], now);
+        reps_[static_cast<size_t>(rep)].busy = false;
+      }
+      Replica& r = reps_[static_cast<size_t>(rep)];
+      if (!r.busy) {
+        std::vector<Work>& w = inflight[static_cast<size_t>(rep)];
+        const double dt = schedule(rep, w);
+        if (!w.empty()) {
+          r.busy = true;
+          ++result_.iterations;
+          q.emplace(now + dt, seq++, 1, rep);
+        }
+      }
+    }
+    result_.makespan_s = now;
+    result_.memo_hits = cost_.hits();
+    result_.memo_misses = cost_.misses();
+    result_.kv_blocks_per_replica = blocks_;
+    result_.kv_peak_utilization = static_cast<double>(peak_used_) / static_cast<double>(blocks_);
+    mean_in_system_ = now > 0 ? in_system_area / now : 0;
+    for (const Req& x : reqs_)
+      result_.requests.push_back({x.arrival, x.first, x.finish, x.prompt, x.output, x.replica, x.preemptions});
+    return std::move(result_);
+  }
+
+  double mean_in_system() const { return mean_in_system_; }
+
+ private:
+  int route(int64_t idx) {
+    const size_t n = reps_.size();
+    if (c_.router == "round-robin") return static_cast<int>(static_cast<size_t>(idx) % n);
+    size_t best = 0;
+    for (size_t i = 1; i < n; ++i) {
+      if (c_.router == "least-outstanding" ? reps_[i].outstanding < reps_[best].outstanding
+                                           : reps_[i].free_blocks > reps_[best].free_blocks)
+        best = i;
+    }
+    return static_cast<int>(best);
+  }
+
+  bool grow(Replica& r, Req& x, int64_t tokens) {  // blocks for kv + tokens
+    const int64_t need = ceil_div(x.kv + tokens, c_.kv_block_tokens) - x.blocks;
+    if (need <= 0) return true;
+    if (need > r.free_blocks) return false;
+    r.free_blocks -= need;
+    x.blocks += need;
+    peak_used_ = std::max(peak_used_, blocks_ - r.free_blocks);
+    return true;
+  }
+  void release(Replica& r, Req& x) {
+    r.free_blocks += x.blocks;
+    x.blocks = 0;
+  }
+  // Recompute preemption: the youngest running request gives its blocks back and
+  // returns to the head of the queue; its generated tokens are prefilled again.
+  void preempt_last(Replica& r) {
+    const int64_t id = r.running.back();
+    Req& x = reqs_[static_cast<size_t>(id)];
+    release(r, x);
+    x.kv = 0;
+    x.target = x.prompt + x.generated;
+    ++x.preemptions;
+    ++result_.preemptions;
+    r.running.pop_back();
+    r.waiting.push_front(id);
+  }
+
+  // Picks the next iteration's work and returns its duration.
+  double schedule(int rep, std::vector<Work>& w) {
+    Replica& r = reps_[static_cast<size_t>(rep)];
+    w.clear();
+    const std::string& sch = c_.scheduler;
+    const int64_t budget = c_.max_batch_tokens;
+    int64_t tokens = 0;
+    if (sch == "static") {
+      // Request-level batching: a batch forms only when the last one has finished, its
+      // whole KV (prompt + output) reserved up front; it runs until all its requests end.
+      if (r.running.empty()) {
+        while (!r.waiting.empty() && static_cast<int64_t>(r.running.size()) < c_.max_batch_size) {
+          Req& x = reqs_[static_cast<size_t>(r.waiting.front())];
+          const int64_t need = ceil_div(x.prompt + x.output, c_.kv_block_tokens);
+          if (need > r.free_blocks) break;
+          r.free_blocks -= need;
+          x.blocks = need;
+          peak_used_ = std::max(peak_used_, blocks_ - r.free_blocks);
+          r.running.push_back(r.waiting.front());
+          r.waiting.pop_front();
+        }
+        for (int64_t id : r.running) w.push_back({id, reqs_[static_cast<size_t>(id)].target, false});
+      } else {
+        for (int64_t id : r.running)
+          if (reqs_[static_cast<size_t>(id)].finish < 0) w.push_back({id, 1, true});
+      }
+      return cost_of(w);
+    }
+    const bool chunked = sch == "sarathi";
+    const bool prefill_first = sch == "vllm";
+    // Admission of waiting requests (and, for sarathi, chunks of partly prefilled ones).
+    auto admit = [&](int64_t room) {
+      while (!r.waiting.empty() && static_cast<int64_t>(r.running.size()) < c_.max_batch_size) {
+        Req& x = reqs_[static_cast<size_t>(r.waiting.front())];
+        int64_t chunk = x.target - x.kv;
+        if (chunked) chunk = std::min(chunk, room - tokens);
+        if (chunk <= 0) break;
+        if (!chunked && tokens > 0 && tokens + chunk > room) break;  // a prompt over the budget runs alone
+        if (!grow(r, x, chunk)) break;
+        r.running.push_back(r.waiting.front());
+        r.waiting.pop_front();
+        w.push_back({r.running.back(), chunk, false});
+        tokens += chunk;
+      }
+    };
+    if (prefill_first) {
+      admit(budget);
+      if (!w.empty()) return cost_of(w);  // a prefill-only iteration
+    }
+    // Decodes (and, for sarathi, in-progress prefill chunks) of the running requests, in
+    // admission order; when blocks run out the youngest is preempted, itself included.
+    for (size_t i = 0; i < r.running.size(); ++i) {
+      const int64_t id = r.running[i];
+      Req& x = reqs_[static_cast<size_t>(id)];
+      const bool prefilling = x.kv < x.target;
+      int64_t n = prefilling ? x.target - x.kv : 1;
+      if (prefilling && chunked) n = std::min(n, budget - tokens);
+      if (n <= 0) continue;
+      bool kept = true;
+      while (!grow(r, x, n)) {
+        kept = r.running.back() != id;
+        preempt_last(r);
+        if (!kept) break;
+      }
+      if (!kept) break;
+      w.push_back({id, n, !prefilling});
+      tokens += n;
+    }
+    // Orca batches by request count alone (whole prompts join at any iteration); Sarathi
+    // fills what is left of the token budget with prefill chunks.
+    if (!prefill_first) admit(chunked ? budget : std::numeric_limits<int64_t>::max() / 2);
+    return cost_of(w);
+  }
+
+  double cost_of(const std::vector<Work>& w) {
+    if (w.empty()) return 0;
+    int64_t tokens = 0, emitting = 0, context = 0;
+    double attn = 0;
+    for (const Work& x : w) {
+      const Req& rq = reqs_[static_cast<size_t>(x.req)];
+      tokens += x.tokens;
+      if (x.decode) {
+        context += rq.kv + 1;
+        ++emitting;
+      } else {
+        attn += cost_.prefill_attention(x.tokens, rq.kv);
+        if (rq.kv + x.tokens >= rq.target) ++emitting;
+      }
+    }
+    return cost_.dense(tokens, emitting) + attn + cost_.decode_attention(context);
+  }
+
+  // Applies an iteration's work at time `now`; returns the requests that finished.
+  int64_t finish_iteration(int rep, const std::vector<Work>& w, double now) {
+    Replica& r = reps_[static_cast<size_t>(rep)];
+    int64_t done = 0;
+    for (const Work& x : w) {
+      Req& rq = reqs_[static_cast<size_t>(x.req)];
+      rq.kv += x.tokens;
+      if (x.decode || rq.kv >= rq.target) {
+        if (!x.decode) rq.target = 0;  // prefill complete; decodes follow
+        ++rq.generated;
+        if (rq.first < 0) rq.first = now;
+        if (rq.generated >= rq.output) {
+          rq.finish = now;
+          ++done;
+          --r.outstanding;
+          if (c_.scheduler != "static") {
+            release(r, rq);
+            r.running.erase(std::find(r.running.begin(), r.running.end(), x.req));
+          }
+        }
+      }
+    }
+    if (c_.scheduler == "static") {
+      bool all = true;
+      for (int64_t id : r.running) all = all && reqs_[static_cast<size_t>(id)].finish >= 0;
+      if (all) {
+        for (int64_t id : r.running) release(r, reqs_[static_cast<size_t>(id)]);
+        r.running.clear();
+      }
+    }
+    return done;
+  }
+
+  const Scenario& s_;
+  const InferenceConfig& c_;
+  IterationCost& cost_;
+  int64_t blocks_;
+  std::vector<Req> reqs_;
+  std::vector<Replica> reps_;
+  int64_t peak_used_ = 0;
+  double mean_in_system_ = 0;
+  ServingResult result_;
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  const double f = pos - static_cast<double>(i);
+  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+}
+
+}  // namespace
+
+ServingResult run_serving(const Scenario& s) {
+  const InferenceConfig& c = s.serving;
+  if (c.prefill_replicas > 0 || c.decode_replicas > 0)
+    throw InputError(s.mark("inference.disaggregation"),
+                     "disaggregated prefill/decode pools are not modelled yet, expected prefill_replicas: 0 and "
+                     "decode_replicas: 0");
+  if (c.lookahead > 0 || !c.draft_model.empty() || c.acceptance_rate > 0)
+    throw InputError(s.mark("inference.speculative"),
+                     "speculative decoding is not modelled yet, expected draft_model: null and lookahead: 0");
+  if (s.parallel.pp != 1 || s.parallel.cp != 1)
+    throw InputError(s.mark("parallel"), "a serving replica is tp GPUs of one node, expected parallel.pp: 1 and cp: 1");
+  const int64_t tp = s.parallel.tp;
+  if (tp > s.cluster.node.gpus)
+    throw InputError(s.mark("parallel.tp"), "tp " + std::to_string(tp) + " spans nodes, expected tp <= " +
+                                                std::to_string(s.cluster.node.gpus) + " GPUs per node");
+  if (c.replicas * tp > s.gpus())
+    throw InputError(s.mark("inference.replicas"), std::to_string(c.replicas) + " replicas of tp " +
+                                                       std::to_string(tp) + " need " + std::to_string(c.replicas * tp) +
+                                                       " GPUs, expected at most the cluster's " +
+                                                       std::to_string(s.gpus()));
+  if (s.model.heads % tp != 0) throw InputError(s.mark("parallel.tp"), "tp must divide the model's attention heads");
+  if (c.trace.empty() && c.rate_per_s <= 0)
+    throw InputError(s.mark("inference.arrivals.rate_per_s"), "arrival rate must be positive");
+
+  ComputeProfile compute;
+  NetworkProfile network;
+  if (!s.calibration.empty()) {
+    std::filesystem::path p(s.calibration);
+    if (p.is_relative() && !std::filesystem::exists(p)) p = std::filesystem::path(s.path).parent_path() / p;
+    const CalibrationProfile prof = load_profile(p.string(), s.mark("calibration"));
+    compute = prof.compute;
+    network = prof.network;
+  }
+  IterationCost cost(s, compute, network);
+
+  // KV capacity, as vLLM sizes it: 90% of HBM, less the weights' shard and the
+  // activation workspace of the largest iteration.
+  const double bytes = dtype_bits(s.model.dtype) / 8.0;
+  const double weights = static_cast<double>(s.model.total_params()) * bytes / static_cast<double>(tp);
+  const double workspace = static_cast<double>(c.max_batch_tokens) *
+                               static_cast<double>(4 * s.model.hidden + 3 * s.model.ffn_hidden / tp) * bytes +
+                           static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4;
+  const double free_bytes = 0.9 * s.cluster.node.gpu.hbm_bytes - weights - workspace;
+  const double block_bytes = cost.kv_bytes_per_token() * static_cast<double>(c.kv_block_tokens);
+  const int64_t blocks = free_bytes > 0 ? static_cast<int64_t>(free_bytes / block_bytes) : 0;
+  if (blocks < 1)
+    throw InputError(s.mark("parallel.tp"),
+                     "the model does not fit: " + format_number(weights / 1e9) + " GB of weights per GPU on a " +
+                         format_number(s.cluster.node.gpu.hbm_bytes / 1e9) + " GB GPU, expected a larger tp");
+
+  const std::vector<Arrival> arrivals = make_arrivals(s);
+  Engine engine(s, cost, blocks);
+  ServingResult r = engine.run(arrivals);
+
+  std::vector<double> ttft, tpot, e2e;
+  double out_tokens = 0, first = r.requests.front().arrival;
+  int64_t good = 0;
+  for (const ServedRequest& q : r.requests) {
+    ttft.push_back(q.first_token - q.arrival);
+    e2e.push_back(q.finish - q.arrival);
+    const double tp_q = q.output > 1 ? (q.finish - q.first_token) / static_cast<double>(q.output - 1) : 0;
+    if (q.output > 1) tpot.push_back(tp_q);
+    out_tokens += static_cast<double>(q.output);
+    if (q.first_token - q.arrival <= c.slo_ttft_s && tp_q <= c.slo_tpot_s) ++good;
+  }
+  const double span = r.makespan_s - first;
+  const double n = static_cast<double>(r.requests.size());
+  r.metrics = {{"requests", n},
+               {"makespan_s", r.makespan_s},
+               {"throughput_tokens_per_s", out_tokens / span},
+               {"requests_per_s", n / span},
+               {"goodput_requests_per_s", static_cast<double>(good) / span},
+               {"slo_attainment", static_cast<double>(good) / n}};
+  for (auto [name, v] :
+       {std::pair<const char*, std::vector<double>*>{"ttft_s", &ttft}, {"tpot_s", &tpot}, {"e2e_s", &e2e}})
+    for (auto [suffix, qq] : {std::pair<const char*, double>{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}})
+      r.metrics.emplace_back(std::string(name) + "_" + suffix, percentile(*v, qq));
+  double mean_e2e = 0;
+  for (double x : e2e) mean_e2e += x / n;
+  r.metrics.insert(r.metrics.end(), {{"e2e_s_mean", mean_e2e},
+                                     {"mean_requests_in_system", engine.mean_in_system()},
+                                     {"preemptions", static_cast<double>(r.preemptions)},
+                                     {"kv_cache_peak_utilization", r.kv_peak_utilization},
+                                     {"kv_blocks_per_replica", static_cast<double>(r.kv_blocks_per_replica)},
+                                     {"iterations", static_cast<double>(r.iterations)},
+                                     {"iteration_cost_memo_hits", static_cast<double>(r.memo_hits)},
+                                     {"iteration_cost_memo_misses", static_cast<double>(r.memo_misses)}});
+  return r;
+}
+
+std::string serving_summary_json(const Scenario& s, const ServingResult& r) {
+  return summary_json({{"name", s.name}, {"mode", "inference"}, {"scheduler", s.serving.scheduler}}, r.metrics);
+}
+
+std::string serving_summary_table(const Scenario& s, const ServingResult& r) {
+  std::ostringstream o;
+  o << s.name << " — inference, " << s.serving.replicas << " replica(s) of tp " << s.parallel.tp << ", "
+    << s.serving.scheduler << " scheduler, " << s.serving.router << " router\n";
+  for (const auto& [k, v] : r.metrics)
+    o << "  " << k << std::string(k.size() < 28 ? 28 - k.size() : 1, ' ') << format_number(v) << "\n";
+  return o.str();
+}
+
+}  // namespace clustersim

@@ -1,0 +1,47 @@
+// Inference serving, event by event: requests arrive (Poisson, gamma, fixed rate or a
+// trace), a router sends each to a replica (tp GPUs of one node), and each replica runs
+// iterations chosen by its scheduler — `static` (request-level batches), `orca`
+// (iteration-level: new requests join with their whole prefill), `vllm` (continuous
+// batching, prefill first) or `sarathi` (chunked prefill under a token budget, decodes
+// never wait). A paged KV cache (blocks of kv_block_tokens; capacity = HBM left after
+// weights and a workspace) admits requests; when it runs out, the youngest running
+// request is preempted and recomputed later. An iteration's time comes from the same
+// cost models as training: its GEMMs over all its tokens, attention per request
+// (prefill chunks and decode steps against their context), TP all-reduces and the
+// logits, memoized by a batch signature.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reports/summary.h"
+#include "scenarios/scenario.h"
+
+namespace clustersim {
+
+struct ServedRequest {
+  double arrival = 0, first_token = 0, finish = 0;
+  int64_t prompt = 0, output = 0;
+  int replica = 0;
+  int preemptions = 0;
+};
+
+struct ServingResult {
+  std::vector<ServedRequest> requests;
+  double makespan_s = 0;
+  int64_t iterations = 0;
+  int64_t preemptions = 0;
+  double kv_peak_utilization = 0;  // max over replicas and time of used / total blocks
+  int64_t kv_blocks_per_replica = 0;
+  int64_t memo_hits = 0, memo_misses = 0;
+  Metrics metrics;  // flat: throughput, percentiles, ...
+};
+
+// Throws InputError for settings not modelled (disaggregation, speculative decoding,
+// pipeline parallelism in a replica) and for a model that does not fit.
+ServingResult run_serving(const Scenario& s);
+std::string serving_summary_json(const Scenario& s, const ServingResult& r);
+std::string serving_summary_table(const Scenario& s, const ServingResult& r);
+
+}  // namespace clustersim

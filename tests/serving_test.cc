@@ -1,0 +1,192 @@
+#include "sim/serving.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "scenarios/error.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim {
+namespace {
+
+using testing::scenario_from_text;
+
+std::string serving_yaml(const std::string& inference, const std::string& model = "llama3-8b", int tp = 1,
+                         const std::string& gpu = "h100-sxm") {
+  return "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpu: " + gpu + "}\nmodel: {preset: " + model +
+         "}\nparallel: {tp: " + std::to_string(tp) + "}\ninference:\n" + inference;
+}
+
+double metric(const ServingResult& r, const std::string& name) {
+  for (const auto& [k, v] : r.metrics)
+    if (k == name) return v;
+  ADD_FAILURE() << "no metric " << name;
+  return 0;
+}
+
+ServingResult serve(const std::string& inference, const std::string& model = "llama3-8b", int tp = 1,
+                    const std::string& gpu = "h100-sxm") {
+  return run_serving(scenario_from_text(serving_yaml(inference, model, tp, gpu), "serving"));
+}
+
+std::string load(const std::string& scheduler, double rate, int64_t requests = 2000) {
+  return "  scheduler: " + scheduler + "\n  requests: " + std::to_string(requests) +
+         "\n  arrivals: {process: poisson, rate_per_s: " + std::to_string(rate) +
+         ", seed: 3}\n  prompt_tokens: {dist: lognormal, mean: 1024, sigma: 0.8, max: 8192}\n"
+         "  output_tokens: {dist: lognormal, mean: 256, sigma: 0.8, max: 2048}\n";
+}
+
+// Every request finishes exactly once, after it arrived and after its first token; the
+// tokens served are the tokens asked for; the KV cache never exceeds its capacity even
+// when it runs out and requests are preempted.
+TEST(Serving, ConservationUnderKvPressure) {
+  // Llama-3 8B on a 40 GB A100: long requests at a high rate overflow the KV cache.
+  const ServingResult r = serve(
+      "  scheduler: vllm\n  requests: 600\n  arrivals: {process: poisson, rate_per_s: 50, seed: 5}\n"
+      "  prompt_tokens: {dist: uniform, min: 1024, max: 3072}\n  output_tokens: {dist: uniform, min: 512, max: 2048}\n",
+      "llama3-8b", 1, "a100-sxm-40gb");
+  ASSERT_EQ(r.requests.size(), 600u);
+  EXPECT_GT(r.preemptions, 0) << "the scenario should exhaust the KV cache";
+  EXPECT_LE(r.kv_peak_utilization, 1.0);
+  EXPECT_GT(r.kv_peak_utilization, 0.9);
+  int64_t preempted = 0;
+  for (const ServedRequest& q : r.requests) {
+    EXPECT_GE(q.first_token, q.arrival);
+    EXPECT_GE(q.finish, q.first_token);
+    EXPECT_LE(q.finish, r.makespan_s);
+    preempted += q.preemptions;
+  }
+  EXPECT_EQ(preempted, r.preemptions);
+}
+
+TEST(Serving, TokensOutEqualTokensRequested) {
+  for (const char* sch : {"static", "orca", "vllm", "sarathi"}) {
+    const ServingResult r = serve(load(sch, 12, 500));
+    double asked = 0;
+    for (const ServedRequest& q : r.requests) asked += static_cast<double>(q.output);
+    const double span = r.makespan_s - r.requests.front().arrival;
+    EXPECT_NEAR(metric(r, "throughput_tokens_per_s") * span, asked, 1e-6 * asked) << sch;
+    EXPECT_EQ(metric(r, "requests"), 500) << sch;
+  }
+}
+
+// Little's law, L = λW: the engine's time-averaged count of requests in the system
+// (integrated event by event) equals arrival rate × mean time in system.
+TEST(Serving, LittlesLaw) {
+  for (double rate : {4.0, 20.0}) {
+    const ServingResult r = serve(load("vllm", rate, 3000));
+    const double span = r.makespan_s;  // first arrival is at t = 0
+    const double lambda = metric(r, "requests") / span;
+    EXPECT_NEAR(metric(r, "mean_requests_in_system"), lambda * metric(r, "e2e_s_mean"),
+                1e-6 * metric(r, "mean_requests_in_system"));
+  }
+}
+
+TEST(Serving, ThroughputRisesWithLoadAndSaturates) {
+  std::vector<double> tput;
+  for (double rate : {2.0, 8.0, 32.0, 128.0, 512.0})
+    tput.push_back(metric(serve(load("vllm", rate)), "throughput_tokens_per_s"));
+  for (size_t i = 1; i < tput.size(); ++i) EXPECT_GE(tput[i], tput[i - 1] * 0.98) << i;
+  EXPECT_GT(tput[1], 3.0 * tput[0]);   // light load: throughput follows the offered load
+  EXPECT_LT(tput[4], 1.15 * tput[3]);  // overload: it saturates
+  const ServingResult over = serve(load("vllm", 512.0));
+  EXPECT_GT(metric(over, "ttft_s_p50"), 10 * metric(serve(load("vllm", 2.0)), "ttft_s_p50"));  // queues build
+}
+
+TEST(Serving, ContinuousBatchingBeatsStaticAtHighLoad) {
+  const double cont = metric(serve(load("vllm", 64)), "throughput_tokens_per_s");
+  const double orca = metric(serve(load("orca", 64)), "throughput_tokens_per_s");
+  const double stat = metric(serve(load("static", 64)), "throughput_tokens_per_s");
+  EXPECT_GT(cont, 1.3 * stat);
+  EXPECT_GT(orca, 1.3 * stat);
+}
+
+TEST(Serving, ChunkedPrefillLowersTailTpot) {
+  const std::string common = "  max_batch_tokens: 2048\n";
+  const ServingResult v = serve(common + load("vllm", 16));
+  const ServingResult s = serve(common + load("sarathi", 16));
+  EXPECT_LT(metric(s, "tpot_s_p99"), 0.8 * metric(v, "tpot_s_p99"));
+}
+
+TEST(Serving, RoutersSpreadLoad) {
+  for (const char* router : {"round-robin", "least-outstanding", "least-kv"}) {
+    const ServingResult r = serve(std::string("  replicas: 4\n  router: ") + router + "\n" + load("vllm", 40, 800));
+    std::map<int, int> per;
+    for (const ServedRequest& q : r.requests) ++per[q.replica];
+    ASSERT_EQ(per.size(), 4u) << router;
+    for (auto [rep, n] : per) EXPECT_GT(n, 100) << router << " replica " << rep;
+  }
+}
+
+TEST(Serving, DeterministicAndSeeded) {
+  const Scenario a = scenario_from_text(serving_yaml(load("sarathi", 20, 400)), "serving");
+  EXPECT_EQ(serving_summary_json(a, run_serving(a)), serving_summary_json(a, run_serving(a)));
+  std::string other = load("sarathi", 20, 400);
+  other.replace(other.find("seed: 3"), 7, "seed: 4");
+  const Scenario b = scenario_from_text(serving_yaml(other), "serving");
+  EXPECT_NE(serving_summary_json(a, run_serving(a)), serving_summary_json(b, run_serving(b)));
+}
+
+TEST(Serving, LengthAndArrivalDistributions) {
+  const ServingResult r = serve(
+      "  requests: 20000\n  arrivals: {process: gamma, cv: 3, rate_per_s: 1000, seed: 9}\n"
+      "  prompt_tokens: {dist: lognormal, mean: 512, sigma: 0.5, max: 1000000}\n"
+      "  output_tokens: {dist: zipf, min: 1, max: 64, alpha: 1.1}\n");
+  double mean = 0, ones = 0;
+  std::vector<double> gaps;
+  for (size_t i = 0; i < r.requests.size(); ++i) {
+    mean += static_cast<double>(r.requests[i].prompt) / 20000;
+    ones += r.requests[i].output == 1;
+    if (i) gaps.push_back(r.requests[i].arrival - r.requests[i - 1].arrival);
+  }
+  EXPECT_NEAR(mean, 512, 512 * 0.02);
+  // Zipf(1.1) on 1..64: P(1) = 1 / H(64, 1.1).
+  double h = 0;
+  for (int k = 1; k <= 64; ++k) h += std::pow(k, -1.1);
+  EXPECT_NEAR(ones / 20000, 1 / h, 0.01);
+  double gm = 0, gv = 0;
+  for (double g : gaps) gm += g / static_cast<double>(gaps.size());
+  for (double g : gaps) gv += (g - gm) * (g - gm) / static_cast<double>(gaps.size());
+  EXPECT_NEAR(gm, 1e-3, 1e-4);
+  EXPECT_NEAR(std::sqrt(gv) / gm, 3.0, 0.3);  // the burstiness asked for
+}
+
+TEST(Serving, TraceArrivals) {
+  const std::string dir = testing::temp_dir("serving-trace");
+  std::ofstream(dir + "/trace.csv") << "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,200,20\n0.5,300,1\n";
+  const Scenario s = scenario_from_text(serving_yaml("  arrivals: {trace: " + dir + "/trace.csv}\n"), "serving");
+  const ServingResult r = run_serving(s);
+  ASSERT_EQ(r.requests.size(), 3u);
+  EXPECT_EQ(r.requests[1].prompt, 200);
+  EXPECT_EQ(r.requests[2].output, 1);
+  EXPECT_DOUBLE_EQ(r.requests[2].arrival, 0.5);
+
+  std::ofstream(dir + "/bad.csv") << "0,100,10\n0.2,oops,3\n";
+  const Scenario b = scenario_from_text(serving_yaml("  arrivals: {trace: " + dir + "/bad.csv}\n"), "serving");
+  try {
+    run_serving(b);
+    FAIL() << "a malformed trace row must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.csv:2:1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Serving, RefusesWhatIsNotModelledAndWhatDoesNotFit) {
+  EXPECT_THROW(serve("  disaggregation: {prefill_replicas: 1, decode_replicas: 1}\n"), InputError);
+  EXPECT_THROW(serve("  speculative: {draft_model: llama3-8b, lookahead: 4, acceptance_rate: 0.7}\n", "llama3-70b", 8),
+               InputError);
+  EXPECT_THROW(serve("  requests: 10\n", "llama3-405b", 1), InputError);  // 810 GB of weights on one GPU
+  EXPECT_THROW(serve("  replicas: 9\n"), InputError);                     // 9 GPUs on an 8-GPU node
+}
+
+// The iteration-cost memo is what makes 100,000 requests cheap: most iterations repeat
+// a batch signature already costed.
+TEST(Serving, IterationCostsAreMemoized) {
+  const ServingResult r = serve(load("vllm", 20, 3000));
+  EXPECT_GT(r.memo_hits, 2 * r.memo_misses);
+}
+
+}  // namespace
+}  // namespace clustersim
