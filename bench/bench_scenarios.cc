@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/run.h"
+#include "sim/serving.h"
 
 namespace {
 
@@ -25,6 +26,31 @@ void BM_Gpt3_1_3b_Dgx(benchmark::State& state) { run_example(state, "gpt3-1.3b-d
 void BM_Llama3_8b_128xH100(benchmark::State& state) { run_example(state, "llama3-8b-128xh100.yaml"); }
 void BM_Llama3_8b_1024xH100(benchmark::State& state) { run_example(state, "llama3-8b-1024xh100-sp.yaml"); }
 
+// Inference serving: requests served per second of wall time.
+void run_serving_example(benchmark::State& state, const std::string& file) {
+  const auto s = clustersim::load_scenario(std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/" + file);
+  double requests = 0, iterations = 0;
+  for (auto _ : state) {
+    auto r = clustersim::run_serving(s);
+    requests = static_cast<double>(r.requests.size());
+    iterations = static_cast<double>(r.iterations);
+    benchmark::DoNotOptimize(r.makespan_s);
+  }
+  state.counters["requests"] = requests;
+  state.counters["iterations"] = iterations;
+  state.counters["requests/s"] =
+      benchmark::Counter(requests * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_Serve_Llama3_70b_Tp8(benchmark::State& state) {
+  run_serving_example(state, "inference/llama3-70b-tp8-dgx-h100.yaml");
+}
+void BM_Serve_Llama3_8b_8Replicas_100k(benchmark::State& state) {
+  run_serving_example(state, "inference/llama3-8b-8-replicas-sarathi.yaml");
+}
+
+BENCHMARK(BM_Serve_Llama3_70b_Tp8)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Serve_Llama3_8b_8Replicas_100k)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt3_1_3b_Dgx)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Llama3_8b_128xH100)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Llama3_8b_1024xH100)->Unit(benchmark::kMillisecond);

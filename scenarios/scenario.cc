@@ -306,6 +306,16 @@ const std::vector<KeySpec>& key_table() {
       {"inference.slo", "mapping", "", "service-level objective for goodput", nullptr},
       {"inference.slo.ttft", "time", "500ms", "time to first token", [](const N& n, S& s) { s.serving.slo_ttft_s = as_time(n, "inference.slo.ttft"); }},
       {"inference.slo.tpot", "time", "50ms", "time per output token", [](const N& n, S& s) { s.serving.slo_tpot_s = as_time(n, "inference.slo.tpot"); }},
+      {"inference.weight_dtype", "dtype", "model.dtype", "stored weights: fp16 | bf16 | fp8 | int8 (W8A8 GEMMs) | int4 (weight-only, bf16 math)",
+       [](const N& n, S& s) {
+         s.serving.weight_dtype = as_dtype(n, "inference.weight_dtype");
+         s.serving.weight_dtype_set = true;
+       }},
+      {"inference.kv_dtype", "dtype", "model.dtype", "KV-cache entries: fp16 | bf16 | fp8 | int8 | int4",
+       [](const N& n, S& s) {
+         s.serving.kv_dtype = as_dtype(n, "inference.kv_dtype");
+         s.serving.kv_dtype_set = true;
+       }},
       {"inference.disaggregation", "mapping", "", "separate prefill and decode pools", nullptr},
       {"inference.disaggregation.prefill_replicas", "integer", "0", "replicas that only prefill",
        [](const N& n, S& s) { s.serving.prefill_replicas = as_int(n, "inference.disaggregation.prefill_replicas", 0); }},

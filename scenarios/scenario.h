@@ -64,6 +64,9 @@ struct InferenceConfig {
   int64_t lookahead = 0;
   double acceptance_rate = 0;
   std::string draft_model;
+  bool weight_dtype_set = false, kv_dtype_set = false;
+  DType weight_dtype = DType::BF16;  // unset: the model's dtype
+  DType kv_dtype = DType::BF16;      // unset: the model's dtype
 };
 
 struct Scenario {

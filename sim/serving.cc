@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
@@ -144,17 +145,26 @@ std::vector<Arrival> make_arrivals(const Scenario& s) {
 // that emits a token.
 class IterationCost {
  public:
-  IterationCost(const Scenario& s, ComputeProfile compute, NetworkProfile net)
-      : s_(s), m_(s.model), gpu_(s.cluster.node.gpu), p_(std::move(compute)), net_(std::move(net)) {
+  // Weights stored as fp8 or int8 run W8A8 GEMMs at that type's peak; int4 weights are
+  // weight-only (dequantized into bf16/fp16 math): they only shrink the bytes read.
+  IterationCost(const Scenario& s, const ModelConfig& model, ComputeProfile compute, NetworkProfile net)
+      : s_(s), m_(model), gpu_(s.cluster.node.gpu), p_(std::move(compute)), net_(std::move(net)) {
     tp_ = s.parallel.tp;
     const int64_t hd = m_.head_dim();
     qkv_out_ = (m_.heads + 2 * m_.kv_heads) * hd / tp_;
     kv_heads_local_ = std::max<int64_t>(1, m_.kv_heads / tp_);
     bytes_ = dtype_bits(m_.dtype) / 8.0;
+    const DType w = s.serving.weight_dtype_set ? s.serving.weight_dtype : m_.dtype;
+    weight_bytes_ = dtype_bits(w) / 8.0;
+    kv_bytes_ = dtype_bits(s.serving.kv_dtype_set ? s.serving.kv_dtype : m_.dtype) / 8.0;
+    gemm_dtype_ = (w == DType::FP8 || w == DType::INT8) ? w : m_.dtype;
   }
 
   double kv_bytes_per_token() const {  // one GPU, all layers, K and V
-    return 2.0 * static_cast<double>(m_.layers * kv_heads_local_ * m_.head_dim()) * bytes_;
+    return 2.0 * static_cast<double>(m_.layers * kv_heads_local_ * m_.head_dim()) * kv_bytes_;
+  }
+  double weight_bytes_per_gpu() const {
+    return static_cast<double>(m_.total_params()) * weight_bytes_ / static_cast<double>(tp_);
   }
 
   // Token-count dependent part: GEMMs, all-reduces, launches. Memoized.
@@ -193,8 +203,8 @@ class IterationCost {
     op.head_dim = m_.head_dim();
     op.causal = true;
     op.flops = attention_flops(op);
-    op.bytes_read =
-        static_cast<int64_t>(static_cast<double>((q * op.heads + 2 * op.kv_len * op.kv_heads) * op.head_dim) * bytes_);
+    op.bytes_read = static_cast<int64_t>(static_cast<double>(q * op.heads * op.head_dim) * bytes_ +
+                                         static_cast<double>(2 * op.kv_len * op.kv_heads * op.head_dim) * kv_bytes_);
     return static_cast<double>(m_.layers) * compute_seconds(op, gpu_, p_);
   }
 
@@ -213,12 +223,13 @@ class IterationCost {
     if (m <= 0 || n <= 0) return 0;
     Op op;
     op.kind = OpKind::Gemm;
-    op.dtype = m_.dtype;
+    op.dtype = gemm_dtype_;
     op.m = m;
     op.n = n;
     op.k = k;
     op.flops = gemm_flops(op);
-    op.bytes_read = static_cast<int64_t>(static_cast<double>(m * k + k * n) * bytes_);
+    op.bytes_read =
+        static_cast<int64_t>(static_cast<double>(m * k) * bytes_ + static_cast<double>(k * n) * weight_bytes_);
     op.bytes_written = static_cast<int64_t>(static_cast<double>(m * n) * bytes_);
     return compute_seconds(op, gpu_, p_);
   }
@@ -250,7 +261,8 @@ class IterationCost {
   ComputeProfile p_;
   NetworkProfile net_;
   int64_t tp_ = 1, qkv_out_ = 0, kv_heads_local_ = 1;
-  double bytes_ = 2;
+  double bytes_ = 2, weight_bytes_ = 2, kv_bytes_ = 2;
+  DType gemm_dtype_ = DType::BF16;
   std::unordered_map<uint64_t, double> memo_;
   int64_t hits_ = 0, misses_ = 0;
 };
@@ -285,8 +297,15 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class Engine {
  public:
-  Engine(const Scenario& s, IterationCost& cost, int64_t blocks_per_replica)
-      : s_(s), c_(s.serving), cost_(cost), blocks_(blocks_per_replica) {}
+  Engine(const Scenario& s, IterationCost& cost, IterationCost* draft, int64_t blocks_per_replica)
+      : s_(s),
+        c_(s.serving),
+        cost_(cost),
+        draft_(draft),
+        blocks_(blocks_per_replica),
+        accept_(s.serving.arrival_seed ^ 0xACCE97ull) {
+    if (draft_) step_ = 1 + c_.lookahead;
+  }
 
   ServingResult run(const std::vector<Arrival>& arrivals) {
     reqs_.resize(arrivals.size());
@@ -425,7 +444,7 @@ class Engine {
         for (int64_t id : r.running) w.push_back({id, reqs_[static_cast<size_t>(id)].target, false});
       } else {
         for (int64_t id : r.running)
-          if (reqs_[static_cast<size_t>(id)].finish < 0) w.push_back({id, 1, true});
+          if (reqs_[static_cast<size_t>(id)].finish < 0) w.push_back({id, step_, true});
       }
       return cost_of(w);
     }
@@ -456,7 +475,7 @@ class Engine {
       const int64_t id = r.running[i];
       Req& x = reqs_[static_cast<size_t>(id)];
       const bool prefilling = x.kv < x.target;
-      int64_t n = prefilling ? x.target - x.kv : 1;
+      int64_t n = prefilling ? x.target - x.kv : step_;
       if (prefilling && chunked) n = std::min(n, budget - tokens);
       if (n <= 0) continue;
       bool kept = true;
@@ -477,20 +496,31 @@ class Engine {
 
   double cost_of(const std::vector<Work>& w) {
     if (w.empty()) return 0;
-    int64_t tokens = 0, emitting = 0, context = 0;
-    double attn = 0;
+    int64_t tokens = 0, emitting = 0, context = 0, decodes = 0, prefill_tokens = 0;
+    double attn = 0, draft_attn = 0;
     for (const Work& x : w) {
       const Req& rq = reqs_[static_cast<size_t>(x.req)];
       tokens += x.tokens;
       if (x.decode) {
-        context += rq.kv + 1;
-        ++emitting;
+        context += rq.kv + x.tokens;
+        emitting += x.tokens;  // logits for every verified position
+        ++decodes;
       } else {
         attn += cost_.prefill_attention(x.tokens, rq.kv);
+        if (draft_) draft_attn += draft_->prefill_attention(x.tokens, rq.kv);
+        prefill_tokens += x.tokens;
         if (rq.kv + x.tokens >= rq.target) ++emitting;
       }
     }
-    return cost_.dense(tokens, emitting) + attn + cost_.decode_attention(context);
+    double t = cost_.dense(tokens, emitting) + attn + cost_.decode_attention(context);
+    if (draft_) {
+      // The draft model prefills what the target prefills, then proposes `lookahead`
+      // tokens one decode step at a time for every decoding request.
+      if (prefill_tokens > 0) t += draft_->dense(prefill_tokens, 0) + draft_attn;
+      if (decodes > 0)
+        t += static_cast<double>(c_.lookahead) * (draft_->dense(decodes, decodes) + draft_->decode_attention(context));
+    }
+    return t;
   }
 
   // Applies an iteration's work at time `now`; returns the requests that finished.
@@ -499,10 +529,22 @@ class Engine {
     int64_t done = 0;
     for (const Work& x : w) {
       Req& rq = reqs_[static_cast<size_t>(x.req)];
-      rq.kv += x.tokens;
+      int64_t emitted = 1;
+      if (x.decode && draft_) {
+        // Each draft token is accepted with probability acceptance_rate until the first
+        // rejection; the target adds one token of its own (a correction or a bonus).
+        int64_t j = 0;
+        while (j < c_.lookahead && accept_.uniform() < c_.acceptance_rate) ++j;
+        emitted = std::min(j + 1, rq.output - rq.generated);
+        rq.kv += emitted;  // the rejected positions' KV is dropped
+        ++result_.verify_steps;
+        result_.speculated_tokens += emitted;
+      } else {
+        rq.kv += x.tokens;
+      }
       if (x.decode || rq.kv >= rq.target) {
         if (!x.decode) rq.target = 0;  // prefill complete; decodes follow
-        ++rq.generated;
+        rq.generated += emitted;
         if (rq.first < 0) rq.first = now;
         if (rq.generated >= rq.output) {
           rq.finish = now;
@@ -529,7 +571,10 @@ class Engine {
   const Scenario& s_;
   const InferenceConfig& c_;
   IterationCost& cost_;
+  IterationCost* draft_;  // speculative decoding's draft model, or none
   int64_t blocks_;
+  int64_t step_ = 1;  // tokens a decode step verifies: 1, or lookahead + 1
+  Rng accept_;
   std::vector<Req> reqs_;
   std::vector<Replica> reps_;
   int64_t peak_used_ = 0;
@@ -554,9 +599,21 @@ ServingResult run_serving(const Scenario& s) {
     throw InputError(s.mark("inference.disaggregation"),
                      "disaggregated prefill/decode pools are not modelled yet, expected prefill_replicas: 0 and "
                      "decode_replicas: 0");
-  if (c.lookahead > 0 || !c.draft_model.empty() || c.acceptance_rate > 0)
-    throw InputError(s.mark("inference.speculative"),
-                     "speculative decoding is not modelled yet, expected draft_model: null and lookahead: 0");
+  const ModelConfig* draft_model = nullptr;
+  if (!c.draft_model.empty()) {
+    draft_model = find_model_preset(c.draft_model);
+    if (!draft_model)
+      throw InputError(s.mark("inference.speculative.draft_model"),
+                       "unknown draft model '" + c.draft_model + "', expected a model preset");
+    if (c.lookahead < 1)
+      throw InputError(s.mark("inference.speculative.lookahead"), "a draft model needs lookahead >= 1");
+    if (draft_model->heads % s.parallel.tp != 0)
+      throw InputError(s.mark("inference.speculative.draft_model"), "tp must divide the draft model's heads");
+  } else if (c.lookahead > 0 || c.acceptance_rate > 0) {
+    throw InputError(s.mark("inference.speculative"), "speculative decoding needs a draft_model");
+  }
+  if (c.acceptance_rate < 0 || c.acceptance_rate > 1)
+    throw InputError(s.mark("inference.speculative.acceptance_rate"), "acceptance_rate must lie in [0, 1]");
   if (s.parallel.pp != 1 || s.parallel.cp != 1)
     throw InputError(s.mark("parallel"), "a serving replica is tp GPUs of one node, expected parallel.pp: 1 and cp: 1");
   const int64_t tp = s.parallel.tp;
@@ -581,17 +638,20 @@ ServingResult run_serving(const Scenario& s) {
     compute = prof.compute;
     network = prof.network;
   }
-  IterationCost cost(s, compute, network);
+  IterationCost cost(s, s.model, compute, network);
+  std::unique_ptr<IterationCost> draft;
+  if (draft_model) draft = std::make_unique<IterationCost>(s, *draft_model, compute, network);
 
   // KV capacity, as vLLM sizes it: 90% of HBM, less the weights' shard and the
   // activation workspace of the largest iteration.
   const double bytes = dtype_bits(s.model.dtype) / 8.0;
-  const double weights = static_cast<double>(s.model.total_params()) * bytes / static_cast<double>(tp);
+  const double weights = cost.weight_bytes_per_gpu() + (draft ? draft->weight_bytes_per_gpu() : 0);
   const double workspace = static_cast<double>(c.max_batch_tokens) *
                                static_cast<double>(4 * s.model.hidden + 3 * s.model.ffn_hidden / tp) * bytes +
                            static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4;
   const double free_bytes = 0.9 * s.cluster.node.gpu.hbm_bytes - weights - workspace;
-  const double block_bytes = cost.kv_bytes_per_token() * static_cast<double>(c.kv_block_tokens);
+  const double block_bytes =
+      (cost.kv_bytes_per_token() + (draft ? draft->kv_bytes_per_token() : 0)) * static_cast<double>(c.kv_block_tokens);
   const int64_t blocks = free_bytes > 0 ? static_cast<int64_t>(free_bytes / block_bytes) : 0;
   if (blocks < 1)
     throw InputError(s.mark("parallel.tp"),
@@ -599,7 +659,7 @@ ServingResult run_serving(const Scenario& s) {
                          format_number(s.cluster.node.gpu.hbm_bytes / 1e9) + " GB GPU, expected a larger tp");
 
   const std::vector<Arrival> arrivals = make_arrivals(s);
-  Engine engine(s, cost, blocks);
+  Engine engine(s, cost, draft.get(), blocks);
   ServingResult r = engine.run(arrivals);
 
   std::vector<double> ttft, tpot, e2e;
@@ -627,14 +687,18 @@ ServingResult run_serving(const Scenario& s) {
       r.metrics.emplace_back(std::string(name) + "_" + suffix, percentile(*v, qq));
   double mean_e2e = 0;
   for (double x : e2e) mean_e2e += x / n;
-  r.metrics.insert(r.metrics.end(), {{"e2e_s_mean", mean_e2e},
-                                     {"mean_requests_in_system", engine.mean_in_system()},
-                                     {"preemptions", static_cast<double>(r.preemptions)},
-                                     {"kv_cache_peak_utilization", r.kv_peak_utilization},
-                                     {"kv_blocks_per_replica", static_cast<double>(r.kv_blocks_per_replica)},
-                                     {"iterations", static_cast<double>(r.iterations)},
-                                     {"iteration_cost_memo_hits", static_cast<double>(r.memo_hits)},
-                                     {"iteration_cost_memo_misses", static_cast<double>(r.memo_misses)}});
+  r.metrics.insert(
+      r.metrics.end(),
+      {{"e2e_s_mean", mean_e2e},
+       {"mean_requests_in_system", engine.mean_in_system()},
+       {"preemptions", static_cast<double>(r.preemptions)},
+       {"tokens_per_verify_step",
+        r.verify_steps ? static_cast<double>(r.speculated_tokens) / static_cast<double>(r.verify_steps) : 1.0},
+       {"kv_cache_peak_utilization", r.kv_peak_utilization},
+       {"kv_blocks_per_replica", static_cast<double>(r.kv_blocks_per_replica)},
+       {"iterations", static_cast<double>(r.iterations)},
+       {"iteration_cost_memo_hits", static_cast<double>(r.memo_hits)},
+       {"iteration_cost_memo_misses", static_cast<double>(r.memo_misses)}});
   return r;
 }
 

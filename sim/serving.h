@@ -35,7 +35,8 @@ struct ServingResult {
   double kv_peak_utilization = 0;  // max over replicas and time of used / total blocks
   int64_t kv_blocks_per_replica = 0;
   int64_t memo_hits = 0, memo_misses = 0;
-  Metrics metrics;  // flat: throughput, percentiles, ...
+  int64_t verify_steps = 0, speculated_tokens = 0;  // speculative decoding
+  Metrics metrics;                                  // flat: throughput, percentiles, ...
 };
 
 // Throws InputError for settings not modelled (disaggregation, speculative decoding,

@@ -175,10 +175,47 @@ TEST(Serving, TraceArrivals) {
 
 TEST(Serving, RefusesWhatIsNotModelledAndWhatDoesNotFit) {
   EXPECT_THROW(serve("  disaggregation: {prefill_replicas: 1, decode_replicas: 1}\n"), InputError);
-  EXPECT_THROW(serve("  speculative: {draft_model: llama3-8b, lookahead: 4, acceptance_rate: 0.7}\n", "llama3-70b", 8),
-               InputError);
+  EXPECT_THROW(serve("  speculative: {draft_model: no-such-model, lookahead: 4, acceptance_rate: 0.7}\n"), InputError);
+  EXPECT_THROW(serve("  speculative: {lookahead: 4, acceptance_rate: 0.7}\n"), InputError);  // no draft model
   EXPECT_THROW(serve("  requests: 10\n", "llama3-405b", 1), InputError);  // 810 GB of weights on one GPU
   EXPECT_THROW(serve("  replicas: 9\n"), InputError);                     // 9 GPUs on an 8-GPU node
+}
+
+// Speculative decoding: a verify step yields (1 − a^(k+1)) / (1 − a) tokens on average;
+// with a good draft TPOT falls, with a useless one (a = 0) the draft is pure overhead.
+TEST(Serving, SpeculativeDecoding) {
+  const std::string base = load("vllm", 1, 300);
+  const auto spec = [&](double a) {
+    return serve(
+        base + "  speculative: {draft_model: llama3-8b, lookahead: 4, acceptance_rate: " + std::to_string(a) + "}\n",
+        "llama3-70b", 8);
+  };
+  const ServingResult plain = serve(base, "llama3-70b", 8), good = spec(0.8), useless = spec(0.0);
+  const double expect = (1 - std::pow(0.8, 5)) / (1 - 0.8);
+  EXPECT_NEAR(metric(good, "tokens_per_verify_step"), expect, 0.05 * expect);
+  EXPECT_DOUBLE_EQ(metric(useless, "tokens_per_verify_step"), 1.0);
+  EXPECT_LT(metric(good, "tpot_s_p50"), 0.75 * metric(plain, "tpot_s_p50"));
+  EXPECT_GT(metric(useless, "tpot_s_p50"), 1.2 * metric(plain, "tpot_s_p50"));
+  EXPECT_LT(metric(good, "kv_blocks_per_replica"),
+            metric(plain, "kv_blocks_per_replica"));  // the draft's weights and KV
+}
+
+// Quantization: fp8 weights run fp8 GEMMs and free memory for KV; an fp8 KV cache holds
+// twice the tokens of a bf16 one and halves decode attention's reads.
+TEST(Serving, QuantizationChangesBytesAndMath) {
+  const std::string base = load("vllm", 4, 300);
+  const ServingResult bf16 = serve(base, "llama3-70b", 8);
+  const ServingResult w8 = serve(base + "  weight_dtype: fp8\n", "llama3-70b", 8);
+  const ServingResult kv8 = serve(base + "  kv_dtype: fp8\n", "llama3-70b", 8);
+  const ServingResult w4 = serve(base + "  weight_dtype: int4\n", "llama3-70b", 8);
+  EXPECT_GT(metric(w8, "kv_blocks_per_replica"), metric(bf16, "kv_blocks_per_replica"));
+  EXPECT_NEAR(metric(kv8, "kv_blocks_per_replica") / metric(bf16, "kv_blocks_per_replica"), 2.0, 0.01);
+  EXPECT_LT(metric(w8, "tpot_s_p50"), 0.8 * metric(bf16, "tpot_s_p50"));  // decode reads half the weight bytes
+  EXPECT_LT(metric(w8, "ttft_s_p50"), 0.8 * metric(bf16, "ttft_s_p50"));  // prefill runs at the fp8 peak
+  EXPECT_LT(metric(w4, "tpot_s_p50"), metric(w8, "tpot_s_p50"));          // weight-only int4: fewer bytes still
+  EXPECT_GT(metric(w4, "ttft_s_p50"), 0.9 * metric(bf16, "ttft_s_p50"));  // ... but bf16 math in prefill
+  EXPECT_THROW(serve("  requests: 10\n", "llama3-70b", 1), InputError);   // 141 GB of bf16 weights on 80 GB
+  EXPECT_NO_THROW(serve("  requests: 10\n  weight_dtype: int4\n", "llama3-70b", 1));  // 35 GB in int4
 }
 
 // The iteration-cost memo is what makes 100,000 requests cheap: most iterations repeat
