@@ -29,6 +29,28 @@ CREATE TABLE IF NOT EXISTS runs (
   scenario_yaml TEXT NOT NULL,
   complete      INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS requests (
+  run_id        INTEGER NOT NULL REFERENCES runs(run_id),
+  request_id    INTEGER NOT NULL,
+  replica       INTEGER NOT NULL,
+  arrival_s     REAL NOT NULL,
+  first_token_s REAL NOT NULL,
+  finish_s      REAL NOT NULL,
+  prompt_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  preemptions   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS iterations (
+  run_id         INTEGER NOT NULL REFERENCES runs(run_id),
+  replica        INTEGER NOT NULL,
+  start_s        REAL NOT NULL,
+  end_s          REAL NOT NULL,
+  requests       INTEGER NOT NULL,
+  prefill_tokens INTEGER NOT NULL,
+  decode_tokens  INTEGER NOT NULL,
+  kv_blocks_used INTEGER NOT NULL,
+  kv_blocks      INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS metrics (
   run_id INTEGER NOT NULL REFERENCES runs(run_id),
   key    TEXT NOT NULL,
@@ -390,7 +412,8 @@ struct Connection {
   }
 };
 
-void write_or_throw(const Timeline& t, const std::string& path, bool create) {
+template <typename Rows>
+void write_or_throw(const RunInfo& run, const std::string& path, bool create, Rows rows) {
   Connection c;
   // NOMUTEX: the connection never leaves this call, so SQLite's per-call locking is waste.
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
@@ -405,19 +428,46 @@ void write_or_throw(const Timeline& t, const std::string& path, bool create) {
   exec(c.db, "PRAGMA cache_size = -65536");  // 64 MiB: keeps the span index in memory while inserting
   exec(c.db, "BEGIN IMMEDIATE");
   ensure_schema(c.db);
-  insert_run_rows(c.db, insert_run(c.db, t.run), t);
+  rows(c.db, insert_run(c.db, run));
   exec(c.db, "COMMIT");
 }
 
-}  // namespace
+void insert_serving_rows(sqlite3* db, int64_t run_id, const ServingRecord& r) {
+  {
+    Stmt s(db, "INSERT INTO metrics (run_id, key, value) VALUES (?, ?, ?)");
+    for (const auto& [key, value] : r.run.metrics) s.i(run_id).t(key).d(value).insert();
+  }
+  {
+    Stmt s(db,
+           "INSERT INTO requests (run_id, request_id, replica, arrival_s, first_token_s, finish_s, prompt_tokens, "
+           "output_tokens, preemptions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (size_t i = 0; i < r.requests.size(); ++i) {
+      const RequestRow& q = r.requests[i];
+      s.i(run_id).i(static_cast<int64_t>(i)).i(q.replica).d(q.arrival_s).d(q.first_token_s).d(q.finish_s);
+      s.i(q.prompt_tokens).i(q.output_tokens).i(q.preemptions).insert();
+    }
+  }
+  {
+    Stmt s(db,
+           "INSERT INTO iterations (run_id, replica, start_s, end_s, requests, prefill_tokens, decode_tokens, "
+           "kv_blocks_used, kv_blocks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const IterationRow& it : r.iterations) {
+      s.i(run_id).i(it.replica).d(it.start_s).d(it.end_s).i(it.requests).i(it.prefill_tokens).i(it.decode_tokens);
+      s.i(it.kv_blocks_used).i(it.kv_blocks).insert();
+    }
+  }
+  Stmt done(db, "UPDATE runs SET complete = 1 WHERE run_id = ?");
+  done.i(run_id).insert();
+}
 
-void write_sqlite(const Timeline& t, const std::string& path) {
+// Runs `write` against `path`; a file this call created is removed again on failure.
+template <typename Write>
+void write_file(const std::string& path, Write write) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const bool existed = fs::exists(fs::symlink_status(path, ec));
   try {
-    validate(t);
-    write_or_throw(t, path, !existed);
+    write(!existed);
   } catch (const std::exception& e) {
     if (!existed) {
       // Nothing of ours may survive a failed first write (the journal is normally gone).
@@ -425,6 +475,21 @@ void write_sqlite(const Timeline& t, const std::string& path) {
     }
     throw std::runtime_error("cannot write " + path + ": " + e.what());
   }
+}
+
+}  // namespace
+
+void write_sqlite(const Timeline& t, const std::string& path) {
+  write_file(path, [&](bool create) {
+    validate(t);
+    write_or_throw(t.run, path, create, [&](sqlite3* db, int64_t run_id) { insert_run_rows(db, run_id, t); });
+  });
+}
+
+void write_sqlite(const ServingRecord& r, const std::string& path) {
+  write_file(path, [&](bool create) {
+    write_or_throw(r.run, path, create, [&](sqlite3* db, int64_t run_id) { insert_serving_rows(db, run_id, r); });
+  });
 }
 
 }  // namespace clustersim

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "reports/timeline.h"
 
@@ -23,5 +24,25 @@ inline constexpr int kSqliteSchemaVersion = 1;
 // Requires t.plan; spans and link usage must refer to ranks, ops, streams and links that
 // exist in the plan / timeline.
 void write_sqlite(const Timeline& t, const std::string& path);
+
+// An inference-serving run: one row per request and one per replica iteration (its
+// batch, and the KV blocks in use: KV utilization over time).
+struct RequestRow {
+  int replica = 0;
+  double arrival_s = 0, first_token_s = 0, finish_s = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  int preemptions = 0;
+};
+struct IterationRow {
+  int replica = 0;
+  double start_s = 0, end_s = 0;
+  int64_t requests = 0, prefill_tokens = 0, decode_tokens = 0, kv_blocks_used = 0, kv_blocks = 0;
+};
+struct ServingRecord {
+  RunInfo run;  // kind "inference"
+  std::vector<RequestRow> requests;
+  std::vector<IterationRow> iterations;
+};
+void write_sqlite(const ServingRecord& r, const std::string& path);
 
 }  // namespace clustersim

@@ -98,10 +98,11 @@ int cmd_run(const std::vector<std::string>& args) {
     std::cerr << s.mark("sweep").str()
               << ": warning: run simulates the scenario as written; sweep points are not run\n";
   if (s.inference) {
-    if (!s.output_sqlite.empty() || !s.output_trace.empty())
-      std::cerr << s.mark("output").str()
-                << ": warning: inference runs print their summary only; output.sqlite and output.trace are not written\n";
-    const ServingResult r = run_serving(s);
+    check_output_paths(s);
+    if (!s.output_trace.empty())
+      std::cerr << s.mark("output.trace").str() << ": warning: inference runs write output.sqlite only; no trace\n";
+    const ServingResult r = run_serving(s, !s.output_sqlite.empty());
+    if (!s.output_sqlite.empty()) write_serving_sqlite(s, r);
     std::cout << (json ? serving_summary_json(s, r) + "\n" : serving_summary_table(s, r));
     return 0;
   }

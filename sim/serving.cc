@@ -363,6 +363,7 @@ class Engine {
         if (!w.empty()) {
           r.busy = true;
           ++result_.iterations;
+          if (log_) log_iteration(rep, w, now, now + dt);
           q.emplace(now + dt, seq++, 1, rep);
         }
       }
@@ -379,8 +380,21 @@ class Engine {
   }
 
   double mean_in_system() const { return mean_in_system_; }
+  void log_iterations() { log_ = true; }
 
  private:
+  void log_iteration(int rep, const std::vector<Work>& w, double start, double end) {
+    IterationRow row;
+    row.replica = rep;
+    row.start_s = start;
+    row.end_s = end;
+    row.requests = static_cast<int64_t>(w.size());
+    for (const Work& x : w) (x.decode ? row.decode_tokens : row.prefill_tokens) += x.tokens;
+    row.kv_blocks = blocks_;
+    row.kv_blocks_used = blocks_ - reps_[static_cast<size_t>(rep)].free_blocks;
+    result_.iteration_log.push_back(row);
+  }
+
   int route(int64_t idx) {
     const size_t n = reps_.size();
     if (c_.router == "round-robin") return static_cast<int>(static_cast<size_t>(idx) % n);
@@ -580,6 +594,7 @@ class Engine {
   int64_t peak_used_ = 0;
   double mean_in_system_ = 0;
   ServingResult result_;
+  bool log_ = false;
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -593,7 +608,7 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-ServingResult run_serving(const Scenario& s) {
+ServingResult run_serving(const Scenario& s, bool log_iterations) {
   const InferenceConfig& c = s.serving;
   if (c.prefill_replicas > 0 || c.decode_replicas > 0)
     throw InputError(s.mark("inference.disaggregation"),
@@ -660,6 +675,7 @@ ServingResult run_serving(const Scenario& s) {
 
   const std::vector<Arrival> arrivals = make_arrivals(s);
   Engine engine(s, cost, draft.get(), blocks);
+  if (log_iterations) engine.log_iterations();
   ServingResult r = engine.run(arrivals);
 
   std::vector<double> ttft, tpot, e2e;
@@ -700,6 +716,20 @@ ServingResult run_serving(const Scenario& s) {
        {"iteration_cost_memo_hits", static_cast<double>(r.memo_hits)},
        {"iteration_cost_memo_misses", static_cast<double>(r.memo_misses)}});
   return r;
+}
+
+void write_serving_sqlite(const Scenario& s, const ServingResult& r) {
+  ServingRecord rec;
+  rec.run.name = s.name;
+  rec.run.kind = "inference";
+  rec.run.network_model = "analytic";
+  rec.run.scenario_yaml = s.merged_yaml;
+  rec.run.seed = s.serving.arrival_seed;
+  rec.run.metrics = r.metrics;
+  for (const ServedRequest& q : r.requests)
+    rec.requests.push_back({q.replica, q.arrival, q.first_token, q.finish, q.prompt, q.output, q.preemptions});
+  rec.iterations = r.iteration_log;
+  write_sqlite(rec, s.output_sqlite);
 }
 
 std::string serving_summary_json(const Scenario& s, const ServingResult& r) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/sqlite_writer.h"
 #include "reports/summary.h"
 #include "scenarios/scenario.h"
 
@@ -37,11 +38,14 @@ struct ServingResult {
   int64_t memo_hits = 0, memo_misses = 0;
   int64_t verify_steps = 0, speculated_tokens = 0;  // speculative decoding
   Metrics metrics;                                  // flat: throughput, percentiles, ...
+  std::vector<IterationRow> iteration_log;          // when asked for (output.sqlite)
 };
 
 // Throws InputError for settings not modelled (disaggregation, speculative decoding,
 // pipeline parallelism in a replica) and for a model that does not fit.
-ServingResult run_serving(const Scenario& s);
+ServingResult run_serving(const Scenario& s, bool log_iterations = false);
+// Appends the run (summary, requests, iterations) to the scenario's output.sqlite.
+void write_serving_sqlite(const Scenario& s, const ServingResult& r);
 std::string serving_summary_json(const Scenario& s, const ServingResult& r);
 std::string serving_summary_table(const Scenario& s, const ServingResult& r);
 

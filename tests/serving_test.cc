@@ -1,7 +1,9 @@
 #include "sim/serving.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -216,6 +218,40 @@ TEST(Serving, QuantizationChangesBytesAndMath) {
   EXPECT_GT(metric(w4, "ttft_s_p50"), 0.9 * metric(bf16, "ttft_s_p50"));  // ... but bf16 math in prefill
   EXPECT_THROW(serve("  requests: 10\n", "llama3-70b", 1), InputError);   // 141 GB of bf16 weights on 80 GB
   EXPECT_NO_THROW(serve("  requests: 10\n  weight_dtype: int4\n", "llama3-70b", 1));  // 35 GB in int4
+}
+
+// output.sqlite holds one row per request and one per iteration; the rows add up to the
+// summary (every output token is emitted by exactly one iteration).
+TEST(Serving, SqliteRowsMatchTheSummary) {
+  const std::string dir = testing::temp_dir("serving-sqlite");
+  const std::string db_path = dir + "/run.sqlite";
+  std::filesystem::remove(db_path);
+  Scenario s = scenario_from_text(serving_yaml(load("sarathi", 30, 400)), "serving");
+  s.output_sqlite = db_path;
+  const ServingResult r = run_serving(s, true);
+  write_serving_sqlite(s, r);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  const auto one = [&](const char* sql) {
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sql;
+    EXPECT_EQ(sqlite3_step(st), SQLITE_ROW) << sql;
+    const double v = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    return v;
+  };
+  EXPECT_EQ(one("SELECT count(*) FROM requests"), 400);
+  EXPECT_EQ(one("SELECT count(*) FROM iterations"), static_cast<double>(r.iterations));
+  EXPECT_EQ(one("SELECT kind = 'inference' AND complete = 1 FROM runs"), 1);
+  // Output tokens: one per finished prefill plus every decode token.
+  const double prefills_done = one("SELECT count(*) FROM requests") + one("SELECT sum(preemptions) FROM requests");
+  EXPECT_LE(one("SELECT sum(decode_tokens) FROM iterations") + 400, one("SELECT sum(output_tokens) FROM requests"));
+  EXPECT_GE(one("SELECT sum(decode_tokens) FROM iterations") + prefills_done,
+            one("SELECT sum(output_tokens) FROM requests"));
+  EXPECT_LE(one("SELECT max(kv_blocks_used - kv_blocks) FROM iterations"), 0);
+  EXPECT_NEAR(one("SELECT max(kv_blocks_used * 1.0 / kv_blocks) FROM iterations"), r.kv_peak_utilization, 0.05);
+  EXPECT_EQ(one("SELECT count(*) FROM requests WHERE first_token_s < arrival_s OR finish_s < first_token_s"), 0);
+  sqlite3_close(db);
 }
 
 // The iteration-cost memo is what makes 100,000 requests cheap: most iterations repeat
