@@ -276,6 +276,7 @@ struct Req {
   int64_t blocks = 0;     // KV blocks held
   double arrival = 0, first = -1, finish = -1;
   int replica = 0, preemptions = 0;
+  int prefill_replica = -1;  // disaggregation: where it was prefilled
 };
 
 struct Replica {
@@ -284,7 +285,9 @@ struct Replica {
   int64_t free_blocks = 0;
   bool busy = false;
   int64_t outstanding = 0;
-  bool static_batch_open = false;  // static: the current batch still admits (only before it starts)
+  int role = 0;                              // 0 serves whole requests, 1 prefills only, 2 decodes only
+  std::deque<int64_t> incoming;              // decode pool: requests whose KV has arrived
+  double egress_free = 0, ingress_free = 0;  // KV transfers queue on each replica's links
 };
 
 struct Work {
@@ -320,12 +323,17 @@ class Engine {
                                                    " KV blocks but a replica holds " + std::to_string(blocks_) +
                                                    ", expected shorter requests or more GPU memory per replica");
     }
-    reps_.assign(static_cast<size_t>(c_.replicas), Replica{});
-    for (Replica& r : reps_) r.free_blocks = blocks_;
-    // Events: (time, seq, kind, index); kind 0 = arrival of request index, 1 = replica index done.
-    using Ev = std::tuple<double, uint64_t, int, int64_t>;
-    std::priority_queue<Ev, std::vector<Ev>, std::greater<>> q;
-    uint64_t seq = 0;
+    const int64_t pools = c_.prefill_replicas + c_.decode_replicas;
+    reps_.assign(static_cast<size_t>(pools > 0 ? pools : c_.replicas), Replica{});
+    for (size_t i = 0; i < reps_.size(); ++i) {
+      reps_[i].free_blocks = blocks_;
+      if (pools > 0) reps_[i].role = static_cast<int64_t>(i) < c_.prefill_replicas ? 1 : 2;
+    }
+    front_ = pools > 0 ? c_.prefill_replicas : static_cast<int64_t>(reps_.size());
+    // Events: (time, seq, kind, index); kind 0 = arrival of request index, 1 = replica
+    // index done, 2 = request index's KV has reached its decode replica.
+    auto& q = q_;
+    uint64_t& seq = seq_;
     size_t next_arrival = 0;
     auto push_arrival = [&] {
       if (next_arrival < reqs_.size()) {
@@ -346,27 +354,26 @@ class Engine {
       int rep = 0;
       if (kind == 0) {
         ++in_system;
-        rep = route(idx);
+        rep = route(idx, 0, front_);
         reqs_[static_cast<size_t>(idx)].replica = rep;
         reps_[static_cast<size_t>(rep)].waiting.push_back(idx);
         ++reps_[static_cast<size_t>(rep)].outstanding;
         push_arrival();
-      } else {
+      } else if (kind == 1) {
         rep = static_cast<int>(idx);
         in_system -= finish_iteration(rep, inflight[static_cast<size_t>(rep)], now);
         reps_[static_cast<size_t>(rep)].busy = false;
+      } else {
+        // KV arrived: the prefill replica frees its copy (and may admit more), the
+        // decode replica may admit the request.
+        Req& x = reqs_[static_cast<size_t>(idx)];
+        Replica& from = reps_[static_cast<size_t>(x.prefill_replica)];
+        release(from, x);
+        reps_[static_cast<size_t>(x.replica)].incoming.push_back(idx);
+        kick(x.prefill_replica, inflight, now);
+        rep = x.replica;
       }
-      Replica& r = reps_[static_cast<size_t>(rep)];
-      if (!r.busy) {
-        std::vector<Work>& w = inflight[static_cast<size_t>(rep)];
-        const double dt = schedule(rep, w);
-        if (!w.empty()) {
-          r.busy = true;
-          ++result_.iterations;
-          if (log_) log_iteration(rep, w, now, now + dt);
-          q.emplace(now + dt, seq++, 1, rep);
-        }
-      }
+      kick(rep, inflight, now);
     }
     result_.makespan_s = now;
     result_.memo_hits = cost_.hits();
@@ -380,6 +387,8 @@ class Engine {
   }
 
   double mean_in_system() const { return mean_in_system_; }
+  double kv_transfer_seconds() const { return transfer_s_; }
+  double kv_transfer_bytes() const { return transfer_bytes_; }
   void log_iterations() { log_ = true; }
 
  private:
@@ -395,11 +404,49 @@ class Engine {
     result_.iteration_log.push_back(row);
   }
 
-  int route(int64_t idx) {
-    const size_t n = reps_.size();
-    if (c_.router == "round-robin") return static_cast<int>(static_cast<size_t>(idx) % n);
-    size_t best = 0;
-    for (size_t i = 1; i < n; ++i) {
+  void kick(int rep, std::vector<std::vector<Work>>& inflight, double now) {
+    Replica& r = reps_[static_cast<size_t>(rep)];
+    if (r.busy) return;
+    std::vector<Work>& w = inflight[static_cast<size_t>(rep)];
+    const double dt = schedule(rep, w);
+    if (w.empty()) return;
+    r.busy = true;
+    ++result_.iterations;
+    if (log_) log_iteration(rep, w, now, now + dt);
+    q_.emplace(now + dt, seq_++, 1, rep);
+  }
+
+  // Disaggregation: a prefilled request's KV (every GPU's shard, to its counterpart on
+  // the decode replica) goes over NVLink inside a node, else through the GPUs' NICs.
+  // Transfers queue first-come on the sender's egress and the receiver's ingress.
+  void start_transfer(int from, Req& x, int64_t id, double now) {
+    const int to = route(id, front_, static_cast<int64_t>(reps_.size()));
+    x.prefill_replica = from;
+    x.replica = to;
+    ++reps_[static_cast<size_t>(to)].outstanding;
+    const NodeSpec& node = s_.cluster.node;
+    const int64_t tp = s_.parallel.tp;
+    const bool same_node = (from * tp) / node.gpus == (to * tp) / node.gpus;
+    const double bw = same_node ? node.nvlink_bandwidth
+                                : node.nic_bandwidth * static_cast<double>(node.nics) / static_cast<double>(node.gpus);
+    const double latency = same_node ? 2 * node.nvlink_latency : 2 * s_.cluster.fabric.latency + 2 * node.pcie_latency;
+    const double shard = static_cast<double>(x.kv) * cost_.kv_bytes_per_token() +
+                         (draft_ ? static_cast<double>(x.kv) * draft_->kv_bytes_per_token() : 0);
+    Replica& a = reps_[static_cast<size_t>(from)];
+    Replica& b = reps_[static_cast<size_t>(to)];
+    const double start = std::max({now, a.egress_free, b.ingress_free});
+    const double end = start + latency + shard / bw;
+    a.egress_free = b.ingress_free = end;
+    transfer_s_ += end - now;
+    transfer_bytes_ += shard * static_cast<double>(tp);
+    q_.emplace(end, seq_++, 2, id);
+  }
+
+  int route(int64_t idx, int64_t first, int64_t last) {
+    const size_t n = static_cast<size_t>(last - first);
+    if (c_.router == "round-robin") return static_cast<int>(first + static_cast<int64_t>(static_cast<size_t>(idx) % n));
+    size_t best = static_cast<size_t>(first);
+    for (size_t i = best + 1; i < static_cast<size_t>(last); ++i) {
       if (c_.router == "least-outstanding" ? reps_[i].outstanding < reps_[best].outstanding
                                            : reps_[i].free_blocks > reps_[best].free_blocks)
         best = i;
@@ -441,6 +488,13 @@ class Engine {
     const std::string& sch = c_.scheduler;
     const int64_t budget = c_.max_batch_tokens;
     int64_t tokens = 0;
+    // Decode pool: requests whose KV arrived join first, their blocks taken now.
+    while (r.role == 2 && !r.incoming.empty() && static_cast<int64_t>(r.running.size()) < c_.max_batch_size) {
+      Req& x = reqs_[static_cast<size_t>(r.incoming.front())];
+      if (!grow(r, x, 0)) break;
+      r.running.push_back(r.incoming.front());
+      r.incoming.pop_front();
+    }
     if (sch == "static") {
       // Request-level batching: a batch forms only when the last one has finished, its
       // whole KV (prompt + output) reserved up front; it runs until all its requests end.
@@ -560,6 +614,14 @@ class Engine {
         if (!x.decode) rq.target = 0;  // prefill complete; decodes follow
         rq.generated += emitted;
         if (rq.first < 0) rq.first = now;
+        if (r.role == 1 && rq.generated < rq.output) {
+          // Prefill pool: hand the request to the decode pool; its blocks stay held
+          // until the KV has been sent.
+          r.running.erase(std::find(r.running.begin(), r.running.end(), x.req));
+          --r.outstanding;
+          start_transfer(rep, rq, x.req, now);
+          continue;
+        }
         if (rq.generated >= rq.output) {
           rq.finish = now;
           ++done;
@@ -595,6 +657,12 @@ class Engine {
   double mean_in_system_ = 0;
   ServingResult result_;
   bool log_ = false;
+  int64_t front_ = 0;  // replicas [0, front_) take arrivals; the rest are the decode pool
+  std::priority_queue<std::tuple<double, uint64_t, int, int64_t>,
+                      std::vector<std::tuple<double, uint64_t, int, int64_t>>, std::greater<>>
+      q_;
+  uint64_t seq_ = 0;
+  double transfer_s_ = 0, transfer_bytes_ = 0;
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -610,10 +678,17 @@ double percentile(std::vector<double> v, double q) {
 
 ServingResult run_serving(const Scenario& s, bool log_iterations) {
   const InferenceConfig& c = s.serving;
-  if (c.prefill_replicas > 0 || c.decode_replicas > 0)
+  const int64_t pools = c.prefill_replicas + c.decode_replicas;
+  if (pools > 0 && (c.prefill_replicas < 1 || c.decode_replicas < 1))
     throw InputError(s.mark("inference.disaggregation"),
-                     "disaggregated prefill/decode pools are not modelled yet, expected prefill_replicas: 0 and "
-                     "decode_replicas: 0");
+                     "disaggregation needs both pools, expected prefill_replicas >= 1 and decode_replicas >= 1");
+  if (pools > 0 && c.scheduler == "static")
+    throw InputError(s.mark("inference.scheduler"),
+                     "static batching cannot hand requests between pools, expected orca, vllm or sarathi");
+  if (pools > 0 && c.replicas != 1 && c.replicas != pools)
+    throw InputError(s.mark("inference.replicas"),
+                     "with disaggregation the replicas are the two pools, expected replicas: " + std::to_string(pools));
+  const int64_t replicas = pools > 0 ? pools : c.replicas;
   const ModelConfig* draft_model = nullptr;
   if (!c.draft_model.empty()) {
     draft_model = find_model_preset(c.draft_model);
@@ -635,9 +710,9 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
   if (tp > s.cluster.node.gpus)
     throw InputError(s.mark("parallel.tp"), "tp " + std::to_string(tp) + " spans nodes, expected tp <= " +
                                                 std::to_string(s.cluster.node.gpus) + " GPUs per node");
-  if (c.replicas * tp > s.gpus())
-    throw InputError(s.mark("inference.replicas"), std::to_string(c.replicas) + " replicas of tp " +
-                                                       std::to_string(tp) + " need " + std::to_string(c.replicas * tp) +
+  if (replicas * tp > s.gpus())
+    throw InputError(s.mark("inference.replicas"), std::to_string(replicas) + " replicas of tp " + std::to_string(tp) +
+                                                       " need " + std::to_string(replicas * tp) +
                                                        " GPUs, expected at most the cluster's " +
                                                        std::to_string(s.gpus()));
   if (s.model.heads % tp != 0) throw InputError(s.mark("parallel.tp"), "tp must divide the model's attention heads");
@@ -708,6 +783,8 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
       {{"e2e_s_mean", mean_e2e},
        {"mean_requests_in_system", engine.mean_in_system()},
        {"preemptions", static_cast<double>(r.preemptions)},
+       {"kv_transfer_s_mean", engine.kv_transfer_seconds() / n},
+       {"kv_transfer_bytes", engine.kv_transfer_bytes()},
        {"tokens_per_verify_step",
         r.verify_steps ? static_cast<double>(r.speculated_tokens) / static_cast<double>(r.verify_steps) : 1.0},
        {"kv_cache_peak_utilization", r.kv_peak_utilization},

@@ -176,7 +176,8 @@ TEST(Serving, TraceArrivals) {
 }
 
 TEST(Serving, RefusesWhatIsNotModelledAndWhatDoesNotFit) {
-  EXPECT_THROW(serve("  disaggregation: {prefill_replicas: 1, decode_replicas: 1}\n"), InputError);
+  EXPECT_THROW(serve("  disaggregation: {prefill_replicas: 1, decode_replicas: 0}\n"), InputError);
+  EXPECT_THROW(serve("  scheduler: static\n  disaggregation: {prefill_replicas: 1, decode_replicas: 1}\n"), InputError);
   EXPECT_THROW(serve("  speculative: {draft_model: no-such-model, lookahead: 4, acceptance_rate: 0.7}\n"), InputError);
   EXPECT_THROW(serve("  speculative: {lookahead: 4, acceptance_rate: 0.7}\n"), InputError);  // no draft model
   EXPECT_THROW(serve("  requests: 10\n", "llama3-405b", 1), InputError);  // 810 GB of weights on one GPU
@@ -252,6 +253,44 @@ TEST(Serving, SqliteRowsMatchTheSummary) {
   EXPECT_NEAR(one("SELECT max(kv_blocks_used * 1.0 / kv_blocks) FROM iterations"), r.kv_peak_utilization, 0.05);
   EXPECT_EQ(one("SELECT count(*) FROM requests WHERE first_token_s < arrival_s OR finish_s < first_token_s"), 0);
   sqlite3_close(db);
+}
+
+// Disaggregation: prefill and decode pools with the KV cache sent between them. Every
+// request still finishes once with all its tokens; decodes no longer wait behind
+// prefills (lower tail TPOT than colocated replicas); a KV cache that crosses nodes
+// takes longer than one that stays on NVLink.
+ServingResult serve_on(int nodes, int tp, const std::string& inference, const std::string& preset = "dgx-h100") {
+  return run_serving(scenario_from_text("name: d\ncluster: {preset: " + preset + ", nodes: " + std::to_string(nodes) +
+                                            "}\nmodel: {preset: llama3-70b}\nparallel: {tp: " + std::to_string(tp) +
+                                            "}\ninference:\n" + inference,
+                                        "serving"));
+}
+
+TEST(Serving, Disaggregation) {
+  const std::string base = load("vllm", 6, 1500);
+  // H200s: 70B at tp 2 leaves room for the decode pool's KV caches.
+  const ServingResult split =
+      serve_on(1, 2, base + "  disaggregation: {prefill_replicas: 2, decode_replicas: 2}\n", "dgx-h200");
+  const ServingResult coloc = serve_on(1, 2, base + "  replicas: 4\n", "dgx-h200");
+  EXPECT_EQ(metric(split, "preemptions"), 0);
+  ASSERT_EQ(split.requests.size(), 1500u);
+  double asked = 0;
+  for (const ServedRequest& q : split.requests) {
+    EXPECT_GE(q.finish, q.first_token);
+    EXPECT_GE(q.replica, 2) << "decodes run on the decode pool";
+    asked += static_cast<double>(q.output);
+  }
+  EXPECT_NEAR(metric(split, "throughput_tokens_per_s") * (split.makespan_s - split.requests.front().arrival), asked,
+              1e-6 * asked);
+  EXPECT_LT(metric(split, "tpot_s_p99"), 0.8 * metric(coloc, "tpot_s_p99"));
+  EXPECT_GT(metric(split, "kv_transfer_s_mean"), 0);
+  EXPECT_EQ(metric(coloc, "kv_transfer_s_mean"), 0);
+  // Two nodes, tp 8: prefill replica on node 0, decode replica on node 1 (NICs).
+  const ServingResult cross = serve_on(2, 8, base + "  disaggregation: {prefill_replicas: 1, decode_replicas: 1}\n");
+  const ServingResult local = serve_on(1, 4, base + "  disaggregation: {prefill_replicas: 1, decode_replicas: 1}\n");
+  const double per_byte_cross = metric(cross, "kv_transfer_s_mean") / metric(cross, "kv_transfer_bytes") * 8;
+  const double per_byte_local = metric(local, "kv_transfer_s_mean") / metric(local, "kv_transfer_bytes") * 4;
+  EXPECT_GT(per_byte_cross, 4 * per_byte_local);  // 50 GB/s of NIC per GPU against 450 GB/s of NVLink
 }
 
 // The iteration-cost memo is what makes 100,000 requests cheap: most iterations repeat
