@@ -82,6 +82,13 @@ double as_time(const YNode& n, const std::string& key) {
   return v;
 }
 
+int64_t as_size(const YNode& n, const std::string& key) {
+  std::string why;
+  int64_t v = 0;
+  if (!parse_size(scalar(n, key, "a size such as 4GiB"), v, why)) throw InputError(n.mark, key + ": " + why);
+  return v;
+}
+
 double as_bandwidth(const YNode& n, const std::string& key) {
   std::string why;
   double v = 0;
@@ -316,6 +323,10 @@ const std::vector<KeySpec>& key_table() {
          s.serving.kv_dtype = as_dtype(n, "inference.kv_dtype");
          s.serving.kv_dtype_set = true;
        }},
+      {"inference.preemption", "name", "recompute", "recompute | swap: what a preempted request's KV cache does",
+       [](const N& n, S& s) { s.serving.preemption = as_enum(n, "inference.preemption", {"recompute", "swap"}); }},
+      {"inference.swap_space", "size", "4GiB", "host memory per GPU for swapped-out KV (then recompute)",
+       [](const N& n, S& s) { s.serving.swap_space_bytes = as_size(n, "inference.swap_space"); }},
       {"inference.disaggregation", "mapping", "", "separate prefill and decode pools", nullptr},
       {"inference.disaggregation.prefill_replicas", "integer", "0", "replicas that only prefill",
        [](const N& n, S& s) { s.serving.prefill_replicas = as_int(n, "inference.disaggregation.prefill_replicas", 0); }},

@@ -64,6 +64,8 @@ struct InferenceConfig {
   int64_t lookahead = 0;
   double acceptance_rate = 0;
   std::string draft_model;
+  std::string preemption = "recompute";         // recompute | swap
+  int64_t swap_space_bytes = int64_t{4} << 30;  // host memory for swapped KV, per GPU
   bool weight_dtype_set = false, kv_dtype_set = false;
   DType weight_dtype = DType::BF16;  // unset: the model's dtype
   DType kv_dtype = DType::BF16;      // unset: the model's dtype

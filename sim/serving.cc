@@ -277,6 +277,7 @@ struct Req {
   double arrival = 0, first = -1, finish = -1;
   int replica = 0, preemptions = 0;
   int prefill_replica = -1;  // disaggregation: where it was prefilled
+  bool swapped = false;      // its KV is in host memory
 };
 
 struct Replica {
@@ -288,6 +289,8 @@ struct Replica {
   int role = 0;                              // 0 serves whole requests, 1 prefills only, 2 decodes only
   std::deque<int64_t> incoming;              // decode pool: requests whose KV has arrived
   double egress_free = 0, ingress_free = 0;  // KV transfers queue on each replica's links
+  double swap_used = 0;                      // bytes of swapped-out KV in host memory, per GPU
+  double pending_copy_s = 0;                 // swap copies the next iteration waits for
 };
 
 struct Work {
@@ -375,6 +378,9 @@ class Engine {
       }
       kick(rep, inflight, now);
     }
+    for (size_t i = 0; i < reqs_.size(); ++i)
+      if (reqs_[i].finish < 0)
+        throw std::logic_error("serving engine stalled: request " + std::to_string(i) + " never finished");
     result_.makespan_s = now;
     result_.memo_hits = cost_.hits();
     result_.memo_misses = cost_.misses();
@@ -469,20 +475,43 @@ class Engine {
   }
   // Recompute preemption: the youngest running request gives its blocks back and
   // returns to the head of the queue; its generated tokens are prefilled again.
+  // With `preemption: swap` the KV goes to host memory over PCIe instead (while the
+  // replica's swap space lasts) and comes back when the request is readmitted; the copies
+  // stall the iteration that makes them, as vLLM's cache operations do.
   void preempt_last(Replica& r) {
     const int64_t id = r.running.back();
     Req& x = reqs_[static_cast<size_t>(id)];
     release(r, x);
-    x.kv = 0;
-    x.target = x.prompt + x.generated;
+    const double bytes = kv_bytes(x);
+    if (c_.preemption == "swap" && r.swap_used + bytes <= static_cast<double>(c_.swap_space_bytes)) {
+      x.swapped = true;
+      r.swap_used += bytes;
+      r.pending_copy_s += bytes / s_.cluster.node.pcie_bandwidth;
+      ++result_.swaps;
+    } else {
+      x.kv = 0;
+      x.target = x.prompt + x.generated;
+    }
     ++x.preemptions;
     ++result_.preemptions;
     r.running.pop_back();
     r.waiting.push_front(id);
   }
+  double kv_bytes(const Req& x) const {  // one GPU's shard
+    return static_cast<double>(x.kv) * (cost_.kv_bytes_per_token() + (draft_ ? draft_->kv_bytes_per_token() : 0));
+  }
 
   // Picks the next iteration's work and returns its duration.
   double schedule(int rep, std::vector<Work>& w) {
+    const double t = schedule_work(rep, w);
+    Replica& r = reps_[static_cast<size_t>(rep)];
+    if (w.empty()) return 0;  // copies wait for the next iteration
+    const double copies = r.pending_copy_s;
+    r.pending_copy_s = 0;
+    return t + copies;
+  }
+
+  double schedule_work(int rep, std::vector<Work>& w) {
     Replica& r = reps_[static_cast<size_t>(rep)];
     w.clear();
     const std::string& sch = c_.scheduler;
@@ -522,6 +551,15 @@ class Engine {
     auto admit = [&](int64_t room) {
       while (!r.waiting.empty() && static_cast<int64_t>(r.running.size()) < c_.max_batch_size) {
         Req& x = reqs_[static_cast<size_t>(r.waiting.front())];
+        if (x.swapped) {  // swap in: blocks for its KV, then it runs with the others
+          if (!grow(r, x, 0)) break;
+          x.swapped = false;
+          r.swap_used -= kv_bytes(x);
+          r.pending_copy_s += kv_bytes(x) / s_.cluster.node.pcie_bandwidth;
+          r.running.push_back(r.waiting.front());
+          r.waiting.pop_front();
+          continue;
+        }
         int64_t chunk = x.target - x.kv;
         if (chunked) chunk = std::min(chunk, room - tokens);
         if (chunk <= 0) break;
@@ -783,6 +821,7 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
       {{"e2e_s_mean", mean_e2e},
        {"mean_requests_in_system", engine.mean_in_system()},
        {"preemptions", static_cast<double>(r.preemptions)},
+       {"swaps", static_cast<double>(r.swaps)},
        {"kv_transfer_s_mean", engine.kv_transfer_seconds() / n},
        {"kv_transfer_bytes", engine.kv_transfer_bytes()},
        {"tokens_per_verify_step",

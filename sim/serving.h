@@ -33,6 +33,7 @@ struct ServingResult {
   double makespan_s = 0;
   int64_t iterations = 0;
   int64_t preemptions = 0;
+  int64_t swaps = 0;               // preemptions that swapped the KV to host memory
   double kv_peak_utilization = 0;  // max over replicas and time of used / total blocks
   int64_t kv_blocks_per_replica = 0;
   int64_t memo_hits = 0, memo_misses = 0;

@@ -63,6 +63,33 @@ TEST(Serving, ConservationUnderKvPressure) {
   EXPECT_EQ(preempted, r.preemptions);
 }
 
+// Swap preemption: the KV goes to host memory and comes back instead of being recomputed;
+// when the swap space is full, preemption falls back to recompute.
+TEST(Serving, SwapPreemption) {
+  const std::string pressure =
+      "  scheduler: vllm\n  requests: 600\n  arrivals: {process: poisson, rate_per_s: 50, seed: 5}\n"
+      "  prompt_tokens: {dist: uniform, min: 1024, max: 3072}\n  output_tokens: {dist: uniform, min: 512, max: 2048}\n";
+  const ServingResult swap =
+      serve(pressure + "  preemption: swap\n  swap_space: 64GiB\n", "llama3-8b", 1, "a100-sxm-40gb");
+  const ServingResult tiny =
+      serve(pressure + "  preemption: swap\n  swap_space: 1MiB\n", "llama3-8b", 1, "a100-sxm-40gb");
+  const ServingResult recompute = serve(pressure, "llama3-8b", 1, "a100-sxm-40gb");
+  EXPECT_GT(swap.swaps, 0);
+  EXPECT_EQ(swap.swaps, swap.preemptions);
+  EXPECT_EQ(tiny.swaps, 0);
+  EXPECT_GT(tiny.preemptions, 0);
+  EXPECT_EQ(metric(tiny, "makespan_s"), metric(recompute, "makespan_s"));  // nothing fitted: plain recompute
+  for (const ServingResult* r : {&swap, &tiny}) {
+    double asked = 0;
+    for (const ServedRequest& q : r->requests) {
+      EXPECT_GE(q.finish, q.first_token);
+      asked += static_cast<double>(q.output);
+    }
+    EXPECT_NEAR(metric(*r, "throughput_tokens_per_s") * r->makespan_s, asked, 1e-6 * asked);
+    EXPECT_LE(r->kv_peak_utilization, 1.0);
+  }
+}
+
 TEST(Serving, TokensOutEqualTokensRequested) {
   for (const char* sch : {"static", "orca", "vllm", "sarathi"}) {
     const ServingResult r = serve(load(sch, 12, 500));
