@@ -150,6 +150,8 @@ class IterationCost {
   IterationCost(const Scenario& s, const ModelConfig& model, ComputeProfile compute, NetworkProfile net)
       : s_(s), m_(model), gpu_(s.cluster.node.gpu), p_(std::move(compute)), net_(std::move(net)) {
     tp_ = s.parallel.tp;
+    pp_ = s.parallel.pp;
+    stage_layers_ = (m_.layers + pp_ - 1) / pp_;
     const int64_t hd = m_.head_dim();
     qkv_out_ = (m_.heads + 2 * m_.kv_heads) * hd / tp_;
     kv_heads_local_ = std::max<int64_t>(1, m_.kv_heads / tp_);
@@ -160,11 +162,17 @@ class IterationCost {
     gemm_dtype_ = (w == DType::FP8 || w == DType::INT8) ? w : m_.dtype;
   }
 
-  double kv_bytes_per_token() const {  // one GPU, all layers, K and V
-    return 2.0 * static_cast<double>(m_.layers * kv_heads_local_ * m_.head_dim()) * kv_bytes_;
+  double kv_bytes_per_token() const {  // one GPU: its stage's layers, K and V
+    return static_cast<double>(stage_layers_) * kv_layer_bytes();
   }
+  double kv_layer_bytes() const { return 2.0 * static_cast<double>(kv_heads_local_ * m_.head_dim()) * kv_bytes_; }
+  // One GPU's weights: the fullest stage's layers over tp, and the embedding (first
+  // stage; the untied output layer sits on the last).
   double weight_bytes_per_gpu() const {
-    return static_cast<double>(m_.total_params()) * weight_bytes_ / static_cast<double>(tp_);
+    if (pp_ == 1) return static_cast<double>(m_.total_params()) * weight_bytes_ / static_cast<double>(tp_);
+    const double layers = static_cast<double>(stage_layers_) * static_cast<double>(m_.layer_params());
+    const double embed = static_cast<double>(m_.vocab * m_.hidden);
+    return (layers + embed) * weight_bytes_ / static_cast<double>(tp_);
   }
 
   // Token-count dependent part: GEMMs, all-reduces, launches. Memoized.
@@ -187,6 +195,10 @@ class IterationCost {
     double t = static_cast<double>(m_.layers) * (layer + launches);
     t += gemm(emitting, m_.vocab / tp_, h);                                            // logits
     if (tp_ > 1) t += all_reduce(static_cast<double>(emitting * m_.vocab / tp_) * 4);  // gathered logits
+    // Pipeline stages run one after another for this batch: pp − 1 activation sends
+    // (each GPU sends its 1/tp share to its counterpart in the next stage).
+    if (pp_ > 1)
+      t += static_cast<double>(pp_ - 1) * stage_send(static_cast<double>(T * h) * bytes_ / static_cast<double>(tp_));
     memo_.emplace(key, t);
     return t;
   }
@@ -211,8 +223,7 @@ class IterationCost {
   // One paged decode-attention kernel per layer reading `context_tokens` tokens of KV.
   double decode_attention(int64_t context_tokens) {
     if (context_tokens == 0) return 0;
-    return static_cast<double>(m_.layers) *
-           memory(static_cast<double>(context_tokens) * kv_bytes_per_token() / static_cast<double>(m_.layers));
+    return static_cast<double>(m_.layers) * memory(static_cast<double>(context_tokens) * kv_layer_bytes());
   }
 
   int64_t hits() const { return hits_; }
@@ -239,6 +250,14 @@ class IterationCost {
     op.bytes_read = static_cast<int64_t>(bytes);
     return compute_seconds(op, gpu_, p_);
   }
+  // A stage-to-stage send: NVLink when the replica sits in one node, else the GPU's NICs.
+  double stage_send(double bytes) const {
+    const NodeSpec& node = s_.cluster.node;
+    if (tp_ * pp_ <= node.gpus) return 2 * node.nvlink_latency + bytes / node.nvlink_bandwidth;
+    const double nic = node.nic_bandwidth * static_cast<double>(node.nics) / static_cast<double>(node.gpus);
+    return 2 * s_.cluster.fabric.latency + 2 * node.pcie_latency + bytes / nic;
+  }
+
   // NCCL-style ring all-reduce over NVLink: the fastest protocol's base latency,
   // 2(p−1) hops and 2(p−1)/p of the bytes at the protocol's efficiency.
   double all_reduce(double bytes) const {
@@ -260,7 +279,7 @@ class IterationCost {
   const GpuSpec& gpu_;
   ComputeProfile p_;
   NetworkProfile net_;
-  int64_t tp_ = 1, qkv_out_ = 0, kv_heads_local_ = 1;
+  int64_t tp_ = 1, pp_ = 1, stage_layers_ = 0, qkv_out_ = 0, kv_heads_local_ = 1;
   double bytes_ = 2, weight_bytes_ = 2, kv_bytes_ = 2;
   DType gemm_dtype_ = DType::BF16;
   std::unordered_map<uint64_t, double> memo_;
@@ -327,7 +346,9 @@ class Engine {
                                                    ", expected shorter requests or more GPU memory per replica");
     }
     const int64_t pools = c_.prefill_replicas + c_.decode_replicas;
-    reps_.assign(static_cast<size_t>(pools > 0 ? pools : c_.replicas), Replica{});
+    // Pipeline parallelism: each replica runs pp virtual engines (pp batches in flight,
+    // one per stage), each with its own scheduler and 1/pp of the KV blocks, as vLLM does.
+    reps_.assign(static_cast<size_t>(pools > 0 ? pools : c_.replicas * s_.parallel.pp), Replica{});
     for (size_t i = 0; i < reps_.size(); ++i) {
       reps_[i].free_blocks = blocks_;
       if (pools > 0) reps_[i].role = static_cast<int64_t>(i) < c_.prefill_replicas ? 1 : 2;
@@ -388,7 +409,8 @@ class Engine {
     result_.kv_peak_utilization = static_cast<double>(peak_used_) / static_cast<double>(blocks_);
     mean_in_system_ = now > 0 ? in_system_area / now : 0;
     for (const Req& x : reqs_)
-      result_.requests.push_back({x.arrival, x.first, x.finish, x.prompt, x.output, x.replica, x.preemptions});
+      result_.requests.push_back({x.arrival, x.first, x.finish, x.prompt, x.output,
+                                  static_cast<int>(x.replica / s_.parallel.pp), x.preemptions});
     return std::move(result_);
   }
 
@@ -400,7 +422,7 @@ class Engine {
  private:
   void log_iteration(int rep, const std::vector<Work>& w, double start, double end) {
     IterationRow row;
-    row.replica = rep;
+    row.replica = rep;  // the virtual engine (replica · pp + its index) under pipeline parallelism
     row.start_s = start;
     row.end_s = end;
     row.requests = static_cast<int64_t>(w.size());
@@ -742,17 +764,21 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
   }
   if (c.acceptance_rate < 0 || c.acceptance_rate > 1)
     throw InputError(s.mark("inference.speculative.acceptance_rate"), "acceptance_rate must lie in [0, 1]");
-  if (s.parallel.pp != 1 || s.parallel.cp != 1)
-    throw InputError(s.mark("parallel"), "a serving replica is tp GPUs of one node, expected parallel.pp: 1 and cp: 1");
-  const int64_t tp = s.parallel.tp;
+  if (s.parallel.cp != 1)
+    throw InputError(s.mark("parallel.cp"), "serving replicas do not split context, expected cp: 1");
+  const int64_t tp = s.parallel.tp, pp = s.parallel.pp;
+  if (pp > 1 && pools > 0)
+    throw InputError(s.mark("parallel.pp"),
+                     "disaggregated pools of pipeline-parallel replicas are not modelled, expected pp: 1");
+  if (pp > s.model.layers) throw InputError(s.mark("parallel.pp"), "more pipeline stages than layers");
   if (tp > s.cluster.node.gpus)
     throw InputError(s.mark("parallel.tp"), "tp " + std::to_string(tp) + " spans nodes, expected tp <= " +
                                                 std::to_string(s.cluster.node.gpus) + " GPUs per node");
-  if (replicas * tp > s.gpus())
-    throw InputError(s.mark("inference.replicas"), std::to_string(replicas) + " replicas of tp " + std::to_string(tp) +
-                                                       " need " + std::to_string(replicas * tp) +
-                                                       " GPUs, expected at most the cluster's " +
-                                                       std::to_string(s.gpus()));
+  if (replicas * tp * pp > s.gpus())
+    throw InputError(s.mark("inference.replicas"),
+                     std::to_string(replicas) + " replicas of tp " + std::to_string(tp) + " × pp " +
+                         std::to_string(pp) + " need " + std::to_string(replicas * tp * pp) +
+                         " GPUs, expected at most the cluster's " + std::to_string(s.gpus()));
   if (s.model.heads % tp != 0) throw InputError(s.mark("parallel.tp"), "tp must divide the model's attention heads");
   if (c.trace.empty() && c.rate_per_s <= 0)
     throw InputError(s.mark("inference.arrivals.rate_per_s"), "arrival rate must be positive");
@@ -780,11 +806,12 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
   const double free_bytes = 0.9 * s.cluster.node.gpu.hbm_bytes - weights - workspace;
   const double block_bytes =
       (cost.kv_bytes_per_token() + (draft ? draft->kv_bytes_per_token() : 0)) * static_cast<double>(c.kv_block_tokens);
-  const int64_t blocks = free_bytes > 0 ? static_cast<int64_t>(free_bytes / block_bytes) : 0;
+  const int64_t blocks =
+      free_bytes > 0 ? static_cast<int64_t>(free_bytes / block_bytes) / pp : 0;  // per virtual engine
   if (blocks < 1)
     throw InputError(s.mark("parallel.tp"),
                      "the model does not fit: " + format_number(weights / 1e9) + " GB of weights per GPU on a " +
-                         format_number(s.cluster.node.gpu.hbm_bytes / 1e9) + " GB GPU, expected a larger tp");
+                         format_number(s.cluster.node.gpu.hbm_bytes / 1e9) + " GB GPU, expected a larger tp or pp");
 
   const std::vector<Arrival> arrivals = make_arrivals(s);
   Engine engine(s, cost, draft.get(), blocks);
@@ -854,8 +881,8 @@ std::string serving_summary_json(const Scenario& s, const ServingResult& r) {
 
 std::string serving_summary_table(const Scenario& s, const ServingResult& r) {
   std::ostringstream o;
-  o << s.name << " — inference, " << s.serving.replicas << " replica(s) of tp " << s.parallel.tp << ", "
-    << s.serving.scheduler << " scheduler, " << s.serving.router << " router\n";
+  o << s.name << " — inference, " << s.serving.replicas << " replica(s) of tp " << s.parallel.tp << " x pp "
+    << s.parallel.pp << ", " << s.serving.scheduler << " scheduler, " << s.serving.router << " router\n";
   for (const auto& [k, v] : r.metrics)
     o << "  " << k << std::string(k.size() < 28 ? 28 - k.size() : 1, ' ') << format_number(v) << "\n";
   return o.str();

@@ -320,6 +320,28 @@ TEST(Serving, Disaggregation) {
   EXPECT_GT(per_byte_cross, 4 * per_byte_local);  // 50 GB/s of NIC per GPU against 450 GB/s of NVLink
 }
 
+// Pipeline-parallel replicas run pp virtual engines (pp batches in flight). A balanced
+// pipeline serves like pp data-parallel replicas (plus the stage sends) while each GPU
+// holds 1/pp of the weights: Llama 3 405B fits on TP 8 × PP 2 H100s, not on TP 8.
+TEST(Serving, PipelineParallelReplicas) {
+  const auto on = [](int pp, int replicas, const std::string& model) {
+    return run_serving(scenario_from_text("name: p\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: " + model +
+                                              "}\nparallel: {tp: 8, pp: " + std::to_string(pp) +
+                                              "}\ninference:\n  replicas: " + std::to_string(replicas) + "\n" +
+                                              load("vllm", 8, 1500),
+                                          "serving"));
+  };
+  const ServingResult pp2 = on(2, 1, "llama3-70b"), dp2 = on(1, 2, "llama3-70b");
+  EXPECT_NEAR(metric(pp2, "throughput_tokens_per_s"), metric(dp2, "throughput_tokens_per_s"),
+              0.03 * metric(dp2, "throughput_tokens_per_s"));
+  EXPECT_GT(metric(pp2, "tpot_s_p50"), metric(dp2, "tpot_s_p50"));  // the stage-to-stage sends
+  EXPECT_LT(metric(pp2, "tpot_s_p50"), 1.1 * metric(dp2, "tpot_s_p50"));
+  EXPECT_GT(metric(pp2, "kv_blocks_per_replica"), metric(dp2, "kv_blocks_per_replica"));  // per engine: weights halved
+  for (const ServedRequest& q : pp2.requests) EXPECT_EQ(q.replica, 0);
+  EXPECT_THROW(on(1, 1, "llama3-405b"), InputError);
+  EXPECT_NO_THROW(on(2, 1, "llama3-405b"));
+}
+
 // The iteration-cost memo is what makes 100,000 requests cheap: most iterations repeat
 // a batch signature already costed.
 TEST(Serving, IterationCostsAreMemoized) {
