@@ -881,8 +881,14 @@ std::string serving_summary_json(const Scenario& s, const ServingResult& r) {
 
 std::string serving_summary_table(const Scenario& s, const ServingResult& r) {
   std::ostringstream o;
-  o << s.name << " — inference, " << s.serving.replicas << " replica(s) of tp " << s.parallel.tp << " x pp "
-    << s.parallel.pp << ", " << s.serving.scheduler << " scheduler, " << s.serving.router << " router\n";
+  const InferenceConfig& c = s.serving;
+  o << s.name << " — inference, ";
+  if (c.prefill_replicas + c.decode_replicas > 0)
+    o << c.prefill_replicas << " prefill + " << c.decode_replicas << " decode";
+  else
+    o << c.replicas;
+  o << " replica(s) of tp " << s.parallel.tp << " x pp " << s.parallel.pp << ", " << s.serving.scheduler
+    << " scheduler, " << s.serving.router << " router\n";
   for (const auto& [k, v] : r.metrics)
     o << "  " << k << std::string(k.size() < 28 ? 28 - k.size() : 1, ' ') << format_number(v) << "\n";
   return o.str();
