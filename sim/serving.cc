@@ -875,8 +875,24 @@ void write_serving_sqlite(const Scenario& s, const ServingResult& r) {
   write_sqlite(rec, s.output_sqlite);
 }
 
+// The flat fields (`ttft_s_p50`, ...) and, for each latency, an object of its
+// percentiles (`"ttft_s": {"p50": ..., "p90": ..., "p99": ...}`).
 std::string serving_summary_json(const Scenario& s, const ServingResult& r) {
-  return summary_json({{"name", s.name}, {"mode", "inference"}, {"scheduler", s.serving.scheduler}}, r.metrics);
+  std::string out =
+      summary_json({{"name", s.name}, {"mode", "inference"}, {"scheduler", s.serving.scheduler}}, r.metrics);
+  out.pop_back();  // the closing brace
+  for (const char* name : {"ttft_s", "tpot_s", "e2e_s"}) {
+    out += std::string(", \"") + name + "\": {";
+    const char* sep = "";
+    for (const char* q : {"p50", "p90", "p99"})
+      for (const auto& [k, v] : r.metrics)
+        if (k == std::string(name) + "_" + q) {
+          out += std::string(sep) + "\"" + q + "\": " + format_number(v);
+          sep = ", ";
+        }
+    out += "}";
+  }
+  return out + "}";
 }
 
 std::string serving_summary_table(const Scenario& s, const ServingResult& r) {

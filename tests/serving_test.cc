@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -147,6 +148,17 @@ TEST(Serving, RoutersSpreadLoad) {
     ASSERT_EQ(per.size(), 4u) << router;
     for (auto [rep, n] : per) EXPECT_GT(n, 100) << router << " replica " << rep;
   }
+}
+
+TEST(Serving, JsonCarriesTheContractFields) {
+  const Scenario sc = scenario_from_text(serving_yaml(load("vllm", 8, 200)), "serving");
+  const std::string j = serving_summary_json(sc, run_serving(sc));
+  for (const char* field :
+       {"\"throughput_tokens_per_s\": ", "\"requests_per_s\": ", "\"preemptions\": ", "\"kv_cache_peak_utilization\": ",
+        "\"ttft_s_p99\": ", "\"ttft_s\": {\"p50\": ", "\"tpot_s\": {\"p50\": ", "\"e2e_s\": {\"p50\": "})
+    EXPECT_NE(j.find(field), std::string::npos) << field << " in " << j;
+  EXPECT_EQ(j.back(), '}');
+  EXPECT_EQ(std::count(j.begin(), j.end(), '{'), std::count(j.begin(), j.end(), '}'));
 }
 
 TEST(Serving, DeterministicAndSeeded) {
