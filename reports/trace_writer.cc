@@ -1,5 +1,6 @@
 #include "reports/trace_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -172,18 +173,27 @@ void write_spans(JsonOut& out, const Timeline& t) {
   }
 }
 
-void write_file(const Timeline& t, const std::string& tmp) {
-  if (t.plan == nullptr) throw TraceError("timeline has no plan");
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
-  if (!f) throw TraceError(errno_message());
-  JsonOut out(f.get());
-  out.raw("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
-  write_metadata(out, t);
-  write_spans(out, t);
-  out.raw("\n]}\n");
-  out.flush();
-  if (std::fclose(f.release()) != 0) throw TraceError(errno_message());
+// Writes the trace through `path + ".tmp"` and a rename; `events` writes the events.
+template <typename Events>
+void write_trace_file(const std::string& path, Events events) {
+  const std::string tmp = path + ".tmp";
+  try {
+    std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
+    if (!f) throw TraceError(errno_message());
+    JsonOut out(f.get());
+    out.raw("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+    events(out);
+    out.raw("\n]}\n");
+    out.flush();
+    if (std::fclose(f.release()) != 0) throw TraceError(errno_message());
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw TraceError(errno_message());
+  } catch (const std::exception& e) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write " + path + ": " + e.what());
+  }
 }
+
+int64_t seconds_to_ps(double s) { return static_cast<int64_t>(std::llround(s * 1e12)); }
 
 }  // namespace
 
@@ -208,14 +218,35 @@ std::string format_ps_as_us(int64_t ps) {
 }
 
 void write_chrome_trace(const Timeline& t, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  try {
-    write_file(t, tmp);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw TraceError(errno_message());
-  } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot write " + path + ": " + e.what());
-  }
+  write_trace_file(path, [&](JsonOut& out) {
+    if (t.plan == nullptr) throw TraceError("timeline has no plan");
+    write_metadata(out, t);
+    write_spans(out, t);
+  });
+}
+
+void write_serving_trace(const ServingRecord& r, const std::string& path) {
+  write_trace_file(path, [&](JsonOut& out) {
+    int replicas = 0;
+    for (const IterationRow& it : r.iterations) replicas = std::max(replicas, it.replica + 1);
+    const char* sep = "";
+    for (int p = 0; p < replicas; ++p) {
+      out.raw(sep).raw("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":").num(int64_t{p});
+      out.raw(",\"args\":{\"name\":").str("replica " + std::to_string(p)).raw("}}");
+      sep = ",\n";
+    }
+    // One complete event per iteration, and the KV blocks in use as a counter track.
+    for (const IterationRow& it : r.iterations) {
+      const int64_t start = seconds_to_ps(it.start_s), end = seconds_to_ps(it.end_s);
+      out.raw(sep).raw("{\"name\":\"iteration\",\"ph\":\"X\",\"pid\":").num(int64_t{it.replica});
+      out.raw(",\"tid\":0,\"ts\":").raw(format_ps_as_us(start)).raw(",\"dur\":").raw(format_ps_as_us(end - start));
+      out.raw(",\"args\":{\"requests\":").num(it.requests).raw(",\"prefill_tokens\":").num(it.prefill_tokens);
+      out.raw(",\"decode_tokens\":").num(it.decode_tokens).raw("}}");
+      sep = ",\n";
+      out.raw(sep).raw("{\"name\":\"kv_blocks_used\",\"ph\":\"C\",\"pid\":").num(int64_t{it.replica});
+      out.raw(",\"ts\":").raw(format_ps_as_us(start)).raw(",\"args\":{\"used\":").num(it.kv_blocks_used).raw("}}");
+    }
+  });
 }
 
 }  // namespace clustersim

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "reports/sqlite_writer.h"
 #include "reports/timeline.h"
 
 namespace clustersim {
@@ -16,6 +17,10 @@ namespace clustersim {
 // std::runtime_error("cannot write PATH: ...") on failure, leaving no temporary behind.
 // Requires t.plan; spans must refer to ranks, ops and streams of the plan.
 void write_chrome_trace(const Timeline& t, const std::string& path);
+
+// An inference-serving run: one process per replica, an "iteration" event per
+// iteration (requests, prefill and decode tokens) and a `kv_blocks_used` counter.
+void write_serving_trace(const ServingRecord& r, const std::string& path);
 
 // Picoseconds as decimal microseconds: 1234567 -> "1.234567", 1500000 -> "1.5",
 // 2000000 -> "2". Exposed for tests and other writers that need the same format.

@@ -99,10 +99,8 @@ int cmd_run(const std::vector<std::string>& args) {
               << ": warning: run simulates the scenario as written; sweep points are not run\n";
   if (s.inference) {
     check_output_paths(s);
-    if (!s.output_trace.empty())
-      std::cerr << s.mark("output.trace").str() << ": warning: inference runs write output.sqlite only; no trace\n";
-    const ServingResult r = run_serving(s, !s.output_sqlite.empty());
-    if (!s.output_sqlite.empty()) write_serving_sqlite(s, r);
+    const ServingResult r = run_serving(s, !s.output_sqlite.empty() || !s.output_trace.empty());
+    write_serving_outputs(s, r);
     std::cout << (json ? serving_summary_json(s, r) + "\n" : serving_summary_table(s, r));
     return 0;
   }

@@ -16,6 +16,7 @@
 #include "cost_models/compute.h"
 #include "cost_models/protocol.h"
 #include "plan/plan.h"
+#include "reports/trace_writer.h"
 #include "scenarios/error.h"
 
 namespace clustersim {
@@ -861,7 +862,7 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
   return r;
 }
 
-void write_serving_sqlite(const Scenario& s, const ServingResult& r) {
+void write_serving_outputs(const Scenario& s, const ServingResult& r) {
   ServingRecord rec;
   rec.run.name = s.name;
   rec.run.kind = "inference";
@@ -872,7 +873,8 @@ void write_serving_sqlite(const Scenario& s, const ServingResult& r) {
   for (const ServedRequest& q : r.requests)
     rec.requests.push_back({q.replica, q.arrival, q.first_token, q.finish, q.prompt, q.output, q.preemptions});
   rec.iterations = r.iteration_log;
-  write_sqlite(rec, s.output_sqlite);
+  if (!s.output_sqlite.empty()) write_sqlite(rec, s.output_sqlite);
+  if (!s.output_trace.empty()) write_serving_trace(rec, s.output_trace);
 }
 
 // The flat fields (`ttft_s_p50`, ...) and, for each latency, an object of its

@@ -39,14 +39,15 @@ struct ServingResult {
   int64_t memo_hits = 0, memo_misses = 0;
   int64_t verify_steps = 0, speculated_tokens = 0;  // speculative decoding
   Metrics metrics;                                  // flat: throughput, percentiles, ...
-  std::vector<IterationRow> iteration_log;          // when asked for (output.sqlite)
+  std::vector<IterationRow> iteration_log;          // when asked for (output files)
 };
 
 // Throws InputError for settings not modelled (disaggregation, speculative decoding,
 // pipeline parallelism in a replica) and for a model that does not fit.
 ServingResult run_serving(const Scenario& s, bool log_iterations = false);
-// Appends the run (summary, requests, iterations) to the scenario's output.sqlite.
-void write_serving_sqlite(const Scenario& s, const ServingResult& r);
+// Appends the run (summary, requests, iterations) to the scenario's output.sqlite and
+// writes its output.trace, where named (run_serving must have logged iterations).
+void write_serving_outputs(const Scenario& s, const ServingResult& r);
 std::string serving_summary_json(const Scenario& s, const ServingResult& r);
 std::string serving_summary_table(const Scenario& s, const ServingResult& r);
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include "scenarios/error.h"
@@ -269,7 +270,7 @@ TEST(Serving, SqliteRowsMatchTheSummary) {
   Scenario s = scenario_from_text(serving_yaml(load("sarathi", 30, 400)), "serving");
   s.output_sqlite = db_path;
   const ServingResult r = run_serving(s, true);
-  write_serving_sqlite(s, r);
+  write_serving_outputs(s, r);
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   const auto one = [&](const char* sql) {
@@ -352,6 +353,30 @@ TEST(Serving, PipelineParallelReplicas) {
   for (const ServedRequest& q : pp2.requests) EXPECT_EQ(q.replica, 0);
   EXPECT_THROW(on(1, 1, "llama3-405b"), InputError);
   EXPECT_NO_THROW(on(2, 1, "llama3-405b"));
+}
+
+// output.trace: one process per replica, an event per iteration, a KV counter; the same
+// run gives the same bytes.
+TEST(Serving, TraceHasAnEventPerIteration) {
+  const std::string dir = testing::temp_dir("serving-trace-out");
+  Scenario s = scenario_from_text(serving_yaml("  replicas: 2\n" + load("orca", 20, 300)), "serving");
+  s.output_trace = dir + "/a.json";
+  const ServingResult r = run_serving(s, true);
+  write_serving_outputs(s, r);
+  std::ifstream in(s.output_trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t events = 0, counters = 0;
+  for (size_t at = 0; (at = text.find("\"name\":\"iteration\"", at)) != std::string::npos; ++at) ++events;
+  for (size_t at = 0; (at = text.find("\"name\":\"kv_blocks_used\"", at)) != std::string::npos; ++at) ++counters;
+  EXPECT_EQ(events, static_cast<size_t>(r.iterations));
+  EXPECT_EQ(counters, events);
+  EXPECT_NE(text.find("\"replica 1\""), std::string::npos);
+  EXPECT_EQ(text.substr(text.size() - 4), "\n]}\n");
+  s.output_trace = dir + "/b.json";
+  write_serving_outputs(s, run_serving(s, true));
+  std::ifstream in2(s.output_trace);
+  const std::string again((std::istreambuf_iterator<char>(in2)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, again);
 }
 
 // The iteration-cost memo is what makes 100,000 requests cheap: most iterations repeat
