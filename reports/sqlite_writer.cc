@@ -386,10 +386,6 @@ void insert_links(sqlite3* db, int64_t run_id, const Timeline& t) {
 
 void insert_run_rows(sqlite3* db, int64_t run_id, const Timeline& t) {
   {
-    Stmt s(db, "INSERT INTO metrics (run_id, key, value) VALUES (?, ?, ?)");
-    for (const auto& [key, value] : t.run.metrics) s.i(run_id).t(key).d(value).insert();
-  }
-  {
     Stmt s(db,
            "INSERT INTO ranks (run_id, rank, node, local_gpu, device, program, mirror_of) "
            "VALUES (?, ?, ?, ?, ?, ?, ?)");
@@ -399,8 +395,6 @@ void insert_run_rows(sqlite3* db, int64_t run_id, const Timeline& t) {
   insert_plan(db, run_id, *t.plan);
   insert_spans(db, run_id, t);
   insert_links(db, run_id, t);
-  Stmt done(db, "UPDATE runs SET complete = 1 WHERE run_id = ?");
-  done.i(run_id).insert();
 }
 
 // Owns the connection; closing rolls back whatever transaction is still open.
@@ -428,15 +422,20 @@ void write_or_throw(const RunInfo& run, const std::string& path, bool create, Ro
   exec(c.db, "PRAGMA cache_size = -65536");  // 64 MiB: keeps the span index in memory while inserting
   exec(c.db, "BEGIN IMMEDIATE");
   ensure_schema(c.db);
-  rows(c.db, insert_run(c.db, run));
+  const int64_t run_id = insert_run(c.db, run);
+  {
+    Stmt s(c.db, "INSERT INTO metrics (run_id, key, value) VALUES (?, ?, ?)");
+    for (const auto& [key, value] : run.metrics) s.i(run_id).t(key).d(value).insert();
+  }
+  rows(c.db, run_id);
+  {
+    Stmt done(c.db, "UPDATE runs SET complete = 1 WHERE run_id = ?");
+    done.i(run_id).insert();
+  }
   exec(c.db, "COMMIT");
 }
 
 void insert_serving_rows(sqlite3* db, int64_t run_id, const ServingRecord& r) {
-  {
-    Stmt s(db, "INSERT INTO metrics (run_id, key, value) VALUES (?, ?, ?)");
-    for (const auto& [key, value] : r.run.metrics) s.i(run_id).t(key).d(value).insert();
-  }
   {
     Stmt s(db,
            "INSERT INTO requests (run_id, request_id, replica, arrival_s, first_token_s, finish_s, prompt_tokens, "
@@ -456,8 +455,6 @@ void insert_serving_rows(sqlite3* db, int64_t run_id, const ServingRecord& r) {
       s.i(it.kv_blocks_used).i(it.kv_blocks).insert();
     }
   }
-  Stmt done(db, "UPDATE runs SET complete = 1 WHERE run_id = ?");
-  done.i(run_id).insert();
 }
 
 // Runs `write` against `path`; a file this call created is removed again on failure.

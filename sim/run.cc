@@ -63,18 +63,24 @@ void check_output_paths(const Scenario& s) {
   check_output_path(s, "output.trace", s.output_trace);
 }
 
+std::string scenario_relative_path(const Scenario& s, const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.is_relative() && !std::filesystem::exists(p)) p = std::filesystem::path(s.path).parent_path() / p;
+  return p.string();
+}
+
+void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network) {
+  if (s.calibration.empty()) return;
+  const CalibrationProfile prof = load_profile(scenario_relative_path(s, s.calibration), s.mark("calibration"));
+  compute = prof.compute;
+  network = prof.network;
+}
+
 RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   RunOutcome out;
   out.scenario = s;
   ExecOptions eo;
-  if (!s.calibration.empty()) {
-    // A relative profile path is relative to the scenario file, like include:.
-    std::filesystem::path p(s.calibration);
-    if (p.is_relative() && !std::filesystem::exists(p)) p = std::filesystem::path(s.path).parent_path() / p;
-    const CalibrationProfile prof = load_profile(p.string(), s.mark("calibration"));
-    eo.compute = prof.compute;
-    eo.network = prof.network;
-  }
+  apply_calibration(s, eo.compute, eo.network);
   collective_options(s, eo);
   eo.simulate_all_ranks = opt.simulate_all_ranks;
   out.plan = build_training_plan(s);

@@ -30,6 +30,11 @@ struct RunOutcome {
 // before doing any work.
 void check_output_paths(const Scenario& s);
 RunOutcome run_training(const Scenario& s, const RunOptions& opt = {});
+// A path the scenario names: as written when it exists, else relative to the scenario
+// file (like include:).
+std::string scenario_relative_path(const Scenario& s, const std::string& path);
+// Loads the scenario's calibration profile, when it names one, over the defaults.
+void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network);
 Timeline make_timeline(const RunOutcome& run);
 // Writes output.sqlite and output.trace when the scenario names them.
 void write_outputs(const RunOutcome& run);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -12,12 +11,12 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "calibrate/profile.h"
 #include "cost_models/compute.h"
 #include "cost_models/protocol.h"
 #include "plan/plan.h"
 #include "reports/trace_writer.h"
 #include "scenarios/error.h"
+#include "sim/run.h"
 
 namespace clustersim {
 namespace {
@@ -87,12 +86,9 @@ struct Arrival {
 };
 
 std::vector<Arrival> load_trace(const Scenario& s) {
-  namespace fs = std::filesystem;
-  fs::path p(s.serving.trace);
-  if (p.is_relative() && !fs::exists(p)) p = fs::path(s.path).parent_path() / p;
+  const std::string p = scenario_relative_path(s, s.serving.trace);
   std::ifstream in(p);
-  if (!in)
-    throw InputError(s.mark("inference.arrivals.trace"), "cannot open trace '" + p.string() + "', expected a CSV file");
+  if (!in) throw InputError(s.mark("inference.arrivals.trace"), "cannot open trace '" + p + "', expected a CSV file");
   std::vector<Arrival> out;
   std::string line;
   int lineno = 0;
@@ -104,15 +100,15 @@ std::vector<Arrival> load_trace(const Scenario& s) {
     Arrival a{};
     if (!(ls >> a.t >> a.prompt >> a.output)) {
       if (out.empty() && lineno == 1) continue;  // a header
-      SourceMark m{p.string(), lineno, 1};
+      SourceMark m{p, lineno, 1};
       throw InputError(m, "malformed trace row, expected arrival_s, prompt_tokens, output_tokens");
     }
     if (a.t < 0 || a.prompt < 1 || a.output < 1 || (!out.empty() && a.t < out.back().t))
-      throw InputError(SourceMark{p.string(), lineno, 1},
+      throw InputError(SourceMark{p, lineno, 1},
                        "bad trace row, expected arrival_s >= 0 and not decreasing, token counts >= 1");
     out.push_back(a);
   }
-  if (out.empty()) throw InputError(s.mark("inference.arrivals.trace"), "trace '" + p.string() + "' has no requests");
+  if (out.empty()) throw InputError(s.mark("inference.arrivals.trace"), "trace '" + p + "' has no requests");
   return out;
 }
 
@@ -459,8 +455,7 @@ class Engine {
     const double bw = same_node ? node.nvlink_bandwidth
                                 : node.nic_bandwidth * static_cast<double>(node.nics) / static_cast<double>(node.gpus);
     const double latency = same_node ? 2 * node.nvlink_latency : 2 * s_.cluster.fabric.latency + 2 * node.pcie_latency;
-    const double shard = static_cast<double>(x.kv) * cost_.kv_bytes_per_token() +
-                         (draft_ ? static_cast<double>(x.kv) * draft_->kv_bytes_per_token() : 0);
+    const double shard = kv_bytes(x);
     Replica& a = reps_[static_cast<size_t>(from)];
     Replica& b = reps_[static_cast<size_t>(to)];
     const double start = std::max({now, a.egress_free, b.ingress_free});
@@ -553,11 +548,7 @@ class Engine {
       if (r.running.empty()) {
         while (!r.waiting.empty() && static_cast<int64_t>(r.running.size()) < c_.max_batch_size) {
           Req& x = reqs_[static_cast<size_t>(r.waiting.front())];
-          const int64_t need = ceil_div(x.prompt + x.output, c_.kv_block_tokens);
-          if (need > r.free_blocks) break;
-          r.free_blocks -= need;
-          x.blocks = need;
-          peak_used_ = std::max(peak_used_, blocks_ - r.free_blocks);
+          if (!grow(r, x, x.prompt + x.output)) break;
           r.running.push_back(r.waiting.front());
           r.waiting.pop_front();
         }
@@ -786,13 +777,7 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
 
   ComputeProfile compute;
   NetworkProfile network;
-  if (!s.calibration.empty()) {
-    std::filesystem::path p(s.calibration);
-    if (p.is_relative() && !std::filesystem::exists(p)) p = std::filesystem::path(s.path).parent_path() / p;
-    const CalibrationProfile prof = load_profile(p.string(), s.mark("calibration"));
-    compute = prof.compute;
-    network = prof.network;
-  }
+  apply_calibration(s, compute, network);
   IterationCost cost(s, s.model, compute, network);
   std::unique_ptr<IterationCost> draft;
   if (draft_model) draft = std::make_unique<IterationCost>(s, *draft_model, compute, network);
