@@ -34,6 +34,8 @@ void check_output_path(const Scenario& s, const std::string& key, const std::str
     throw InputError(mark, key + " '" + path + "' exists and is not writable");
 }
 
+}  // namespace
+
 void collective_options(const Scenario& s, ExecOptions& eo) {
   if (s.algorithm != "auto") {
     Algorithm a;
@@ -47,8 +49,6 @@ void collective_options(const Scenario& s, ExecOptions& eo) {
   }
   eo.flow = s.network_model == "flow";
 }
-
-}  // namespace
 
 void check_output_paths(const Scenario& s) {
   if (!s.output_sqlite.empty() && !s.output_trace.empty()) {

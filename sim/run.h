@@ -35,6 +35,8 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt = {});
 std::string scenario_relative_path(const Scenario& s, const std::string& path);
 // Loads the scenario's calibration profile, when it names one, over the defaults.
 void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network);
+// The scenario's collective algorithm, protocol and network model, as executor options.
+void collective_options(const Scenario& s, ExecOptions& eo);
 Timeline make_timeline(const RunOutcome& run);
 // Writes output.sqlite and output.trace when the scenario names them.
 void write_outputs(const RunOutcome& run);

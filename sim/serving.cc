@@ -14,6 +14,7 @@
 #include "cost_models/compute.h"
 #include "cost_models/protocol.h"
 #include "plan/plan.h"
+#include "plan/serving_plan.h"
 #include "reports/trace_writer.h"
 #include "scenarios/error.h"
 #include "sim/run.h"
@@ -135,44 +136,43 @@ std::vector<Arrival> make_arrivals(const Scenario& s) {
 }
 
 // ---- iteration cost --------------------------------------------------------------------
-// One iteration of a replica: every layer runs its GEMMs over all the batch's tokens,
-// attention per prefill chunk (causal, against the context it extends) and one paged
-// decode-attention kernel that reads every decoding request's KV, then two TP
-// all-reduces of the tokens' activations; the logits GEMM covers one row per request
-// that emits a token.
+// An iteration's time is its Plan's (plan/serving_plan.h): the attention-free part runs
+// on the executor over the replica's GPUs, once per distinct (tokens, emitting rows);
+// the attention kernels, which depend on each request's context, are costed per batch
+// by the same compute model and added (every kernel of an iteration runs on one
+// stream, so the sum is the plan's time — a test checks it against the whole plan).
 class IterationCost {
  public:
-  // Weights stored as fp8 or int8 run W8A8 GEMMs at that type's peak; int4 weights are
-  // weight-only (dequantized into bf16/fp16 math): they only shrink the bytes read.
-  IterationCost(const Scenario& s, const ModelConfig& model, ComputeProfile compute, NetworkProfile net)
-      : s_(s), m_(model), gpu_(s.cluster.node.gpu), p_(std::move(compute)), net_(std::move(net)) {
-    tp_ = s.parallel.tp;
-    pp_ = s.parallel.pp;
-    stage_layers_ = (m_.layers + pp_ - 1) / pp_;
-    const int64_t hd = m_.head_dim();
-    qkv_out_ = (m_.heads + 2 * m_.kv_heads) * hd / tp_;
-    kv_heads_local_ = std::max<int64_t>(1, m_.kv_heads / tp_);
-    bytes_ = dtype_bits(m_.dtype) / 8.0;
-    const DType w = s.serving.weight_dtype_set ? s.serving.weight_dtype : m_.dtype;
-    weight_bytes_ = dtype_bits(w) / 8.0;
-    kv_bytes_ = dtype_bits(s.serving.kv_dtype_set ? s.serving.kv_dtype : m_.dtype) / 8.0;
-    gemm_dtype_ = (w == DType::FP8 || w == DType::INT8) ? w : m_.dtype;
+  IterationCost(const Scenario& s, const ModelConfig& model, Topology& topo, ExecOptions opt)
+      : gpu_(s.cluster.node.gpu), topo_(topo), opt_(std::move(opt)) {
+    shape_.model = model;
+    shape_.tp = s.parallel.tp;
+    shape_.pp = s.parallel.pp;
+    shape_.weight_dtype = s.serving.weight_dtype_set ? s.serving.weight_dtype : model.dtype;
+    shape_.kv_dtype = s.serving.kv_dtype_set ? s.serving.kv_dtype : model.dtype;
+    // Within one iteration a replica's collectives run one at a time on its own links:
+    // the analytic network is exact there.
+    opt_.flow = false;
+    opt_.record_link_usage = false;
+    gap_ = opt_.compute.launch_overhead_s;
   }
 
-  double kv_bytes_per_token() const {  // one GPU: its stage's layers, K and V
-    return static_cast<double>(stage_layers_) * kv_layer_bytes();
+  const ServingShape& shape() const { return shape_; }
+  double kv_bytes_per_token() const {  // one GPU: its stage's layers (the fullest stage), K and V
+    return static_cast<double>(shape_.stage_layers(0)) * shape_.kv_layer_bytes();
   }
-  double kv_layer_bytes() const { return 2.0 * static_cast<double>(kv_heads_local_ * m_.head_dim()) * kv_bytes_; }
   // One GPU's weights: the fullest stage's layers over tp, and the embedding (first
   // stage; the untied output layer sits on the last).
   double weight_bytes_per_gpu() const {
-    if (pp_ == 1) return static_cast<double>(m_.total_params()) * weight_bytes_ / static_cast<double>(tp_);
-    const double layers = static_cast<double>(stage_layers_) * static_cast<double>(m_.layer_params());
-    const double embed = static_cast<double>(m_.vocab * m_.hidden);
-    return (layers + embed) * weight_bytes_ / static_cast<double>(tp_);
+    const ModelConfig& m = shape_.model;
+    const double w = dtype_bits(shape_.weight_dtype) / 8.0;
+    const double tp = static_cast<double>(shape_.tp);
+    if (shape_.pp == 1) return static_cast<double>(m.total_params()) * w / tp;
+    const double layers = static_cast<double>(shape_.stage_layers(0)) * static_cast<double>(m.layer_params());
+    return (layers + static_cast<double>(m.vocab * m.hidden)) * w / tp;
   }
 
-  // Token-count dependent part: GEMMs, all-reduces, launches. Memoized.
+  // Everything but attention, for `tokens` rows of which `emitting` reach the logits.
   double dense(int64_t tokens, int64_t emitting) {
     const uint64_t key = static_cast<uint64_t>(tokens) << 20 | static_cast<uint64_t>(emitting);
     auto it = memo_.find(key);
@@ -181,104 +181,45 @@ class IterationCost {
       return it->second;
     }
     ++misses_;
-    const int64_t h = m_.hidden, T = tokens;
-    const int64_t mlp_in = m_.mlp_matrices() == 3 ? 2 * m_.ffn_hidden / tp_ : m_.ffn_hidden / tp_;
-    double layer = gemm(T, qkv_out_, h) + gemm(T, h, m_.heads * m_.head_dim() / tp_) + gemm(T, mlp_in, h) +
-                   gemm(T, h, m_.ffn_hidden / tp_);
-    // Norms, activation and residual adds: elementwise passes over the activations.
-    layer += memory(static_cast<double>(T) * static_cast<double>(h) * bytes_ * 8);
-    if (tp_ > 1) layer += 2 * all_reduce(static_cast<double>(T * h) * bytes_);
-    const double launches = 12.0 * p_.launch_overhead_s;  // kernels per layer
-    double t = static_cast<double>(m_.layers) * (layer + launches);
-    t += gemm(emitting, m_.vocab / tp_, h);                                            // logits
-    if (tp_ > 1) t += all_reduce(static_cast<double>(emitting * m_.vocab / tp_) * 4);  // gathered logits
-    // Pipeline stages run one after another for this batch: pp − 1 activation sends
-    // (each GPU sends its 1/tp share to its counterpart in the next stage).
-    if (pp_ > 1)
-      t += static_cast<double>(pp_ - 1) * stage_send(static_cast<double>(T * h) * bytes_ / static_cast<double>(tp_));
+    IterationBatch b;
+    b.tokens = tokens;
+    b.emitting = emitting;
+    const double t = execute_plan(build_iteration_plan(shape_, b, false), topo_, opt_).makespan.seconds();
     memo_.emplace(key, t);
     return t;
   }
 
   // A prefill chunk of `q` tokens appended to a context of `past` tokens, all layers.
   double prefill_attention(int64_t q, int64_t past) {
-    Op op;
-    op.kind = OpKind::Attention;
-    op.dtype = m_.dtype;
-    op.heads = m_.heads / tp_;
-    op.kv_heads = kv_heads_local_;
-    op.q_len = q;
-    op.kv_len = past + q;
-    op.head_dim = m_.head_dim();
-    op.causal = true;
-    op.flops = attention_flops(op);
-    op.bytes_read = static_cast<int64_t>(static_cast<double>(q * op.heads * op.head_dim) * bytes_ +
-                                         static_cast<double>(2 * op.kv_len * op.kv_heads * op.head_dim) * kv_bytes_);
-    return static_cast<double>(m_.layers) * compute_seconds(op, gpu_, p_);
+    IterationBatch b;
+    b.prefill.push_back({q, past});
+    return attention(b);
   }
-
   // One paged decode-attention kernel per layer reading `context_tokens` tokens of KV.
   double decode_attention(int64_t context_tokens) {
-    if (context_tokens == 0) return 0;
-    return static_cast<double>(m_.layers) * memory(static_cast<double>(context_tokens) * kv_layer_bytes());
+    IterationBatch b;
+    b.decode_context = context_tokens;
+    return attention(b);
   }
 
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
 
  private:
-  double gemm(int64_t m, int64_t n, int64_t k) {
-    if (m <= 0 || n <= 0) return 0;
-    Op op;
-    op.kind = OpKind::Gemm;
-    op.dtype = gemm_dtype_;
-    op.m = m;
-    op.n = n;
-    op.k = k;
-    op.flops = gemm_flops(op);
-    op.bytes_read =
-        static_cast<int64_t>(static_cast<double>(m * k) * bytes_ + static_cast<double>(k * n) * weight_bytes_);
-    op.bytes_written = static_cast<int64_t>(static_cast<double>(m * n) * bytes_);
-    return compute_seconds(op, gpu_, p_);
-  }
-  double memory(double bytes) {
-    Op op;
-    op.kind = OpKind::Memory;
-    op.bytes_read = static_cast<int64_t>(bytes);
-    return compute_seconds(op, gpu_, p_);
-  }
-  // A stage-to-stage send: NVLink when the replica sits in one node, else the GPU's NICs.
-  double stage_send(double bytes) const {
-    const NodeSpec& node = s_.cluster.node;
-    if (tp_ * pp_ <= node.gpus) return 2 * node.nvlink_latency + bytes / node.nvlink_bandwidth;
-    const double nic = node.nic_bandwidth * static_cast<double>(node.nics) / static_cast<double>(node.gpus);
-    return 2 * s_.cluster.fabric.latency + 2 * node.pcie_latency + bytes / nic;
-  }
-
-  // NCCL-style ring all-reduce over NVLink: the fastest protocol's base latency,
-  // 2(p−1) hops and 2(p−1)/p of the bytes at the protocol's efficiency.
-  double all_reduce(double bytes) const {
-    const double p = static_cast<double>(tp_);
-    const double bw = s_.cluster.node.nvswitch ? s_.cluster.node.nvlink_bandwidth : s_.cluster.node.pcie_bandwidth;
-    const int cls = s_.cluster.node.nvswitch ? 0 : 1;
-    double best = 1e30;
-    for (int pr = 0; pr < kProtocols; ++pr) {
-      const double t = net_.base_latency[0][static_cast<size_t>(pr)] +
-                       2 * (p - 1) * net_.hop_latency[static_cast<size_t>(cls)][0][static_cast<size_t>(pr)] +
-                       2 * (p - 1) / p * bytes / (bw * net_.protocols[static_cast<size_t>(pr)].bandwidth_efficiency);
-      best = std::min(best, t);
+  double attention(const IterationBatch& b) const {
+    double t = 0;
+    for (const Op& op : iteration_attention_ops(shape_, b)) {
+      const double k = SimTime::from_seconds(compute_seconds(op, gpu_, opt_.compute)).seconds();
+      if (k > 0) t += k + SimTime::from_seconds(gap_).seconds();
     }
-    return best;
+    return static_cast<double>(shape_.model.layers) * t;
   }
 
-  const Scenario& s_;
-  const ModelConfig& m_;
   const GpuSpec& gpu_;
-  ComputeProfile p_;
-  NetworkProfile net_;
-  int64_t tp_ = 1, pp_ = 1, stage_layers_ = 0, qkv_out_ = 0, kv_heads_local_ = 1;
-  double bytes_ = 2, weight_bytes_ = 2, kv_bytes_ = 2;
-  DType gemm_dtype_ = DType::BF16;
+  Topology& topo_;
+  ExecOptions opt_;
+  ServingShape shape_;
+  double gap_ = 0;
   std::unordered_map<uint64_t, double> memo_;
   int64_t hits_ = 0, misses_ = 0;
 };
@@ -728,6 +669,17 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
+double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch) {
+  ExecOptions eo;
+  apply_calibration(s, eo.compute, eo.network);
+  collective_options(s, eo);
+  Topology topo(s.cluster);
+  IterationCost cost(s, s.model, topo, eo);
+  double t = cost.dense(batch.tokens, batch.emitting) + cost.decode_attention(batch.decode_context);
+  for (const PrefillChunk& c : batch.prefill) t += cost.prefill_attention(c.tokens, c.past);
+  return t;
+}
+
 ServingResult run_serving(const Scenario& s, bool log_iterations) {
   const InferenceConfig& c = s.serving;
   const int64_t pools = c.prefill_replicas + c.decode_replicas;
@@ -775,12 +727,13 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
   if (c.trace.empty() && c.rate_per_s <= 0)
     throw InputError(s.mark("inference.arrivals.rate_per_s"), "arrival rate must be positive");
 
-  ComputeProfile compute;
-  NetworkProfile network;
-  apply_calibration(s, compute, network);
-  IterationCost cost(s, s.model, compute, network);
+  ExecOptions eo;
+  apply_calibration(s, eo.compute, eo.network);
+  collective_options(s, eo);
+  Topology topo(s.cluster);
+  IterationCost cost(s, s.model, topo, eo);
   std::unique_ptr<IterationCost> draft;
-  if (draft_model) draft = std::make_unique<IterationCost>(s, *draft_model, compute, network);
+  if (draft_model) draft = std::make_unique<IterationCost>(s, *draft_model, topo, eo);
 
   // KV capacity, as vLLM sizes it: 90% of HBM, less the weights' shard and the
   // activation workspace of the largest iteration.

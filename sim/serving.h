@@ -1,20 +1,21 @@
 // Inference serving, event by event: requests arrive (Poisson, gamma, fixed rate or a
-// trace), a router sends each to a replica (tp GPUs of one node), and each replica runs
+// trace), a router sends each to a replica (tp × pp GPUs), and each replica runs
 // iterations chosen by its scheduler — `static` (request-level batches), `orca`
 // (iteration-level: new requests join with their whole prefill), `vllm` (continuous
 // batching, prefill first) or `sarathi` (chunked prefill under a token budget, decodes
 // never wait). A paged KV cache (blocks of kv_block_tokens; capacity = HBM left after
 // weights and a workspace) admits requests; when it runs out, the youngest running
-// request is preempted and recomputed later. An iteration's time comes from the same
-// cost models as training: its GEMMs over all its tokens, attention per request
-// (prefill chunks and decode steps against their context), TP all-reduces and the
-// logits, memoized by a batch signature.
+// request is preempted and recomputed (or swapped out) later. Disaggregated pools hand
+// each prefilled request's KV to a decode replica over the network; a draft model
+// speculates for the target. An iteration's time is that of its Plan
+// (plan/serving_plan.h) on the same executor, cost models and topology as training.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "plan/serving_plan.h"
 #include "reports/sqlite_writer.h"
 #include "reports/summary.h"
 #include "scenarios/scenario.h"
@@ -42,9 +43,12 @@ struct ServingResult {
   std::vector<IterationRow> iteration_log;          // when asked for (output files)
 };
 
-// Throws InputError for settings not modelled (disaggregation, speculative decoding,
-// pipeline parallelism in a replica) and for a model that does not fit.
+// Throws InputError for settings not modelled (pipeline-parallel replicas in
+// disaggregated pools, context parallelism) and for a model that does not fit.
 ServingResult run_serving(const Scenario& s, bool log_iterations = false);
+// The time of one iteration of `batch` on one replica, as the engine costs it: the
+// memoized attention-free plan on the executor plus the batch's attention kernels.
+double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch);
 // Appends the run (summary, requests, iterations) to the scenario's output.sqlite and
 // writes its output.trace, where named (run_serving must have logged iterations).
 void write_serving_outputs(const Scenario& s, const ServingResult& r);

@@ -1,0 +1,235 @@
+#include "plan/serving_plan.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+namespace clustersim {
+
+int64_t ServingShape::stage_layers(int64_t stage) const {
+  return model.layers / pp + (stage < model.layers % pp ? 1 : 0);
+}
+
+int64_t ServingShape::kv_heads_local() const { return std::max<int64_t>(1, model.kv_heads / tp); }
+
+double ServingShape::kv_layer_bytes() const {
+  return 2.0 * static_cast<double>(kv_heads_local() * model.head_dim()) * dtype_bits(kv_dtype) / 8.0;
+}
+
+DType ServingShape::gemm_dtype() const {
+  return (weight_dtype == DType::FP8 || weight_dtype == DType::INT8) ? weight_dtype : model.dtype;
+}
+
+std::vector<Op> iteration_attention_ops(const ServingShape& sh, const IterationBatch& b) {
+  const ModelConfig& m = sh.model;
+  const double e = dtype_bits(m.dtype) / 8.0;
+  const double kv_e = dtype_bits(sh.kv_dtype) / 8.0;
+  std::vector<Op> ops;
+  for (const PrefillChunk& c : b.prefill) {
+    Op op;
+    op.kind = OpKind::Attention;
+    op.dtype = m.dtype;
+    op.heads = m.heads / sh.tp;
+    op.kv_heads = sh.kv_heads_local();
+    op.q_len = c.tokens;
+    op.kv_len = c.past + c.tokens;
+    op.head_dim = m.head_dim();
+    op.causal = true;
+    op.flops = attention_flops(op);
+    const double q = static_cast<double>(c.tokens * op.heads * op.head_dim) * e;
+    op.bytes_read = static_cast<int64_t>(q + static_cast<double>(2 * op.kv_len * op.kv_heads * op.head_dim) * kv_e);
+    op.bytes_written = static_cast<int64_t>(q);
+    ops.push_back(op);
+  }
+  if (b.decode_context > 0) {
+    // One paged decode-attention kernel streams every decoding request's cached K and V.
+    Op op;
+    op.kind = OpKind::Memory;
+    op.dtype = m.dtype;
+    op.bytes_read = static_cast<int64_t>(static_cast<double>(b.decode_context) * sh.kv_layer_bytes());
+    ops.push_back(op);
+  }
+  return ops;
+}
+
+namespace {
+
+class IterationBuilder {
+ public:
+  IterationBuilder(Plan& plan, Program& prog, const ServingShape& sh, const IterationBatch& b, int64_t stage)
+      : plan_(plan), p_(prog), sh_(sh), m_(sh.model), b_(b), stage_(stage) {
+    e_ = dtype_bits(m_.dtype) / 8.0;
+    w_ = dtype_bits(sh.weight_dtype) / 8.0;
+    compute_ = p_.stream("compute");
+    if (sh.tp > 1) tp_ = p_.stream("tp");
+    if (sh.pp > 1) pp_ = p_.stream("pp");
+  }
+
+  void build(bool with_attention) {
+    const double T = static_cast<double>(b_.tokens);
+    const double h = static_cast<double>(m_.hidden);
+    const int64_t tp = sh_.tp;
+    if (stage_ > 0) {
+      p2p(OpKind::Recv, "recv_activations", static_cast<int32_t>(sh_.pp - 1));  // the previous stage
+    } else {
+      memory("embedding", T * h * e_, T * h * e_, -1);
+    }
+    const auto attention = iteration_attention_ops(sh_, b_);
+    const int64_t first = first_layer();
+    const int64_t hd = m_.head_dim();
+    const int64_t qkv_out = (m_.heads + 2 * m_.kv_heads) * hd / tp;
+    const int64_t attn_out = m_.heads * hd / tp;
+    const int64_t ffn = m_.ffn_hidden / tp;
+    const int64_t mlp_in = m_.mlp_matrices() == 3 ? 2 * ffn : ffn;
+    const double rope = T * static_cast<double>((m_.heads + m_.kv_heads) * hd / tp) * e_;
+    for (int64_t i = 0; i < sh_.stage_layers(stage_); ++i) {
+      const auto layer = static_cast<int32_t>(first + i);
+      memory("add_norm", 2 * T * h * e_, 2 * T * h * e_, layer);
+      gemm("qkv", b_.tokens, qkv_out, m_.hidden, layer);
+      memory("rotary", rope, rope, layer);
+      if (with_attention)
+        for (Op op : attention) {
+          op.name = plan_.intern(op.kind == OpKind::Attention ? "prefill_attention" : "decode_attention");
+          add(op, compute_, layer);
+        }
+      gemm("attn_out", b_.tokens, m_.hidden, attn_out, layer);
+      all_reduce("attn_all_reduce", T * h * e_, layer);
+      memory("add_norm", 2 * T * h * e_, 2 * T * h * e_, layer);
+      gemm("mlp_in", b_.tokens, mlp_in, m_.hidden, layer);
+      const double f = T * static_cast<double>(ffn) * e_;
+      memory("activation", m_.mlp_matrices() == 3 ? 2 * f : f, f, layer);
+      gemm("mlp_out", b_.tokens, m_.hidden, ffn, layer);
+      all_reduce("mlp_all_reduce", T * h * e_, layer);
+    }
+    if (stage_ < sh_.pp - 1) {
+      p2p(OpKind::Send, "send_activations", 1);
+      return;
+    }
+    memory("final_norm", 2 * T * h * e_, T * h * e_, -1);
+    if (b_.emitting > 0) {
+      gemm("logits", b_.emitting, m_.vocab / tp, m_.hidden, -1);
+      if (tp > 1) {
+        Op op;
+        op.kind = OpKind::Collective;
+        op.collective = CollectiveKind::AllGather;
+        op.group = GroupKind::TP;
+        op.bytes = static_cast<int64_t>(static_cast<double>(b_.emitting * m_.vocab) * e_);
+        op.name = plan_.intern("logits_gather");
+        add(op, tp_, -1);
+      }
+    }
+  }
+
+ private:
+  int64_t first_layer() const {
+    int64_t l = 0;
+    for (int64_t s = 0; s < stage_; ++s) l += sh_.stage_layers(s);
+    return l;
+  }
+
+  // Every op waits for the one before it: one stream of kernels per GPU.
+  void add(Op op, uint8_t stream, int32_t layer) {
+    op.stream = stream;
+    op.layer = layer;
+    op.phase = Phase::Forward;
+    last_ = have_last_ ? p_.add(op, {last_}) : p_.add(op);
+    have_last_ = true;
+  }
+
+  void gemm(const char* name, int64_t m, int64_t n, int64_t k, int32_t layer) {
+    if (m <= 0 || n <= 0) return;
+    Op op;
+    op.kind = OpKind::Gemm;
+    op.name = plan_.intern(name);
+    op.dtype = sh_.gemm_dtype();
+    op.m = m;
+    op.n = n;
+    op.k = k;
+    op.flops = gemm_flops(op);
+    op.bytes_read = static_cast<int64_t>(static_cast<double>(m * k) * e_ + static_cast<double>(k * n) * w_);
+    op.bytes_written = static_cast<int64_t>(static_cast<double>(m * n) * e_);
+    add(op, compute_, layer);
+  }
+
+  void memory(const char* name, double read, double written, int32_t layer) {
+    Op op;
+    op.kind = OpKind::Memory;
+    op.name = plan_.intern(name);
+    op.dtype = m_.dtype;
+    op.bytes_read = static_cast<int64_t>(read);
+    op.bytes_written = static_cast<int64_t>(written);
+    add(op, compute_, layer);
+  }
+
+  void all_reduce(const char* name, double bytes, int32_t layer) {
+    if (sh_.tp == 1) return;
+    Op op;
+    op.kind = OpKind::Collective;
+    op.collective = CollectiveKind::AllReduce;
+    op.group = GroupKind::TP;
+    op.bytes = static_cast<int64_t>(bytes);
+    op.name = plan_.intern(name);
+    add(op, tp_, layer);
+  }
+
+  void p2p(OpKind kind, const char* name, int32_t peer) {
+    Op op;
+    op.kind = kind;
+    op.name = plan_.intern(name);
+    op.group = GroupKind::PP;
+    op.peer = peer;
+    op.relative_peer = true;
+    // Forward activations only: sends and receives match per (source, destination, phase).
+    op.bytes = static_cast<int64_t>(static_cast<double>(b_.tokens * m_.hidden) * e_ / static_cast<double>(sh_.tp));
+    add(op, pp_, -1);
+  }
+
+  Plan& plan_;
+  Program& p_;
+  const ServingShape& sh_;
+  const ModelConfig& m_;
+  const IterationBatch& b_;
+  int64_t stage_;
+  double e_ = 2, w_ = 2;
+  uint8_t compute_ = 0, tp_ = 0, pp_ = 0;
+  uint32_t last_ = 0;
+  bool have_last_ = false;
+};
+
+}  // namespace
+
+Plan build_iteration_plan(const ServingShape& sh, const IterationBatch& b, bool with_attention, int32_t first_gpu) {
+  Plan plan;
+  const int64_t world = sh.tp * sh.pp;
+  plan.world_size = static_cast<int32_t>(world);
+  plan.rank_program.resize(static_cast<size_t>(world));
+  plan.rank_gpu.resize(static_cast<size_t>(world));
+  plan.mirror_of.resize(static_cast<size_t>(world));
+  std::array<int32_t, kGroupKinds> none;
+  none.fill(-1);
+  plan.rank_groups.assign(static_cast<size_t>(world), none);
+  for (int32_t r = 0; r < plan.world_size; ++r) {
+    plan.rank_program[static_cast<size_t>(r)] = static_cast<uint32_t>(r / sh.tp);
+    plan.rank_gpu[static_cast<size_t>(r)] = first_gpu + r;
+    plan.mirror_of[static_cast<size_t>(r)] = r;
+  }
+  for (int64_t s = 0; s < sh.pp && sh.tp > 1; ++s) {
+    std::vector<int32_t> g;
+    for (int64_t t = 0; t < sh.tp; ++t) g.push_back(static_cast<int32_t>(s * sh.tp + t));
+    plan.add_group(GroupKind::TP, std::move(g));
+  }
+  for (int64_t t = 0; t < sh.tp && sh.pp > 1; ++t) {
+    std::vector<int32_t> g;
+    for (int64_t s = 0; s < sh.pp; ++s) g.push_back(static_cast<int32_t>(s * sh.tp + t));
+    plan.add_group(GroupKind::PP, std::move(g));
+  }
+  for (int64_t s = 0; s < sh.pp; ++s) {
+    plan.programs.emplace_back();
+    Program& prog = plan.programs.back();
+    prog.name = sh.pp > 1 ? "stage-" + std::to_string(s) : "replica";
+    IterationBuilder(plan, prog, sh, b, s).build(with_attention);
+  }
+  return plan;
+}
+
+}  // namespace clustersim
