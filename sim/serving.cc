@@ -12,6 +12,8 @@
 #include <unordered_map>
 
 #include "cost_models/compute.h"
+#include "cost_models/flow_network.h"
+#include "cost_models/network.h"
 #include "cost_models/protocol.h"
 #include "plan/plan.h"
 #include "plan/serving_plan.h"
@@ -260,7 +262,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class Engine {
  public:
-  Engine(const Scenario& s, IterationCost& cost, IterationCost* draft, int64_t blocks_per_replica)
+  Engine(const Scenario& s, IterationCost& cost, IterationCost* draft, int64_t blocks_per_replica, Topology& topo,
+         const NetworkProfile& network)
       : s_(s),
         c_(s.serving),
         cost_(cost),
@@ -268,6 +271,13 @@ class Engine {
         blocks_(blocks_per_replica),
         accept_(s.serving.arrival_seed ^ 0xACCE97ull) {
     if (draft_) step_ = 1 + c_.lookahead;
+    if (c_.prefill_replicas + c_.decode_replicas > 0) {
+      if (s.network_model == "flow")
+        flow_ = std::make_unique<FlowNetwork>(topo, network);
+      else
+        analytic_ = std::make_unique<AnalyticNetwork>(topo, network);
+      p2p_latency_ = network.base(LatencyFamily::Ring, Protocol::Simple);
+    }
   }
 
   ServingResult run(const std::vector<Arrival>& arrivals) {
@@ -307,7 +317,20 @@ class Engine {
     std::vector<std::vector<Work>> inflight(reps_.size());
     double now = 0, last_t = 0, in_system_area = 0;
     int64_t in_system = 0;
-    while (!q.empty()) {
+    while (!q.empty() || (flow_ && !flow_->idle())) {
+      // KV transfers on the flow network finish when the network says; they come first
+      // on a tie, like every event scheduled earlier.
+      if (flow_ && !flow_->idle() && (q.empty() || flow_->next_time().seconds() <= std::get<0>(q.top()))) {
+        const SimTime ft = flow_->next_time();
+        std::vector<uint64_t> finished;
+        flow_->advance(ft, finished);
+        for (uint64_t id : finished) {
+          auto it = flow_requests_.find(id);
+          q.emplace(ft.seconds(), seq++, 2, it->second);
+          flow_requests_.erase(it);
+        }
+        continue;
+      }
       auto [t, sq, kind, idx] = q.top();
       q.pop();
       (void)sq;
@@ -329,6 +352,9 @@ class Engine {
         // KV arrived: the prefill replica frees its copy (and may admit more), the
         // decode replica may admit the request.
         Req& x = reqs_[static_cast<size_t>(idx)];
+        auto started = transfer_start_.find(idx);
+        transfer_s_ += now - started->second;
+        transfer_start_.erase(started);
         Replica& from = reps_[static_cast<size_t>(x.prefill_replica)];
         release(from, x);
         reps_[static_cast<size_t>(x.replica)].incoming.push_back(idx);
@@ -382,29 +408,41 @@ class Engine {
     q_.emplace(now + dt, seq_++, 1, rep);
   }
 
-  // Disaggregation: a prefilled request's KV (every GPU's shard, to its counterpart on
-  // the decode replica) goes over NVLink inside a node, else through the GPUs' NICs.
-  // Transfers queue first-come on the sender's egress and the receiver's ingress.
+  // Disaggregation: a prefilled request's KV goes from every GPU of the prefill replica
+  // to its counterpart on the decode replica, over whatever the topology routes it
+  // through (NVLink inside a node, else PCIe, NICs and the fabric). On the flow network
+  // the shards are flows sharing links max-min with every other transfer in flight; on
+  // the analytic one a transfer takes its uncontended time and transfers queue
+  // first-come on each replica's egress and ingress.
   void start_transfer(int from, Req& x, int64_t id, double now) {
     const int to = route(id, front_, static_cast<int64_t>(reps_.size()));
     x.prefill_replica = from;
     x.replica = to;
     ++reps_[static_cast<size_t>(to)].outstanding;
-    const NodeSpec& node = s_.cluster.node;
     const int64_t tp = s_.parallel.tp;
-    const bool same_node = (from * tp) / node.gpus == (to * tp) / node.gpus;
-    const double bw = same_node ? node.nvlink_bandwidth
-                                : node.nic_bandwidth * static_cast<double>(node.nics) / static_cast<double>(node.gpus);
-    const double latency = same_node ? 2 * node.nvlink_latency : 2 * s_.cluster.fabric.latency + 2 * node.pcie_latency;
     const double shard = kv_bytes(x);
+    Expansion e;
+    e.base_latency = p2p_latency_;
+    CollectiveStep step;
+    std::vector<int32_t> gpus;
+    for (int64_t i = 0; i < tp; ++i) {
+      gpus.push_back(static_cast<int32_t>(from * tp + i));
+      step.transfers.push_back(Transfer{static_cast<int32_t>(i), static_cast<int32_t>(tp + i), shard, 0});
+    }
+    for (int64_t i = 0; i < tp; ++i) gpus.push_back(static_cast<int32_t>(to * tp + i));
+    e.steps.push_back(std::move(step));
+    transfer_bytes_ += shard * static_cast<double>(tp);
+    transfer_start_[id] = now;
+    if (flow_) {
+      flow_requests_.emplace(flow_->start(std::move(e), std::move(gpus), SimTime::from_seconds(now)), id);
+      return;
+    }
+    const double seconds = analytic_->run(e, gpus).seconds;
     Replica& a = reps_[static_cast<size_t>(from)];
     Replica& b = reps_[static_cast<size_t>(to)];
     const double start = std::max({now, a.egress_free, b.ingress_free});
-    const double end = start + latency + shard / bw;
-    a.egress_free = b.ingress_free = end;
-    transfer_s_ += end - now;
-    transfer_bytes_ += shard * static_cast<double>(tp);
-    q_.emplace(end, seq_++, 2, id);
+    a.egress_free = b.ingress_free = start + seconds;
+    q_.emplace(start + seconds, seq_++, 2, id);
   }
 
   int route(int64_t idx, int64_t first, int64_t last) {
@@ -656,6 +694,11 @@ class Engine {
       q_;
   uint64_t seq_ = 0;
   double transfer_s_ = 0, transfer_bytes_ = 0;
+  std::unique_ptr<FlowNetwork> flow_;
+  std::unique_ptr<AnalyticNetwork> analytic_;
+  double p2p_latency_ = 0;
+  std::unordered_map<uint64_t, int64_t> flow_requests_;  // flow-network id -> request
+  std::unordered_map<int64_t, double> transfer_start_;   // request -> when its KV left
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -753,7 +796,7 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
                          format_number(s.cluster.node.gpu.hbm_bytes / 1e9) + " GB GPU, expected a larger tp or pp");
 
   const std::vector<Arrival> arrivals = make_arrivals(s);
-  Engine engine(s, cost, draft.get(), blocks);
+  Engine engine(s, cost, draft.get(), blocks, topo, eo.network);
   if (log_iterations) engine.log_iterations();
   ServingResult r = engine.run(arrivals);
 

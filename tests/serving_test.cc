@@ -335,6 +335,34 @@ TEST(Serving, Disaggregation) {
   EXPECT_GT(per_byte_cross, 4 * per_byte_local);  // 50 GB/s of NIC per GPU against 450 GB/s of NVLink
 }
 
+// KV transfers contend like any other flow. Eight TP-1 prefill replicas on node 0 hand
+// their KV to eight decode replicas on node 1 through one NIC per node: on the flow
+// network concurrent transfers share it (processor sharing at ~60% load: about 2.5x the
+// lone transfer), while the analytic network gives each transfer the whole NIC. With a
+// NIC per GPU nothing is shared and the two agree.
+TEST(Serving, KvTransfersContendOnTheFlowNetwork) {
+  auto run = [](const std::string& model, int nics) {
+    return run_serving(scenario_from_text(
+        "name: t\ncluster: {preset: dgx-h100, nodes: 2, scale_out: {nics_per_node: " + std::to_string(nics) +
+            "}}\nmodel: {preset: llama3-8b}\nnetwork_model: " + model +
+            "\ninference:\n  scheduler: vllm\n  requests: 1500\n"
+            "  arrivals: {process: poisson, rate_per_s: 60, seed: 4}\n"
+            "  prompt_tokens: {dist: fixed, value: 4096}\n  output_tokens: {dist: fixed, value: 16}\n"
+            "  disaggregation: {prefill_replicas: 8, decode_replicas: 8}\n",
+        "serving"));
+  };
+  const double flow1 = metric(run("flow", 1), "kv_transfer_s_mean");
+  const double analytic1 = metric(run("analytic", 1), "kv_transfer_s_mean");
+  // 4096 tokens × 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 bytes over one 400 Gb/s NIC.
+  const double lone = 4096.0 * 32 * 8 * 128 * 2 * 2 / 50e9;
+  EXPECT_GT(analytic1, lone);
+  EXPECT_LT(analytic1, 1.3 * lone);
+  EXPECT_GT(flow1, 1.5 * analytic1);
+  const double flow8 = metric(run("flow", 8), "kv_transfer_s_mean");
+  const double analytic8 = metric(run("analytic", 8), "kv_transfer_s_mean");
+  EXPECT_NEAR(flow8, analytic8, 0.05 * analytic8);
+}
+
 // Pipeline-parallel replicas run pp virtual engines (pp batches in flight). A balanced
 // pipeline serves like pp data-parallel replicas (plus the stage sends) while each GPU
 // holds 1/pp of the weights: Llama 3 405B fits on TP 8 × PP 2 H100s, not on TP 8.
