@@ -64,8 +64,10 @@ struct InferenceConfig {
   int64_t lookahead = 0;
   double acceptance_rate = 0;
   std::string draft_model;
-  std::string preemption = "recompute";         // recompute | swap
-  int64_t swap_space_bytes = int64_t{4} << 30;  // host memory for swapped KV, per GPU
+  bool prefix_caching = false;                   // reuse cached KV blocks of shared prompt prefixes
+  int64_t prefix_tokens = 0, prefix_groups = 0;  // each request opens with one of `groups` shared prefixes
+  std::string preemption = "recompute";          // recompute | swap
+  int64_t swap_space_bytes = int64_t{4} << 30;   // host memory for swapped KV, per GPU
   bool weight_dtype_set = false, kv_dtype_set = false;
   DType weight_dtype = DType::BF16;  // unset: the model's dtype
   DType kv_dtype = DType::BF16;      // unset: the model's dtype

@@ -86,6 +86,7 @@ class LengthSampler {
 struct Arrival {
   double t;
   int64_t prompt, output;
+  int64_t group = -1;  // the shared prefix the prompt opens with (-1: none)
 };
 
 std::vector<Arrival> load_trace(const Scenario& s) {
@@ -104,7 +105,15 @@ std::vector<Arrival> load_trace(const Scenario& s) {
     if (!(ls >> a.t >> a.prompt >> a.output)) {
       if (out.empty() && lineno == 1) continue;  // a header
       SourceMark m{p, lineno, 1};
-      throw InputError(m, "malformed trace row, expected arrival_s, prompt_tokens, output_tokens");
+      throw InputError(m, "malformed trace row, expected arrival_s, prompt_tokens, output_tokens[, prefix_group]");
+    }
+    std::string extra;
+    if (ls >> extra) {
+      char* end = nullptr;
+      a.group = std::strtoll(extra.c_str(), &end, 10);
+      if (*end != '\0' || a.group < -1 || (s.serving.prefix_groups > 0 && a.group >= s.serving.prefix_groups))
+        throw InputError(SourceMark{p, lineno, 1},
+                         "bad prefix_group '" + extra + "', expected -1 (none) or 0 .. shared_prefix.groups - 1");
     }
     if (a.t < 0 || a.prompt < 1 || a.output < 1 || (!out.empty() && a.t < out.back().t))
       throw InputError(SourceMark{p, lineno, 1},
@@ -118,7 +127,7 @@ std::vector<Arrival> load_trace(const Scenario& s) {
 std::vector<Arrival> make_arrivals(const Scenario& s) {
   const InferenceConfig& c = s.serving;
   if (!c.trace.empty()) return load_trace(s);
-  Rng gaps(c.arrival_seed), lengths(c.arrival_seed ^ 0x5DEECE66Dull);
+  Rng gaps(c.arrival_seed), lengths(c.arrival_seed ^ 0x5DEECE66Dull), groups(c.arrival_seed ^ 0xF1E2D3C4B5A6ull);
   const LengthSampler prompt(c.prompt), output(c.output);
   std::vector<Arrival> out(static_cast<size_t>(c.requests));
   double t = 0;
@@ -127,6 +136,9 @@ std::vector<Arrival> make_arrivals(const Scenario& s) {
     a.t = t;
     a.prompt = prompt.draw(lengths);
     a.output = output.draw(lengths);
+    if (c.prefix_groups > 0)
+      a.group =
+          std::min(c.prefix_groups - 1, static_cast<int64_t>(groups.uniform() * static_cast<double>(c.prefix_groups)));
     if (c.arrival_process == "fixed")
       t += 1 / c.rate_per_s;
     else if (c.arrival_process == "gamma")
@@ -235,8 +247,18 @@ struct Req {
   int64_t blocks = 0;     // KV blocks held
   double arrival = 0, first = -1, finish = -1;
   int replica = 0, preemptions = 0;
-  int prefill_replica = -1;  // disaggregation: where it was prefilled
-  bool swapped = false;      // its KV is in host memory
+  int prefill_replica = -1;   // disaggregation: where it was prefilled
+  bool swapped = false;       // its KV is in host memory
+  int64_t group = -1;         // shared prefix (-1: none)
+  int64_t shared_blocks = 0;  // blocks of a cached prefix it reads (held by the prefix, not by it)
+};
+
+// A cached prefix's KV blocks on one replica: shared by the requests that reference it;
+// kept when none does (evictable, least recently used first) until blocks run out.
+struct CachedPrefix {
+  int64_t blocks = 0;
+  int64_t refs = 0;
+  double last_use = 0;
 };
 
 struct Replica {
@@ -250,6 +272,9 @@ struct Replica {
   double egress_free = 0, ingress_free = 0;  // KV transfers queue on each replica's links
   double swap_used = 0;                      // bytes of swapped-out KV in host memory, per GPU
   double pending_copy_s = 0;                 // swap copies the next iteration waits for
+  std::map<int64_t, CachedPrefix> prefixes;  // by prefix group
+  int64_t idle_blocks = 0;                   // held by cached prefixes no request references
+  int64_t available() const { return free_blocks + idle_blocks; }
 };
 
 struct Work {
@@ -287,6 +312,7 @@ class Engine {
       reqs_[i].prompt = arrivals[i].prompt;
       reqs_[i].output = arrivals[i].output;
       reqs_[i].target = arrivals[i].prompt;
+      reqs_[i].group = c_.prefix_caching && c_.prefix_tokens >= c_.kv_block_tokens ? arrivals[i].group : -1;
       const int64_t need = ceil_div(arrivals[i].prompt + arrivals[i].output, c_.kv_block_tokens);
       if (need > blocks_)
         throw InputError(s_.mark("inference"), "request " + std::to_string(i) + " needs " + std::to_string(need) +
@@ -335,7 +361,7 @@ class Engine {
       q.pop();
       (void)sq;
       in_system_area += static_cast<double>(in_system) * (t - last_t);
-      last_t = now = t;
+      last_t = now = now_ = t;
       int rep = 0;
       if (kind == 0) {
         ++in_system;
@@ -392,7 +418,7 @@ class Engine {
     row.requests = static_cast<int64_t>(w.size());
     for (const Work& x : w) (x.decode ? row.decode_tokens : row.prefill_tokens) += x.tokens;
     row.kv_blocks = blocks_;
-    row.kv_blocks_used = blocks_ - reps_[static_cast<size_t>(rep)].free_blocks;
+    row.kv_blocks_used = blocks_ - reps_[static_cast<size_t>(rep)].available();
     result_.iteration_log.push_back(row);
   }
 
@@ -451,25 +477,77 @@ class Engine {
     size_t best = static_cast<size_t>(first);
     for (size_t i = best + 1; i < static_cast<size_t>(last); ++i) {
       if (c_.router == "least-outstanding" ? reps_[i].outstanding < reps_[best].outstanding
-                                           : reps_[i].free_blocks > reps_[best].free_blocks)
+                                           : reps_[i].available() > reps_[best].available())
         best = i;
     }
     return static_cast<int>(best);
   }
 
   bool grow(Replica& r, Req& x, int64_t tokens) {  // blocks for kv + tokens
-    const int64_t need = ceil_div(x.kv + tokens, c_.kv_block_tokens) - x.blocks;
+    const int64_t need = ceil_div(x.kv + tokens, c_.kv_block_tokens) - x.blocks - x.shared_blocks;
     if (need <= 0) return true;
-    if (need > r.free_blocks) return false;
+    if (need > r.available()) return false;
+    while (need > r.free_blocks) evict(r);
     r.free_blocks -= need;
     x.blocks += need;
-    peak_used_ = std::max(peak_used_, blocks_ - r.free_blocks);
+    peak_used_ = std::max(peak_used_, blocks_ - r.available());
     return true;
   }
   void release(Replica& r, Req& x) {
     r.free_blocks += x.blocks;
     x.blocks = 0;
+    if (x.shared_blocks > 0) {
+      CachedPrefix& p = r.prefixes.at(x.group);
+      if (--p.refs == 0) {
+        r.idle_blocks += p.blocks;
+        p.last_use = now_;
+      }
+      x.shared_blocks = 0;
+    }
   }
+  // Frees the least recently used prefix no request references.
+  void evict(Replica& r) {
+    auto victim = r.prefixes.end();
+    for (auto it = r.prefixes.begin(); it != r.prefixes.end(); ++it)
+      if (it->second.refs == 0 && (victim == r.prefixes.end() || it->second.last_use < victim->second.last_use))
+        victim = it;
+    r.free_blocks += victim->second.blocks;
+    r.idle_blocks -= victim->second.blocks;
+    r.prefixes.erase(victim);
+  }
+  // Prefix caching, on admission of a request with nothing cached: when its prefix's
+  // blocks are on this replica it references them and prefills only the rest (at least
+  // its last prompt token, whose logits it needs). Only whole blocks are shared.
+  void attach_prefix(Replica& r, Req& x) {
+    if (x.group < 0 || x.kv > 0 || x.swapped) return;
+    ++result_.prefix_lookups;
+    auto it = r.prefixes.find(x.group);
+    if (it == r.prefixes.end()) return;
+    const int64_t use = std::min(it->second.blocks, (x.prompt - 1) / c_.kv_block_tokens);
+    if (use <= 0) return;
+    if (it->second.refs++ == 0) r.idle_blocks -= it->second.blocks;
+    x.shared_blocks = use;
+    x.kv = use * c_.kv_block_tokens;
+    ++result_.prefix_hits;
+    result_.prefix_tokens_reused += x.kv;
+  }
+  // Undoes attach_prefix when the request could not be admitted after all.
+  void detach_prefix(Replica& r, Req& x) {
+    if (x.shared_blocks == 0) return;
+    release(r, x);
+    x.kv = 0;
+  }
+  // A request that computed its prefix itself hands those blocks to the replica's cache.
+  void register_prefix(Replica& r, Req& x) {
+    if (x.group < 0 || x.shared_blocks > 0 || r.prefixes.count(x.group)) return;
+    const int64_t blocks =
+        std::min({c_.prefix_tokens / c_.kv_block_tokens, (x.prompt - 1) / c_.kv_block_tokens, x.blocks});
+    if (blocks <= 0) return;
+    r.prefixes[x.group] = CachedPrefix{blocks, 1, now_};
+    x.blocks -= blocks;
+    x.shared_blocks = blocks;
+  }
+
   // Recompute preemption: the youngest running request gives its blocks back and
   // returns to the head of the queue; its generated tokens are prefilled again.
   // With `preemption: swap` the KV goes to host memory over PCIe instead (while the
@@ -527,11 +605,18 @@ class Engine {
       if (r.running.empty()) {
         while (!r.waiting.empty() && static_cast<int64_t>(r.running.size()) < c_.max_batch_size) {
           Req& x = reqs_[static_cast<size_t>(r.waiting.front())];
-          if (!grow(r, x, x.prompt + x.output)) break;
+          attach_prefix(r, x);
+          if (!grow(r, x, x.prompt + x.output - x.kv)) {
+            detach_prefix(r, x);
+            break;
+          }
           r.running.push_back(r.waiting.front());
           r.waiting.pop_front();
         }
-        for (int64_t id : r.running) w.push_back({id, reqs_[static_cast<size_t>(id)].target, false});
+        for (int64_t id : r.running) {
+          const Req& x = reqs_[static_cast<size_t>(id)];
+          w.push_back({id, x.target - x.kv, false});
+        }
       } else {
         for (int64_t id : r.running)
           if (reqs_[static_cast<size_t>(id)].finish < 0) w.push_back({id, step_, true});
@@ -553,11 +638,14 @@ class Engine {
           r.waiting.pop_front();
           continue;
         }
+        attach_prefix(r, x);
         int64_t chunk = x.target - x.kv;
         if (chunked) chunk = std::min(chunk, room - tokens);
-        if (chunk <= 0) break;
-        if (!chunked && tokens > 0 && tokens + chunk > room) break;  // a prompt over the budget runs alone
-        if (!grow(r, x, chunk)) break;
+        const bool over = !chunked && tokens > 0 && tokens + chunk > room;  // a prompt over the budget runs alone
+        if (chunk <= 0 || over || !grow(r, x, chunk)) {
+          detach_prefix(r, x);
+          break;
+        }
         r.running.push_back(r.waiting.front());
         r.waiting.pop_front();
         w.push_back({r.running.back(), chunk, false});
@@ -642,7 +730,10 @@ class Engine {
         rq.kv += x.tokens;
       }
       if (x.decode || rq.kv >= rq.target) {
-        if (!x.decode) rq.target = 0;  // prefill complete; decodes follow
+        if (!x.decode) {
+          rq.target = 0;  // prefill complete; decodes follow
+          register_prefix(r, rq);
+        }
         rq.generated += emitted;
         if (rq.first < 0) rq.first = now;
         if (r.role == 1 && rq.generated < rq.output) {
@@ -694,6 +785,7 @@ class Engine {
       q_;
   uint64_t seq_ = 0;
   double transfer_s_ = 0, transfer_bytes_ = 0;
+  double now_ = 0;
   std::unique_ptr<FlowNetwork> flow_;
   std::unique_ptr<AnalyticNetwork> analytic_;
   double p2p_latency_ = 0;
@@ -831,6 +923,9 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
        {"mean_requests_in_system", engine.mean_in_system()},
        {"preemptions", static_cast<double>(r.preemptions)},
        {"swaps", static_cast<double>(r.swaps)},
+       {"prefix_cache_hit_rate",
+        r.prefix_lookups > 0 ? static_cast<double>(r.prefix_hits) / static_cast<double>(r.prefix_lookups) : 0.0},
+       {"prefix_tokens_reused", static_cast<double>(r.prefix_tokens_reused)},
        {"kv_transfer_s_mean", engine.kv_transfer_seconds() / n},
        {"kv_transfer_bytes", engine.kv_transfer_bytes()},
        {"tokens_per_verify_step",

@@ -39,6 +39,8 @@ struct ServingResult {
   int64_t kv_blocks_per_replica = 0;
   int64_t memo_hits = 0, memo_misses = 0;
   int64_t verify_steps = 0, speculated_tokens = 0;  // speculative decoding
+  int64_t prefix_lookups = 0, prefix_hits = 0;      // prefix caching: admissions with a prefix, and cache hits
+  int64_t prefix_tokens_reused = 0;                 // prompt tokens not prefilled thanks to the cache
   Metrics metrics;                                  // flat: throughput, percentiles, ...
   std::vector<IterationRow> iteration_log;          // when asked for (output files)
 };

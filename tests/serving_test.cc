@@ -217,6 +217,61 @@ TEST(Serving, TraceArrivals) {
   }
 }
 
+// Prefix caching: with room for every prefix, each replica computes each prefix once and
+// every later request with it hits, so the hit rate is exactly 1 − groups · replicas /
+// requests; the reused tokens are the whole blocks of the prefix; the tokens served are
+// the tokens asked for; first tokens come much sooner.
+TEST(Serving, PrefixCachingReusesSharedPrefixes) {
+  const std::string base =
+      "  scheduler: vllm\n  replicas: 4\n  requests: 2000\n  arrivals: {process: poisson, rate_per_s: 40, seed: 2}\n"
+      "  prompt_tokens: {dist: uniform, min: 2500, max: 3500}\n  output_tokens: {dist: fixed, value: 64}\n"
+      "  shared_prefix: {tokens: 2050, groups: 10}\n";
+  const ServingResult off = serve(base);
+  const ServingResult on = serve(base + "  prefix_caching: true\n");
+  ASSERT_EQ(on.requests.size(), 2000u);
+  EXPECT_EQ(metric(off, "prefix_cache_hit_rate"), 0);
+  EXPECT_DOUBLE_EQ(metric(on, "prefix_cache_hit_rate"), 1 - 10.0 * 4 / 2000);
+  EXPECT_EQ(metric(on, "prefix_tokens_reused"), (2000 - 40) * 2048.0);  // 128 whole blocks of 16
+  for (const ServedRequest& q : on.requests) {
+    EXPECT_GE(q.first_token, q.arrival);
+    EXPECT_GE(q.finish, q.first_token);
+  }
+  EXPECT_LT(metric(on, "ttft_s_p50"), 0.5 * metric(off, "ttft_s_p50"));
+  EXPECT_LE(metric(on, "kv_cache_peak_utilization"), metric(off, "kv_cache_peak_utilization"));
+}
+
+// Under KV pressure idle prefixes are evicted (least recently used first): fewer hits than
+// with room for all, every request still served once, the cache never over capacity.
+TEST(Serving, PrefixCacheEvictsUnderPressure) {
+  const ServingResult r = serve(
+      "  scheduler: sarathi\n  requests: 1500\n  arrivals: {process: poisson, rate_per_s: 30, seed: 6}\n"
+      "  prompt_tokens: {dist: uniform, min: 4200, max: 6000}\n  output_tokens: {dist: uniform, min: 200, max: 800}\n"
+      "  shared_prefix: {tokens: 4096, groups: 400}\n  prefix_caching: true\n",
+      "llama3-8b", 1, "a100-sxm-40gb");
+  ASSERT_EQ(r.requests.size(), 1500u);
+  EXPECT_GT(metric(r, "prefix_cache_hit_rate"), 0.05);
+  EXPECT_LT(metric(r, "prefix_cache_hit_rate"), 1 - 400.0 / 1500 - 0.02);
+  EXPECT_LE(r.kv_peak_utilization, 1.0);
+  for (const ServedRequest& q : r.requests) EXPECT_GT(q.finish, 0);
+}
+
+TEST(Serving, TracePrefixGroups) {
+  const std::string dir = testing::temp_dir("serving-trace-prefix");
+  std::ofstream(dir + "/t.csv") << "0,3000,4,0\n0.5,3000,4,0\n0.6,3000,4,-1\n1.0,3000,4,1\n";
+  const std::string cfg = "  shared_prefix: {tokens: 2048, groups: 2}\n  prefix_caching: true\n";
+  const ServingResult r =
+      run_serving(scenario_from_text(serving_yaml("  arrivals: {trace: " + dir + "/t.csv}\n" + cfg), "serving"));
+  EXPECT_DOUBLE_EQ(metric(r, "prefix_cache_hit_rate"), 1.0 / 3);  // three with a prefix, the second hits
+  EXPECT_EQ(metric(r, "prefix_tokens_reused"), 2048);
+  std::ofstream(dir + "/bad.csv") << "0,3000,4,0\n0.5,3000,4,2\n";
+  try {
+    run_serving(scenario_from_text(serving_yaml("  arrivals: {trace: " + dir + "/bad.csv}\n" + cfg), "serving"));
+    FAIL() << "a prefix group outside shared_prefix.groups must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.csv:2:1"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Serving, RefusesWhatIsNotModelledAndWhatDoesNotFit) {
   EXPECT_THROW(serve("  disaggregation: {prefill_replicas: 1, decode_replicas: 0}\n"), InputError);
   EXPECT_THROW(serve("  scheduler: static\n  disaggregation: {prefill_replicas: 1, decode_replicas: 1}\n"), InputError);
