@@ -172,8 +172,8 @@ class IterationCost {
   }
 
   const ServingShape& shape() const { return shape_; }
-  double kv_bytes_per_token() const {  // one GPU: its stage's layers (the fullest stage), K and V
-    return static_cast<double>(shape_.stage_layers(0)) * shape_.kv_layer_bytes();
+  double kv_bytes_per_token(int64_t stage = 0) const {  // one GPU: its stage's layers (stage 0 is the fullest), K and V
+    return static_cast<double>(shape_.stage_layers(stage)) * shape_.kv_layer_bytes();
   }
   // One GPU's weights: the fullest stage's layers over tp, and the embedding (first
   // stage; the untied output layer sits on the last).
@@ -322,12 +322,13 @@ class Engine {
     const int64_t pools = c_.prefill_replicas + c_.decode_replicas;
     // Pipeline parallelism: each replica runs pp virtual engines (pp batches in flight,
     // one per stage), each with its own scheduler and 1/pp of the KV blocks, as vLLM does.
-    reps_.assign(static_cast<size_t>(pools > 0 ? pools : c_.replicas * s_.parallel.pp), Replica{});
+    const int64_t pp = s_.parallel.pp;
+    reps_.assign(static_cast<size_t>((pools > 0 ? pools : c_.replicas) * pp), Replica{});
     for (size_t i = 0; i < reps_.size(); ++i) {
       reps_[i].free_blocks = blocks_;
-      if (pools > 0) reps_[i].role = static_cast<int64_t>(i) < c_.prefill_replicas ? 1 : 2;
+      if (pools > 0) reps_[i].role = static_cast<int64_t>(i) < c_.prefill_replicas * pp ? 1 : 2;
     }
-    front_ = pools > 0 ? c_.prefill_replicas : static_cast<int64_t>(reps_.size());
+    front_ = pools > 0 ? c_.prefill_replicas * pp : static_cast<int64_t>(reps_.size());
     // Events: (time, seq, kind, index); kind 0 = arrival of request index, 1 = replica
     // index done, 2 = request index's KV has reached its decode replica.
     auto& q = q_;
@@ -445,27 +446,30 @@ class Engine {
     x.prefill_replica = from;
     x.replica = to;
     ++reps_[static_cast<size_t>(to)].outstanding;
-    const int64_t tp = s_.parallel.tp;
-    const double shard = kv_bytes(x);
+    // Virtual engines (pp > 1) share their replica's GPUs: stage s's GPUs hold the KV of
+    // its layers and send it to stage s's GPUs of the decode replica.
+    const int64_t tp = s_.parallel.tp, pp = s_.parallel.pp, n = tp * pp;
+    const int64_t src = from / pp, dst = to / pp;
     Expansion e;
     e.base_latency = p2p_latency_;
     CollectiveStep step;
     std::vector<int32_t> gpus;
-    for (int64_t i = 0; i < tp; ++i) {
-      gpus.push_back(static_cast<int32_t>(from * tp + i));
-      step.transfers.push_back(Transfer{static_cast<int32_t>(i), static_cast<int32_t>(tp + i), shard, 0});
+    for (int64_t i = 0; i < n; ++i) {
+      gpus.push_back(static_cast<int32_t>(src * n + i));
+      const double shard = kv_bytes(x, i / tp);
+      step.transfers.push_back(Transfer{static_cast<int32_t>(i), static_cast<int32_t>(n + i), shard, 0});
+      transfer_bytes_ += shard;
     }
-    for (int64_t i = 0; i < tp; ++i) gpus.push_back(static_cast<int32_t>(to * tp + i));
+    for (int64_t i = 0; i < n; ++i) gpus.push_back(static_cast<int32_t>(dst * n + i));
     e.steps.push_back(std::move(step));
-    transfer_bytes_ += shard * static_cast<double>(tp);
     transfer_start_[id] = now;
     if (flow_) {
       flow_requests_.emplace(flow_->start(std::move(e), std::move(gpus), SimTime::from_seconds(now)), id);
       return;
     }
     const double seconds = analytic_->run(e, gpus).seconds;
-    Replica& a = reps_[static_cast<size_t>(from)];
-    Replica& b = reps_[static_cast<size_t>(to)];
+    Replica& a = reps_[static_cast<size_t>(src * pp)];  // the physical replicas' links
+    Replica& b = reps_[static_cast<size_t>(dst * pp)];
     const double start = std::max({now, a.egress_free, b.ingress_free});
     a.egress_free = b.ingress_free = start + seconds;
     q_.emplace(start + seconds, seq_++, 2, id);
@@ -572,8 +576,13 @@ class Engine {
     r.running.pop_back();
     r.waiting.push_front(id);
   }
-  double kv_bytes(const Req& x) const {  // one GPU's shard
+  double kv_bytes(const Req& x) const {  // one GPU's shard (the fullest stage's)
     return static_cast<double>(x.kv) * (cost_.kv_bytes_per_token() + (draft_ ? draft_->kv_bytes_per_token() : 0));
+  }
+  double kv_bytes(const Req& x, int64_t stage) const {  // a GPU of `stage`
+    double per_token = cost_.kv_bytes_per_token(stage);
+    if (draft_) per_token += draft_->kv_bytes_per_token(stage);
+    return static_cast<double>(x.kv) * per_token;
   }
 
   // Picks the next iteration's work and returns its duration.
@@ -846,9 +855,6 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
   if (s.parallel.cp != 1)
     throw InputError(s.mark("parallel.cp"), "serving replicas do not split context, expected cp: 1");
   const int64_t tp = s.parallel.tp, pp = s.parallel.pp;
-  if (pp > 1 && pools > 0)
-    throw InputError(s.mark("parallel.pp"),
-                     "disaggregated pools of pipeline-parallel replicas are not modelled, expected pp: 1");
   if (pp > s.model.layers) throw InputError(s.mark("parallel.pp"), "more pipeline stages than layers");
   if (tp > s.cluster.node.gpus)
     throw InputError(s.mark("parallel.tp"), "tp " + std::to_string(tp) + " spans nodes, expected tp <= " +

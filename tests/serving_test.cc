@@ -418,6 +418,28 @@ TEST(Serving, KvTransfersContendOnTheFlowNetwork) {
   EXPECT_NEAR(flow8, analytic8, 0.05 * analytic8);
 }
 
+// Disaggregated pools of pipeline-parallel replicas: each stage's GPUs send the KV of their
+// layers to the same stage of the decode replica, so the bytes sent are the whole
+// prompt's KV, whatever the layout (Llama 3 70B: 80 layers × 8 KV heads × 128 × K, V ×
+// 2 bytes per token).
+TEST(Serving, DisaggregatedPipelineReplicasSendEveryLayersKv) {
+  const std::string inference = load("vllm", 4, 300) + "  disaggregation: {prefill_replicas: 1, decode_replicas: 1}\n";
+  double prompts = 0;
+  for (const auto& [tp, pp] : {std::pair{8, 1}, std::pair{4, 2}}) {
+    const ServingResult r = run_serving(scenario_from_text(
+        "name: t\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: llama3-70b}\nparallel: {tp: " +
+            std::to_string(tp) + ", pp: " + std::to_string(pp) + "}\nnetwork_model: flow\ninference:\n" + inference,
+        "serving"));
+    ASSERT_EQ(r.requests.size(), 300u);
+    prompts = 0;
+    for (const ServedRequest& q : r.requests) {
+      EXPECT_EQ(q.replica, 1) << "decodes run on the decode replica";
+      prompts += static_cast<double>(q.prompt);
+    }
+    EXPECT_DOUBLE_EQ(metric(r, "kv_transfer_bytes"), prompts * 80 * 8 * 128 * 2 * 2) << "tp " << tp << " pp " << pp;
+  }
+}
+
 // Pipeline-parallel replicas run pp virtual engines (pp batches in flight). A balanced
 // pipeline serves like pp data-parallel replicas (plus the stage sends) while each GPU
 // holds 1/pp of the weights: Llama 3 405B fits on TP 8 × PP 2 H100s, not on TP 8.
