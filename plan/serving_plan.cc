@@ -198,7 +198,8 @@ class IterationBuilder {
 
 }  // namespace
 
-Plan build_iteration_plan(const ServingShape& sh, const IterationBatch& b, bool with_attention, int32_t first_gpu) {
+Plan build_iteration_plan(const ServingShape& sh, const IterationBatch& b, bool with_attention, int32_t first_gpu,
+                          bool tp_symmetric) {
   Plan plan;
   const int64_t world = sh.tp * sh.pp;
   plan.world_size = static_cast<int32_t>(world);
@@ -211,7 +212,7 @@ Plan build_iteration_plan(const ServingShape& sh, const IterationBatch& b, bool 
   for (int32_t r = 0; r < plan.world_size; ++r) {
     plan.rank_program[static_cast<size_t>(r)] = static_cast<uint32_t>(r / sh.tp);
     plan.rank_gpu[static_cast<size_t>(r)] = first_gpu + r;
-    plan.mirror_of[static_cast<size_t>(r)] = r;
+    plan.mirror_of[static_cast<size_t>(r)] = tp_symmetric ? r - r % static_cast<int32_t>(sh.tp) : r;
   }
   for (int64_t s = 0; s < sh.pp && sh.tp > 1; ++s) {
     std::vector<int32_t> g;

@@ -46,8 +46,10 @@ struct IterationBatch {
 
 // Ranks stage·tp + t on GPUs first_gpu + rank; a TP group per stage, a PP group per t.
 // `with_attention` false leaves the attention kernels out (the engine's memoized part).
+// `tp_symmetric`: every TP group sits inside one node on identical links (the caller
+// knows the topology), so each stage's TP ranks mirror its first and only those run.
 Plan build_iteration_plan(const ServingShape& shape, const IterationBatch& batch, bool with_attention,
-                          int32_t first_gpu = 0);
+                          int32_t first_gpu = 0, bool tp_symmetric = false);
 
 // The attention kernels one layer runs for the batch, as the plan holds them.
 std::vector<Op> iteration_attention_ops(const ServingShape& shape, const IterationBatch& batch);

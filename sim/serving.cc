@@ -169,6 +169,7 @@ class IterationCost {
     opt_.flow = false;
     opt_.record_link_usage = false;
     gap_ = opt_.compute.launch_overhead_s;
+    tp_symmetric_ = s.cluster.node.gpus % shape_.tp == 0;
   }
 
   const ServingShape& shape() const { return shape_; }
@@ -198,7 +199,8 @@ class IterationCost {
     IterationBatch b;
     b.tokens = tokens;
     b.emitting = emitting;
-    const double t = execute_plan(build_iteration_plan(shape_, b, false), topo_, opt_).makespan.seconds();
+    const double t =
+        execute_plan(build_iteration_plan(shape_, b, false, 0, tp_symmetric_), topo_, opt_).makespan.seconds();
     memo_.emplace(key, t);
     return t;
   }
@@ -234,6 +236,7 @@ class IterationCost {
   ExecOptions opt_;
   ServingShape shape_;
   double gap_ = 0;
+  bool tp_symmetric_ = false;
   std::unordered_map<uint64_t, double> memo_;
   int64_t hits_ = 0, misses_ = 0;
 };
