@@ -131,6 +131,20 @@ CREATE TABLE IF NOT EXISTS link_usage (
   bytes       REAL NOT NULL,
   utilization REAL
 );
+-- Sweep and search points: one row per (configuration, point settings); metrics as a
+-- JSON object (json_extract(metrics, '$.mfu')).
+CREATE TABLE IF NOT EXISTS sweep_results (
+  sweep       TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  point       INTEGER NOT NULL,
+  settings    TEXT NOT NULL,
+  status      TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error')),
+  reason      TEXT,
+  objective   TEXT,
+  value       REAL,
+  metrics     TEXT,
+  PRIMARY KEY (fingerprint, settings)
+);
 CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics(run_id, key);
 CREATE INDEX IF NOT EXISTS ranks_by_rank ON ranks(run_id, rank);
 CREATE INDEX IF NOT EXISTS groups_by_id ON groups(run_id, group_id);
@@ -481,6 +495,84 @@ void write_sqlite(const Timeline& t, const std::string& path) {
     validate(t);
     write_or_throw(t.run, path, create, [&](sqlite3* db, int64_t run_id) { insert_run_rows(db, run_id, t); });
   });
+}
+
+SweepStore::SweepStore(const std::string& path) : path_(path) {
+  write_file(path, [&](bool create) {
+    const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+      if (db_ == nullptr) throw WriteError("out of memory");
+      sqlite3* db = db_;
+      db_ = nullptr;
+      try {
+        fail_sqlite(db, "cannot open");
+      } catch (...) {
+        sqlite3_close_v2(db);
+        throw;
+      }
+    }
+    try {
+      sqlite3_extended_result_codes(db_, 1);
+      sqlite3_busy_timeout(db_, 30000);
+      exec(db_, "BEGIN IMMEDIATE");
+      ensure_schema(db_);
+      exec(db_, "COMMIT");
+    } catch (...) {
+      if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      sqlite3_close_v2(db_);
+      db_ = nullptr;
+      throw;
+    }
+  });
+}
+
+SweepStore::~SweepStore() { sqlite3_close_v2(db_); }
+
+bool SweepStore::find(const std::string& fingerprint, const std::string& settings, SweepRow& out) {
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db_,
+                     "SELECT sweep, point, status, reason, objective, value, metrics FROM sweep_results "
+                     "WHERE fingerprint = ? AND settings = ?",
+                     -1, &st, nullptr);
+  sqlite3_bind_text(st, 1, fingerprint.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, settings.c_str(), -1, SQLITE_TRANSIENT);
+  const bool found = sqlite3_step(st) == SQLITE_ROW;
+  if (found) {
+    auto text = [&](int col) {
+      const unsigned char* t = sqlite3_column_text(st, col);
+      return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+    };
+    out.sweep = text(0);
+    out.fingerprint = fingerprint;
+    out.point = sqlite3_column_int64(st, 1);
+    out.settings = settings;
+    out.status = text(2);
+    out.reason = text(3);
+    out.objective = text(4);
+    out.value = sqlite3_column_double(st, 5);
+    out.metrics_json = text(6);
+  }
+  sqlite3_finalize(st);
+  return found;
+}
+
+void SweepStore::put(const SweepRow& r) {
+  try {
+    exec(db_, "BEGIN IMMEDIATE");
+    Stmt s(db_,
+           "INSERT OR REPLACE INTO sweep_results (sweep, fingerprint, point, settings, status, reason, objective, "
+           "value, metrics) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    s.t(r.sweep).t(r.fingerprint).i(r.point).t(r.settings).t(r.status).t(r.reason).t(r.objective);
+    if (r.status == "ok")
+      s.d(r.value);
+    else
+      s.null();
+    s.t(r.metrics_json).insert();
+    exec(db_, "COMMIT");
+  } catch (const std::exception& e) {
+    if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw std::runtime_error("cannot write " + path_ + ": " + e.what());
+  }
 }
 
 void write_sqlite(const ServingRecord& r, const std::string& path) {

@@ -14,6 +14,8 @@
 
 #include "reports/timeline.h"
 
+struct sqlite3;
+
 namespace clustersim {
 
 inline constexpr int kSqliteSchemaVersion = 1;
@@ -44,5 +46,33 @@ struct ServingRecord {
   std::vector<IterationRow> iterations;
 };
 void write_sqlite(const ServingRecord& r, const std::string& path);
+
+// Sweep and search results: the table `sweep_results`, one row per point, written as each
+// point finishes (one transaction each), so an interrupted sweep resumes where it
+// stopped. A point is identified by the fingerprint of the scenario it varies and its
+// settings.
+struct SweepRow {
+  std::string sweep, fingerprint;
+  int64_t point = 0;
+  std::string settings;
+  std::string status;  // ok | invalid | error
+  std::string reason;
+  std::string objective;
+  double value = 0;
+  std::string metrics_json;
+};
+class SweepStore {
+ public:
+  explicit SweepStore(const std::string& path);  // creates the file and schema when absent
+  ~SweepStore();
+  SweepStore(const SweepStore&) = delete;
+  SweepStore& operator=(const SweepStore&) = delete;
+  bool find(const std::string& fingerprint, const std::string& settings, SweepRow& out);
+  void put(const SweepRow& row);
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
 
 }  // namespace clustersim

@@ -499,28 +499,8 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
   return merged;
 }
 
-void apply_set(YNode& root, const std::string& arg, int index) {
-  const std::string file = "--set '" + arg + "'";
-  const size_t eq = arg.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw InputError(SourceMark{file, 1, 1}, "--set expects key=value, e.g. --set parallel.tp=4");
-  const std::string key = arg.substr(0, eq);
-  const KeySpec* spec = find_key(key);
-  if (spec && !spec->apply)
-    throw InputError(SourceMark{file, 1, 1},
-                     "'" + key + "' is " +
-                         (key == "include" ? "not settable from the command line"
-                                           : "a mapping; set one of its keys, e.g. " + key + ".<key>=value"));
-  if (!spec) {
-    std::string parent = key.find('.') == std::string::npos ? "" : key.substr(0, key.rfind('.'));
-    unknown_key(parent, key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1),
-                SourceMark{file, 1, 1});
-  }
-  YNode value = parse_yaml(arg.substr(eq + 1), file);
-  const int col = static_cast<int>(eq) + 2;
-  value.mark = SourceMark{file, 1, col};
-  value.key_mark = SourceMark{file, 1, 1};
-  (void)index;
+// Puts `value` at the dotted `key`, creating mappings on the way.
+void set_node(YNode& root, const std::string& key, const YNode& value) {
   YNode* cur = &root;
   size_t start = 0;
   for (;;) {
@@ -549,6 +529,31 @@ void apply_set(YNode& root, const std::string& arg, int index) {
   }
 }
 
+void apply_set(YNode& root, const std::string& arg, int index) {
+  const std::string file = "--set '" + arg + "'";
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError(SourceMark{file, 1, 1}, "--set expects key=value, e.g. --set parallel.tp=4");
+  const std::string key = arg.substr(0, eq);
+  const KeySpec* spec = find_key(key);
+  if (spec && !spec->apply)
+    throw InputError(SourceMark{file, 1, 1},
+                     "'" + key + "' is " +
+                         (key == "include" ? "not settable from the command line"
+                                           : "a mapping; set one of its keys, e.g. " + key + ".<key>=value"));
+  if (!spec) {
+    std::string parent = key.find('.') == std::string::npos ? "" : key.substr(0, key.rfind('.'));
+    unknown_key(parent, key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1),
+                SourceMark{file, 1, 1});
+  }
+  YNode value = parse_yaml(arg.substr(eq + 1), file);
+  const int col = static_cast<int>(eq) + 2;
+  value.mark = SourceMark{file, 1, col};
+  value.key_mark = SourceMark{file, 1, 1};
+  (void)index;
+  set_node(root, key, value);
+}
+
 }  // namespace
 
 SourceMark Scenario::mark(const std::string& key) const {
@@ -563,9 +568,15 @@ SourceMark Scenario::mark(const std::string& key) const {
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
+  return load_scenario(path, sets, {});
+}
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets,
+                       const std::vector<std::pair<std::string, YNode>>& overrides) {
   std::vector<std::string> stack;
   YNode root = load_with_includes(path, SourceMark{}, stack);
   for (size_t i = 0; i < sets.size(); ++i) apply_set(root, sets[i], static_cast<int>(i) + 1);
+  for (const auto& [key, value] : overrides) set_node(root, key, value);
   if (YNode* inc = root.find("include")) *inc = YNode{};
 
   Scenario s;
@@ -614,6 +625,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     throw InputError(s.mark("model.kv_heads"), "model.kv_heads (" + std::to_string(m.kv_heads) +
                                                    ") must divide model.heads (" + std::to_string(m.heads) + ")");
   s.merged_yaml = emit_yaml(root);
+  YNode config = root;
+  config.map.erase(std::remove_if(config.map.begin(), config.map.end(), [](const auto& kv) { return kv.first == "sweep"; }),
+                   config.map.end());
+  s.config_yaml = emit_yaml(config);
   return s;
 }
 

@@ -96,6 +96,7 @@ struct Scenario {
 
   std::map<std::string, SourceMark> marks;  // dotted key -> where its value was written
   std::string merged_yaml;                  // the merged document, as the run saw it
+  std::string config_yaml;                  // the same without its sweep: block (what a sweep point varies)
 
   int64_t gpus() const { return static_cast<int64_t>(cluster.node.gpus) * cluster.nodes; }
   // Where `key` was written; falls back to its nearest written parent, then the file.
@@ -105,6 +106,10 @@ struct Scenario {
 // Loads a scenario file with its includes, applies `--set key=value` overrides in
 // order, and checks every key. Throws InputError on the first problem.
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets = {});
+// The same, then `overrides` (dotted key -> value) on top: a sweep point. The values keep
+// the marks of where they were written, so a bad one is reported at its own line.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets,
+                       const std::vector<std::pair<std::string, YNode>>& overrides);
 
 // One row per scenario key: for `clustersim keys` and docs/scenario-keys.md.
 struct KeyDoc {

@@ -19,6 +19,8 @@
 #include "sim/collective_sweep.h"
 #include "sim/run.h"
 #include "sim/serving.h"
+#include "sim/sweep.h"
+#include "sim/sweep_mpi.h"
 #include "topology/presets.h"
 #ifdef CLUSTERSIM_HAVE_REAL
 #include "real_backend/real_executor.h"
@@ -44,6 +46,10 @@ constexpr const char* kUsage =
     "             [--nics-per-leaf N] [--profile P.yaml] [--min SIZE] [--max SIZE] [--json]\n"
     "                                                collective size sweep, nccl-tests style\n"
     "  plan S.yaml [--set key=value]... [--out FILE] write the scenario's Plan as JSON (stdout by default)\n"
+    "  sweep S.yaml [--jobs N] [--set key=value]... [--out R.sqlite] [--rank-by METRIC] [--mpi] [--json]\n"
+    "                                                run every point of the scenario's sweep: block and rank them;\n"
+    "                                                results in R.sqlite (default output.sqlite), resumable;\n"
+    "                                                --mpi spreads the points over mpirun's ranks\n"
     "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--mpi] [--json]\n"
     "                                                execute the scenario's plan on GPUs (CUDA, cuBLAS, NCCL): one\n"
     "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
@@ -237,6 +243,49 @@ int cmd_collective(const std::vector<std::string>& args) {
   }
   std::cout << (json ? format_collective_json(cfg, rows) + "\n" : format_collective_table(cfg, rows));
   return 0;
+}
+
+int cmd_sweep(const std::vector<std::string>& args) {
+  std::string path;
+  SweepOptions opt;
+  bool json = false, mpi = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set") {
+      opt.sets.push_back(need_value(args, i));
+    } else if (a.rfind("--set=", 0) == 0) {
+      opt.sets.push_back(a.substr(6));
+    } else if (a == "--jobs" || a == "-j") {
+      const std::string v = need_value(args, i);
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || n < 1 || n > 1024)
+        throw InputError(SourceMark{a, 0, 0}, "expected a thread count from 1 to 1024, got '" + v + "'");
+      opt.jobs = static_cast<int>(n);
+    } else if (a == "--out") {
+      opt.database = need_value(args, i);
+    } else if (a == "--rank-by") {
+      opt.rank_by = need_value(args, i);
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--mpi") {
+      mpi = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("unknown option '" + a + "' for sweep");
+    } else if (path.empty()) {
+      path = a;
+    } else {
+      throw UsageError("sweep takes one scenario file, got '" + path + "' and '" + a + "'");
+    }
+  }
+  if (path.empty()) throw UsageError("sweep needs a scenario file");
+  if (opt.database.empty()) opt.database = load_scenario(path, opt.sets).output_sqlite;
+  if (mpi) return sweep_mpi(path, opt, json);
+  const SweepReport r = run_sweep(path, opt);
+  std::cout << (json ? sweep_json(r) : sweep_table(r));
+  for (const SweepPointResult& x : r.results)
+    if (x.status == "ok") return 0;
+  return 1;  // no point could run
 }
 
 int cmd_plan(const std::vector<std::string>& args) {
@@ -437,6 +486,7 @@ int main(int argc, char** argv) {
     if (cmd == "run") return cmd_run(args);
     if (cmd == "collective") return cmd_collective(args);
     if (cmd == "plan") return cmd_plan(args);
+    if (cmd == "sweep") return cmd_sweep(args);
     if (cmd == "real") return cmd_real(args);
     if (cmd == "calibrate" || cmd == "validate") {
 #ifdef CLUSTERSIM_HAVE_REAL
