@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/run.h"
+#include "sim/search.h"
 #include "sim/serving.h"
 
 namespace {
@@ -48,6 +49,28 @@ void BM_Serve_Llama3_70b_Tp8(benchmark::State& state) {
 void BM_Serve_Llama3_8b_8Replicas_100k(benchmark::State& state) {
   run_serving_example(state, "inference/llama3-8b-8-replicas-sarathi.yaml");
 }
+
+// Layout search on GPT-3 175B / 1,024 A100: enumeration, memory pruning and estimates
+// only (no op-by-op refinement); layouts_per_s × 60 is the layouts per minute.
+void BM_SearchEstimate_Gpt3_175b_1024(benchmark::State& state) {
+  using namespace clustersim;
+  const Scenario s =
+      load_scenario(std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/training/gpt3-175b-1024xa100.yaml");
+  SearchOptions o;
+  o.top_k = 0;
+  o.progress = false;
+  int64_t layouts = 0;
+  for (auto _ : state) {
+    Scenario copy = s;
+    copy.parallel.tp = 3;  // no baseline to simulate either
+    const SearchResult r = search_layouts(copy, o);
+    layouts += r.enumerated;
+    benchmark::DoNotOptimize(r.estimated);
+  }
+  state.counters["layouts"] = static_cast<double>(layouts) / static_cast<double>(state.iterations());
+  state.counters["layouts_per_s"] = benchmark::Counter(static_cast<double>(layouts), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SearchEstimate_Gpt3_175b_1024)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_Serve_Llama3_70b_Tp8)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Serve_Llama3_8b_8Replicas_100k)->Unit(benchmark::kMillisecond);

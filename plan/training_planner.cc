@@ -22,7 +22,9 @@ std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int6
   return {vs * base + std::min(vs, extra), base + (vs < extra ? 1 : 0)};
 }
 
-TrainingLayout check_layout(const Scenario& s) {
+}  // namespace
+
+TrainingLayout check_training_layout(const Scenario& s) {
   const ParallelConfig& p = s.parallel;
   const ModelConfig& m = s.model;
   if (s.inference)
@@ -102,6 +104,8 @@ TrainingLayout check_layout(const Scenario& s) {
              " micro-batches per pipeline to be a multiple of pp = " + str(p.pp));
   return l;
 }
+
+namespace {
 
 // Strides of each parallel dimension from the placement order (innermost first). EP is
 // carved out of DP (Megatron), so it takes no dimension of its own here.
@@ -713,13 +717,10 @@ std::vector<PipelineBlock> pipeline_schedule(const std::string& schedule, int64_
   return out;
 }
 
-TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
-  TrainingPlan tp;
-  tp.layout = check_layout(s);
-  const TrainingLayout& l = tp.layout;
+std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const TrainingLayout& l) {
   const ModelConfig& m = s.model;
   const bool adam = s.training.optimizer == "adam";
-
+  std::vector<MemoryBreakdown> out;
   // Memory per stage: the schedule tells how many layer-activations are held at the peak.
   const int64_t chunks = l.pp * l.virtual_stages;
   for (int64_t st = 0; st < l.pp; ++st) {
@@ -757,9 +758,20 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
       total.activations += b.activations;
       total.buffers += b.buffers;
     }
-    tp.stage_memory.push_back(total);
-    if (total.total() > tp.memory.total()) tp.memory = total;
+    out.push_back(total);
   }
+  return out;
+}
+
+TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
+  TrainingPlan tp;
+  tp.layout = check_training_layout(s);
+  const TrainingLayout& l = tp.layout;
+  const ModelConfig& m = s.model;
+  const bool adam = s.training.optimizer == "adam";
+  tp.stage_memory = training_stage_memory(s, l);
+  for (const MemoryBreakdown& b : tp.stage_memory)
+    if (b.total() > tp.memory.total()) tp.memory = b;
   const GpuSpec& gpu = s.cluster.node.gpu;
   if (tp.memory.total() > gpu.hbm_bytes) {
     char buf[128];

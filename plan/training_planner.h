@@ -56,6 +56,11 @@ struct PlannerOptions {
 
 TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt = {});
 
+// The layout the scenario asks for, checked (InputError at the offending key).
+TrainingLayout check_training_layout(const Scenario& s);
+// Memory per pipeline stage for a checked layout (no plan built).
+std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const TrainingLayout& l);
+
 // The order in which one pipeline stage runs forward (F) and backward (B) blocks of
 // (micro-batch, model chunk); exposed for tests.
 struct PipelineBlock {

@@ -18,6 +18,7 @@
 #include "scenarios/units.h"
 #include "sim/collective_sweep.h"
 #include "sim/run.h"
+#include "sim/search.h"
 #include "sim/serving.h"
 #include "sim/sweep.h"
 #include "sim/sweep_mpi.h"
@@ -50,6 +51,9 @@ constexpr const char* kUsage =
     "                                                run every point of the scenario's sweep: block and rank them;\n"
     "                                                results in R.sqlite (default output.sqlite), resumable;\n"
     "                                                --mpi spreads the points over mpirun's ranks\n"
+    "  search S.yaml [--top K] [--jobs N] [--refine flow|analytic] [--set key=value]... [--json]\n"
+    "                                                the fastest valid training layout for the model, cluster and\n"
+    "                                                global batch: estimate every layout, simulate the best K\n"
     "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--mpi] [--json]\n"
     "                                                execute the scenario's plan on GPUs (CUDA, cuBLAS, NCCL): one\n"
     "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
@@ -288,6 +292,50 @@ int cmd_sweep(const std::vector<std::string>& args) {
   return 1;  // no point could run
 }
 
+int cmd_search(const std::vector<std::string>& args) {
+  std::string path;
+  std::vector<std::string> sets;
+  SearchOptions opt;
+  bool json = false;
+  auto count = [&](const std::string& flag, const std::string& v, int lo, int hi) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (*end != '\0' || n < lo || n > hi)
+      throw InputError(SourceMark{flag, 0, 0}, "expected an integer from " + std::to_string(lo) + " to " +
+                                                   std::to_string(hi) + ", got '" + v + "'");
+    return static_cast<int>(n);
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set") {
+      sets.push_back(need_value(args, i));
+    } else if (a.rfind("--set=", 0) == 0) {
+      sets.push_back(a.substr(6));
+    } else if (a == "--top") {
+      opt.top_k = count(a, need_value(args, i), 1, 1000);
+    } else if (a == "--jobs" || a == "-j") {
+      opt.jobs = count(a, need_value(args, i), 1, 1024);
+    } else if (a == "--refine") {
+      opt.refine = need_value(args, i);
+      if (opt.refine != "flow" && opt.refine != "analytic")
+        throw InputError(SourceMark{a, 0, 0}, "expected flow or analytic, got '" + opt.refine + "'");
+    } else if (a == "--json") {
+      json = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("unknown option '" + a + "' for search");
+    } else if (path.empty()) {
+      path = a;
+    } else {
+      throw UsageError("search takes one scenario file, got '" + path + "' and '" + a + "'");
+    }
+  }
+  if (path.empty()) throw UsageError("search needs a scenario file");
+  const Scenario s = load_scenario(path, sets);
+  const SearchResult r = search_layouts(s, opt);
+  std::cout << (json ? search_json(r) : search_table(r));
+  return r.best >= 0 ? 0 : 1;
+}
+
 int cmd_plan(const std::vector<std::string>& args) {
   std::string path, out;
   std::vector<std::string> sets;
@@ -487,6 +535,7 @@ int main(int argc, char** argv) {
     if (cmd == "collective") return cmd_collective(args);
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "sweep") return cmd_sweep(args);
+    if (cmd == "search") return cmd_search(args);
     if (cmd == "real") return cmd_real(args);
     if (cmd == "calibrate" || cmd == "validate") {
 #ifdef CLUSTERSIM_HAVE_REAL

@@ -1,0 +1,538 @@
+#include "sim/search.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "cost_models/tuner.h"
+#include "plan/memory.h"
+#include "reports/progress.h"
+#include "reports/summary.h"
+#include "scenarios/error.h"
+#include "sim/run.h"
+
+namespace clustersim {
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// Rank strides of each dimension from the placement order (innermost first), as the
+// planner numbers ranks: rank r sits on GPU r.
+struct Strides {
+  int64_t tp = 1, cp = 1, dp = 1, pp = 1;
+};
+Strides strides_of(const std::string& placement, const TrainingLayout& l) {
+  Strides out;
+  int64_t stride = 1;
+  size_t start = 0;
+  for (;;) {
+    const size_t dash = placement.find('-', start);
+    const std::string name = placement.substr(start, dash == std::string::npos ? std::string::npos : dash - start);
+    if (name == "tp") out.tp = stride, stride *= l.tp;
+    if (name == "cp") out.cp = stride, stride *= l.cp;
+    if (name == "dp") out.dp = stride, stride *= l.dp;
+    if (name == "pp") out.pp = stride, stride *= l.pp;
+    if (dash == std::string::npos) break;
+    start = dash + 1;
+  }
+  return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
+  Scenario c = s;
+  c.parallel.dp = l.dp;
+  c.parallel.tp = l.tp;
+  c.parallel.pp = l.pp;
+  c.parallel.cp = l.cp;
+  c.parallel.ep = l.ep;
+  c.parallel.virtual_stages = l.virtual_stages;
+  c.parallel.micro_batch = l.micro_batch;
+  c.parallel.zero_stage = l.zero_stage;
+  c.parallel.schedule = l.schedule;
+  c.parallel.sequence_parallel = l.sequence_parallel;
+  c.training.recompute = l.recompute;
+  c.training.global_batch = l.global_batch;
+  c.output_sqlite.clear();
+  c.output_trace.clear();
+  return c;
+}
+
+std::string describe_layout(const TrainingLayout& l) {
+  std::string out = "dp " + std::to_string(l.dp) + " tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp);
+  if (l.cp > 1) out += " cp " + std::to_string(l.cp);
+  if (l.ep > 1) out += " ep " + std::to_string(l.ep);
+  out += ", mb " + std::to_string(l.micro_batch);
+  if (l.pp > 1) out += ", " + l.schedule + (l.virtual_stages > 1 ? " v" + std::to_string(l.virtual_stages) : "");
+  if (l.zero_stage > 0) out += ", zero " + std::to_string(l.zero_stage);
+  if (l.sequence_parallel) out += ", sp";
+  if (l.recompute != "none") out += ", recompute " + l.recompute;
+  return out;
+}
+
+LayoutEstimator::LayoutEstimator(const Scenario& s) : s_(s) {
+  apply_calibration(s, opt_.compute, opt_.network);
+  collective_options(s, opt_);
+  opt_.flow = false;
+  opt_.record_link_usage = false;
+  topo_ = std::make_unique<Topology>(s.cluster);
+  net_ = std::make_unique<AnalyticNetwork>(*topo_, opt_.network);
+}
+
+LayoutEstimator::~LayoutEstimator() = default;
+
+// One layer, one micro-batch, simulated on the executor: a probe scenario with one
+// transformer layer, no pipeline, one micro-batch per DP rank, on as many nodes as the
+// TP × CP × EP groups need (so their communication crosses what it would cross).
+const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLayout& l) {
+  const auto key = std::make_tuple(l.tp, l.cp, l.ep, l.micro_batch, l.sequence_parallel, l.recompute);
+  auto it = layers_.find(key);
+  if (it != layers_.end()) return it->second;
+  Scenario p = s_;
+  p.model.layers = 1;
+  p.model.moe.dense_layers = 0;
+  const int64_t gpn = s_.cluster.node.gpus;
+  const int64_t group = l.tp * l.cp * l.ep;
+  p.cluster.nodes = static_cast<int>(std::max<int64_t>(1, (group + gpn - 1) / gpn));
+  TrainingLayout pl = l;
+  pl.pp = 1;
+  pl.virtual_stages = 1;
+  pl.schedule = "1f1b";
+  pl.zero_stage = 0;
+  pl.dp = static_cast<int64_t>(p.cluster.nodes) * gpn / (l.tp * l.cp);
+  pl.global_batch = pl.dp * l.micro_batch;
+  p = with_layout(p, pl);
+  const TrainingPlan plan = build_training_plan(p);
+  Topology topo(p.cluster);
+  const ExecResult r = execute_plan(plan.plan, topo, opt_);
+  LayerTimes t;
+  const Program& prog = plan.plan.programs[plan.plan.rank_program[0]];
+  int64_t f0 = INT64_MAX, f1 = 0, b0 = INT64_MAX, b1 = 0;
+  for (const SpanRecord& sp : r.spans) {
+    if (sp.rank != 0) continue;
+    const Op& op = prog.ops[sp.op];
+    const bool fwd = op.phase == Phase::Forward;
+    if (op.phase != Phase::Forward && op.phase != Phase::Backward) continue;
+    if (op.kind == OpKind::Collective && op.group != GroupKind::TP && op.group != GroupKind::CP &&
+        op.group != GroupKind::EP)
+      continue;  // DP gradient buckets: costed on the real DP group below
+    if (op.layer >= 0) {
+      (fwd ? f0 : b0) = std::min(fwd ? f0 : b0, sp.start_ps);
+      (fwd ? f1 : b1) = std::max(fwd ? f1 : b1, sp.end_ps);
+    } else {
+      const double d = static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12;
+      const std::string& name = plan.plan.names[op.name];
+      (name.find("embed") != std::string::npos ? t.first_extra : t.last_extra) += d;
+    }
+  }
+  t.forward = f1 > f0 ? static_cast<double>(f1 - f0) * 1e-12 : 0;
+  t.backward = b1 > b0 ? static_cast<double>(b1 - b0) * 1e-12 : 0;
+  return layers_.emplace(key, t).first->second;
+}
+
+double LayoutEstimator::collective_seconds(CollectiveKind kind, const std::vector<int32_t>& gpus, double bytes) {
+  if (gpus.size() < 2 || bytes <= 0) return 0;
+  const auto key =
+      std::make_tuple(static_cast<int>(kind), gpus[0], gpus[1] - gpus[0], gpus.size(), static_cast<int64_t>(bytes));
+  auto it = colls_.find(key);
+  if (it != colls_.end()) return it->second;
+  const GroupLayout layout = layout_of(*topo_, gpus);
+  const CollectiveChoice c =
+      choose_collective(kind, bytes, layout, gpus, *net_, opt_.network, opt_.algorithm, opt_.protocol);
+  const Expansion e = expand_collective(CollectiveRequest{kind, c.algo, c.proto, bytes, 0}, layout, opt_.network);
+  const double measured = measured_collective_seconds(opt_.network, kind, c.algo, c.proto, layout, bytes);
+  const double t = measured >= 0 ? measured : net_->run(e, gpus).seconds;
+  return colls_.emplace(key, t).first->second;
+}
+
+LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
+  LayoutEstimate e;
+  const std::vector<MemoryBreakdown> mem = training_stage_memory(with_layout(s_, l), l);
+  for (const MemoryBreakdown& b : mem) e.memory_bytes = std::max(e.memory_bytes, b.total());
+  const LayerTimes& lt = layer_times(l);
+  const ModelConfig& m = s_.model;
+  const Strides st = strides_of(s_.parallel.placement, l);
+  const double bytes_per = dtype_bits(m.dtype) / 8.0;
+
+  // The slowest stage's micro-batch: its layers (split as the planner splits them: the
+  // first virtual stages take the remainder), the embedding on the first stage, the
+  // logits and loss on the last, and a send and a receive per model chunk.
+  const int64_t chunks = l.pp * l.virtual_stages;
+  int64_t stage_layers = 0;
+  double mb = 0;
+  for (int64_t st_i = 0; st_i < l.pp; ++st_i) {
+    int64_t n = 0;
+    for (int64_t c = 0; c < l.virtual_stages; ++c)
+      n += m.layers / chunks + (c * l.pp + st_i < m.layers % chunks ? 1 : 0);
+    stage_layers = std::max(stage_layers, n);
+    double t = static_cast<double>(n) * (lt.forward + lt.backward);
+    if (st_i == 0) t += lt.first_extra;
+    if (st_i == l.pp - 1) t += lt.last_extra;
+    mb = std::max(mb, t);
+  }
+  if (l.pp > 1) {
+    const double act = static_cast<double>(l.micro_batch * m.seq_len / l.cp * m.hidden) * bytes_per /
+                       (l.sequence_parallel ? static_cast<double>(l.tp) : 1.0);
+    const std::vector<int32_t> pair = {0, static_cast<int32_t>(st.pp)};
+    CollectiveStep step;
+    step.transfers.push_back(Transfer{0, 1, act, 0});
+    Expansion x;
+    x.base_latency = opt_.network.base(LatencyFamily::Ring, Protocol::Simple);
+    x.steps.push_back(step);
+    const double send = net_->run(x, pair).seconds;
+    mb += 2.0 * static_cast<double>(l.virtual_stages) * send;
+  }
+  const double m_count = static_cast<double>(l.micro_batches);
+  e.compute_s = m_count * mb;
+  e.bubble_s = static_cast<double>(l.pp - 1) / static_cast<double>(l.virtual_stages) * mb;
+
+  // Gradients of the fullest stage over its DP × CP group (rank 0's).
+  std::vector<int32_t> dp_group;
+  for (int64_t d = 0; d < l.dp; ++d)
+    for (int64_t c = 0; c < l.cp; ++c) dp_group.push_back(static_cast<int32_t>(d * st.dp + c * st.cp));
+  std::sort(dp_group.begin(), dp_group.end());
+  MemoryInputs mi;
+  mi.tp = l.tp;
+  mi.ep = l.ep;
+  mi.first_layer = 0;
+  mi.end_layer = stage_layers;
+  mi.embedding = true;
+  mi.output = l.pp == 1;
+  const StageParams sp = stage_params(m, mi);
+  const double params = sp.dense + sp.expert;
+  const double grad_bytes = params * (m.dtype == DType::FP16 ? 2.0 : 4.0);
+  const double shard = l.zero_stage >= 1 ? static_cast<double>(l.dp * l.cp) : 1.0;
+  if (dp_group.size() > 1) {
+    const double reduce = collective_seconds(
+        l.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, dp_group, grad_bytes);
+    // Buckets start as the last micro-batch's backward frees them: only what outlasts
+    // that backward (and at least the last bucket) is exposed.
+    const double buckets =
+        std::max(1.0, std::ceil(params / static_cast<double>(std::max<int64_t>(1, l.bucket_params))));
+    const double hidden = static_cast<double>(stage_layers) * lt.backward;
+    e.dp_exposed_s = std::max(reduce / buckets, reduce - hidden);
+    if (l.zero_stage == 1 || l.zero_stage == 2)
+      e.dp_exposed_s += collective_seconds(CollectiveKind::AllGather, dp_group, params * bytes_per);
+    if (l.zero_stage == 3) {
+      // Every micro-batch gathers each layer's weights for forward and backward and
+      // reduce-scatters its gradients, all on the one DP stream in program order: the
+      // forward gathers run ahead of the layers (prefetched), but in backward a layer's
+      // gather queues behind the previous layer's reduce-scatter, which waits for that
+      // layer's backward — so backward pays both in full.
+      const double layer_params = params / static_cast<double>(stage_layers);
+      const double gather = collective_seconds(CollectiveKind::AllGather, dp_group, layer_params * bytes_per);
+      const double scatter = collective_seconds(CollectiveKind::ReduceScatter, dp_group, layer_params * 4.0);
+      e.dp_exposed_s +=
+          m_count * static_cast<double>(stage_layers) * (std::max(0.0, gather - lt.forward) + gather + scatter);
+    }
+  }
+  Op opt;
+  opt.kind = OpKind::Memory;
+  const double state = s_.training.optimizer == "adam" ? 12.0 : 8.0;
+  opt.bytes_read = static_cast<int64_t>(params / shard * (bytes_per + 4 + state));
+  opt.bytes_written = static_cast<int64_t>(params / shard * (bytes_per + state));
+  opt.flops = params / shard * 12;
+  e.optimizer_s = compute_seconds(opt, s_.cluster.node.gpu, opt_.compute) + opt_.compute.launch_overhead_s;
+  e.total_s = e.compute_s + e.bubble_s + e.dp_exposed_s + e.optimizer_s;
+  return e;
+}
+
+SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
+  if (s.inference)
+    throw InputError(s.mark("inference"), "search finds training layouts, expected a scenario without inference:");
+  if (s.training.global_batch <= 0)
+    throw InputError(s.mark("training"),
+                     "search keeps the global batch fixed, expected training.global_batch to be set");
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult res;
+  res.name = s.name;
+  const ModelConfig& m = s.model;
+  const int64_t gpus = s.gpus();
+  const int64_t gpn = s.cluster.node.gpus;
+  const double hbm = s.cluster.node.gpu.hbm_bytes;
+  LayoutEstimator est(s);
+
+  // The scenario's own layout, when valid: always simulated, as the baseline.
+  TrainingLayout baseline;
+  bool have_baseline = false;
+  try {
+    baseline = check_training_layout(s);
+    const auto mem = training_stage_memory(s, baseline);
+    double peak = 0;
+    for (const auto& b : mem) peak = std::max(peak, b.total());
+    if (peak > hbm)
+      res.baseline_reason = "does not fit in memory";
+    else
+      have_baseline = true;
+  } catch (const InputError& e) {
+    res.baseline_reason = e.what();
+  }
+
+  std::vector<std::pair<TrainingLayout, LayoutEstimate>> ranked;
+  const std::vector<int64_t> mbs = {1, 2, 4, 8};
+  for (int64_t tp : divisors(gpn)) {
+    if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) continue;
+    if (m.moe.experts > 0 && m.moe.expert_ffn_hidden % tp) continue;
+    for (int64_t cp : {1, 2, 4, 8}) {
+      if (cp > 1 && (m.seq_len < 8192 || m.seq_len % (2 * cp) != 0)) continue;
+      if (gpus % (tp * cp) != 0) continue;
+      for (int64_t pp : divisors(gpus / (tp * cp))) {
+        if (pp > m.layers) continue;
+        const int64_t dp = gpus / (tp * cp * pp);
+        std::vector<int64_t> eps = {1};
+        if (m.moe.experts > 0) {
+          eps.clear();
+          for (int64_t ep : divisors(dp))
+            if (m.moe.experts % ep == 0) eps.push_back(ep);
+        }
+        for (int64_t ep : eps)
+          for (int64_t mb : mbs) {
+            if (s.training.global_batch % (dp * mb) != 0) continue;
+            const int64_t micro_batches = s.training.global_batch / (dp * mb);
+            std::vector<std::pair<std::string, int64_t>> schedules = {{"1f1b", 1}};
+            if (pp > 1 && micro_batches % pp == 0)
+              for (int64_t v : {2, 3, 4, 6, 8})
+                if (pp * v <= m.layers && m.layers % (pp * v) == 0) schedules.emplace_back("interleaved-1f1b", v);
+            for (const auto& [schedule, v] : schedules)
+              for (int64_t zero : {0, 1, 2, 3}) {
+                if (zero > 0 && dp * cp == 1) continue;
+                for (const char* recompute : {"none", "full"})
+                  for (bool sp : {false, true}) {
+                    if (sp && tp == 1) continue;
+                    ++res.enumerated;
+                    TrainingLayout l;
+                    l.dp = dp;
+                    l.tp = tp;
+                    l.pp = pp;
+                    l.cp = cp;
+                    l.ep = ep;
+                    l.micro_batch = mb;
+                    l.micro_batches = micro_batches;
+                    l.global_batch = s.training.global_batch;
+                    l.schedule = schedule;
+                    l.virtual_stages = v;
+                    l.zero_stage = zero;
+                    l.recompute = recompute;
+                    l.sequence_parallel = sp;
+                    l.bucket_params = s.parallel.bucket_params;
+                    try {
+                      const Scenario c = with_layout(s, l);
+                      l = check_training_layout(c);
+                    } catch (const InputError&) {
+                      ++res.invalid;
+                      continue;
+                    }
+                    const LayoutEstimate e = est.estimate(l);
+                    if (e.memory_bytes > hbm) {
+                      ++res.over_memory;
+                      continue;
+                    }
+                    ++res.estimated;
+                    ranked.emplace_back(l, e);
+                  }
+              }
+          }
+      }
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.second.total_s < b.second.total_s; });
+  res.estimate_wall_s = seconds_since(t0);
+
+  // Simulate the best K and the baseline.
+  std::vector<SearchCandidate> cands;
+  for (size_t i = 0; i < ranked.size() && static_cast<int>(cands.size()) < opt.top_k; ++i) {
+    SearchCandidate c;
+    c.layout = ranked[i].first;
+    c.estimate = ranked[i].second;
+    cands.push_back(c);
+  }
+  auto same = [](const TrainingLayout& a, const TrainingLayout& b) {
+    return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep &&
+           a.micro_batch == b.micro_batch && a.schedule == b.schedule && a.virtual_stages == b.virtual_stages &&
+           a.zero_stage == b.zero_stage && a.recompute == b.recompute && a.sequence_parallel == b.sequence_parallel;
+  };
+  if (have_baseline) {
+    auto found =
+        std::find_if(cands.begin(), cands.end(), [&](const SearchCandidate& c) { return same(c.layout, baseline); });
+    if (found == cands.end()) {
+      SearchCandidate c;
+      c.layout = baseline;
+      c.estimate = est.estimate(baseline);
+      cands.push_back(c);
+      found = cands.end() - 1;
+    }
+    found->baseline = true;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  Progress progress("search: simulating", static_cast<int64_t>(cands.size()), opt.progress);
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::exception_ptr failure;
+  auto worker = [&] {
+    for (;;) {
+      const size_t i = next.fetch_add(1);
+      if (i >= cands.size()) return;
+      SearchCandidate& c = cands[i];
+      try {
+        Scenario sc = with_layout(s, c.layout);
+        sc.network_model = opt.refine;
+        const RunOutcome out = run_training(sc);
+        for (const auto& [k, v] : out.metrics) {
+          if (k == "iteration_time_s") c.simulated_s = v;
+          if (k == "mfu") c.mfu = v;
+          if (k == "bubble_fraction") c.bubble_fraction = v;
+          if (k == "exposed_comm_s") c.exposed_comm_s = v;
+          if (k == "peak_memory_per_gpu_bytes") c.peak_memory_bytes = v;
+        }
+        c.simulated = true;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failure) failure = std::current_exception();
+      }
+      progress.tick(describe_layout(c.layout));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < std::max(1, opt.jobs); ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  progress.finish();
+  if (failure) std::rethrow_exception(failure);
+  std::stable_sort(cands.begin(), cands.end(),
+                   [](const SearchCandidate& a, const SearchCandidate& b) { return a.simulated_s < b.simulated_s; });
+  res.refine_wall_s = seconds_since(t1);
+  res.top = std::move(cands);
+  if (!res.top.empty()) res.best = 0;
+  for (size_t i = 0; i < res.top.size(); ++i)
+    if (res.top[i].baseline) res.baseline = static_cast<int>(i);
+  return res;
+}
+
+namespace {
+
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
+  return buf;
+}
+std::string secs(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g s", x);
+  return buf;
+}
+std::string gib(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", x / (1ull << 30));
+  return buf;
+}
+
+// Why `a` beats (or matches) `b`, from their simulated breakdowns.
+std::string explain(const SearchCandidate& a, const SearchCandidate& b) {
+  std::string out;
+  const double da = a.simulated_s, db = b.simulated_s;
+  out += "  " + describe_layout(a.layout) + " takes " + secs(da) + " against " + secs(db) + " for " +
+         describe_layout(b.layout) + " (" + (da <= db ? "-" : "+") + pct(std::fabs(da - db) / db) + ")\n";
+  const double bub_a = a.bubble_fraction * da, bub_b = b.bubble_fraction * db;
+  out += "    pipeline bubble   " + secs(bub_a) + " vs " + secs(bub_b) + "  (pp " + std::to_string(a.layout.pp) +
+         (a.layout.virtual_stages > 1 ? " × v " + std::to_string(a.layout.virtual_stages) : "") + ", " +
+         std::to_string(a.layout.micro_batches) + " micro-batches vs pp " + std::to_string(b.layout.pp) +
+         (b.layout.virtual_stages > 1 ? " × v " + std::to_string(b.layout.virtual_stages) : "") + ", " +
+         std::to_string(b.layout.micro_batches) + ")\n";
+  out += "    exposed comm      " + secs(a.exposed_comm_s) + " vs " + secs(b.exposed_comm_s) + "  (tp " +
+         std::to_string(a.layout.tp) + ", dp " + std::to_string(a.layout.dp) + " vs tp " + std::to_string(b.layout.tp) +
+         ", dp " + std::to_string(b.layout.dp) + ")\n";
+  const double busy_a = da - bub_a - a.exposed_comm_s, busy_b = db - bub_b - b.exposed_comm_s;
+  out += "    compute and rest  " + secs(busy_a) + " vs " + secs(busy_b) + "  (micro-batch " +
+         std::to_string(a.layout.micro_batch) + (a.layout.recompute == "full" ? ", full recompute" : "") + " vs " +
+         std::to_string(b.layout.micro_batch) + (b.layout.recompute == "full" ? ", full recompute" : "") + ")\n";
+  out += "    memory per GPU    " + gib(a.peak_memory_bytes) + " vs " + gib(b.peak_memory_bytes) + "\n";
+  return out;
+}
+
+}  // namespace
+
+std::string search_table(const SearchResult& r) {
+  std::string out = "search " + r.name + ": " + std::to_string(r.enumerated) + " layouts enumerated, " +
+                    std::to_string(r.invalid) + " invalid, " + std::to_string(r.over_memory) + " over memory, " +
+                    std::to_string(r.estimated) + " estimated in " + secs(r.estimate_wall_s);
+  if (r.estimate_wall_s > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " (%.0f layouts/min)", 60.0 * static_cast<double>(r.enumerated) / r.estimate_wall_s);
+    out += buf;
+  }
+  out += "; " + std::to_string(r.top.size()) + " simulated op by op in " + secs(r.refine_wall_s) + "\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%4s  %-58s %12s %12s %7s %9s %10s\n", "rank", "layout", "simulated", "estimate",
+                "mfu", "bubble", "memory");
+  out += buf;
+  for (size_t i = 0; i < r.top.size(); ++i) {
+    const SearchCandidate& c = r.top[i];
+    std::snprintf(buf, sizeof buf, "%4zu  %-58s %12s %12s %7s %9s %10s%s\n", i + 1, describe_layout(c.layout).c_str(),
+                  secs(c.simulated_s).c_str(), secs(c.estimate.total_s).c_str(), pct(c.mfu).c_str(),
+                  pct(c.bubble_fraction).c_str(), gib(c.peak_memory_bytes).c_str(),
+                  c.baseline ? "  <- the scenario's layout" : "");
+    out += buf;
+  }
+  if (r.best < 0) return out + "no layout fits\n";
+  const SearchCandidate& best = r.top[static_cast<size_t>(r.best)];
+  out += "best: " + describe_layout(best.layout) + "\n";
+  if (r.baseline >= 0) {
+    const SearchCandidate& base = r.top[static_cast<size_t>(r.baseline)];
+    if (r.baseline == r.best)
+      out += "why: the scenario's own layout is already the fastest found; the runner-up:\n" +
+             (r.top.size() > 1 ? explain(best, r.top[1]) : std::string());
+    else
+      out += "why, against the scenario's layout:\n" + explain(best, base);
+  } else {
+    out += "the scenario's own layout is not a candidate: " + r.baseline_reason + "\n";
+    if (r.top.size() > 1) out += "why, against the runner-up:\n" + explain(best, r.top[1]);
+  }
+  return out;
+}
+
+std::string search_json(const SearchResult& r) {
+  auto layout_json = [](const SearchCandidate& c) {
+    const TrainingLayout& l = c.layout;
+    return "{\"dp\": " + std::to_string(l.dp) + ", \"tp\": " + std::to_string(l.tp) +
+           ", \"pp\": " + std::to_string(l.pp) + ", \"cp\": " + std::to_string(l.cp) +
+           ", \"ep\": " + std::to_string(l.ep) + ", \"micro_batch\": " + std::to_string(l.micro_batch) +
+           ", \"schedule\": \"" + l.schedule + "\", \"virtual_stages\": " + std::to_string(l.virtual_stages) +
+           ", \"zero_stage\": " + std::to_string(l.zero_stage) + ", \"recompute\": \"" + l.recompute +
+           "\", \"sequence_parallel\": " + (l.sequence_parallel ? "true" : "false") +
+           ", \"iteration_time_s\": " + format_number(c.simulated_s) +
+           ", \"estimated_iteration_time_s\": " + format_number(c.estimate.total_s) +
+           ", \"mfu\": " + format_number(c.mfu) + ", \"bubble_fraction\": " + format_number(c.bubble_fraction) +
+           ", \"exposed_comm_s\": " + format_number(c.exposed_comm_s) +
+           ", \"peak_memory_per_gpu_bytes\": " + format_number(c.peak_memory_bytes) +
+           ", \"baseline\": " + (c.baseline ? "true" : "false") + "}";
+  };
+  std::string out =
+      "{\"name\": \"" + json_escape(r.name) + "\", \"enumerated\": " + std::to_string(r.enumerated) +
+      ", \"invalid\": " + std::to_string(r.invalid) + ", \"over_memory\": " + std::to_string(r.over_memory) +
+      ", \"estimated\": " + std::to_string(r.estimated) + ", \"estimate_wall_s\": " + format_number(r.estimate_wall_s) +
+      ", \"refine_wall_s\": " + format_number(r.refine_wall_s);
+  out += ", \"best\": " + (r.best >= 0 ? layout_json(r.top[static_cast<size_t>(r.best)]) : std::string("null"));
+  out += ", \"baseline\": " +
+         (r.baseline >= 0 ? layout_json(r.top[static_cast<size_t>(r.baseline)]) : std::string("null"));
+  out += ", \"candidates\": [";
+  for (size_t i = 0; i < r.top.size(); ++i) out += (i ? ", " : "") + layout_json(r.top[i]);
+  return out + "]}\n";
+}
+
+}  // namespace clustersim

@@ -1,0 +1,106 @@
+// Layout search: the fastest valid training layout for the scenario's model, cluster and
+// global batch. Every combination of tp, pp, cp, ep (MoE), micro-batch, schedule
+// (1f1b, interleaved-1f1b with its virtual stages), ZeRO stage, recompute and sequence
+// parallelism is enumerated; layouts that do not divide or do not fit in memory (the
+// planner's own checks and memory model) are pruned; the rest are ranked by a closed-form
+// estimate built from the same cost models; the best K — and the scenario's own layout,
+// as the baseline — are then simulated op by op on the flow network, and the fastest
+// simulated layout wins.
+//
+// The estimate: one transformer layer's forward and backward are simulated once per
+// (tp, cp, ep, micro-batch, sequence parallelism, recompute) on the executor (a one-layer
+// plan, analytic network); a stage's micro-batch costs its layers' times plus its share
+// of embedding / logits and its pipeline sends; the pipeline takes
+// (m + (p − 1)/v) micro-batch times; gradient reduction (all-reduce, or ZeRO's
+// reduce-scatter + all-gather) is costed on the actual DP group's GPUs and only its part
+// not hidden behind the last backward counts; the optimizer step is a memory-bound pass.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cost_models/network.h"
+#include "plan/training_planner.h"
+#include "scenarios/scenario.h"
+#include "sim/executor.h"
+#include "topology/topology.h"
+
+namespace clustersim {
+
+struct LayoutEstimate {
+  double total_s = 0;
+  double compute_s = 0;     // m micro-batches of the slowest stage (layers, embedding/logits, sends)
+  double bubble_s = 0;      // (p − 1)/v micro-batch times
+  double dp_exposed_s = 0;  // gradient reduction not hidden, ZeRO gathers
+  double optimizer_s = 0;
+  double memory_bytes = 0;  // the fullest stage
+};
+
+// The scenario with `l`'s layout in place of its own.
+Scenario with_layout(const Scenario& s, const TrainingLayout& l);
+std::string describe_layout(const TrainingLayout& l);
+
+class LayoutEstimator {
+ public:
+  explicit LayoutEstimator(const Scenario& s);
+  ~LayoutEstimator();
+  // `l` must be a checked layout of the scenario.
+  LayoutEstimate estimate(const TrainingLayout& l);
+
+ private:
+  struct LayerTimes {
+    double forward = 0, backward = 0;        // one layer, one micro-batch (TP/CP/EP communication included)
+    double first_extra = 0, last_extra = 0;  // embedding (first stage); logits and loss (last stage), fwd + bwd
+  };
+  const LayerTimes& layer_times(const TrainingLayout& l);
+  double collective_seconds(CollectiveKind kind, const std::vector<int32_t>& gpus, double bytes);
+
+  const Scenario& s_;
+  ExecOptions opt_;
+  std::unique_ptr<Topology> topo_;
+  std::unique_ptr<AnalyticNetwork> net_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, std::string>, LayerTimes> layers_;
+  std::map<std::tuple<int, int32_t, int32_t, size_t, int64_t>, double> colls_;
+};
+
+struct SearchOptions {
+  int top_k = 8;                // layouts simulated op by op after the estimate
+  int jobs = 1;                 // threads for those simulations
+  std::string refine = "flow";  // network model of the simulations: flow | analytic
+  bool progress = true;
+};
+
+struct SearchCandidate {
+  TrainingLayout layout;
+  LayoutEstimate estimate;
+  bool simulated = false;
+  double simulated_s = 0;  // the executor's iteration time
+  double mfu = 0;
+  double bubble_fraction = 0, exposed_comm_s = 0, peak_memory_bytes = 0;
+  bool baseline = false;  // the scenario's own layout
+};
+
+struct SearchResult {
+  std::string name;
+  int64_t enumerated = 0;      // layouts generated
+  int64_t invalid = 0;         // refused by the planner's checks
+  int64_t over_memory = 0;     // pruned by the memory model
+  int64_t estimated = 0;       // ranked by the estimate
+  double estimate_wall_s = 0;  // wall time of enumeration + estimates
+  double refine_wall_s = 0;
+  std::vector<SearchCandidate> top;  // simulated, fastest first
+  int best = -1;                     // index into top
+  int baseline = -1;                 // index into top, when the scenario's layout is valid
+  std::string baseline_reason;       // why the scenario's own layout is not a candidate
+};
+
+// Throws InputError for a scenario that cannot be searched (inference, no global batch).
+SearchResult search_layouts(const Scenario& s, const SearchOptions& opt);
+std::string search_table(const SearchResult& r);
+std::string search_json(const SearchResult& r);
+
+}  // namespace clustersim

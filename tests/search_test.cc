@@ -1,0 +1,147 @@
+#include "sim/search.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "scenarios/error.h"
+#include "sim/run.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim {
+namespace {
+
+using testing::scenario_from_text;
+
+// The Must-show: on GPT-3 175B / 1,024 A100 the search returns a layout at least as fast
+// as Megatron's TP 8 × PP 8 (the scenario's own layout, always simulated as the
+// baseline), and says why.
+TEST(Search, Gpt3On1024A100BeatsMegatronsLayout) {
+  const Scenario s =
+      load_scenario(std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/training/gpt3-175b-1024xa100.yaml");
+  SearchOptions o;
+  o.top_k = 2;
+  o.refine = "analytic";
+  o.progress = false;
+  const SearchResult r = search_layouts(s, o);
+  ASSERT_GE(r.best, 0);
+  ASSERT_GE(r.baseline, 0) << r.baseline_reason;
+  const SearchCandidate& best = r.top[static_cast<size_t>(r.best)];
+  const SearchCandidate& base = r.top[static_cast<size_t>(r.baseline)];
+  EXPECT_EQ(base.layout.tp, 8);
+  EXPECT_EQ(base.layout.pp, 8);
+  EXPECT_LE(best.simulated_s, base.simulated_s);
+  EXPECT_GT(r.enumerated, 1000);
+  EXPECT_GT(r.over_memory, 0) << "some layouts of a 175B model must not fit on 80 GB";
+  for (const SearchCandidate& c : r.top) {
+    EXPECT_TRUE(c.simulated);
+    EXPECT_LE(c.peak_memory_bytes, s.cluster.node.gpu.hbm_bytes);
+    EXPECT_EQ(c.layout.dp * c.layout.tp * c.layout.pp * c.layout.cp, 1024);
+    EXPECT_EQ(c.layout.global_batch, 1536);
+  }
+  const std::string table = search_table(r);
+  EXPECT_NE(table.find("why, against the scenario's layout"), std::string::npos) << table;
+  EXPECT_NE(table.find("pipeline bubble"), std::string::npos);
+  EXPECT_NE(search_json(r).find("\"baseline\": {\"dp\": 16, \"tp\": 8, \"pp\": 8"), std::string::npos);
+}
+
+// The estimate that ranks layouts follows the op-by-op simulation: over a spread of
+// layouts of one model its error is small and the order is kept.
+TEST(Search, EstimateTracksTheSimulation) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 4}\nmodel: {preset: megatron-7.5b}\n"
+      "training: {global_batch: 256}\n",
+      "search-estimate");
+  LayoutEstimator est(s);
+  std::vector<double> e, sim;
+  for (const auto& [tp, pp, mb, v, zero, sp] :
+       std::vector<std::tuple<int, int, int, int, int, bool>>{{1, 1, 1, 1, 1, false},
+                                                              {2, 1, 2, 1, 1, true},
+                                                              {4, 1, 4, 1, 0, true},
+                                                              {8, 1, 2, 1, 0, false},
+                                                              {2, 2, 1, 1, 1, true},
+                                                              {4, 2, 2, 2, 0, true},
+                                                              {2, 4, 1, 1, 0, false},
+                                                              {4, 4, 1, 2, 1, true},
+                                                              {8, 2, 4, 1, 0, true},
+                                                              {1, 4, 2, 4, 1, false},
+                                                              {2, 8, 1, 1, 2, false},
+                                                              {8, 4, 1, 4, 0, true},
+                                                              {1, 2, 1, 1, 3, false}}) {
+    TrainingLayout l;
+    l.tp = tp;
+    l.pp = pp;
+    l.dp = 32 / (tp * pp);
+    l.micro_batch = mb;
+    l.global_batch = 256;
+    l.schedule = v > 1 ? "interleaved-1f1b" : "1f1b";
+    l.virtual_stages = v;
+    l.zero_stage = zero;
+    l.sequence_parallel = sp;
+    const Scenario c = with_layout(s, l);
+    l = check_training_layout(c);
+    const LayoutEstimate le = est.estimate(l);
+    e.push_back(le.total_s);
+    sim.push_back(run_training(c).exec.makespan.seconds());
+    std::printf("%-60s estimate %.4f sim %.4f  %+.1f%%\n", describe_layout(l).c_str(), e.back(), sim.back(),
+                100 * (e.back() - sim.back()) / sim.back());
+  }
+  std::vector<double> err;
+  for (size_t i = 0; i < e.size(); ++i) err.push_back(std::fabs(e[i] - sim[i]) / sim[i]);
+  std::sort(err.begin(), err.end());
+  EXPECT_LT(err[err.size() / 2], 0.03) << "median |error|";
+  EXPECT_LT(err.back(), 0.10) << "worst |error|";
+  // Spearman rank correlation.
+  auto ranks = [](const std::vector<double>& x) {
+    std::vector<size_t> idx(x.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return x[a] < x[b]; });
+    std::vector<double> r(x.size());
+    for (size_t i = 0; i < idx.size(); ++i) r[idx[i]] = static_cast<double>(i);
+    return r;
+  };
+  const auto re = ranks(e), rs = ranks(sim);
+  double d2 = 0;
+  for (size_t i = 0; i < re.size(); ++i) d2 += (re[i] - rs[i]) * (re[i] - rs[i]);
+  const double n = static_cast<double>(re.size());
+  EXPECT_GT(1 - 6 * d2 / (n * (n * n - 1)), 0.9);
+}
+
+TEST(Search, RefusesWhatItCannotSearch) {
+  SearchOptions o;
+  o.progress = false;
+  EXPECT_THROW(search_layouts(scenario_from_text("name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: "
+                                                 "gpt3-1.3b}\n",
+                                                 "search-nobatch"),
+                              o),
+               InputError);
+  EXPECT_THROW(search_layouts(scenario_from_text("name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: "
+                                                 "llama3-8b}\ninference: {requests: 10}\n",
+                                                 "search-inference"),
+                              o),
+               InputError);
+}
+
+// A scenario whose own layout does not fit still gets an answer, and says why its layout
+// is not among the candidates.
+TEST(Search, BaselineThatDoesNotFitIsExplained) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: megatron-18.4b}\nparallel: {tp: 1, pp: 1}\n"
+      "training: {global_batch: 64}\n",
+      "search-baseline");
+  SearchOptions o;
+  o.top_k = 2;
+  o.refine = "analytic";
+  o.progress = false;
+  const SearchResult r = search_layouts(s, o);
+  EXPECT_EQ(r.baseline, -1);
+  EXPECT_FALSE(r.baseline_reason.empty());
+  ASSERT_GE(r.best, 0);
+  EXPECT_NE(search_table(r).find("the scenario's own layout is not a candidate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace clustersim
