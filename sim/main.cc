@@ -12,6 +12,7 @@
 #include "calibrate/profile_check.h"
 #include "plan/plan_io.h"
 #include "plan/training_planner.h"
+#include "reports/html_report.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/scenario.h"
@@ -51,6 +52,8 @@ constexpr const char* kUsage =
     "                                                run every point of the scenario's sweep: block and rank them;\n"
     "                                                results in R.sqlite (default output.sqlite), resumable;\n"
     "                                                --mpi spreads the points over mpirun's ranks\n"
+    "  report RUN.sqlite --html OUT.html [--run ID] [--max-spans N]\n"
+    "                                                a self-contained HTML report of one run (default: the last)\n"
     "  search S.yaml [--top K] [--jobs N] [--refine flow|analytic] [--set key=value]... [--json]\n"
     "                                                the fastest valid training layout for the model, cluster and\n"
     "                                                global batch: estimate every layout, simulate the best K\n"
@@ -336,6 +339,40 @@ int cmd_search(const std::vector<std::string>& args) {
   return r.best >= 0 ? 0 : 1;
 }
 
+int cmd_report(const std::vector<std::string>& args) {
+  std::string db, html;
+  ReportOptions opt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--html") {
+      html = need_value(args, i);
+    } else if (a == "--run") {
+      const std::string v = need_value(args, i);
+      char* end = nullptr;
+      opt.run_id = std::strtoll(v.c_str(), &end, 10);
+      if (*end != '\0' || opt.run_id < 1)
+        throw InputError(SourceMark{"--run", 0, 0}, "expected a run id (a positive integer), got '" + v + "'");
+    } else if (a == "--max-spans") {
+      const std::string v = need_value(args, i);
+      char* end = nullptr;
+      opt.max_spans = std::strtoll(v.c_str(), &end, 10);
+      if (*end != '\0' || opt.max_spans < 1)
+        throw InputError(SourceMark{"--max-spans", 0, 0}, "expected a positive integer, got '" + v + "'");
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("unknown option '" + a + "' for report");
+    } else if (db.empty()) {
+      db = a;
+    } else {
+      throw UsageError("report takes one database, got '" + db + "' and '" + a + "'");
+    }
+  }
+  if (db.empty()) throw UsageError("report needs a database (RUN.sqlite)");
+  if (html.empty()) throw UsageError("report needs --html OUT.html");
+  write_html_report(db, html, opt);
+  std::cerr << "wrote " << html << "\n";
+  return 0;
+}
+
 int cmd_plan(const std::vector<std::string>& args) {
   std::string path, out;
   std::vector<std::string> sets;
@@ -536,6 +573,7 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "sweep") return cmd_sweep(args);
     if (cmd == "search") return cmd_search(args);
+    if (cmd == "report") return cmd_report(args);
     if (cmd == "real") return cmd_real(args);
     if (cmd == "calibrate" || cmd == "validate") {
 #ifdef CLUSTERSIM_HAVE_REAL

@@ -143,6 +143,11 @@ Timeline make_timeline(const RunOutcome& run) {
   t.run.scenario_yaml = s.merged_yaml;
   t.run.seed = s.seed;
   t.run.metrics = run.metrics;
+  // Memory of each pipeline stage (every rank of a stage holds the same) and the GPU's,
+  // for reports.
+  t.run.metrics.emplace_back("gpu_memory_bytes", s.cluster.node.gpu.hbm_bytes);
+  for (size_t i = 0; i < run.plan.stage_memory.size(); ++i)
+    t.run.metrics.emplace_back("memory_stage_" + std::to_string(i) + "_bytes", run.plan.stage_memory[i].total());
   const Plan& plan = run.plan.plan;
   t.plan = &plan;
   const Topology& topo = *run.topology;

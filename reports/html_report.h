@@ -1,0 +1,31 @@
+// `clustersim report RUN.sqlite --html out.html`: one self-contained HTML file (inline
+// SVG, CSS and JS; nothing fetched) for one run of a clustersim database.
+//
+// Training runs: the summary, a time breakdown (compute, exposed communication per
+// group kind, pipeline bubble, idle), a zoomable timeline (a lane per rank × stream,
+// coloured by op kind, a tooltip per span), memory per pipeline stage, and a link
+// utilization heat map. When the database also holds a run of the same name from the
+// other source (a real run beside a simulated one, as `validate` writes), a sim-vs-real
+// scatter of op durations and an error table by op name. Inference runs: the summary,
+// latency CDFs (TTFT, TPOT, end to end), throughput over time and KV-cache utilization.
+//
+// Charts are SVG written here, so they are in the file whether or not scripts run; the
+// timeline is drawn by a small script from the spans embedded as JSON.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace clustersim {
+
+struct ReportOptions {
+  int64_t run_id = -1;         // -1: the last complete run
+  int64_t max_spans = 300000;  // timeline budget: whole ranks are kept while it lasts
+  int time_bins = 120;         // heat map and throughput resolution
+};
+
+// Throws std::runtime_error (unreadable database, no such run); writes `out` whole or
+// not at all.
+void write_html_report(const std::string& db_path, const std::string& out_path, const ReportOptions& opt = {});
+
+}  // namespace clustersim

@@ -1,0 +1,164 @@
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "reports/html_report.h"
+#include "reports/sqlite_writer.h"
+#include "reports/summary.h"
+#include "sim/run.h"
+#include "sim/serving.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::scenario_from_text;
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A training run (flow network, so links carry usage) written to `db`.
+RunOutcome training_run(const std::string& db) {
+  Scenario s = scenario_from_text(
+      "name: report-t\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+      "parallel: {tp: 2, pp: 2}\ntraining: {global_batch: 16}\nnetwork_model: flow\n",
+      "report-train");
+  s.output_sqlite = db;
+  RunOutcome out = run_training(s);
+  write_outputs(out);
+  return out;
+}
+
+std::string metric_text(const Metrics& m, const std::string& k) {
+  for (const auto& [key, v] : m)
+    if (key == k) return format_number(v);
+  return "?";
+}
+
+TEST(Report, TrainingRunHasEverySectionAndTheSummarysNumbers) {
+  const std::string dir = testing::temp_dir("report-train-out");
+  const std::string db = dir + "/t.sqlite", html = dir + "/t.html";
+  fs::remove(db);
+  const RunOutcome run = training_run(db);
+  write_html_report(db, html);
+  const std::string h = slurp(html);
+  for (const char* section : {"Where the iteration goes", "Timeline", "Memory per GPU", "Link utilization", "Summary"})
+    EXPECT_NE(h.find(section), std::string::npos) << section;
+  // The summary's own numbers, as `run --json` prints them.
+  for (const char* k : {"iteration_time_s", "mfu", "bubble_fraction", "peak_memory_per_gpu_bytes"})
+    EXPECT_NE(h.find("<td>" + std::string(k) + "</td><td class=\"num\">" + metric_text(run.metrics, k) + "</td>"),
+              std::string::npos)
+        << k;
+  // Self-contained: nothing loaded from anywhere.
+  EXPECT_EQ(h.find("src=\"http"), std::string::npos);
+  EXPECT_EQ(h.find("href=\"http"), std::string::npos);
+  EXPECT_EQ(h.find("@import"), std::string::npos);
+  // Every simulated span is in the timeline data: 7 numbers per span.
+  const size_t a = h.find("\"spans\":["), b = h.find("]}", a);
+  ASSERT_NE(a, std::string::npos);
+  const std::string spans = h.substr(a + 9, b - a - 9);
+  const size_t numbers = static_cast<size_t>(std::count(spans.begin(), spans.end(), ',')) + 1;
+  EXPECT_EQ(numbers, 7 * run.exec.spans.size());
+  EXPECT_NE(h.find("<title>compute: "), std::string::npos) << "breakdown tooltips";
+  EXPECT_NE(h.find("% utilized</title>"), std::string::npos) << "link heat map cells";
+  // The same database gives the same bytes.
+  write_html_report(db, dir + "/again.html");
+  EXPECT_EQ(slurp(dir + "/again.html"), h);
+}
+
+// A real run of the same name beside the simulated one (as `validate` writes): the
+// report compares them op by op.
+TEST(Report, SimVersusRealWhenTheDatabaseHoldsBoth) {
+  const std::string dir = testing::temp_dir("report-compare");
+  const std::string db = dir + "/c.sqlite", html = dir + "/c.html";
+  fs::remove(db);
+  const RunOutcome run = training_run(db);
+  Timeline real = make_timeline(run);
+  real.run.source = "real";
+  real.run.network_model = "real";
+  real.links.clear();
+  real.link_usage.clear();
+  for (SpanRecord& sp : real.spans) sp.end_ps = sp.start_ps + (sp.end_ps - sp.start_ps) * 5 / 4;  // real is 25% slower
+  write_sqlite(real, db);
+  write_html_report(db, html);
+  const std::string h = slurp(html);
+  EXPECT_NE(h.find("Simulated vs real"), std::string::npos);
+  EXPECT_NE(h.find("median |error| 20.00%"), std::string::npos);
+  EXPECT_NE(h.find("<td class=\"num\">-20.0%</td>"), std::string::npos);
+  EXPECT_NE(h.find("<circle"), std::string::npos);
+}
+
+TEST(Report, InferenceRunHasLatencyThroughputAndKv) {
+  const std::string dir = testing::temp_dir("report-serve");
+  const std::string db = dir + "/i.sqlite", html = dir + "/i.html";
+  fs::remove(db);
+  Scenario s = scenario_from_text(
+      "name: report-i\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\ninference:\n"
+      "  replicas: 2\n  requests: 400\n  arrivals: {rate_per_s: 30, seed: 2}\n",
+      "report-inference");
+  s.output_sqlite = db;
+  const ServingResult r = run_serving(s, true);
+  write_serving_outputs(s, r);
+  write_html_report(db, html);
+  const std::string h = slurp(html);
+  for (const char* section : {"Latency", "time to first token", "Throughput over time", "KV-cache utilization"})
+    EXPECT_NE(h.find(section), std::string::npos) << section;
+  EXPECT_NE(h.find("<td>ttft_s_p99</td><td class=\"num\">" + metric_text(r.metrics, "ttft_s_p99") + "</td>"),
+            std::string::npos);
+  EXPECT_EQ(h.find("id=\"tl\""), std::string::npos) << "no training timeline for a serving run";
+}
+
+TEST(Report, BadInputWritesNothing) {
+  const std::string dir = testing::temp_dir("report-bad");
+  fs::remove(dir + "/out.html");
+  EXPECT_THROW(write_html_report(dir + "/missing.sqlite", dir + "/out.html"), std::runtime_error);
+  std::ofstream(dir + "/junk.sqlite") << "not a database at all";
+  EXPECT_THROW(write_html_report(dir + "/junk.sqlite", dir + "/out.html"), std::runtime_error);
+  const std::string db = dir + "/t.sqlite";
+  fs::remove(db);
+  training_run(db);
+  ReportOptions o;
+  o.run_id = 99;
+  EXPECT_THROW(write_html_report(db, dir + "/out.html", o), std::runtime_error);
+  EXPECT_FALSE(fs::exists(dir + "/out.html"));
+  EXPECT_FALSE(fs::exists(dir + "/out.html.tmp"));
+}
+
+// Renders the report in headless Chromium and checks the screenshot is not blank.
+TEST(Report, RendersInHeadlessChromium) {
+  std::string browser;
+  for (const char* b : {"chromium", "chromium-browser", "google-chrome"}) {
+    const std::string probe = std::string("command -v ") + b + " >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) {
+      browser = b;
+      break;
+    }
+  }
+  if (browser.empty()) GTEST_SKIP() << "no Chromium here (Debian: apt-get install chromium)";
+  const std::string dir = testing::temp_dir("report-chromium");
+  const std::string db = dir + "/t.sqlite", html = dir + "/t.html", png = dir + "/t.png";
+  fs::remove(db);
+  fs::remove(png);
+  training_run(db);
+  write_html_report(db, html);
+  const std::string cmd = "timeout 120 " + browser +
+                          " --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1600 "
+                          "--screenshot=" +
+                          png + " file://" + html + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_TRUE(fs::exists(png));
+  // A blank 1200×1600 page compresses to a few kilobytes; charts and a timeline do not.
+  EXPECT_GT(fs::file_size(png), 30000u);
+}
+
+}  // namespace
+}  // namespace clustersim
