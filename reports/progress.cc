@@ -9,7 +9,7 @@ namespace clustersim {
 Progress::Progress(std::string label, int64_t total, bool enabled)
     : label_(std::move(label)),
       total_(total),
-      enabled_(enabled && total > 0),
+      enabled_(enabled),
       tty_(::isatty(STDERR_FILENO) != 0),
       start_(std::chrono::steady_clock::now()),
       last_line_(start_) {}
@@ -23,16 +23,31 @@ void Progress::tick(const std::string& what) {
   draw(what);
 }
 
+void Progress::update(int64_t done, int64_t total) {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = done;
+  total_ = total;
+  draw("");
+}
+
 void Progress::finish() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!enabled_ || finished_) return;
   finished_ = true;
-  if (tty_) std::fprintf(stderr, "\n");
+  if (drawn_ && tty_) {
+    std::fprintf(stderr, "\n");
+  } else if (drawn_ && done_ != total_) {
+    draw("");
+  }
 }
 
 void Progress::draw(const std::string& what) {
+  if (total_ <= 0) return;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (elapsed < 1.0) return;  // quick work shows nothing
+  drawn_ = true;
   const double eta = done_ > 0 ? elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_) : 0;
   if (tty_) {
     constexpr int kWidth = 30;

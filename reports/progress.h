@@ -1,6 +1,7 @@
 // Progress of a long command on stderr: a bar redrawn in place on a terminal, plain
 // lines (at most one every few seconds, and the last) when stderr is a file or a pipe.
-// Thread-safe: workers may call tick() concurrently.
+// Nothing is shown for work that ends within the first second. Thread-safe: workers may
+// call tick() concurrently.
 #pragma once
 
 #include <chrono>
@@ -20,13 +21,15 @@ class Progress {
 
   // One more item done; `what` names it.
   void tick(const std::string& what = "");
+  // Absolute progress, for work counted elsewhere (events, requests).
+  void update(int64_t done, int64_t total);
   void finish();  // ends the line on a terminal
 
  private:
   void draw(const std::string& what);
   std::string label_;
   int64_t total_ = 0, done_ = 0;
-  bool enabled_ = true, tty_ = false, finished_ = false;
+  bool enabled_ = true, tty_ = false, finished_ = false, drawn_ = false;
   std::chrono::steady_clock::time_point start_, last_line_;
   std::mutex mu_;
 };

@@ -67,6 +67,7 @@ class Executor {
 
   ExecResult run() {
     prepare();
+    for (const RankState& r : slots_) total_ops_ += r.program->ops.size();
     for (uint32_t s = 0; s < slots_.size(); ++s)
       for (uint32_t st = 0; st < slots_[s].cursor.size(); ++st) try_start(s, st);
     Simulation<Completion>::Event ev;
@@ -314,6 +315,7 @@ class Executor {
     r.busy[stream] = 0;
     ++r.cursor[stream];
     ++r.done;
+    if ((++completed_ & 0xFFFF) == 0 && opt_.progress) opt_.progress(completed_, total_ops_);
     const ProgramInfo& info = *r.info;
     for (uint32_t i = info.dependents_begin[op_index]; i < info.dependents_begin[op_index + 1]; ++i) {
       const uint32_t d = info.dependents[i];
@@ -390,6 +392,7 @@ class Executor {
   const ExecOptions& opt_;
   AnalyticNetwork net_;
   SimTime launch_gap_;
+  uint64_t completed_ = 0, total_ops_ = 0;
   std::unique_ptr<FlowNetwork> flow_;
   uint32_t wake_version_ = 0;
   std::map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> in_flight_;

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct ExecOptions {
   bool flow = false;                   // flow-level network (contention) instead of analytic
   bool simulate_all_ranks = false;
   bool record_link_usage = true;
+  // Called now and then with (ops done, ops in all) over the simulated ranks.
+  std::function<void(uint64_t, uint64_t)> progress;
 };
 
 struct ExecResult {

@@ -112,13 +112,14 @@ int cmd_run(const std::vector<std::string>& args) {
               << ": warning: run simulates the scenario as written; sweep points are not run\n";
   if (s.inference) {
     check_output_paths(s);
-    const ServingResult r = run_serving(s, !s.output_sqlite.empty() || !s.output_trace.empty());
+    const ServingResult r = run_serving(s, !s.output_sqlite.empty() || !s.output_trace.empty(), true);
     write_serving_outputs(s, r);
     std::cout << (json ? serving_summary_json(s, r) + "\n" : serving_summary_table(s, r));
     return 0;
   }
   check_output_paths(s);
-  RunOutcome out = run_training(s);
+  opt.progress = true;
+  RunOutcome out = run_training(s, opt);
   write_outputs(out);
   std::cout << (json ? summary_json_line(out) + "\n" : summary_table(out));
   return 0;

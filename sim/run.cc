@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "calibrate/profile.h"
+#include "reports/progress.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/units.h"
@@ -85,7 +86,15 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   eo.simulate_all_ranks = opt.simulate_all_ranks;
   out.plan = build_training_plan(s);
   out.topology = std::make_unique<Topology>(s.cluster);
+  std::unique_ptr<Progress> bar;
+  if (opt.progress) {
+    bar = std::make_unique<Progress>("simulating", 0);
+    eo.progress = [&](uint64_t done, uint64_t total) {
+      bar->update(static_cast<int64_t>(done), static_cast<int64_t>(total));
+    };
+  }
   out.exec = execute_plan(out.plan.plan, *out.topology, eo);
+  if (bar) bar->finish();
 
   const TrainingLayout& l = out.plan.layout;
   const double iter = out.exec.makespan.seconds();

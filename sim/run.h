@@ -16,6 +16,7 @@ namespace clustersim {
 
 struct RunOptions {
   bool simulate_all_ranks = false;  // ignore the symmetry shortcut (for checks)
+  bool progress = false;            // a progress bar on stderr for long runs
 };
 
 struct RunOutcome {

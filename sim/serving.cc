@@ -17,6 +17,7 @@
 #include "cost_models/protocol.h"
 #include "plan/plan.h"
 #include "plan/serving_plan.h"
+#include "reports/progress.h"
 #include "reports/trace_writer.h"
 #include "scenarios/error.h"
 #include "sim/run.h"
@@ -347,7 +348,10 @@ class Engine {
     std::vector<std::vector<Work>> inflight(reps_.size());
     double now = 0, last_t = 0, in_system_area = 0;
     int64_t in_system = 0;
+    int64_t finished = 0;
+    uint64_t steps = 0;
     while (!q.empty() || (flow_ && !flow_->idle())) {
+      if ((++steps & 0x3FFF) == 0 && progress_) progress_->update(finished, static_cast<int64_t>(reqs_.size()));
       // KV transfers on the flow network finish when the network says; they come first
       // on a tie, like every event scheduled earlier.
       if (flow_ && !flow_->idle() && (q.empty() || flow_->next_time().seconds() <= std::get<0>(q.top()))) {
@@ -376,7 +380,9 @@ class Engine {
         push_arrival();
       } else if (kind == 1) {
         rep = static_cast<int>(idx);
-        in_system -= finish_iteration(rep, inflight[static_cast<size_t>(rep)], now);
+        const int64_t done = finish_iteration(rep, inflight[static_cast<size_t>(rep)], now);
+        in_system -= done;
+        finished += done;
         reps_[static_cast<size_t>(rep)].busy = false;
       } else {
         // KV arrived: the prefill replica frees its copy (and may admit more), the
@@ -412,6 +418,7 @@ class Engine {
   double kv_transfer_seconds() const { return transfer_s_; }
   double kv_transfer_bytes() const { return transfer_bytes_; }
   void log_iterations() { log_ = true; }
+  void show_progress(Progress* p) { progress_ = p; }
 
  private:
   void log_iteration(int rep, const std::vector<Work>& w, double start, double end) {
@@ -798,6 +805,7 @@ class Engine {
   uint64_t seq_ = 0;
   double transfer_s_ = 0, transfer_bytes_ = 0;
   double now_ = 0;
+  Progress* progress_ = nullptr;
   std::unique_ptr<FlowNetwork> flow_;
   std::unique_ptr<AnalyticNetwork> analytic_;
   double p2p_latency_ = 0;
@@ -827,7 +835,7 @@ double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch)
   return t;
 }
 
-ServingResult run_serving(const Scenario& s, bool log_iterations) {
+ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress) {
   const InferenceConfig& c = s.serving;
   const int64_t pools = c.prefill_replicas + c.decode_replicas;
   if (pools > 0 && (c.prefill_replicas < 1 || c.decode_replicas < 1))
@@ -899,7 +907,10 @@ ServingResult run_serving(const Scenario& s, bool log_iterations) {
   const std::vector<Arrival> arrivals = make_arrivals(s);
   Engine engine(s, cost, draft.get(), blocks, topo, eo.network);
   if (log_iterations) engine.log_iterations();
+  Progress bar("serving", static_cast<int64_t>(arrivals.size()), progress);
+  if (progress) engine.show_progress(&bar);
   ServingResult r = engine.run(arrivals);
+  bar.finish();
 
   std::vector<double> ttft, tpot, e2e;
   double out_tokens = 0, first = r.requests.front().arrival;

@@ -47,7 +47,7 @@ struct ServingResult {
 
 // Throws InputError for settings not modelled (pipeline-parallel replicas in
 // disaggregated pools, context parallelism) and for a model that does not fit.
-ServingResult run_serving(const Scenario& s, bool log_iterations = false);
+ServingResult run_serving(const Scenario& s, bool log_iterations = false, bool progress = false);
 // The time of one iteration of `batch` on one replica, as the engine costs it: the
 // memoized attention-free plan on the executor plus the batch's attention kernels.
 double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch);
