@@ -194,8 +194,10 @@ const std::vector<KeySpec>& key_table() {
       {"model.moe.expert_ffn_hidden", "integer", "0", "MLP inner size of one expert",
        [](const N& n, S& s) { s.model.moe.expert_ffn_hidden = as_int(n, "model.moe.expert_ffn_hidden", 0); }},
       {"parallel", "mapping", "", "the parallel layout", nullptr},
-      {"parallel.dp", "integer", "GPUs/(tp·pp·cp)", "data-parallel degree",
-       [](const N& n, S& s) { s.parallel.dp = as_degree(n, "parallel.dp"); }},
+      {"parallel.dp", "integer", "GPUs/(tp·pp·cp)", "data-parallel degree (auto: GPUs / (tp·pp·cp))",
+       [](const N& n, S& s) {
+         s.parallel.dp = n.kind == YNode::Kind::Scalar && n.scalar == "auto" ? 0 : as_degree(n, "parallel.dp");
+       }},
       {"parallel.tp", "integer", "1", "tensor-parallel degree",
        [](const N& n, S& s) { s.parallel.tp = as_degree(n, "parallel.tp"); }},
       {"parallel.pp", "integer", "1", "pipeline-parallel degree",
