@@ -76,7 +76,7 @@ void FlowNetwork::resolve(SimTime now) {
   for (MaxMinSystem::Id l : changed) {
     const double r = system_.usage(l);
     if (r == link_rate_[l]) continue;
-    if (link_rate_[l] > 0 && now.picoseconds() > link_since_[l])
+    if (record_usage_ && link_rate_[l] > 0 && now.picoseconds() > link_since_[l])
       usage_.push_back(LinkUsage{l, link_since_[l], now.picoseconds(),
                                  link_rate_[l] * static_cast<double>(now.picoseconds() - link_since_[l]) * 1e-12});
     link_rate_[l] = r;
@@ -139,7 +139,7 @@ void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {
 
 void FlowNetwork::flush_usage() {
   for (size_t l = 0; l < link_rate_.size(); ++l) {
-    if (link_rate_[l] > 0 && now_.picoseconds() > link_since_[l])
+    if (record_usage_ && link_rate_[l] > 0 && now_.picoseconds() > link_since_[l])
       usage_.push_back(LinkUsage{static_cast<uint32_t>(l), link_since_[l], now_.picoseconds(),
                                  link_rate_[l] * static_cast<double>(now_.picoseconds() - link_since_[l]) * 1e-12});
     link_since_[l] = now_.picoseconds();

@@ -43,6 +43,8 @@ class FlowNetwork {
   // closes the open intervals at the current time.
   std::vector<LinkUsage>& usage() { return usage_; }
   void flush_usage();
+  // Off: link-rate intervals are not kept (nothing asked for them); rates are the same.
+  void set_record_usage(bool on) { record_usage_ = on; }
 
  private:
   enum class State : uint8_t { Base, Moving, Draining, Done };
@@ -87,6 +89,7 @@ class FlowNetwork {
   std::vector<double> link_rate_;
   std::vector<int64_t> link_since_;
   std::vector<LinkUsage> usage_;
+  bool record_usage_ = true;
 };
 
 }  // namespace clustersim

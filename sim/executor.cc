@@ -62,12 +62,19 @@ class Executor {
         opt_(opt),
         net_(topo, opt.network),
         launch_gap_(SimTime::from_seconds(opt.compute.launch_overhead_s)) {
-    if (opt.flow) flow_ = std::make_unique<FlowNetwork>(topo, opt.network);
+    if (opt.flow) {
+      flow_ = std::make_unique<FlowNetwork>(topo, opt.network);
+      flow_->set_record_usage(opt.record_link_usage);
+    }
   }
 
   ExecResult run() {
     prepare();
-    for (const RankState& r : slots_) total_ops_ += r.program->ops.size();
+    slot_spans_.resize(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      total_ops_ += slots_[i].program->ops.size();
+      slot_spans_[i].reserve(slots_[i].program->ops.size());
+    }
     for (uint32_t s = 0; s < slots_.size(); ++s)
       for (uint32_t st = 0; st < slots_[s].cursor.size(); ++st) try_start(s, st);
     Simulation<Completion>::Event ev;
@@ -143,6 +150,13 @@ class Executor {
     // How many simulated members each group has: a collective starts when they all arrive.
     simulated_.assign(static_cast<size_t>(plan_.world_size), 0);
     for (int32_t r : result_.simulated_ranks) simulated_[static_cast<size_t>(r)] = 1;
+    if (flow_ && !opt_.simulate_all_ranks) {
+      mirrors_.assign(static_cast<size_t>(plan_.world_size), {});
+      for (int32_t r = 0; r < plan_.world_size; ++r) {
+        const int32_t rep = plan_.mirror_of[static_cast<size_t>(r)];
+        if (rep != r) mirrors_[static_cast<size_t>(rep)].push_back(r);
+      }
+    }
     group_expected_.resize(plan_.groups.size());
     group_gpus_.resize(plan_.groups.size());
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
@@ -217,12 +231,24 @@ class Executor {
     const uint32_t expected =
         static_cast<uint32_t>(simulated_[static_cast<size_t>(src)]) + simulated_[static_cast<size_t>(dst)];
     if (++rv.arrived < expected) return;
-    const std::vector<int32_t> gpus = {plan_.rank_gpu[static_cast<size_t>(src)],
-                                       plan_.rank_gpu[static_cast<size_t>(dst)]};
+    std::vector<int32_t> gpus = {plan_.rank_gpu[static_cast<size_t>(src)], plan_.rank_gpu[static_cast<size_t>(dst)]};
     CollectiveResult c;
     c.expansion.base_latency = opt_.network.base(LatencyFamily::Ring, Protocol::Simple);
     CollectiveStep one;
     one.transfers.push_back(Transfer{0, 1, static_cast<double>(op.bytes)});
+    // On the flow network the ranks that mirror this pair send the same bytes at the same
+    // moment; their flows go in too, so links they share see the contention they cause.
+    if (flow_ && !mirrors_.empty()) {
+      const int32_t offset = dst - src;
+      for (int32_t m : mirrors_[static_cast<size_t>(src)]) {
+        const int32_t md = m + offset;
+        if (md < 0 || md >= plan_.world_size || plan_.mirror_of[static_cast<size_t>(md)] != dst) continue;
+        const auto k = static_cast<int32_t>(gpus.size());
+        gpus.push_back(plan_.rank_gpu[static_cast<size_t>(m)]);
+        gpus.push_back(plan_.rank_gpu[static_cast<size_t>(md)]);
+        one.transfers.push_back(Transfer{k, k + 1, static_cast<double>(op.bytes)});
+      }
+    }
     c.expansion.steps.push_back(std::move(one));
     if (!flow_) {
       const auto memo_key = std::make_tuple(gpus[0], gpus[1], op.bytes);
@@ -310,7 +336,7 @@ class Executor {
     RankState& r = slots_[slot];
     const Op& op = r.program->ops[op_index];
     const uint32_t stream = op.stream;
-    spans_.push_back(
+    slot_spans_[slot].push_back(
         SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
     r.busy[stream] = 0;
     ++r.cursor[stream];
@@ -326,21 +352,28 @@ class Executor {
 
   // Exposed communication: comm time during which the compute stream was idle.
   void summarize() {
-    std::sort(spans_.begin(), spans_.end(), [](const SpanRecord& a, const SpanRecord& b) {
-      if (a.rank != b.rank) return a.rank < b.rank;
-      if (a.start_ps != b.start_ps) return a.start_ps < b.start_ps;
-      if (a.stream != b.stream) return a.stream < b.stream;
-      return a.op < b.op;
-    });
+    // Spans were collected per rank; each rank's are sorted by (start, stream, op) and
+    // appended in rank order.
+    std::vector<uint32_t> order(slots_.size());
+    for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return slots_[a].rank < slots_[b].rank; });
+    size_t total = 0;
+    for (const auto& v : slot_spans_) total += v.size();
+    result_.spans.reserve(total);
     const double n = static_cast<double>(slots_.size());
-    size_t i = 0;
-    while (i < spans_.size()) {
-      const int32_t rank = spans_[i].rank;
+    for (uint32_t slot : order) {
+      std::vector<SpanRecord>& spans = slot_spans_[slot];
+      std::sort(spans.begin(), spans.end(), [](const SpanRecord& a, const SpanRecord& b) {
+        if (a.start_ps != b.start_ps) return a.start_ps < b.start_ps;
+        if (a.stream != b.stream) return a.stream < b.stream;
+        return a.op < b.op;
+      });
+      if (spans.empty()) continue;
+      const int32_t rank = spans.front().rank;
       const Program& prog = plan_.programs[plan_.rank_program[static_cast<size_t>(rank)]];
       std::vector<std::pair<int64_t, int64_t>> compute, comm_all;
       std::array<std::vector<std::pair<int64_t, int64_t>>, kGroupKinds> comm;
-      for (; i < spans_.size() && spans_[i].rank == rank; ++i) {
-        const SpanRecord& s = spans_[i];
+      for (const SpanRecord& s : spans) {
         const Op& op = prog.ops[s.op];
         if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) {
           comm[static_cast<size_t>(op.group)].emplace_back(s.start_ps, s.end_ps);
@@ -354,7 +387,7 @@ class Executor {
         }
       }
       auto merged = [](std::vector<std::pair<int64_t, int64_t>> v) {
-        std::sort(v.begin(), v.end());
+        if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
         std::vector<std::pair<int64_t, int64_t>> out;
         for (auto iv : v) {
           if (!out.empty() && iv.first <= out.back().second)
@@ -383,8 +416,9 @@ class Executor {
       for (auto [a, b] : busy) busy_s += static_cast<double>(b - a) * 1e-12;
       result_.bubble_s += std::max(0.0, sim_.now().seconds() - busy_s - exposed_all) / n;
       for (size_t k = 0; k < kGroupKinds; ++k) result_.exposed_comm_by_kind[k] += exposed(comm[k]) / n;
+      result_.spans.insert(result_.spans.end(), spans.begin(), spans.end());
+      std::vector<SpanRecord>().swap(spans);
     }
-    result_.spans = std::move(spans_);
   }
 
   const Plan& plan_;
@@ -397,6 +431,7 @@ class Executor {
   uint32_t wake_version_ = 0;
   std::map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> in_flight_;
   std::vector<uint8_t> simulated_;
+  std::vector<std::vector<int32_t>> mirrors_;  // flow network: representative -> the ranks it stands for
   std::map<std::tuple<int32_t, int32_t, int>, uint32_t> send_seq_, recv_seq_;
   std::map<std::tuple<int32_t, int32_t, int, uint32_t>, Rendezvous> p2p_;
   std::map<std::tuple<int32_t, int32_t, int64_t>, std::pair<SimTime, std::vector<std::pair<uint32_t, double>>>>
@@ -408,7 +443,7 @@ class Executor {
   std::vector<std::vector<int32_t>> group_gpus_;
   std::unordered_map<uint64_t, Rendezvous> rendezvous_;
   std::map<std::tuple<int32_t, int, int64_t>, CollectiveResult> memo_;
-  std::vector<SpanRecord> spans_;
+  std::vector<std::vector<SpanRecord>> slot_spans_;  // by slot, in completion order
   ExecResult result_;
 };
 

@@ -84,6 +84,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   apply_calibration(s, eo.compute, eo.network);
   collective_options(s, eo);
   eo.simulate_all_ranks = opt.simulate_all_ranks;
+  eo.record_link_usage = opt.record_link_usage;
   out.plan = build_training_plan(s);
   out.topology = std::make_unique<Topology>(s.cluster);
   std::unique_ptr<Progress> bar;

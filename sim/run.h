@@ -17,6 +17,7 @@ namespace clustersim {
 struct RunOptions {
   bool simulate_all_ranks = false;  // ignore the symmetry shortcut (for checks)
   bool progress = false;            // a progress bar on stderr for long runs
+  bool record_link_usage = true;    // link utilization over time (for output.sqlite and reports)
 };
 
 struct RunOutcome {

@@ -392,7 +392,9 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
       try {
         Scenario sc = with_layout(s, c.layout);
         sc.network_model = opt.refine;
-        const RunOutcome out = run_training(sc);
+        RunOptions ro;
+        ro.record_link_usage = false;
+        const RunOutcome out = run_training(sc, ro);
         for (const auto& [k, v] : out.metrics) {
           if (k == "iteration_time_s") c.simulated_s = v;
           if (k == "mfu") c.mfu = v;

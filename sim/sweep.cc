@@ -107,7 +107,9 @@ SweepPointResult run_sweep_point(const std::string& path, const std::vector<std:
     s.output_sqlite.clear();
     s.output_trace.clear();
     s.sweep.clear();
-    r.metrics = s.inference ? run_serving(s).metrics : run_training(s).metrics;
+    RunOptions ro;
+    ro.record_link_usage = false;
+    r.metrics = s.inference ? run_serving(s).metrics : run_training(s, ro).metrics;
     r.status = "ok";
   } catch (const InputError& e) {
     r.status = "invalid";

@@ -374,30 +374,44 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
   if (sa != sb) {
     auto it = switch_trees_.find(sa);
     if (it == switch_trees_.end()) {
-      // Dijkstra over switches only, from sa, keeping every equal-cost predecessor.
-      const size_t nv = boost::num_vertices(graph_);
+      // Dijkstra over switches only, from sa, keeping every equal-cost predecessor; its
+      // state is indexed by switch, so a tree costs O(switch links), not O(vertices).
+      if (switch_index_.empty()) {
+        switch_index_.assign(boost::num_vertices(graph_), -1);
+        for (size_t v = 0; v < switch_index_.size(); ++v)
+          if (graph_[v].kind == VertexKind::Switch) switch_index_[v] = static_cast<int32_t>(switch_count_++);
+        switch_edges_.resize(switch_count_);
+        for (size_t v = 0; v < switch_index_.size(); ++v) {
+          if (switch_index_[v] < 0) continue;
+          for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
+            const Link& l = links_[graph_[*e].link];
+            if (switch_index_[l.dst] >= 0)
+              switch_edges_[static_cast<size_t>(switch_index_[v])].push_back(
+                  SwitchEdge{l.id, l.dst, switch_index_[l.dst], std::llround(1e18 / l.bandwidth)});
+          }
+        }
+      }
       constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
-      std::vector<int64_t> dist(nv, kInf);
+      std::vector<int64_t> dist(switch_count_, kInf);
       SwitchTree tree;
-      tree.pred.resize(nv);
+      tree.pred.resize(switch_count_);
       using Item = std::pair<int64_t, uint32_t>;
       std::priority_queue<Item, std::vector<Item>, std::greater<>> pq;
-      dist[sa] = 0;
+      dist[static_cast<size_t>(switch_index_[sa])] = 0;
       pq.push({0, sa});
       while (!pq.empty()) {
         auto [d, v] = pq.top();
         pq.pop();
-        if (d != dist[v]) continue;
-        for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
-          const Link& l = links_[graph_[*e].link];
-          if (graph_[l.dst].kind != VertexKind::Switch) continue;
-          const int64_t c = d + std::llround(1e18 / l.bandwidth);
-          if (c < dist[l.dst]) {
-            dist[l.dst] = c;
-            tree.pred[l.dst].assign(1, l.id);
-            pq.push({c, l.dst});
-          } else if (c == dist[l.dst]) {
-            tree.pred[l.dst].push_back(l.id);
+        if (d != dist[static_cast<size_t>(switch_index_[v])]) continue;
+        for (const SwitchEdge& se : switch_edges_[static_cast<size_t>(switch_index_[v])]) {
+          const size_t w = static_cast<size_t>(se.dst);
+          const int64_t c = d + se.cost;
+          if (c < dist[w]) {
+            dist[w] = c;
+            tree.pred[w].assign(1, se.link);
+            pq.push({c, se.dst_vertex});
+          } else if (c == dist[w]) {
+            tree.pred[w].push_back(se.link);
           }
         }
       }
@@ -406,7 +420,7 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
     std::vector<uint32_t> middle;
     const uint64_t key = nic_b;  // destination-mod-k, as in shortest_path()
     for (uint32_t v = sb; v != sa;) {
-      std::vector<uint32_t> choices = it->second.pred[v];
+      std::vector<uint32_t> choices = it->second.pred[static_cast<size_t>(switch_index_[v])];
       if (choices.empty()) throw std::runtime_error("topology: no switch path to " + graph_[sb].name);
       std::sort(choices.begin(), choices.end(), [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; });
       const uint32_t link = choices[choices.size() == 1 ? 0 : key % choices.size()];

@@ -134,9 +134,17 @@ class Topology {
   // the switch path (Dijkstra over switches only, cached per source switch), the
   // destination NIC's down-link and its NIC -> GPU template. Same choices as the search.
   struct SwitchTree {
-    std::vector<std::vector<uint32_t>> pred;  // per vertex: equal-cost incoming links
+    std::vector<std::vector<uint32_t>> pred;  // per switch (switch_index_): equal-cost incoming links
   };
-  int fast_state_ = 0;  // 0 not prepared, 1 usable, -1 not applicable
+  std::vector<int32_t> switch_index_;  // vertex -> dense switch index, -1 for other vertices
+  size_t switch_count_ = 0;
+  struct SwitchEdge {
+    uint32_t link, dst_vertex;
+    int32_t dst;  // switch index
+    int64_t cost;
+  };
+  std::vector<std::vector<SwitchEdge>> switch_edges_;  // per switch index: links to other switches
+  int fast_state_ = 0;                                 // 0 not prepared, 1 usable, -1 not applicable
   std::vector<uint32_t> node_link_base_;
   std::vector<std::vector<uint32_t>> exit_template_, enter_template_;  // per local GPU, node-0 link ids
   std::vector<uint32_t> nic_vertex_, nic_up_, nic_down_, nic_switch_;  // per global NIC
