@@ -15,10 +15,11 @@ namespace {
 
 using namespace clustersim;
 
-// As `clustersim run` without output files: no link-usage records.
+// As `clustersim run` without output files: no link-usage records, no timeline kept.
 const RunOptions kNoOutputs = [] {
   RunOptions o;
   o.record_link_usage = false;
+  o.keep_spans = false;
   return o;
 }();
 

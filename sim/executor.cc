@@ -359,7 +359,7 @@ class Executor {
     std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return slots_[a].rank < slots_[b].rank; });
     size_t total = 0;
     for (const auto& v : slot_spans_) total += v.size();
-    result_.spans.reserve(total);
+    if (opt_.keep_spans) result_.spans.reserve(total);
     const double n = static_cast<double>(slots_.size());
     for (uint32_t slot : order) {
       std::vector<SpanRecord>& spans = slot_spans_[slot];
@@ -416,7 +416,7 @@ class Executor {
       for (auto [a, b] : busy) busy_s += static_cast<double>(b - a) * 1e-12;
       result_.bubble_s += std::max(0.0, sim_.now().seconds() - busy_s - exposed_all) / n;
       for (size_t k = 0; k < kGroupKinds; ++k) result_.exposed_comm_by_kind[k] += exposed(comm[k]) / n;
-      result_.spans.insert(result_.spans.end(), spans.begin(), spans.end());
+      if (opt_.keep_spans) result_.spans.insert(result_.spans.end(), spans.begin(), spans.end());
       std::vector<SpanRecord>().swap(spans);
     }
   }

@@ -34,6 +34,7 @@ struct ExecOptions {
   bool flow = false;                   // flow-level network (contention) instead of analytic
   bool simulate_all_ranks = false;
   bool record_link_usage = true;
+  bool keep_spans = true;  // false: metrics only (ExecResult::spans left empty)
   // Called now and then with (ops done, ops in all) over the simulated ranks.
   std::function<void(uint64_t, uint64_t)> progress;
 };

@@ -120,6 +120,7 @@ int cmd_run(const std::vector<std::string>& args) {
   check_output_paths(s);
   opt.progress = true;
   opt.record_link_usage = !s.output_sqlite.empty() || !s.output_trace.empty();
+  opt.keep_spans = opt.record_link_usage;
   RunOutcome out = run_training(s, opt);
   write_outputs(out);
   std::cout << (json ? summary_json_line(out) + "\n" : summary_table(out));

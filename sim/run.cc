@@ -85,6 +85,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   collective_options(s, eo);
   eo.simulate_all_ranks = opt.simulate_all_ranks;
   eo.record_link_usage = opt.record_link_usage;
+  eo.keep_spans = opt.keep_spans;
   out.plan = build_training_plan(s);
   out.topology = std::make_unique<Topology>(s.cluster);
   std::unique_ptr<Progress> bar;

@@ -18,6 +18,7 @@ struct RunOptions {
   bool simulate_all_ranks = false;  // ignore the symmetry shortcut (for checks)
   bool progress = false;            // a progress bar on stderr for long runs
   bool record_link_usage = true;    // link utilization over time (for output.sqlite and reports)
+  bool keep_spans = true;           // the op-by-op timeline (false: metrics only)
 };
 
 struct RunOutcome {

@@ -394,6 +394,7 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
         sc.network_model = opt.refine;
         RunOptions ro;
         ro.record_link_usage = false;
+        ro.keep_spans = false;
         const RunOutcome out = run_training(sc, ro);
         for (const auto& [k, v] : out.metrics) {
           if (k == "iteration_time_s") c.simulated_s = v;

@@ -109,6 +109,7 @@ SweepPointResult run_sweep_point(const std::string& path, const std::vector<std:
     s.sweep.clear();
     RunOptions ro;
     ro.record_link_usage = false;
+    ro.keep_spans = false;
     r.metrics = s.inference ? run_serving(s).metrics : run_training(s, ro).metrics;
     r.status = "ok";
   } catch (const InputError& e) {
