@@ -2,10 +2,18 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 namespace clustersim {
+
+YNode::YNode() = default;
+YNode::~YNode() = default;
+YNode::YNode(const YNode&) = default;
+YNode::YNode(YNode&&) noexcept = default;
+YNode& YNode::operator=(const YNode&) = default;
+YNode& YNode::operator=(YNode&&) noexcept = default;
 
 const YNode* YNode::find(const std::string& key) const {
   for (const auto& [k, v] : map)
@@ -87,11 +95,17 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
 }
 
 YNode load_yaml_file(const std::string& path, const SourceMark& included_from) {
+  const SourceMark where = included_from.known() ? included_from : SourceMark{path, 0, 0};
+  // Only regular files, and not huge ones: a directory, a device (/dev/zero) or a FIFO
+  // would read as nothing or never end.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw InputError(where, "'" + path + "' is not a regular file, expected a YAML scenario file");
+  if (!ec && std::filesystem::is_regular_file(status) && std::filesystem::file_size(path, ec) > (64u << 20))
+    throw InputError(where, "'" + path + "' is larger than 64 MiB, expected a YAML scenario file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    SourceMark where = included_from.known() ? included_from : SourceMark{path, 0, 0};
-    throw InputError(where, "cannot read scenario file '" + path + "'");
-  }
+  if (!in) throw InputError(where, "cannot read scenario file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_yaml(ss.str(), path);

@@ -13,6 +13,15 @@ namespace clustersim {
 
 struct YNode {
   enum class Kind { Null, Scalar, Map, Seq };
+  // Special members defined where YNode is complete (yaml_tree.cc): a vector of pairs
+  // holding YNode must not be instantiated inside its own definition.
+  YNode();
+  ~YNode();
+  YNode(const YNode&);
+  YNode(YNode&&) noexcept;
+  YNode& operator=(const YNode&);
+  YNode& operator=(YNode&&) noexcept;
+
   Kind kind = Kind::Null;
   std::string scalar;
   std::vector<std::pair<std::string, YNode>> map;  // in document order

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -92,6 +93,10 @@ struct Arrival {
 
 std::vector<Arrival> load_trace(const Scenario& s) {
   const std::string p = scenario_relative_path(s, s.serving.trace);
+  std::error_code ec;
+  if (std::filesystem::exists(p, ec) && !std::filesystem::is_regular_file(p, ec))
+    throw InputError(s.mark("inference.arrivals.trace"),
+                     "trace '" + p + "' is not a regular file, expected a CSV file");
   std::ifstream in(p);
   if (!in) throw InputError(s.mark("inference.arrivals.trace"), "cannot open trace '" + p + "', expected a CSV file");
   std::vector<Arrival> out;

@@ -175,6 +175,45 @@ TEST(FlowNetwork, AgreesWithAnalyticWithinOnePercentWhenUncontended) {
   }
 }
 
+// Invariant: every byte a collective sends arrives. On the flow network, the bytes the
+// links carried over the whole collective equal each transfer's wire bytes times the
+// links on its route, summed over transfers and step repeats; and no link ever carried
+// more than its capacity.
+TEST(FlowNetwork, EveryByteSentIsCarriedAndNoLinkExceedsItsCapacity) {
+  NetworkProfile prof;
+  Topology topo(cluster("dgx-h100", 2));
+  const auto gpus = first_gpus(16);
+  const GroupLayout layout = layout_of(topo, gpus);
+  TransferPaths paths(topo, prof);
+  int checked = 0;
+  for (CollectiveKind op : {CollectiveKind::AllReduce, CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
+                            CollectiveKind::Broadcast, CollectiveKind::AllToAll})
+    for (Algorithm algo : kAlgorithms) {
+      if (!unsupported_reason(op, algo, layout).empty()) continue;
+      const Expansion e = expand_collective(CollectiveRequest{op, algo, Protocol::Simple, 64e6, 0}, layout, prof);
+      double expected = 0;
+      for (const CollectiveStep& st : e.steps)
+        for (const Transfer& t : st.transfers)
+          expected += static_cast<double>(st.repeat) * paths.wire_bytes(t.bytes, e) *
+                      static_cast<double>(paths.links(t, gpus).size());
+      FlowNetwork net(topo, prof);
+      net.start(e, gpus, SimTime::zero());
+      std::vector<uint64_t> done;
+      while (!net.idle()) net.advance(net.next_time(), done);
+      net.flush_usage();
+      double carried = 0;
+      for (const LinkUsage& u : net.usage()) {
+        carried += u.bytes;
+        const double seconds = static_cast<double>(u.end_ps - u.start_ps) * 1e-12;
+        EXPECT_LE(u.bytes, paths.capacity(u.link) * seconds * (1 + 1e-9) + 1e-3) << "link " << u.link;
+      }
+      EXPECT_NEAR(carried, expected, 1e-6 * expected) << to_string(op) << " " << to_string(algo);
+      EXPECT_EQ(done.size(), 1u);
+      ++checked;
+    }
+  EXPECT_GT(checked, 8);
+}
+
 // NCCL's crossover: on 16 DGX H100 a small all-reduce is faster on the tree (log-depth
 // latency), a large one is not slower on the ring (bandwidth over every NIC).
 TEST(Tuner, RingTreeCrossoverOnSixteenNodes) {

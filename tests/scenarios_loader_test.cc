@@ -303,6 +303,16 @@ TEST_F(LoaderTest, MissingIncludeInFlowListPointsAtTheEntry) {
   EXPECT_LOAD_ERROR(p, kNoSets, p + ":1:11", "does not exist");
 }
 
+// Found by fuzzing: an include of a device read forever, a directory read as nothing.
+TEST_F(LoaderTest, IncludeOfADeviceOrDirectoryIsAnError) {
+  const std::string p = write("main.yaml", "include: [/dev/zero]\nname: x\n");
+  EXPECT_LOAD_ERROR(p, kNoSets, p + ":1:11", "'/dev/zero' is not a regular file");
+  const std::string d = write("dir.yaml", "include: [" + path("") + "]\nname: x\n");
+  EXPECT_LOAD_ERROR(d, kNoSets, d + ":1:11", "is not a regular file");
+}
+
+TEST_F(LoaderTest, ScenarioThatIsNotARegularFile) { EXPECT_THROW(load_scenario("/dev/zero"), InputError); }
+
 TEST_F(LoaderTest, MissingScenarioFile) {
   const std::string p = path("does-not-exist.yaml");
   EXPECT_LOAD_ERROR(p, kNoSets, p, "cannot read scenario file");
