@@ -38,6 +38,6 @@ if [ "$fuzz" = 1 ]; then
   mkdir -p "$corpus/scenario" "$corpus/units"
   find scenarios/examples -name '*.yaml' -exec cp {} "$corpus/scenario/" \;
   for u in 64MiB 1GiB 2us 5ms 400Gbps 450GB/s 0.5us 1e3B; do printf '%s' "$u" > "$corpus/units/$(printf '%s' "$u" | tr '/' '_')"; done
-  (cd "$corpus" && "$root/build-fuzz/fuzz_scenario" -max_total_time=60 -timeout=10 -rss_limit_mb=2048 scenario)
-  (cd "$corpus" && "$root/build-fuzz/fuzz_units" -max_total_time=60 -timeout=10 units)
+  (cd "$corpus" && "$root/build-fuzz/fuzz_scenario" -max_total_time=60 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/" scenario)
+  (cd "$corpus" && "$root/build-fuzz/fuzz_units" -max_total_time=60 -timeout=10 -artifact_prefix="$root/build-fuzz/" units)
 fi

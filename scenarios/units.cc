@@ -115,6 +115,10 @@ bool parse_time(std::string_view text, double& seconds, std::string& why) {
         why = "time '" + std::string(trim(text)) + "' is negative";
         return false;
       }
+      if (!std::isfinite(v * u.f)) {
+        why = "time '" + std::string(trim(text)) + "' is out of range";
+        return false;
+      }
       seconds = v * u.f;
       return true;
     }
@@ -143,6 +147,10 @@ bool parse_bandwidth(std::string_view text, double& bytes_per_s, std::string& wh
   }
   if (v <= 0) {
     why = "bandwidth '" + std::string(trim(text)) + "' must be positive";
+    return false;
+  }
+  if (!std::isfinite(v * f * per)) {
+    why = "bandwidth '" + std::string(trim(text)) + "' is out of range";
     return false;
   }
   bytes_per_s = v * f * per;

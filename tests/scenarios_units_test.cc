@@ -69,3 +69,21 @@ TEST(Units, FormatSize) {
 
 }  // namespace
 }  // namespace clustersim
+
+namespace clustersim {
+namespace {
+
+// Found by fuzzing: a finite number times its unit could overflow to infinity.
+TEST(Units, ValuesThatOverflowWithTheirUnitAreRefused) {
+  std::string why;
+  double v = 0;
+  EXPECT_FALSE(parse_time("1.7e308min", v, why));
+  EXPECT_NE(why.find("out of range"), std::string::npos) << why;
+  EXPECT_FALSE(parse_bandwidth("1e308Gbps", v, why));
+  EXPECT_NE(why.find("out of range"), std::string::npos) << why;
+  EXPECT_FALSE(parse_bandwidth("1e308TB/s", v, why));
+  EXPECT_TRUE(parse_time("1.7e308s", v, why));  // large but finite is a value
+}
+
+}  // namespace
+}  // namespace clustersim
