@@ -22,6 +22,7 @@
 #include "reports/sqlite_writer.h"
 #include "reports/summary.h"
 #include "sim/run.h"
+#include "sim/serving.h"
 
 namespace clustersim {
 namespace {
@@ -217,6 +218,79 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   return 0;
 }
 
+namespace {
+
+// Serving: iteration Plans of representative batches — decodes at several batch sizes,
+// prefill chunks, a chunked-prefill mix — run on the GPU and costed by the engine's own
+// path (memoized attention-free plan on the executor + attention kernels).
+int validate_serving(const Scenario& s, const real::RealOptions& rop, bool json) {
+  if (s.parallel.tp * s.parallel.pp > real::device_count())
+    throw InputError(s.mark("parallel"), "a replica needs " + std::to_string(s.parallel.tp * s.parallel.pp) +
+                                             " GPUs, this machine has " + std::to_string(real::device_count()));
+  ServingShape shape;
+  shape.model = s.model;
+  shape.tp = s.parallel.tp;
+  shape.pp = s.parallel.pp;
+  shape.weight_dtype = s.serving.weight_dtype_set ? s.serving.weight_dtype : s.model.dtype;
+  shape.kv_dtype = s.serving.kv_dtype_set ? s.serving.kv_dtype : s.model.dtype;
+  struct Case {
+    std::string name;
+    IterationBatch batch;
+  };
+  std::vector<Case> cases;
+  for (int64_t b : {1, 16, 64, 256}) {
+    IterationBatch x;
+    x.tokens = x.emitting = b;
+    x.decode_context = b * 1024;
+    cases.push_back({"decode " + std::to_string(b) + " x 1k ctx", x});
+  }
+  for (int64_t c : {512, 2048}) {
+    IterationBatch x;
+    x.tokens = c;
+    x.emitting = 1;
+    x.prefill = {{c, 0}};
+    cases.push_back({"prefill " + std::to_string(c), x});
+  }
+  {
+    IterationBatch x;
+    x.tokens = 1024 + 64;
+    x.emitting = 1 + 64;
+    x.prefill = {{1024, 1024}};
+    x.decode_context = 64 * 2048;
+    cases.push_back({"chunk 1024 + 64 decodes", x});
+  }
+  std::string device;
+  std::vector<double> errs;
+  Metrics m;
+  if (!json) std::printf("%-26s %12s %12s %9s\n", "iteration", "real", "simulated", "error");
+  for (const Case& c : cases) {
+    const Plan plan = build_iteration_plan(shape, c.batch, true);
+    const real::RealResult rr = real::run_plan(plan, rop);
+    device = rr.device_name;
+    const double sim = serving_iteration_seconds(s, c.batch);
+    const double err = (sim - rr.median_iteration_s) / rr.median_iteration_s;
+    errs.push_back(std::fabs(err));
+    m.emplace_back(c.name + " real_s", rr.median_iteration_s);
+    m.emplace_back(c.name + " sim_s", sim);
+    if (!json)
+      std::printf("%-26s %10.3f ms %10.3f ms %+8.2f%%\n", c.name.c_str(), 1e3 * rr.median_iteration_s, 1e3 * sim,
+                  100 * err);
+  }
+  std::sort(errs.begin(), errs.end());
+  const double median = errs[errs.size() / 2], worst = errs.back();
+  m.emplace_back("median_abs_error", median);
+  m.emplace_back("max_abs_error", worst);
+  if (json) {
+    std::cout << summary_json({{"name", s.name}, {"device", device}, {"profile", s.calibration}}, m) << "\n";
+  } else {
+    std::printf("serving iterations on %s, profile %s: median |error| %.2f%%, worst %.2f%%\n", device.c_str(),
+                s.calibration.empty() ? "(defaults)" : s.calibration.c_str(), 100 * median, 100 * worst);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int cmd_validate(const std::vector<std::string>& args) {
   std::string path, profile;
   std::vector<std::string> sets;
@@ -244,6 +318,12 @@ int cmd_validate(const std::vector<std::string>& args) {
     throw std::runtime_error("validate runs the scenario on a GPU, and this machine has none");
   Scenario s = load_scenario(path, sets);
   if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
+  if (s.inference) {
+    real::RealOptions rop;
+    rop.iterations = iterations;
+    rop.warmup = warmup;
+    return validate_serving(s, rop, json);
+  }
   check_output_paths(s);
   // The simulator, every rank simulated so each real rank has its twin.
   RunOptions ro;
