@@ -15,14 +15,13 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-// Layers of virtual stage vs of n: an even split, the first (layers mod n) stages taking
-// one more when it does not divide (Llama 3 405B: 126 layers over 16 stages).
+}  // namespace
+
 std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int64_t vs) {
   const int64_t base = layers / n, extra = layers % n;
   return {vs * base + std::min(vs, extra), base + (vs < extra ? 1 : 0)};
 }
 
-}  // namespace
 
 TrainingLayout check_training_layout(const Scenario& s) {
   const ParallelConfig& p = s.parallel;
@@ -105,15 +104,9 @@ TrainingLayout check_training_layout(const Scenario& s) {
   return l;
 }
 
-namespace {
 
-// Strides of each parallel dimension from the placement order (innermost first). EP is
-// carved out of DP (Megatron), so it takes no dimension of its own here.
-struct Strides {
-  int64_t tp = 1, cp = 1, dp = 1, pp = 1;
-};
-Strides strides(const std::string& placement, const TrainingLayout& l) {
-  Strides out;
+PlacementStrides placement_strides(const std::string& placement, const TrainingLayout& l) {
+  PlacementStrides out;
   int64_t stride = 1;
   size_t start = 0;
   for (;;) {
@@ -128,6 +121,8 @@ Strides strides(const std::string& placement, const TrainingLayout& l) {
   }
   return out;
 }
+
+namespace {
 
 // Builds the program of one pipeline stage. Every rank of a stage runs it.
 class StageBuilder {
@@ -788,7 +783,7 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
   std::array<int32_t, kGroupKinds> none;
   none.fill(-1);
   plan.rank_groups.assign(static_cast<size_t>(world), none);
-  const Strides st = strides(s.parallel.placement, l);
+  const PlacementStrides st = placement_strides(s.parallel.placement, l);
   auto rank_of = [&](int64_t t, int64_t c, int64_t d, int64_t p) {
     return static_cast<int32_t>(t * st.tp + c * st.cp + d * st.dp + p * st.pp);
   };

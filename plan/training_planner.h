@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "plan/memory.h"
@@ -55,6 +56,18 @@ struct PlannerOptions {
 };
 
 TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt = {});
+
+// Rank strides of each parallel dimension from the placement order (innermost first);
+// rank r sits on GPU r. EP is carved out of DP (Megatron), so it has no stride of its own.
+struct PlacementStrides {
+  int64_t tp = 1, cp = 1, dp = 1, pp = 1;
+};
+PlacementStrides placement_strides(const std::string& placement, const TrainingLayout& l);
+
+// Layers of virtual stage vs of n: {first layer, layer count}; an even split, the first
+// (layers mod n) stages taking one more when it does not divide (Llama 3 405B: 126
+// layers over 16 stages).
+std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int64_t vs);
 
 // The layout the scenario asks for, checked (InputError at the offending key).
 TrainingLayout check_training_layout(const Scenario& s);

@@ -26,28 +26,6 @@ std::vector<int64_t> divisors(int64_t n) {
   return out;
 }
 
-// Rank strides of each dimension from the placement order (innermost first), as the
-// planner numbers ranks: rank r sits on GPU r.
-struct Strides {
-  int64_t tp = 1, cp = 1, dp = 1, pp = 1;
-};
-Strides strides_of(const std::string& placement, const TrainingLayout& l) {
-  Strides out;
-  int64_t stride = 1;
-  size_t start = 0;
-  for (;;) {
-    const size_t dash = placement.find('-', start);
-    const std::string name = placement.substr(start, dash == std::string::npos ? std::string::npos : dash - start);
-    if (name == "tp") out.tp = stride, stride *= l.tp;
-    if (name == "cp") out.cp = stride, stride *= l.cp;
-    if (name == "dp") out.dp = stride, stride *= l.dp;
-    if (name == "pp") out.pp = stride, stride *= l.pp;
-    if (dash == std::string::npos) break;
-    start = dash + 1;
-  }
-  return out;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -166,7 +144,7 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   for (const MemoryBreakdown& b : mem) e.memory_bytes = std::max(e.memory_bytes, b.total());
   const LayerTimes& lt = layer_times(l);
   const ModelConfig& m = s_.model;
-  const Strides st = strides_of(s_.parallel.placement, l);
+  const PlacementStrides st = placement_strides(s_.parallel.placement, l);
   const double bytes_per = dtype_bits(m.dtype) / 8.0;
 
   // The slowest stage's micro-batch: its layers (split as the planner splits them: the
@@ -177,8 +155,7 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   double mb = 0;
   for (int64_t st_i = 0; st_i < l.pp; ++st_i) {
     int64_t n = 0;
-    for (int64_t c = 0; c < l.virtual_stages; ++c)
-      n += m.layers / chunks + (c * l.pp + st_i < m.layers % chunks ? 1 : 0);
+    for (int64_t c = 0; c < l.virtual_stages; ++c) n += virtual_stage_layers(m.layers, chunks, c * l.pp + st_i).second;
     stage_layers = std::max(stage_layers, n);
     double t = static_cast<double>(n) * (lt.forward + lt.backward);
     if (st_i == 0) t += lt.first_extra;

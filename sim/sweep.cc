@@ -122,6 +122,17 @@ SweepPointResult run_sweep_point(const std::string& path, const std::vector<std:
   return r;
 }
 
+SweepPointResult reused_result(const SweepPoint& p, const SweepRow& row) {
+  SweepPointResult r;
+  r.index = p.index;
+  r.settings = p.settings;
+  r.status = row.status;
+  r.reason = row.reason;
+  r.metrics = parse_metrics_json(row.metrics_json);
+  r.reused = true;
+  return r;
+}
+
 SweepRow sweep_row(const SweepReport& rep, const SweepPointResult& r) {
   SweepRow row;
   row.sweep = rep.name;
@@ -163,13 +174,7 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
   for (size_t i = 0; i < todo.size(); ++i) {
     SweepRow row;
     if (store && store->find(rep.fingerprint, todo[i]->settings, row) && row.status != "error") {
-      SweepPointResult& r = rep.results[i];
-      r.index = todo[i]->index;
-      r.settings = todo[i]->settings;
-      r.status = row.status;
-      r.reason = row.reason;
-      r.metrics = parse_metrics_json(row.metrics_json);
-      r.reused = true;
+      rep.results[i] = reused_result(*todo[i], row);
     } else {
       run.push_back(i);
     }

@@ -64,6 +64,8 @@ SweepPointResult run_sweep_point(const std::string& path, const std::vector<std:
 // Throws InputError when the scenario itself is bad or has no sweep block.
 SweepReport run_sweep(const std::string& path, const SweepOptions& opt);
 
+// A result read back from the database (reused, not run again).
+SweepPointResult reused_result(const SweepPoint& p, const SweepRow& row);
 // The database row of a result.
 SweepRow sweep_row(const SweepReport& rep, const SweepPointResult& r);
 

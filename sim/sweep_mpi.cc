@@ -108,14 +108,7 @@ int sweep_mpi(const std::string& path, SweepOptions opt, bool json) {
       for (const SweepPoint& p : points) {
         SweepRow row;
         if (store && store->find(fingerprint, p.settings, row) && row.status != "error") {
-          SweepPointResult r;
-          r.index = p.index;
-          r.settings = p.settings;
-          r.status = row.status;
-          r.reason = row.reason;
-          r.metrics = parse_metrics_json(row.metrics_json);
-          r.reused = true;
-          reused.push_back(std::move(r));
+          reused.push_back(reused_result(p, row));
         } else {
           todo.push_back(p.index);
         }
