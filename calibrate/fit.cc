@@ -1,8 +1,11 @@
 #include "calibrate/fit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
+
+#include "cost_models/protocol.h"
 
 namespace clustersim {
 
@@ -48,6 +51,24 @@ std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& 
     }
     f.rms_rel_residual = std::sqrt(r2 / static_cast<double>(pts.size()));
     out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<HeldOutError> leave_one_size_out(const std::vector<CollectiveSample>& samples) {
+  std::map<std::tuple<std::string, std::string, std::string, int>, std::vector<CollectiveSample>> groups;
+  for (const CollectiveSample& s : samples)
+    if (s.seconds > 0) groups[{s.op, s.algo, s.proto, s.ranks}].push_back(s);
+  std::vector<HeldOutError> out;
+  for (auto& [key, pts] : groups) {
+    std::sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return a.bytes < b.bytes; });
+    for (size_t i = 1; i + 1 < pts.size(); ++i) {
+      CollectiveFitRow row;
+      for (size_t j = 0; j < pts.size(); ++j)
+        if (j != i) row.points.emplace_back(pts[j].bytes, pts[j].seconds);
+      const double t = row.seconds(pts[i].bytes);
+      out.push_back({pts[i], t, (t - pts[i].seconds) / pts[i].seconds});
+    }
   }
   return out;
 }

@@ -26,4 +26,13 @@ struct CollectiveFit {
 
 std::vector<CollectiveFit> fit_collectives(const std::vector<CollectiveSample>& samples);
 
+// Held-out error of the profile's interpolation (CollectiveFitRow::seconds): each
+// interior size of each series predicted from its series with that size left out,
+// (predicted - measured) / measured. Sizes at either end are not interior and are skipped.
+struct HeldOutError {
+  CollectiveSample sample;
+  double predicted_s = 0, error = 0;
+};
+std::vector<HeldOutError> leave_one_size_out(const std::vector<CollectiveSample>& samples);
+
 }  // namespace clustersim

@@ -92,9 +92,8 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
 }
 
 // [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual] rows.
-std::shared_ptr<const std::vector<CollectiveFitRow>> read_collective_table(const YNode& table, const std::string& key) {
+void read_collective_table(const YNode& table, const std::string& key, std::vector<CollectiveFitRow>* rows) {
   if (table.kind != YNode::Kind::Seq) throw InputError(table.mark, key + " must be a list of rows");
-  auto rows = std::make_shared<std::vector<CollectiveFitRow>>();
   for (const YNode& row : table.seq) {
     if (row.kind != YNode::Kind::Seq || row.seq.size() != 7)
       throw InputError(row.mark,
@@ -109,7 +108,35 @@ std::shared_ptr<const std::vector<CollectiveFitRow>> read_collective_table(const
     number(row.seq[6], key, 0, 1e6);
     rows->push_back(f);
   }
-  return rows;
+}
+
+// [op, algo, proto, ranks, bytes, seconds] rows: the measured sizes of each series, which
+// join the series' table row (or make one).
+void read_collective_points(const YNode& table, const std::string& key, std::vector<CollectiveFitRow>* rows) {
+  if (table.kind != YNode::Kind::Seq) throw InputError(table.mark, key + " must be a list of rows");
+  for (const YNode& row : table.seq) {
+    if (row.kind != YNode::Kind::Seq || row.seq.size() != 6)
+      throw InputError(row.mark, key + ": each row must be [op, algo, proto, ranks, bytes, seconds]");
+    const int ranks = static_cast<int>(number(row.seq[3], key, 2, 1 << 20));
+    const double b = number(row.seq[4], key, 1, 1e15);
+    const double t = number(row.seq[5], key, 1e-9, 1e6);
+    auto it = std::find_if(rows->begin(), rows->end(), [&](const CollectiveFitRow& f) {
+      return f.op == row.seq[0].scalar && f.algo == row.seq[1].scalar && f.proto == row.seq[2].scalar &&
+             f.ranks == ranks;
+    });
+    if (it == rows->end()) {
+      CollectiveFitRow f;
+      f.op = row.seq[0].scalar;
+      f.algo = row.seq[1].scalar;
+      f.proto = row.seq[2].scalar;
+      f.ranks = ranks;
+      rows->push_back(f);
+      it = rows->end() - 1;
+    }
+    if (!it->points.empty() && b <= it->points.back().first)
+      throw InputError(row.seq[4].mark, key + ": sizes of a series must ascend");
+    it->points.emplace_back(b, t);
+  }
 }
 
 int protocol_index(const std::string& p) { return p == "LL" ? 0 : p == "LL128" ? 1 : 2; }
@@ -126,77 +153,84 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
   p.path = path;
   if (root.kind == YNode::Kind::Null) return p;
   auto tables = std::make_shared<MeasuredTables>();
-  members(
-      root, "profile", {"gpu", "date", "command", "driver", "cuda", "nccl", "compute", "network", "measurements"},
-      [&](const std::string& k, const YNode& v, const std::string& key) {
-        if (k == "gpu" && v.kind == YNode::Kind::Scalar) p.gpu = v.scalar;
-        if (k == "compute") {
-          members(v, key,
-                  {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead", "gemm_table",
-                   "attention_table", "memory_table"},
-                  [&](const std::string& c, const YNode& cv, const std::string& ck) {
-                    if (c == "launch_overhead")
-                      p.compute.launch_overhead_s = seconds(cv, ck);
-                    else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
-                      read_table(c, cv, ck, tables);
-                    else {
-                      const double e = number(cv, ck, 1e-6, 1.0);
-                      if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
-                      if (c == "attention_efficiency") p.compute.attention_efficiency = e;
-                      if (c == "memory_efficiency") p.compute.memory_efficiency = e;
-                    }
-                  });
-        }
-        if (k == "network") {
-          NetworkProfile& n = p.network;
-          members(
-              v, key,
-              {"link_efficiency", "nvls_efficiency", "protocols", "base_latency", "hop_latency", "collective_table"},
-              [&](const std::string& nk, const YNode& nv, const std::string& nkey) {
-                if (nk == "nvls_efficiency") n.nvls_efficiency = number(nv, nkey, 1e-6, 1.0);
-                if (nk == "collective_table") n.collective_fits = read_collective_table(nv, nkey);
-                if (nk == "link_efficiency")
-                  members(nv, nkey, {"nvlink", "pcie", "network"},
-                          [&](const std::string& c, const YNode& x, const std::string& xk) {
-                            n.link_efficiency[static_cast<size_t>(class_index(c))] = number(x, xk, 1e-6, 1.0);
-                          });
-                if (nk == "protocols")
-                  members(nv, nkey, {"LL", "LL128", "Simple"},
-                          [&](const std::string& pr, const YNode& x, const std::string& xk) {
-                            members(x, xk, {"bandwidth_efficiency", "chunk"},
-                                    [&](const std::string& f, const YNode& y, const std::string& yk) {
-                                      ProtocolParams& pp = n.protocols[static_cast<size_t>(protocol_index(pr))];
-                                      if (f == "chunk")
-                                        pp.chunk_bytes = bytes(y, yk);
-                                      else
-                                        pp.bandwidth_efficiency = number(y, yk, 1e-6, 1.0);
-                                    });
-                          });
-                if (nk == "base_latency")
-                  members(nv, nkey, {"ring", "tree", "nvls"},
-                          [&](const std::string& fam, const YNode& x, const std::string& xk) {
-                            members(x, xk, {"LL", "LL128", "Simple"},
-                                    [&](const std::string& pr, const YNode& y, const std::string& yk) {
-                                      n.base_latency[static_cast<size_t>(family_index(fam))]
-                                                    [static_cast<size_t>(protocol_index(pr))] = seconds(y, yk);
-                                    });
-                          });
-                if (nk == "hop_latency")
-                  members(nv, nkey, {"nvlink", "pcie", "network"},
-                          [&](const std::string& c, const YNode& x, const std::string& xk) {
-                            members(x, xk, {"ring", "tree"},
-                                    [&](const std::string& fam, const YNode& y, const std::string& yk) {
-                                      members(y, yk, {"LL", "LL128", "Simple"},
+  std::vector<CollectiveFitRow> fits;
+  const YNode* points = nullptr;
+  std::string points_key;
+  members(root, "profile", {"gpu", "date", "command", "driver", "cuda", "nccl", "compute", "network", "measurements"},
+          [&](const std::string& k, const YNode& v, const std::string& key) {
+            if (k == "gpu" && v.kind == YNode::Kind::Scalar) p.gpu = v.scalar;
+            if (k == "compute") {
+              members(v, key,
+                      {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead", "gemm_table",
+                       "attention_table", "memory_table"},
+                      [&](const std::string& c, const YNode& cv, const std::string& ck) {
+                        if (c == "launch_overhead")
+                          p.compute.launch_overhead_s = seconds(cv, ck);
+                        else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
+                          read_table(c, cv, ck, tables);
+                        else {
+                          const double e = number(cv, ck, 1e-6, 1.0);
+                          if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
+                          if (c == "attention_efficiency") p.compute.attention_efficiency = e;
+                          if (c == "memory_efficiency") p.compute.memory_efficiency = e;
+                        }
+                      });
+            }
+            if (k == "network") {
+              NetworkProfile& n = p.network;
+              members(v, key,
+                      {"link_efficiency", "nvls_efficiency", "protocols", "base_latency", "hop_latency",
+                       "collective_table", "collective_points"},
+                      [&](const std::string& nk, const YNode& nv, const std::string& nkey) {
+                        if (nk == "nvls_efficiency") n.nvls_efficiency = number(nv, nkey, 1e-6, 1.0);
+                        if (nk == "collective_table") read_collective_table(nv, nkey, &fits);
+                        if (nk == "collective_points") points = &nv, points_key = nkey;
+                        if (nk == "link_efficiency")
+                          members(nv, nkey, {"nvlink", "pcie", "network"},
+                                  [&](const std::string& c, const YNode& x, const std::string& xk) {
+                                    n.link_efficiency[static_cast<size_t>(class_index(c))] = number(x, xk, 1e-6, 1.0);
+                                  });
+                        if (nk == "protocols")
+                          members(nv, nkey, {"LL", "LL128", "Simple"},
+                                  [&](const std::string& pr, const YNode& x, const std::string& xk) {
+                                    members(x, xk, {"bandwidth_efficiency", "chunk"},
+                                            [&](const std::string& f, const YNode& y, const std::string& yk) {
+                                              ProtocolParams& pp = n.protocols[static_cast<size_t>(protocol_index(pr))];
+                                              if (f == "chunk")
+                                                pp.chunk_bytes = bytes(y, yk);
+                                              else
+                                                pp.bandwidth_efficiency = number(y, yk, 1e-6, 1.0);
+                                            });
+                                  });
+                        if (nk == "base_latency")
+                          members(nv, nkey, {"ring", "tree", "nvls"},
+                                  [&](const std::string& fam, const YNode& x, const std::string& xk) {
+                                    members(x, xk, {"LL", "LL128", "Simple"},
+                                            [&](const std::string& pr, const YNode& y, const std::string& yk) {
+                                              n.base_latency[static_cast<size_t>(family_index(fam))]
+                                                            [static_cast<size_t>(protocol_index(pr))] = seconds(y, yk);
+                                            });
+                                  });
+                        if (nk == "hop_latency")
+                          members(nv, nkey, {"nvlink", "pcie", "network"},
+                                  [&](const std::string& c, const YNode& x, const std::string& xk) {
+                                    members(
+                                        x, xk, {"ring", "tree"},
+                                        [&](const std::string& fam, const YNode& y, const std::string& yk) {
+                                          members(
+                                              y, yk, {"LL", "LL128", "Simple"},
                                               [&](const std::string& pr, const YNode& z, const std::string& zk) {
                                                 n.hop_latency[static_cast<size_t>(class_index(c))][static_cast<size_t>(
                                                     family_index(fam))][static_cast<size_t>(protocol_index(pr))] =
                                                     seconds(z, zk);
                                               });
-                                    });
-                          });
-              });
-        }
-      });
+                                        });
+                                  });
+                      });
+            }
+          });
+  if (points) read_collective_points(*points, points_key, &fits);
+  if (!fits.empty()) p.network.collective_fits = std::make_shared<const std::vector<CollectiveFitRow>>(std::move(fits));
   if (!tables->gemm.empty() || !tables->attention.empty() || !tables->memory.empty()) {
     std::sort(tables->memory.begin(), tables->memory.end(),
               [](const MemoryPoint& a, const MemoryPoint& b) { return a.bytes < b.bytes; });

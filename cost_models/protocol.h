@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "topology/topology.h"
@@ -33,9 +34,16 @@ struct ProtocolParams {
 // A fitted collective from a calibration profile: t = alpha + beta·bytes for one
 // (operation, NCCL algorithm, protocol, group size), measured inside one node.
 struct CollectiveFitRow {
-  std::string op, algo, proto;  // "all-reduce", "ring" / "tree" / "p2p", "LL" / "LL128" / "Simple"
+  std::string op, algo, proto;  // "all-reduce", "ring" / "tree" / "direct" / "p2p" / "nccl", "LL" / … / "auto"
   int ranks = 2;
-  double alpha_s = 0, beta_s_per_byte = 0;
+  double alpha_s = 0, beta_s_per_byte = 0;  // least-squares line over every measured size
+  // Measured (bytes, seconds), ascending bytes. When present, a time is interpolated
+  // linearly in bytes between the two measured sizes around it — a line through each
+  // pair, so α and β per segment — and extended beyond the last by its last segment;
+  // below the smallest size, the smallest size's time (latency-bound).
+  std::vector<std::pair<double, double>> points;
+
+  double seconds(double bytes) const;
 };
 
 struct NetworkProfile {

@@ -12,13 +12,45 @@ GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus) {
   return l;
 }
 
+namespace {
+
+const CollectiveFitRow* find_fit(const NetworkProfile& profile, std::string_view op, std::string_view algo,
+                                 std::string_view proto, const GroupLayout& layout) {
+  if (!profile.collective_fits || layout.nodes() != 1) return nullptr;
+  for (const CollectiveFitRow& f : *profile.collective_fits)
+    if (f.ranks == layout.ranks() && f.op == op && f.algo == algo && f.proto == proto) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
 double measured_collective_seconds(const NetworkProfile& profile, CollectiveKind op, Algorithm algo, Protocol proto,
                                    const GroupLayout& layout, double bytes) {
-  if (!profile.collective_fits || layout.nodes() != 1) return -1;
-  for (const CollectiveFitRow& f : *profile.collective_fits)
-    if (f.ranks == layout.ranks() && f.op == to_string(op) && f.algo == to_string(algo) && f.proto == to_string(proto))
-      return f.alpha_s + f.beta_s_per_byte * bytes;
-  return -1;
+  const CollectiveFitRow* f = find_fit(profile, to_string(op), to_string(algo), to_string(proto), layout);
+  return f ? f->seconds(bytes) : -1;
+}
+
+double measured_series_seconds(const NetworkProfile& profile, std::string_view op, std::string_view algo,
+                               std::string_view proto, const GroupLayout& layout, double bytes) {
+  const CollectiveFitRow* f = find_fit(profile, op, algo, proto, layout);
+  return f ? f->seconds(bytes) : -1;
+}
+
+double measured_auto_seconds(const NetworkProfile& profile, CollectiveKind op, const GroupLayout& layout,
+                             double bytes) {
+  const CollectiveFitRow* f = find_fit(profile, to_string(op), "nccl", "auto", layout);
+  return f ? f->seconds(bytes) : -1;
+}
+
+double measured_p2p_seconds(const NetworkProfile& profile, const GroupLayout& layout, double bytes) {
+  if (const CollectiveFitRow* f = find_fit(profile, "send-recv", "p2p", "auto", layout)) return f->seconds(bytes);
+  double best = -1;
+  for (std::string_view p : {"LL", "LL128", "Simple"})
+    if (const CollectiveFitRow* f = find_fit(profile, "send-recv", "p2p", p, layout)) {
+      const double t = f->seconds(bytes);
+      if (best < 0 || t < best) best = t;
+    }
+  return best;
 }
 
 CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupLayout& layout,
@@ -48,11 +80,18 @@ CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupL
     }
     for (Protocol p : protos) {
       double t = measured_collective_seconds(profile, op, a, p, layout, bytes);
-      if (t < 0) t = net.run(expand_collective(CollectiveRequest{op, a, p, bytes, 0}, layout, profile), gpus).seconds;
-      if (t < best.predicted_s) best = CollectiveChoice{a, p, t};  // ties keep the earlier (ring, Simple last)
+      const bool measured = t >= 0;
+      if (!measured)
+        t = net.run(expand_collective(CollectiveRequest{op, a, p, bytes, 0}, layout, profile), gpus).seconds;
+      if (t < best.predicted_s)
+        best = CollectiveChoice{a, p, t, measured};  // ties keep the earlier (ring, Simple last)
     }
   }
   if (best.predicted_s == std::numeric_limits<double>::infinity()) throw std::invalid_argument(why);
+  if (!algo && !proto) {
+    const double t = measured_auto_seconds(profile, op, layout, bytes);
+    if (t >= 0) best.predicted_s = t, best.measured = true;
+  }
   return best;
 }
 

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "cost_models/collective.h"
 #include "cost_models/network.h"
@@ -17,6 +18,7 @@ struct CollectiveChoice {
   Algorithm algo = Algorithm::Ring;
   Protocol proto = Protocol::Simple;
   double predicted_s = 0;
+  bool measured = false;  // predicted_s is a calibration profile's measurement, not the model's
 };
 
 GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus);
@@ -26,9 +28,20 @@ GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus);
 // otherwise -1.
 double measured_collective_seconds(const NetworkProfile& profile, CollectiveKind op, Algorithm algo, Protocol proto,
                                    const GroupLayout& layout, double bytes);
+// A measured series by its names as the profile spells them ("send-recv", "p2p", "LL").
+double measured_series_seconds(const NetworkProfile& profile, std::string_view op, std::string_view algo,
+                               std::string_view proto, const GroupLayout& layout, double bytes);
+// The same for NCCL's own choice of algorithm and protocol (the "nccl" / "auto" series),
+// which is what a run that leaves both to NCCL gets; -1 when the profile has none.
+double measured_auto_seconds(const NetworkProfile& profile, CollectiveKind op, const GroupLayout& layout, double bytes);
+// A send/recv between two GPUs of one node: NCCL's own protocol choice when measured,
+// else the fastest measured protocol; -1 when the profile has none.
+double measured_p2p_seconds(const NetworkProfile& profile, const GroupLayout& layout, double bytes);
 
-// Throws std::invalid_argument when no candidate can run the operation on this group
-// (e.g. a fixed algorithm the group does not support).
+// With neither algorithm nor protocol fixed and a measured "nccl" / "auto" series for the
+// group, predicted_s is that measurement (the labels stay the model's pick). Throws
+// std::invalid_argument when no candidate can run the operation on this group (e.g. a
+// fixed algorithm the group does not support).
 CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupLayout& layout,
                                    std::span<const int32_t> gpus, AnalyticNetwork& net, const NetworkProfile& profile,
                                    std::optional<Algorithm> algo, std::optional<Protocol> proto);

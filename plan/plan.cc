@@ -1,7 +1,9 @@
 #include "plan/plan.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace clustersim {
 
@@ -186,6 +188,43 @@ size_t Plan::total_ops() const {
   size_t n = 0;
   for (const auto& p : programs) n += p.ops.size();
   return n;
+}
+
+int32_t p2p_peer(const Plan& plan, int32_t rank, const Op& op) {
+  const int32_t group = plan.group_of(rank, op.group);
+  if (group < 0 || op.peer < 0) return -1;
+  const auto& members = plan.groups[static_cast<size_t>(group)].ranks;
+  size_t index = static_cast<size_t>(op.peer);
+  if (op.relative_peer) {
+    const auto self = std::find(members.begin(), members.end(), rank);
+    if (self == members.end()) return -1;
+    index = (static_cast<size_t>(self - members.begin()) + index) % members.size();
+  }
+  return index < members.size() ? members[index] : -1;
+}
+
+std::vector<P2pMatch> match_p2p(const Plan& plan) {
+  // (source, destination, phase) -> ops in order, one list per side.
+  std::map<std::tuple<int32_t, int32_t, int>,
+           std::pair<std::vector<std::pair<int32_t, uint32_t>>, std::vector<std::pair<int32_t, uint32_t>>>>
+      sides;
+  for (int32_t r = 0; r < plan.world_size; ++r) {
+    const Program& prog = plan.programs[plan.rank_program[static_cast<size_t>(r)]];
+    for (uint32_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      if (op.kind != OpKind::Send && op.kind != OpKind::Recv) continue;
+      const int32_t peer = p2p_peer(plan, r, op);
+      if (peer < 0) continue;
+      const bool send = op.kind == OpKind::Send;
+      auto& side = sides[{send ? r : peer, send ? peer : r, static_cast<int>(op.phase)}];
+      (send ? side.first : side.second).emplace_back(r, i);
+    }
+  }
+  std::vector<P2pMatch> out;
+  for (const auto& [key, side] : sides)
+    for (size_t k = 0; k < std::min(side.first.size(), side.second.size()); ++k)
+      out.push_back({side.first[k].first, side.first[k].second, side.second[k].first, side.second[k].second});
+  return out;
 }
 
 double gemm_flops(const Op& op) {

@@ -108,6 +108,21 @@ struct Plan {
   size_t total_ops() const;  // sum of program sizes (not ranks x ops)
 };
 
+// The global rank a Send/Recv talks to: its group resolved for `rank`, a relative peer
+// applied to the rank's own group position; -1 when there is no such group or position.
+int32_t p2p_peer(const Plan& plan, int32_t rank, const Op& op);
+
+// Sends and receives paired as they meet: the k-th send a -> b of a phase with the k-th
+// receive on b from a of that phase, each rank's ops in program order. Unmatched ops
+// are left out.
+struct P2pMatch {
+  int32_t send_rank = 0;
+  uint32_t send_op = 0;
+  int32_t recv_rank = 0;
+  uint32_t recv_op = 0;
+};
+std::vector<P2pMatch> match_p2p(const Plan& plan);
+
 double gemm_flops(const Op& op);
 double attention_flops(const Op& op);  // forward FLOPs, causal halves the score work
 

@@ -95,58 +95,81 @@ std::vector<CollectiveMeasurement> run_collective_bench(const CollectiveBenchOpt
   std::vector<int> sizes;
   for (int g = 2; g <= gpus; g *= 2) sizes.push_back(g);
   if (sizes.back() != gpus) sizes.push_back(gpus);
-  const std::vector<std::string> ops = {"all-reduce", "all-gather", "reduce-scatter",
-                                        "broadcast",  "reduce",     "all-to-all"};
-  const std::vector<std::pair<std::string, std::string>> algos = {{"ring", "Ring"}, {"tree", "Tree"}};
+  // What NCCL can run: ring for every collective; tree for all-reduce only (NCCL refuses
+  // NCCL_ALGO=Tree for the others); all-to-all is grouped send/recv, so only the protocol
+  // varies; and each operation once more with NCCL's own choice of both.
+  struct Series {
+    std::string algo, algo_env, proto, proto_env;  // an empty env: left to NCCL
+    std::vector<std::string> ops;
+    std::vector<int> groups;
+  };
   const std::vector<std::string> protos = {"LL", "LL128", "Simple"};
+  const std::vector<std::string> all_ops = {"all-reduce", "all-gather", "reduce-scatter",
+                                            "broadcast",  "reduce",     "all-to-all"};
+  std::vector<Series> series;
+  if (opt.collectives) {
+    for (const std::string& p : protos) {
+      series.push_back(
+          {"ring", "Ring", p, p, {"all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce"}, sizes});
+      series.push_back({"tree", "Tree", p, p, {"all-reduce"}, sizes});
+      series.push_back({"direct", "", p, p, {"all-to-all"}, sizes});
+    }
+    series.push_back({"nccl", "", "auto", "", all_ops, sizes});
+  }
+  if (opt.p2p) {
+    for (const std::string& p : protos) series.push_back({"p2p", "", p, p, {"send-recv"}, {2}});
+    series.push_back({"p2p", "", "auto", "", {"send-recv"}, {2}});
+  }
   std::vector<int64_t> bytes;
-  for (int64_t b = opt.min_bytes; b <= opt.max_bytes; b *= 4) bytes.push_back(b);
-  const int total =
-      static_cast<int>((opt.collectives ? sizes.size() * ops.size() * algos.size() * protos.size() : 0) * bytes.size() +
-                       (opt.p2p ? protos.size() * bytes.size() : 0));
+  for (int64_t b = opt.min_bytes; b <= opt.max_bytes; b *= 2) bytes.push_back(b);
+  int total = 0;
+  for (const Series& s : series) total += static_cast<int>(s.ops.size() * s.groups.size() * bytes.size());
   int done = 0;
+  // Small messages take microseconds and vary with launch timing: four times the samples.
+  constexpr int64_t kSmall = int64_t{16} << 20;
   std::vector<CollectiveMeasurement> out;
-  // Buffers on every GPU, big enough for the largest size.
+  // Buffers on every GPU, big enough for the largest size (all-gather's and all-to-all's
+  // `bytes` are the whole output).
   std::vector<void*> send(static_cast<size_t>(gpus)), recv(static_cast<size_t>(gpus));
   std::vector<cudaStream_t> streams(static_cast<size_t>(gpus));
   for (int d = 0; d < gpus; ++d) {
     CS_CUDA(cudaSetDevice(d));
     CS_CUDA(cudaMalloc(&send[static_cast<size_t>(d)], static_cast<size_t>(opt.max_bytes)));
-    CS_CUDA(cudaMalloc(&recv[static_cast<size_t>(d)], static_cast<size_t>(opt.max_bytes) * static_cast<size_t>(gpus)));
+    CS_CUDA(cudaMalloc(&recv[static_cast<size_t>(d)], static_cast<size_t>(opt.max_bytes)));
     CS_CUDA(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(d)], cudaStreamNonBlocking));
   }
-  auto run = [&](const std::string& algo_env, const std::string& algo, const std::string& proto, int g,
-                 const std::vector<std::string>& which) {
-    // NCCL reads NCCL_ALGO / NCCL_PROTO when a communicator is created.
-    setenv("NCCL_ALGO", algo_env.c_str(), 1);
-    setenv("NCCL_PROTO", proto.c_str(), 1);
-    std::vector<ncclComm_t> comms(static_cast<size_t>(g));
-    std::vector<int> devs(static_cast<size_t>(g));
-    for (int i = 0; i < g; ++i) devs[static_cast<size_t>(i)] = i;
-    CS_NCCL(ncclCommInitAll(comms.data(), g, devs.data()));
-    for (const std::string& op : which)
-      for (int64_t b : bytes) {
-        const std::string key =
-            "coll " + op + " " + algo + " " + proto + " " + std::to_string(g) + " " + std::to_string(b);
-        double t = 0;
-        if (!(opt.cached && opt.cached(key, t))) {
-          t = time_group(std::vector<ncclComm_t>(comms.begin(), comms.end()),
-                         std::vector<cudaStream_t>(streams.begin(), streams.begin() + g),
-                         std::vector<void*>(send.begin(), send.begin() + g),
-                         std::vector<void*>(recv.begin(), recv.begin() + g), op, b, opt.warmup, opt.reps);
-          if (opt.record) opt.record(key, t);
-        }
-        out.push_back({op, algo, proto, g, b, t});
-        if (opt.progress) opt.progress(++done, total, key);
-      }
-    for (auto c : comms) ncclCommDestroy(c);
+  auto set_env = [](const char* name, const std::string& value) {
+    if (value.empty())
+      unsetenv(name);
+    else
+      setenv(name, value.c_str(), 1);
   };
-  if (opt.collectives)
-    for (const auto& [algo, env] : algos)
-      for (const std::string& proto : protos)
-        for (int g : sizes) run(env, algo, proto, g, ops);
-  if (opt.p2p)
-    for (const std::string& proto : protos) run("Ring", "p2p", proto, 2, {"send-recv"});
+  for (const Series& s : series)
+    for (int g : s.groups) {
+      // NCCL reads NCCL_ALGO / NCCL_PROTO when a communicator is created.
+      set_env("NCCL_ALGO", s.algo_env);
+      set_env("NCCL_PROTO", s.proto_env);
+      std::vector<ncclComm_t> comms(static_cast<size_t>(g));
+      std::vector<int> devs(static_cast<size_t>(g));
+      for (int i = 0; i < g; ++i) devs[static_cast<size_t>(i)] = i;
+      CS_NCCL(ncclCommInitAll(comms.data(), g, devs.data()));
+      for (const std::string& op : s.ops)
+        for (int64_t b : bytes) {
+          const std::string key =
+              "coll " + op + " " + s.algo + " " + s.proto + " " + std::to_string(g) + " " + std::to_string(b);
+          double t = 0;
+          if (!(opt.cached && opt.cached(key, t))) {
+            t = time_group(comms, std::vector<cudaStream_t>(streams.begin(), streams.begin() + g),
+                           std::vector<void*>(send.begin(), send.begin() + g),
+                           std::vector<void*>(recv.begin(), recv.begin() + g), op, b, opt.warmup,
+                           b < kSmall ? opt.reps * 4 : opt.reps);
+            if (opt.record) opt.record(key, t);
+          }
+          out.push_back({op, s.algo, s.proto, g, b, t});
+          if (opt.progress) opt.progress(++done, total, key);
+        }
+      for (auto c : comms) ncclCommDestroy(c);
+    }
   unsetenv("NCCL_ALGO");
   unsetenv("NCCL_PROTO");
   for (int d = 0; d < gpus; ++d) {

@@ -1,7 +1,9 @@
 // The collectives and p2p calibration suites: NCCL collectives timed on 2..N local GPUs
 // (one thread per GPU), for each operation × algorithm (NCCL_ALGO) × protocol
-// (NCCL_PROTO) × group size × message size, and send/recv between two GPUs. NVLink
-// multicast is never turned on here (NCCL_NVLS_ENABLE is left as the machine sets it).
+// (NCCL_PROTO) that NCCL can run × group size × message size (doubling), each operation
+// also with NCCL's own choice (algo "nccl", proto "auto"), and send/recv between two GPUs.
+// All-to-all is grouped send/recv, so it has no algorithm ("direct"). NVLink multicast is
+// never turned on here (NCCL_NVLS_ENABLE is left as the machine sets it).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +14,7 @@
 namespace clustersim::real {
 
 struct CollectiveMeasurement {
-  std::string op, algo, proto;  // "all-reduce" …; "ring" / "tree" / "p2p"; "LL" / "LL128" / "Simple"
+  std::string op, algo, proto;  // "all-reduce" …; "ring" / "tree" / "direct" / "p2p" / "nccl"; "LL" / … / "auto"
   int ranks = 2;
   int64_t bytes = 0;
   double seconds = 0;  // slowest rank, median of the samples
@@ -20,7 +22,7 @@ struct CollectiveMeasurement {
 
 struct CollectiveBenchOptions {
   bool collectives = true, p2p = true;
-  int64_t min_bytes = 1024, max_bytes = int64_t{1} << 30;  // ×4 steps
+  int64_t min_bytes = 1024, max_bytes = int64_t{8} << 30;  // ×2 steps
   int warmup = 3, reps = 5;
   std::function<void(int, int, const std::string&)> progress;
   std::function<bool(const std::string& key, double& seconds)> cached;

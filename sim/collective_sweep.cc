@@ -31,11 +31,17 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
     CollectiveRow row;
     row.bytes = b;
     std::vector<Expansion> exps;
+    std::vector<double> measured;  // per group: a calibration profile's time, or -1
     for (const auto& g : groups) {
       if (cfg.kind == SweepOp::SendRecv) {
         const Protocol p = cfg.protocol.value_or(Protocol::Simple);
         exps.push_back(expand_sendrecv(cfg.gpus, bytes, p, cfg.profile));
         row.proto = p;
+        const GroupLayout layout = layout_of(topo, g);
+        measured.push_back(cfg.gpus != 2 ? -1
+                           : cfg.protocol
+                               ? measured_series_seconds(cfg.profile, "send-recv", "p2p", to_string(p), layout, bytes)
+                               : measured_p2p_seconds(cfg.profile, layout, bytes));
         continue;
       }
       const GroupLayout layout = layout_of(topo, g);
@@ -43,6 +49,7 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
           choose_collective(cfg.op, bytes, layout, g, net, cfg.profile, cfg.algorithm, cfg.protocol);
       row.algo = c.algo;
       row.proto = c.proto;
+      measured.push_back(c.measured ? c.predicted_s : -1);
       exps.push_back(expand_collective(CollectiveRequest{cfg.op, c.algo, c.proto, bytes, 0}, layout, cfg.profile));
     }
     double t = 0;
@@ -60,10 +67,7 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
       // Independent groups do not see each other in the analytic model; a calibrated fit
       // for the collective inside a node replaces the model's time.
       for (size_t j = 0; j < groups.size(); ++j) {
-        double m = cfg.kind == SweepOp::Collective
-                       ? measured_collective_seconds(cfg.profile, cfg.op, row.algo, row.proto,
-                                                     layout_of(topo, groups[j]), bytes)
-                       : -1;
+        double m = measured[j];
         if (m < 0) m = net.run(exps[j], groups[j]).seconds;
         t = std::max(t, SimTime::from_seconds(m).seconds());
       }

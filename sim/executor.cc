@@ -208,18 +208,10 @@ class Executor {
   // The k-th send a -> b meets the k-th receive on b from a.
   void arrive_p2p(uint32_t slot, uint32_t op_index, const Op& op) {
     RankState& r = slots_[slot];
-    const int32_t group = plan_.group_of(r.rank, op.group);
-    if (group < 0 || op.peer < 0 ||
-        (!op.relative_peer && static_cast<size_t>(op.peer) >= plan_.groups[static_cast<size_t>(group)].ranks.size()))
+    const int32_t peer = p2p_peer(plan_, r.rank, op);
+    if (peer < 0)
       throw std::runtime_error("rank " + std::to_string(r.rank) + ": " + std::string(to_string(op.kind)) +
                                " to a peer outside its " + std::string(to_string(op.group)) + " group");
-    const auto& members = plan_.groups[static_cast<size_t>(group)].ranks;
-    size_t index = static_cast<size_t>(op.peer);
-    if (op.relative_peer) {
-      const size_t self = static_cast<size_t>(std::find(members.begin(), members.end(), r.rank) - members.begin());
-      index = (self + static_cast<size_t>(op.peer)) % members.size();
-    }
-    const int32_t peer = members[index];
     const int32_t src = op.kind == OpKind::Send ? r.rank : peer;
     const int32_t dst = op.kind == OpKind::Send ? peer : r.rank;
     // Sends and receives match per (source, destination, phase), in issue order.
@@ -255,9 +247,13 @@ class Executor {
       auto it = p2p_memo_.find(memo_key);
       if (it == p2p_memo_.end()) {
         CollectiveCost cost = net_.run(c.expansion, gpus);
-        it =
-            p2p_memo_.emplace(memo_key, std::make_pair(SimTime::from_seconds(cost.seconds), std::move(cost.link_bytes)))
-                .first;
+        // A calibrated send/recv inside a node replaces the model's time.
+        const double measured =
+            measured_p2p_seconds(opt_.network, layout_of(topo_, gpus), static_cast<double>(op.bytes));
+        it = p2p_memo_
+                 .emplace(memo_key, std::make_pair(SimTime::from_seconds(measured >= 0 ? measured : cost.seconds),
+                                                   std::move(cost.link_bytes)))
+                 .first;
       }
       c.duration = it->second.first;
       c.link_bytes = it->second.second;
@@ -324,9 +320,7 @@ class Executor {
     if (!flow_) {
       CollectiveCost cost = net_.run(r.expansion, gpus);
       // A calibrated fit for this collective inside a node replaces the model's time.
-      const double measured =
-          measured_collective_seconds(opt_.network, op.collective, choice.algo, choice.proto, layout, bytes);
-      r.duration = SimTime::from_seconds(measured >= 0 ? measured : cost.seconds);
+      r.duration = SimTime::from_seconds(choice.measured ? choice.predicted_s : cost.seconds);
       r.link_bytes = std::move(cost.link_bytes);
     }
     return memo_.emplace(key, std::move(r)).first->second;

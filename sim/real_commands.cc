@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <tuple>
 
 #include "calibrate/fit.h"
 #include "calibrate/profile.h"
@@ -156,14 +157,28 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   const real::MicrobenchResult r =
       compute ? real::run_microbenchmarks(mo) : real::MicrobenchResult{real::device_name(0), "", "", "", {}, {}, {}, 0};
   std::vector<CollectiveFit> fits;
+  std::vector<CollectiveSample> samples;
+  std::string held_out;
   if (co.collectives || co.p2p) {
     co.progress = mo.progress;
     co.cached = mo.cached;
     co.record = mo.record;
-    std::vector<CollectiveSample> samples;
     for (const auto& m : real::run_collective_bench(co))
       samples.push_back(CollectiveSample{m.op, m.algo, m.proto, m.ranks, static_cast<double>(m.bytes), m.seconds});
     fits = fit_collectives(samples);
+    // How well the interpolation predicts a size it was not given, below and from 1 MiB.
+    std::vector<double> small, large;
+    for (const HeldOutError& e : leave_one_size_out(samples))
+      (e.sample.bytes >= 1048576 ? large : small).push_back(std::fabs(e.error));
+    auto summary = [](std::vector<double> v) {
+      if (v.empty()) return std::string("none");
+      std::sort(v.begin(), v.end());
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "median %.1f %%, p95 %.1f %%, worst %.1f %%", 100 * v[v.size() / 2],
+                    100 * v[std::min(v.size() - 1, v.size() * 95 / 100)], 100 * v.back());
+      return std::string(buf);
+    };
+    held_out = "leave-one-size-out error: < 1 MiB " + summary(small) + "; >= 1 MiB " + summary(large);
   }
   std::time_t now = std::time(nullptr);
   char date[32];
@@ -195,10 +210,24 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     for (const auto& m : r.memory) y += "    - [" + std::to_string(m.bytes) + ", " + num(m.seconds) + "]\n";
   }
   if (!fits.empty()) {
-    y += "network:\n  collective_table:  # [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual]\n";
+    y += "network:\n  # Collectives inside one node, measured. A time is interpolated linearly in bytes between\n"
+         "  # the measured sizes (collective_points); " +
+         held_out +
+         ".\n"
+         "  # The line over all sizes (collective_table) carries on past the largest.\n"
+         "  collective_table:  # [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual]\n";
     for (const CollectiveFit& f : fits)
       y += "    - [" + f.op + ", " + f.algo + ", " + f.proto + ", " + std::to_string(f.ranks) + ", " + num(f.alpha_s) +
            ", " + num(f.beta_s_per_byte) + ", " + num(f.rms_rel_residual) + "]\n";
+    y += "  collective_points:  # [op, algo, proto, ranks, bytes, seconds]\n";
+    std::vector<CollectiveSample> sorted = samples;
+    std::stable_sort(sorted.begin(), sorted.end(), [](const CollectiveSample& a, const CollectiveSample& b) {
+      return std::tie(a.op, a.algo, a.proto, a.ranks, a.bytes) < std::tie(b.op, b.algo, b.proto, b.ranks, b.bytes);
+    });
+    for (const CollectiveSample& c : sorted)
+      if (c.seconds > 0)
+        y += "    - [" + c.op + ", " + c.algo + ", " + c.proto + ", " + std::to_string(c.ranks) + ", " +
+             std::to_string(static_cast<int64_t>(c.bytes)) + ", " + num(c.seconds) + "]\n";
   }
   const std::filesystem::path p(out);
   if (!p.parent_path().empty()) std::filesystem::create_directories(p.parent_path());
@@ -213,7 +242,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   std::cout << "calibrate: " << r.gemm.size() << " GEMM shapes, " << r.attention.size() << " attention points, "
             << r.memory.size() << " memory sizes on " << r.gpu << " -> " << out << " (raw measurements in " << raw
             << ", " << store.reused() << " reused from an earlier run)";
-  if (!fits.empty()) std::cout << "; " << fits.size() << " collective fits";
+  if (!fits.empty()) std::cout << "; " << fits.size() << " collective series (" << held_out << ")";
   std::cout << "\n";
   return 0;
 }
@@ -344,8 +373,24 @@ int cmd_validate(const std::vector<std::string>& args) {
     std::string name, kind;
     double real_s, sim_s, err;
   };
+  // A real send or receive is timed from when its stream reached it, so it holds the
+  // wait for its peer; the simulator starts both at the transfer. Compare like with
+  // like: a pair's real spans start when the later of the two was posted.
+  std::vector<SpanRecord> real_spans = real_run.spans;
+  {
+    std::map<std::pair<int32_t, uint32_t>, size_t> at;
+    for (size_t i = 0; i < real_spans.size(); ++i) at[{real_spans[i].rank, real_spans[i].op}] = i;
+    for (const P2pMatch& m : match_p2p(tp.plan)) {
+      auto a = at.find({m.send_rank, m.send_op}), b = at.find({m.recv_rank, m.recv_op});
+      if (a == at.end() || b == at.end()) continue;
+      SpanRecord &x = real_spans[a->second], &y = real_spans[b->second];
+      const int64_t start = std::max(x.start_ps, y.start_ps);
+      x.start_ps = std::min(start, x.end_ps);
+      y.start_ps = std::min(start, y.end_ps);
+    }
+  }
   std::vector<Row> rows;
-  for (const SpanRecord& sp : real_run.spans) {
+  for (const SpanRecord& sp : real_spans) {
     const Op& op = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(sp.rank)]].ops[sp.op];
     const double rs = static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12;
     auto it = sim_ps.find({sp.rank, sp.op});

@@ -132,9 +132,11 @@ double LayoutEstimator::collective_seconds(CollectiveKind kind, const std::vecto
   const GroupLayout layout = layout_of(*topo_, gpus);
   const CollectiveChoice c =
       choose_collective(kind, bytes, layout, gpus, *net_, opt_.network, opt_.algorithm, opt_.protocol);
-  const Expansion e = expand_collective(CollectiveRequest{kind, c.algo, c.proto, bytes, 0}, layout, opt_.network);
-  const double measured = measured_collective_seconds(opt_.network, kind, c.algo, c.proto, layout, bytes);
-  const double t = measured >= 0 ? measured : net_->run(e, gpus).seconds;
+  const double t =
+      c.measured
+          ? c.predicted_s
+          : net_->run(expand_collective(CollectiveRequest{kind, c.algo, c.proto, bytes, 0}, layout, opt_.network), gpus)
+                .seconds;
   return colls_.emplace(key, t).first->second;
 }
 

@@ -78,7 +78,8 @@ namespace clustersim {
 namespace {
 
 // A measured table drives the compute model: a GEMM grid on which every shape took
-// exactly 1.25x its ideal time predicts 1.25x for a shape between grid points; memory
+// exactly 1.25x its roofline time predicts 1.25x for a shape between grid points (the
+// reference has no wave steps: the library picks its own tile per shape); memory
 // time follows the measured bandwidth past the largest measurement.
 TEST(Profile, MeasuredTablesAreInterpolated) {
   const GpuSpec& gpu = *find_gpu_preset("h200-sxm");
@@ -92,9 +93,10 @@ TEST(Profile, MeasuredTablesAreInterpolated) {
     op.flops = gemm_flops(op);
     op.bytes_read = (m * k + k * n) * 2;
     op.bytes_written = m * n * 2;
-    ComputeProfile unit;
+    ComputeProfile unit;  // the roofline at efficiency 1, tiles of one element (no wave steps)
     unit.gemm_efficiency = 1.0;
     unit.memory_efficiency = 1.0;
+    unit.gemm_tile_m = unit.gemm_tile_n = 1;
     return std::pair{op, compute_seconds(op, gpu, unit)};
   };
   auto tables = std::make_shared<MeasuredTables>();
@@ -165,6 +167,72 @@ TEST(Fit, ProfileFitsDriveCollectivesInsideANode) {
   EXPECT_LT(measured_collective_seconds(p.network, CollectiveKind::AllReduce, Algorithm::Ring, Protocol::Simple,
                                         layout_of(two, across), 1e9),
             0);
+}
+
+// Measured sizes are interpolated linearly in bytes (exact between two sizes on one
+// line), held at the smallest size's time below it and carried on by the last segment
+// above; leave-one-size-out predicts each interior size from its neighbours.
+TEST(Fit, MeasuredPointsInterpolateAndHoldOut) {
+  const std::string path = testing::temp_dir("points") + "/p.yaml";
+  std::ofstream(path) << "network:\n  collective_table:\n    - [all-gather, ring, LL, 2, 1.0e-5, 1.0e-11, 0.1]\n"
+                         "  collective_points:\n"
+                         "    - [all-gather, ring, LL, 2, 1024, 1.0e-5]\n"
+                         "    - [all-gather, ring, LL, 2, 4096, 2.0e-5]\n"
+                         "    - [all-gather, ring, LL, 2, 16384, 8.0e-5]\n"
+                         "    - [send-recv, p2p, LL, 2, 1024, 4.0e-5]\n"
+                         "    - [send-recv, p2p, Simple, 2, 1024, 3.0e-5]\n"
+                         "    - [all-reduce, nccl, auto, 2, 1024, 7.0e-6]\n"
+                         "    - [all-reduce, nccl, auto, 2, 2048, 9.0e-6]\n";
+  const CalibrationProfile p = load_profile(path);
+  ASSERT_TRUE(p.network.collective_fits);
+  ClusterSpec c;
+  c.node = *find_node_preset("dgx-h200");
+  Topology topo(c);
+  const std::vector<int32_t> g = {0, 1};
+  const GroupLayout l = layout_of(topo, g);
+  auto ag = [&](double b) {
+    return measured_collective_seconds(p.network, CollectiveKind::AllGather, Algorithm::Ring, Protocol::LL, l, b);
+  };
+  EXPECT_DOUBLE_EQ(ag(512), 1.0e-5);
+  EXPECT_DOUBLE_EQ(ag(2560), 1.5e-5);
+  EXPECT_DOUBLE_EQ(ag(10240), 5.0e-5);
+  EXPECT_DOUBLE_EQ(ag(16384 * 2), 8.0e-5 + 6.0e-5 / 12288 * 16384);
+  // send/recv: the fastest measured protocol when NCCL's own choice was not measured.
+  EXPECT_DOUBLE_EQ(measured_p2p_seconds(p.network, l, 1024), 3.0e-5);
+  // NCCL's own choice drives `auto`; a fixed algorithm keeps its own series (none here).
+  AnalyticNetwork net(topo, p.network);
+  const CollectiveChoice a =
+      choose_collective(CollectiveKind::AllReduce, 1536, l, g, net, p.network, std::nullopt, std::nullopt);
+  EXPECT_TRUE(a.measured);
+  EXPECT_DOUBLE_EQ(a.predicted_s, 8.0e-6);
+  const CollectiveChoice r =
+      choose_collective(CollectiveKind::AllReduce, 1536, l, g, net, p.network, Algorithm::Ring, std::nullopt);
+  EXPECT_FALSE(r.measured);
+
+  std::vector<CollectiveSample> s;
+  for (double b = 1024; b <= 1 << 20; b *= 2) s.push_back({"all-reduce", "ring", "Simple", 2, b, 10e-6 + b / 100e9});
+  const auto held = leave_one_size_out(s);
+  ASSERT_EQ(held.size(), s.size() - 2);
+  for (const HeldOutError& e : held) EXPECT_NEAR(e.error, 0, 1e-12);
+  s[5].seconds *= 1.3;  // one slow size shows in its own held-out error
+  const auto bumped = leave_one_size_out(s);
+  EXPECT_NEAR(bumped[4].error, 1 / 1.3 - 1, 1e-9);
+}
+
+// Sizes of a series must ascend; a malformed row names its place.
+TEST(Fit, MalformedPointsAreInputErrors) {
+  const std::string path = testing::temp_dir("points-bad") + "/p.yaml";
+  std::ofstream(path) << "network:\n  collective_points:\n    - [all-gather, ring, LL, 2, 4096, 2.0e-5]\n"
+                         "    - [all-gather, ring, LL, 2, 1024, 1.0e-5]\n";
+  try {
+    load_profile(path);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("p.yaml:4:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ascend"), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << "network:\n  collective_points:\n    - [all-gather, ring, LL, 2, 4096]\n";
+  EXPECT_THROW(load_profile(path), InputError);
 }
 
 }  // namespace

@@ -139,6 +139,43 @@ TEST(Volumes, PipelineDataParallelAndZero) {
 
 // Ring attention: per layer forward, cp-1 K/V blocks of 2·b·(s/cp)·kv_heads/t·d elements
 // pass to the next CP rank; backward passes K, V and their gradients (twice that).
+// Every send meets one receive on its peer, in the same phase with the same bytes, the
+// k-th of each in program order; the executor's peer resolution is the same function.
+TEST(Pipeline, SendsAndReceivesPairUp) {
+  for (const std::string sched : {"1f1b", "interleaved-1f1b"}) {
+    Scenario s =
+        scenario_from_text(std::string(kTiny) + "parallel: {pp: 4, dp: 4, micro_batch: 1, schedule: " + sched +
+                               (sched == "1f1b" ? "" : ", virtual_stages: 2") + "}\ntraining: {global_batch: 32}\n",
+                           "p2p-" + sched);
+    PlannerOptions po;
+    po.use_symmetry = false;
+    const TrainingPlan tp = build_training_plan(s, po);
+    size_t sends = 0, recvs = 0;
+    for (int32_t r = 0; r < tp.plan.world_size; ++r)
+      for (const Op& op : tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(r)]].ops) {
+        sends += op.kind == OpKind::Send;
+        recvs += op.kind == OpKind::Recv;
+      }
+    ASSERT_GT(sends, 0u);
+    ASSERT_EQ(sends, recvs);
+    const auto matches = match_p2p(tp.plan);
+    ASSERT_EQ(matches.size(), sends) << sched;
+    std::set<std::pair<int32_t, uint32_t>> seen;
+    for (const P2pMatch& m : matches) {
+      const Op& a = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(m.send_rank)]].ops[m.send_op];
+      const Op& b = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(m.recv_rank)]].ops[m.recv_op];
+      EXPECT_EQ(a.kind, OpKind::Send);
+      EXPECT_EQ(b.kind, OpKind::Recv);
+      EXPECT_EQ(p2p_peer(tp.plan, m.send_rank, a), m.recv_rank);
+      EXPECT_EQ(p2p_peer(tp.plan, m.recv_rank, b), m.send_rank);
+      EXPECT_EQ(a.phase, b.phase);
+      EXPECT_EQ(a.bytes, b.bytes);
+      EXPECT_TRUE(seen.insert({m.send_rank, m.send_op}).second);
+      EXPECT_TRUE(seen.insert({m.recv_rank, m.recv_op}).second);
+    }
+  }
+}
+
 TEST(Volumes, ContextParallelRing) {
   const Scenario s = scenario_from_text(
       "cluster: {preset: dgx-h100}\nmodel: {preset: llama3-8b, layers: 2}\nparallel: {tp: 2, cp: 4, dp: 1}\ntraining: "
