@@ -159,7 +159,7 @@ void btree(int n, int rank, int& up, int& d0, int& d1) {
 
 }  // namespace
 
-double step_latency(const CollectiveStep& step, const std::vector<double>& lat) {
+double step_latency(const CollectiveStep& step, const std::vector<double>& lat, double round_data_s) {
   const double r = static_cast<double>(step.repeat);
   switch (step.latency) {
     case StepLatency::Max:
@@ -178,10 +178,14 @@ double step_latency(const CollectiveStep& step, const std::vector<double>& lat) 
       return r * worst;
     }
     case StepLatency::Path: {
+      // The first chunk pays every latency along the deepest route. After it, each
+      // connection keeps kSlotsInFlight chunks in flight, so a round's hop latency hides
+      // behind the data of the chunks ahead of it; only what it exceeds them by shows.
       double along = 0, worst = 0;
       for (uint32_t i : step.path) along += lat[i];
       for (double l : lat) worst = std::max(worst, l);
-      return along + std::max(0.0, r - static_cast<double>(step.path.size())) * worst;
+      const double per_round = std::max(0.0, worst / kSlotsInFlight - round_data_s);
+      return along + std::max(0.0, r - static_cast<double>(step.path.size())) * per_round;
     }
   }
   return 0;
@@ -336,8 +340,13 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
             }
           }
         }
-      steps.push_back(pipelined(up, depth, C, path));
-      steps.push_back(pipelined(down, depth, C, path));
+      // Up and down run at once, chunk by chunk (a chunk goes down once reduced at the
+      // root), on opposite directions of the links: one pipelined step twice as deep.
+      std::vector<uint32_t> both = path;
+      for (uint32_t i : path) both.push_back(i + static_cast<uint32_t>(up.size()));
+      std::vector<Transfer> edges = up;
+      edges.insert(edges.end(), down.begin(), down.end());
+      steps.push_back(pipelined(edges, 2 * depth, C, std::move(both)));
       break;
     }
     case Algorithm::Direct: {
@@ -493,9 +502,11 @@ double closed_form_seconds(CollectiveKind op, Algorithm algo, int p, double S, d
   throw std::invalid_argument("no flat closed form for " + std::string(to_string(algo)));
 }
 
-double closed_form_pipelined(int phases, int depth, int64_t chunks, double chunk_bytes, int link_load, double alpha,
+double closed_form_pipelined(int depth, int64_t chunks, double chunk_bytes, int link_load, double alpha,
                              double bandwidth) {
-  return phases * static_cast<double>(depth + chunks - 1) * (alpha + link_load * chunk_bytes / bandwidth);
+  const double data = link_load * chunk_bytes / bandwidth;
+  return depth * alpha + static_cast<double>(depth + chunks - 1) * data +
+         static_cast<double>(chunks - 1) * std::max(0.0, alpha / kSlotsInFlight - data);
 }
 
 double closed_form_hierarchical(int g, int n, double S, double a1, double b1, double a2, double b2) {

@@ -57,7 +57,11 @@ struct CollectiveStep {
 
 // The latency part of a step (RingMean, Path) given each transfer's latency; for Max
 // steps latency is not separable from bandwidth and this returns 0.
-double step_latency(const CollectiveStep& step, const std::vector<double>& transfer_latency);
+// Chunks a connection keeps in flight (NCCL_STEPS, src/include/device.h).
+constexpr double kSlotsInFlight = 8;
+// `round_data_s`: how long one round's data takes on its route (for Path steps, whose
+// per-round latency overlaps the data of the chunks in flight).
+double step_latency(const CollectiveStep& step, const std::vector<double>& transfer_latency, double round_data_s = 0);
 
 // Where a group's members sit: node of each position, and whether nodes have NVSwitch.
 struct GroupLayout {
@@ -98,9 +102,12 @@ Expansion expand_sendrecv(int ranks, double bytes, Protocol proto, const Network
 // all-to-all / all-gather / reduce-scatter (p−1)α + (p−1)/p·S/B; direct all-reduce twice
 // that; halving-doubling all-reduce 2·lg p·α + 2(p−1)/p·S/B (Thakur et al. 2005).
 double closed_form_seconds(CollectiveKind op, Algorithm algo, int p, double bytes, double alpha, double bandwidth);
-// Pipelined chain or tree of depth D, C chunks of c bytes, k transfers per busiest link:
-// each phase (D + C − 1)·(α + k·c/B); all-reduce has two phases (reduce, broadcast).
-double closed_form_pipelined(int phases, int depth, int64_t chunks, double chunk_bytes, int link_load, double alpha,
+// A pipelined chain or tree D transfers deep (a tree all-reduce: reduce up and broadcast
+// down at once, so twice the tree's depth), C chunks of c bytes, k transfers on the
+// busiest link: the first chunk pays D·α; every round moves k·c/B; after the first
+// chunk a round's α hides behind the kSlotsInFlight chunks ahead of it:
+// D·α + (D + C − 1)·k·c/B + (C − 1)·max(0, α/kSlotsInFlight − k·c/B).
+double closed_form_pipelined(int depth, int64_t chunks, double chunk_bytes, int link_load, double alpha,
                              double bandwidth);
 // Hierarchical all-reduce: ring reduce-scatter in the node (g ranks, α1, B1), ring
 // all-reduce of S/g across n nodes (α2, B2), ring all-gather in the node.

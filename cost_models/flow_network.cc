@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <unordered_map>
 
 namespace clustersim {
 
@@ -35,11 +37,25 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
   const double rep = static_cast<double>(step.repeat);
   const bool lockstep = step.latency == StepLatency::Max;
   std::vector<double> lat(step.transfers.size(), 0.0);
+  // One round's data on the slowest route, its links shared by this step's transfers
+  // alone (as the analytic network counts it).
+  double round_data = 0;
+  if (!lockstep) {
+    std::unordered_map<uint32_t, int> load;
+    for (const Transfer& t : step.transfers)
+      for (uint32_t l : paths_.links(t, col.gpus)) ++load[l];
+    for (const Transfer& t : step.transfers) {
+      double rate = std::numeric_limits<double>::infinity();
+      for (uint32_t l : paths_.links(t, col.gpus)) rate = std::min(rate, paths_.capacity(l) / load[l]);
+      if (rate < std::numeric_limits<double>::infinity())
+        round_data = std::max(round_data, paths_.wire_bytes(t.bytes, col.e) / rate);
+    }
+  }
   for (size_t i = 0; i < step.transfers.size(); ++i) {
     auto links = paths_.links(step.transfers[i], col.gpus);
     if (!links.empty()) lat[i] = paths_.latency(links, col.e);
   }
-  col.extra_latency = lockstep ? 0.0 : step_latency(step, lat);
+  col.extra_latency = lockstep ? 0.0 : step_latency(step, lat, round_data);
   for (size_t i = 0; i < step.transfers.size(); ++i) {
     const Transfer& t = step.transfers[i];
     auto links = paths_.links(t, col.gpus);

@@ -40,7 +40,7 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
       moving = std::max(moving, bw);
     }
     const double rep = static_cast<double>(step.repeat);
-    cost.seconds += step.latency == StepLatency::Max ? lockstep * rep : step_latency(step, lat_) + moving * rep;
+    cost.seconds += step.latency == StepLatency::Max ? lockstep * rep : step_latency(step, lat_, moving) + moving * rep;
     for (uint32_t l : touched_) load_[l] = 0;
     for (const Transfer& t : step.transfers)
       for (uint32_t l : paths_.links(t, gpus)) {

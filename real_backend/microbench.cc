@@ -89,7 +89,7 @@ struct Buf {
 
 }  // namespace
 
-MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
+MicrobenchResult describe_device() {
   MicrobenchResult r;
   CS_CUDA(cudaSetDevice(0));
   cudaDeviceProp prop{};
@@ -102,6 +102,11 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   r.driver = std::to_string(drv / 1000) + "." + std::to_string((drv % 1000) / 10);
   r.cuda = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
   r.nccl = std::to_string(nccl / 10000) + "." + std::to_string((nccl % 10000) / 100) + "." + std::to_string(nccl % 100);
+  return r;
+}
+
+MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
+  MicrobenchResult r = describe_device();
 
   std::vector<std::tuple<DType, int64_t, int64_t, int64_t>> gemms;
   // Powers of two and about halfway between in log scale (1.4·2^i, a multiple of 64) —

@@ -51,6 +51,8 @@ struct MicrobenchOptions {
 // fp8 (Hopper and later) at the powers of two only;
 // FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, 32
 // heads; memory 4 KiB … 4 GiB (×2).
+// The GPU's name and the CUDA driver API, runtime and NCCL versions; no measurements.
+MicrobenchResult describe_device();
 MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt);
 
 }  // namespace clustersim::real

@@ -154,8 +154,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   mo.cached = [&](const std::string& key, double& seconds) { return store.get(key, seconds); };
   mo.record = [&](const std::string& key, double seconds) { store.put(key, seconds); };
   const bool compute = mo.gemm || mo.attention || mo.memory || mo.launch;
-  const real::MicrobenchResult r =
-      compute ? real::run_microbenchmarks(mo) : real::MicrobenchResult{real::device_name(0), "", "", "", {}, {}, {}, 0};
+  const real::MicrobenchResult r = compute ? real::run_microbenchmarks(mo) : real::describe_device();
   std::vector<CollectiveFit> fits;
   std::vector<CollectiveSample> samples;
   std::string held_out;
@@ -185,8 +184,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   std::string y = "# Measured by clustersim calibrate on " + r.gpu +
                   ". The compute model interpolates these\n"
-                  "# tables (cost_models/compute.h); network constants keep their defaults\n"
-                  "# (calibrate/profiles/defaults.yaml) until the collective suites measure them.\n";
+                  "# tables (cost_models/compute.h); network constants not measured here keep their\n"
+                  "# defaults (calibrate/profiles/defaults.yaml).\n";
   y += "gpu: \"" + r.gpu + "\"\ndate: \"" + std::string(date) + "\"\ndriver: \"" + r.driver + "\"\ncuda: \"" + r.cuda +
        "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out +
        "\"\ncompute:\n";

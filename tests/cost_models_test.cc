@@ -96,7 +96,9 @@ TEST(Collectives, PipelinedChainsMatchTheirClosedForm) {
     const double tree =
         net.run(expand(CollectiveKind::AllReduce, Algorithm::Tree, Protocol::Simple, topo, 8, S, prof), first_gpus(8))
             .seconds;
-    EXPECT_NEAR(tree, closed_form_pipelined(2, 7, C, S / C, 1, 0.5e-6, 450e9), 1e-9 + 0.01 * tree) << S;
+    // A chain of 8 through the switch: reduce up and broadcast down at once, 14 deep; a
+    // middle GPU's link carries its chunk up and its chunk down.
+    EXPECT_NEAR(tree, closed_form_pipelined(14, C, S / C, 2, 0.5e-6, 450e9), 1e-9 + 0.01 * tree) << S;
   }
 }
 
@@ -112,17 +114,23 @@ TEST(Collectives, DoubleBinaryTreeMatchesItsClosedForm) {
   std::vector<int32_t> a, b;
   double_binary_tree(16, a, b);
   int depth = 0, load = 0;
-  std::vector<int> children(16, 0);
+  std::vector<int> children(16, 0), parents(16, 0);
   for (const auto* parent : {&a, &b})
     for (int i = 0; i < 16; ++i) {
       int d = 0;
       for (int v = i; (*parent)[static_cast<size_t>(v)] >= 0; v = (*parent)[static_cast<size_t>(v)]) ++d;
       depth = std::max(depth, d);
-      if ((*parent)[static_cast<size_t>(i)] >= 0)
+      if ((*parent)[static_cast<size_t>(i)] >= 0) {
+        ++parents[static_cast<size_t>(i)];
         load = std::max(load, ++children[static_cast<size_t>((*parent)[static_cast<size_t>(i)])]);
+      }
     }
   // Every rank is an inner node of at most one tree: at most 2 children in all.
   EXPECT_LE(load, 2);
+  // Up and down at once: a node's link carries a chunk to each parent and to each child.
+  load = 0;
+  for (int i = 0; i < 16; ++i)
+    load = std::max(load, parents[static_cast<size_t>(i)] + children[static_cast<size_t>(i)]);
   const auto inter = topo.route(0, 1);
   const double alpha = topo.route_latency(inter), B = topo.route_bandwidth(inter);
   const double S = 256e6;
@@ -131,8 +139,7 @@ TEST(Collectives, DoubleBinaryTreeMatchesItsClosedForm) {
   const double sim =
       net.run(expand(CollectiveKind::AllReduce, Algorithm::Tree, Protocol::Simple, topo, 16, S, prof), first_gpus(16))
           .seconds;
-  // A node's up-link carries its chunk to the parent in each tree: load 2 at most.
-  EXPECT_NEAR(sim, closed_form_pipelined(2, depth, C, S / 2 / C, 2, alpha, B), 0.01 * sim);
+  EXPECT_NEAR(sim, closed_form_pipelined(2 * depth, C, S / 2 / C, load, alpha, B), 0.01 * sim);
 }
 
 // Hierarchical all-reduce on 16 x 8: intra-node ring reduce-scatter (NVLink), 8

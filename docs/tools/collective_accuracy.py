@@ -79,6 +79,16 @@ def main():
                      f * b / mod[b] / 1e9 if mod.get(b) else None))
         summary.append((op, algo, proto, ranks, errs))
 
+    for name, label in (("cal", "calibrated"), ("mod", "model (defaults)")):
+        small = sorted(x for *_, e in summary for x in e[name][0])
+        big = sorted(x for *_, e in summary for x in e[name][1])
+        if small and big:
+            print(f"- {label}: ≥ 1 MiB {sum(x <= 0.05 for x in big)}/{len(big)} sizes within 5 % "
+                  f"(median {100 * statistics.median(big):.1f} %, p95 {100 * big[int(0.95 * len(big))]:.1f} %); "
+                  f"< 1 MiB {sum(x <= 0.15 for x in small)}/{len(small)} within 15 % "
+                  f"(median {100 * statistics.median(small):.1f} %, p95 {100 * small[int(0.95 * len(small))]:.1f} %)")
+    print()
+
     def stat(v):
         return f"{100 * statistics.median(v):.1f} / {100 * max(v):.1f}" if v else "–"
 
