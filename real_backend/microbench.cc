@@ -107,6 +107,8 @@ MicrobenchResult describe_device() {
 
 MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   MicrobenchResult r = describe_device();
+  cudaDeviceProp prop{};
+  CS_CUDA(cudaGetDeviceProperties(&prop, 0));
 
   std::vector<std::tuple<DType, int64_t, int64_t, int64_t>> gemms;
   // Powers of two and about halfway between in log scale (1.4·2^i, a multiple of 64) —
