@@ -138,6 +138,10 @@ std::vector<CollectiveMeasurement> run_collective_bench(const CollectiveBenchOpt
     CS_CUDA(cudaMalloc(&recv[static_cast<size_t>(d)], static_cast<size_t>(opt.max_bytes)));
     CS_CUDA(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(d)], cudaStreamNonBlocking));
   }
+  // The caller's own NCCL_ALGO / NCCL_PROTO come back when the suite is done.
+  const char* algo0 = std::getenv("NCCL_ALGO");
+  const char* proto0 = std::getenv("NCCL_PROTO");
+  const std::string saved_algo = algo0 ? algo0 : "", saved_proto = proto0 ? proto0 : "";
   auto set_env = [](const char* name, const std::string& value) {
     if (value.empty())
       unsetenv(name);
@@ -170,8 +174,8 @@ std::vector<CollectiveMeasurement> run_collective_bench(const CollectiveBenchOpt
         }
       for (auto c : comms) ncclCommDestroy(c);
     }
-  unsetenv("NCCL_ALGO");
-  unsetenv("NCCL_PROTO");
+  set_env("NCCL_ALGO", saved_algo);
+  set_env("NCCL_PROTO", saved_proto);
   for (int d = 0; d < gpus; ++d) {
     cudaSetDevice(d);
     cudaFree(send[static_cast<size_t>(d)]);
