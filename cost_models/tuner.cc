@@ -12,44 +12,32 @@ GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus) {
   return l;
 }
 
-namespace {
-
-const CollectiveFitRow* find_fit(const NetworkProfile& profile, std::string_view op, std::string_view algo,
-                                 std::string_view proto, const GroupLayout& layout) {
-  if (!profile.collective_fits || layout.nodes() != 1) return nullptr;
+double measured_series_seconds(const NetworkProfile& profile, std::string_view op, std::string_view algo,
+                               std::string_view proto, const GroupLayout& layout, double bytes) {
+  if (!profile.collective_fits || layout.nodes() != 1) return -1;
   for (const CollectiveFitRow& f : *profile.collective_fits)
-    if (f.ranks == layout.ranks() && f.op == op && f.algo == algo && f.proto == proto) return &f;
-  return nullptr;
+    if (f.ranks == layout.ranks() && f.op == op && f.algo == algo && f.proto == proto) return f.seconds(bytes);
+  return -1;
 }
-
-}  // namespace
 
 double measured_collective_seconds(const NetworkProfile& profile, CollectiveKind op, Algorithm algo, Protocol proto,
                                    const GroupLayout& layout, double bytes) {
-  const CollectiveFitRow* f = find_fit(profile, to_string(op), to_string(algo), to_string(proto), layout);
-  return f ? f->seconds(bytes) : -1;
-}
-
-double measured_series_seconds(const NetworkProfile& profile, std::string_view op, std::string_view algo,
-                               std::string_view proto, const GroupLayout& layout, double bytes) {
-  const CollectiveFitRow* f = find_fit(profile, op, algo, proto, layout);
-  return f ? f->seconds(bytes) : -1;
+  return measured_series_seconds(profile, to_string(op), to_string(algo), to_string(proto), layout, bytes);
 }
 
 double measured_auto_seconds(const NetworkProfile& profile, CollectiveKind op, const GroupLayout& layout,
                              double bytes) {
-  const CollectiveFitRow* f = find_fit(profile, to_string(op), "nccl", "auto", layout);
-  return f ? f->seconds(bytes) : -1;
+  return measured_series_seconds(profile, to_string(op), "nccl", "auto", layout, bytes);
 }
 
 double measured_p2p_seconds(const NetworkProfile& profile, const GroupLayout& layout, double bytes) {
-  if (const CollectiveFitRow* f = find_fit(profile, "send-recv", "p2p", "auto", layout)) return f->seconds(bytes);
+  const double t = measured_series_seconds(profile, "send-recv", "p2p", "auto", layout, bytes);
+  if (t >= 0) return t;
   double best = -1;
-  for (std::string_view p : {"LL", "LL128", "Simple"})
-    if (const CollectiveFitRow* f = find_fit(profile, "send-recv", "p2p", p, layout)) {
-      const double t = f->seconds(bytes);
-      if (best < 0 || t < best) best = t;
-    }
+  for (std::string_view p : {"LL", "LL128", "Simple"}) {
+    const double m = measured_series_seconds(profile, "send-recv", "p2p", p, layout, bytes);
+    if (m >= 0 && (best < 0 || m < best)) best = m;
+  }
   return best;
 }
 

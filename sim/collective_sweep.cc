@@ -38,8 +38,7 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
         exps.push_back(expand_sendrecv(cfg.gpus, bytes, p, cfg.profile));
         row.proto = p;
         const GroupLayout layout = layout_of(topo, g);
-        measured.push_back(cfg.gpus != 2 ? -1
-                           : cfg.protocol
+        measured.push_back(cfg.protocol
                                ? measured_series_seconds(cfg.profile, "send-recv", "p2p", to_string(p), layout, bytes)
                                : measured_p2p_seconds(cfg.profile, layout, bytes));
         continue;
