@@ -139,6 +139,17 @@ void read_collective_points(const YNode& table, const std::string& key, std::vec
   }
 }
 
+// overlap_slowdown: {p2p: {gemm: x, attention: y, memory: z}, collective: {...}}, each >= 1.
+void read_overlap(const YNode& node, const std::string& key, ComputeProfile& c) {
+  members(node, key, {"p2p", "collective"}, [&](const std::string& comm, const YNode& x, const std::string& xk) {
+    members(x, xk, {"gemm", "attention", "memory"},
+            [&](const std::string& kern, const YNode& y, const std::string& yk) {
+              const size_t k = kern == "gemm" ? 0 : kern == "attention" ? 1 : 2;
+              c.overlap_slowdown[comm == "p2p" ? 0 : 1][k] = number(y, yk, 1.0, 10.0);
+            });
+  });
+}
+
 int protocol_index(const std::string& p) { return p == "LL" ? 0 : p == "LL128" ? 1 : 2; }
 int class_index(const std::string& c) { return c == "nvlink" ? 0 : c == "pcie" ? 1 : 2; }
 int family_index(const std::string& f) { return f == "ring" ? 0 : f == "tree" ? 1 : 2; }
@@ -162,9 +173,11 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
             if (k == "compute") {
               members(v, key,
                       {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead", "gemm_table",
-                       "attention_table", "memory_table"},
+                       "attention_table", "memory_table", "overlap_slowdown"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
-                        if (c == "launch_overhead")
+                        if (c == "overlap_slowdown")
+                          read_overlap(cv, ck, p.compute);
+                        else if (c == "launch_overhead")
                           p.compute.launch_overhead_s = seconds(cv, ck);
                         else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
                           read_table(c, cv, ck, tables);

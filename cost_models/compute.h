@@ -22,6 +22,7 @@
 //              log-log; past the largest measurement its bandwidth holds.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -58,6 +59,10 @@ struct ComputeProfile {
   double attention_efficiency = 0.55;  // fused (FlashAttention-2 style) kernels
   double memory_efficiency = 0.90;     // device copy: ~4.3 of 4.8 TB/s on H200
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap
+  // A kernel's time while an NCCL kernel waits on the same GPU, over its time alone:
+  // [waiting p2p | waiting collective][gemm | attention | memory]. The NCCL kernel's
+  // thread blocks hold SMs; 1 = no effect (measured by `calibrate --suite overlap`).
+  std::array<std::array<double, 3>, 2> overlap_slowdown{{{1.0, 1.0, 1.0}, {1.0, 1.0, 1.0}}};
   int gemm_tile_m = 128;
   int gemm_tile_n = 256;
   std::shared_ptr<const MeasuredTables> measured;  // from a calibration profile, or none

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 
 #include "real_backend/check.h"
+#include "real_backend/gemm.h"
+#include "real_backend/kernels.h"
 #include "real_backend/real_executor.h"
 
 namespace clustersim::real {
@@ -183,6 +186,121 @@ std::vector<CollectiveMeasurement> run_collective_bench(const CollectiveBenchOpt
     cudaStreamDestroy(streams[static_cast<size_t>(d)]);
   }
   return out;
+}
+
+std::vector<OverlapMeasurement> run_overlap_bench(int warmup, int reps) {
+  if (device_count() < 2)
+    throw RealBackendError("the overlap suite needs 2 GPUs; this machine has " + std::to_string(device_count()));
+  std::vector<ncclComm_t> comms(2);
+  int devs[2] = {0, 1};
+  CS_NCCL(ncclCommInitAll(comms.data(), 2, devs));
+  cudaStream_t compute, comm0, comm1;
+  CS_CUDA(cudaSetDevice(1));
+  CS_CUDA(cudaStreamCreateWithFlags(&comm1, cudaStreamNonBlocking));
+  const size_t comm_bytes = size_t{64} << 20;
+  void *buf1 = nullptr, *buf0 = nullptr;
+  CS_CUDA(cudaMalloc(&buf1, comm_bytes));
+  CS_CUDA(cudaSetDevice(0));
+  CS_CUDA(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  CS_CUDA(cudaStreamCreateWithFlags(&comm0, cudaStreamNonBlocking));
+  CS_CUDA(cudaMalloc(&buf0, comm_bytes));
+
+  const int64_t g = 8192;
+  const size_t gemm_bytes = static_cast<size_t>(g * g * 2);
+  AttentionShape att;
+  att.heads = att.kv_heads = 32;
+  att.q_len = att.kv_len = 4096;
+  att.head_dim = 128;
+  const size_t att_bytes = static_cast<size_t>(att.heads) * att.q_len * att.head_dim * 2;
+  const size_t mem_bytes = size_t{512} << 20;
+  std::vector<void*> bufs;
+  auto alloc = [&](size_t bytes) {
+    void* p = nullptr;
+    CS_CUDA(cudaMalloc(&p, bytes));
+    CS_CUDA(cudaMemset(p, 0, bytes));
+    bufs.push_back(p);
+    return p;
+  };
+  void *a = alloc(gemm_bytes), *b = alloc(gemm_bytes), *c = alloc(gemm_bytes);
+  fill_random(Elem::BF16, a, g * g, 1, 1.0f, compute);
+  fill_random(Elem::BF16, b, g * g, 2, 1.0f, compute);
+  void *q = alloc(att_bytes), *k = alloc(att_bytes), *v = alloc(att_bytes), *o = alloc(att_bytes);
+  auto* lse = static_cast<float*>(alloc(static_cast<size_t>(att.heads) * att.q_len * sizeof(float)));
+  fill_random(Elem::BF16, q, static_cast<int64_t>(att_bytes / 2), 3, 1.0f, compute);
+  fill_random(Elem::BF16, k, static_cast<int64_t>(att_bytes / 2), 4, 1.0f, compute);
+  fill_random(Elem::BF16, v, static_cast<int64_t>(att_bytes / 2), 5, 1.0f, compute);
+  void *in = alloc(mem_bytes), *out = alloc(mem_bytes);
+  Gemm gemm;
+  const std::vector<std::pair<std::string, std::function<void()>>> kernels = {
+      {"gemm", [&] { gemm.run(DType::BF16, g, g, g, 1, a, b, c, compute); }},
+      {"attention", [&] { attention_forward(Elem::BF16, att, q, k, v, o, lse, compute); }},
+      {"memory",
+       [&] { memory_op(in, out, static_cast<int64_t>(mem_bytes), static_cast<int64_t>(mem_bytes), compute); }},
+  };
+  std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * reps));
+  for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
+  // `reps` runs back to back on the compute stream after `warmup`; the median run.
+  auto timed = [&](const std::function<void()>& f) {
+    for (int i = 0; i < warmup; ++i) f();
+    for (int r = 0; r < reps; ++r) {
+      CS_CUDA(cudaEventRecord(ev[static_cast<size_t>(2 * r)], compute));
+      f();
+      CS_CUDA(cudaEventRecord(ev[static_cast<size_t>(2 * r + 1)], compute));
+    }
+  };
+  auto median = [&] {
+    CS_CUDA(cudaEventSynchronize(ev.back()));
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      float ms = 0;
+      CS_CUDA(cudaEventElapsedTime(&ms, ev[static_cast<size_t>(2 * r)], ev[static_cast<size_t>(2 * r + 1)]));
+      t.push_back(ms * 1e-3);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  std::vector<OverlapMeasurement> result;
+  for (const auto& [name, f] : kernels) {
+    timed(f);
+    const double alone = median();
+    for (const std::string comm : {"p2p", "collective"}) {
+      // GPU 1 joins only after the whole window, so GPU 0's NCCL kernel waits (resident)
+      // throughout; a short spin first on the compute stream lets it reach its SMs.
+      const double window = 2.0 * (warmup + reps) * alone + 0.02;
+      CS_CUDA(cudaSetDevice(1));
+      spin(window, comm1);
+      CS_CUDA(cudaSetDevice(0));
+      CS_NCCL(ncclGroupStart());
+      if (comm == "p2p") {
+        CS_NCCL(ncclRecv(buf0, comm_bytes, ncclInt8, 1, comms[0], comm0));
+        CS_NCCL(ncclSend(buf1, comm_bytes, ncclInt8, 0, comms[1], comm1));
+      } else {
+        CS_NCCL(ncclAllReduce(buf0, buf0, comm_bytes / 2, ncclBfloat16, ncclSum, comms[0], comm0));
+        CS_NCCL(ncclAllReduce(buf1, buf1, comm_bytes / 2, ncclBfloat16, ncclSum, comms[1], comm1));
+      }
+      CS_NCCL(ncclGroupEnd());
+      CS_CUDA(cudaSetDevice(0));
+      spin(1e-3, compute);
+      timed(f);
+      const double shared = median();
+      CS_CUDA(cudaStreamSynchronize(comm0));
+      CS_CUDA(cudaSetDevice(1));
+      CS_CUDA(cudaStreamSynchronize(comm1));
+      CS_CUDA(cudaSetDevice(0));
+      result.push_back({comm, name, alone, shared});
+    }
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  for (void* p : bufs) cudaFree(p);
+  cudaFree(buf0);
+  cudaStreamDestroy(compute);
+  cudaStreamDestroy(comm0);
+  CS_CUDA(cudaSetDevice(1));
+  cudaFree(buf1);
+  cudaStreamDestroy(comm1);
+  CS_CUDA(cudaSetDevice(0));
+  for (auto cm : comms) ncclCommDestroy(cm);
+  return result;
 }
 
 }  // namespace clustersim::real

@@ -32,4 +32,18 @@ struct CollectiveBenchOptions {
 // Throws RealBackendError on a machine with fewer than two GPUs.
 std::vector<CollectiveMeasurement> run_collective_bench(const CollectiveBenchOptions& opt);
 
+// How much a compute kernel slows while an NCCL kernel sits on the same GPU: GPU 0 runs
+// a kernel back to back, alone and then while a receive (`p2p`) or an all-reduce
+// (`collective`) waits on GPU 0 for GPU 1, which a spin kernel holds back. The NCCL kernel
+// is resident the whole time, its thread blocks holding SMs, as a pipeline's early-posted
+// receive or a bucketed gradient reduction is. Kernels: a bf16 GEMM of 8192³, the fused
+// causal attention forward (32 heads, 4,096 tokens, head dim 128), the memory-bound
+// kernel over 1 GiB.
+struct OverlapMeasurement {
+  std::string comm;                  // "p2p" / "collective"
+  std::string kernel;                // "gemm" / "attention" / "memory"
+  double alone_s = 0, shared_s = 0;  // per kernel, median
+};
+std::vector<OverlapMeasurement> run_overlap_bench(int warmup, int reps);
+
 }  // namespace clustersim::real

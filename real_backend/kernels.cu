@@ -541,6 +541,19 @@ void memory_op(const void* in, void* out, int64_t read_bytes, int64_t write_byte
   CS_CUDA(cudaGetLastError());
 }
 
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+void spin(double seconds, cudaStream_t st) {
+  spin_kernel<<<1, 1, 0, st>>>(static_cast<uint64_t>(seconds * 1e9));
+  CS_CUDA(cudaGetLastError());
+}
+
 void fill_random(Elem e, void* p, int64_t n, uint64_t seed, float scale, cudaStream_t st) {
   dispatch(e, [&](auto t) {
     using T = decltype(t);

@@ -30,6 +30,10 @@ bool attention_supported(int head_dim);
 // Reads `read_bytes` from `in` and writes `write_bytes` to `out` (16-byte vectors).
 void memory_op(const void* in, void* out, int64_t read_bytes, int64_t write_bytes, cudaStream_t stream);
 
+// One thread that keeps the stream busy for `seconds` of GPU wall time (%globaltimer),
+// holding a single SM's slot: a peer made late on purpose.
+void spin(double seconds, cudaStream_t stream);
+
 // Deterministic pseudo-random values in [-1, 1) (scaled) for `n` elements.
 void fill_random(Elem e, void* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 void fill_random_f32(float* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);

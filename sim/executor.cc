@@ -33,6 +33,7 @@ struct RankState {
   std::vector<SimTime> stream_start;  // start of the op running on each stream
   std::array<uint32_t, kGroupKinds> coll_seq{};
   uint32_t done = 0;
+  uint32_t waiting_p2p = 0, waiting_coll = 0;  // NCCL kernels on the GPU: reached, not finished
 };
 
 struct Completion {
@@ -178,12 +179,22 @@ class Executor {
     r.stream_start[stream] = sim_.now();
     const Op& op = r.program->ops[op_index];
     if (op.kind == OpKind::Collective) {
+      ++r.waiting_coll;
       arrive(slot, op_index, op);
     } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+      ++r.waiting_p2p;
       arrive_p2p(slot, op_index, op);
     } else {
       // A kernel starts a launch gap after its stream became ready (joins have no kernel).
-      const SimTime kernel = r.info->compute_time[op_index];
+      SimTime kernel = r.info->compute_time[op_index];
+      // An NCCL kernel on the GPU (waiting or moving data) holds SMs: the kernel starting
+      // beside it runs at the profile's measured slowdown.
+      if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {
+        const size_t k = op.kind == OpKind::Gemm ? 0 : op.kind == OpKind::Attention ? 1 : 2;
+        const auto& f = opt_.compute.overlap_slowdown;
+        const double slow = std::max(r.waiting_p2p > 0 ? f[0][k] : 1.0, r.waiting_coll > 0 ? f[1][k] : 1.0);
+        if (slow != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * slow);
+      }
       if (kernel > SimTime::zero()) r.stream_start[stream] = sim_.now() + launch_gap_;
       sim_.schedule_in(kernel > SimTime::zero() ? kernel + launch_gap_ : kernel, Completion{slot, op_index});
     }
@@ -330,6 +341,8 @@ class Executor {
     RankState& r = slots_[slot];
     const Op& op = r.program->ops[op_index];
     const uint32_t stream = op.stream;
+    if (op.kind == OpKind::Collective) --r.waiting_coll;
+    if (op.kind == OpKind::Send || op.kind == OpKind::Recv) --r.waiting_p2p;
     slot_spans_[slot].push_back(
         SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
     r.busy[stream] = 0;

@@ -111,12 +111,14 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   mo.gemm = mo.attention = mo.memory = mo.launch = false;
   real::CollectiveBenchOptions co;
   co.collectives = co.p2p = false;
+  bool overlap = false;
   size_t start = 0;
   for (;;) {
     const size_t comma = suite.find(',', start);
     const std::string s = suite.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (s == "all")
-      mo.gemm = mo.attention = mo.memory = mo.launch = true, co.collectives = co.p2p = real::device_count() >= 2;
+      mo.gemm = mo.attention = mo.memory = mo.launch = true,
+      co.collectives = co.p2p = overlap = real::device_count() >= 2;
     else if (s == "gemm")
       mo.gemm = true;
     else if (s == "attention")
@@ -129,9 +131,12 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       co.collectives = true;
     else if (s == "p2p")
       co.p2p = true;
+    else if (s == "overlap")
+      overlap = true;
     else
-      throw InputError(SourceMark{"--suite", 0, 0},
-                       "unknown suite '" + s + "', expected gemm, attention, memory, launch, collectives, p2p or all");
+      throw InputError(SourceMark{"--suite", 0, 0}, "unknown suite '" + s +
+                                                        "', expected gemm, attention, memory, launch, collectives, "
+                                                        "p2p, overlap or all");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -179,6 +184,14 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     };
     held_out = "leave-one-size-out error: < 1 MiB " + summary(small) + "; >= 1 MiB " + summary(large);
   }
+  std::vector<real::OverlapMeasurement> overlaps;
+  if (overlap) {
+    overlaps = real::run_overlap_bench(mo.warmup, 10);
+    for (const auto& m : overlaps) {
+      store.put("overlap " + m.comm + " " + m.kernel + " alone", m.alone_s);
+      store.put("overlap " + m.comm + " " + m.kernel + " shared", m.shared_s);
+    }
+  }
   std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
@@ -190,7 +203,21 @@ int cmd_calibrate(const std::vector<std::string>& args) {
        "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out +
        "\"\ncompute:\n";
   if (mo.launch) y += "  launch_overhead: " + num(r.launch_gap_s * 1e6) + "us\n";
-  if (!compute) y.resize(y.size() - std::string("compute:\n").size());
+  if (!overlaps.empty()) {
+    // Kernel time beside a resident NCCL kernel over its time alone.
+    y += "  overlap_slowdown:  # a kernel's time beside a waiting NCCL kernel, over its time alone\n";
+    for (const std::string comm : {"p2p", "collective"}) {
+      y += "    " + comm + ": {";
+      bool first = true;
+      for (const auto& m : overlaps)
+        if (m.comm == comm) {
+          y += std::string(first ? "" : ", ") + m.kernel + ": " + num(std::max(1.0, m.shared_s / m.alone_s));
+          first = false;
+        }
+      y += "}\n";
+    }
+  }
+  if (!compute && overlaps.empty()) y.resize(y.size() - std::string("compute:\n").size());
   if (!r.gemm.empty()) {
     y += "  gemm_table:  # [dtype, m, n, k, seconds]\n";
     for (const auto& g : r.gemm)

@@ -22,6 +22,8 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
   EXPECT_DOUBLE_EQ(p.compute.attention_efficiency, c.attention_efficiency);
   EXPECT_DOUBLE_EQ(p.compute.memory_efficiency, c.memory_efficiency);
   EXPECT_DOUBLE_EQ(p.compute.launch_overhead_s, c.launch_overhead_s);
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(p.compute.overlap_slowdown[i][j], c.overlap_slowdown[i][j]);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_NEAR(p.network.link_efficiency[i], n.link_efficiency[i], 1e-12);
     EXPECT_DOUBLE_EQ(p.network.protocols[i].bandwidth_efficiency, n.protocols[i].bandwidth_efficiency);

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "plan/training_planner.h"
 #include "sim/executor.h"
 #include "sim/run.h"
@@ -51,6 +53,61 @@ Plan tiny_plan(int64_t first_bytes_rank1) {
     p.rank_program.push_back(static_cast<uint32_t>(r));
   }
   return p;
+}
+
+// Rank 0 reaches its all-reduce at once; rank 1 joins after a long kernel. Rank 0's next
+// compute kernel runs beside the waiting NCCL kernel, at the profile's slowdown for a
+// waiting collective; kernels with no NCCL kernel beside them keep their time.
+TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
+  Plan p;
+  p.world_size = 2;
+  p.rank_gpu = {0, 1};
+  p.mirror_of = {0, 1};
+  p.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1, -1});
+  p.add_group(GroupKind::TP, {0, 1});
+  for (int r = 0; r < 2; ++r) {
+    Program prog;
+    prog.name = "r" + std::to_string(r);
+    const uint8_t compute = prog.stream("compute");
+    const uint8_t comm = prog.stream("tp");
+    Op first;
+    first.kind = OpKind::Memory;
+    first.stream = compute;
+    first.bytes_read = r == 0 ? 1'000'000 : 1'000'000'000;
+    first.name = p.intern("first");
+    const uint32_t i0 = prog.add(first);
+    Op c;
+    c.kind = OpKind::Collective;
+    c.stream = comm;
+    c.group = GroupKind::TP;
+    c.collective = CollectiveKind::AllReduce;
+    c.bytes = 1'000'000;
+    c.name = p.intern("ar");
+    const uint32_t i1 = r == 0 ? prog.add(c) : prog.add(c, {i0});
+    Op second = first;
+    second.bytes_read = 100'000'000;
+    second.name = p.intern("second");
+    if (r == 0)
+      prog.add(second, {i0});  // beside the waiting all-reduce
+    else
+      prog.add(second, {i1});  // after it
+    p.programs.push_back(prog);
+    p.rank_program.push_back(static_cast<uint32_t>(r));
+  }
+  Topology topo(one_dgx());
+  auto durations = [&](double coll, double p2p) {
+    ExecOptions opt;
+    opt.compute.overlap_slowdown[0].fill(p2p);
+    opt.compute.overlap_slowdown[1].fill(coll);
+    std::map<std::pair<int32_t, uint32_t>, int64_t> d;
+    for (const SpanRecord& s : execute_plan(p, topo, opt).spans) d[{s.rank, s.op}] = s.end_ps - s.start_ps;
+    return d;
+  };
+  const auto base = durations(1.0, 1.0), slow = durations(1.5, 3.0);
+  EXPECT_NEAR(static_cast<double>(slow.at({0, 2})) / static_cast<double>(base.at({0, 2})), 1.5, 1e-9);
+  EXPECT_EQ(slow.at({0, 0}), base.at({0, 0}));  // before the collective was reached
+  EXPECT_EQ(slow.at({1, 0}), base.at({1, 0}));  // rank 1 reaches it after
+  EXPECT_EQ(slow.at({1, 2}), base.at({1, 2}));  // starts once the collective is done
 }
 
 // A collective starts when its last member arrives and ends for all members at once:
