@@ -117,8 +117,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     const size_t comma = suite.find(',', start);
     const std::string s = suite.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (s == "all")
-      mo.gemm = mo.attention = mo.memory = mo.launch = true,
-      co.collectives = co.p2p = overlap = real::device_count() >= 2;
+      mo.gemm = mo.attention = mo.memory = mo.launch = true, co.collectives = co.p2p = real::device_count() >= 2;
     else if (s == "gemm")
       mo.gemm = true;
     else if (s == "attention")

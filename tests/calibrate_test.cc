@@ -54,6 +54,17 @@ TEST(Profile, BadProfilesAreRejectedWithTheirPosition) {
   EXPECT_NE(profile_error("network:\n  hop_latency: {nvlink: {ring: {LL: 3}}}\n").find("has no unit"),
             std::string::npos);
   EXPECT_NE(profile_error("network: [1, 2]\n").find("must be a mapping"), std::string::npos);
+  // A kernel cannot run faster beside an NCCL kernel than alone.
+  EXPECT_NE(profile_error("compute:\n  overlap_slowdown: {p2p: {gemm: 0.5}}\n").find("p.yaml:2:"), std::string::npos);
+  EXPECT_NE(profile_error("compute:\n  overlap_slowdown: {nvls: {gemm: 1.2}}\n").find("unknown key"),
+            std::string::npos);
+  {
+    const std::string path = testing::temp_dir("overlap") + "/p.yaml";
+    std::ofstream(path) << "compute:\n  overlap_slowdown: {collective: {attention: 1.2}}\n";
+    const CalibrationProfile p = load_profile(path);
+    EXPECT_DOUBLE_EQ(p.compute.overlap_slowdown[1][1], 1.2);
+    EXPECT_DOUBLE_EQ(p.compute.overlap_slowdown[0][1], 1.0);
+  }
   try {
     load_profile("/nonexistent/p.yaml");
     FAIL();
