@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <unordered_map>
 
 namespace clustersim {
 
@@ -11,6 +10,7 @@ FlowNetwork::FlowNetwork(Topology& topo, const NetworkProfile& profile) : paths_
   for (size_t l = 0; l < topo.links().size(); ++l) system_.add_constraint(paths_.capacity(static_cast<uint32_t>(l)));
   link_rate_.assign(topo.links().size(), 0.0);
   link_since_.assign(topo.links().size(), 0);
+  step_load_.assign(topo.links().size(), 0);
 }
 
 uint64_t FlowNetwork::start(Expansion e, std::vector<int32_t> gpus, SimTime now) {
@@ -39,17 +39,19 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
   std::vector<double> lat(step.transfers.size(), 0.0);
   // One round's data on the slowest route, its links shared by this step's transfers
   // alone (as the analytic network counts it).
+  // (Only a Path step's latency depends on it.)
   double round_data = 0;
-  if (!lockstep) {
-    std::unordered_map<uint32_t, int> load;
+  if (step.latency == StepLatency::Path) {
     for (const Transfer& t : step.transfers)
-      for (uint32_t l : paths_.links(t, col.gpus)) ++load[l];
+      for (uint32_t l : paths_.links(t, col.gpus)) ++step_load_[l];
     for (const Transfer& t : step.transfers) {
       double rate = std::numeric_limits<double>::infinity();
-      for (uint32_t l : paths_.links(t, col.gpus)) rate = std::min(rate, paths_.capacity(l) / load[l]);
+      for (uint32_t l : paths_.links(t, col.gpus)) rate = std::min(rate, paths_.capacity(l) / step_load_[l]);
       if (rate < std::numeric_limits<double>::infinity())
         round_data = std::max(round_data, paths_.wire_bytes(t.bytes, col.e) / rate);
     }
+    for (const Transfer& t : step.transfers)
+      for (uint32_t l : paths_.links(t, col.gpus)) step_load_[l] = 0;
   }
   for (size_t i = 0; i < step.transfers.size(); ++i) {
     auto links = paths_.links(step.transfers[i], col.gpus);

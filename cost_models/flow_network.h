@@ -76,6 +76,7 @@ class FlowNetwork {
   void progress(SimTime t);
 
   TransferPaths paths_;
+  std::vector<uint32_t> step_load_;  // per link, transfers of the step being begun (zero between)
   MaxMinSystem system_;
   std::vector<Collective> colls_;
   std::vector<Flow> flows_;

@@ -68,10 +68,15 @@ double MaxMinSystem::usage(Id c) const {
 const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
   changed_.clear();
   ++epoch_;
-  std::vector<Id> comp_cons, comp_vars, stack;
+  std::vector<Id>&comp_cons = comp_cons_, &comp_vars = comp_vars_, &stack = stack_;
   for (Id start : dirty_) {
     cons_[start].dirty = false;
     if (cons_[start].mark == epoch_) continue;
+    if (cons_[start].vars.empty()) {  // its last flow left: a component of itself, nothing to share
+      cons_[start].mark = epoch_;
+      changed_.push_back(start);
+      continue;
+    }
     // Collect the component by alternating constraint -> variables -> constraints.
     comp_cons.clear();
     comp_vars.clear();
@@ -102,11 +107,14 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
 void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars) {
   // Progressive filling. remaining[c] and weights[c] are kept per constraint of the
   // component; a variable is fixed once, at the smallest share among its constraints.
-  std::vector<double> remaining(comp_cons.size()), weights(comp_cons.size(), 0.0);
+  std::vector<double>&remaining = remaining_, &weights = weights_;
+  remaining.resize(comp_cons.size());
+  weights.assign(comp_cons.size(), 0.0);
   for (size_t i = 0; i < comp_cons.size(); ++i) remaining[i] = cons_[comp_cons[i]].capacity;
   // Constraint index lookup: reuse `mark` as the slot (marks are unique per epoch).
   for (size_t i = 0; i < comp_cons.size(); ++i) cons_[comp_cons[i]].mark = static_cast<uint32_t>(i);
-  std::vector<char> fixed(comp_vars.size(), 0);
+  std::vector<char>& fixed = fixed_;
+  fixed.assign(comp_vars.size(), 0);
   for (size_t j = 0; j < comp_vars.size(); ++j) {
     Var& v = vars_[comp_vars[j]];
     v.rate = 0;

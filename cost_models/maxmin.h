@@ -58,6 +58,10 @@ class MaxMinSystem {
   };
   void fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars);
 
+  // Scratch of solve() and fill(), kept to spare an allocation per re-solve.
+  std::vector<Id> comp_cons_, comp_vars_, stack_;
+  std::vector<double> remaining_, weights_;
+  std::vector<char> fixed_;
   std::vector<Var> vars_;
   std::vector<Con> cons_;
   std::vector<Id> free_vars_;
