@@ -62,10 +62,13 @@ void members(const YNode& map, const std::string& key, std::initializer_list<con
 void read_table(const std::string& name, const YNode& table, const std::string& key,
                 std::shared_ptr<MeasuredTables>& out) {
   if (table.kind != YNode::Kind::Seq) throw InputError(table.mark, key + " must be a list of rows");
+  // Attention rows: 6 values, or 7 with the GQA group size last.
   const size_t width = name == "gemm_table" ? 5 : name == "attention_table" ? 6 : 2;
+  const size_t widest = name == "attention_table" ? 7 : width;
   for (const YNode& row : table.seq) {
-    if (row.kind != YNode::Kind::Seq || row.seq.size() != width)
-      throw InputError(row.mark, key + ": each row must be a list of " + std::to_string(width) + " values");
+    if (row.kind != YNode::Kind::Seq || row.seq.size() < width || row.seq.size() > widest)
+      throw InputError(row.mark, key + ": each row must be a list of " + std::to_string(width) +
+                                     (widest > width ? " or " + std::to_string(widest) : std::string()) + " values");
     for (const YNode& cell : row.seq)
       if (cell.kind != YNode::Kind::Scalar) throw InputError(cell.mark, key + ": a row holds plain values");
     auto num = [&](size_t i, double lo) { return number(row.seq[i], key, lo, 1e30); };
@@ -82,9 +85,9 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
       const std::string& causal = row.seq[2].scalar;
       if (causal != "true" && causal != "false")
         throw InputError(row.seq[2].mark, key + ": causal must be true or false");
-      out->attention.push_back(AttentionPoint{phase == "backward", causal == "true", static_cast<int64_t>(num(1, 1)),
-                                              static_cast<int64_t>(num(3, 1)), static_cast<int64_t>(num(4, 1)),
-                                              num(5, 1e-12)});
+      out->attention.push_back(AttentionPoint{
+          phase == "backward", causal == "true", static_cast<int64_t>(num(1, 1)), static_cast<int64_t>(num(3, 1)),
+          static_cast<int64_t>(num(4, 1)), num(5, 1e-12), row.seq.size() == 7 ? static_cast<int64_t>(num(6, 1)) : 1});
     } else {
       out->memory.push_back(MemoryPoint{num(0, 1), num(1, 1e-12)});
     }

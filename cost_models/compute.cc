@@ -25,6 +25,26 @@ double roofline(const Op& op, const GpuSpec& gpu, double math_eff, double mem_ef
   return std::max(op.flops / (peak * math_eff * wave), bytes / (gpu.hbm_bandwidth * mem_eff));
 }
 
+// The grid values of an axis (sorted and made unique here) that bracket x, and the
+// fraction of the way from lo to hi in log space; clamped to the axis's ends (t = 0).
+void bracket(std::vector<double>& v, double x, double& lo, double& hi, double& t) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  t = 0;
+  if (x <= v.front()) {
+    lo = hi = v.front();
+    return;
+  }
+  if (x >= v.back()) {
+    lo = hi = v.back();
+    return;
+  }
+  auto it = std::upper_bound(v.begin(), v.end(), x);
+  hi = *it;
+  lo = *(it - 1);
+  t = (std::log(x) - std::log(lo)) / (std::log(hi) - std::log(lo));
+}
+
 double gemm_measured(const Op& op, const GpuSpec& gpu, const std::vector<GemmPoint>& pts) {
   // Ratio of measured to ideal (the roofline at efficiency 1) at the grid points around
   // the shape in log2(m, n, k). The ideal leaves out wave quantization: the library picks
@@ -66,28 +86,10 @@ double gemm_measured(const Op& op, const GpuSpec& gpu, const std::vector<GemmPoi
       ak.push_back(static_cast<double>(g.k));
       at[{g.m, g.n, g.k}] = idx++;
     }
-    auto axis = [](std::vector<double>& v, double x, double& lo, double& hi, double& t) {
-      std::sort(v.begin(), v.end());
-      v.erase(std::unique(v.begin(), v.end()), v.end());
-      if (x <= v.front()) {
-        lo = hi = v.front();
-        t = 0;
-        return;
-      }
-      if (x >= v.back()) {
-        lo = hi = v.back();
-        t = 0;
-        return;
-      }
-      auto it = std::upper_bound(v.begin(), v.end(), x);
-      hi = *it;
-      lo = *(it - 1);
-      t = (std::log2(x) - std::log2(lo)) / (std::log2(hi) - std::log2(lo));
-    };
     double m0, m1, tm, n0, n1, tn, k0, k1, tk;
-    axis(am, static_cast<double>(op.m), m0, m1, tm);
-    axis(an, static_cast<double>(op.n), n0, n1, tn);
-    axis(ak, static_cast<double>(op.k), k0, k1, tk);
+    bracket(am, static_cast<double>(op.m), m0, m1, tm);
+    bracket(an, static_cast<double>(op.n), n0, n1, tn);
+    bracket(ak, static_cast<double>(op.k), k0, k1, tk);
     double acc = 0;
     bool complete = true;
     for (int c = 0; c < 8 && complete; ++c) {
@@ -128,8 +130,14 @@ double interpolate(const std::vector<std::pair<double, double>>& xy, double x) {
 }
 
 double attention_measured(const Op& op, const GpuSpec& gpu, const std::vector<AttentionPoint>& pts) {
+  // log(measured / (FLOPs / peak)) on the measured grid of (length, batch × heads) for
+  // each GQA group size; bilinear in (log length, log batch × heads) inside the group
+  // sizes around the op's, then linear in log group size between them (clamped at the
+  // grid's edges). Batch × heads matters: the kernel's thread blocks are batch × heads ×
+  // query tiles, and how they fill the SMs' waves moves the rate by ±20 %.
   const bool bwd = op.phase == Phase::Backward;
-  std::vector<std::pair<double, double>> curve;  // (seq, log(measured / (flops / peak)))
+  std::map<std::tuple<int64_t, int64_t, int64_t>, double> at;  // (group, seq, bh) -> log ratio
+  std::vector<double> groups, seqs, bhs;
   for (const AttentionPoint& a : pts) {
     if (a.backward != bwd || a.head_dim != op.head_dim || a.causal != op.causal) continue;
     Op probe;
@@ -139,12 +147,29 @@ double attention_measured(const Op& op, const GpuSpec& gpu, const std::vector<At
     probe.head_dim = a.head_dim;
     probe.causal = a.causal;
     const double flops = attention_flops(probe) * (bwd ? 2.5 : 1.0);
-    curve.emplace_back(static_cast<double>(a.seq), std::log(a.seconds / (flops / gpu.peak_flops(op.dtype))));
+    at[{a.group, a.seq, a.batch_heads}] = std::log(a.seconds / (flops / gpu.peak_flops(op.dtype)));
+    groups.push_back(static_cast<double>(a.group));
+    seqs.push_back(static_cast<double>(a.seq));
+    bhs.push_back(static_cast<double>(a.batch_heads));
   }
-  if (curve.empty()) return -1;
-  std::sort(curve.begin(), curve.end());
+  if (at.empty()) return -1;
   const double seq = std::sqrt(static_cast<double>(op.q_len) * static_cast<double>(op.kv_len));
-  return std::exp(interpolate(curve, seq)) * op.flops / gpu.peak_flops(op.dtype);
+  const double bh = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads));
+  const double group = static_cast<double>(std::max<int64_t>(1, op.heads / std::max<int64_t>(1, op.kv_heads)));
+  double g0, g1, tg, s0, s1, ts, b0, b1, tb;
+  bracket(groups, group, g0, g1, tg);
+  bracket(seqs, seq, s0, s1, ts);
+  bracket(bhs, bh, b0, b1, tb);
+  double acc = 0;
+  for (int c = 0; c < 8; ++c) {
+    const double w = (c & 1 ? tg : 1 - tg) * (c & 2 ? ts : 1 - ts) * (c & 4 ? tb : 1 - tb);
+    if (w == 0) continue;
+    auto it = at.find({static_cast<int64_t>(c & 1 ? g1 : g0), static_cast<int64_t>(c & 2 ? s1 : s0),
+                       static_cast<int64_t>(c & 4 ? b1 : b0)});
+    if (it == at.end()) return -1;  // not a grid: leave it to the model
+    acc += w * it->second;
+  }
+  return std::exp(acc) * op.flops / gpu.peak_flops(op.dtype);
 }
 
 double memory_measured(const Op& op, const std::vector<MemoryPoint>& pts) {

@@ -43,6 +43,7 @@ struct AttentionPoint {
   int64_t seq = 0;          // q_len = kv_len
   int64_t batch_heads = 1;  // batch × heads of the measurement
   double seconds = 0;
+  int64_t group = 1;  // query heads per K/V head (GQA)
 };
 struct MemoryPoint {
   double bytes = 0;  // read + written

@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "real_backend/check.h"
 #include "real_backend/gemm.h"
@@ -133,10 +134,14 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
             if (static_cast<double>(m) * n * k <= static_cast<double>(int64_t{1} << 41)) gemms.emplace_back(d, m, n, k);
           }
     }
-  std::vector<std::pair<int64_t, int64_t>> attn;  // (head_dim, seq)
+  // (head_dim, seq, batch × heads, GQA group): the kernel's blocks are batch × heads ×
+  // query tiles, so how they fill the SMs depends on batch × heads as well as length.
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> attn;
   if (opt.attention)
     for (int64_t d : {64, 128})
-      for (int64_t s = 256; s <= 8192; s *= 2) attn.emplace_back(d, s);
+      for (int64_t g : {1, 4})
+        for (int64_t bh = 8; bh <= 128; bh *= 2)
+          for (int64_t s = 256; s <= 8192; s *= 2) attn.emplace_back(d, s, bh, g);
   std::vector<int64_t> mem;
   if (opt.memory)
     for (int64_t b = 4096; b <= (int64_t{1} << 32); b *= 2) mem.push_back(b);
@@ -196,29 +201,30 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     }
   }
   if (!attn.empty()) {
-    const int64_t bh = 32, smax = 8192, dmax = 128;
-    const size_t qn = static_cast<size_t>(bh * smax * dmax), rows = static_cast<size_t>(bh * smax);
+    const int64_t bhmax = 128, smax = 8192, dmax = 128;
+    const size_t qn = static_cast<size_t>(bhmax * smax * dmax), rows = static_cast<size_t>(bhmax * smax);
     Buf q(qn * 2), k(qn * 2), v(qn * 2), o(qn * 2), dout(qn * 2), lse(rows * 4), delta(rows * 4);
     Buf dq(qn * 4), dk(qn * 4), dv(qn * 4), dq16(qn * 2), dk16(qn * 2), dv16(qn * 2);
     for (void* p : {q.p, k.p, v.p, dout.p}) fill_random(Elem::BF16, p, static_cast<int64_t>(qn), 3, 1.f, nullptr);
-    for (auto [d, s] : attn) {
+    for (auto [d, s, bh, g] : attn) {
       AttentionShape sh{1,
                         static_cast<int>(bh),
-                        static_cast<int>(bh),
+                        static_cast<int>(bh / g),
                         static_cast<int>(s),
                         static_cast<int>(s),
                         static_cast<int>(d),
                         true};
-      set_context("calibration attention d" + std::to_string(d) + " s" + std::to_string(s));
-      const std::string key =
-          " bf16 d" + std::to_string(d) + " s" + std::to_string(s) + " bh" + std::to_string(bh) + " causal";
+      const std::string what = "d" + std::to_string(d) + " s" + std::to_string(s) + " bh" + std::to_string(bh) +
+                               (g > 1 ? " g" + std::to_string(g) : "");
+      set_context("calibration attention " + what);
+      const std::string key = " bf16 " + what + " causal";
       const double f = take("attention forward" + key, [&] {
         return time_median(opt.warmup, opt.reps, [&](int) {
           attention_forward(Elem::BF16, sh, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), nullptr);
         });
       });
-      r.attention.push_back({false, d, s, bh, true, f});
-      tick("attention forward d" + std::to_string(d) + " s" + std::to_string(s));
+      r.attention.push_back({false, d, s, bh, true, f, g});
+      tick("attention forward " + what);
       const double bw = take("attention backward" + key, [&] {
         return time_median(opt.warmup, opt.reps, [&](int) {
           attention_backward(Elem::BF16, sh, q.p, k.p, v.p, o.p, dout.p, static_cast<float*>(lse.p),
@@ -226,8 +232,8 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
                              static_cast<float*>(dv.p), dq16.p, dk16.p, dv16.p, nullptr);
         });
       });
-      r.attention.push_back({true, d, s, bh, true, bw});
-      tick("attention backward d" + std::to_string(d) + " s" + std::to_string(s));
+      r.attention.push_back({true, d, s, bh, true, bw, g});
+      tick("attention backward " + what);
     }
   }
   if (!mem.empty() || opt.launch) {

@@ -21,6 +21,7 @@ struct AttentionSample {
   int64_t head_dim, seq, batch_heads;
   bool causal;
   double seconds;
+  int64_t group;  // query heads per K/V head
 };
 struct MemorySample {
   int64_t bytes;  // read + written
@@ -49,8 +50,8 @@ struct MicrobenchOptions {
 // The grids: bf16 GEMMs with m in {64 … 65536}, n and k in {256 … 32768}, each at powers
 // of two and about halfway between (1.4·2^i rounded to 64), at most 2^42 FLOPs; fp16 and
 // fp8 (Hopper and later) at the powers of two only;
-// FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, 32
-// heads; memory 4 KiB … 4 GiB (×2).
+// FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, batch ×
+// heads 8 … 128 (×2), GQA groups of 1 and 4; memory 4 KiB … 4 GiB (×2).
 // The GPU's name and the CUDA driver API, runtime and NCCL versions; no measurements.
 MicrobenchResult describe_device();
 MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt);

@@ -224,11 +224,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
            ", " + num(g.seconds) + "]\n";
   }
   if (!r.attention.empty()) {
-    y += "  attention_table:  # [phase, head_dim, causal, seq, batch_heads, seconds]\n";
+    y += "  attention_table:  # [phase, head_dim, causal, seq, batch_heads, seconds, gqa_group]\n";
     for (const auto& a : r.attention)
       y += std::string("    - [") + (a.backward ? "backward" : "forward") + ", " + std::to_string(a.head_dim) + ", " +
            (a.causal ? "true" : "false") + ", " + std::to_string(a.seq) + ", " + std::to_string(a.batch_heads) + ", " +
-           num(a.seconds) + "]\n";
+           num(a.seconds) + ", " + std::to_string(a.group) + "]\n";
   }
   if (!r.memory.empty()) {
     y += "  memory_table:  # [bytes read + written, seconds]\n";

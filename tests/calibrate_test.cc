@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include "calibrate/profile.h"
 #include "cost_models/compute.h"
@@ -33,6 +34,48 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
       for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(p.network.hop_latency[i][f][j], n.hop_latency[i][f][j], 1e-15);
   }
   EXPECT_DOUBLE_EQ(p.network.nvls_efficiency, n.nvls_efficiency);
+}
+
+// Attention tables are interpolated over length and batch × heads (bilinear in logs) and
+// over the GQA group size: at the log-midpoint of each axis, the geometric mean of the
+// measured ratios to the ideal time.
+TEST(Profile, AttentionTablesInterpolateLengthHeadsAndGroups) {
+  const GpuSpec& gpu = *find_gpu_preset("h200-sxm");
+  auto ideal = [&](int64_t seq, int64_t bh) {
+    Op probe;
+    probe.batch = bh;
+    probe.heads = 1;
+    probe.q_len = probe.kv_len = seq;
+    probe.head_dim = 128;
+    probe.causal = true;
+    return attention_flops(probe) / gpu.peak_flops(DType::BF16);
+  };
+  auto tables = std::make_shared<MeasuredTables>();
+  const std::map<std::pair<int64_t, int64_t>, double> ratio = {
+      {{1024, 16}, 2.0}, {{4096, 16}, 3.0}, {{1024, 64}, 4.0}, {{4096, 64}, 6.0}};
+  for (int64_t g : {1, 4})
+    for (const auto& [at, r] : ratio)
+      tables->attention.push_back(AttentionPoint{false, true, 128, at.first, at.second,
+                                                 (g == 4 ? 2.0 : 1.0) * r * ideal(at.first, at.second), g});
+  ComputeProfile prof;
+  prof.measured = tables;
+  Op op;
+  op.kind = OpKind::Attention;
+  op.phase = Phase::Forward;
+  op.batch = 1;
+  op.heads = op.kv_heads = 32;
+  op.q_len = op.kv_len = 2048;
+  op.head_dim = 128;
+  op.causal = true;
+  op.flops = attention_flops(op);
+  const double t_ideal = op.flops / gpu.peak_flops(DType::BF16);
+  EXPECT_NEAR(compute_seconds(op, gpu, prof) / t_ideal, std::pow(2.0 * 3 * 4 * 6, 0.25), 1e-9);
+  op.kv_heads = 16;  // group 2: halfway (in log) between the group-1 and group-4 grids
+  EXPECT_NEAR(compute_seconds(op, gpu, prof) / t_ideal, std::pow(2.0 * 3 * 4 * 6, 0.25) * std::sqrt(2.0), 1e-9);
+  op.heads = 8;  // below the grid's batch × heads: clamped to 16
+  op.kv_heads = 8;
+  op.flops = attention_flops(op);
+  EXPECT_NEAR(compute_seconds(op, gpu, prof) / (op.flops / gpu.peak_flops(DType::BF16)), std::sqrt(2.0 * 3), 1e-9);
 }
 
 std::string profile_error(const std::string& yaml) {
