@@ -205,7 +205,8 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     const size_t qn = static_cast<size_t>(bhmax * smax * dmax), rows = static_cast<size_t>(bhmax * smax);
     Buf q(qn * 2), k(qn * 2), v(qn * 2), o(qn * 2), dout(qn * 2), lse(rows * 4), delta(rows * 4);
     Buf dq(qn * 4), dk(qn * 4), dv(qn * 4), dq16(qn * 2), dk16(qn * 2), dv16(qn * 2);
-    for (void* p : {q.p, k.p, v.p, dout.p}) fill_random(Elem::BF16, p, static_cast<int64_t>(qn), 3, 1.f, nullptr);
+    for (void* p : {q.p, k.p, v.p, o.p, dout.p}) fill_random(Elem::BF16, p, static_cast<int64_t>(qn), 3, 1.f, nullptr);
+    CS_CUDA(cudaMemset(lse.p, 0, rows * 4));
     for (auto [d, s, bh, g] : attn) {
       AttentionShape sh{1,
                         static_cast<int>(bh),
@@ -218,18 +219,30 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
                                (g > 1 ? " g" + std::to_string(g) : "");
       set_context("calibration attention " + what);
       const std::string key = " bf16 " + what + " causal";
+      // Operands rotate through copies, as GEMMs' do: inside a step, K and V come from
+      // HBM, not from an L2 that the previous run left them in (GQA's small K/V would).
+      const size_t qe = static_cast<size_t>(bh * s * d), kve = qe / static_cast<size_t>(g),
+                   re = static_cast<size_t>(bh * s);
+      const size_t slots =
+          std::max<size_t>(1, std::min({slots_for((3 * qe + 2 * kve) * 2, qn * 2), qn / qe, rows / re}));
+      auto at = [&](const Buf& b, size_t elems, size_t bytes, int i) {
+        return static_cast<char*>(b.p) + static_cast<size_t>(i) % slots * elems * bytes;
+      };
       const double f = take("attention forward" + key, [&] {
-        return time_median(opt.warmup, opt.reps, [&](int) {
-          attention_forward(Elem::BF16, sh, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), nullptr);
+        return time_median(opt.warmup, opt.reps, [&](int i) {
+          attention_forward(Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i), at(o, qe, 2, i),
+                            reinterpret_cast<float*>(at(lse, re, 4, i)), nullptr);
         });
       });
       r.attention.push_back({false, d, s, bh, true, f, g});
       tick("attention forward " + what);
       const double bw = take("attention backward" + key, [&] {
-        return time_median(opt.warmup, opt.reps, [&](int) {
-          attention_backward(Elem::BF16, sh, q.p, k.p, v.p, o.p, dout.p, static_cast<float*>(lse.p),
-                             static_cast<float*>(delta.p), static_cast<float*>(dq.p), static_cast<float*>(dk.p),
-                             static_cast<float*>(dv.p), dq16.p, dk16.p, dv16.p, nullptr);
+        return time_median(opt.warmup, opt.reps, [&](int i) {
+          attention_backward(Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i), at(o, qe, 2, i),
+                             at(dout, qe, 2, i), reinterpret_cast<float*>(at(lse, re, 4, i)),
+                             reinterpret_cast<float*>(at(delta, re, 4, i)), reinterpret_cast<float*>(at(dq, qe, 4, i)),
+                             reinterpret_cast<float*>(at(dk, kve, 4, i)), reinterpret_cast<float*>(at(dv, kve, 4, i)),
+                             at(dq16, qe, 2, i), at(dk16, kve, 2, i), at(dv16, kve, 2, i), nullptr);
         });
       });
       r.attention.push_back({true, d, s, bh, true, bw, g});
