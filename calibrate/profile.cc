@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <tuple>
 
 #include "scenarios/units.h"
 #include "scenarios/yaml_tree.h"
@@ -62,9 +63,10 @@ void members(const YNode& map, const std::string& key, std::initializer_list<con
 void read_table(const std::string& name, const YNode& table, const std::string& key,
                 std::shared_ptr<MeasuredTables>& out) {
   if (table.kind != YNode::Kind::Seq) throw InputError(table.mark, key + " must be a list of rows");
-  // Attention rows: 6 values, or 7 with the GQA group size last.
+  // Attention rows: 6 values, or 7 with the GQA group size last; memory rows: 2, or 3
+  // with the reads' share of the bytes last (a half when absent).
   const size_t width = name == "gemm_table" ? 5 : name == "attention_table" ? 6 : 2;
-  const size_t widest = name == "attention_table" ? 7 : width;
+  const size_t widest = name == "gemm_table" ? 5 : name == "attention_table" ? 7 : 3;
   for (const YNode& row : table.seq) {
     if (row.kind != YNode::Kind::Seq || row.seq.size() < width || row.seq.size() > widest)
       throw InputError(row.mark, key + ": each row must be a list of " + std::to_string(width) +
@@ -89,7 +91,8 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
           phase == "backward", causal == "true", static_cast<int64_t>(num(1, 1)), static_cast<int64_t>(num(3, 1)),
           static_cast<int64_t>(num(4, 1)), num(5, 1e-12), row.seq.size() == 7 ? static_cast<int64_t>(num(6, 1)) : 1});
     } else {
-      out->memory.push_back(MemoryPoint{num(0, 1), num(1, 1e-12)});
+      out->memory.push_back(
+          MemoryPoint{num(0, 1), num(1, 1e-12), row.seq.size() == 3 ? number(row.seq[2], key, 0, 1) : 0.5});
     }
   }
 }
@@ -248,8 +251,9 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
   if (points) read_collective_points(*points, points_key, &fits);
   if (!fits.empty()) p.network.collective_fits = std::make_shared<const std::vector<CollectiveFitRow>>(std::move(fits));
   if (!tables->gemm.empty() || !tables->attention.empty() || !tables->memory.empty()) {
-    std::sort(tables->memory.begin(), tables->memory.end(),
-              [](const MemoryPoint& a, const MemoryPoint& b) { return a.bytes < b.bytes; });
+    std::sort(tables->memory.begin(), tables->memory.end(), [](const MemoryPoint& a, const MemoryPoint& b) {
+      return std::tie(a.read_share, a.bytes) < std::tie(b.read_share, b.bytes);
+    });
     p.compute.measured = tables;
   }
   return p;

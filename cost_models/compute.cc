@@ -174,12 +174,30 @@ double attention_measured(const Op& op, const GpuSpec& gpu, const std::vector<At
 
 double memory_measured(const Op& op, const std::vector<MemoryPoint>& pts) {
   if (pts.empty()) return -1;
-  // Interpolate seconds per byte (log-log): past the largest measurement the bandwidth
-  // stays that of the largest, so time keeps growing with bytes.
-  std::vector<std::pair<double, double>> curve;
-  for (const MemoryPoint& m : pts) curve.emplace_back(m.bytes, std::log(m.seconds / m.bytes));
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
-  return std::exp(interpolate(curve, bytes)) * bytes;
+  const double share = bytes > 0 ? static_cast<double>(op.bytes_read) / bytes : 0.5;
+  // Seconds per byte (log-log) along bytes at one measured read share: past the largest
+  // measurement the bandwidth stays that of the largest, so time keeps growing with bytes.
+  auto along_bytes = [&](double at_share) {
+    std::vector<std::pair<double, double>> curve;
+    for (const MemoryPoint& m : pts)
+      if (m.read_share == at_share) curve.emplace_back(m.bytes, std::log(m.seconds / m.bytes));
+    return interpolate(curve, bytes);
+  };
+  // Then linear in the read share between the two measured shares around the op's
+  // (the nearest one outside the measured range). Points are sorted by share.
+  double lo = pts.front().read_share, hi = pts.back().read_share;
+  for (const MemoryPoint& m : pts) {
+    if (m.read_share <= share) lo = m.read_share;
+    if (m.read_share >= share) {
+      hi = m.read_share;
+      break;
+    }
+  }
+  if (share < lo) hi = lo;
+  if (share > hi) lo = hi;
+  const double t = hi > lo ? (share - lo) / (hi - lo) : 0;
+  return std::exp((1 - t) * along_bytes(lo) + t * along_bytes(hi)) * bytes;
 }
 
 }  // namespace

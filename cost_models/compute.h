@@ -19,7 +19,8 @@
 //   attention  measured / (FLOPs / peak) ratios over the sequence length, per phase,
 //              head dim and mask, piecewise linear in log2(length);
 //   memory     measured seconds per byte over the bytes moved, piecewise linear in
-//              log-log; past the largest measurement its bandwidth holds.
+//              log-log; past the largest measurement its bandwidth holds; measured at
+//              several shares of reads in the bytes, linear in the share between them.
 #pragma once
 
 #include <array>
@@ -48,11 +49,12 @@ struct AttentionPoint {
 struct MemoryPoint {
   double bytes = 0;  // read + written
   double seconds = 0;
+  double read_share = 0.5;  // bytes read / bytes
 };
 struct MeasuredTables {
   std::vector<GemmPoint> gemm;
   std::vector<AttentionPoint> attention;
-  std::vector<MemoryPoint> memory;  // sorted by bytes
+  std::vector<MemoryPoint> memory;  // sorted by (read_share, bytes)
 };
 
 struct ComputeProfile {

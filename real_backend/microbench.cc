@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <tuple>
 
 #include "real_backend/check.h"
@@ -28,6 +29,11 @@ size_t slots_for(size_t bytes_per_run, size_t capacity) {
 // `between`, every run is followed by that (untimed) kernel: a GPU running GEMMs back to
 // back sits at its power limit and lowers its clocks, while in a training step GEMMs
 // alternate with memory-bound kernels and attention.
+//
+// Each sample's runs are queued behind a spin kernel that lasts longer than the host
+// takes to issue them: the GPU then takes them from a full queue, as it takes a plan's
+// ops. Issued to an idle GPU, a kernel shorter than its own launch call (a few µs of
+// host time per kernel and event) would be timed with the host's issue time in it.
 template <typename F, typename G>
 double time_median(int warmup, int reps, F&& f, G&& between) {
   int run = 0;
@@ -43,11 +49,17 @@ double time_median(int warmup, int reps, F&& f, G&& between) {
   CS_CUDA(cudaEventElapsedTime(&first_ms, a, b));
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  const int batch = std::clamp(static_cast<int>(0.5 / std::max(first_ms, 1e-3f)), 1, 200);
+  // At most 64 runs a sample: their launches and events stay well inside the queue the
+  // host can fill ahead of the GPU without blocking.
+  const int batch = std::clamp(static_cast<int>(0.5 / std::max(first_ms, 1e-3f)), 1, 64);
   std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * reps * batch));
   for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
-  for (int i = 0; i < batch; ++i) f(run++), between();  // back to speed after the synchronization
-  for (int r = 0; r < reps; ++r)
+  // Back to speed after the synchronization; the host's time to issue a sample.
+  const auto h0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < batch; ++i) f(run++), between();
+  const double issue_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+  for (int r = 0; r < reps; ++r) {
+    spin(2 * issue_s + 20e-6, nullptr);
     for (int j = 0; j < batch; ++j) {
       const size_t k = static_cast<size_t>(2 * (r * batch + j));
       CS_CUDA(cudaEventRecord(ev[k]));
@@ -55,6 +67,7 @@ double time_median(int warmup, int reps, F&& f, G&& between) {
       CS_CUDA(cudaEventRecord(ev[k + 1]));
       between();
     }
+  }
   CS_CUDA(cudaEventSynchronize(ev.back()));
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
@@ -116,10 +129,10 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   // deliberately not 1.5·2^i: model widths (6144, 3072, …) stay off the grid, so the
   // validation scenarios test the interpolation.
   std::vector<int64_t> axis_mn = {64, 128}, axis_k;
-  for (int64_t v = 256; v <= 65536; v *= 2) {
+  for (int64_t v = 256; v <= 131072; v *= 2) {
     axis_mn.push_back(v);
     const int64_t mid = (v * 14 / 10 + 63) / 64 * 64;
-    if (mid < 65536) axis_mn.push_back(mid);
+    if (mid < 131072) axis_mn.push_back(mid);
   }
   for (int64_t v : axis_mn)
     if (v <= 32768) axis_k.push_back(v);
@@ -142,16 +155,22 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       for (int64_t g : {1, 4})
         for (int64_t bh = 8; bh <= 128; bh *= 2)
           for (int64_t s = 256; s <= 8192; s *= 2) attn.emplace_back(d, s, bh, g);
-  std::vector<int64_t> mem;
+  // (bytes read + written, reads' share of them): HBM moves reads and writes at
+  // different rates, and a plan's memory-bound ops read from 1/3 to 3/4 of their bytes.
+  std::vector<std::pair<int64_t, double>> mem;
   if (opt.memory)
-    for (int64_t b = 4096; b <= (int64_t{1} << 32); b *= 2) mem.push_back(b);
+    for (int64_t b = 4096; b <= (int64_t{1} << 32); b *= 2)
+      for (double share : kMemoryReadShares) mem.emplace_back(b, share);
   const int total = static_cast<int>(gemms.size() + 2 * attn.size() + mem.size()) + (opt.launch ? 1 : 0);
   int done = 0;
   auto tick = [&](const std::string& what) {
     if (opt.progress) opt.progress(++done, total, what);
   };
   // Measures `key` with `measure` unless a cached value exists; records new ones at once.
-  auto take = [&](const std::string& key, auto&& measure) {
+  // Keys name the method ("queued": samples issued ahead of the GPU), so that a store
+  // holding measurements taken another way is not resumed from.
+  auto take = [&](const std::string& what, auto&& measure) {
+    const std::string key = what + " queued";
     double t = 0;
     if (opt.cached && opt.cached(key, t)) return t;
     t = measure();
@@ -250,30 +269,50 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     }
   }
   if (!mem.empty() || opt.launch) {
-    const int64_t maxb = mem.empty() ? 4096 : mem.back();
-    Buf in(static_cast<size_t>(maxb / 2)), out(static_cast<size_t>(maxb / 2));
-    for (int64_t b : mem) {
-      const size_t half = static_cast<size_t>(b / 2 + 255) / 256 * 256;
+    const int64_t maxb = mem.empty() ? 4096 : mem.back().first;
+    // Either side may take all the bytes (a pure read or a pure write).
+    Buf in(static_cast<size_t>(maxb)), out(static_cast<size_t>(maxb));
+    for (auto [b, share] : mem) {
+      const int64_t rd = static_cast<int64_t>(std::llround(share * static_cast<double>(b) / 16)) * 16, wr = b - rd;
+      const size_t span = static_cast<size_t>(std::max(rd, wr) + 255) / 256 * 256;
       const size_t slots =
-          std::min(slots_for(2 * half, static_cast<size_t>(maxb)), static_cast<size_t>(maxb / 2) / half);
-      const double t = take("memory " + std::to_string(b), [&] {
+          std::min(slots_for(static_cast<size_t>(b), static_cast<size_t>(maxb)), static_cast<size_t>(maxb) / span);
+      char share_text[16];
+      std::snprintf(share_text, sizeof share_text, "%.4f", static_cast<double>(rd) / static_cast<double>(b));
+      const double t = take("memory " + std::to_string(b) + " read " + share_text, [&] {
         return time_median(opt.warmup, opt.reps, [&](int i) {
           const size_t slot = static_cast<size_t>(i) % std::max<size_t>(1, slots);
-          memory_op(static_cast<char*>(in.p) + slot * half, static_cast<char*>(out.p) + slot * half, b / 2, b / 2,
-                    nullptr);
+          memory_op(static_cast<char*>(in.p) + slot * span, static_cast<char*>(out.p) + slot * span, rd, wr, nullptr);
         });
       });
-      r.memory.push_back({b, t});
-      tick("memory " + std::to_string(b) + " B");
+      r.memory.push_back({b, t, static_cast<double>(rd) / static_cast<double>(b)});
+      tick("memory " + std::to_string(b) + " B, read " + share_text);
     }
     if (opt.launch) {
-      // A kernel's period back to back, less its own time: the launch gap.
+      // The GPU's period for a small kernel back to back from a full queue, less the
+      // kernel's own time: the gap between one kernel's end and the next one's start.
       const double one = time_median(opt.warmup, opt.reps, [&](int) { memory_op(in.p, out.p, 2048, 2048, nullptr); });
-      const int n = 1000;
-      const double many = time_median(1, 3, [&](int) {
-        for (int i = 0; i < n; ++i) memory_op(in.p, out.p, 2048, 2048, nullptr);
+      const int n = 64;
+      r.launch_gap_s = take("launch gap", [&] {
+        std::vector<double> periods;
+        cudaEvent_t a, b;
+        CS_CUDA(cudaEventCreate(&a));
+        CS_CUDA(cudaEventCreate(&b));
+        for (int rep = 0; rep < 5; ++rep) {
+          spin(1e-3, nullptr);
+          CS_CUDA(cudaEventRecord(a));
+          for (int i = 0; i < n; ++i) memory_op(in.p, out.p, 2048, 2048, nullptr);
+          CS_CUDA(cudaEventRecord(b));
+          CS_CUDA(cudaEventSynchronize(b));
+          float ms = 0;
+          CS_CUDA(cudaEventElapsedTime(&ms, a, b));
+          periods.push_back(ms * 1e-3 / n);
+        }
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        std::sort(periods.begin(), periods.end());
+        return std::max(0.0, periods[periods.size() / 2] - one);
       });
-      r.launch_gap_s = take("launch gap", [&] { return std::max(0.0, many / n - one); });
       tick("launch gap");
     }
   }

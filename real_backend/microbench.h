@@ -26,7 +26,11 @@ struct AttentionSample {
 struct MemorySample {
   int64_t bytes;  // read + written
   double seconds;
+  double read_share;  // bytes read / bytes
 };
+
+// The reads' shares of a memory-bound kernel's bytes that the memory suite measures.
+inline constexpr double kMemoryReadShares[] = {0.0, 0.25, 1.0 / 3, 0.5, 2.0 / 3, 0.75, 1.0};
 
 struct MicrobenchResult {
   std::string gpu, driver, cuda, nccl;
@@ -47,11 +51,12 @@ struct MicrobenchOptions {
   std::function<void(const std::string& key, double seconds)> record;
 };
 
-// The grids: bf16 GEMMs with m in {64 … 65536}, n and k in {256 … 32768}, each at powers
+// The grids: bf16 GEMMs with m in {64 … 131072}, n and k in {256 … 32768}, each at powers
 // of two and about halfway between (1.4·2^i rounded to 64), at most 2^42 FLOPs; fp16 and
 // fp8 (Hopper and later) at the powers of two only;
 // FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, batch ×
-// heads 8 … 128 (×2), GQA groups of 1 and 4; memory 4 KiB … 4 GiB (×2).
+// heads 8 … 128 (×2), GQA groups of 1 and 4; memory 4 KiB … 4 GiB (×2) at each read
+// share of kMemoryReadShares.
 // The GPU's name and the CUDA driver API, runtime and NCCL versions; no measurements.
 MicrobenchResult describe_device();
 MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt);

@@ -231,8 +231,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
            num(a.seconds) + ", " + std::to_string(a.group) + "]\n";
   }
   if (!r.memory.empty()) {
-    y += "  memory_table:  # [bytes read + written, seconds]\n";
-    for (const auto& m : r.memory) y += "    - [" + std::to_string(m.bytes) + ", " + num(m.seconds) + "]\n";
+    y += "  memory_table:  # [bytes read + written, seconds, bytes read / bytes]\n";
+    for (const auto& m : r.memory)
+      y += "    - [" + std::to_string(m.bytes) + ", " + num(m.seconds) + ", " + num(m.read_share) + "]\n";
   }
   if (!fits.empty()) {
     y += "network:\n  # Collectives inside one node, measured. A time is interpolated linearly in bytes between\n"

@@ -174,6 +174,38 @@ TEST(Profile, MeasuredTablesAreInterpolated) {
   EXPECT_NEAR(compute_seconds(mem, gpu, base), 1e-11 * std::pow(10.0, -2.0 / 3.0) * 1e8, 1e-9);
 }
 
+// Memory-bound kernels measured at several shares of reads: between two measured shares
+// the seconds per byte are interpolated linearly in the share (in log space); outside
+// the measured shares the nearest holds. Rows of two values are read at a share of one
+// half, rows of three carry their share.
+TEST(Profile, MemoryTableInterpolatesTheReadShare) {
+  const GpuSpec& gpu = *find_gpu_preset("h200-sxm");
+  const std::string path = testing::temp_dir("memory-shares") + "/p.yaml";
+  std::ofstream(path) << "compute:\n  memory_table:\n"
+                         "    - [1000000, 4.0e-6]\n"
+                         "    - [1000000000, 4.0e-4, 0.5]\n"
+                         "    - [1000000, 1.0e-6, 1]\n"
+                         "    - [1000000000, 1.0e-4, 1]\n";
+  const CalibrationProfile p = load_profile(path);
+  ASSERT_TRUE(p.compute.measured);
+  ASSERT_EQ(p.compute.measured->memory.size(), 4u);
+  EXPECT_DOUBLE_EQ(p.compute.measured->memory[1].read_share, 0.5);
+  Op mem;
+  mem.kind = OpKind::Memory;
+  auto at = [&](int64_t read, int64_t written) {
+    mem.bytes_read = read;
+    mem.bytes_written = written;
+    return compute_seconds(mem, gpu, p.compute);
+  };
+  EXPECT_NEAR(at(500000, 500000), 4.0e-6, 1e-12);  // a half: the two-value rows
+  EXPECT_NEAR(at(1000000, 0), 1.0e-6, 1e-12);      // reads only
+  // Three quarters read: halfway between 4e-12 and 1e-12 s/B in log space, 2e-12 s/B.
+  EXPECT_NEAR(at(750000, 250000), 2.0e-6, 1e-12);
+  // A third read: below the lowest measured share, whose curve holds.
+  EXPECT_NEAR(at(1000000, 2000000), 3e6 * 4e-12 * std::pow(3.0, -1.0 / 3), 1e-9);
+  EXPECT_NE(profile_error("compute:\n  memory_table:\n    - [1000, 1e-6, 1.5]\n").find("p.yaml:3:"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace clustersim
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -12,7 +13,12 @@
 #include "scenarios/scenario.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/clustersim-fuzz-" + std::to_string(::getpid()) + ".yaml";
+  // The input file, removed when the fuzzer exits.
+  static const struct Input {
+    std::string path = "/tmp/clustersim-fuzz-" + std::to_string(::getpid()) + ".yaml";
+    ~Input() { std::remove(path.c_str()); }
+  } input;
+  const std::string& path = input.path;
   {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
