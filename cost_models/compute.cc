@@ -181,11 +181,12 @@ double memory_measured(const Op& op, const std::vector<MemoryPoint>& pts) {
   auto along_bytes = [&](double at_share) {
     std::vector<std::pair<double, double>> curve;
     for (const MemoryPoint& m : pts)
-      if (m.read_share == at_share) curve.emplace_back(m.bytes, std::log(m.seconds / m.bytes));
+      if (std::fabs(m.read_share - at_share) < 1e-3) curve.emplace_back(m.bytes, std::log(m.seconds / m.bytes));
     return interpolate(curve, bytes);
   };
   // Then linear in the read share between the two measured shares around the op's
-  // (the nearest one outside the measured range). Points are sorted by share.
+  // (the nearest one outside the measured range). Points are sorted by share; shares
+  // within 0.001 of each other count as one.
   double lo = pts.front().read_share, hi = pts.back().read_share;
   for (const MemoryPoint& m : pts) {
     if (m.read_share <= share) lo = m.read_share;

@@ -270,22 +270,32 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   }
   if (!mem.empty() || opt.launch) {
     const int64_t maxb = mem.empty() ? 4096 : mem.back().first;
-    // Either side may take all the bytes (a pure read or a pure write).
-    Buf in(static_cast<size_t>(maxb)), out(static_cast<size_t>(maxb));
+    // Either side may take all the bytes (a pure read or a pure write). Each run writes
+    // at its own offset from where it reads (a multiple of 256 B up to 64 MiB, as the
+    // real backend places an op's output): a model's tensors sit at unrelated
+    // addresses, and a copy whose source and destination keep the same alignment meets
+    // DRAM bank conflicts that a training step's kernels do not.
+    constexpr size_t kSkew = size_t{64} << 20;
+    Buf in(static_cast<size_t>(maxb)), out(static_cast<size_t>(maxb) + kSkew);
+    auto skew = [&](int i) {
+      const uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ULL;
+      return static_cast<size_t>((h >> 20) % (kSkew / 256)) * 256;
+    };
     for (auto [b, share] : mem) {
       const int64_t rd = static_cast<int64_t>(std::llround(share * static_cast<double>(b) / 16)) * 16, wr = b - rd;
       const size_t span = static_cast<size_t>(std::max(rd, wr) + 255) / 256 * 256;
       const size_t slots =
           std::min(slots_for(static_cast<size_t>(b), static_cast<size_t>(maxb)), static_cast<size_t>(maxb) / span);
       char share_text[16];
-      std::snprintf(share_text, sizeof share_text, "%.4f", static_cast<double>(rd) / static_cast<double>(b));
+      std::snprintf(share_text, sizeof share_text, "%.4f", share);
       const double t = take("memory " + std::to_string(b) + " read " + share_text, [&] {
         return time_median(opt.warmup, opt.reps, [&](int i) {
           const size_t slot = static_cast<size_t>(i) % std::max<size_t>(1, slots);
-          memory_op(static_cast<char*>(in.p) + slot * span, static_cast<char*>(out.p) + slot * span, rd, wr, nullptr);
+          memory_op(static_cast<char*>(in.p) + slot * span, static_cast<char*>(out.p) + slot * span + skew(i), rd, wr,
+                    nullptr);
         });
       });
-      r.memory.push_back({b, t, static_cast<double>(rd) / static_cast<double>(b)});
+      r.memory.push_back({b, t, share});  // the nominal share: rd is rounded to 16 bytes
       tick("memory " + std::to_string(b) + " B, read " + share_text);
     }
     if (opt.launch) {

@@ -346,8 +346,69 @@ int validate_serving(const Scenario& s, const real::RealOptions& rop, bool json)
 
 }  // namespace
 
+// The real run recorded in a validation database (its run of source 'real'), checked
+// against the plan: every span must name the op the plan has at that place.
+real::RealResult read_real_run(const std::string& path, const Plan& plan) {
+  if (!std::filesystem::exists(path)) throw InputError(SourceMark{path, 0, 0}, "file does not exist");
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    const std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    throw InputError(SourceMark{path, 0, 0}, "cannot open: " + msg);
+  }
+  struct Closer {
+    sqlite3* db;
+    ~Closer() { sqlite3_close(db); }
+  } closer{db};
+  auto query = [&](const char* sql, auto&& row) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK)
+      throw InputError(SourceMark{path, 0, 0}, std::string("not a clustersim database (") + sqlite3_errmsg(db) +
+                                                   "), expected the file validate writes");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) row(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) throw InputError(SourceMark{path, 0, 0}, std::string("cannot read: ") + sqlite3_errmsg(db));
+  };
+  int64_t run = -1;
+  query("SELECT max(run_id) FROM runs WHERE source = 'real' AND complete = 1", [&](sqlite3_stmt* st) {
+    if (sqlite3_column_type(st, 0) != SQLITE_NULL) run = sqlite3_column_int64(st, 0);
+  });
+  if (run < 0) throw InputError(SourceMark{path, 0, 0}, "holds no complete real run, expected one written by validate");
+  real::RealResult r;
+  const std::string where = " WHERE run_id = " + std::to_string(run);
+  query(("SELECT value FROM metrics" + where + " AND key = 'iteration_time_s'").c_str(),
+        [&](sqlite3_stmt* st) { r.median_iteration_s = sqlite3_column_double(st, 0); });
+  r.device_name = "the real run in " + path;
+  query(("SELECT rank, op_index, op_index, name, start_ps, end_ps FROM spans" + where).c_str(), [&](sqlite3_stmt* st) {
+    SpanRecord sp;
+    sp.rank = sqlite3_column_int(st, 0);
+    sp.op = static_cast<uint32_t>(sqlite3_column_int64(st, 2));
+    sp.start_ps = sqlite3_column_int64(st, 4);
+    sp.end_ps = sqlite3_column_int64(st, 5);
+    const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(st, 3));
+    if (sp.rank < 0 || sp.rank >= plan.world_size)
+      throw InputError(SourceMark{path, 0, 0}, "its real run has rank " + std::to_string(sp.rank) +
+                                                   ", expected ranks below the scenario's " +
+                                                   std::to_string(plan.world_size));
+    const Program& prog = plan.programs[plan.rank_program[static_cast<size_t>(sp.rank)]];
+    if (sp.op >= prog.ops.size() || plan.names[prog.ops[sp.op].name] != name)
+      throw InputError(SourceMark{path, 0, 0},
+                       "its real run is of another plan: rank " + std::to_string(sp.rank) + " op " +
+                           std::to_string(sp.op) + " is '" + name + "', expected the scenario's '" +
+                           (sp.op < prog.ops.size() ? plan.names[prog.ops[sp.op].name] : std::string("(none)")) + "'");
+    sp.stream = prog.ops[sp.op].stream;
+    r.spans.push_back(sp);
+  });
+  if (r.spans.empty() || r.median_iteration_s <= 0)
+    throw InputError(SourceMark{path, 0, 0}, "its real run has no spans or no iteration time");
+  r.iteration_s = {r.median_iteration_s};
+  r.devices = 1;
+  return r;
+}
+
 int cmd_validate(const std::vector<std::string>& args) {
-  std::string path, profile;
+  std::string path, profile, real_from;
   std::vector<std::string> sets;
   bool json = false;
   int iterations = 5, warmup = 2;
@@ -363,16 +424,22 @@ int cmd_validate(const std::vector<std::string>& args) {
       warmup = std::stoi(value_of(args, i));
     else if (a == "--json")
       json = true;
+    else if (a == "--real-from")
+      real_from = value_of(args, i);
     else if (!a.empty() && a[0] == '-')
       throw std::invalid_argument("unknown option '" + a + "' for validate");
     else
       path = a;
   }
   if (path.empty()) throw std::invalid_argument("validate needs a scenario file");
-  if (real::device_count() == 0)
-    throw std::runtime_error("validate runs the scenario on a GPU, and this machine has none");
+  if (real_from.empty() && real::device_count() == 0)
+    throw std::runtime_error(
+        "validate runs the scenario on a GPU, and this machine has none (--real-from DB.sqlite compares with a real "
+        "run recorded earlier)");
   Scenario s = load_scenario(path, sets);
   if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
+  if (s.inference && !real_from.empty())
+    throw std::invalid_argument("--real-from compares training steps; serving validation runs on the GPU");
   if (s.inference) {
     real::RealOptions rop;
     rop.iterations = iterations;
@@ -390,7 +457,9 @@ int cmd_validate(const std::vector<std::string>& args) {
   real::RealOptions rop;
   rop.iterations = iterations;
   rop.warmup = warmup;
-  const real::RealResult real_run = real::run_plan(tp.plan, rop);
+  // Read before anything is written: the output may be the very file.
+  const real::RealResult real_run =
+      real_from.empty() ? real::run_plan(tp.plan, rop) : read_real_run(real_from, tp.plan);
 
   // Per op: (simulated - real) / real, for ops the GPU spent at least a microsecond on.
   std::map<std::pair<int32_t, uint32_t>, int64_t> sim_ps;
