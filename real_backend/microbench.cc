@@ -200,10 +200,11 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       const size_t sa = static_cast<size_t>(m * k) * e / 256 * 256 + 256,
                    sb = static_cast<size_t>(k * n) * e / 256 * 256 + 256;
       const size_t slots = std::max<size_t>(1, std::min(slots_for(sa + sb, a), std::min(a / sa, b / sb)));
-      // A memory-bound kernel of about the GEMM's length between runs (estimated at the
-      // roofline: FLOPs at 700 TFLOP/s, then bytes at 3 TB/s), as in a training step.
-      const int64_t mix =
-          std::clamp<int64_t>(static_cast<int64_t>(2.0 * m * n * k / 700e12 * 3e12), 4096, int64_t{1} << 30) / 16 * 16;
+      // Memory-bound work of about the GEMM's length between runs (estimated at the
+      // roofline: FLOPs at 700 TFLOP/s, then bytes at 3 TB/s), as in a training step:
+      // one kernel up to 1 GiB, as many as it takes past that, so that a GEMM of
+      // milliseconds meets the same duty (and clocks) as a short one.
+      const int64_t mix = std::max<int64_t>(static_cast<int64_t>(2.0 * m * n * k / 700e12 * 3e12), 4096) / 16 * 16;
       const double t =
           take("gemm " + dt + " " + std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k), [&] {
             return time_median(
@@ -213,7 +214,12 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
                   g.run(d, m, n, k, 1, static_cast<char*>(A.p) + slot * sa, static_cast<char*>(B.p) + slot * sb, C.p,
                         nullptr);
                 },
-                [&] { memory_op(Mix.p, static_cast<char*>(Mix.p) + (int64_t{1} << 30), mix / 2, mix / 2, nullptr); });
+                [&] {
+                  for (int64_t left = mix; left > 0; left -= int64_t{1} << 30) {
+                    const int64_t b = std::min<int64_t>(left, int64_t{1} << 30);
+                    memory_op(Mix.p, static_cast<char*>(Mix.p) + (int64_t{1} << 30), b / 2, b / 2, nullptr);
+                  }
+                });
           });
       r.gemm.push_back({dt, m, n, k, t});
       tick("gemm " + dt + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
@@ -223,7 +229,7 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     const int64_t bhmax = 128, smax = 8192, dmax = 128;
     const size_t qn = static_cast<size_t>(bhmax * smax * dmax), rows = static_cast<size_t>(bhmax * smax);
     Buf q(qn * 2), k(qn * 2), v(qn * 2), o(qn * 2), dout(qn * 2), lse(rows * 4), delta(rows * 4);
-    Buf dq(qn * 4), dk(qn * 4), dv(qn * 4), dq16(qn * 2), dk16(qn * 2), dv16(qn * 2);
+    Buf dq(qn * 4), dk(qn * 4), dv(qn * 4), dq16(qn * 2), dk16(qn * 2), dv16(qn * 2), flush(size_t{192} << 20);
     for (void* p : {q.p, k.p, v.p, o.p, dout.p}) fill_random(Elem::BF16, p, static_cast<int64_t>(qn), 3, 1.f, nullptr);
     CS_CUDA(cudaMemset(lse.p, 0, rows * 4));
     for (auto [d, s, bh, g] : attn) {
@@ -247,22 +253,36 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       auto at = [&](const Buf& b, size_t elems, size_t bytes, int i) {
         return static_cast<char*>(b.p) + static_cast<size_t>(i) % slots * elems * bytes;
       };
+      // Between runs a memory-bound kernel streams 2 × 96 MiB through L2, as a step's
+      // GEMMs and other kernels do between two attention ops: GQA's K and V are small
+      // enough to stay in L2 across the few copies they rotate through, and would be
+      // read from there at each run.
+      auto flush_l2 = [&] {
+        memory_op(flush.p, static_cast<char*>(flush.p) + (96 << 20), 96 << 20, 96 << 20, nullptr);
+      };
       const double f = take("attention forward" + key, [&] {
-        return time_median(opt.warmup, opt.reps, [&](int i) {
-          attention_forward(Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i), at(o, qe, 2, i),
-                            reinterpret_cast<float*>(at(lse, re, 4, i)), nullptr);
-        });
+        return time_median(
+            opt.warmup, opt.reps,
+            [&](int i) {
+              attention_forward(Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i), at(o, qe, 2, i),
+                                reinterpret_cast<float*>(at(lse, re, 4, i)), nullptr);
+            },
+            flush_l2);
       });
       r.attention.push_back({false, d, s, bh, true, f, g});
       tick("attention forward " + what);
       const double bw = take("attention backward" + key, [&] {
-        return time_median(opt.warmup, opt.reps, [&](int i) {
-          attention_backward(Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i), at(o, qe, 2, i),
-                             at(dout, qe, 2, i), reinterpret_cast<float*>(at(lse, re, 4, i)),
-                             reinterpret_cast<float*>(at(delta, re, 4, i)), reinterpret_cast<float*>(at(dq, qe, 4, i)),
-                             reinterpret_cast<float*>(at(dk, kve, 4, i)), reinterpret_cast<float*>(at(dv, kve, 4, i)),
-                             at(dq16, qe, 2, i), at(dk16, kve, 2, i), at(dv16, kve, 2, i), nullptr);
-        });
+        return time_median(
+            opt.warmup, opt.reps,
+            [&](int i) {
+              attention_backward(
+                  Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i), at(o, qe, 2, i),
+                  at(dout, qe, 2, i), reinterpret_cast<float*>(at(lse, re, 4, i)),
+                  reinterpret_cast<float*>(at(delta, re, 4, i)), reinterpret_cast<float*>(at(dq, qe, 4, i)),
+                  reinterpret_cast<float*>(at(dk, kve, 4, i)), reinterpret_cast<float*>(at(dv, kve, 4, i)),
+                  at(dq16, qe, 2, i), at(dk16, kve, 2, i), at(dv16, kve, 2, i), nullptr);
+            },
+            flush_l2);
       });
       r.attention.push_back({true, d, s, bh, true, bw, g});
       tick("attention backward " + what);
@@ -299,29 +319,31 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       tick("memory " + std::to_string(b) + " B, read " + share_text);
     }
     if (opt.launch) {
-      // The GPU's period for a small kernel back to back from a full queue, less the
-      // kernel's own time: the gap between one kernel's end and the next one's start.
-      const double one = time_median(opt.warmup, opt.reps, [&](int) { memory_op(in.p, out.p, 2048, 2048, nullptr); });
+      // Kernels each between their own two events (as the real backend times a plan's
+      // ops, and as every table here was measured), back to back from a full queue: the
+      // gap from one's end event to the next one's start event.
       const int n = 64;
       r.launch_gap_s = take("launch gap", [&] {
-        std::vector<double> periods;
-        cudaEvent_t a, b;
-        CS_CUDA(cudaEventCreate(&a));
-        CS_CUDA(cudaEventCreate(&b));
+        std::vector<double> gaps;
+        std::vector<cudaEvent_t> ev(2 * n);
+        for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
         for (int rep = 0; rep < 5; ++rep) {
           spin(1e-3, nullptr);
-          CS_CUDA(cudaEventRecord(a));
-          for (int i = 0; i < n; ++i) memory_op(in.p, out.p, 2048, 2048, nullptr);
-          CS_CUDA(cudaEventRecord(b));
-          CS_CUDA(cudaEventSynchronize(b));
-          float ms = 0;
-          CS_CUDA(cudaEventElapsedTime(&ms, a, b));
-          periods.push_back(ms * 1e-3 / n);
+          for (int i = 0; i < n; ++i) {
+            CS_CUDA(cudaEventRecord(ev[2 * i]));
+            memory_op(in.p, out.p, 2048, 2048, nullptr);
+            CS_CUDA(cudaEventRecord(ev[2 * i + 1]));
+          }
+          CS_CUDA(cudaEventSynchronize(ev.back()));
+          for (int i = 1; i < n; ++i) {
+            float ms = 0;
+            CS_CUDA(cudaEventElapsedTime(&ms, ev[2 * i - 1], ev[2 * i]));
+            gaps.push_back(ms * 1e-3);
+          }
         }
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-        std::sort(periods.begin(), periods.end());
-        return std::max(0.0, periods[periods.size() / 2] - one);
+        for (auto& e : ev) cudaEventDestroy(e);
+        std::sort(gaps.begin(), gaps.end());
+        return gaps[gaps.size() / 2];
       });
       tick("launch gap");
     }
