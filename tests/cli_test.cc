@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -776,6 +777,41 @@ TEST_F(CliTest, ProfileCheckOfTheH200Profile) {
   const CliResult none =
       cli("profile-check " + quote(std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/defaults.yaml"));
   EXPECT_EQ(none.code, 1) << none;
+}
+
+// The committed H200 profile against the real runs recorded on an H200 (validate
+// --real-from, no GPU needed): every scenario within the accuracy targets that
+// docs/accuracy.md reports (per-op median 3 %, p95 10 %, iteration 5 %). A change to the
+// cost models that loses accuracy on real hardware fails here.
+TEST_F(CliTest, ValidateAgainstRecordedRealRunsMeetsTheTargets) {
+  const std::string src = CLUSTERSIM_SOURCE_DIR;
+  auto field = [](const std::string& out, const std::string& key) {
+    const size_t at = out.find("\"" + key + "\": ");
+    return at == std::string::npos ? -1e9 : std::stod(out.substr(at + key.size() + 4));
+  };
+  for (const std::string s : {"validation/gpt3-1.3b-mb3-1xh200", "validation/gpt-2560-seq3072-1xh200",
+                              "validation/llama3-8b-4layers-1xh200", "real/gpt3-1.3b-1xh200"}) {
+    const std::string name = s.substr(s.find('/') + 1);
+    const CliResult r = cli("validate " + quote(src + "/scenarios/examples/" + s + ".yaml") + " --profile " +
+                            quote(src + "/calibrate/profiles/h200.yaml") + " --real-from " +
+                            quote(src + "/calibrate/measurements/validation/" + name + ".sqlite") + " --set " +
+                            quote("output.sqlite=" + (dir_ / "v.sqlite").string()) + " --json");
+    ASSERT_EQ(r.code, 0) << r;
+    EXPECT_GT(field(r.out, "ops_compared"), 100) << r;
+    EXPECT_LE(field(r.out, "median_abs_error"), 0.03) << name << "\n" << r;
+    EXPECT_LE(field(r.out, "p95_abs_error"), 0.10) << name << "\n" << r;
+    EXPECT_LE(std::fabs(field(r.out, "iteration_error")), 0.05) << name << "\n" << r;
+  }
+  // A recording of another plan is refused, naming the first op that differs.
+  const CliResult other =
+      cli("validate " + quote(src + "/scenarios/examples/validation/gpt-2560-seq3072-1xh200.yaml") + " --real-from " +
+          quote(src + "/calibrate/measurements/validation/llama3-8b-4layers-1xh200.sqlite") + " --set " +
+          quote("output.sqlite=" + (dir_ / "v.sqlite").string()));
+  EXPECT_EQ(other.code, 1) << other;
+  EXPECT_NE(other.err.find("is of another plan"), std::string::npos) << other;
+  const CliResult missing = cli("validate " + quote(kExample) + " --real-from /nonexistent.sqlite");
+  EXPECT_EQ(missing.code, 1) << missing;
+  EXPECT_NE(missing.err.find("/nonexistent.sqlite: error: file does not exist"), std::string::npos) << missing;
 }
 
 // Without a GPU the GPU commands say so and fail cleanly.
