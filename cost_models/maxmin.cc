@@ -7,7 +7,7 @@ namespace clustersim {
 
 MaxMinSystem::Id MaxMinSystem::add_constraint(double capacity) {
   if (!(capacity > 0)) throw std::invalid_argument("max-min: a constraint needs a positive capacity");
-  cons_.push_back(Con{capacity, {}, false, 0});
+  cons_.push_back(Con{capacity, 0, {}, false, 0});
   return static_cast<Id>(cons_.size() - 1);
 }
 
@@ -20,21 +20,29 @@ MaxMinSystem::Id MaxMinSystem::add_variable(std::span<const Id> constraints, dou
   } else {
     v = static_cast<Id>(vars_.size());
     vars_.emplace_back();
+    rates_.push_back(0);
   }
+  // A flow's links lie far apart in cons_ on a large fabric: ask for all of them (then
+  // for where each list grows) before touching any, so the cache misses overlap.
+  for (Id c : constraints) __builtin_prefetch(&cons_[c]);
+  for (Id c : constraints) __builtin_prefetch(cons_[c].vars.data() + cons_[c].vars.size(), 1);
   Var& var = vars_[v];
   var.cons.assign(constraints.begin(), constraints.end());
   var.weight = weight;
   var.bound = bound;
-  var.rate = 0;
+  rates_[v] = 0;
   var.alive = true;
-  for (Id c : var.cons) {
+  var.pos.resize(var.cons.size());
+  for (size_t j = 0; j < var.cons.size(); ++j) {
+    const Id c = var.cons[j];
+    var.pos[j] = static_cast<Id>(cons_[c].vars.size());
     cons_[c].vars.push_back(v);
     if (!cons_[c].dirty) {
       cons_[c].dirty = true;
       dirty_.push_back(c);
     }
   }
-  if (var.cons.empty()) var.rate = bound;  // crosses nothing: only its own bound limits it
+  if (var.cons.empty()) rates_[v] = bound;  // crosses nothing: only its own bound limits it
   ++live_;
   return v;
 }
@@ -42,11 +50,21 @@ MaxMinSystem::Id MaxMinSystem::add_variable(std::span<const Id> constraints, dou
 void MaxMinSystem::remove_variable(Id v) {
   Var& var = vars_[v];
   if (!var.alive) return;
-  for (Id c : var.cons) {
+  for (size_t j = 0; j < var.cons.size(); ++j) {
+    const Id c = var.cons[j];
     auto& list = cons_[c].vars;
-    auto it = std::find(list.begin(), list.end(), v);
-    *it = list.back();
+    // The list's last entry takes this one's place, and its variable's record follows.
+    const Id end = static_cast<Id>(list.size() - 1), at = var.pos[j], last = list[end];
+    list[at] = last;
     list.pop_back();
+    if (at != end) {
+      Var& moved = vars_[last];
+      for (size_t k = 0; k < moved.cons.size(); ++k)
+        if (moved.cons[k] == c && moved.pos[k] == end) {
+          moved.pos[k] = at;
+          break;
+        }
+    }
     if (!cons_[c].dirty) {
       cons_[c].dirty = true;
       dirty_.push_back(c);
@@ -54,15 +72,9 @@ void MaxMinSystem::remove_variable(Id v) {
   }
   var.alive = false;
   var.cons.clear();
-  var.rate = 0;
+  rates_[v] = 0;
   free_vars_.push_back(v);
   --live_;
-}
-
-double MaxMinSystem::usage(Id c) const {
-  double u = 0;
-  for (Id v : cons_[c].vars) u += vars_[v].rate;
-  return u;
 }
 
 const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
@@ -74,6 +86,7 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
     if (cons_[start].mark == epoch_) continue;
     if (cons_[start].vars.empty()) {  // its last flow left: a component of itself, nothing to share
       cons_[start].mark = epoch_;
+      cons_[start].used = 0;
       changed_.push_back(start);
       continue;
     }
@@ -112,12 +125,15 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
   weights.assign(comp_cons.size(), 0.0);
   for (size_t i = 0; i < comp_cons.size(); ++i) remaining[i] = cons_[comp_cons[i]].capacity;
   // Constraint index lookup: reuse `mark` as the slot (marks are unique per epoch).
-  for (size_t i = 0; i < comp_cons.size(); ++i) cons_[comp_cons[i]].mark = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < comp_cons.size(); ++i) {
+    cons_[comp_cons[i]].mark = static_cast<uint32_t>(i);
+    cons_[comp_cons[i]].used = 0;
+  }
   std::vector<char>& fixed = fixed_;
   fixed.assign(comp_vars.size(), 0);
   for (size_t j = 0; j < comp_vars.size(); ++j) {
-    Var& v = vars_[comp_vars[j]];
-    v.rate = 0;
+    const Var& v = vars_[comp_vars[j]];
+    rates_[comp_vars[j]] = 0;
     for (Id c : v.cons) weights[cons_[c].mark] += v.weight;
   }
   size_t left = comp_vars.size();
@@ -132,14 +148,14 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
     size_t fixed_now = 0;
     for (size_t j = 0; j < comp_vars.size(); ++j) {
       if (fixed[j]) continue;
-      Var& v = vars_[comp_vars[j]];
+      const Var& v = vars_[comp_vars[j]];
       bool bind = v.bound / v.weight <= share + tol;
       for (Id c : v.cons) {
         const uint32_t i = cons_[c].mark;
         if (std::max(0.0, remaining[i]) / weights[i] <= share + tol) bind = true;
       }
       if (!bind) continue;
-      v.rate = std::min(share * v.weight, v.bound);
+      rates_[comp_vars[j]] = std::min(share * v.weight, v.bound);
       fixed[j] = 1;
       ++fixed_now;
       --left;
@@ -149,9 +165,11 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
       if (fixed[j] != 1) continue;
       fixed[j] = 2;  // accounted
       const Var& v = vars_[comp_vars[j]];
+      const double rate = rates_[comp_vars[j]];
       for (Id c : v.cons) {
         const uint32_t i = cons_[c].mark;
-        remaining[i] -= v.rate;
+        remaining[i] -= rate;
+        cons_[c].used += rate;
         weights[i] -= v.weight;
         if (weights[i] < 1e-12) weights[i] = 0;
       }

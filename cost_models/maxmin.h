@@ -37,8 +37,9 @@ class MaxMinSystem {
   // constraints whose usage may have changed (those of the recomputed components).
   const std::vector<Id>& solve();
 
-  double rate(Id v) const { return vars_[v].rate; }
-  double usage(Id c) const;  // sum of the rates of the variables crossing c
+  double rate(Id v) const { return rates_[v]; }
+  // The sum of the rates of the variables crossing c, as of the last solve().
+  double usage(Id c) const { return cons_[c].used; }
   double capacity(Id c) const { return cons_[c].capacity; }
   size_t live_variables() const { return live_; }
   size_t constraints() const { return cons_.size(); }
@@ -46,12 +47,14 @@ class MaxMinSystem {
  private:
   struct Var {
     std::vector<Id> cons;
-    double weight = 1, bound = 0, rate = 0;
+    std::vector<Id> pos;  // pos[j]: this variable's index in cons_[cons[j]].vars
+    double weight = 1, bound = 0;
     bool alive = false;
     uint32_t mark = 0;
   };
   struct Con {
     double capacity = 0;
+    double used = 0;       // sum of its variables' rates, kept by solve()
     std::vector<Id> vars;  // live variables crossing it
     bool dirty = false;
     uint32_t mark = 0;
@@ -63,6 +66,7 @@ class MaxMinSystem {
   std::vector<double> remaining_, weights_;
   std::vector<char> fixed_;
   std::vector<Var> vars_;
+  std::vector<double> rates_;  // by variable, apart from Var: read for every live flow per event
   std::vector<Con> cons_;
   std::vector<Id> free_vars_;
   std::vector<Id> dirty_;

@@ -53,6 +53,40 @@ TEST(MaxMin, WeightsAndBounds) {
   EXPECT_NEAR(s.rate(heavy) + s.rate(light), 85, 1e-9);
 }
 
+// Variables leave in any order, from the middle of a link's list or its end, and a link
+// that one crosses twice counts it twice; what stays is solved as if it had always been
+// alone, and a link's usage is the sum of its remaining rates.
+TEST(MaxMin, RemovalKeepsEveryLinkListExact) {
+  MaxMinSystem s;
+  const auto a = s.add_constraint(12), b = s.add_constraint(30);
+  using R = std::vector<MaxMinSystem::Id>;
+  const auto v0 = s.add_variable(R{a}), v1 = s.add_variable(R{a, b}), v2 = s.add_variable(R{b, a, b});
+  const auto v3 = s.add_variable(R{b});
+  s.solve();
+  EXPECT_NEAR(s.usage(a), 12, 1e-9);
+  s.remove_variable(v0);  // first in a's list
+  s.remove_variable(v0);  // a second removal is a no-op
+  s.solve();
+  EXPECT_NEAR(s.rate(v1), 6, 1e-9);
+  EXPECT_NEAR(s.rate(v2), 6, 1e-9);   // a: 12 shared by v1 and v2
+  EXPECT_NEAR(s.rate(v3), 12, 1e-9);  // b: 30 less v1's 6 and v2's 2 x 6
+  EXPECT_NEAR(s.usage(b), 30, 1e-9);
+  s.remove_variable(v2);  // crosses b twice
+  s.solve();
+  EXPECT_NEAR(s.rate(v1), 12, 1e-9);
+  EXPECT_NEAR(s.rate(v3), 18, 1e-9);
+  EXPECT_NEAR(s.usage(b), 30, 1e-9);
+  s.remove_variable(v1);
+  s.remove_variable(v3);
+  s.solve();
+  EXPECT_EQ(s.usage(a), 0);
+  EXPECT_EQ(s.usage(b), 0);
+  const auto v4 = s.add_variable(R{b, a});  // reuses a freed slot
+  s.solve();
+  EXPECT_NEAR(s.rate(v4), 12, 1e-9);
+  EXPECT_EQ(s.live_variables(), 1u);
+}
+
 // Property: on random systems no link is over capacity, every variable is limited by a
 // saturated link on which it has the largest rate (the max-min condition), and an
 // incremental solve gives the same rates as solving from scratch.
