@@ -176,29 +176,31 @@ double memory_measured(const Op& op, const std::vector<MemoryPoint>& pts) {
   if (pts.empty()) return -1;
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   const double share = bytes > 0 ? static_cast<double>(op.bytes_read) / bytes : 0.5;
-  // Seconds per byte (log-log) along bytes at one measured read share: past the largest
+  // Measured shares in thousandths (a hand-written 0.333 and a computed 1/3 are one).
+  auto bin = [](double s) { return std::llround(s * 1000); };
+  std::vector<long long> shares;
+  for (const MemoryPoint& m : pts) shares.push_back(bin(m.read_share));
+  std::sort(shares.begin(), shares.end());
+  shares.erase(std::unique(shares.begin(), shares.end()), shares.end());
+  // Seconds per byte (log-log) along bytes at one measured share: past the largest
   // measurement the bandwidth stays that of the largest, so time keeps growing with bytes.
-  auto along_bytes = [&](double at_share) {
+  auto along_bytes = [&](long long at) {
     std::vector<std::pair<double, double>> curve;
     for (const MemoryPoint& m : pts)
-      if (std::fabs(m.read_share - at_share) < 1e-3) curve.emplace_back(m.bytes, std::log(m.seconds / m.bytes));
+      if (bin(m.read_share) == at) curve.emplace_back(m.bytes, std::log(m.seconds / m.bytes));
+    std::sort(curve.begin(), curve.end());
     return interpolate(curve, bytes);
   };
-  // Then linear in the read share between the two measured shares around the op's
-  // (the nearest one outside the measured range). Points are sorted by share; shares
-  // within 0.001 of each other count as one.
-  double lo = pts.front().read_share, hi = pts.back().read_share;
-  for (const MemoryPoint& m : pts) {
-    if (m.read_share <= share) lo = m.read_share;
-    if (m.read_share >= share) {
-      hi = m.read_share;
-      break;
-    }
-  }
-  if (share < lo) hi = lo;
-  if (share > hi) lo = hi;
-  const double t = hi > lo ? (share - lo) / (hi - lo) : 0;
-  return std::exp((1 - t) * along_bytes(lo) + t * along_bytes(hi)) * bytes;
+  // Then linear in the read share between the two measured shares around the op's (the
+  // nearest one outside the measured range).
+  const double want = share * 1000;
+  auto hi = std::lower_bound(shares.begin(), shares.end(), want,
+                             [](long long s, double w) { return static_cast<double>(s) < w; });
+  if (hi == shares.end()) return std::exp(along_bytes(shares.back())) * bytes;
+  if (hi == shares.begin() || static_cast<double>(*hi) == want) return std::exp(along_bytes(*hi)) * bytes;
+  const long long lo = *(hi - 1);
+  const double t = (want - static_cast<double>(lo)) / static_cast<double>(*hi - lo);
+  return std::exp((1 - t) * along_bytes(lo) + t * along_bytes(*hi)) * bytes;
 }
 
 }  // namespace

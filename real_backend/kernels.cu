@@ -382,7 +382,9 @@ __global__ void memory_kernel(const float4* in, float4* out, int64_t nr, int64_t
     if (i < nw) out[i] = make_float4(v.x * 1.0001f, v.y, v.z, v.w + 1.f);
     else acc += v.x + v.y + v.z + v.w;
   }
-  if (acc == 1.2345e-38f) out[0].x = acc;  // keeps the reads that write nothing
+  // Keeps the reads of a kernel that writes nothing (never true in practice; `out` is
+  // always a valid region, the real backend's output pool or the calibration's buffer).
+  if (acc == 1.2345e-38f) out[0].x = acc;
 }
 
 __device__ uint64_t mix64(uint64_t x) {

@@ -24,8 +24,8 @@ size_t slots_for(size_t bytes_per_run, size_t capacity) {
 }
 
 // Median over `reps` samples of one run of f(run index). Each run is bracketed by its
-// own events, and runs go back to back (at least ~0.5 ms per sample, one synchronization
-// at the end), so kernels run as inside a plan, the GPU busy and at working clocks. With
+// own events, and runs go back to back (about 0.5 ms per sample, at most 64 runs; one
+// synchronization at the end), so kernels run as inside a plan, the GPU busy and at working clocks. With
 // `between`, every run is followed by that (untimed) kernel: a GPU running GEMMs back to
 // back sits at its power limit and lowers its clocks, while in a training step GEMMs
 // alternate with memory-bound kernels and attention.
@@ -54,12 +54,18 @@ double time_median(int warmup, int reps, F&& f, G&& between) {
   const int batch = std::clamp(static_cast<int>(0.5 / std::max(first_ms, 1e-3f)), 1, 64);
   std::vector<cudaEvent_t> ev(static_cast<size_t>(2 * reps * batch));
   for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
-  // Back to speed after the synchronization; the host's time to issue a sample.
+  // Back to speed after the synchronization; the host's time to issue a sample, events
+  // included (the first sample's own events stand in for them here).
   const auto h0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < batch; ++i) f(run++), between();
+  for (int i = 0; i < batch; ++i) {
+    CS_CUDA(cudaEventRecord(ev[0]));
+    f(run++);
+    CS_CUDA(cudaEventRecord(ev[1]));
+    between();
+  }
   const double issue_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
   for (int r = 0; r < reps; ++r) {
-    spin(2 * issue_s + 20e-6, nullptr);
+    spin(3 * issue_s + 20e-6, nullptr);
     for (int j = 0; j < batch; ++j) {
       const size_t k = static_cast<size_t>(2 * (r * batch + j));
       CS_CUDA(cudaEventRecord(ev[k]));

@@ -23,6 +23,7 @@
 #include "sim/serving.h"
 #include "sim/sweep.h"
 #include "sim/sweep_mpi.h"
+#include "sim/validate.h"
 #include "topology/presets.h"
 #ifdef CLUSTERSIM_HAVE_REAL
 #include "real_backend/real_executor.h"
@@ -581,10 +582,21 @@ int main(int argc, char** argv) {
     if (cmd == "search") return cmd_search(args);
     if (cmd == "report") return cmd_report(args);
     if (cmd == "real") return cmd_real(args);
-    if (cmd == "calibrate" || cmd == "validate") {
+    if (cmd == "validate") {
+      RealHooks hooks;
+#ifdef CLUSTERSIM_HAVE_REAL
+      hooks = real_hooks();
+#endif
+      try {
+        return cmd_validate(args, hooks);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
+    }
+    if (cmd == "calibrate") {
 #ifdef CLUSTERSIM_HAVE_REAL
       try {
-        return cmd == "calibrate" ? cmd_calibrate(args) : cmd_validate(args);
+        return cmd_calibrate(args);
       } catch (const std::invalid_argument& e) {
         throw UsageError(e.what());
       }

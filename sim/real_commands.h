@@ -1,13 +1,16 @@
-// Commands that need GPUs: `calibrate` (microbenchmarks -> profile) and `validate`
-// (real against simulated). Built only with the real backend.
+// Commands that need GPUs: `calibrate` (microbenchmarks -> profile) and validate's runs
+// on the GPU (real against simulated). Built only with the real backend.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "sim/validate.h"
+
 namespace clustersim {
 
 int cmd_calibrate(const std::vector<std::string>& args);
-int cmd_validate(const std::vector<std::string>& args);
+// validate's access to the GPUs (sim/validate.h).
+RealHooks real_hooks();
 
 }  // namespace clustersim

@@ -809,6 +809,16 @@ TEST_F(CliTest, ValidateAgainstRecordedRealRunsMeetsTheTargets) {
           quote("output.sqlite=" + (dir_ / "v.sqlite").string()));
   EXPECT_EQ(other.code, 1) << other;
   EXPECT_NE(other.err.find("is of another plan"), std::string::npos) << other;
+  // The same model at another length has the same ops by name: the shapes tell.
+  const CliResult shorter =
+      cli("validate " + quote(src + "/scenarios/examples/validation/llama3-8b-4layers-1xh200.yaml") +
+          " --set model.seq_len=2048 --real-from " +
+          quote(src + "/calibrate/measurements/validation/llama3-8b-4layers-1xh200.sqlite") + " --set " +
+          quote("output.sqlite=" + (dir_ / "refused.sqlite").string()));
+  EXPECT_EQ(shorter.code, 1) << shorter;
+  EXPECT_NE(shorter.err.find("is of another plan"), std::string::npos) << shorter;
+  EXPECT_NE(shorter.err.find(", expected the scenario's "), std::string::npos) << shorter;
+  EXPECT_FALSE(fs::exists(dir_ / "refused.sqlite")) << "nothing written for a refused recording";
   const CliResult missing = cli("validate " + quote(kExample) + " --real-from /nonexistent.sqlite");
   EXPECT_EQ(missing.code, 1) << missing;
   EXPECT_NE(missing.err.find("/nonexistent.sqlite: error: file does not exist"), std::string::npos) << missing;

@@ -1,0 +1,37 @@
+// `validate`: a scenario run on GPUs and in the simulator, compared op by op and per
+// iteration. Training steps can also be compared with a real run recorded earlier
+// (--real-from, the database a validate wrote), which needs neither GPU nor real backend.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "reports/timeline.h"
+#include "scenarios/scenario.h"
+
+namespace clustersim {
+
+// A training step as the real backend ran it: every rank's spans (medians over the
+// timed iterations) and the median iteration time.
+struct RealRun {
+  std::vector<SpanRecord> spans;
+  double median_iteration_s = 0;
+  std::string device_name;
+};
+
+// How validate reaches GPUs; left empty where the build has no real backend.
+struct RealHooks {
+  std::function<int()> device_count;
+  std::function<RealRun(const Plan&, int iterations, int warmup)> run_training;
+  std::function<int(const Scenario&, int iterations, int warmup, bool json)> run_serving;
+};
+
+// The real run recorded in a database written by validate, checked op by op (kind and
+// shape) against `plan`; InputError naming the file when it is of another plan.
+RealRun read_real_run(const std::string& path, const Plan& plan);
+
+int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks);
+
+}  // namespace clustersim
