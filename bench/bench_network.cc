@@ -84,6 +84,29 @@ void BM_TunerAllReduce1024(benchmark::State& state) {
 }
 BENCHMARK(BM_TunerAllReduce1024)->Unit(benchmark::kMillisecond);
 
+// What `clustersim collective --op all-reduce --network-model flow` does for one size on
+// a fresh cluster of N GPUs: topology, NCCL's choice (tree at these sizes) on the analytic
+// network with every route computed once, then the chosen expansion on the flow network.
+void BM_AllReduceFreshCluster(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  NetworkProfile prof;
+  for (auto _ : state) {
+    Cluster c(gpus / 8);
+    AnalyticNetwork analytic(c.topo, prof);
+    const GroupLayout layout = layout_of(c.topo, c.gpus);
+    const CollectiveChoice pick = choose_collective(CollectiveKind::AllReduce, 1 << 30, layout, c.gpus, analytic, prof,
+                                                    std::nullopt, std::nullopt);
+    const Expansion e = expand_collective(
+        CollectiveRequest{CollectiveKind::AllReduce, pick.algo, pick.proto, 1024.0 * 1024 * 1024, 0}, layout, prof);
+    FlowNetwork net(c.topo, prof);
+    net.start(e, c.gpus, SimTime::zero());
+    std::vector<uint64_t> done;
+    while (!net.idle()) net.advance(net.next_time(), done);
+    benchmark::DoNotOptimize(done.size());
+  }
+}
+BENCHMARK(BM_AllReduceFreshCluster)->Arg(1024)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond);
+
 void BM_ExpandTree1024(benchmark::State& state) {
   Cluster c(128);
   NetworkProfile prof;

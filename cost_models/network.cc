@@ -23,14 +23,16 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
   std::vector<uint32_t> used;
   for (const CollectiveStep& step : e.steps) {
     touched_.clear();
-    for (const Transfer& t : step.transfers)
-      for (uint32_t l : paths_.links(t, gpus))
+    routes_.clear();
+    for (const Transfer& t : step.transfers) routes_.push_back(paths_.links(t, gpus));
+    for (const auto& r : routes_)
+      for (uint32_t l : r)
         if (load_[l]++ == 0) touched_.push_back(l);
     double lockstep = 0, moving = 0;
     lat_.assign(step.transfers.size(), 0.0);
     for (size_t i = 0; i < step.transfers.size(); ++i) {
       const Transfer& t = step.transfers[i];
-      auto r = paths_.links(t, gpus);
+      const auto r = routes_[i];
       if (r.empty()) continue;
       double rate = std::numeric_limits<double>::infinity();
       for (uint32_t l : r) rate = std::min(rate, paths_.capacity(l) / load_[l]);
@@ -42,10 +44,10 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
     const double rep = static_cast<double>(step.repeat);
     cost.seconds += step.latency == StepLatency::Max ? lockstep * rep : step_latency(step, lat_, moving) + moving * rep;
     for (uint32_t l : touched_) load_[l] = 0;
-    for (const Transfer& t : step.transfers)
-      for (uint32_t l : paths_.links(t, gpus)) {
+    for (size_t i = 0; i < step.transfers.size(); ++i)
+      for (uint32_t l : routes_[i]) {
         if (bytes_[l] == 0) used.push_back(l);
-        bytes_[l] += paths_.wire_bytes(t.bytes, e) * static_cast<double>(step.repeat);
+        bytes_[l] += paths_.wire_bytes(step.transfers[i].bytes, e) * static_cast<double>(step.repeat);
       }
   }
   std::sort(used.begin(), used.end());

@@ -65,6 +65,7 @@ class AnalyticNetwork {
   std::vector<double> bytes_;   // wire bytes per link over the collective
   std::vector<uint32_t> touched_;
   std::vector<double> lat_;
+  std::vector<std::span<const uint32_t>> routes_;  // a step's transfers' routes, looked up once
 };
 
 }  // namespace clustersim

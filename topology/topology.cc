@@ -202,11 +202,23 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
   // compare exactly; every equal-cost predecessor edge is kept for ECMP.
   const size_t nv = boost::num_vertices(graph_);
   constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
-  std::vector<int64_t> dist(nv, kInf);
-  std::vector<std::vector<uint32_t>> pred(nv);
+  // Distances and predecessors live across calls (per thread), and only the vertices a
+  // search reached are reset: a search inside a node stops within a few hops, and
+  // clearing arrays over the whole cluster for each pair made routing quadratic.
+  thread_local std::vector<int64_t> dist;
+  thread_local std::vector<std::vector<uint32_t>> pred;
+  thread_local std::vector<uint32_t> reached;
+  if (dist.size() < nv) dist.resize(nv, kInf), pred.resize(nv);
+  struct Reset {
+    ~Reset() {
+      for (uint32_t v : reached) dist[v] = kInf, pred[v].clear();
+      reached.clear();
+    }
+  } reset;
   using Item = std::pair<int64_t, uint32_t>;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> pq;
   dist[src] = 0;
+  reached.push_back(src);
   pq.push({0, src});
   while (!pq.empty()) {
     auto [d, v] = pq.top();
@@ -219,6 +231,7 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
       const int64_t c = d + std::llround(1e18 / l.bandwidth);
       const uint32_t w = l.dst;
       if (c < dist[w]) {
+        if (dist[w] == kInf) reached.push_back(w);
         dist[w] = c;
         pred[w].assign(1, l.id);
         pq.push({c, w});
@@ -272,13 +285,48 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
 std::span<const uint32_t> Topology::route(int src, int dst) {
   if (src == dst) return {};
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
-  auto it = route_cache_.find(key);
-  if (it == route_cache_.end()) {
-    if (fast_state_ == 0) prepare_fast_routing();
-    const bool fast = fast_state_ == 1 && node_of(src) != node_of(dst);
-    it = route_cache_.emplace(key, fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst))).first;
+  auto chunk_span = [&](const RouteSlot& s) {
+    return std::span<const uint32_t>(route_chunks_[s.chunk].data() + s.offset, s.length);
+  };
+  if (!route_slots_.empty()) {
+    const size_t mask = route_slots_.size() - 1;
+    for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+      const RouteSlot& s = route_slots_[i];
+      if (s.key == key) return chunk_span(s);
+      if (s.key == ~uint64_t{0}) break;
+    }
   }
-  return it->second;
+  if (fast_state_ == 0) prepare_fast_routing();
+  const bool fast = fast_state_ == 1 && node_of(src) != node_of(dst);
+  const std::vector<uint32_t> links = fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst));
+  // Store the links where they will not move.
+  constexpr size_t kChunk = size_t{1} << 16;
+  if (route_chunks_.empty() || route_chunks_.back().size() + links.size() > route_chunks_.back().capacity()) {
+    route_chunks_.emplace_back();
+    route_chunks_.back().reserve(std::max(kChunk, links.size()));
+  }
+  std::vector<uint32_t>& chunk = route_chunks_.back();
+  RouteSlot slot{key, static_cast<uint32_t>(route_chunks_.size() - 1), static_cast<uint32_t>(chunk.size()),
+                 static_cast<uint32_t>(links.size())};
+  chunk.insert(chunk.end(), links.begin(), links.end());
+  // At most half full: grow (and re-place every slot) before adding.
+  if (2 * (route_count_ + 1) > route_slots_.size()) {
+    std::vector<RouteSlot> old(std::max<size_t>(1024, 2 * route_slots_.size()));
+    old.swap(route_slots_);
+    const size_t mask = route_slots_.size() - 1;
+    for (const RouteSlot& s : old)
+      if (s.key != ~uint64_t{0}) {
+        size_t i = mix(s.key) & mask;
+        while (route_slots_[i].key != ~uint64_t{0}) i = (i + 1) & mask;
+        route_slots_[i] = s;
+      }
+  }
+  const size_t mask = route_slots_.size() - 1;
+  size_t i = mix(key) & mask;
+  while (route_slots_[i].key != ~uint64_t{0}) i = (i + 1) & mask;
+  route_slots_[i] = slot;
+  ++route_count_;
+  return chunk_span(slot);
 }
 
 std::span<const uint32_t> Topology::switch_route(int gpu, bool to_switch) const {

@@ -126,7 +126,16 @@ class Topology {
   std::vector<Link> links_;
   std::vector<uint32_t> gpus_;
   std::vector<std::array<uint32_t, 2>> gpu_switch_links_;  // per GPU: {to switch, from switch}
-  std::unordered_map<uint64_t, std::vector<uint32_t>> route_cache_;
+  // Routes between GPUs, computed once: an open-addressing table on (src, dst) whose
+  // slots point into chunks of links that never move, so a returned span stays valid
+  // while routes are added (a node-based map cost two cache misses a lookup at scale).
+  struct RouteSlot {
+    uint64_t key = ~uint64_t{0};  // empty
+    uint32_t chunk = 0, offset = 0, length = 0;
+  };
+  std::vector<RouteSlot> route_slots_;
+  size_t route_count_ = 0;
+  std::vector<std::vector<uint32_t>> route_chunks_;  // each at its reserved capacity, never grown past it
 
   // Structured routing for homogeneous nodes on a switch or fat-tree fabric whose leaves
   // hold whole nodes: a route between nodes is the source node's GPU -> own-NIC path
