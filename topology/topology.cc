@@ -441,8 +441,8 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
       }
       constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
       std::vector<int64_t> dist(switch_count_, kInf);
-      SwitchTree tree;
-      tree.pred.resize(switch_count_);
+      thread_local std::vector<std::vector<uint32_t>> pred;  // per switch, emptied below
+      if (pred.size() < switch_count_) pred.resize(switch_count_);
       using Item = std::pair<int64_t, uint32_t>;
       std::priority_queue<Item, std::vector<Item>, std::greater<>> pq;
       dist[static_cast<size_t>(switch_index_[sa])] = 0;
@@ -456,21 +456,32 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
           const int64_t c = d + se.cost;
           if (c < dist[w]) {
             dist[w] = c;
-            tree.pred[w].assign(1, se.link);
+            pred[w].assign(1, se.link);
             pq.push({c, se.dst_vertex});
           } else if (c == dist[w]) {
-            tree.pred[w].push_back(se.link);
+            pred[w].push_back(se.link);
           }
         }
+      }
+      SwitchTree tree;
+      tree.first.reserve(switch_count_ + 1);
+      tree.first.push_back(0);
+      for (size_t w = 0; w < switch_count_; ++w) {
+        std::sort(pred[w].begin(), pred[w].end(),
+                  [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; });
+        tree.links.insert(tree.links.end(), pred[w].begin(), pred[w].end());
+        tree.first.push_back(static_cast<uint32_t>(tree.links.size()));
+        pred[w].clear();
       }
       it = switch_trees_.emplace(sa, std::move(tree)).first;
     }
     std::vector<uint32_t> middle;
     const uint64_t key = nic_b;  // destination-mod-k, as in shortest_path()
+    const SwitchTree& tree = it->second;
     for (uint32_t v = sb; v != sa;) {
-      std::vector<uint32_t> choices = it->second.pred[static_cast<size_t>(switch_index_[v])];
+      const size_t w = static_cast<size_t>(switch_index_[v]);
+      const std::span<const uint32_t> choices(tree.links.data() + tree.first[w], tree.first[w + 1] - tree.first[w]);
       if (choices.empty()) throw std::runtime_error("topology: no switch path to " + graph_[sb].name);
-      std::sort(choices.begin(), choices.end(), [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; });
       const uint32_t link = choices[choices.size() == 1 ? 0 : key % choices.size()];
       middle.push_back(link);
       v = links_[link].src;

@@ -142,8 +142,11 @@ class Topology {
   // (a template from node 0, shifted by the node's first link id), the NIC's up-link,
   // the switch path (Dijkstra over switches only, cached per source switch), the
   // destination NIC's down-link and its NIC -> GPU template. Same choices as the search.
+  // Per switch (switch_index_) its equal-cost incoming links, ordered by the vertex they
+  // come from: links[first[s] .. first[s + 1]). One flat array a tree (thousands of
+  // trees on a large fat-tree: a vector per switch cost ~4x the memory).
   struct SwitchTree {
-    std::vector<std::vector<uint32_t>> pred;  // per switch (switch_index_): equal-cost incoming links
+    std::vector<uint32_t> first, links;
   };
   std::vector<int32_t> switch_index_;  // vertex -> dense switch index, -1 for other vertices
   size_t switch_count_ = 0;
