@@ -464,14 +464,39 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
         }
       }
       SwitchTree tree;
-      tree.first.reserve(switch_count_ + 1);
-      tree.first.push_back(0);
+      tree.set.resize(switch_count_);
+      if (last_set_.size() < switch_count_) last_set_.resize(switch_count_, UINT32_MAX);
+      auto same = [&](const std::vector<uint32_t>& p, uint32_t k) {
+        return std::equal(p.begin(), p.end(), pred_links_.begin() + pred_first_[k],
+                          pred_links_.begin() + pred_first_[k + 1]);
+      };
       for (size_t w = 0; w < switch_count_; ++w) {
-        std::sort(pred[w].begin(), pred[w].end(),
-                  [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; });
-        tree.links.insert(tree.links.end(), pred[w].begin(), pred[w].end());
-        tree.first.push_back(static_cast<uint32_t>(tree.links.size()));
-        pred[w].clear();
+        auto& p = pred[w];
+        // Switches leave the queue by (distance, vertex), so a set is usually in order already.
+        const auto by_src = [&](uint32_t a, uint32_t b) { return links_[a].src < links_[b].src; };
+        if (!std::is_sorted(p.begin(), p.end(), by_src)) std::sort(p.begin(), p.end(), by_src);
+        if (last_set_[w] != UINT32_MAX && same(p, last_set_[w])) {
+          tree.set[w] = last_set_[w];
+          p.clear();
+          continue;
+        }
+        uint64_t h = p.size();
+        for (uint32_t l : p) h = mix(h ^ l);
+        auto& ids = pred_sets_by_hash_[h];
+        uint32_t id = UINT32_MAX;
+        for (uint32_t k : ids)
+          if (same(p, k)) {
+            id = k;
+            break;
+          }
+        if (id == UINT32_MAX) {
+          id = static_cast<uint32_t>(pred_first_.size() - 1);
+          pred_links_.insert(pred_links_.end(), p.begin(), p.end());
+          pred_first_.push_back(static_cast<uint32_t>(pred_links_.size()));
+          ids.push_back(id);
+        }
+        tree.set[w] = last_set_[w] = id;
+        p.clear();
       }
       it = switch_trees_.emplace(sa, std::move(tree)).first;
     }
@@ -479,8 +504,8 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
     const uint64_t key = nic_b;  // destination-mod-k, as in shortest_path()
     const SwitchTree& tree = it->second;
     for (uint32_t v = sb; v != sa;) {
-      const size_t w = static_cast<size_t>(switch_index_[v]);
-      const std::span<const uint32_t> choices(tree.links.data() + tree.first[w], tree.first[w + 1] - tree.first[w]);
+      const uint32_t k = tree.set[static_cast<size_t>(switch_index_[v])];
+      const std::span<const uint32_t> choices(pred_links_.data() + pred_first_[k], pred_first_[k + 1] - pred_first_[k]);
       if (choices.empty()) throw std::runtime_error("topology: no switch path to " + graph_[sb].name);
       const uint32_t link = choices[choices.size() == 1 ? 0 : key % choices.size()];
       middle.push_back(link);

@@ -143,11 +143,15 @@ class Topology {
   // the switch path (Dijkstra over switches only, cached per source switch), the
   // destination NIC's down-link and its NIC -> GPU template. Same choices as the search.
   // Per switch (switch_index_) its equal-cost incoming links, ordered by the vertex they
-  // come from: links[first[s] .. first[s + 1]). One flat array a tree (thousands of
-  // trees on a large fat-tree: a vector per switch cost ~4x the memory).
+  // come from, as the id of that set in the shared pool below: trees from different
+  // source switches mostly hold the same sets (a leaf's links from every spine), and one
+  // tree a leaf over every switch made their memory quadratic in the fabric.
   struct SwitchTree {
-    std::vector<uint32_t> first, links;
+    std::vector<uint32_t> set;  // per switch: index into pred_first_
   };
+  std::vector<uint32_t> pred_first_{0}, pred_links_;  // set k: pred_links_[pred_first_[k] .. pred_first_[k + 1])
+  std::unordered_map<uint64_t, std::vector<uint32_t>> pred_sets_by_hash_;  // hash -> set ids
+  std::vector<uint32_t> last_set_;     // per switch: its set in the tree built last (usually this one's too)
   std::vector<int32_t> switch_index_;  // vertex -> dense switch index, -1 for other vertices
   size_t switch_count_ = 0;
   struct SwitchEdge {
