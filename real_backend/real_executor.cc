@@ -14,6 +14,7 @@
 
 #include "real_backend/check.h"
 #include "real_backend/gemm.h"
+#include "real_backend/gpu_monitor.h"
 #include "real_backend/kernels.h"
 
 namespace clustersim::real {
@@ -137,7 +138,8 @@ class Runner {
       : plan_(plan),
         opt_(opt),
         launch_(std::move(launch)),
-        barrier_(static_cast<std::ptrdiff_t>(launch_.ranks.size())) {}
+        barrier_(static_cast<std::ptrdiff_t>(launch_.ranks.size())),
+        monitor_(launch_.devices) {}
 
   RealResult run() {
     const size_t n = launch_.ranks.size();
@@ -220,6 +222,7 @@ class Runner {
     for (int it = 0; it < opt_.warmup + opt_.iterations; ++it) {
       sync(local);
       if (failed_) return;
+      if (it == opt_.warmup) monitor_.mark_begin();
       CS_CUDA(cudaEventRecord(rr.t0, rr.streams[0]));
       for (size_t s = 1; s < rr.streams.size(); ++s) CS_CUDA(cudaStreamWaitEvent(rr.streams[s], rr.t0, 0));
       for (size_t i = 0; i < nops; ++i) issue(rr, gemm, static_cast<uint32_t>(i));
@@ -233,6 +236,7 @@ class Runner {
         rr.times.push_back(std::move(t));
       }
     }
+    monitor_.mark_end();
     sync(local);
     for (auto c : rr.comms)
       if (c) ncclCommDestroy(c);
@@ -410,6 +414,7 @@ class Runner {
     std::vector<double> sorted = res.iteration_s;
     std::sort(sorted.begin(), sorted.end());
     res.median_iteration_s = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+    res.clocks = monitor_.summary();
     return res;
   }
 
@@ -417,6 +422,7 @@ class Runner {
   RealOptions opt_;
   Launch launch_;
   std::barrier<> barrier_;
+  GpuMonitor monitor_;  // SM clock and power over the timed iterations
   std::vector<RankRun> runs_;
   std::vector<ncclComm_t> world_;
   std::mutex mu_;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "real_backend/gpu_monitor.h"
 #include "reports/timeline.h"
 
 namespace clustersim::real {
@@ -33,6 +34,7 @@ struct RealResult {
   double median_iteration_s = 0;
   std::string device_name;
   int devices = 0;
+  std::vector<GpuClockSummary> clocks;  // per local GPU, over the timed iterations (NVML)
 };
 
 // How this process takes part: the global ranks it runs (one thread each), their CUDA

@@ -510,6 +510,7 @@ int cmd_real(const std::vector<std::string>& args) {
                    {"gpus", static_cast<double>(tp.plan.world_size)}};
   for (size_t i = 0; i < rr.iteration_s.size(); ++i)
     t.run.metrics.emplace_back("iteration_" + std::to_string(i) + "_s", rr.iteration_s[i]);
+  add_clock_metrics(rr.clocks, t.run.metrics);
   t.plan = &tp.plan;
   for (int32_t r = 0; r < tp.plan.world_size; ++r)
     t.ranks.push_back(RankInfo{r, 0, r, "gpu" + std::to_string(r), tp.plan.rank_program[static_cast<size_t>(r)], r});
@@ -526,6 +527,7 @@ int cmd_real(const std::vector<std::string>& args) {
         "throughput      %.1f tokens/s\nper GPU         %.1f TFLOP/s model, MFU %.1f%%\nops timed       %zu\n",
         s.name.c_str(), rr.devices, rr.device_name.c_str(), iter, rr.iteration_s.size(), warmup, tokens / iter, tflops,
         100.0 * tflops / (s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12), rr.spans.size());
+    if (const std::string c = clock_line(rr.clocks); !c.empty()) std::printf("GPUs            %s\n", c.c_str());
   }
   return 0;
 #endif

@@ -355,7 +355,7 @@ RealHooks real_hooks() {
     rop.iterations = iterations;
     rop.warmup = warmup;
     real::RealResult r = real::run_plan(plan, rop);
-    return RealRun{std::move(r.spans), r.median_iteration_s, r.device_name};
+    return RealRun{std::move(r.spans), r.median_iteration_s, r.device_name, std::move(r.clocks)};
   };
   h.run_serving = [](const Scenario& s, int iterations, int warmup, bool json) {
     real::RealOptions rop;

@@ -30,6 +30,30 @@ std::string value_of(const std::vector<std::string>& args, size_t& i) {
 
 }  // namespace
 
+void add_clock_metrics(const std::vector<real::GpuClockSummary>& clocks, Metrics& m) {
+  if (clocks.empty() || !clocks[0].available) return;
+  const real::GpuClockSummary& g = clocks[0];
+  m.emplace_back("sm_clock_mhz", g.sm_mhz_median);
+  m.emplace_back("sm_clock_max_mhz", g.sm_mhz_max);
+  m.emplace_back("power_w", g.power_w_mean);
+  m.emplace_back("power_limit_w", g.power_limit_w);
+  m.emplace_back("power_capped_fraction", g.power_capped_fraction);
+}
+
+std::string clock_line(const std::vector<real::GpuClockSummary>& clocks) {
+  std::string out;
+  for (size_t i = 0; i < clocks.size(); ++i) {
+    const real::GpuClockSummary& g = clocks[i];
+    if (!g.available) continue;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%sgpu%zu SM %.0f MHz (max %.0f), %.0f W of %.0f W, power-capped %.0f%% of the time",
+                  out.empty() ? "" : "; ", i, g.sm_mhz_median, g.sm_mhz_max, g.power_w_mean, g.power_limit_w,
+                  100 * g.power_capped_fraction);
+    out += buf;
+  }
+  return out;
+}
+
 // The real run recorded in a validation database (its run of source 'real'), checked
 // against the plan: every recorded op must be the op the plan has at that place, with
 // the same kind and shape, and every span must name one of them.
@@ -97,8 +121,18 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
     throw fail("its real run is of another plan: " + std::to_string(recorded) +
                " ops recorded, expected the scenario's " + std::to_string(plan.total_ops()));
   RealRun r;
-  query("SELECT value FROM metrics" + where + " AND key = 'iteration_time_s'",
-        [&](sqlite3_stmt* st) { r.median_iteration_s = sqlite3_column_double(st, 0); });
+  real::GpuClockSummary clocks;
+  query("SELECT key, value FROM metrics" + where, [&](sqlite3_stmt* st) {
+    const std::string key = text(st, 0);
+    const double v = sqlite3_column_double(st, 1);
+    if (key == "iteration_time_s") r.median_iteration_s = v;
+    if (key == "sm_clock_mhz") clocks.sm_mhz_median = v, clocks.available = true;
+    if (key == "sm_clock_max_mhz") clocks.sm_mhz_max = v;
+    if (key == "power_w") clocks.power_w_mean = v;
+    if (key == "power_limit_w") clocks.power_limit_w = v;
+    if (key == "power_capped_fraction") clocks.power_capped_fraction = v;
+  });
+  if (clocks.available) r.clocks = {clocks};
   r.device_name = "the real run in " + path;
   query("SELECT rank, op_index, start_ps, end_ps FROM spans" + where, [&](sqlite3_stmt* st) {
     SpanRecord sp;
@@ -239,6 +273,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
     rt.run.source = "real";
     rt.run.network_model = "real";
     rt.run.metrics = {{"iteration_time_s", real_iter}};
+    add_clock_metrics(real_run.clocks, rt.run.metrics);
     rt.plan = &tp.plan;
     for (int32_t r = 0; r < tp.plan.world_size; ++r)
       rt.ranks.push_back(RankInfo{r, 0, r, "gpu" + std::to_string(r), tp.plan.rank_program[static_cast<size_t>(r)], r});
@@ -252,6 +287,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
                  {"real_iteration_s", real_iter},
                  {"sim_iteration_s", sim_iter},
                  {"iteration_error", e2e}};
+    add_clock_metrics(real_run.clocks, m);
     std::cout << summary_json({{"name", s.name}, {"device", real_run.device_name}, {"profile", s.calibration}}, m)
               << "\n";
     return 0;
@@ -261,6 +297,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   std::printf("per-op error    median |err| %.2f%%, p95 %.2f%% over %zu ops (>= 1 us)\n", 100 * median, 100 * p95,
               rows.size());
   std::printf("iteration       real %.6f s, simulated %.6f s, error %+.2f%%\n", real_iter, sim_iter, 100 * e2e);
+  if (const std::string c = clock_line(real_run.clocks); !c.empty()) std::printf("real GPUs       %s\n", c.c_str());
   std::printf("worst ops (median error by name; total real / simulated ms):\n");
   for (size_t i = 0; i < worst.size() && i < 8; ++i)
     std::printf("  %-28s %+7.2f%%   %10.3f / %10.3f\n", worst[i].second.c_str(), 100 * worst[i].first,

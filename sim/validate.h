@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "real_backend/gpu_monitor.h"
+#include "reports/summary.h"
 #include "reports/timeline.h"
 #include "scenarios/scenario.h"
 
@@ -19,7 +21,14 @@ struct RealRun {
   std::vector<SpanRecord> spans;
   double median_iteration_s = 0;
   std::string device_name;
+  std::vector<real::GpuClockSummary> clocks;  // per GPU over the timed iterations; empty when not sampled
 };
+
+// The GPUs' sampled SM clock and power as metrics (`sm_clock_mhz`, `sm_clock_max_mhz`,
+// `power_w`, `power_limit_w`, `power_capped_fraction`: the first GPU's; nothing when no
+// GPU was sampled) and as one line of text ("" when none was).
+void add_clock_metrics(const std::vector<real::GpuClockSummary>& clocks, Metrics& m);
+std::string clock_line(const std::vector<real::GpuClockSummary>& clocks);
 
 // How validate reaches GPUs; left empty where the build has no real backend.
 struct RealHooks {

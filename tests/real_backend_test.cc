@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "plan/training_planner.h"
 #include "real_backend/check.h"
 #include "real_backend/gemm.h"
+#include "real_backend/gpu_monitor.h"
 #include "real_backend/kernels.h"
 #include "real_backend/real_executor.h"
 #include "support/temp_scenario.h"
@@ -137,6 +139,32 @@ TEST(RealBackend, RunsASmallTrainingPlan) {
   }
   EXPECT_TRUE(kinds.count(static_cast<int>(OpKind::Gemm)) && kinds.count(static_cast<int>(OpKind::Attention)) &&
               kinds.count(static_cast<int>(OpKind::Memory)));
+  // The GPU's clock and power over the timed iterations, where the driver's NVML is.
+  ASSERT_EQ(r.clocks.size(), 1u);
+  if (r.clocks[0].available) {
+    EXPECT_GT(r.clocks[0].samples, 0);
+    EXPECT_GT(r.clocks[0].sm_mhz_median, 100.0);
+    EXPECT_LE(r.clocks[0].sm_mhz_median, r.clocks[0].sm_mhz_max);
+    EXPECT_GT(r.clocks[0].power_w_mean, 10.0);
+    EXPECT_GE(r.clocks[0].power_capped_fraction, 0.0);
+    EXPECT_LE(r.clocks[0].power_capped_fraction, 1.0);
+  }
+}
+
+// Without the driver's NVML (or without a GPU) the monitor has no samples and says so.
+TEST(GpuMonitor, NoSamplesIsNotAnError) {
+  GpuMonitor m({0}, 0.001);
+  m.mark_begin();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  m.mark_end();
+  const auto s = m.summary();
+  ASSERT_EQ(s.size(), 1u);
+  if (!s[0].available) {
+    EXPECT_EQ(s[0].samples, 0);
+  }
+  if (device_count() == 0) {
+    EXPECT_FALSE(s[0].available);
+  }
 }
 
 // More ranks than GPUs is an error that says what to do, not a hang.
