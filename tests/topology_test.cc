@@ -129,6 +129,13 @@ TEST(Topology, FastRoutingEqualsTheSearch) {
         EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.end()), t.route_by_search(a, b))
             << c.preset << " " << c.nodes << " " << a << "->" << b;
       }
+    // Fat-trees of several leaves holding whole nodes (where the fast path applies) take
+    // the two-tier shortcut, so the comparison above covers it; a single switch never
+    // leaves its switch, and leaves that split a node keep the search.
+    const int nics = find_node_preset(c.preset)->nics;
+    const bool shortcut =
+        c.fabric == FabricKind::FatTree && c.nodes * nics > c.nics_per_leaf && c.nics_per_leaf % nics == 0;
+    EXPECT_EQ(t.two_tier_routing(), shortcut) << c.preset << " " << c.nodes;
   }
 }
 

@@ -405,7 +405,57 @@ void Topology::prepare_fast_routing() {
     exit_template_.push_back(std::move(out));
     enter_template_.push_back(std::move(in));
   }
+  prepare_two_tier();
   fast_state_ = 1;
+}
+
+void Topology::prepare_two_tier() {
+  const size_t nv = boost::num_vertices(graph_);
+  std::vector<char> has_nic(nv, 0);
+  for (uint32_t sw : nic_switch_) has_nic[sw] = 1;
+  leaf_of_vertex_.assign(nv, -1);
+  std::vector<int32_t> spine_of(nv, -1);
+  std::vector<uint32_t> leaves, spines;
+  for (uint32_t v = 0; v < nv; ++v) {
+    if (graph_[v].kind != VertexKind::Switch) continue;
+    if (has_nic[v]) {
+      leaf_of_vertex_[v] = static_cast<int32_t>(leaves.size());
+      leaves.push_back(v);
+    } else {
+      spine_of[v] = static_cast<int32_t>(spines.size());
+      spines.push_back(v);  // in vertex order, as the search orders equal-cost links
+    }
+  }
+  if (leaves.size() < 2 || spines.empty()) return;
+  spine_count_ = spines.size();
+  constexpr uint32_t kNone = UINT32_MAX;
+  leaf_up_.assign(leaves.size() * spine_count_, kNone);
+  leaf_down_.assign(leaves.size() * spine_count_, kNone);
+  double bw = -1;
+  auto fail = [&] {
+    leaf_up_.clear(), leaf_down_.clear();
+    return;
+  };
+  for (const Link& l : links_) {
+    const bool a_sw = graph_[l.src].kind == VertexKind::Switch, b_sw = graph_[l.dst].kind == VertexKind::Switch;
+    if (!a_sw || !b_sw) continue;
+    if (bw < 0) bw = l.bandwidth;
+    if (l.bandwidth != bw) return fail();
+    uint32_t* slot = nullptr;
+    if (leaf_of_vertex_[l.src] >= 0 && spine_of[l.dst] >= 0)
+      slot =
+          &leaf_up_[static_cast<size_t>(leaf_of_vertex_[l.src]) * spine_count_ + static_cast<size_t>(spine_of[l.dst])];
+    else if (spine_of[l.src] >= 0 && leaf_of_vertex_[l.dst] >= 0)
+      slot = &leaf_down_[static_cast<size_t>(leaf_of_vertex_[l.dst]) * spine_count_ +
+                         static_cast<size_t>(spine_of[l.src])];
+    else
+      return fail();                    // leaf to leaf or spine to spine: not two tiers
+    if (*slot != kNone) return fail();  // parallel links
+    *slot = l.id;
+  }
+  for (size_t i = 0; i < leaf_up_.size(); ++i)
+    if (leaf_up_[i] == kNone || leaf_down_[i] == kNone) return fail();
+  two_tier_ = true;
 }
 
 std::vector<uint32_t> Topology::fast_route(int src, int dst) {
@@ -419,7 +469,12 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
     path.push_back(l + node_link_base_[static_cast<size_t>(na)]);
   path.push_back(nic_up_[nic_a]);
   const uint32_t sa = nic_switch_[nic_a], sb = nic_switch_[nic_b];
-  if (sa != sb) {
+  if (sa != sb && two_tier_) {
+    const size_t la = static_cast<size_t>(leaf_of_vertex_[sa]), lb = static_cast<size_t>(leaf_of_vertex_[sb]);
+    const size_t spine = spine_count_ == 1 ? 0 : static_cast<size_t>(nic_b) % spine_count_;
+    path.push_back(leaf_up_[la * spine_count_ + spine]);
+    path.push_back(leaf_down_[lb * spine_count_ + spine]);
+  } else if (sa != sb) {
     auto it = switch_trees_.find(sa);
     if (it == switch_trees_.end()) {
       // Dijkstra over switches only, from sa, keeping every equal-cost predecessor; its

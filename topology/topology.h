@@ -102,6 +102,9 @@ class Topology {
   // The same route by plain Dijkstra over the whole graph, never from the structured
   // fast path (for tests that check the two agree).
   std::vector<uint32_t> route_by_search(int src, int dst) const;
+  // Whether routes between nodes take the two-tier shortcut (no switch-level trees);
+  // known once a route between nodes has been asked for.
+  bool two_tier_routing() const { return two_tier_; }
   // The NVLink hop between a GPU and its node's NVSwitch (in-switch reduction);
   // empty when the node has none.
   std::span<const uint32_t> switch_route(int gpu, bool to_switch) const;
@@ -151,7 +154,17 @@ class Topology {
   };
   std::vector<uint32_t> pred_first_{0}, pred_links_;  // set k: pred_links_[pred_first_[k] .. pred_first_[k + 1])
   std::unordered_map<uint64_t, std::vector<uint32_t>> pred_sets_by_hash_;  // hash -> set ids
-  std::vector<uint32_t> last_set_;     // per switch: its set in the tree built last (usually this one's too)
+  std::vector<uint32_t> last_set_;  // per switch: its set in the tree built last (usually this one's too)
+  // A two-tier fabric — every link between switches joins a leaf (a switch with NICs)
+  // and a spine (one without), each leaf to each spine once, all at one bandwidth —
+  // needs no tree: between two leaves the equal-cost paths are one per spine, and the
+  // search's choice among them (destination-mod-k over spines in vertex order) is direct.
+  // Checked when fast routing is prepared; any other fabric keeps the trees.
+  bool two_tier_ = false;
+  std::vector<int32_t> leaf_of_vertex_;  // vertex -> leaf index, -1 for other vertices
+  size_t spine_count_ = 0;
+  std::vector<uint32_t> leaf_up_, leaf_down_;  // [leaf * spine_count_ + spine]: leaf -> spine, spine -> leaf
+  void prepare_two_tier();
   std::vector<int32_t> switch_index_;  // vertex -> dense switch index, -1 for other vertices
   size_t switch_count_ = 0;
   struct SwitchEdge {
