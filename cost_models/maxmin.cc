@@ -7,7 +7,8 @@ namespace clustersim {
 
 MaxMinSystem::Id MaxMinSystem::add_constraint(double capacity) {
   if (!(capacity > 0)) throw std::invalid_argument("max-min: a constraint needs a positive capacity");
-  cons_.push_back(Con{capacity, 0, {}, false, 0});
+  cons_.push_back(Con{capacity, 0, {}, false});
+  con_mark_.push_back(0);
   return static_cast<Id>(cons_.size() - 1);
 }
 
@@ -21,6 +22,7 @@ MaxMinSystem::Id MaxMinSystem::add_variable(std::span<const Id> constraints, dou
     v = static_cast<Id>(vars_.size());
     vars_.emplace_back();
     rates_.push_back(0);
+    var_mark_.push_back(0);
   }
   // A flow's links lie far apart in cons_ on a large fabric: ask for all of them (then
   // for where each list grows) before touching any, so the cache misses overlap.
@@ -83,9 +85,9 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
   std::vector<Id>&comp_cons = comp_cons_, &comp_vars = comp_vars_, &stack = stack_;
   for (Id start : dirty_) {
     cons_[start].dirty = false;
-    if (cons_[start].mark == epoch_) continue;
+    if (con_mark_[start] == epoch_) continue;
     if (cons_[start].vars.empty()) {  // its last flow left: a component of itself, nothing to share
-      cons_[start].mark = epoch_;
+      con_mark_[start] = epoch_;
       cons_[start].used = 0;
       changed_.push_back(start);
       continue;
@@ -94,18 +96,18 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
     comp_cons.clear();
     comp_vars.clear();
     stack.assign(1, start);
-    cons_[start].mark = epoch_;
+    con_mark_[start] = epoch_;
     while (!stack.empty()) {
       const Id c = stack.back();
       stack.pop_back();
       comp_cons.push_back(c);
       for (Id v : cons_[c].vars) {
-        if (vars_[v].mark == epoch_) continue;
-        vars_[v].mark = epoch_;
+        if (var_mark_[v] == epoch_) continue;
+        var_mark_[v] = epoch_;
         comp_vars.push_back(v);
         for (Id c2 : vars_[v].cons)
-          if (cons_[c2].mark != epoch_) {
-            cons_[c2].mark = epoch_;
+          if (con_mark_[c2] != epoch_) {
+            con_mark_[c2] = epoch_;
             stack.push_back(c2);
           }
       }
@@ -126,7 +128,7 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
   for (size_t i = 0; i < comp_cons.size(); ++i) remaining[i] = cons_[comp_cons[i]].capacity;
   // Constraint index lookup: reuse `mark` as the slot (marks are unique per epoch).
   for (size_t i = 0; i < comp_cons.size(); ++i) {
-    cons_[comp_cons[i]].mark = static_cast<uint32_t>(i);
+    con_mark_[comp_cons[i]] = static_cast<uint32_t>(i);
     cons_[comp_cons[i]].used = 0;
   }
   std::vector<char>& fixed = fixed_;
@@ -134,7 +136,7 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
   for (size_t j = 0; j < comp_vars.size(); ++j) {
     const Var& v = vars_[comp_vars[j]];
     rates_[comp_vars[j]] = 0;
-    for (Id c : v.cons) weights[cons_[c].mark] += v.weight;
+    for (Id c : v.cons) weights[con_mark_[c]] += v.weight;
   }
   size_t left = comp_vars.size();
   while (left > 0) {
@@ -151,7 +153,7 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
       const Var& v = vars_[comp_vars[j]];
       bool bind = v.bound / v.weight <= share + tol;
       for (Id c : v.cons) {
-        const uint32_t i = cons_[c].mark;
+        const uint32_t i = con_mark_[c];
         if (std::max(0.0, remaining[i]) / weights[i] <= share + tol) bind = true;
       }
       if (!bind) continue;
@@ -167,7 +169,7 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
       const Var& v = vars_[comp_vars[j]];
       const double rate = rates_[comp_vars[j]];
       for (Id c : v.cons) {
-        const uint32_t i = cons_[c].mark;
+        const uint32_t i = con_mark_[c];
         remaining[i] -= rate;
         cons_[c].used += rate;
         weights[i] -= v.weight;
@@ -175,7 +177,7 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
       }
     }
   }
-  for (Id c : comp_cons) cons_[c].mark = epoch_;
+  for (Id c : comp_cons) con_mark_[c] = epoch_;
 }
 
 }  // namespace clustersim

@@ -50,14 +50,12 @@ class MaxMinSystem {
     std::vector<Id> pos;  // pos[j]: this variable's index in cons_[cons[j]].vars
     double weight = 1, bound = 0;
     bool alive = false;
-    uint32_t mark = 0;
   };
   struct Con {
     double capacity = 0;
     double used = 0;       // sum of its variables' rates, kept by solve()
     std::vector<Id> vars;  // live variables crossing it
     bool dirty = false;
-    uint32_t mark = 0;
   };
   void fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars);
 
@@ -67,6 +65,9 @@ class MaxMinSystem {
   std::vector<char> fixed_;
   std::vector<Var> vars_;
   std::vector<double> rates_;  // by variable, apart from Var: read for every live flow per event
+  // Marks of the component walk, apart from Con and Var: dense, so the walk's check of a
+  // link it may already have seen touches 4 bytes, not the link's whole record.
+  std::vector<uint32_t> con_mark_, var_mark_;
   std::vector<Con> cons_;
   std::vector<Id> free_vars_;
   std::vector<Id> dirty_;

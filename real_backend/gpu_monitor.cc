@@ -11,8 +11,8 @@
 namespace clustersim::real {
 
 // The few NVML entry points used, declared by hand (values from NVML's public ABI):
-// nvmlReturn_t is an int, NVML_SUCCESS 0; NVML_CLOCK_SM 1; the throttle reason for the
-// software power cap is bit 0x4.
+// nvmlReturn_t is an int, NVML_SUCCESS 0; NVML_CLOCK_SM 1; the throttle reasons for the
+// software power cap and the hardware power brake are bits 0x4 and 0x80.
 struct GpuMonitor::Nvml {
   using Device = void*;
   void* lib = nullptr;
@@ -25,7 +25,7 @@ struct GpuMonitor::Nvml {
   int (*limit)(Device, unsigned*) = nullptr;
   int (*reasons)(Device, unsigned long long*) = nullptr;
   static constexpr int kSm = 1;
-  static constexpr unsigned long long kSwPowerCap = 0x4;
+  static constexpr unsigned long long kPowerReasons = 0x4 | 0x80;  // software power cap, hardware power brake
 
   bool load() {
     lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -59,12 +59,9 @@ GpuMonitor::GpuMonitor(std::vector<int> cuda_devices, double period_s)
   handles_.assign(cuda_devices.size(), nullptr);
   max_mhz_.assign(cuda_devices.size(), 0);
   limit_w_.assign(cuda_devices.size(), 0);
-  auto* n = new Nvml;
-  if (!n->load()) {
-    delete n;
-    return;  // no driver library here: no samples
-  }
-  nvml_ = n;
+  std::unique_ptr<Nvml, NvmlDeleter> n(new Nvml);
+  if (!n->load()) return;  // no driver library here: no samples
+  nvml_ = std::move(n);
   for (size_t i = 0; i < cuda_devices.size(); ++i) {
     char bus[32] = {};
     if (cudaDeviceGetPCIBusId(bus, sizeof bus, cuda_devices[i]) != cudaSuccess) continue;
@@ -78,10 +75,11 @@ GpuMonitor::GpuMonitor(std::vector<int> cuda_devices, double period_s)
   thread_ = std::thread([this] { run(); });
 }
 
+void GpuMonitor::NvmlDeleter::operator()(Nvml* n) const { delete n; }
+
 GpuMonitor::~GpuMonitor() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
-  delete nvml_;
 }
 
 void GpuMonitor::run() {
@@ -93,7 +91,7 @@ void GpuMonitor::run() {
       s.t = std::chrono::steady_clock::now();
       unsigned long long why = 0;
       if (nvml_->clock(handles_[i], Nvml::kSm, &s.sm_mhz) != 0 || nvml_->power(handles_[i], &s.power_mw) != 0) continue;
-      if (nvml_->reasons(handles_[i], &why) == 0) s.power_capped = (why & Nvml::kSwPowerCap) != 0;
+      if (nvml_->reasons(handles_[i], &why) == 0) s.power_capped = (why & Nvml::kPowerReasons) != 0;
       std::lock_guard<std::mutex> lock(mu_);
       samples_[i].push_back(s);
     }

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -18,7 +20,7 @@ struct GpuClockSummary {
   int samples = 0;
   double sm_mhz_median = 0, sm_mhz_max = 0;  // sampled SM clock; the device's maximum
   double power_w_mean = 0, power_limit_w = 0;
-  double power_capped_fraction = 0;  // samples whose clock was held back by the power cap
+  double power_capped_fraction = 0;  // samples whose clock was held back for power (software cap or power brake)
 };
 
 class GpuMonitor {
@@ -45,7 +47,10 @@ class GpuMonitor {
   void run();
 
   struct Nvml;
-  Nvml* nvml_ = nullptr;
+  struct NvmlDeleter {
+    void operator()(Nvml* n) const;
+  };
+  std::unique_ptr<Nvml, NvmlDeleter> nvml_;
   std::vector<void*> handles_;  // per device, null where NVML has none
   std::vector<double> max_mhz_, limit_w_;
   double period_s_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -91,15 +92,18 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
                 what);
   };
   size_t recorded = 0;
+  std::vector<std::vector<char>> seen(plan.programs.size());
+  for (size_t p = 0; p < plan.programs.size(); ++p) seen[p].assign(plan.programs[p].ops.size(), 0);
   query(
       "SELECT program, op_index, name, kind, m, n, k, batch, heads, kv_heads, q_len, kv_len, head_dim, bytes_read, "
-      "bytes_written, bytes FROM ops" +
+      "bytes_written, bytes, causal, coalesce(collective, ''), coalesce(grp, ''), coalesce(peer, 0) FROM ops" +
           where,
       [&](sqlite3_stmt* st) {
         const int64_t p = sqlite3_column_int64(st, 0), i = sqlite3_column_int64(st, 1);
         if (p < 0 || static_cast<size_t>(p) >= plan.programs.size() || i < 0 ||
             static_cast<size_t>(i) >= plan.programs[static_cast<size_t>(p)].ops.size())
           throw other_plan(p, i, "is not in the scenario's plan");
+        if (seen[static_cast<size_t>(p)][static_cast<size_t>(i)]++) throw other_plan(p, i, "is recorded twice");
         const Op& op = plan.programs[static_cast<size_t>(p)].ops[static_cast<size_t>(i)];
         const std::string name = text(st, 2), kind = text(st, 3);
         if (name != plan.names[op.name] || kind != to_string(op.kind))
@@ -115,6 +119,13 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
             throw other_plan(p, i,
                              "'" + name + "' has " + field[f] + " " + std::to_string(sqlite3_column_int64(st, 4 + f)) +
                                  ", expected the scenario's " + std::to_string(want[f]));
+        const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+        const std::string coll = text(st, 17), grp = text(st, 18);
+        if ((sqlite3_column_int(st, 16) != 0) != op.causal ||
+            coll != (op.kind == OpKind::Collective ? std::string(to_string(op.collective)) : std::string()) ||
+            grp != (comm ? std::string(to_string(op.group)) : std::string()) ||
+            ((op.kind == OpKind::Send || op.kind == OpKind::Recv) && sqlite3_column_int(st, 19) != op.peer))
+          throw other_plan(p, i, "'" + name + "' differs from the scenario's in its mask, collective, group or peer");
         ++recorded;
       });
   if (recorded != plan.total_ops())
@@ -137,7 +148,10 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
   query("SELECT rank, op_index, start_ps, end_ps FROM spans" + where, [&](sqlite3_stmt* st) {
     SpanRecord sp;
     sp.rank = sqlite3_column_int(st, 0);
-    sp.op = static_cast<uint32_t>(sqlite3_column_int64(st, 1));
+    const int64_t op_index = sqlite3_column_int64(st, 1);
+    if (op_index < 0 || op_index > INT32_MAX)
+      throw fail("its real run has op " + std::to_string(op_index) + ", expected an index into the plan");
+    sp.op = static_cast<uint32_t>(op_index);
     sp.start_ps = sqlite3_column_int64(st, 2);
     sp.end_ps = sqlite3_column_int64(st, 3);
     if (sp.rank < 0 || sp.rank >= plan.world_size)

@@ -433,8 +433,8 @@ void Topology::prepare_two_tier() {
   leaf_down_.assign(leaves.size() * spine_count_, kNone);
   double bw = -1;
   auto fail = [&] {
-    leaf_up_.clear(), leaf_down_.clear();
-    return;
+    leaf_up_.clear(), leaf_down_.clear(), leaf_of_vertex_.clear();
+    spine_count_ = 0;
   };
   for (const Link& l : links_) {
     const bool a_sw = graph_[l.src].kind == VertexKind::Switch, b_sw = graph_[l.dst].kind == VertexKind::Switch;
@@ -470,10 +470,10 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
   path.push_back(nic_up_[nic_a]);
   const uint32_t sa = nic_switch_[nic_a], sb = nic_switch_[nic_b];
   if (sa != sb && two_tier_) {
-    const size_t la = static_cast<size_t>(leaf_of_vertex_[sa]), lb = static_cast<size_t>(leaf_of_vertex_[sb]);
+    const size_t leaf_a = static_cast<size_t>(leaf_of_vertex_[sa]), leaf_b = static_cast<size_t>(leaf_of_vertex_[sb]);
     const size_t spine = spine_count_ == 1 ? 0 : static_cast<size_t>(nic_b) % spine_count_;
-    path.push_back(leaf_up_[la * spine_count_ + spine]);
-    path.push_back(leaf_down_[lb * spine_count_ + spine]);
+    path.push_back(leaf_up_[leaf_a * spine_count_ + spine]);
+    path.push_back(leaf_down_[leaf_b * spine_count_ + spine]);
   } else if (sa != sb) {
     auto it = switch_trees_.find(sa);
     if (it == switch_trees_.end()) {
