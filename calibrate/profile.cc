@@ -173,9 +173,11 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
   std::vector<CollectiveFitRow> fits;
   const YNode* points = nullptr;
   std::string points_key;
-  members(root, "profile", {"gpu", "date", "command", "driver", "cuda", "nccl", "compute", "network", "measurements"},
+  members(root, "profile",
+          {"gpu", "date", "command", "driver", "cuda", "nccl", "sm_clock_mhz", "compute", "network", "measurements"},
           [&](const std::string& k, const YNode& v, const std::string& key) {
             if (k == "gpu" && v.kind == YNode::Kind::Scalar) p.gpu = v.scalar;
+            if (k == "sm_clock_mhz") p.sm_clock_mhz = number(v, key, 1, 100000);
             if (k == "compute") {
               members(v, key,
                       {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead", "gemm_table",

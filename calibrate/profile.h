@@ -24,7 +24,8 @@ namespace clustersim {
 
 struct CalibrationProfile {
   std::string path;
-  std::string gpu;  // what it was measured on ("" for the defaults)
+  std::string gpu;          // what it was measured on ("" for the defaults)
+  double sm_clock_mhz = 0;  // the GPU's median SM clock while its kernels were measured; 0 unknown
   ComputeProfile compute;
   NetworkProfile network;
 };

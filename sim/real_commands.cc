@@ -19,6 +19,7 @@
 #include "calibrate/profile.h"
 #include "plan/training_planner.h"
 #include "real_backend/collective_bench.h"
+#include "real_backend/gpu_monitor.h"
 #include "real_backend/microbench.h"
 #include "real_backend/real_executor.h"
 #include "reports/sqlite_writer.h"
@@ -159,7 +160,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   mo.cached = [&](const std::string& key, double& seconds) { return store.get(key, seconds); };
   mo.record = [&](const std::string& key, double seconds) { store.put(key, seconds); };
   const bool compute = mo.gemm || mo.attention || mo.memory || mo.launch;
+  // The SM clock while the kernels are measured: a run at another clock (a step held at
+  // its power cap) runs its compute-bound kernels slower than these tables say.
+  real::GpuMonitor monitor({0});
   const real::MicrobenchResult r = compute ? real::run_microbenchmarks(mo) : real::describe_device();
+  const std::vector<real::GpuClockSummary> clocks = monitor.summary();
   std::vector<CollectiveFit> fits;
   std::vector<CollectiveSample> samples;
   std::string held_out;
@@ -200,8 +205,10 @@ int cmd_calibrate(const std::vector<std::string>& args) {
                   "# tables (cost_models/compute.h); network constants not measured here keep their\n"
                   "# defaults (calibrate/profiles/defaults.yaml).\n";
   y += "gpu: \"" + r.gpu + "\"\ndate: \"" + std::string(date) + "\"\ndriver: \"" + r.driver + "\"\ncuda: \"" + r.cuda +
-       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out +
-       "\"\ncompute:\n";
+       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out + "\"\n";
+  if (compute && !clocks.empty() && clocks[0].available)
+    y += "sm_clock_mhz: " + num(clocks[0].sm_mhz_median) + "  # median SM clock while the kernels were measured\n";
+  y += "compute:\n";
   if (mo.launch) y += "  launch_overhead: " + num(r.launch_gap_s * 1e6) + "us\n";
   if (!overlaps.empty()) {
     // Kernel time beside a resident NCCL kernel over its time alone.

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "calibrate/profile.h"
 #include "plan/training_planner.h"
 #include "reports/sqlite_writer.h"
 #include "reports/summary.h"
@@ -259,6 +260,8 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
     return abs_err.empty() ? 0.0 : abs_err[std::min(abs_err.size() - 1, static_cast<size_t>(q * abs_err.size()))];
   };
   const double median = pct(0.5), p95 = pct(0.95);
+  // The clock the profile's tables were measured at, when it says.
+  const double calibration_mhz = s.calibration.empty() ? 0.0 : load_profile(s.calibration).sm_clock_mhz;
   const double real_iter = real_run.median_iteration_s, sim_iter = sim.exec.makespan.seconds();
   const double e2e = (sim_iter - real_iter) / real_iter;
   // Worst op names by median error.
@@ -302,6 +305,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
                  {"sim_iteration_s", sim_iter},
                  {"iteration_error", e2e}};
     add_clock_metrics(real_run.clocks, m);
+    if (calibration_mhz > 0) m.emplace_back("calibration_sm_clock_mhz", calibration_mhz);
     std::cout << summary_json({{"name", s.name}, {"device", real_run.device_name}, {"profile", s.calibration}}, m)
               << "\n";
     return 0;
@@ -312,6 +316,12 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
               rows.size());
   std::printf("iteration       real %.6f s, simulated %.6f s, error %+.2f%%\n", real_iter, sim_iter, 100 * e2e);
   if (const std::string c = clock_line(real_run.clocks); !c.empty()) std::printf("real GPUs       %s\n", c.c_str());
+  if (calibration_mhz > 0 && !real_run.clocks.empty() && real_run.clocks[0].available)
+    std::printf(
+        "clock           the profile was measured at SM %.0f MHz, the real run ran at %.0f MHz (%+.1f%%): "
+        "compute-bound kernels move with it\n",
+        calibration_mhz, real_run.clocks[0].sm_mhz_median,
+        100 * (real_run.clocks[0].sm_mhz_median / calibration_mhz - 1));
   std::printf("worst ops (median error by name; total real / simulated ms):\n");
   for (size_t i = 0; i < worst.size() && i < 8; ++i)
     std::printf("  %-28s %+7.2f%%   %10.3f / %10.3f\n", worst[i].second.c_str(), 100 * worst[i].first,

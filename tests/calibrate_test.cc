@@ -97,6 +97,7 @@ TEST(Profile, BadProfilesAreRejectedWithTheirPosition) {
   EXPECT_NE(profile_error("network:\n  hop_latency: {nvlink: {ring: {LL: 3}}}\n").find("has no unit"),
             std::string::npos);
   EXPECT_NE(profile_error("network: [1, 2]\n").find("must be a mapping"), std::string::npos);
+  EXPECT_NE(profile_error("sm_clock_mhz: fast\n").find("p.yaml:1:"), std::string::npos);
   // A kernel cannot run faster beside an NCCL kernel than alone.
   EXPECT_NE(profile_error("compute:\n  overlap_slowdown: {p2p: {gemm: 0.5}}\n").find("p.yaml:2:"), std::string::npos);
   EXPECT_NE(profile_error("compute:\n  overlap_slowdown: {nvls: {gemm: 1.2}}\n").find("unknown key"),
@@ -118,9 +119,12 @@ TEST(Profile, BadProfilesAreRejectedWithTheirPosition) {
 
 TEST(Profile, OverridesOnlyWhatItNames) {
   const std::string path = testing::temp_dir("profile-partial") + "/p.yaml";
-  std::ofstream(path) << "gpu: h200-sxm\ncompute: {gemm_efficiency: 0.7}\nnetwork: {link_efficiency: {network: 0.8}}\n";
+  std::ofstream(path) << "gpu: h200-sxm\nsm_clock_mhz: 1980\ncompute: {gemm_efficiency: 0.7}\n"
+                         "network: {link_efficiency: {network: 0.8}}\n";
   const CalibrationProfile p = load_profile(path);
   EXPECT_EQ(p.gpu, "h200-sxm");
+  EXPECT_DOUBLE_EQ(p.sm_clock_mhz, 1980);
+  EXPECT_DOUBLE_EQ(load_profile(kDefaults).sm_clock_mhz, 0);  // unknown
   EXPECT_DOUBLE_EQ(p.compute.gemm_efficiency, 0.7);
   EXPECT_DOUBLE_EQ(p.compute.memory_efficiency, ComputeProfile{}.memory_efficiency);
   EXPECT_DOUBLE_EQ(p.network.link_efficiency[2], 0.8);
