@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace clustersim::real {
@@ -26,6 +27,14 @@ void attention_backward(Elem e, const AttentionShape& s, const void* q, const vo
                         const void* dout, const float* lse, float* delta, float* dq, float* dk, float* dv, void* dq16,
                         void* dk16, void* dv16, cudaStream_t stream);
 bool attention_supported(int head_dim);
+
+// Where the i-th user of a region places its operand: a multiple of 256 B below `region`,
+// scattered (a fixed hash of i), so consecutive users sit at unrelated addresses as a
+// model's tensors do.
+inline size_t scattered_offset(uint64_t i, size_t region) {
+  const uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ULL;
+  return static_cast<size_t>((h >> 20) % (region / 256)) * 256;
+}
 
 // Reads `read_bytes` from `in` and writes `write_bytes` to `out` (16-byte vectors).
 void memory_op(const void* in, void* out, int64_t read_bytes, int64_t write_bytes, cudaStream_t stream);

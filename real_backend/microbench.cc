@@ -303,10 +303,6 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     // DRAM bank conflicts that a training step's kernels do not.
     constexpr size_t kSkew = size_t{64} << 20;
     Buf in(static_cast<size_t>(maxb)), out(static_cast<size_t>(maxb) + kSkew);
-    auto skew = [&](int i) {
-      const uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ULL;
-      return static_cast<size_t>((h >> 20) % (kSkew / 256)) * 256;
-    };
     for (auto [b, share] : mem) {
       const int64_t rd = static_cast<int64_t>(std::llround(share * static_cast<double>(b) / 16)) * 16, wr = b - rd;
       const size_t span = static_cast<size_t>(std::max(rd, wr) + 255) / 256 * 256;
@@ -317,7 +313,8 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
       const double t = take("memory " + std::to_string(b) + " read " + share_text, [&] {
         return time_median(opt.warmup, opt.reps, [&](int i) {
           const size_t slot = static_cast<size_t>(i) % std::max<size_t>(1, slots);
-          memory_op(static_cast<char*>(in.p) + slot * span, static_cast<char*>(out.p) + slot * span + skew(i), rd, wr,
+          memory_op(static_cast<char*>(in.p) + slot * span,
+                    static_cast<char*>(out.p) + slot * span + scattered_offset(static_cast<uint64_t>(i), kSkew), rd, wr,
                     nullptr);
         });
       });

@@ -72,10 +72,6 @@ AttnLayout attn_layout(const Op& op, size_t e) {
 // model's ops touch different weights and activations: without it, consecutive ops
 // would find each other's operands in L2 and run faster than they do in training.
 constexpr size_t kPool = size_t{1} << 30;
-size_t op_offset(uint32_t op_index, size_t pool) {
-  const uint64_t h = (static_cast<uint64_t>(op_index) + 1) * 0x9e3779b97f4a7c15ULL;
-  return static_cast<size_t>((h >> 20) % (pool / 256)) * 256;
-}
 
 void size_buffers(const Program& prog, Buffers& buf) {
   for (const Op& op : prog.ops) {
@@ -286,9 +282,9 @@ class Runner {
     }
     CS_CUDA(cudaEventRecord(rr.begin[i], st));
     Buffers b = rr.buf;  // this op's regions of the pools
-    b.a = static_cast<char*>(b.a) + op_offset(i, kPool);
-    b.b = static_cast<char*>(b.b) + op_offset(i + 7919, kPool);
-    b.c = static_cast<char*>(b.c) + op_offset(i + 104729, kPool);
+    b.a = static_cast<char*>(b.a) + scattered_offset(i, kPool);
+    b.b = static_cast<char*>(b.b) + scattered_offset(i + 7919, kPool);
+    b.c = static_cast<char*>(b.c) + scattered_offset(i + 104729, kPool);
     switch (op.kind) {
       case OpKind::Gemm:
         gemm.run(op.dtype, op.m, op.n, op.k, op.batch, b.a, b.b, b.c, st);

@@ -30,11 +30,6 @@
 namespace clustersim {
 namespace {
 
-std::string value_of(const std::vector<std::string>& args, size_t& i) {
-  if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value");
-  return args[++i];
-}
-
 std::string num(double v) { return format_number(v); }
 
 }  // namespace

@@ -23,14 +23,10 @@
 #include "sim/run.h"
 
 namespace clustersim {
-namespace {
-
 std::string value_of(const std::vector<std::string>& args, size_t& i) {
   if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value");
   return args[++i];
 }
-
-}  // namespace
 
 void add_clock_metrics(const std::vector<real::GpuClockSummary>& clocks, Metrics& m) {
   if (clocks.empty() || !clocks[0].available) return;

@@ -43,4 +43,8 @@ RealRun read_real_run(const std::string& path, const Plan& plan);
 
 int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks);
 
+// The value after the flag args[i], advancing i; std::invalid_argument when there is none
+// (the GPU commands' option parsing).
+std::string value_of(const std::vector<std::string>& args, size_t& i);
+
 }  // namespace clustersim

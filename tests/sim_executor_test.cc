@@ -19,14 +19,20 @@ ClusterSpec one_dgx() {
   return c;
 }
 
-// Two ranks, one program: memory op -> all-reduce over both -> memory op.
-Plan tiny_plan(int64_t first_bytes_rank1) {
+// Two ranks on GPUs 0 and 1, one TP group of both; no programs yet.
+Plan two_ranks_in_a_tp_group() {
   Plan p;
   p.world_size = 2;
   p.rank_gpu = {0, 1};
   p.mirror_of = {0, 1};
   p.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1, -1});
   p.add_group(GroupKind::TP, {0, 1});
+  return p;
+}
+
+// Two ranks, one program: memory op -> all-reduce over both -> memory op.
+Plan tiny_plan(int64_t first_bytes_rank1) {
+  Plan p = two_ranks_in_a_tp_group();
   for (int r = 0; r < 2; ++r) {
     Program prog;
     prog.name = "r" + std::to_string(r);
@@ -59,12 +65,7 @@ Plan tiny_plan(int64_t first_bytes_rank1) {
 // compute kernel runs beside the waiting NCCL kernel, at the profile's slowdown for a
 // waiting collective; kernels with no NCCL kernel beside them keep their time.
 TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
-  Plan p;
-  p.world_size = 2;
-  p.rank_gpu = {0, 1};
-  p.mirror_of = {0, 1};
-  p.rank_groups.assign(2, {-1, -1, -1, -1, -1, -1, -1});
-  p.add_group(GroupKind::TP, {0, 1});
+  Plan p = two_ranks_in_a_tp_group();
   for (int r = 0; r < 2; ++r) {
     Program prog;
     prog.name = "r" + std::to_string(r);
