@@ -36,36 +36,35 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
   const CollectiveStep& step = col.e.steps[col.step];
   const double rep = static_cast<double>(step.repeat);
   const bool lockstep = step.latency == StepLatency::Max;
-  std::vector<double> lat(step.transfers.size(), 0.0);
+  routes_.clear();
+  for (const Transfer& t : step.transfers) routes_.push_back(paths_.path(t, col.gpus));
   // One round's data on the slowest route, its links shared by this step's transfers
   // alone (as the analytic network counts it).
   // (Only a Path step's latency depends on it.)
   double round_data = 0;
   if (step.latency == StepLatency::Path) {
-    for (const Transfer& t : step.transfers)
-      for (uint32_t l : paths_.links(t, col.gpus)) ++step_load_[l];
-    for (const Transfer& t : step.transfers) {
+    for (const Route& r : routes_)
+      for (uint32_t l : r.links) ++step_load_[l];
+    for (size_t i = 0; i < step.transfers.size(); ++i) {
       double rate = std::numeric_limits<double>::infinity();
-      for (uint32_t l : paths_.links(t, col.gpus)) rate = std::min(rate, paths_.capacity(l) / step_load_[l]);
+      for (uint32_t l : routes_[i].links) rate = std::min(rate, paths_.capacity(l) / step_load_[l]);
       if (rate < std::numeric_limits<double>::infinity())
-        round_data = std::max(round_data, paths_.wire_bytes(t.bytes, col.e) / rate);
+        round_data = std::max(round_data, paths_.wire_bytes(step.transfers[i].bytes, col.e) / rate);
     }
-    for (const Transfer& t : step.transfers)
-      for (uint32_t l : paths_.links(t, col.gpus)) step_load_[l] = 0;
+    for (const Route& r : routes_)
+      for (uint32_t l : r.links) step_load_[l] = 0;
   }
-  for (size_t i = 0; i < step.transfers.size(); ++i) {
-    auto links = paths_.links(step.transfers[i], col.gpus);
-    if (!links.empty()) lat[i] = paths_.latency(links, col.e);
-  }
-  col.extra_latency = lockstep ? 0.0 : step_latency(step, lat, round_data);
+  lat_.assign(step.transfers.size(), 0.0);
+  for (size_t i = 0; i < step.transfers.size(); ++i) lat_[i] = paths_.latency(routes_[i], col.e);
+  col.extra_latency = lockstep ? 0.0 : step_latency(step, lat_, round_data);
   for (size_t i = 0; i < step.transfers.size(); ++i) {
     const Transfer& t = step.transfers[i];
-    auto links = paths_.links(t, col.gpus);
+    const auto links = routes_[i].links;
     if (links.empty() || t.bytes <= 0) continue;
     Flow f;
     f.coll = c;
     f.remaining = paths_.wire_bytes(t.bytes, col.e) * rep;
-    f.latency = lockstep ? lat[i] * rep : 0.0;
+    f.latency = lockstep ? lat_[i] * rep : 0.0;
     f.var = system_.add_variable(links);
     f.alive = true;
     if (f.var >= flows_.size()) flows_.resize(f.var + 1);

@@ -77,6 +77,8 @@ class FlowNetwork {
 
   TransferPaths paths_;
   std::vector<uint32_t> step_load_;  // per link, transfers of the step being begun (zero between)
+  std::vector<Route> routes_;        // the step being begun: its transfers' routes
+  std::vector<double> lat_;          // and their step latencies
   MaxMinSystem system_;
   std::vector<Collective> colls_;
   std::vector<Flow> flows_;

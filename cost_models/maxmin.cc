@@ -7,8 +7,8 @@ namespace clustersim {
 
 MaxMinSystem::Id MaxMinSystem::add_constraint(double capacity) {
   if (!(capacity > 0)) throw std::invalid_argument("max-min: a constraint needs a positive capacity");
-  cons_.push_back(Con{capacity, 0, {}, false});
-  con_mark_.push_back(0);
+  cons_.emplace_back();
+  cons_.back().capacity = capacity;
   return static_cast<Id>(cons_.size() - 1);
 }
 
@@ -24,27 +24,23 @@ MaxMinSystem::Id MaxMinSystem::add_variable(std::span<const Id> constraints, dou
     rates_.push_back(0);
     var_mark_.push_back(0);
   }
-  // A flow's links lie far apart in cons_ on a large fabric: ask for all of them (then
-  // for where each list grows) before touching any, so the cache misses overlap.
-  for (Id c : constraints) __builtin_prefetch(&cons_[c]);
-  for (Id c : constraints) __builtin_prefetch(cons_[c].vars.data() + cons_[c].vars.size(), 1);
+  // A flow's links lie far apart in cons_ on a large fabric: ask for all of them before
+  // touching any, so the cache misses overlap.
+  for (Id c : constraints) __builtin_prefetch(&cons_[c], 1);
   Var& var = vars_[v];
-  var.cons.assign(constraints.begin(), constraints.end());
+  var.links.clear();
   var.weight = weight;
   var.bound = bound;
   rates_[v] = 0;
   var.alive = true;
-  var.pos.resize(var.cons.size());
-  for (size_t j = 0; j < var.cons.size(); ++j) {
-    const Id c = var.cons[j];
-    var.pos[j] = static_cast<Id>(cons_[c].vars.size());
-    cons_[c].vars.push_back(v);
-    if (!cons_[c].dirty) {
-      cons_[c].dirty = true;
-      dirty_.push_back(c);
-    }
+  for (Id c : constraints) {
+    Con& con = cons_[c];
+    var.links.push_back(c);
+    var.links.push_back(con.vars.size());
+    con.vars.push_back(v);
+    mark_dirty(c);
   }
-  if (var.cons.empty()) rates_[v] = bound;  // crosses nothing: only its own bound limits it
+  if (constraints.empty()) rates_[v] = bound;  // crosses nothing: only its own bound limits it
   ++live_;
   return v;
 }
@@ -52,28 +48,25 @@ MaxMinSystem::Id MaxMinSystem::add_variable(std::span<const Id> constraints, dou
 void MaxMinSystem::remove_variable(Id v) {
   Var& var = vars_[v];
   if (!var.alive) return;
-  for (size_t j = 0; j < var.cons.size(); ++j) {
-    const Id c = var.cons[j];
+  for (uint32_t j = 0; j < var.count(); ++j) {
+    const Id c = var.links[2 * j], at = var.links[2 * j + 1];
     auto& list = cons_[c].vars;
     // The list's last entry takes this one's place, and its variable's record follows.
-    const Id end = static_cast<Id>(list.size() - 1), at = var.pos[j], last = list[end];
+    const Id end = list.size() - 1, last = list[end];
     list[at] = last;
     list.pop_back();
     if (at != end) {
       Var& moved = vars_[last];
-      for (size_t k = 0; k < moved.cons.size(); ++k)
-        if (moved.cons[k] == c && moved.pos[k] == end) {
-          moved.pos[k] = at;
+      for (uint32_t k = 0; k < moved.count(); ++k)
+        if (moved.links[2 * k] == c && moved.links[2 * k + 1] == end) {
+          moved.links[2 * k + 1] = at;
           break;
         }
     }
-    if (!cons_[c].dirty) {
-      cons_[c].dirty = true;
-      dirty_.push_back(c);
-    }
+    mark_dirty(c);
   }
   var.alive = false;
-  var.cons.clear();
+  var.links.clear();
   rates_[v] = 0;
   free_vars_.push_back(v);
   --live_;
@@ -84,11 +77,12 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
   ++epoch_;
   std::vector<Id>&comp_cons = comp_cons_, &comp_vars = comp_vars_, &stack = stack_;
   for (Id start : dirty_) {
-    cons_[start].dirty = false;
-    if (con_mark_[start] == epoch_) continue;
-    if (cons_[start].vars.empty()) {  // its last flow left: a component of itself, nothing to share
-      con_mark_[start] = epoch_;
-      cons_[start].used = 0;
+    Con& first = cons_[start];
+    first.dirty = false;
+    if (first.mark == epoch_) continue;
+    first.mark = epoch_;
+    if (first.vars.empty()) {  // its last flow left: a component of itself, nothing to share
+      first.used = 0;
       changed_.push_back(start);
       continue;
     }
@@ -96,7 +90,6 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
     comp_cons.clear();
     comp_vars.clear();
     stack.assign(1, start);
-    con_mark_[start] = epoch_;
     while (!stack.empty()) {
       const Id c = stack.back();
       stack.pop_back();
@@ -105,11 +98,14 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
         if (var_mark_[v] == epoch_) continue;
         var_mark_[v] = epoch_;
         comp_vars.push_back(v);
-        for (Id c2 : vars_[v].cons)
-          if (con_mark_[c2] != epoch_) {
-            con_mark_[c2] = epoch_;
-            stack.push_back(c2);
+        const Var& var = vars_[v];
+        for (uint32_t j = 0; j < var.count(); ++j) {
+          Con& next = cons_[var.con(j)];
+          if (next.mark != epoch_) {
+            next.mark = epoch_;
+            stack.push_back(var.con(j));
           }
+        }
       }
     }
     fill(comp_cons, comp_vars);
@@ -120,23 +116,35 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
 }
 
 void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars) {
+  if (comp_vars.size() == 1 && vars_[comp_vars[0]].count() == comp_cons.size()) {
+    // A flow alone on its links (each once): the progressive filling's single round.
+    const Id v = comp_vars[0];
+    const Var& var = vars_[v];
+    double share = var.bound / var.weight;
+    for (Id c : comp_cons) share = std::min(share, cons_[c].capacity / var.weight);
+    const double rate = std::min(share * var.weight, var.bound);
+    for (Id c : comp_cons) cons_[c].used = rate;
+    rates_[v] = rate;
+    return;
+  }
   // Progressive filling. remaining[c] and weights[c] are kept per constraint of the
   // component; a variable is fixed once, at the smallest share among its constraints.
   std::vector<double>&remaining = remaining_, &weights = weights_;
   remaining.resize(comp_cons.size());
   weights.assign(comp_cons.size(), 0.0);
-  for (size_t i = 0; i < comp_cons.size(); ++i) remaining[i] = cons_[comp_cons[i]].capacity;
-  // Constraint index lookup: reuse `mark` as the slot (marks are unique per epoch).
+  // Each constraint's mark holds its slot during the fill (the walk is over).
   for (size_t i = 0; i < comp_cons.size(); ++i) {
-    con_mark_[comp_cons[i]] = static_cast<uint32_t>(i);
-    cons_[comp_cons[i]].used = 0;
+    Con& con = cons_[comp_cons[i]];
+    remaining[i] = con.capacity;
+    con.mark = static_cast<uint32_t>(i);
+    con.used = 0;
   }
   std::vector<char>& fixed = fixed_;
   fixed.assign(comp_vars.size(), 0);
   for (size_t j = 0; j < comp_vars.size(); ++j) {
     const Var& v = vars_[comp_vars[j]];
     rates_[comp_vars[j]] = 0;
-    for (Id c : v.cons) weights[con_mark_[c]] += v.weight;
+    for (uint32_t k = 0; k < v.count(); ++k) weights[cons_[v.con(k)].mark] += v.weight;
   }
   size_t left = comp_vars.size();
   while (left > 0) {
@@ -152,8 +160,8 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
       if (fixed[j]) continue;
       const Var& v = vars_[comp_vars[j]];
       bool bind = v.bound / v.weight <= share + tol;
-      for (Id c : v.cons) {
-        const uint32_t i = con_mark_[c];
+      for (uint32_t k = 0; k < v.count(); ++k) {
+        const uint32_t i = cons_[v.con(k)].mark;
         if (std::max(0.0, remaining[i]) / weights[i] <= share + tol) bind = true;
       }
       if (!bind) continue;
@@ -168,16 +176,17 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
       fixed[j] = 2;  // accounted
       const Var& v = vars_[comp_vars[j]];
       const double rate = rates_[comp_vars[j]];
-      for (Id c : v.cons) {
-        const uint32_t i = con_mark_[c];
+      for (uint32_t k = 0; k < v.count(); ++k) {
+        Con& con = cons_[v.con(k)];
+        const uint32_t i = con.mark;
         remaining[i] -= rate;
-        cons_[c].used += rate;
+        con.used += rate;
         weights[i] -= v.weight;
         if (weights[i] < 1e-12) weights[i] = 0;
       }
     }
   }
-  for (Id c : comp_cons) con_mark_[c] = epoch_;
+  for (Id c : comp_cons) cons_[c].mark = epoch_;
 }
 
 }  // namespace clustersim

@@ -17,6 +17,7 @@
 // exact because max-min allocations of disjoint components are independent.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -45,19 +46,91 @@ class MaxMinSystem {
   size_t constraints() const { return cons_.size(); }
 
  private:
+  // A list of ids, inline up to N (no allocation, and in the same cache line as the
+  // record holding it), on the heap beyond.
+  template <uint32_t N>
+  class SmallIds {
+   public:
+    SmallIds() = default;
+    SmallIds(const SmallIds&) = delete;
+    SmallIds& operator=(const SmallIds&) = delete;
+    SmallIds(SmallIds&& o) noexcept { take(o); }
+    SmallIds& operator=(SmallIds&& o) noexcept {
+      if (this != &o) {
+        release();
+        take(o);
+      }
+      return *this;
+    }
+    ~SmallIds() { release(); }
+    Id* data() { return cap_ > N ? heap_ : inline_; }
+    const Id* data() const { return cap_ > N ? heap_ : inline_; }
+    uint32_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    Id& operator[](uint32_t i) { return data()[i]; }
+    Id operator[](uint32_t i) const { return data()[i]; }
+    const Id* begin() const { return data(); }
+    const Id* end() const { return data() + size_; }
+    void push_back(Id x) {
+      if (size_ == cap_) grow();
+      data()[size_++] = x;
+    }
+    void pop_back() { --size_; }
+    void clear() { size_ = 0; }
+
+   private:
+    void grow() {
+      const uint32_t cap = 2 * cap_;
+      Id* bigger = new Id[cap];
+      std::copy(data(), data() + size_, bigger);
+      release();
+      heap_ = bigger;
+      cap_ = cap;
+    }
+    void release() {
+      if (cap_ > N) delete[] heap_;
+      cap_ = N;
+    }
+    void take(SmallIds& o) {
+      size_ = o.size_;
+      cap_ = o.cap_;
+      if (o.cap_ > N)
+        heap_ = o.heap_;
+      else
+        std::copy(o.inline_, o.inline_ + o.size_, inline_);
+      o.cap_ = N;
+      o.size_ = 0;
+    }
+    uint32_t size_ = 0, cap_ = N;
+    union {
+      Id inline_[N];
+      Id* heap_;
+    };
+  };
   struct Var {
-    std::vector<Id> cons;
-    std::vector<Id> pos;  // pos[j]: this variable's index in cons_[cons[j]].vars
+    // Pairs (constraint, this variable's index in that constraint's vars), so removal
+    // finds its place in each list without a search.
+    SmallIds<16> links;
     double weight = 1, bound = 0;
     bool alive = false;
+    uint32_t count() const { return links.size() / 2; }
+    Id con(uint32_t j) const { return links[2 * j]; }
   };
-  struct Con {
+  // One cache line: the solver's walk over a link reads its mark, flows and capacity together.
+  struct alignas(64) Con {
     double capacity = 0;
-    double used = 0;       // sum of its variables' rates, kept by solve()
-    std::vector<Id> vars;  // live variables crossing it
+    double used = 0;    // sum of its variables' rates, kept by solve()
+    SmallIds<8> vars;   // live variables crossing it
+    uint32_t mark = 0;  // solve()'s epoch when its walk reached it; fill()'s slot during fill()
     bool dirty = false;
   };
   void fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars);
+  void mark_dirty(Id c) {
+    if (!cons_[c].dirty) {
+      cons_[c].dirty = true;
+      dirty_.push_back(c);
+    }
+  }
 
   // Scratch of solve() and fill(), kept to spare an allocation per re-solve.
   std::vector<Id> comp_cons_, comp_vars_, stack_;
@@ -65,9 +138,7 @@ class MaxMinSystem {
   std::vector<char> fixed_;
   std::vector<Var> vars_;
   std::vector<double> rates_;  // by variable, apart from Var: read for every live flow per event
-  // Marks of the component walk, apart from Con and Var: dense, so the walk's check of a
-  // link it may already have seen touches 4 bytes, not the link's whole record.
-  std::vector<uint32_t> con_mark_, var_mark_;
+  std::vector<uint32_t> var_mark_;
   std::vector<Con> cons_;
   std::vector<Id> free_vars_;
   std::vector<Id> dirty_;

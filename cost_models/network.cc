@@ -5,15 +5,15 @@
 
 namespace clustersim {
 
-std::span<const uint32_t> TransferPaths::links(const Transfer& t, std::span<const int32_t> gpus) {
-  if (t.src == kSwitch) return topo_.switch_route(gpus[static_cast<size_t>(t.dst)], false);
-  if (t.dst == kSwitch) return topo_.switch_route(gpus[static_cast<size_t>(t.src)], true);
-  return topo_.route(gpus[static_cast<size_t>(t.src)], gpus[static_cast<size_t>(t.dst)]);
+Route TransferPaths::path(const Transfer& t, std::span<const int32_t> gpus) {
+  if (t.src == kSwitch) return topo_.switch_route_info(gpus[static_cast<size_t>(t.dst)], false);
+  if (t.dst == kSwitch) return topo_.switch_route_info(gpus[static_cast<size_t>(t.src)], true);
+  return topo_.route_info(gpus[static_cast<size_t>(t.src)], gpus[static_cast<size_t>(t.dst)]);
 }
 
-double TransferPaths::latency(std::span<const uint32_t> r, const Expansion& e) const {
-  if (r.empty()) return 0;
-  return topo_.route_latency(r) + profile_.hop(topo_.route_class(r), e.family, e.proto);
+double TransferPaths::latency(const Route& r, const Expansion& e) const {
+  if (r.links.empty()) return 0;
+  return r.latency + profile_.hop(r.cls, e.family, e.proto);
 }
 
 CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t> gpus) {
@@ -24,18 +24,18 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
   for (const CollectiveStep& step : e.steps) {
     touched_.clear();
     routes_.clear();
-    for (const Transfer& t : step.transfers) routes_.push_back(paths_.links(t, gpus));
-    for (const auto& r : routes_)
-      for (uint32_t l : r)
+    for (const Transfer& t : step.transfers) routes_.push_back(paths_.path(t, gpus));
+    for (const Route& r : routes_)
+      for (uint32_t l : r.links)
         if (load_[l]++ == 0) touched_.push_back(l);
     double lockstep = 0, moving = 0;
     lat_.assign(step.transfers.size(), 0.0);
     for (size_t i = 0; i < step.transfers.size(); ++i) {
       const Transfer& t = step.transfers[i];
-      const auto r = routes_[i];
-      if (r.empty()) continue;
+      const Route& r = routes_[i];
+      if (r.links.empty()) continue;
       double rate = std::numeric_limits<double>::infinity();
-      for (uint32_t l : r) rate = std::min(rate, paths_.capacity(l) / load_[l]);
+      for (uint32_t l : r.links) rate = std::min(rate, paths_.capacity(l) / load_[l]);
       lat_[i] = paths_.latency(r, e);
       const double bw = paths_.wire_bytes(t.bytes, e) / rate;
       lockstep = std::max(lockstep, lat_[i] + bw);
@@ -45,7 +45,7 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
     cost.seconds += step.latency == StepLatency::Max ? lockstep * rep : step_latency(step, lat_, moving) + moving * rep;
     for (uint32_t l : touched_) load_[l] = 0;
     for (size_t i = 0; i < step.transfers.size(); ++i)
-      for (uint32_t l : routes_[i]) {
+      for (uint32_t l : routes_[i].links) {
         if (bytes_[l] == 0) used.push_back(l);
         bytes_[l] += paths_.wire_bytes(step.transfers[i].bytes, e) * static_cast<double>(step.repeat);
       }

@@ -27,8 +27,10 @@ namespace clustersim {
 class TransferPaths {
  public:
   TransferPaths(Topology& topo, const NetworkProfile& profile) : topo_(topo), profile_(profile) {}
-  std::span<const uint32_t> links(const Transfer& t, std::span<const int32_t> gpus);
-  double latency(std::span<const uint32_t> links, const Expansion& e) const;
+  Route path(const Transfer& t, std::span<const int32_t> gpus);
+  // The transfer's step latency on route r: its hops plus the protocol's per-step latency
+  // for its slowest class.
+  double latency(const Route& r, const Expansion& e) const;
   double wire_bytes(double payload, const Expansion& e) const {
     const double eff = profile_.protocol(e.proto).bandwidth_efficiency *
                        (e.family == LatencyFamily::Nvls ? profile_.nvls_efficiency : 1.0);
@@ -65,7 +67,7 @@ class AnalyticNetwork {
   std::vector<double> bytes_;   // wire bytes per link over the collective
   std::vector<uint32_t> touched_;
   std::vector<double> lat_;
-  std::vector<std::span<const uint32_t>> routes_;  // a step's transfers' routes, looked up once
+  std::vector<Route> routes_;  // a step's transfers' routes, looked up once
 };
 
 }  // namespace clustersim

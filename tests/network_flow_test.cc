@@ -229,7 +229,7 @@ TEST(FlowNetwork, EveryByteSentIsCarriedAndNoLinkExceedsItsCapacity) {
       for (const CollectiveStep& st : e.steps)
         for (const Transfer& t : st.transfers)
           expected += static_cast<double>(st.repeat) * paths.wire_bytes(t.bytes, e) *
-                      static_cast<double>(paths.links(t, gpus).size());
+                      static_cast<double>(paths.path(t, gpus).links.size());
       FlowNetwork net(topo, prof);
       net.start(e, gpus, SimTime::zero());
       std::vector<uint64_t> done;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <queue>
 #include <stdexcept>
@@ -282,30 +283,40 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
   return path;
 }
 
-std::span<const uint32_t> Topology::route(int src, int dst) {
+Route Topology::route_info(int src, int dst) {
   if (src == dst) return {};
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
-  auto chunk_span = [&](const RouteSlot& s) {
-    return std::span<const uint32_t>(route_chunks_[s.chunk].data() + s.offset, s.length);
+  auto stored = [&](const RouteSlot& s) {
+    const uint32_t* at = route_chunks_[s.chunk].data() + s.offset;
+    Route r{std::span<const uint32_t>(at, s.length), 0, static_cast<LinkClass>(at[-1])};
+    std::memcpy(&r.latency, at - kRouteHeader, sizeof r.latency);
+    return r;
   };
   if (!route_slots_.empty()) {
     const size_t mask = route_slots_.size() - 1;
     for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
       const RouteSlot& s = route_slots_[i];
-      if (s.key == key) return chunk_span(s);
+      if (s.key == key) return stored(s);
       if (s.key == ~uint64_t{0}) break;
     }
   }
   if (fast_state_ == 0) prepare_fast_routing();
   const bool fast = fast_state_ == 1 && node_of(src) != node_of(dst);
   const std::vector<uint32_t> links = fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst));
-  // Store the links where they will not move.
+  // Store the header and links where they will not move.
   constexpr size_t kChunk = size_t{1} << 16;
-  if (route_chunks_.empty() || route_chunks_.back().size() + links.size() > route_chunks_.back().capacity()) {
+  const size_t need = kRouteHeader + links.size();
+  if (route_chunks_.empty() || route_chunks_.back().size() + need > route_chunks_.back().capacity()) {
     route_chunks_.emplace_back();
-    route_chunks_.back().reserve(std::max(kChunk, links.size()));
+    route_chunks_.back().reserve(std::max(kChunk, need));
   }
   std::vector<uint32_t>& chunk = route_chunks_.back();
+  uint32_t header[kRouteHeader];
+  const double latency = route_latency(links);
+  static_assert(sizeof latency == 2 * sizeof(uint32_t));
+  std::memcpy(header, &latency, sizeof latency);
+  header[2] = static_cast<uint32_t>(route_class(links));
+  chunk.insert(chunk.end(), header, header + kRouteHeader);
   RouteSlot slot{key, static_cast<uint32_t>(route_chunks_.size() - 1), static_cast<uint32_t>(chunk.size()),
                  static_cast<uint32_t>(links.size())};
   chunk.insert(chunk.end(), links.begin(), links.end());
@@ -326,13 +337,18 @@ std::span<const uint32_t> Topology::route(int src, int dst) {
   while (route_slots_[i].key != ~uint64_t{0}) i = (i + 1) & mask;
   route_slots_[i] = slot;
   ++route_count_;
-  return chunk_span(slot);
+  return stored(slot);
 }
 
 std::span<const uint32_t> Topology::switch_route(int gpu, bool to_switch) const {
   if (!spec_.node.nvswitch) return {};
   const auto& pair = gpu_switch_links_[static_cast<size_t>(gpu)];
   return {&pair[to_switch ? 0 : 1], 1};
+}
+
+Route Topology::switch_route_info(int gpu, bool to_switch) const {
+  const auto links = switch_route(gpu, to_switch);
+  return Route{links, route_latency(links), route_class(links)};
 }
 
 LinkClass Topology::route_class(std::span<const uint32_t> r) const {

@@ -36,6 +36,14 @@ struct VertexProps {
   int32_t local = -1;  // index of a GPU or NIC inside its node
 };
 
+// A route with the sums its users need, kept beside its links when it is cached (so a
+// lookup need not walk the links again).
+struct Route {
+  std::span<const uint32_t> links;    // in hop order; empty when src == dst
+  double latency = 0;                 // the hops' latencies summed
+  LinkClass cls = LinkClass::NvLink;  // the slowest class on it (network over PCIe over NVLink)
+};
+
 struct EdgeProps {
   uint32_t link = 0;  // index into Topology::links()
 };
@@ -98,7 +106,9 @@ class Topology {
   uint32_t gpu_vertex(int gpu) const { return gpus_[static_cast<size_t>(gpu)]; }
 
   // Link ids from GPU `src` to GPU `dst`, in hop order; empty when src == dst.
-  std::span<const uint32_t> route(int src, int dst);
+  std::span<const uint32_t> route(int src, int dst) { return route_info(src, dst).links; }
+  // The same, with its latency and class.
+  Route route_info(int src, int dst);
   // The same route by plain Dijkstra over the whole graph, never from the structured
   // fast path (for tests that check the two agree).
   std::vector<uint32_t> route_by_search(int src, int dst) const;
@@ -108,6 +118,7 @@ class Topology {
   // The NVLink hop between a GPU and its node's NVSwitch (in-switch reduction);
   // empty when the node has none.
   std::span<const uint32_t> switch_route(int gpu, bool to_switch) const;
+  Route switch_route_info(int gpu, bool to_switch) const;
   // The slowest class on a route (network over PCIe over NVLink).
   LinkClass route_class(std::span<const uint32_t> r) const;
   double route_latency(std::span<const uint32_t> r) const;
@@ -132,10 +143,13 @@ class Topology {
   // Routes between GPUs, computed once: an open-addressing table on (src, dst) whose
   // slots point into chunks of links that never move, so a returned span stays valid
   // while routes are added (a node-based map cost two cache misses a lookup at scale).
+  // Each route's links follow a header of kRouteHeader words in its chunk: its latency
+  // (a double's bits) and its class.
   struct RouteSlot {
     uint64_t key = ~uint64_t{0};  // empty
     uint32_t chunk = 0, offset = 0, length = 0;
   };
+  static constexpr uint32_t kRouteHeader = 3;
   std::vector<RouteSlot> route_slots_;
   size_t route_count_ = 0;
   std::vector<std::vector<uint32_t>> route_chunks_;  // each at its reserved capacity, never grown past it
