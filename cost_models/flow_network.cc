@@ -8,13 +8,12 @@ namespace clustersim {
 
 FlowNetwork::FlowNetwork(Topology& topo, const NetworkProfile& profile) : paths_(topo, profile) {
   for (size_t l = 0; l < topo.links().size(); ++l) system_.add_constraint(paths_.capacity(static_cast<uint32_t>(l)));
-  link_rate_.assign(topo.links().size(), 0.0);
-  link_since_.assign(topo.links().size(), 0);
+  link_rates_.assign(topo.links().size(), LinkRate{});
   step_load_.assign(topo.links().size(), 0);
 }
 
 uint64_t FlowNetwork::start(Expansion e, std::vector<int32_t> gpus, SimTime now) {
-  progress(now);
+  now_ = std::max(now_, now);
   const auto id = static_cast<uint32_t>(colls_.size());
   colls_.push_back(Collective{std::move(e), std::move(gpus), 0, 0, now, 0.0, State::Base});
   ++active_;
@@ -24,7 +23,7 @@ uint64_t FlowNetwork::start(Expansion e, std::vector<int32_t> gpus, SimTime now)
 }
 
 SimTime FlowNetwork::next_time() const {
-  SimTime t = next_flow_end_;
+  SimTime t = ends_.empty() ? SimTime::max() : ends_.top().t;
   if (!timers_.empty()) t = std::min(t, timers_.top().t);
   return t;
 }
@@ -61,15 +60,16 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
     const Transfer& t = step.transfers[i];
     const auto links = routes_[i].links;
     if (links.empty() || t.bytes <= 0) continue;
-    Flow f;
+    const MaxMinSystem::Id var = system_.add_variable(links);
+    if (var >= flows_.size()) flows_.resize(var + 1);
+    Flow& f = flows_[var];  // its rate and end come with the next resolve()
     f.coll = c;
     f.remaining = paths_.wire_bytes(t.bytes, col.e) * rep;
+    f.rate = 0;
+    f.since = now;
     f.latency = lockstep ? lat_[i] * rep : 0.0;
-    f.var = system_.add_variable(links);
+    ++f.gen;
     f.alive = true;
-    if (f.var >= flows_.size()) flows_.resize(f.var + 1);
-    flows_[f.var] = f;
-    live_flows_.push_back(f.var);
     ++col.pending;
     ++flows_started_;
   }
@@ -79,57 +79,65 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
   }
 }
 
-// Moves every live flow forward to time t at its current rate.
-void FlowNetwork::progress(SimTime t) {
-  if (t <= now_) return;
-  const double dt = (t - now_).seconds();
-  for (uint32_t v : live_flows_) flows_[v].remaining -= system_.rate(v) * dt;
-  now_ = t;
-}
-
 void FlowNetwork::resolve(SimTime now) {
   const auto& changed = system_.solve();
   // Close the rate interval of every link whose share may have changed.
-  for (MaxMinSystem::Id l : changed) {
-    const double r = system_.usage(l);
-    if (r == link_rate_[l]) continue;
-    if (record_usage_ && link_rate_[l] > 0 && now.picoseconds() > link_since_[l])
-      usage_.push_back(LinkUsage{l, link_since_[l], now.picoseconds(),
-                                 link_rate_[l] * static_cast<double>(now.picoseconds() - link_since_[l]) * 1e-12});
-    link_rate_[l] = r;
-    link_since_[l] = now.picoseconds();
-  }
-  next_flow_end_ = SimTime::max();
-  for (uint32_t v : live_flows_) {
+  if (record_usage_)
+    for (MaxMinSystem::Id l : changed) {
+      const double r = system_.usage(l);
+      LinkRate& lr = link_rates_[l];
+      if (r == lr.rate) continue;
+      close_interval(l, now);
+      lr.rate = r;
+    }
+  // Flows whose rate changed: count their bytes up to now at the old rate, and
+  // reschedule their end at the new one.
+  for (MaxMinSystem::Id v : system_.changed_variables()) {
+    Flow& f = flows_[v];
     const double rate = system_.rate(v);
-    if (rate <= 0) continue;
-    next_flow_end_ = std::min(next_flow_end_, now + SimTime::from_seconds(std::max(0.0, flows_[v].remaining) / rate));
+    if (rate == f.rate) continue;
+    f.remaining -= f.rate * (now - f.since).seconds();
+    f.since = now;
+    f.rate = rate;
+    ++f.gen;
+    if (rate > 0) ends_.push(FlowEnd{now + SimTime::from_seconds(std::max(0.0, f.remaining) / rate), v, f.gen});
   }
+  drop_stale_ends();
+}
+
+void FlowNetwork::close_interval(uint32_t l, SimTime now) {
+  LinkRate& lr = link_rates_[l];
+  if (lr.rate > 0 && now.picoseconds() > lr.since)
+    usage_.push_back(
+        LinkUsage{l, lr.since, now.picoseconds(), lr.rate * static_cast<double>(now.picoseconds() - lr.since) * 1e-12});
+  lr.since = now.picoseconds();
+}
+
+void FlowNetwork::drop_stale_ends() {
+  while (!ends_.empty() && (!flows_[ends_.top().var].alive || flows_[ends_.top().var].gen != ends_.top().gen))
+    ends_.pop();
 }
 
 void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {
-  progress(t);
+  now_ = std::max(now_, t);
   bool changed = false;
-  // Flows whose bytes are through (within a picosecond's worth) leave the network and
-  // owe their latency; a step whose last flow leaves ends at its latest such time.
-  for (size_t i = 0; i < live_flows_.size();) {
-    Flow& f = flows_[live_flows_[i]];
-    const double rate = system_.rate(f.var);
-    if (f.remaining > rate * 1e-12 + 1e-9) {
-      ++i;
-      continue;
-    }
+  // Flows whose bytes are through (within a picosecond) leave the network and owe their
+  // latency; a step whose last flow leaves ends at its latest such time.
+  while (!ends_.empty() && ends_.top().t <= t + SimTime::ps(1)) {
+    const uint32_t v = ends_.top().var;
+    ends_.pop();
+    Flow& f = flows_[v];
     Collective& col = colls_[f.coll];
     col.step_end = std::max(col.step_end, t + SimTime::from_seconds(f.latency));
-    system_.remove_variable(f.var);
+    system_.remove_variable(v);
     f.alive = false;
-    live_flows_[i] = live_flows_.back();
-    live_flows_.pop_back();
+    ++f.gen;
     changed = true;
     if (--col.pending == 0) {
       col.state = State::Draining;
       timers_.push(Timer{col.step_end + SimTime::from_seconds(col.extra_latency), timer_seq_++, f.coll});
     }
+    drop_stale_ends();
   }
   // Timers due now: the base latency is over (begin step 0), or a step is over (begin
   // the next, or finish). Handling one may add another for the same instant.
@@ -155,12 +163,8 @@ void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {
 }
 
 void FlowNetwork::flush_usage() {
-  for (size_t l = 0; l < link_rate_.size(); ++l) {
-    if (record_usage_ && link_rate_[l] > 0 && now_.picoseconds() > link_since_[l])
-      usage_.push_back(LinkUsage{static_cast<uint32_t>(l), link_since_[l], now_.picoseconds(),
-                                 link_rate_[l] * static_cast<double>(now_.picoseconds() - link_since_[l]) * 1e-12});
-    link_since_[l] = now_.picoseconds();
-  }
+  if (record_usage_)
+    for (size_t l = 0; l < link_rates_.size(); ++l) close_interval(static_cast<uint32_t>(l), now_);
 }
 
 }  // namespace clustersim

@@ -44,6 +44,7 @@ class FlowNetwork {
   std::vector<LinkUsage>& usage() { return usage_; }
   void flush_usage();
   // Off: link-rate intervals are not kept (nothing asked for them); rates are the same.
+  // Set before the first start().
   void set_record_usage(bool on) { record_usage_ = on; }
 
  private:
@@ -57,12 +58,23 @@ class FlowNetwork {
     double extra_latency = 0;  // pipelined steps: latency paid once the bytes are through
     State state = State::Base;
   };
+  // A flow's bytes are counted down only when its rate changes: `remaining` as of
+  // `since`, moving at `rate` since then, so an event costs the flows whose rates it
+  // changed, not every flow in flight.
   struct Flow {
     uint32_t coll = 0;
-    double remaining = 0;  // wire bytes
-    double latency = 0;    // seconds still owed after the bytes
-    MaxMinSystem::Id var = 0;
+    double remaining = 0;  // wire bytes, as of `since`
+    double rate = 0;       // bytes/s since `since`
+    SimTime since;
+    double latency = 0;  // seconds still owed after the bytes
+    uint32_t gen = 0;    // bumped whenever its end time is rescheduled; older ends are stale
     bool alive = false;
+  };
+  // When a flow's bytes will be through at its current rate.
+  struct FlowEnd {
+    SimTime t;
+    uint32_t var, gen;
+    bool operator>(const FlowEnd& o) const { return t != o.t ? t > o.t : var > o.var; }
   };
   struct Timer {
     SimTime t;
@@ -73,7 +85,8 @@ class FlowNetwork {
 
   void begin_step(uint32_t c, SimTime now);
   void resolve(SimTime now);
-  void progress(SimTime t);
+  void drop_stale_ends();
+  void close_interval(uint32_t link, SimTime now);
 
   TransferPaths paths_;
   std::vector<uint32_t> step_load_;  // per link, transfers of the step being begun (zero between)
@@ -82,15 +95,18 @@ class FlowNetwork {
   MaxMinSystem system_;
   std::vector<Collective> colls_;
   std::vector<Flow> flows_;
-  std::vector<uint32_t> live_flows_;
+  std::priority_queue<FlowEnd, std::vector<FlowEnd>, std::greater<>> ends_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   uint64_t timer_seq_ = 0;
   SimTime now_;
-  SimTime next_flow_end_ = SimTime::max();
   size_t active_ = 0;
   uint64_t flows_started_ = 0;
-  std::vector<double> link_rate_;
-  std::vector<int64_t> link_since_;
+  // Each link's rate since when, for the usage intervals (kept only when they are recorded).
+  struct LinkRate {
+    double rate = 0;
+    int64_t since = 0;
+  };
+  std::vector<LinkRate> link_rates_;
   std::vector<LinkUsage> usage_;
   bool record_usage_ = true;
 };

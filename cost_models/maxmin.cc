@@ -74,6 +74,7 @@ void MaxMinSystem::remove_variable(Id v) {
 
 const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
   changed_.clear();
+  changed_vars_.clear();
   ++epoch_;
   std::vector<Id>&comp_cons = comp_cons_, &comp_vars = comp_vars_, &stack = stack_;
   for (Id start : dirty_) {
@@ -110,6 +111,7 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
     }
     fill(comp_cons, comp_vars);
     changed_.insert(changed_.end(), comp_cons.begin(), comp_cons.end());
+    changed_vars_.insert(changed_vars_.end(), comp_vars.begin(), comp_vars.end());
   }
   dirty_.clear();
   return changed_;

@@ -38,6 +38,8 @@ class MaxMinSystem {
   // constraints whose usage may have changed (those of the recomputed components).
   const std::vector<Id>& solve();
 
+  // The variables of the components the last solve() recomputed (their rates may have changed).
+  const std::vector<Id>& changed_variables() const { return changed_vars_; }
   double rate(Id v) const { return rates_[v]; }
   // The sum of the rates of the variables crossing c, as of the last solve().
   double usage(Id c) const { return cons_[c].used; }
@@ -142,7 +144,7 @@ class MaxMinSystem {
   std::vector<Con> cons_;
   std::vector<Id> free_vars_;
   std::vector<Id> dirty_;
-  std::vector<Id> changed_;
+  std::vector<Id> changed_, changed_vars_;
   uint32_t epoch_ = 0;
   size_t live_ = 0;
 };
