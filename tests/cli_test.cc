@@ -2,6 +2,7 @@
 // FILE:LINE:COL message, nothing written), `run`, `collective` and `keys`.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -777,6 +778,32 @@ TEST_F(CliTest, ProfileCheckOfTheH200Profile) {
   const CliResult none =
       cli("profile-check " + quote(std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/defaults.yaml"));
   EXPECT_EQ(none.code, 1) << none;
+}
+
+// A simulation does not load cuBLASLt and NCCL (~200 MB resident at start): the commands
+// that drive GPUs run in clustersim-gpu, to which clustersim hands them.
+TEST_F(CliTest, SimulatorStartsWithoutTheGpuLibraries) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's shadow memory inflates the resident size";
+#else
+  const CliResult r = cli("--version");
+  ASSERT_EQ(r.code, 0) << r;
+  rusage children{};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &children), 0);
+  EXPECT_LT(children.ru_maxrss, 64 * 1024) << "KB resident, the largest child so far";
+#endif
+}
+
+TEST_F(CliTest, GpuCommandsReachTheGpuBinary) {
+  if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "a GPU is present: calibrate would measure it";
+  const CliResult r = cli("calibrate --suite gemm --out " + quote((dir_ / "p.yaml").string()));
+  EXPECT_EQ(r.code, 3) << r;
+#ifdef CLUSTERSIM_REAL_BACKEND_BUILT
+  EXPECT_NE(r.err.find("calibrate measures a GPU, and this machine has none"), std::string::npos) << r;
+#else
+  EXPECT_NE(r.err.find("needs the real backend"), std::string::npos) << r;
+#endif
+  EXPECT_FALSE(fs::exists(dir_ / "p.yaml"));
 }
 
 // The committed H200 profile against the real runs recorded on an H200 (validate
