@@ -56,7 +56,7 @@ void BM_WeakScaling(benchmark::State& state) {
   }
   report(state, out);
 }
-BENCHMARK(BM_WeakScaling)->Arg(8)->Arg(64)->Arg(512)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_WeakScaling)->Arg(8)->Arg(64)->Arg(512)->Arg(4096)->Arg(16384)->Arg(65536)->Unit(benchmark::kMillisecond);
 
 // GPT-3 175B on 1,024 A100 (TP 8 × PP 8 × DP 16) with m micro-batches per pipeline.
 void BM_MicroBatches(benchmark::State& state) {

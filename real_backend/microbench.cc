@@ -125,7 +125,10 @@ MicrobenchResult describe_device() {
   return r;
 }
 
-MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
+namespace {
+
+// One pass over the suites: `pass` numbers the keys its measurements are recorded under.
+MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
   MicrobenchResult r = describe_device();
   cudaDeviceProp prop{};
   CS_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -168,15 +171,18 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     for (int64_t b = 4096; b <= (int64_t{1} << 32); b *= 2)
       for (double share : kMemoryReadShares) mem.emplace_back(b, share);
   const int total = static_cast<int>(gemms.size() + 2 * attn.size() + mem.size()) + (opt.launch ? 1 : 0);
-  int done = 0;
+  const int passes = std::max(1, opt.passes);
+  int done = pass * total;
   auto tick = [&](const std::string& what) {
-    if (opt.progress) opt.progress(++done, total, what);
+    if (opt.progress)
+      opt.progress(++done, total * passes, passes > 1 ? what + " (pass " + std::to_string(pass + 1) + ")" : what);
   };
   // Measures `key` with `measure` unless a cached value exists; records new ones at once.
   // Keys name the method ("queued": samples issued ahead of the GPU), so that a store
-  // holding measurements taken another way is not resumed from.
+  // holding measurements taken another way is not resumed from, and the pass after the
+  // first.
   auto take = [&](const std::string& what, auto&& measure) {
-    const std::string key = what + " queued";
+    const std::string key = what + " queued" + (pass > 0 ? " pass " + std::to_string(pass + 1) : "");
     double t = 0;
     if (opt.cached && opt.cached(key, t)) return t;
     t = measure();
@@ -352,6 +358,37 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
     }
   }
   set_context("");
+  return r;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
+  // Passes one after the other, so that a point's measurements are minutes apart: what
+  // moves a point between calibrations is the GPU's state (clocks, temperature) drifting
+  // over minutes more than the spread of one sample's runs.
+  std::vector<MicrobenchResult> runs;
+  for (int p = 0; p < std::max(1, opt.passes); ++p) runs.push_back(run_pass(opt, p));
+  MicrobenchResult r = runs.front();
+  auto combine = [&](auto member, auto& into) {
+    for (size_t i = 0; i < into.size(); ++i) {
+      std::vector<double> v;
+      for (const MicrobenchResult& run : runs) v.push_back((run.*member)[i].seconds);
+      into[i].seconds = median_of(std::move(v));
+    }
+  };
+  combine(&MicrobenchResult::gemm, r.gemm);
+  combine(&MicrobenchResult::attention, r.attention);
+  combine(&MicrobenchResult::memory, r.memory);
+  std::vector<double> gaps;
+  for (const MicrobenchResult& run : runs) gaps.push_back(run.launch_gap_s);
+  r.launch_gap_s = median_of(std::move(gaps));
   return r;
 }
 

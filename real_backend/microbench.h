@@ -1,7 +1,8 @@
 // Microbenchmark suites for calibration: the real backend's own kernels (cuBLASLt GEMMs,
 // the fused attention, the memory-bound kernel) timed with CUDA events over shape grids.
 // Each measurement is the median of `reps` batched samples after `warmup` runs, the GPU
-// kept busy (see time_median in microbench.cc).
+// kept busy (see time_median in microbench.cc); each point's value is the median of its
+// measurements in `passes` passes over the whole grid.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,9 @@ struct MicrobenchResult {
 struct MicrobenchOptions {
   bool gemm = true, attention = true, memory = true, launch = true;
   int warmup = 2, reps = 5;
+  // Each point is measured once per pass, the passes one after another over the whole
+  // grid; the profile takes each point's median over them.
+  int passes = 3;
   // Called after each measurement: (done, total, what).
   std::function<void(int, int, const std::string&)> progress;
   // Resuming: a measurement found here (by key, e.g. "gemm bf16 4096 2048 2048") is not

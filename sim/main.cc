@@ -66,6 +66,7 @@ constexpr const char* kUsage =
     "                                                execute the scenario's plan on GPUs (CUDA, cuBLAS, NCCL): one\n"
     "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
     "  calibrate --suite gemm|attention|memory|launch|collectives|p2p|overlap|all --out P.yaml [--raw M.sqlite]\n"
+    "            [--passes N]\n"
     "                                                measure this GPU's kernels (and, on 2+ GPUs, NCCL's\n"
     "                                                collectives; overlap: kernels beside a waiting NCCL\n"
     "                                                kernel, not part of all) into a calibration profile\n"

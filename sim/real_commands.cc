@@ -90,6 +90,7 @@ class RawStore {
 
 int cmd_calibrate(const std::vector<std::string>& args) {
   std::string out, suite = "all", raw;
+  int passes = real::MicrobenchOptions{}.passes;
   std::vector<std::string> argv = args;
   for (size_t i = 0; i < argv.size(); ++i) {
     if (argv[i] == "--out")
@@ -98,13 +99,21 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       suite = value_of(argv, i);
     else if (argv[i] == "--raw")
       raw = value_of(argv, i);
-    else
+    else if (argv[i] == "--passes") {
+      const std::string v = value_of(argv, i);
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > 100)
+        throw InputError(SourceMark{"--passes", 0, 0}, "'" + v + "' is not a pass count, expected 1 to 100");
+      passes = static_cast<int>(n);
+    } else
       throw std::invalid_argument("unknown option '" + argv[i] + "' for calibrate");
   }
   if (out.empty()) throw std::invalid_argument("calibrate needs --out P.yaml");
   if (raw.empty()) raw = out + ".raw.sqlite";
   if (real::device_count() == 0) throw std::runtime_error("calibrate measures a GPU, and this machine has none");
   real::MicrobenchOptions mo;
+  mo.passes = passes;
   mo.gemm = mo.attention = mo.memory = mo.launch = false;
   real::CollectiveBenchOptions co;
   co.collectives = co.p2p = false;
