@@ -209,7 +209,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
                   "# tables (cost_models/compute.h); network constants not measured here keep their\n"
                   "# defaults (calibrate/profiles/defaults.yaml).\n";
   y += "gpu: \"" + r.gpu + "\"\ndate: \"" + std::string(date) + "\"\ndriver: \"" + r.driver + "\"\ncuda: \"" + r.cuda +
-       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --out " + out + "\"\n";
+       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --passes " +
+       std::to_string(passes) + " --out " + out + "\"\n";
   if (compute && !clocks.empty() && clocks[0].available)
     y += "sm_clock_mhz: " + num(clocks[0].sm_mhz_median) + "  # median SM clock while the kernels were measured\n";
   y += "compute:\n";
