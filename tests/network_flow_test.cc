@@ -90,6 +90,47 @@ TEST(MaxMin, RemovalKeepsEveryLinkListExact) {
 // Property: on random systems no link is over capacity, every variable is limited by a
 // saturated link on which it has the largest rate (the max-min condition), and an
 // incremental solve gives the same rates as solving from scratch.
+// The solver takes a shortcut for a flow alone on its links; it must give what the
+// progressive filling gives: the narrowest link (a link crossed twice counts twice) or
+// the flow's own bound.
+TEST(MaxMin, AFlowAloneOnItsLinksGetsItsNarrowestLinkOrItsBound) {
+  MaxMinSystem s;
+  for (double c : {10.0, 4.0, 7.0, 5.0, 9.0, 8.0}) s.add_constraint(c);
+  const std::vector<MaxMinSystem::Id> three = {0, 1, 2}, one = {3}, weighted = {4}, twice = {5, 5};
+  const auto a = s.add_variable(three), b = s.add_variable(one, 1.0, 2.0), c = s.add_variable(weighted, 3.0),
+             d = s.add_variable(twice);
+  s.solve();
+  EXPECT_DOUBLE_EQ(s.rate(a), 4.0);
+  EXPECT_DOUBLE_EQ(s.rate(b), 2.0);
+  EXPECT_DOUBLE_EQ(s.rate(c), 9.0);
+  EXPECT_DOUBLE_EQ(s.rate(d), 4.0);
+  EXPECT_DOUBLE_EQ(s.usage(1), 4.0);
+  EXPECT_DOUBLE_EQ(s.usage(0), 4.0);
+  EXPECT_DOUBLE_EQ(s.usage(5), 8.0);
+}
+
+// Lists past their inline room (a link's first 8 flows, a flow's first 8 links) move to
+// the heap and keep every entry.
+TEST(MaxMin, LongListsKeepEveryEntry) {
+  MaxMinSystem s;
+  std::vector<MaxMinSystem::Id> route;
+  for (int l = 0; l < 20; ++l) route.push_back(s.add_constraint(l == 0 ? 60.0 : 1000.0 + l));
+  std::vector<MaxMinSystem::Id> flows;
+  for (int f = 0; f < 40; ++f) flows.push_back(s.add_variable(route));
+  std::mt19937 rng(3);
+  while (!flows.empty()) {
+    s.solve();
+    for (auto f : flows) EXPECT_DOUBLE_EQ(s.rate(f), 60.0 / static_cast<double>(flows.size()));
+    EXPECT_NEAR(s.usage(0), 60.0, 1e-9);
+    const size_t i = rng() % flows.size();
+    s.remove_variable(flows[i]);
+    flows.erase(flows.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  s.solve();
+  EXPECT_EQ(s.live_variables(), 0u);
+  EXPECT_EQ(s.usage(0), 0.0);
+}
+
 TEST(MaxMin, RandomSystemsAreFeasibleMaxMinAndIncrementalIsExact) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 50; ++trial) {
