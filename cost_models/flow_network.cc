@@ -56,7 +56,10 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
   lat_.assign(step.transfers.size(), 0.0);
   for (size_t i = 0; i < step.transfers.size(); ++i) lat_[i] = paths_.latency(routes_[i], col.e);
   col.extra_latency = lockstep ? 0.0 : step_latency(step, lat_, round_data);
+  constexpr size_t kAhead = 4;  // flows whose links are asked for ahead of their adding
+  for (size_t i = 0; i < std::min(kAhead, routes_.size()); ++i) system_.prefetch(routes_[i].links);
   for (size_t i = 0; i < step.transfers.size(); ++i) {
+    if (i + kAhead < routes_.size()) system_.prefetch(routes_[i + kAhead].links);
     const Transfer& t = step.transfers[i];
     const auto links = routes_[i].links;
     if (links.empty() || t.bytes <= 0) continue;
@@ -123,9 +126,19 @@ void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {
   bool changed = false;
   // Flows whose bytes are through (within a picosecond) leave the network and owe their
   // latency; a step whose last flow leaves ends at its latest such time.
+  due_.clear();
   while (!ends_.empty() && ends_.top().t <= t + SimTime::ps(1)) {
-    const uint32_t v = ends_.top().var;
+    due_.push_back(ends_.top().var);
     ends_.pop();
+    drop_stale_ends();
+  }
+  // Many flows of a step end together: their records are asked for ahead of removing them
+  // (the flow's record first, its links' once that is in).
+  constexpr size_t kAhead = 8;
+  for (size_t i = 0; i < due_.size(); ++i) {
+    if (i + 2 * kAhead < due_.size()) system_.prefetch_variable(due_[i + 2 * kAhead]);
+    if (i + kAhead < due_.size()) system_.prefetch_links_of(due_[i + kAhead]);
+    const uint32_t v = due_[i];
     Flow& f = flows_[v];
     Collective& col = colls_[f.coll];
     col.step_end = std::max(col.step_end, t + SimTime::from_seconds(f.latency));
@@ -137,7 +150,6 @@ void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {
       col.state = State::Draining;
       timers_.push(Timer{col.step_end + SimTime::from_seconds(col.extra_latency), timer_seq_++, f.coll});
     }
-    drop_stale_ends();
   }
   // Timers due now: the base latency is over (begin step 0), or a step is over (begin
   // the next, or finish). Handling one may add another for the same instant.

@@ -96,6 +96,7 @@ class FlowNetwork {
   std::vector<Collective> colls_;
   std::vector<Flow> flows_;
   std::priority_queue<FlowEnd, std::vector<FlowEnd>, std::greater<>> ends_;
+  std::vector<uint32_t> due_;  // flows ending at the instant being advanced to
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   uint64_t timer_seq_ = 0;
   SimTime now_;

@@ -77,7 +77,11 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
   changed_vars_.clear();
   ++epoch_;
   std::vector<Id>&comp_cons = comp_cons_, &comp_vars = comp_vars_, &stack = stack_;
-  for (Id start : dirty_) {
+  constexpr size_t kAhead = 48;  // records asked for ahead of the walk (a few flows' links)
+  for (size_t k = 0; k < std::min(kAhead, dirty_.size()); ++k) __builtin_prefetch(&cons_[dirty_[k]], 1);
+  for (size_t k = 0; k < dirty_.size(); ++k) {
+    if (k + kAhead < dirty_.size()) __builtin_prefetch(&cons_[dirty_[k + kAhead]], 1);
+    const Id start = dirty_[k];
     Con& first = cons_[start];
     first.dirty = false;
     if (first.mark == epoch_) continue;
