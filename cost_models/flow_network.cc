@@ -35,8 +35,7 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
   const CollectiveStep& step = col.e.steps[col.step];
   const double rep = static_cast<double>(step.repeat);
   const bool lockstep = step.latency == StepLatency::Max;
-  routes_.clear();
-  for (const Transfer& t : step.transfers) routes_.push_back(paths_.path(t, col.gpus));
+  paths_.paths(step.transfers, col.gpus, routes_);
   // One round's data on the slowest route, its links shared by this step's transfers
   // alone (as the analytic network counts it).
   // (Only a Path step's latency depends on it.)

@@ -11,6 +11,17 @@ Route TransferPaths::path(const Transfer& t, std::span<const int32_t> gpus) {
   return topo_.route_info(gpus[static_cast<size_t>(t.src)], gpus[static_cast<size_t>(t.dst)]);
 }
 
+void TransferPaths::paths(const std::vector<Transfer>& transfers, std::span<const int32_t> gpus,
+                          std::vector<Route>& out) {
+  constexpr size_t kAhead = 8;
+  out.clear();
+  for (size_t i = 0; i < std::min(kAhead, transfers.size()); ++i) prefetch(transfers[i], gpus);
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    if (i + kAhead < transfers.size()) prefetch(transfers[i + kAhead], gpus);
+    out.push_back(path(transfers[i], gpus));
+  }
+}
+
 double TransferPaths::latency(const Route& r, const Expansion& e) const {
   if (r.links.empty()) return 0;
   return r.latency + profile_.hop(r.cls, e.family, e.proto);
@@ -23,8 +34,7 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
   std::vector<uint32_t> used;
   for (const CollectiveStep& step : e.steps) {
     touched_.clear();
-    routes_.clear();
-    for (const Transfer& t : step.transfers) routes_.push_back(paths_.path(t, gpus));
+    paths_.paths(step.transfers, gpus, routes_);
     for (const Route& r : routes_)
       for (uint32_t l : r.links)
         if (load_[l]++ == 0) touched_.push_back(l);

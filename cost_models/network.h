@@ -28,6 +28,13 @@ class TransferPaths {
  public:
   TransferPaths(Topology& topo, const NetworkProfile& profile) : topo_(topo), profile_(profile) {}
   Route path(const Transfer& t, std::span<const int32_t> gpus);
+  // Where path(t, gpus) will look, asked for ahead (see Topology::prefetch_route).
+  void prefetch(const Transfer& t, std::span<const int32_t> gpus) const {
+    if (t.src != kSwitch && t.dst != kSwitch)
+      topo_.prefetch_route(gpus[static_cast<size_t>(t.src)], gpus[static_cast<size_t>(t.dst)]);
+  }
+  // Routes for a step's transfers, in order, into `out` (cleared first).
+  void paths(const std::vector<Transfer>& transfers, std::span<const int32_t> gpus, std::vector<Route>& out);
   // The transfer's step latency on route r: its hops plus the protocol's per-step latency
   // for its slowest class.
   double latency(const Route& r, const Expansion& e) const;

@@ -283,6 +283,12 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
   return path;
 }
 
+void Topology::prefetch_route(int src, int dst) const {
+  if (route_slots_.empty()) return;
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+  __builtin_prefetch(&route_slots_[mix(key) & (route_slots_.size() - 1)]);
+}
+
 Route Topology::route_info(int src, int dst) {
   if (src == dst) return {};
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);

@@ -109,6 +109,9 @@ class Topology {
   std::span<const uint32_t> route(int src, int dst) { return route_info(src, dst).links; }
   // The same, with its latency and class.
   Route route_info(int src, int dst);
+  // Asks the memory system for where route_info(src, dst) will look first (a caller
+  // looking up many routes hides the cache misses of the later ones).
+  void prefetch_route(int src, int dst) const;
   // The same route by plain Dijkstra over the whole graph, never from the structured
   // fast path (for tests that check the two agree).
   std::vector<uint32_t> route_by_search(int src, int dst) const;
