@@ -65,6 +65,7 @@ constexpr const char* kUsage =
     "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--mpi] [--json]\n"
     "                                                execute the scenario's plan on GPUs (CUDA, cuBLAS, NCCL): one\n"
     "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
+    "                                                (the same: clustersim-real S.yaml ...)\n"
     "  calibrate --suite gemm|attention|memory|launch|collectives|p2p|overlap|all --out P.yaml [--raw M.sqlite]\n"
     "            [--passes N]\n"
     "                                                measure this GPU's kernels (and, on 2+ GPUs, NCCL's\n"
@@ -604,6 +605,19 @@ int main(int argc, char** argv) {
     std::cerr << kUsage;
     return 2;
   }
+#ifdef CLUSTERSIM_HAVE_REAL
+  // Called as clustersim-real with a scenario rather than a command: `clustersim real`.
+  {
+    const std::string self = argv[0];
+    const std::string name = self.substr(self.rfind('/') + 1);
+    static const char* const kCommands[] = {"run",           "collective", "plan",     "sweep",     "search",
+                                            "report",        "real",       "validate", "calibrate", "keys",
+                                            "profile-check", "help",       "--help",   "-h",        "--version"};
+    if (name == "clustersim-real" &&
+        std::find(std::begin(kCommands), std::end(kCommands), args.front()) == std::end(kCommands))
+      args.insert(args.begin(), "real");
+  }
+#endif
   const std::string cmd = args.front();
   args.erase(args.begin());
 #ifdef CLUSTERSIM_GPU_BINARY

@@ -781,7 +781,7 @@ TEST_F(CliTest, ProfileCheckOfTheH200Profile) {
 }
 
 // A simulation does not load cuBLASLt and NCCL (~200 MB resident at start): the commands
-// that drive GPUs run in clustersim-gpu, to which clustersim hands them.
+// that drive GPUs run in clustersim-real, to which clustersim hands them.
 TEST_F(CliTest, SimulatorStartsWithoutTheGpuLibraries) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer's shadow memory inflates the resident size";
@@ -805,6 +805,21 @@ TEST_F(CliTest, GpuCommandsReachTheGpuBinary) {
 #endif
   EXPECT_FALSE(fs::exists(dir_ / "p.yaml"));
 }
+
+#ifdef CLUSTERSIM_REAL_BACKEND_BUILT
+// clustersim-real S.yaml is clustersim real S.yaml.
+TEST_F(CliTest, ClustersimRealRunsAScenario) {
+  if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "a GPU is present: the plan would run on it";
+  const std::string real = fs::path(CLUSTERSIM_BINARY).parent_path() / "clustersim-real";
+  const std::string cmd =
+      quote(real) + " " + quote(kExample) + " >" + quote((dir_ / "o").string()) + " 2>" + quote((dir_ / "e").string());
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  EXPECT_NE(read_file(dir_ / "e").find("this machine has 0 GPU(s)"), std::string::npos) << read_file(dir_ / "e");
+  EXPECT_EQ(read_file(dir_ / "e").find("unknown command"), std::string::npos);
+}
+#endif
 
 // The committed H200 profile against the real runs recorded on an H200 (validate
 // --real-from, no GPU needed): every scenario within the accuracy targets that
