@@ -151,7 +151,7 @@ class MaxMinSystem {
   std::vector<double> remaining_, weights_;
   std::vector<char> fixed_;
   std::vector<Var> vars_;
-  std::vector<double> rates_;  // by variable, apart from Var: read for every live flow per event
+  std::vector<double> rates_;  // by variable, apart from Var: dense, read by the flow network for each re-rated flow
   std::vector<uint32_t> var_mark_;
   std::vector<Con> cons_;
   std::vector<Id> free_vars_;
