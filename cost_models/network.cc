@@ -5,6 +5,11 @@
 
 namespace clustersim {
 
+TransferPaths::TransferPaths(Topology& topo, const NetworkProfile& profile) : topo_(topo), profile_(profile) {
+  capacity_.reserve(topo.links().size());
+  for (const Link& l : topo.links()) capacity_.push_back(l.bandwidth * profile.efficiency(l.cls));
+}
+
 Route TransferPaths::path(const Transfer& t, std::span<const int32_t> gpus) {
   if (t.src == kSwitch) return topo_.switch_route_info(gpus[static_cast<size_t>(t.dst)], false);
   if (t.dst == kSwitch) return topo_.switch_route_info(gpus[static_cast<size_t>(t.src)], true);
@@ -27,7 +32,7 @@ double TransferPaths::latency(const Route& r, const Expansion& e) const {
   return r.latency + profile_.hop(r.cls, e.family, e.proto);
 }
 
-CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t> gpus) {
+CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t> gpus, bool link_bytes) {
   CollectiveCost cost;
   if (e.steps.empty()) return cost;
   cost.seconds = e.base_latency;
@@ -54,6 +59,7 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
     const double rep = static_cast<double>(step.repeat);
     cost.seconds += step.latency == StepLatency::Max ? lockstep * rep : step_latency(step, lat_, moving) + moving * rep;
     for (uint32_t l : touched_) load_[l] = 0;
+    if (!link_bytes) continue;
     for (size_t i = 0; i < step.transfers.size(); ++i)
       for (uint32_t l : routes_[i].links) {
         if (bytes_[l] == 0) used.push_back(l);

@@ -26,7 +26,7 @@ namespace clustersim {
 // by the analytic and the flow network so that both see the same physics.
 class TransferPaths {
  public:
-  TransferPaths(Topology& topo, const NetworkProfile& profile) : topo_(topo), profile_(profile) {}
+  TransferPaths(Topology& topo, const NetworkProfile& profile);
   Route path(const Transfer& t, std::span<const int32_t> gpus);
   // Where path(t, gpus) will look, asked for ahead (see Topology::prefetch_route).
   void prefetch(const Transfer& t, std::span<const int32_t> gpus) const {
@@ -43,16 +43,15 @@ class TransferPaths {
                        (e.family == LatencyFamily::Nvls ? profile_.nvls_efficiency : 1.0);
     return payload / eff;
   }
-  double capacity(uint32_t link) const {
-    const Link& l = topo_.links()[link];
-    return l.bandwidth * profile_.efficiency(l.cls);
-  }
+  // A link's usable rate: its line rate × its class's efficiency.
+  double capacity(uint32_t link) const { return capacity_[link]; }
   Topology& topology() { return topo_; }
   const NetworkProfile& profile() const { return profile_; }
 
  private:
   Topology& topo_;
   const NetworkProfile& profile_;
+  std::vector<double> capacity_;  // by link: 8 bytes a link, not the link's whole record
 };
 
 struct CollectiveCost {
@@ -65,8 +64,9 @@ class AnalyticNetwork {
   AnalyticNetwork(Topology& topo, const NetworkProfile& profile)
       : paths_(topo, profile), load_(topo.links().size(), 0), bytes_(topo.links().size(), 0.0) {}
 
-  // `gpus[i]` is the GPU of group position i.
-  CollectiveCost run(const Expansion& e, std::span<const int32_t> gpus);
+  // `gpus[i]` is the GPU of group position i. Without `link_bytes` the cost's link_bytes
+  // stay empty (the tuner compares times only).
+  CollectiveCost run(const Expansion& e, std::span<const int32_t> gpus, bool link_bytes = true);
 
  private:
   TransferPaths paths_;

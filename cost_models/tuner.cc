@@ -70,7 +70,7 @@ CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupL
       double t = measured_collective_seconds(profile, op, a, p, layout, bytes);
       const bool measured = t >= 0;
       if (!measured)
-        t = net.run(expand_collective(CollectiveRequest{op, a, p, bytes, 0}, layout, profile), gpus).seconds;
+        t = net.run(expand_collective(CollectiveRequest{op, a, p, bytes, 0}, layout, profile), gpus, false).seconds;
       if (t < best.predicted_s)
         best = CollectiveChoice{a, p, t, measured};  // ties keep the earlier (ring, Simple last)
     }

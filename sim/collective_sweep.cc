@@ -67,7 +67,7 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
       // for the collective inside a node replaces the model's time.
       for (size_t j = 0; j < groups.size(); ++j) {
         double m = measured[j];
-        if (m < 0) m = net.run(exps[j], groups[j]).seconds;
+        if (m < 0) m = net.run(exps[j], groups[j], false).seconds;
         t = std::max(t, SimTime::from_seconds(m).seconds());
       }
     }
