@@ -5,6 +5,7 @@
 
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include "cost_models/flow_network.h"
 #include "cost_models/maxmin.h"
@@ -36,6 +37,41 @@ void BM_MaxMinSolve(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_MaxMinSolve)->Arg(1024)->Arg(8192)->Unit(benchmark::kMillisecond);
+
+// Active transfers against re-solve time: with N flows in flight, one flow starts (a
+// re-solve) and ends (another). Local: each flow crosses 4 of 16 links private to its
+// block of 8 flows, so components stay small whatever N is (a fat-tree's rings). Shared:
+// every flow also crosses one of 4 common links, so the component grows with N (an
+// incast onto a few spines: the incremental solver's worst case).
+void max_min_churn(benchmark::State& state, bool shared) {
+  const int flows = static_cast<int>(state.range(0));
+  std::mt19937 rng(2);
+  MaxMinSystem s;
+  const int blocks = (flows + 7) / 8;
+  for (int l = 0; l < 16 * blocks + 4; ++l) s.add_constraint(1e9 + static_cast<double>(rng() % 1000) * 1e6);
+  auto route = [&](int f) {
+    std::vector<MaxMinSystem::Id> r;
+    const auto base = static_cast<MaxMinSystem::Id>(16 * (f / 8));
+    for (int k = 0; k < 4; ++k) r.push_back(base + static_cast<MaxMinSystem::Id>(rng() % 16));
+    if (shared) r.push_back(static_cast<MaxMinSystem::Id>(16 * blocks) + static_cast<MaxMinSystem::Id>(rng() % 4));
+    return r;
+  };
+  for (int f = 0; f < flows; ++f) s.add_variable(route(f));
+  s.solve();
+  int f = 0;
+  for (auto _ : state) {
+    const auto v = s.add_variable(route(f));
+    benchmark::DoNotOptimize(s.solve().size());
+    s.remove_variable(v);
+    benchmark::DoNotOptimize(s.solve().size());
+    f = (f + 7919) % flows;
+  }
+  state.counters["active"] = flows;
+}
+void BM_MaxMinChurnLocal(benchmark::State& state) { max_min_churn(state, false); }
+void BM_MaxMinChurnShared(benchmark::State& state) { max_min_churn(state, true); }
+BENCHMARK(BM_MaxMinChurnLocal)->Arg(1024)->Arg(16384)->Arg(262144)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaxMinChurnShared)->Arg(1024)->Arg(16384)->Arg(262144)->Unit(benchmark::kMicrosecond);
 
 struct Cluster {
   Topology topo;

@@ -133,6 +133,12 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
     rates_[v] = rate;
     return;
   }
+  // Past a few dozen flows the rounds' scans over the whole component dominate: the heap.
+  if (comp_vars.size() >= 32) {
+    bool bounded = false;
+    for (Id v : comp_vars) bounded |= vars_[v].bounded();
+    if (!bounded) return fill_by_heap(comp_cons, comp_vars);
+  }
   // Progressive filling. remaining[c] and weights[c] are kept per constraint of the
   // component; a variable is fixed once, at the smallest share among its constraints.
   std::vector<double>&remaining = remaining_, &weights = weights_;
@@ -193,6 +199,89 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
     }
   }
   for (Id c : comp_cons) cons_[c].mark = epoch_;
+}
+
+void MaxMinSystem::fill_by_heap(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars) {
+  // As fill(), with the same arithmetic in the same order (so the same rates to the bit):
+  // a round's share is the smallest among the constraints; every unfixed variable on a
+  // constraint at that share (within 1e-12) is fixed at it; the fixed variables are then
+  // taken off their constraints in the component's order. The shares wait in a min-heap,
+  // an entry stale once its constraint's version moves on.
+  std::vector<double>&remaining = remaining_, &weights = weights_;
+  remaining.resize(comp_cons.size());
+  weights.assign(comp_cons.size(), 0.0);
+  slot_version_.assign(comp_cons.size(), 0);
+  touched_round_.assign(comp_cons.size(), 0);
+  for (size_t i = 0; i < comp_cons.size(); ++i) {
+    Con& con = cons_[comp_cons[i]];
+    remaining[i] = con.capacity;
+    con.mark = static_cast<uint32_t>(i);
+    con.used = 0;
+  }
+  std::vector<char>& fixed = fixed_;
+  fixed.assign(comp_vars.size(), 0);
+  for (size_t j = 0; j < comp_vars.size(); ++j) {
+    const Var& v = vars_[comp_vars[j]];
+    var_mark_[comp_vars[j]] = static_cast<uint32_t>(j);  // its slot, during the fill
+    rates_[comp_vars[j]] = 0;
+    for (uint32_t k = 0; k < v.count(); ++k) weights[cons_[v.con(k)].mark] += v.weight;
+  }
+  auto share_of = [&](uint32_t i) { return std::max(0.0, remaining[i]) / weights[i]; };
+  heap_.clear();
+  for (uint32_t i = 0; i < comp_cons.size(); ++i)
+    if (weights[i] > 0) heap_.push_back(Share{share_of(i), i, 0});
+  std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
+  auto pop = [&] {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+    const Share top = heap_.back();
+    heap_.pop_back();
+    return top;
+  };
+  auto current = [&](const Share& e) { return e.version == slot_version_[e.slot] && weights[e.slot] > 0; };
+  size_t left = comp_vars.size();
+  for (uint32_t round = 1; left > 0; ++round) {
+    while (!heap_.empty() && !current(heap_.front())) pop();
+    if (heap_.empty()) break;  // cannot happen with positive weights
+    const double share = heap_.front().share, tol = share * 1e-12;
+    round_.clear();
+    while (!heap_.empty() && heap_.front().share <= share + tol) {
+      const Share e = pop();
+      if (!current(e)) continue;
+      for (Id v : cons_[comp_cons[e.slot]].vars) {
+        const uint32_t j = var_mark_[v];
+        if (!fixed[j]) fixed[j] = 1, round_.push_back(j);
+      }
+    }
+    std::sort(round_.begin(), round_.end());
+    for (uint32_t j : round_) {
+      const Var& v = vars_[comp_vars[j]];
+      rates_[comp_vars[j]] = std::min(share * v.weight, v.bound);
+    }
+    left -= round_.size();
+    touched_.clear();
+    for (uint32_t j : round_) {
+      fixed[j] = 2;
+      const Var& v = vars_[comp_vars[j]];
+      const double rate = rates_[comp_vars[j]];
+      for (uint32_t k = 0; k < v.count(); ++k) {
+        Con& con = cons_[v.con(k)];
+        const uint32_t i = con.mark;
+        remaining[i] -= rate;
+        con.used += rate;
+        weights[i] -= v.weight;
+        if (weights[i] < 1e-12) weights[i] = 0;
+        ++slot_version_[i];
+        if (touched_round_[i] != round) touched_round_[i] = round, touched_.push_back(i);
+      }
+    }
+    for (uint32_t i : touched_)
+      if (weights[i] > 0) {
+        heap_.push_back(Share{share_of(i), i, slot_version_[i]});
+        std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+      }
+  }
+  for (Id c : comp_cons) cons_[c].mark = epoch_;
+  for (Id v : comp_vars) var_mark_[v] = epoch_;
 }
 
 }  // namespace clustersim

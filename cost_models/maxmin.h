@@ -127,6 +127,7 @@ class MaxMinSystem {
     SmallIds<16> links;
     double weight = 1, bound = 0;
     bool alive = false;
+    bool bounded() const { return bound != std::numeric_limits<double>::infinity(); }
     uint32_t count() const { return links.size() / 2; }
     Id con(uint32_t j) const { return links[2 * j]; }
   };
@@ -139,6 +140,9 @@ class MaxMinSystem {
     bool dirty = false;
   };
   void fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars);
+  // The same filling with the constraints' shares in a heap: each round costs the flows it
+  // fixes and the links they cross, not the whole component (no variable bounded).
+  void fill_by_heap(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars);
   void mark_dirty(Id c) {
     if (!cons_[c].dirty) {
       cons_[c].dirty = true;
@@ -150,6 +154,13 @@ class MaxMinSystem {
   std::vector<Id> comp_cons_, comp_vars_, stack_;
   std::vector<double> remaining_, weights_;
   std::vector<char> fixed_;
+  struct Share {
+    double share;
+    uint32_t slot, version;
+    bool operator>(const Share& o) const { return share != o.share ? share > o.share : slot > o.slot; }
+  };
+  std::vector<Share> heap_;
+  std::vector<uint32_t> slot_version_, touched_round_, round_, touched_;
   std::vector<Var> vars_;
   std::vector<double> rates_;  // by variable, apart from Var: dense, read by the flow network for each re-rated flow
   std::vector<uint32_t> var_mark_;

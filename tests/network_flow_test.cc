@@ -131,6 +131,45 @@ TEST(MaxMin, LongListsKeepEveryEntry) {
   EXPECT_EQ(s.usage(0), 0.0);
 }
 
+// Components of many flows are filled through a heap of shares; the same systems with a
+// bound on every flow (too large to bind) take the plain filling. Same rates to the bit.
+TEST(MaxMin, HeapFillingEqualsThePlainFilling) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    MaxMinSystem heap, plain;
+    const int links = 8 + static_cast<int>(rng() % 200);
+    for (int l = 0; l < links; ++l) {
+      const double c = 1e9 + static_cast<double>(rng() % 1000) * 1e6;
+      heap.add_constraint(c);
+      plain.add_constraint(c);
+    }
+    std::vector<MaxMinSystem::Id> hv, pv;
+    const int flows = 32 + static_cast<int>(rng() % 400);
+    for (int f = 0; f < flows; ++f) {
+      std::vector<MaxMinSystem::Id> r;
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 5); k < n; ++k)
+        r.push_back(static_cast<MaxMinSystem::Id>(rng() % static_cast<unsigned>(links)));
+      const double w = 1.0 + static_cast<double>(rng() % 3);
+      hv.push_back(heap.add_variable(r, w));
+      pv.push_back(plain.add_variable(r, w, 1e300));
+    }
+    for (int round = 0; round < 3; ++round) {
+      heap.solve();
+      plain.solve();
+      for (size_t i = 0; i < hv.size(); ++i) ASSERT_EQ(heap.rate(hv[i]), plain.rate(pv[i])) << "trial " << trial;
+      for (int l = 0; l < links; ++l)
+        ASSERT_EQ(heap.usage(static_cast<MaxMinSystem::Id>(l)), plain.usage(static_cast<MaxMinSystem::Id>(l)));
+      for (int k = 0; k < 10 && !hv.empty(); ++k) {  // churn: the incremental path too
+        const size_t i = rng() % hv.size();
+        heap.remove_variable(hv[i]);
+        plain.remove_variable(pv[i]);
+        hv.erase(hv.begin() + static_cast<std::ptrdiff_t>(i));
+        pv.erase(pv.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+  }
+}
+
 TEST(MaxMin, RandomSystemsAreFeasibleMaxMinAndIncrementalIsExact) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 50; ++trial) {
