@@ -116,8 +116,19 @@ void FlowNetwork::close_interval(uint32_t l, SimTime now) {
 }
 
 void FlowNetwork::drop_stale_ends() {
-  while (!ends_.empty() && (!flows_[ends_.top().var].alive || flows_[ends_.top().var].gen != ends_.top().gen))
-    ends_.pop();
+  auto stale = [&](const FlowEnd& e) { return !flows_[e.var].alive || flows_[e.var].gen != e.gen; };
+  while (!ends_.empty() && stale(ends_.top())) ends_.pop();
+  // A rescheduled flow's older end waits until its time comes; under heavy churn they
+  // would pile up, so past twice the live flows the queue keeps only current ends.
+  if (ends_.size() > 2 * system_.live_variables() + 1024) {
+    std::vector<FlowEnd> keep;
+    keep.reserve(system_.live_variables());
+    while (!ends_.empty()) {
+      if (!stale(ends_.top())) keep.push_back(ends_.top());
+      ends_.pop();
+    }
+    ends_ = decltype(ends_)(std::greater<>(), std::move(keep));
+  }
 }
 
 void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {

@@ -575,26 +575,27 @@ int cmd_keys() {
 }  // namespace
 
 #ifdef CLUSTERSIM_GPU_BINARY
-// The commands that drive GPUs run in the GPU binary installed beside this one: loading
+// The commands that drive GPUs run in the GPU binary built beside this one: loading
 // cuBLASLt and NCCL costs ~200 MB and ~50 ms at every start, which a simulation should
-// not pay. Returns only when there is no such binary (the command then reports that this
-// build has no real backend) or it cannot be run.
+// not pay. Does not return: the command runs there, or fails here naming the binary.
 bool needs_gpu_binary(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "real" || cmd == "calibrate") return true;
   // validate --real-from compares with a recording: no GPU.
   return cmd == "validate" && std::find(args.begin(), args.end(), "--real-from") == args.end();
 }
 
-void hand_to_gpu_binary(char** argv) {
+[[noreturn]] void hand_to_gpu_binary(const std::string& cmd, char** argv) {
   std::string self(4096, '\0');
   const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
-  if (n <= 0) return;
-  self.resize(static_cast<size_t>(n));
-  const std::string gpu = self.substr(0, self.rfind('/') + 1) + CLUSTERSIM_GPU_BINARY;
-  if (::access(gpu.c_str(), X_OK) != 0) return;
-  argv[0] = const_cast<char*>(gpu.c_str());
-  ::execv(gpu.c_str(), argv);
-  std::cerr << "clustersim: error: cannot run " << gpu << ": " << std::strerror(errno) << "\n";
+  std::string gpu = CLUSTERSIM_GPU_BINARY;
+  if (n > 0) {
+    self.resize(static_cast<size_t>(n));
+    gpu = self.substr(0, self.rfind('/') + 1) + gpu;
+    argv[0] = const_cast<char*>(gpu.c_str());
+    ::execv(gpu.c_str(), argv);
+  }
+  std::cerr << "clustersim: error: " << cmd << " runs in " << gpu << ", built beside clustersim, which cannot be run"
+            << (n > 0 ? std::string(": ") + std::strerror(errno) : std::string()) << "\n";
   std::exit(3);
 }
 #endif
@@ -621,7 +622,7 @@ int main(int argc, char** argv) {
   const std::string cmd = args.front();
   args.erase(args.begin());
 #ifdef CLUSTERSIM_GPU_BINARY
-  if (needs_gpu_binary(cmd, args)) hand_to_gpu_binary(argv);
+  if (needs_gpu_binary(cmd, args)) hand_to_gpu_binary(cmd, argv);
 #endif
   try {
     if (cmd == "run") return cmd_run(args);

@@ -807,6 +807,21 @@ TEST_F(CliTest, GpuCommandsReachTheGpuBinary) {
 }
 
 #ifdef CLUSTERSIM_REAL_BACKEND_BUILT
+// clustersim copied away from clustersim-real says where the GPU commands went.
+TEST_F(CliTest, GpuCommandWithoutTheGpuBinaryNamesIt) {
+  const fs::path alone = dir_ / "bin" / "clustersim";
+  fs::create_directories(alone.parent_path());
+  fs::copy_file(CLUSTERSIM_BINARY, alone);
+  const std::string cmd = quote(alone.string()) + " calibrate --suite gemm --out " + quote((dir_ / "p.yaml").string()) +
+                          " 2>" + quote((dir_ / "e").string());
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  const std::string err = read_file(dir_ / "e");
+  EXPECT_NE(err.find("calibrate runs in " + (dir_ / "bin" / "clustersim-real").string()), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(dir_ / "p.yaml"));
+}
+
 // clustersim-real S.yaml is clustersim real S.yaml.
 TEST_F(CliTest, ClustersimRealRunsAScenario) {
   if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "a GPU is present: the plan would run on it";

@@ -87,9 +87,6 @@ TEST(MaxMin, RemovalKeepsEveryLinkListExact) {
   EXPECT_EQ(s.live_variables(), 1u);
 }
 
-// Property: on random systems no link is over capacity, every variable is limited by a
-// saturated link on which it has the largest rate (the max-min condition), and an
-// incremental solve gives the same rates as solving from scratch.
 // The solver takes a shortcut for a flow alone on its links; it must give what the
 // progressive filling gives: the narrowest link (a link crossed twice counts twice) or
 // the flow's own bound.
@@ -170,6 +167,9 @@ TEST(MaxMin, HeapFillingEqualsThePlainFilling) {
   }
 }
 
+// Property: on random systems no link is over capacity, every variable is limited by a
+// saturated link on which it has the largest rate (the max-min condition), and an
+// incremental solve gives the same rates as solving from scratch.
 TEST(MaxMin, RandomSystemsAreFeasibleMaxMinAndIncrementalIsExact) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 50; ++trial) {
