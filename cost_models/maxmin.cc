@@ -87,7 +87,6 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
     if (first.mark == epoch_) continue;
     first.mark = epoch_;
     if (first.vars.empty()) {  // its last flow left: a component of itself, nothing to share
-      first.used = 0;
       changed_.push_back(start);
       continue;
     }
@@ -129,7 +128,6 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
     double share = var.bound / var.weight;
     for (Id c : comp_cons) share = std::min(share, cons_[c].capacity / var.weight);
     const double rate = std::min(share * var.weight, var.bound);
-    for (Id c : comp_cons) cons_[c].used = rate;
     rates_[v] = rate;
     return;
   }
@@ -149,7 +147,6 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
     Con& con = cons_[comp_cons[i]];
     remaining[i] = con.capacity;
     con.mark = static_cast<uint32_t>(i);
-    con.used = 0;
   }
   std::vector<char>& fixed = fixed_;
   fixed.assign(comp_vars.size(), 0);
@@ -192,7 +189,6 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
         Con& con = cons_[v.con(k)];
         const uint32_t i = con.mark;
         remaining[i] -= rate;
-        con.used += rate;
         weights[i] -= v.weight;
         if (weights[i] < 1e-12) weights[i] = 0;
       }
@@ -216,7 +212,6 @@ void MaxMinSystem::fill_by_heap(const std::vector<Id>& comp_cons, const std::vec
     Con& con = cons_[comp_cons[i]];
     remaining[i] = con.capacity;
     con.mark = static_cast<uint32_t>(i);
-    con.used = 0;
   }
   std::vector<char>& fixed = fixed_;
   fixed.assign(comp_vars.size(), 0);
@@ -267,7 +262,6 @@ void MaxMinSystem::fill_by_heap(const std::vector<Id>& comp_cons, const std::vec
         Con& con = cons_[v.con(k)];
         const uint32_t i = con.mark;
         remaining[i] -= rate;
-        con.used += rate;
         weights[i] -= v.weight;
         if (weights[i] < 1e-12) weights[i] = 0;
         ++slot_version_[i];

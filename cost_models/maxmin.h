@@ -54,7 +54,11 @@ class MaxMinSystem {
   const std::vector<Id>& changed_variables() const { return changed_vars_; }
   double rate(Id v) const { return rates_[v]; }
   // The sum of the rates of the variables crossing c, as of the last solve().
-  double usage(Id c) const { return cons_[c].used; }
+  double usage(Id c) const {
+    double used = 0;
+    for (Id v : cons_[c].vars) used += rates_[v];
+    return used;
+  }
   double capacity(Id c) const { return cons_[c].capacity; }
   size_t live_variables() const { return live_; }
   size_t constraints() const { return cons_.size(); }
@@ -131,14 +135,16 @@ class MaxMinSystem {
     uint32_t count() const { return links.size() / 2; }
     Id con(uint32_t j) const { return links[2 * j]; }
   };
-  // One cache line: the solver's walk over a link reads its mark, flows and capacity together.
-  struct alignas(64) Con {
+  // Half a cache line: the solver's walk over a link reads its mark, flows and capacity
+  // together, and a large fabric's links fit the caches twice as well as in a whole line.
+  // A link's usage is summed from its flows' rates when asked (only link-usage records ask).
+  struct alignas(32) Con {
     double capacity = 0;
-    double used = 0;    // sum of its variables' rates, kept by solve()
-    SmallIds<8> vars;   // live variables crossing it
+    SmallIds<2> vars;   // live variables crossing it
     uint32_t mark = 0;  // solve()'s epoch when its walk reached it; fill()'s slot during fill()
     bool dirty = false;
   };
+  static_assert(sizeof(Con) == 32);
   void fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars);
   // The same filling with the constraints' shares in a heap: each round costs the flows it
   // fixes and the links they cross, not the whole component (no variable bounded).
