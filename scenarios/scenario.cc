@@ -491,7 +491,10 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
     const YNode& at = inc->kind == YNode::Kind::Seq ? inc->seq[i] : *inc;
     fs::path p = fs::path(incs[i]);
     if (p.is_relative()) p = fs::path(path).parent_path() / p;
-    if (!fs::exists(p)) throw InputError(at.mark, "included file '" + incs[i] + "' does not exist");
+    std::error_code ec;  // a name the file system refuses (too long, say) is an input error, not a crash
+    const bool there = fs::exists(p, ec);
+    if (ec) throw InputError(at.mark, "included file '" + incs[i] + "' cannot be opened: " + ec.message());
+    if (!there) throw InputError(at.mark, "included file '" + incs[i] + "' does not exist");
     YNode sub = load_with_includes(p.string(), at.mark, stack);
     if (YNode* subinc = sub.find("include")) *subinc = YNode{};  // already merged
     merge_yaml(merged, sub);
@@ -628,8 +631,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                                                    ") must divide model.heads (" + std::to_string(m.heads) + ")");
   s.merged_yaml = emit_yaml(root);
   YNode config = root;
-  config.map.erase(std::remove_if(config.map.begin(), config.map.end(), [](const auto& kv) { return kv.first == "sweep"; }),
-                   config.map.end());
+  config.map.erase(
+      std::remove_if(config.map.begin(), config.map.end(), [](const auto& kv) { return kv.first == "sweep"; }),
+      config.map.end());
   s.config_yaml = emit_yaml(config);
   return s;
 }

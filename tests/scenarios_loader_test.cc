@@ -311,6 +311,13 @@ TEST_F(LoaderTest, IncludeOfADeviceOrDirectoryIsAnError) {
   EXPECT_LOAD_ERROR(d, kNoSets, d + ":1:11", "is not a regular file");
 }
 
+// Found by fuzzing: a name the file system refuses (a component past 255 bytes) threw
+// from the existence check instead of being reported.
+TEST_F(LoaderTest, IncludeWithANameTooLongIsAnError) {
+  const std::string p = write("main.yaml", "include: [" + std::string(300, 'a') + ".yaml]\nname: x\n");
+  EXPECT_LOAD_ERROR(p, kNoSets, p + ":1:11", "cannot be opened");
+}
+
 TEST_F(LoaderTest, ScenarioThatIsNotARegularFile) { EXPECT_THROW(load_scenario("/dev/zero"), InputError); }
 
 TEST_F(LoaderTest, MissingScenarioFile) {
