@@ -120,6 +120,24 @@ const std::vector<MaxMinSystem::Id>& MaxMinSystem::solve() {
   return changed_;
 }
 
+void MaxMinSystem::start_fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars, bool var_slots) {
+  remaining_.resize(comp_cons.size());
+  weights_.assign(comp_cons.size(), 0.0);
+  // Each constraint's mark holds its slot during the fill (the walk is over).
+  for (size_t i = 0; i < comp_cons.size(); ++i) {
+    Con& con = cons_[comp_cons[i]];
+    remaining_[i] = con.capacity;
+    con.mark = static_cast<uint32_t>(i);
+  }
+  fixed_.assign(comp_vars.size(), 0);
+  for (size_t j = 0; j < comp_vars.size(); ++j) {
+    const Var& v = vars_[comp_vars[j]];
+    if (var_slots) var_mark_[comp_vars[j]] = static_cast<uint32_t>(j);
+    rates_[comp_vars[j]] = 0;
+    for (uint32_t k = 0; k < v.count(); ++k) weights_[cons_[v.con(k)].mark] += v.weight;
+  }
+}
+
 void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars) {
   if (comp_vars.size() == 1 && vars_[comp_vars[0]].count() == comp_cons.size()) {
     // A flow alone on its links (each once): the progressive filling's single round.
@@ -139,22 +157,9 @@ void MaxMinSystem::fill(const std::vector<Id>& comp_cons, const std::vector<Id>&
   }
   // Progressive filling. remaining[c] and weights[c] are kept per constraint of the
   // component; a variable is fixed once, at the smallest share among its constraints.
+  start_fill(comp_cons, comp_vars, false);
   std::vector<double>&remaining = remaining_, &weights = weights_;
-  remaining.resize(comp_cons.size());
-  weights.assign(comp_cons.size(), 0.0);
-  // Each constraint's mark holds its slot during the fill (the walk is over).
-  for (size_t i = 0; i < comp_cons.size(); ++i) {
-    Con& con = cons_[comp_cons[i]];
-    remaining[i] = con.capacity;
-    con.mark = static_cast<uint32_t>(i);
-  }
   std::vector<char>& fixed = fixed_;
-  fixed.assign(comp_vars.size(), 0);
-  for (size_t j = 0; j < comp_vars.size(); ++j) {
-    const Var& v = vars_[comp_vars[j]];
-    rates_[comp_vars[j]] = 0;
-    for (uint32_t k = 0; k < v.count(); ++k) weights[cons_[v.con(k)].mark] += v.weight;
-  }
   size_t left = comp_vars.size();
   while (left > 0) {
     double share = std::numeric_limits<double>::infinity();
@@ -203,24 +208,11 @@ void MaxMinSystem::fill_by_heap(const std::vector<Id>& comp_cons, const std::vec
   // constraint at that share (within 1e-12) is fixed at it; the fixed variables are then
   // taken off their constraints in the component's order. The shares wait in a min-heap,
   // an entry stale once its constraint's version moves on.
+  start_fill(comp_cons, comp_vars, true);
   std::vector<double>&remaining = remaining_, &weights = weights_;
-  remaining.resize(comp_cons.size());
-  weights.assign(comp_cons.size(), 0.0);
+  std::vector<char>& fixed = fixed_;
   slot_version_.assign(comp_cons.size(), 0);
   touched_round_.assign(comp_cons.size(), 0);
-  for (size_t i = 0; i < comp_cons.size(); ++i) {
-    Con& con = cons_[comp_cons[i]];
-    remaining[i] = con.capacity;
-    con.mark = static_cast<uint32_t>(i);
-  }
-  std::vector<char>& fixed = fixed_;
-  fixed.assign(comp_vars.size(), 0);
-  for (size_t j = 0; j < comp_vars.size(); ++j) {
-    const Var& v = vars_[comp_vars[j]];
-    var_mark_[comp_vars[j]] = static_cast<uint32_t>(j);  // its slot, during the fill
-    rates_[comp_vars[j]] = 0;
-    for (uint32_t k = 0; k < v.count(); ++k) weights[cons_[v.con(k)].mark] += v.weight;
-  }
   auto share_of = [&](uint32_t i) { return std::max(0.0, remaining[i]) / weights[i]; };
   heap_.clear();
   for (uint32_t i = 0; i < comp_cons.size(); ++i)

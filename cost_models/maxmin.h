@@ -145,6 +145,10 @@ class MaxMinSystem {
     bool dirty = false;
   };
   static_assert(sizeof(Con) == 32);
+  // A fill's start: each constraint's remaining capacity and the summed weights of its
+  // variables, by slot (a constraint's mark holds its slot until the fill ends; with
+  // `var_slots`, a variable's walk mark holds its slot too); every rate at 0, none fixed.
+  void start_fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars, bool var_slots);
   void fill(const std::vector<Id>& comp_cons, const std::vector<Id>& comp_vars);
   // The same filling with the constraints' shares in a heap: each round costs the flows it
   // fixes and the links they cross, not the whole component (no variable bounded).
