@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "reports/output_file.h"
+
 namespace clustersim {
 namespace {
 
@@ -475,6 +477,10 @@ void insert_serving_rows(sqlite3* db, int64_t run_id, const ServingRecord& r) {
 template <typename Write>
 void write_file(const std::string& path, Write write) {
   namespace fs = std::filesystem;
+  // A database is written in place (SQLite's journal keeps it whole), so it must be a
+  // regular file or a new path: never a device, a FIFO or a directory.
+  if (const std::string why = output_path_problem(path); !why.empty())
+    throw std::runtime_error("cannot write " + path + ": it is " + why + ", expected a database file or a new path");
   std::error_code ec;
   const bool existed = fs::exists(fs::symlink_status(path, ec));
   try {

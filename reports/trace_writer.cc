@@ -12,6 +12,8 @@
 #include <system_error>
 #include <vector>
 
+#include "reports/output_file.h"
+
 namespace clustersim {
 namespace {
 
@@ -173,22 +175,20 @@ void write_spans(JsonOut& out, const Timeline& t) {
   }
 }
 
-// Writes the trace through `path + ".tmp"` and a rename; `events` writes the events.
+// Writes the trace whole or not at all (reports/output_file.h); `events` writes the events.
 template <typename Events>
 void write_trace_file(const std::string& path, Events events) {
-  const std::string tmp = path + ".tmp";
   try {
-    std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
-    if (!f) throw TraceError(errno_message());
-    JsonOut out(f.get());
+    AtomicFile f(path);
+    JsonOut out(f.file());
     out.raw("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
     events(out);
     out.raw("\n]}\n");
     out.flush();
-    if (std::fclose(f.release()) != 0) throw TraceError(errno_message());
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw TraceError(errno_message());
+    f.commit();
+  } catch (const OutputError&) {
+    throw;
   } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
     throw std::runtime_error("cannot write " + path + ": " + e.what());
   }
 }

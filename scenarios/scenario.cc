@@ -467,8 +467,16 @@ std::vector<std::string> include_list(const YNode& root) {
   return out;
 }
 
+// The files read so far: each file's merged tree (loaded once, however many files
+// include it) and every path read, in order.
+struct Loaded {
+  std::vector<std::pair<std::string, YNode>> trees;  // canonical path -> merged tree
+  std::vector<std::string> files;
+};
+
 // Loads `path` with its includes merged underneath it; `stack` detects cycles.
-YNode load_with_includes(const std::string& path, const SourceMark& from, std::vector<std::string>& stack) {
+YNode load_with_includes(const std::string& path, const SourceMark& from, std::vector<std::string>& stack,
+                         Loaded& loaded) {
   std::error_code ec;
   std::string canon = fs::weakly_canonical(fs::path(path), ec).string();
   if (ec) canon = path;
@@ -477,6 +485,9 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
     for (; it != stack.end(); ++it) chain += "'" + fs::path(*it).filename().string() + "' -> ";
     throw InputError(from, "include cycle: " + chain + "'" + fs::path(canon).filename().string() + "'");
   }
+  for (const auto& [p, tree] : loaded.trees)
+    if (p == canon) return tree;
+  loaded.files.push_back(canon);
   YNode doc = load_yaml_file(path, from);
   if (doc.kind == YNode::Kind::Null) doc.kind = YNode::Kind::Map;
   if (doc.kind != YNode::Kind::Map)
@@ -495,12 +506,13 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
     const bool there = fs::exists(p, ec);
     if (ec) throw InputError(at.mark, "included file '" + incs[i] + "' cannot be opened: " + ec.message());
     if (!there) throw InputError(at.mark, "included file '" + incs[i] + "' does not exist");
-    YNode sub = load_with_includes(p.string(), at.mark, stack);
+    YNode sub = load_with_includes(p.string(), at.mark, stack, loaded);
     if (YNode* subinc = sub.find("include")) *subinc = YNode{};  // already merged
     merge_yaml(merged, sub);
   }
   stack.pop_back();
   merge_yaml(merged, doc);
+  loaded.trees.emplace_back(canon, merged);
   return merged;
 }
 
@@ -579,13 +591,15 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets,
                        const std::vector<std::pair<std::string, YNode>>& overrides) {
   std::vector<std::string> stack;
-  YNode root = load_with_includes(path, SourceMark{}, stack);
+  Loaded loaded;
+  YNode root = load_with_includes(path, SourceMark{}, stack, loaded);
   for (size_t i = 0; i < sets.size(); ++i) apply_set(root, sets[i], static_cast<int>(i) + 1);
   for (const auto& [key, value] : overrides) set_node(root, key, value);
   if (YNode* inc = root.find("include")) *inc = YNode{};
 
   Scenario s;
   s.path = path;
+  s.inputs = std::move(loaded.files);
   s.name = fs::path(path).stem().string();
   std::vector<std::pair<std::string, const YNode*>> leaves;
   walk(root, "", leaves, s);

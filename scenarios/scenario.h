@@ -74,7 +74,8 @@ struct InferenceConfig {
 };
 
 struct Scenario {
-  std::string path;  // the file it was loaded from
+  std::string path;                 // the file it was loaded from
+  std::vector<std::string> inputs;  // every file read for it: path, then its includes (canonical)
   std::string name;
 
   ClusterSpec cluster;  // node preset resolved, overrides applied, fabric filled in

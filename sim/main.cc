@@ -17,6 +17,7 @@
 #include "plan/plan_io.h"
 #include "plan/training_planner.h"
 #include "reports/html_report.h"
+#include "reports/output_file.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/scenario.h"
@@ -299,7 +300,13 @@ int cmd_sweep(const std::vector<std::string>& args) {
     }
   }
   if (path.empty()) throw UsageError("sweep needs a scenario file");
-  if (opt.database.empty()) opt.database = load_scenario(path, opt.sets).output_sqlite;
+  {
+    const Scenario s = load_scenario(path, opt.sets);
+    if (opt.database.empty()) opt.database = s.output_sqlite;
+    if (!opt.database.empty())
+      check_output(opt.database == s.output_sqlite ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0}, "--out",
+                 opt.database, scenario_inputs(s));
+  }
   if (mpi) return sweep_mpi(path, opt, json);
   const SweepReport r = run_sweep(path, opt);
   std::cout << (json ? sweep_json(r) : sweep_table(r));
@@ -381,6 +388,7 @@ int cmd_report(const std::vector<std::string>& args) {
   }
   if (db.empty()) throw UsageError("report needs a database (RUN.sqlite)");
   if (html.empty()) throw UsageError("report needs --html OUT.html");
+  check_output(SourceMark{"--html", 0, 0}, "--html", html, {db});
   write_html_report(db, html, opt);
   std::cerr << "wrote " << html << "\n";
   return 0;
@@ -404,24 +412,13 @@ int cmd_plan(const std::vector<std::string>& args) {
   }
   if (path.empty()) throw UsageError("plan needs a scenario file");
   const Scenario s = load_scenario(path, sets);
+  if (!out.empty()) check_output(SourceMark{"--out", 0, 0}, "--out", out, scenario_inputs(s));
   const std::string json = plan_to_json(build_training_plan(s).plan);
   if (out.empty()) {
     std::cout << json;
     return 0;
   }
-  const std::string tmp = out + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << json;
-    if (!f.flush()) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("cannot write " + out);
-    }
-  }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot write " + out);
-  }
+  write_file_atomically(out, json);
   return 0;
 }
 
@@ -572,58 +569,8 @@ int cmd_keys() {
   return 0;
 }
 
-}  // namespace
-
-#ifdef CLUSTERSIM_GPU_BINARY
-// The commands that drive GPUs run in the GPU binary built beside this one: loading
-// cuBLASLt and NCCL costs ~200 MB and ~50 ms at every start, which a simulation should
-// not pay. Does not return: the command runs there, or fails here naming the binary.
-bool needs_gpu_binary(const std::string& cmd, const std::vector<std::string>& args) {
-  if (cmd == "real" || cmd == "calibrate") return true;
-  // validate --real-from compares with a recording: no GPU.
-  return cmd == "validate" && std::find(args.begin(), args.end(), "--real-from") == args.end();
-}
-
-[[noreturn]] void hand_to_gpu_binary(const std::string& cmd, char** argv) {
-  std::string self(4096, '\0');
-  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
-  std::string gpu = CLUSTERSIM_GPU_BINARY;
-  if (n > 0) {
-    self.resize(static_cast<size_t>(n));
-    gpu = self.substr(0, self.rfind('/') + 1) + gpu;
-    argv[0] = const_cast<char*>(gpu.c_str());
-    ::execv(gpu.c_str(), argv);
-  }
-  std::cerr << "clustersim: error: " << cmd << " runs in " << gpu << ", built beside clustersim, which cannot be run"
-            << (n > 0 ? std::string(": ") + std::strerror(errno) : std::string()) << "\n";
-  std::exit(3);
-}
-#endif
-
-int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    std::cerr << kUsage;
-    return 2;
-  }
-#ifdef CLUSTERSIM_HAVE_REAL
-  // Called as clustersim-real with a scenario rather than a command: `clustersim real`.
-  {
-    const std::string self = argv[0];
-    const std::string name = self.substr(self.rfind('/') + 1);
-    static const char* const kCommands[] = {"run",           "collective", "plan",     "sweep",     "search",
-                                            "report",        "real",       "validate", "calibrate", "keys",
-                                            "profile-check", "help",       "--help",   "-h",        "--version"};
-    if (name == "clustersim-real" &&
-        std::find(std::begin(kCommands), std::end(kCommands), args.front()) == std::end(kCommands))
-      args.insert(args.begin(), "real");
-  }
-#endif
-  const std::string cmd = args.front();
-  args.erase(args.begin());
-#ifdef CLUSTERSIM_GPU_BINARY
-  if (needs_gpu_binary(cmd, args)) hand_to_gpu_binary(cmd, argv);
-#endif
+// Runs one command; its exit code.
+int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   try {
     if (cmd == "run") return cmd_run(args);
     if (cmd == "collective") return cmd_collective(args);
@@ -676,4 +623,71 @@ int main(int argc, char** argv) {
     std::cerr << "clustersim: error: " << e.what() << "\n";
     return 3;
   }
+}
+
+// A command's output that did not reach its destination (a full disk, /dev/full, a
+// closed pipe) is a failure: exit 3, not 0.
+int check_stdout(int rc) {
+  errno = 0;
+  std::cout.flush();
+  const bool ok = std::cout.good() && std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (ok) return rc;
+  std::cerr << "clustersim: error: cannot write standard output" << (errno ? std::string(": ") + std::strerror(errno) : "")
+            << "\n";
+  return 3;
+}
+
+}  // namespace
+
+#ifdef CLUSTERSIM_GPU_BINARY
+// The commands that drive GPUs run in the GPU binary built beside this one: loading
+// cuBLASLt and NCCL costs ~200 MB and ~50 ms at every start, which a simulation should
+// not pay. Does not return: the command runs there, or fails here naming the binary.
+bool needs_gpu_binary(const std::string& cmd, const std::vector<std::string>& args) {
+  if (cmd == "real" || cmd == "calibrate") return true;
+  // validate --real-from compares with a recording: no GPU.
+  return cmd == "validate" && std::find(args.begin(), args.end(), "--real-from") == args.end();
+}
+
+[[noreturn]] void hand_to_gpu_binary(const std::string& cmd, char** argv) {
+  std::string self(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  std::string gpu = CLUSTERSIM_GPU_BINARY;
+  if (n > 0) {
+    self.resize(static_cast<size_t>(n));
+    gpu = self.substr(0, self.rfind('/') + 1) + gpu;
+    argv[0] = const_cast<char*>(gpu.c_str());
+    ::execv(gpu.c_str(), argv);
+  }
+  std::cerr << "clustersim: error: " << cmd << " runs in " << gpu << ", built beside clustersim, which cannot be run"
+            << (n > 0 ? std::string(": ") + std::strerror(errno) : std::string()) << "\n";
+  std::exit(3);
+}
+#endif
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+#ifdef CLUSTERSIM_HAVE_REAL
+  // Called as clustersim-real with a scenario rather than a command: `clustersim real`.
+  {
+    const std::string self = argv[0];
+    const std::string name = self.substr(self.rfind('/') + 1);
+    static const char* const kCommands[] = {"run",           "collective", "plan",     "sweep",     "search",
+                                            "report",        "real",       "validate", "calibrate", "keys",
+                                            "profile-check", "help",       "--help",   "-h",        "--version"};
+    if (name == "clustersim-real" &&
+        std::find(std::begin(kCommands), std::end(kCommands), args.front()) == std::end(kCommands))
+      args.insert(args.begin(), "real");
+  }
+#endif
+  const std::string cmd = args.front();
+  args.erase(args.begin());
+#ifdef CLUSTERSIM_GPU_BINARY
+  if (needs_gpu_binary(cmd, args)) hand_to_gpu_binary(cmd, argv);
+#endif
+  return check_stdout(dispatch(cmd, args));
 }

@@ -22,6 +22,7 @@
 #include "real_backend/gpu_monitor.h"
 #include "real_backend/microbench.h"
 #include "real_backend/real_executor.h"
+#include "reports/output_file.h"
 #include "reports/sqlite_writer.h"
 #include "reports/summary.h"
 #include "sim/run.h"
@@ -111,6 +112,9 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   if (out.empty()) throw std::invalid_argument("calibrate needs --out P.yaml");
   if (raw.empty()) raw = out + ".raw.sqlite";
+  check_output(SourceMark{"--out", 0, 0}, "--out", out, {raw});
+  check_output(SourceMark{"--raw", 0, 0}, "--raw", raw, {});
+  if (out == raw) throw InputError(SourceMark{"--raw", 0, 0}, "--raw names the profile --out writes, expected another file");
   if (real::device_count() == 0) throw std::runtime_error("calibrate measures a GPU, and this machine has none");
   real::MicrobenchOptions mo;
   mo.passes = passes;
@@ -270,13 +274,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   const std::filesystem::path p(out);
   if (!p.parent_path().empty()) std::filesystem::create_directories(p.parent_path());
-  const std::string tmp = out + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << y;
-    if (!f.flush()) throw std::runtime_error("cannot write " + out);
-  }
-  std::filesystem::rename(tmp, out);
+  write_file_atomically(out, y);
   load_profile(out);  // what was written reads back
   std::cout << "calibrate: " << r.gemm.size() << " GEMM shapes, " << r.attention.size() << " attention points, "
             << r.memory.size() << " memory sizes on " << r.gpu << " -> " << out << " (raw measurements in " << raw

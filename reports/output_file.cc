@@ -1,0 +1,128 @@
+#include "reports/output_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace clustersim {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// What kind of thing `st` is, for a refusal.
+std::string kind_of(const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "not a regular file";
+}
+
+// `path` with symbolic links followed, when it exists; else `path`. Throws OutputError
+// for a link that leads nowhere (writing through it would create a file elsewhere).
+std::string resolve_target(const std::string& path) {
+  struct stat lst{};
+  if (::lstat(path.c_str(), &lst) != 0) return path;
+  if (!S_ISLNK(lst.st_mode)) return path;
+  std::error_code ec;
+  const fs::path real = fs::canonical(path, ec);
+  if (ec) throw OutputError(path + " is a symbolic link to nothing, expected a regular file or a new path");
+  return real.string();
+}
+
+std::atomic<unsigned> temp_counter{0};
+
+}  // namespace
+
+std::string output_path_problem(const std::string& path) {
+  if (path.empty()) return "an empty path";
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {  // a new path (a missing or blocked folder is the caller's to report)
+      struct stat lst{};
+      if (::lstat(path.c_str(), &lst) == 0) return "a symbolic link to nothing";
+      return "";
+    }
+    return "cannot be examined: " + errno_text(errno);
+  }
+  if (!S_ISREG(st.st_mode)) return kind_of(st);
+  return "";
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa{}, sb{};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  if (const std::string why = output_path_problem(path); !why.empty())
+    throw OutputError("cannot write " + path + ": it is " + why + ", expected a regular file or a new path");
+  target_ = resolve_target(path);
+  const fs::path t(target_);
+  const fs::path dir = t.parent_path().empty() ? fs::path(".") : t.parent_path();
+  const std::string base = t.filename().string();
+  // A fresh name, created exclusively and never followed: an existing file, link or
+  // device of that name is left alone and another name is tried.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::string name = "." + base.substr(0, 200) + "." + std::to_string(::getpid()) + "." +
+                             std::to_string(temp_counter.fetch_add(1)) + ".tmp";
+    const std::string temp = (dir / name).string();
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;
+      throw OutputError("cannot write " + path + ": " + errno_text(errno));
+    }
+    file_ = ::fdopen(fd, "wb");
+    if (!file_) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(temp.c_str());
+      throw OutputError("cannot write " + path + ": " + errno_text(e));
+    }
+    temp_ = temp;
+    return;
+  }
+  throw OutputError("cannot write " + path + ": no free temporary name beside it");
+}
+
+AtomicFile::~AtomicFile() {
+  if (file_) std::fclose(file_);
+  if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(const std::string& bytes) {
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size())
+    throw OutputError("cannot write " + path_ + ": " + errno_text(errno));
+}
+
+void AtomicFile::commit() {
+  std::FILE* f = file_;
+  file_ = nullptr;
+  const bool flushed = std::fflush(f) == 0 && !std::ferror(f);
+  const int flush_errno = errno;
+  if (std::fclose(f) != 0 || !flushed)
+    throw OutputError("cannot write " + path_ + ": " + errno_text(flushed ? errno : flush_errno));
+  // Checked again: the target may have been replaced by something else meanwhile.
+  if (const std::string why = output_path_problem(target_); !why.empty())
+    throw OutputError("cannot write " + path_ + ": it is " + why + ", expected a regular file or a new path");
+  if (std::rename(temp_.c_str(), target_.c_str()) != 0)
+    throw OutputError("cannot write " + path_ + ": " + errno_text(errno));
+  committed_ = true;
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  AtomicFile f(path);
+  f.write(bytes);
+  f.commit();
+}
+
+}  // namespace clustersim

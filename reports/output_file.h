@@ -1,0 +1,58 @@
+// Output files that never replace anything but the file they name.
+//
+// Every output clustersim writes (traces, HTML reports, plans, profiles) is written
+// whole or not at all: the bytes go to a fresh temporary file created beside the target
+// with O_EXCL (so nothing already there is opened or followed), and the temporary is
+// renamed over the target when complete. A rename replaces whatever the name points
+// at, so before the temporary is made and again just before the rename, the target must
+// be absent or a regular file. A device node (/dev/null), a FIFO, a socket or a
+// directory is refused, never replaced. A symbolic link is followed: the file it names is
+// replaced and the link is kept.
+#pragma once
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+namespace clustersim {
+
+struct OutputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Why `path` cannot be an output ("" when it can): it exists and is not a regular file
+// (after following symbolic links), or it cannot be examined.
+std::string output_path_problem(const std::string& path);
+
+// True when `a` and `b` exist and are the same file (device and inode), whatever the
+// paths that name them.
+bool same_file(const std::string& a, const std::string& b);
+
+class AtomicFile {
+ public:
+  // Creates the temporary file beside `path` (its directory must exist). Throws
+  // OutputError naming `path` when it cannot be an output.
+  explicit AtomicFile(const std::string& path);
+  ~AtomicFile();  // removes the temporary unless committed
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  std::FILE* file() { return file_; }
+  void write(const std::string& bytes);
+  // Flushes, closes and renames the temporary over the target. Throws OutputError (and
+  // removes the temporary) when any of it fails or the target has become something
+  // other than a regular file.
+  void commit();
+
+ private:
+  std::string path_;    // as the caller named it (for messages)
+  std::string target_;  // what the rename replaces: `path_` with symbolic links followed
+  std::string temp_;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+};
+
+// Writes `bytes` to `path` through an AtomicFile.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+}  // namespace clustersim

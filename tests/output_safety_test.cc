@@ -1,0 +1,198 @@
+// Hostile outputs: a command's output never replaces anything but the regular file it
+// names (not a device, a FIFO, a directory, the link to one, nor any of the command's
+// inputs), and output that cannot be written is exit 3, never 0. Every device here is
+// reached through a private symbolic link or FIFO in the test's own directory; no system
+// path is ever written.
+#include <sys/stat.h>
+
+#include "tests/cli_harness.h"
+
+namespace {
+
+class OutputSafetyTest : public CliTest {
+ protected:
+  std::string fifo(const std::string& rel) {
+    const fs::path p = dir_ / rel;
+    fs::create_directories(p.parent_path());
+    EXPECT_EQ(::mkfifo(p.c_str(), 0600), 0);
+    return p.string();
+  }
+  // A link in the test directory to /dev/null: the device is what the link names.
+  std::string link_to_dev_null(const std::string& rel) {
+    const fs::path p = dir_ / rel;
+    fs::create_symlink("/dev/null", p);
+    return p.string();
+  }
+  static bool is_fifo(const std::string& p) {
+    struct stat st{};
+    return ::lstat(p.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+  }
+  std::string example() {
+    return write("s.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                           "parallel: {tp: 8}\n");
+  }
+  // Exit 1 naming `phrase`, nothing on stdout.
+  void expect_refused(const CliResult& r, const std::string& phrase) {
+    EXPECT_EQ(r.code, 1) << r;
+    EXPECT_NE(r.err.find(phrase), std::string::npos) << r << "\nexpected phrase: " << phrase;
+    EXPECT_TRUE(r.out.empty()) << r;
+  }
+  // Runs `args` with stdout on /dev/full (writes fail with ENOSPC; nothing is changed).
+  CliResult to_dev_full(const std::string& args) {
+    const fs::path err = dir_ / "capture" / "stderr";
+    const std::string cmd = "cd " + quote(dir_.string()) + " && " + quote(CLUSTERSIM_BINARY) + " " + args +
+                            " >/dev/full 2>" + quote(err.string());
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.err = read_file(err);
+    return r;
+  }
+};
+
+// ---- class 1: outputs renamed over what they name ------------------------------------------
+
+TEST_F(OutputSafetyTest, TraceThroughALinkToADeviceIsRefused) {
+  const std::string s = example(), dev = link_to_dev_null("null");
+  expect_refused(cli("run " + quote(s) + " --set output.trace=" + quote(dev)), "a character device");
+  EXPECT_TRUE(fs::is_symlink(dev));
+  EXPECT_EQ(fs::read_symlink(dev), "/dev/null");
+}
+
+TEST_F(OutputSafetyTest, SqliteThroughALinkToADeviceIsRefused) {
+  const std::string s = example(), dev = link_to_dev_null("null");
+  expect_refused(cli("run " + quote(s) + " --set output.sqlite=" + quote(dev)), "a character device");
+  EXPECT_EQ(fs::read_symlink(dev), "/dev/null");
+}
+
+TEST_F(OutputSafetyTest, TraceOnAFifoIsRefusedAndTheFifoKept) {
+  const std::string s = example(), f = fifo("pipe");
+  expect_refused(cli("run " + quote(s) + " --set output.trace=" + quote(f)), "a FIFO");
+  EXPECT_TRUE(is_fifo(f));
+}
+
+TEST_F(OutputSafetyTest, SqliteOnAFifoIsRefused) {
+  const std::string s = example(), f = fifo("pipe");
+  expect_refused(cli("run " + quote(s) + " --set output.sqlite=" + quote(f)), "a FIFO");
+  EXPECT_TRUE(is_fifo(f));
+}
+
+TEST_F(OutputSafetyTest, TraceOverTheScenarioIsRefused) {
+  const std::string s = example();
+  const std::string before = read_file(s);
+  expect_refused(cli("run " + quote(s) + " --set output.trace=" + quote(s)), "is an input of this command");
+  EXPECT_EQ(read_file(s), before);
+}
+
+TEST_F(OutputSafetyTest, SqliteOverAnIncludedFileIsRefused) {
+  const std::string common = write("common.yaml", "cluster: {preset: dgx-h100, nodes: 1}\n");
+  const std::string s = write("s.yaml", "include: [common.yaml]\nmodel: {preset: gpt3-1.3b, layers: 2}\n");
+  const std::string before = read_file(common);
+  expect_refused(cli("run " + quote(s) + " --set output.sqlite=" + quote(common)), "is an input of this command");
+  EXPECT_EQ(read_file(common), before);
+}
+
+TEST_F(OutputSafetyTest, TraceOverTheScenarioThroughAnotherNameIsRefused) {
+  const std::string s = example();
+  const std::string other = (dir_ / "alias.yaml").string();
+  fs::create_hard_link(s, other);
+  const std::string before = read_file(s);
+  expect_refused(cli("run " + quote(s) + " --set output.trace=" + quote(other)), "is an input of this command");
+  EXPECT_EQ(read_file(s), before);
+}
+
+TEST_F(OutputSafetyTest, TraceOverTheCalibrationProfileIsRefused) {
+  const std::string profile = std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/h200.yaml";
+  const fs::path copy = dir_ / "p.yaml";
+  fs::copy_file(profile, copy);
+  const std::string s = write("s.yaml", "cluster: {preset: dgx-h200, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                                        "calibration: p.yaml\n");
+  const std::string before = read_file(copy);
+  expect_refused(cli("run " + quote(s) + " --set output.trace=" + quote(copy.string())), "is an input of this command");
+  EXPECT_EQ(read_file(copy), before);
+}
+
+TEST_F(OutputSafetyTest, PlanOutOverTheScenarioIsRefused) {
+  const std::string s = example();
+  const std::string before = read_file(s);
+  expect_refused(cli("plan " + quote(s) + " --out " + quote(s)), "is an input of this command");
+  EXPECT_EQ(read_file(s), before);
+}
+
+TEST_F(OutputSafetyTest, PlanOutOnAFifoOrADeviceIsRefused) {
+  const std::string s = example(), f = fifo("pipe"), dev = link_to_dev_null("null");
+  expect_refused(cli("plan " + quote(s) + " --out " + quote(f)), "a FIFO");
+  expect_refused(cli("plan " + quote(s) + " --out " + quote(dev)), "a character device");
+  EXPECT_TRUE(is_fifo(f));
+  EXPECT_EQ(fs::read_symlink(dev), "/dev/null");
+}
+
+TEST_F(OutputSafetyTest, ReportOverItsOwnDatabaseIsRefused) {
+  const std::string s = example();
+  const std::string db = (dir_ / "r.sqlite").string();
+  ASSERT_EQ(cli("run " + quote(s) + " --set output.sqlite=" + quote(db)).code, 0);
+  const std::string before = read_file(db);
+  expect_refused(cli("report " + quote(db) + " --html " + quote(db)), "is an input of this command");
+  EXPECT_EQ(read_file(db), before);
+}
+
+TEST_F(OutputSafetyTest, SweepDatabaseOverTheScenarioIsRefused) {
+  const std::string s = write("s.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                                        "sweep: {parallel.tp: [1, 2]}\n");
+  const std::string before = read_file(s);
+  expect_refused(cli("sweep " + quote(s) + " --out " + quote(s)), "is an input of this command");
+  EXPECT_EQ(read_file(s), before);
+}
+
+// A stale `NAME.tmp` that links elsewhere is never opened: the file it names survives.
+TEST_F(OutputSafetyTest, ATemporaryNameThatLinksElsewhereIsNotFollowed) {
+  const std::string s = example();
+  const std::string victim = write("victim.txt", "keep me\n");
+  const std::string trace = (dir_ / "t.json").string();
+  fs::create_symlink(victim, trace + ".tmp");
+  ASSERT_EQ(cli("run " + quote(s) + " --set output.trace=" + quote(trace)).code, 0);
+  EXPECT_EQ(read_file(victim), "keep me\n");
+  EXPECT_NE(read_file(trace).find("traceEvents"), std::string::npos);
+}
+
+// A link to a regular file is written through: the link stays, its file is replaced.
+TEST_F(OutputSafetyTest, ALinkToARegularFileIsWrittenThrough) {
+  const std::string s = example();
+  const std::string real = write("real.json", "old\n");
+  const std::string link = (dir_ / "link.json").string();
+  fs::create_symlink(real, link);
+  ASSERT_EQ(cli("plan " + quote(s) + " --out " + quote(link)).code, 0);
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_NE(read_file(real).find("\"ranks\""), std::string::npos);
+}
+
+TEST_F(OutputSafetyTest, NoTemporaryIsLeftBeside) {
+  const std::string s = example();
+  ASSERT_EQ(cli("plan " + quote(s) + " --out " + quote((dir_ / "p.json").string())).code, 0);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+// ---- class 2: output that cannot be written ------------------------------------------------
+
+TEST_F(OutputSafetyTest, RunJsonOnAFullDiskExits3) {
+  const CliResult r = to_dev_full("run " + quote(example()) + " --json");
+  EXPECT_EQ(r.code, 3) << r;
+  EXPECT_NE(r.err.find("cannot write standard output"), std::string::npos) << r;
+}
+
+TEST_F(OutputSafetyTest, RunTableOnAFullDiskExits3) { EXPECT_EQ(to_dev_full("run " + quote(example())).code, 3); }
+
+TEST_F(OutputSafetyTest, PlanOnAFullDiskExits3) { EXPECT_EQ(to_dev_full("plan " + quote(example())).code, 3); }
+
+TEST_F(OutputSafetyTest, CollectiveOnAFullDiskExits3) {
+  EXPECT_EQ(to_dev_full("collective --op all-reduce --gpus 8 --cluster dgx-h100 --max 1MiB").code, 3);
+  EXPECT_EQ(to_dev_full("collective --op all-reduce --gpus 8 --cluster dgx-h100 --max 1MiB --json").code, 3);
+}
+
+TEST_F(OutputSafetyTest, KeysAndHelpOnAFullDiskExit3) {
+  EXPECT_EQ(to_dev_full("keys").code, 3);
+  EXPECT_EQ(to_dev_full("--help").code, 3);
+}
+
+}  // namespace
