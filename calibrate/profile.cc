@@ -180,18 +180,22 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
             if (k == "sm_clock_mhz") p.sm_clock_mhz = number(v, key, 1, 100000);
             if (k == "compute") {
               members(v, key,
-                      {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "launch_overhead", "gemm_table",
-                       "attention_table", "memory_table", "overlap_slowdown"},
+                      {"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_efficiency",
+                       "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
+                       "overlap_slowdown"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "overlap_slowdown")
                           read_overlap(cv, ck, p.compute);
                         else if (c == "launch_overhead")
                           p.compute.launch_overhead_s = seconds(cv, ck);
+                        else if (c == "kernel_latency")
+                          p.compute.kernel_latency_s = seconds(cv, ck);
                         else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
                           read_table(c, cv, ck, tables);
                         else {
                           const double e = number(cv, ck, 1e-6, 1.0);
                           if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
+                          if (c == "fp8_gemm_efficiency") p.compute.fp8_gemm_efficiency = e;
                           if (c == "attention_efficiency") p.compute.attention_efficiency = e;
                           if (c == "memory_efficiency") p.compute.memory_efficiency = e;
                         }

@@ -59,9 +59,14 @@ struct MeasuredTables {
 
 struct ComputeProfile {
   double gemm_efficiency = 0.80;       // large bf16 GEMMs: ~790 of 989 TFLOP/s on H200
-  double attention_efficiency = 0.55;  // fused (FlashAttention-2 style) kernels
-  double memory_efficiency = 0.90;     // device copy: ~4.3 of 4.8 TB/s on H200
+  double fp8_gemm_efficiency = 0.66;   // large fp8 GEMMs (per-tensor scaling): ~1,300 of 1,979 TFLOP/s on H200
+  double attention_efficiency = 0.66;  // fused attention at long sequences (cuDNN / FlashAttention on H200: ~630)
+  double memory_efficiency = 0.88;     // device copy at GiB sizes: ~4.25 of 4.8 TB/s on H200
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap
+  // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):
+  double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
+  double gemm_k_half = 128;          // 16-bit k at which a tile's main loop runs at half speed (fp8: twice)
+  double attention_seq_half = 1024;  // sequence at which a fused attention kernel runs at half its peak rate
   // A kernel's time while an NCCL kernel waits on the same GPU, over its time alone:
   // [waiting p2p | waiting collective][gemm | attention | memory]. The NCCL kernel's
   // thread blocks hold SMs; 1 = no effect (measured by `calibrate --suite overlap`).
@@ -71,6 +76,9 @@ struct ComputeProfile {
   std::shared_ptr<const MeasuredTables> measured;  // from a calibration profile, or none
 };
 
+// The uncalibrated GEMM model: the fastest of the tile shapes and split-K factors a
+// library would pick, each costed as whole waves of padded tiles.
+double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 // Kernel seconds for a GEMM, attention or memory op on one GPU (no launch gap).
 // Collectives and p2p are the network's business and return 0 here.
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);

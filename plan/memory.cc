@@ -56,7 +56,7 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
     const auto [d, x] = shard(stage);
     return per_param * (sp.dense / d + sp.expert / x);
   };
-  b.weights = bytes(e, 3);
+  b.weights = bytes(in.fp8 ? 3.0 : e, 3);  // FP8: the BF16 weight and its cached FP8 copy
   b.gradients = bytes(m.dtype == DType::FP16 ? 2.0 : 4.0, 2);
   b.optimizer = bytes(in.adam ? (m.dtype == DType::FP32 ? 8.0 : 12.0) : (m.dtype == DType::FP32 ? 4.0 : 8.0), 1);
 
@@ -64,7 +64,28 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
       static_cast<double>(m.seq_len) / static_cast<double>(in.cp) * static_cast<double>(in.micro_batch);
   const double sbh = tokens * static_cast<double>(m.hidden);
   const double t = static_cast<double>(in.tp);
-  const double full_layer = in.sequence_parallel ? sbh * 34.0 / t : sbh * (10.0 + 24.0 / t);
+  // Saved activations per layer in units of s'·b·h bytes (16-bit), counted tensor by
+  // tensor as Korthikanti et al. 2022 do, for this model's shapes: the attention block
+  // keeps its input, Q, K and V (K and V shrink by kv_heads / heads under GQA) and the
+  // projection's input; the MLP its input, the up projection's output (two of them
+  // under SwiGLU) and the down projection's input; the two norms their inputs; each
+  // hidden dropout a 1-byte mask. A GPT layer (4h GELU MLP, MHA, dropout) gives their 34.
+  // Under FP8 the four linear layers' saved inputs are 1 byte. Without SP, the norms,
+  // the QKV and MLP inputs and the masks are replicated over TP; the rest shards.
+  const double h = static_cast<double>(m.hidden);
+  const double f = static_cast<double>(m.ffn_hidden) / h;
+  const double kv = static_cast<double>(m.kv_heads) / static_cast<double>(m.heads);
+  const double mask = m.dropout > 0 ? 1.0 : 0.0;
+  const double lin = in.fp8 ? 1.0 : 2.0;  // a linear layer's saved input, bytes per element
+  const double replicated = 4.0 + lin + lin + 2.0 * mask;  // norms, QKV input, MLP input, masks
+  const double up_out = 2.0 * f * (m.mlp_matrices() == 3 ? 2.0 : 1.0);
+  const double sharded = 2.0 + 4.0 * kv + lin + up_out + lin * f;  // Q, K and V, proj input, up output, down input
+  double full_layer = in.sequence_parallel ? sbh * (replicated + sharded) / t : sbh * (replicated + sharded / t);
+  if (in.unfused_scores) {
+    const double s_local = tokens / static_cast<double>(in.micro_batch);
+    const double scores = static_cast<double>(m.heads) * s_local * s_local * static_cast<double>(in.micro_batch) / t;
+    full_layer += scores * (m.dropout > 0 ? 5.0 : 2.0);
+  }
   const double per_layer = in.full_recompute ? 2.0 * sbh / (in.sequence_parallel ? t : 1.0) : full_layer;
   b.activations = per_layer * in.in_flight_layers + (in.full_recompute ? full_layer : 0.0);
   if (in.output) b.activations += tokens * static_cast<double>(padded_vocab(m, in.tp)) / t * (e + 4.0);
@@ -78,13 +99,19 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   return b;
 }
 
+double default_memory_reserve(const MemoryBreakdown& b, int communicators) {
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  return 0.75 * GiB + 0.25 * GiB * communicators + 0.03 * b.total();
+}
+
 std::string MemoryBreakdown::describe() const {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-  char buf[320];
+  char buf[400];
   std::snprintf(
       buf, sizeof buf,
-      "weights %.1f GiB, gradients %.1f GiB, optimizer state %.1f GiB, activations %.1f GiB, buffers %.1f GiB",
-      weights / GiB, gradients / GiB, optimizer / GiB, activations / GiB, buffers / GiB);
+      "weights %.1f GiB, gradients %.1f GiB, optimizer state %.1f GiB, activations %.1f GiB, buffers %.1f GiB, "
+      "reserved %.1f GiB",
+      weights / GiB, gradients / GiB, optimizer / GiB, activations / GiB, buffers / GiB, reserved / GiB);
   return buf;
 }
 

@@ -6,15 +6,22 @@
 //                                                    ÷ dp·cp under ZeRO-2 and -3)
 //   optimizer   params_local · 12                   (Adam: fp32 master, m, v; SGD 8;
 //                                                    ÷ dp·cp under ZeRO-1, -2, -3)
-//   activations per layer and in-flight micro-batch, s' = s/cp tokens:
+//   activations per layer and in-flight micro-batch, s' = s/cp tokens (GPT layer):
 //               s'·b·h·(10 + 24/t)   without SP       s'·b·h·34/t   with SP
 //               2·s'·b·h (÷t with SP) under full recompute, plus one layer's worth
 //               + logits s'·b·V/t · (bytes(dtype) + 4) on the last stage
 //   p2p buffers 2 · s'·b·h · bytes(dtype) per pipeline neighbour
+//   reserved    what the stack keeps from the model: CUDA context and library
+//               workspaces, NCCL's buffers per communicator, allocator fragmentation
 // Expert weights shard over EP (experts/ep local) and their ZeRO sharding is over the
-// expert-data-parallel group (dp·cp/ep). The 5·a·s/h score term of Korthikanti's formula
-// is absent: attention runs as a fused kernel that keeps only its output and softmax
-// statistics, so selective recompute (of attention scores) changes nothing here.
+// expert-data-parallel group (dp·cp/ep). Fused (flash) attention keeps only its output
+// and softmax statistics, so the score term of Korthikanti's formula is absent and
+// selective recompute changes nothing; unfused attention keeps the softmax output
+// (2·a·s'²·b/t bytes) and, with dropout, its mask and output (3·a·s'²·b/t more): the
+// 5·a·s/h term, which selective recompute removes. Under Transformer Engine's FP8 the
+// weights keep a BF16 copy and a cached FP8 copy (3 bytes a parameter) and the linear
+// layers' saved inputs are FP8. The per-layer activations are counted tensor by tensor
+// for the model's shapes (GQA, SwiGLU, dropout or not); a GPT layer gives Korthikanti's 34.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +36,9 @@ struct MemoryBreakdown {
   double gradients = 0;
   double optimizer = 0;
   double activations = 0;
-  double buffers = 0;  // pipeline p2p buffers, ZeRO-3 gathered layers
-  double total() const { return weights + gradients + optimizer + activations + buffers; }
+  double buffers = 0;   // pipeline p2p buffers, ZeRO-3 gathered layers
+  double reserved = 0;  // CUDA context, NCCL buffers, allocator fragmentation
+  double total() const { return weights + gradients + optimizer + activations + buffers + reserved; }
   std::string describe() const;  // "weights 1.2 GiB, gradients ..."
 };
 
@@ -42,6 +50,8 @@ struct MemoryInputs {
   bool sequence_parallel = false;
   bool full_recompute = false;
   bool adam = true;
+  bool fp8 = false;               // Transformer Engine FP8 linear layers
+  bool unfused_scores = false;    // unfused attention whose scores are kept for the backward
   int64_t first_layer = 0, end_layer = -1;  // the stage's layers; end -1: all
   bool embedding = true;                    // the stage holds the token embedding
   bool output = true;                       // the stage holds the output layer and loss
@@ -56,5 +66,9 @@ struct StageParams {
 StageParams stage_params(const ModelConfig& m, const MemoryInputs& in);
 int64_t params_per_rank(const ModelConfig& m, int64_t tp);  // the whole model at this TP, no PP/EP
 MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in);
+// The default reserve (cluster.memory_reserve: auto): 0.75 GiB for the CUDA context and
+// library workspaces, 0.25 GiB of NCCL buffers for each communicator kind the layout
+// uses, and 3 % of the rest for the caching allocator's fragmentation.
+double default_memory_reserve(const MemoryBreakdown& model_memory, int communicators);
 
 }  // namespace clustersim

@@ -17,6 +17,9 @@ ModelConfig make(std::string name, int64_t layers, int64_t hidden, int64_t heads
   m.seq_len = seq;
   m.tied_embeddings = tied;
   m.biases = m.learned_positions = type == FfnType::Gelu;  // the GPT family
+  // Megatron-LM's GPT defaults --attention-dropout and --hidden-dropout to 0.1; Llama
+  // trains without dropout.
+  m.dropout = type == FfnType::Gelu ? 0.1 : 0.0;
   return m;
 }
 

@@ -36,6 +36,7 @@ struct ModelConfig {
   bool tied_embeddings = false;
   bool biases = false;             // GPT: linear biases and LayerNorm (gain + bias); Llama: RMSNorm gain only
   bool learned_positions = false;  // GPT: a learned position table; Llama: rotary, no weights
+  double dropout = 0.0;            // attention and hidden dropout probability (Megatron GPT: 0.1; Llama: 0)
   MoeConfig moe;
 
   int64_t head_dim() const { return hidden / heads; }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <tuple>
 
 namespace clustersim {
@@ -40,6 +41,18 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.schedule = p.schedule;
   l.recompute = s.training.recompute;
   l.sequence_parallel = p.sequence_parallel && p.tp > 1;
+  l.flash_attention = s.training.attention == "flash";
+  l.fp8 = m.dtype == DType::FP8;
+  l.fp8_attention = l.fp8 && s.training.fp8_attention;
+  l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
+  l.overlap_grad_reduce = p.overlap_grad_reduce;
+  l.overlap_param_gather = p.overlap_param_gather;
+  if (s.training.fp8_attention && !l.fp8)
+    fail(s, "training.fp8_attention", "training.fp8_attention needs model.dtype: fp8");
+  if (p.tp_comm_overlap && !l.sequence_parallel && p.tp > 1)
+    fail(s, "parallel.tp_comm_overlap",
+         "parallel.tp_comm_overlap overlaps the sequence-parallel all-gathers and reduce-scatters: it needs "
+         "parallel.sequence_parallel: true (as Megatron-Core requires)");
   const int64_t gpus = s.gpus();
   const int64_t model_par = p.tp * p.pp * p.cp;
   if (p.dp == 0) {
@@ -132,7 +145,12 @@ class StageBuilder {
     compute_ = p_.stream("compute");
     tp_ = p_.stream("tp");
     dp_ = p_.stream("dp");
-    e_ = dtype_bits(m.dtype) / 8;
+    // Transformer Engine's FP8 recipe: the linear layers' GEMMs take FP8 operands, and
+    // everything between them (activations, attention, norms) stays in BF16.
+    act_dtype_ = l.fp8 ? DType::BF16 : m.dtype;
+    lin_dtype_ = m.dtype;
+    attn_dtype_ = l.fp8 && !l.fp8_attention ? DType::BF16 : m.dtype;
+    e_ = dtype_bits(act_dtype_) / 8;
     t_ = l.tp;
     tokens_ = l.micro_batch * m.seq_len / l.cp;
     seq_tokens_ = l.sequence_parallel ? tokens_ / t_ : tokens_;
@@ -148,6 +166,18 @@ class StageBuilder {
     last_mb_.assign(static_cast<size_t>(l_.virtual_stages), -1);
     for (const PipelineBlock& b : order)
       last_mb_[static_cast<size_t>(b.chunk)] = std::max(last_mb_[static_cast<size_t>(b.chunk)], b.micro_batch);
+    const double gb = dtype_bits(grad_dtype_) / 8.0;
+    const double local = local_params(false) + local_params(true);
+    // Per step, before the first micro-batch: the gradient buffer is zeroed (Megatron's
+    // zero_grad_buffer), and under FP8 each linear weight is cast once (with its
+    // transpose) and kept for every micro-batch.
+    prev_ = add_memory("zero-grad-buffer", Phase::Other, -1, 0, local * gb, 0, {});
+    if (l_.fp8) {
+      const double linear = local - embedding_params_local();
+      prev_ = add_memory("fp8-weight-cast", Phase::Forward, -1, linear * 2, linear * 2, linear * 2, deps(prev_));
+    }
+    plan_param_gathers();
+    defer_grads_ = !l_.overlap_grad_reduce;
     for (const PipelineBlock& b : order) {
       mb_ = static_cast<int32_t>(b.micro_batch);
       if (b.forward)
@@ -157,6 +187,14 @@ class StageBuilder {
     }
     mb_ = -1;
     flush_buckets(prev_);
+    // Without --overlap-grad-reduce the buckets are reduced after the whole backward.
+    defer_grads_ = false;
+    for (const Bucket& b : deferred_) {
+      bucket_dense_ = b.dense;
+      bucket_expert_ = b.expert;
+      bucket_layer_ = b.layer;
+      flush_buckets(prev_);
+    }
     std::vector<uint32_t> after = grad_ops_;
     if (prev_ != kNone) after.push_back(prev_);
     // Optimizer step on the local (ZeRO-sharded) parameters: reads weights, fp32 grads
@@ -164,10 +202,20 @@ class StageBuilder {
     const double shard = l_.zero_stage >= 1 ? static_cast<double>(l_.dp * l_.cp) : 1.0;
     const double params = (params_dense_ + params_expert_ * static_cast<double>(l_.ep)) / shard;
     const double state = adam_ ? 12.0 : 8.0;
+    // Gradient clipping: the norm of the local gradient shard (one read), summed over
+    // the data- and model-parallel groups (a 4-byte all-reduce each: latency only).
+    uint32_t norm = add_memory("grad-norm", Phase::Optimizer, -1, params * gb, 0, params * 2, after);
+    if (l_.dp * l_.cp > 1)
+      norm = add_coll("grad-norm-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Optimizer, -1, 4,
+                      deps(norm));
+    if (t_ > 1)
+      norm = add_coll("grad-norm-allreduce-tp", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Optimizer, -1,
+                      4, deps(norm));
     uint32_t opt = add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state), params * (e_ + state),
-                              params * 12, after);
-    // ZeRO 1/2: the updated shards are all-gathered back into every replica.
-    if (l_.zero_stage >= 1 && l_.zero_stage <= 2 && l_.dp * l_.cp > 1) {
+                              params * 12, deps(norm));
+    // ZeRO 1/2: the updated shards are all-gathered back into every replica (with
+    // --overlap-param-gather, ahead of the next forward instead: plan_param_gathers).
+    if (l_.zero_stage >= 1 && l_.zero_stage <= 2 && l_.dp * l_.cp > 1 && !l_.overlap_param_gather) {
       for (double bytes : gather_buckets_)
         add_coll("zero-param-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_, Phase::Optimizer, -1, bytes,
                  deps(opt));
@@ -194,21 +242,25 @@ class StageBuilder {
     op.layer = layer;
     op.micro_batch = mb_;
     op.stream = stream;
-    op.dtype = m_.dtype;
+    op.dtype = act_dtype_;
     return op;
   }
 
   // A GEMM; `model_share` is the part of its FLOPs that counts as model FLOPs (recompute
   // 0, capacity padding excluded).
+  // `dt`: the operands' type (a linear layer's: FP8 under Transformer Engine's recipe);
+  // the output is written in the activations' type.
   uint32_t add_gemm(const char* name, Phase ph, int32_t layer, int64_t m, int64_t n, int64_t k,
-                    const std::vector<uint32_t>& after, int64_t batch = 1, double model_share = 1.0) {
+                    const std::vector<uint32_t>& after, int64_t batch = 1, double model_share = 1.0,
+                    DType dt = DType::FP32) {
     Op op = base(name, OpKind::Gemm, ph, layer, compute_);
     op.m = m;
     op.n = n;
     op.k = k;
     op.batch = batch;
+    op.dtype = dt == DType::FP32 ? lin_dtype_ : dt;
     op.flops = gemm_flops(op);
-    op.bytes_read = (m * k + k * n) * e_ * batch;
+    op.bytes_read = (m * k + k * n) * (dtype_bits(op.dtype) / 8) * batch;
     op.bytes_written = m * n * e_ * batch;
     model_flops_ += op.flops * (recomputing_ ? 0.0 : model_share);
     return p_.add(op, after);
@@ -233,6 +285,7 @@ class StageBuilder {
     op.kv_len = kv_len;
     op.head_dim = m_.head_dim();
     op.causal = true;
+    op.dtype = attn_dtype_;
     const double fwd = attention_flops(op);
     const int64_t q = l_.micro_batch * q_len * op.heads * op.head_dim * e_;
     const int64_t kv = l_.micro_batch * kv_len * op.kv_heads * op.head_dim * e_;
@@ -285,6 +338,106 @@ class StageBuilder {
   uint32_t tp_gather(const char* name, Phase ph, int32_t layer, uint32_t after) {
     if (t_ == 1 || !l_.sequence_parallel) return after;
     return add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(after));
+  }
+
+  // ---- TP communication overlap (Megatron-Core --tp-comm-overlap, TE userbuffers) ----
+  // All-gather then a column-parallel GEMM. Overlapped (ring exchange): the GEMM runs on
+  // the tp chunks of the sequence one at a time, starting on the rank's own chunk while
+  // the next arrives from the ring predecessor; tp - 1 sends of one chunk each, the
+  // all-gather's bytes. `gathered_` is the op after which the whole input is here (the
+  // weight-gradient GEMM of the backward reads it).
+  uint32_t ag_then_gemm(const char* ag, const char* gemm, Phase ph, int32_t L, uint32_t in, int64_t n, int64_t k,
+                        const std::vector<uint32_t>& extra = {}) {
+    if (!l_.tp_comm_overlap) {
+      gathered_ = tp_gather(ag, ph, L, in);
+      std::vector<uint32_t> after = deps(gathered_);
+      after.insert(after.end(), extra.begin(), extra.end());
+      return add_gemm(gemm, ph, L, tokens_, n, k, after);
+    }
+    uint32_t have = in, last = kNone;
+    for (int64_t i = 0; i < t_; ++i) {
+      if (i > 0) {
+        add_p2p("tp-overlap-send", OpKind::Send, GroupKind::TP, 1, "tp-send", ph, L, act_bytes(), deps(have), true);
+        have = add_p2p("tp-overlap-recv", OpKind::Recv, GroupKind::TP, static_cast<int32_t>(t_ - 1), "tp-recv", ph,
+                       L, act_bytes(), deps(have), true);
+      }
+      std::vector<uint32_t> after = deps(have, last);
+      if (i == 0) after.insert(after.end(), extra.begin(), extra.end());
+      last = add_gemm(gemm, ph, L, seq_tokens_, n, k, after);
+    }
+    gathered_ = have;
+    return last;
+  }
+  // A row-parallel GEMM then its all-reduce (reduce-scatter under SP). Overlapped
+  // (pipelined reduce-scatter): the GEMM runs chunk by chunk, each chunk's partial sums
+  // leave for the ring successor as soon as they exist, and the last step adds the
+  // partials that arrived; tp - 1 sends of one chunk each.
+  uint32_t gemm_then_reduce(const char* gemm, const char* ar, const char* rs, Phase ph, int32_t L,
+                            const std::vector<uint32_t>& after, int64_t n, int64_t k) {
+    if (!l_.tp_comm_overlap) {
+      const uint32_t g = add_gemm(gemm, ph, L, tokens_, n, k, after);
+      return tp_reduce(ar, rs, ph, L, g);
+    }
+    uint32_t last = kNone, arrived = kNone;
+    for (int64_t i = 0; i < t_; ++i) {
+      last = add_gemm(gemm, ph, L, seq_tokens_, n, k, i == 0 ? after : deps(last));
+      if (i + 1 < t_) {
+        add_p2p("tp-overlap-send", OpKind::Send, GroupKind::TP, 1, "tp-send", ph, L, act_bytes(), deps(last, arrived),
+                true);
+        arrived = add_p2p("tp-overlap-recv", OpKind::Recv, GroupKind::TP, static_cast<int32_t>(t_ - 1), "tp-recv", ph,
+                          L, act_bytes(), deps(arrived == kNone ? last : arrived), true);
+      }
+    }
+    return add_memory(rs, ph, L, 2 * act_bytes(), act_bytes(), act_bytes() / static_cast<double>(e_),
+                      deps(last, arrived));
+  }
+
+  // ---- Transformer Engine FP8: casts to FP8 (with amax) and the transposes wgrad reads --
+  // A cast-transpose reads the BF16 tensor and writes it twice in FP8 (as is and
+  // transposed). TE fuses the casts of the LayerNorm outputs (QKV, MLP up) and of the
+  // GELU output into those kernels; the attention output and every gradient entering a
+  // linear layer's backward get a kernel of their own.
+  uint32_t fp8_cast(const char* name, Phase ph, int32_t L, double elements, uint32_t after) {
+    if (!l_.fp8) return after;
+    return add_memory(name, ph, L, elements * static_cast<double>(e_), 2.0 * elements, 2.0 * elements, deps(after));
+  }
+
+  // ---- unfused attention: QK^T and PV as batched GEMMs, scores through HBM ------------
+  // Megatron-LM before fused attention: per head, S = QK^T (q x kv x d) into HBM, a fused
+  // scale-mask-softmax over S (read and write), dropout over S (and its 1-byte mask),
+  // then O = PV. The GEMMs compute the whole square (the causal mask is applied to the
+  // scores), so they count twice the causal model FLOPs as hardware FLOPs.
+  uint32_t unfused_attention_forward(Phase ph, int32_t L, int64_t q, int64_t kv, uint32_t in) {
+    const int64_t heads = m_.heads / t_, d = m_.head_dim();
+    const int64_t bh = l_.micro_batch * heads;
+    const double scores = static_cast<double>(bh * q * kv);
+    const double s_e = static_cast<double>(e_);
+    uint32_t x = add_gemm("attn-scores", ph, L, q, kv, d, deps(in), bh, 0.5, attn_dtype_);
+    x = add_memory("softmax", ph, L, scores * s_e, scores * s_e, 5.0 * scores, deps(x));
+    if (m_.dropout > 0) x = add_memory("attention-dropout", ph, L, scores * s_e, scores * (s_e + 1), scores, deps(x));
+    return add_gemm("attn-context", ph, L, q, d, kv, deps(x), bh, 0.5, attn_dtype_);
+  }
+  uint32_t unfused_attention_backward(int32_t L, int64_t q, int64_t kv, uint32_t dout) {
+    const int64_t heads = m_.heads / t_, d = m_.head_dim();
+    const int64_t bh = l_.micro_batch * heads;
+    const double scores = static_cast<double>(bh * q * kv);
+    const double s_e = static_cast<double>(e_);
+    const Phase ph = Phase::Backward;
+    // Selective recompute (Korthikanti et al. 2022): the attention core's forward runs
+    // again here instead of keeping its 5·a·s²·b bytes per layer.
+    if (l_.recompute == "selective") {
+      recomputing_ = true;
+      dout = join(dout, unfused_attention_forward(ph, L, q, kv, dout));
+      recomputing_ = false;
+    }
+    uint32_t dp = add_gemm("attn-context-dgrad", ph, L, q, kv, d, deps(dout), bh, 0.5, attn_dtype_);
+    const uint32_t dv = add_gemm("attn-context-wgrad", ph, L, kv, d, q, deps(dout), bh, 0.5, attn_dtype_);
+    if (m_.dropout > 0)
+      dp = add_memory("attention-dropout-backward", ph, L, scores * (s_e + 1), scores * s_e, scores, deps(dp));
+    const uint32_t ds = add_memory("softmax-backward", ph, L, 2 * scores * s_e, scores * s_e, 4.0 * scores, deps(dp));
+    const uint32_t dq = add_gemm("attn-scores-dgrad", ph, L, q, d, kv, deps(ds), bh, 0.5, attn_dtype_);
+    const uint32_t dk = add_gemm("attn-scores-wgrad", ph, L, kv, d, q, deps(ds, dv), bh, 0.5, attn_dtype_);
+    return join(dq, dk);
   }
 
   int32_t layer_of(int64_t chunk, int64_t i) const {
@@ -366,6 +519,11 @@ class StageBuilder {
   }
 
   void flush_buckets(uint32_t ready) {
+    if (defer_grads_) {
+      if (bucket_dense_ + bucket_expert_ > 0) deferred_.push_back(Bucket{bucket_dense_, bucket_expert_, bucket_layer_});
+      bucket_dense_ = bucket_expert_ = 0;
+      return;
+    }
     if (ready == kNone) ready = bucket_ready_;
     const double gb = dtype_bits(grad_dtype_) / 8.0;
     const bool sharded = l_.zero_stage >= 1;
@@ -373,7 +531,7 @@ class StageBuilder {
     if (bucket_dense_ > 0 && l_.dp * l_.cp > 1) {
       grad_ops_.push_back(add_grad_coll(sharded ? "dp-grad-reduce-scatter" : "dp-grad-allreduce", kind, GroupKind::DP,
                                         bucket_layer_, bucket_dense_ * gb, ready));
-      if (sharded) gather_buckets_.push_back(bucket_dense_ * static_cast<double>(e_));
+      if (sharded && !l_.overlap_param_gather) gather_buckets_.push_back(bucket_dense_ * static_cast<double>(e_));
     }
     if (bucket_expert_ > 0 && l_.dp * l_.cp / l_.ep > 1) {
       grad_ops_.push_back(add_grad_coll(sharded ? "expert-grad-reduce-scatter" : "expert-grad-allreduce", kind,
@@ -391,7 +549,11 @@ class StageBuilder {
     const bool fwd = ph == Phase::Forward;
     const int64_t q = m_.seq_len / l_.cp;
     const char* block = fwd ? "attention-block" : "attention-block-backward";
-    if (l_.cp == 1) return add_attention(fwd ? "attention" : "attention-backward", ph, L, q, q, deps(input));
+    if (l_.cp == 1) {
+      if (!l_.flash_attention)
+        return fwd ? unfused_attention_forward(ph, L, q, q, input) : unfused_attention_backward(L, q, q, input);
+      return add_attention(fwd ? "attention" : "attention-backward", ph, L, q, q, deps(input));
+    }
     const double kv =
         (fwd ? 2.0 : 4.0) * static_cast<double>(l_.micro_batch * q * (m_.kv_heads / t_) * m_.head_dim() * e_);
     uint32_t at = add_attention(block, ph, L, q, q, deps(input));
@@ -410,23 +572,32 @@ class StageBuilder {
   }
 
   // ---- the MLP: dense, or router + experts (+ shared experts) -------------------------
-  uint32_t mlp_forward(int32_t L, Phase ph, uint32_t in) {
+  // The MLP from its (sequence-parallel) input to its reduced output.
+  uint32_t mlp_forward(int32_t L, Phase ph, uint32_t ln) {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     if (!m_.moe_layer(L)) {
-      uint32_t up = add_gemm("mlp-up", ph, L, tokens_, mlp_in_, h, deps(in));
+      uint32_t up = ag_then_gemm("allgather-mlp-input", "mlp-up", ph, L, ln, mlp_in_, h);
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
       uint32_t a = add_memory(swiglu ? "swiglu" : "bias-gelu", ph, L, swiglu ? 2 * f : f, f,
                               8.0 * f / static_cast<double>(e_), deps(up));
-      return add_gemm("mlp-down", ph, L, tokens_, h, m_.ffn_hidden / t_, deps(a));
+      return gemm_then_reduce("mlp-down", "tp-allreduce-mlp", "reduce-scatter-mlp", ph, L, deps(a), h,
+                              m_.ffn_hidden / t_);
     }
+    return tp_reduce("tp-allreduce-mlp", "reduce-scatter-mlp", ph, L,
+                     moe_forward(L, ph, tp_gather("allgather-mlp-input", ph, L, ln)));
+  }
+
+  uint32_t moe_forward(int32_t L, Phase ph, uint32_t in) {
+    const int64_t h = m_.hidden;
+    const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     const MoeConfig& moe = m_.moe;
     const int64_t local = moe.experts / l_.ep;
     const double cap = moe.capacity_factor;
     const int64_t per_expert = static_cast<int64_t>(
         std::ceil(static_cast<double>(tokens_ * l_.ep * moe.top_k) * cap / static_cast<double>(moe.experts)));
     const int64_t fe = moe.expert_ffn_hidden / t_;
-    uint32_t router = add_gemm("moe-router", ph, L, tokens_, moe.experts, h, deps(in));
+    uint32_t router = add_gemm("moe-router", ph, L, tokens_, moe.experts, h, deps(in), 1, 1.0, act_dtype_);
     const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_);
     uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                                          ph, L, a2a, deps(router))
@@ -449,21 +620,33 @@ class StageBuilder {
     return out;
   }
 
-  uint32_t mlp_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
+  // The MLP's backward from the output gradient (sequence-parallel) to the reduced input
+  // gradient; `wgrad` is set to the op the up projection's weight gradient waits for.
+  uint32_t mlp_backward(int32_t L, uint32_t g, uint32_t& wgrad) {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     if (!m_.moe_layer(L)) {
-      uint32_t down_d = add_gemm("mlp-down-dgrad", Phase::Backward, L, tokens_, m_.ffn_hidden / t_, h, deps(dy));
-      uint32_t down_w = add_gemm("mlp-down-wgrad", Phase::Backward, L, m_.ffn_hidden / t_, h, tokens_, deps(dy));
+      const uint32_t g8 = fp8_cast("fp8-cast-mlp-grad", Phase::Backward, L, act_bytes() / static_cast<double>(e_), g);
+      uint32_t down_d = ag_then_gemm("allgather-mlp-grad", "mlp-down-dgrad", Phase::Backward, L, g8, m_.ffn_hidden / t_, h);
+      uint32_t down_w =
+          add_gemm("mlp-down-wgrad", Phase::Backward, L, m_.ffn_hidden / t_, h, tokens_, deps(gathered_));
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
       uint32_t act_b =
           add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f,
                      swiglu ? 2 * f : f, 10.0 * f / static_cast<double>(e_), deps(down_d));
-      uint32_t up_d = add_gemm("mlp-up-dgrad", Phase::Backward, L, tokens_, h, mlp_in_, deps(act_b));
+      act_b = fp8_cast("fp8-cast-mlp-act-grad", Phase::Backward, L, static_cast<double>(tokens_ * mlp_in_), act_b);
       mlp_input_ready_ = act_b;
       wgrad = down_w;
-      return up_d;
+      return gemm_then_reduce("mlp-up-dgrad", "tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L,
+                              deps(act_b), h, mlp_in_);
     }
+    const uint32_t out = moe_backward(L, tp_gather("allgather-mlp-grad", Phase::Backward, L, g), wgrad);
+    return tp_reduce("tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L, out);
+  }
+
+  uint32_t moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
+    const int64_t h = m_.hidden;
+    const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     const MoeConfig& moe = m_.moe;
     const int64_t local = moe.experts / l_.ep;
     const double cap = moe.capacity_factor;
@@ -486,8 +669,8 @@ class StageBuilder {
     uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP,
                                          ep_stream(), Phase::Backward, L, a2a, deps(ud))
                               : add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(ud));
-    uint32_t rd = add_gemm("moe-router-dgrad", Phase::Backward, L, tokens_, h, moe.experts, deps(disp));
-    uint32_t rw = add_gemm("moe-router-wgrad", Phase::Backward, L, moe.experts, h, tokens_, deps(disp, uw));
+    uint32_t rd = add_gemm("moe-router-dgrad", Phase::Backward, L, tokens_, h, moe.experts, deps(disp), 1, 1.0, act_dtype_);
+    uint32_t rw = add_gemm("moe-router-wgrad", Phase::Backward, L, moe.experts, h, tokens_, deps(disp, uw), 1, 1.0, act_dtype_);
     uint32_t out = rd;
     wgrad = rw;
     if (moe.shared_experts > 0) {
@@ -515,27 +698,37 @@ class StageBuilder {
   uint32_t layer_forward(int32_t L, uint32_t x, Phase ph) {
     const double act = act_bytes();
     const int64_t h = m_.hidden;
-    uint32_t ln = add_memory("layernorm-1", ph, L, act, act, 8.0 * act / static_cast<double>(e_), deps(x));
-    uint32_t in = tp_gather("allgather-qkv-input", ph, L, ln);
-    uint32_t qkv = add_gemm("qkv", ph, L, tokens_, qkv_, h, deps(in));
-    uint32_t at = recomputing_ ? add_attention("attention", ph, L, m_.seq_len / l_.cp, m_.seq_len / l_.cp, deps(qkv))
-                               : ring_attention(L, Phase::Forward, qkv);
-    uint32_t proj = add_gemm("attn-proj", ph, L, tokens_, h, m_.heads * m_.head_dim() / t_, deps(at));
-    uint32_t red = tp_reduce("tp-allreduce-attn", "reduce-scatter-attn", ph, L, proj);
-    uint32_t ln2 =
-        add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act, 10.0 * act / static_cast<double>(e_), deps(red));
-    uint32_t in2 = tp_gather("allgather-mlp-input", ph, L, ln2);
-    uint32_t mlp = mlp_forward(L, ph, in2);
-    uint32_t red2 = tp_reduce("tp-allreduce-mlp", "reduce-scatter-mlp", ph, L, mlp);
-    return add_memory("residual-add", ph, L, 2 * act, act, act / static_cast<double>(e_), deps(red2));
+    const uint32_t pg = ph == Phase::Forward && mb_ == 0 ? param_gather_for(L) : kNone;
+    // Hidden dropout (fused with the bias and residual adds) writes a 1-byte mask.
+    const double mask = m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
+    uint32_t ln = add_memory("layernorm-1", ph, L, act, act, 8.0 * act / static_cast<double>(e_),
+                             pg == kNone ? deps(x) : deps(x, pg));
+    uint32_t qkv = ag_then_gemm("allgather-qkv-input", "qkv", ph, L, ln, qkv_, h);
+    const int64_t q = m_.seq_len / l_.cp;
+    uint32_t at;
+    if (!recomputing_)
+      at = ring_attention(L, Phase::Forward, qkv);
+    else if (l_.flash_attention)
+      at = add_attention("attention", ph, L, q, q, deps(qkv));
+    else
+      at = unfused_attention_forward(ph, L, q, q, qkv);
+    const int64_t attn_out = m_.heads * m_.head_dim() / t_;
+    at = fp8_cast("fp8-cast-attn-out", ph, L, static_cast<double>(tokens_ * attn_out), at);
+    uint32_t red = gemm_then_reduce("attn-proj", "tp-allreduce-attn", "reduce-scatter-attn", ph, L, deps(at), h,
+                                    attn_out);
+    uint32_t ln2 = add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act + mask,
+                              10.0 * act / static_cast<double>(e_), deps(red));
+    uint32_t red2 = mlp_forward(L, ph, ln2);
+    return add_memory("residual-add", ph, L, 2 * act, act + mask, act / static_cast<double>(e_), deps(red2));
   }
 
   void forward_block(int64_t chunk) {
     uint32_t x = prev_;
     if (first_virtual(chunk)) {
       // Vocab-parallel embedding: each TP rank looks up its slice, then partial sums meet.
+      const uint32_t pg = mb_ == 0 ? param_gather_for(-1) : kNone;
       x = add_memory("embedding", Phase::Forward, -1, full_act_bytes() + static_cast<double>(tokens_ * 8),
-                     full_act_bytes(), 0, deps(prev_));
+                     full_act_bytes(), 0, pg == kNone ? deps(prev_) : deps(prev_, pg));
       x = tp_reduce("embedding-allreduce", "embedding-reduce-scatter", Phase::Forward, -1, x);
     } else {
       const uint32_t recv =
@@ -553,9 +746,14 @@ class StageBuilder {
       uint32_t ln =
           add_memory("final-layernorm", Phase::Forward, -1, act, act, 8.0 * act / static_cast<double>(e_), deps(x));
       uint32_t in = tp_gather("allgather-logits-input", Phase::Forward, -1, ln);
-      uint32_t logits = add_gemm("logits", Phase::Forward, -1, tokens_, vocab_local_, m_.hidden, deps(in));
+      const uint32_t pg = param_gather_for(-1);
+      uint32_t logits = add_gemm("logits", Phase::Forward, -1, tokens_, vocab_local_, m_.hidden,
+                                 pg == kNone ? deps(in) : deps(in, pg), 1, 1.0, act_dtype_);
       const double lg = static_cast<double>(tokens_ * vocab_local_);
-      x = add_memory("cross-entropy", Phase::Forward, -1, lg * static_cast<double>(e_), lg * 4, 5.0 * lg, deps(logits));
+      // Megatron's vocab-parallel cross-entropy on logits.float(): the cast, max, shift,
+      // exp, sum and softmax passes over the FP32 logits.
+      x = add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + 20.0), lg * 16, 5.0 * lg,
+                     deps(logits));
       if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
         x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
                      3.0 * static_cast<double>(tokens_) * 4, deps(x));
@@ -566,7 +764,56 @@ class StageBuilder {
     prev_ = x;
   }
 
-  uint32_t join(uint32_t a, uint32_t b) { return add_memory("wait", Phase::Other, -1, 0, 0, 0, deps(a, b)); }
+  uint32_t join(uint32_t a, uint32_t b) {
+    if (a == kNone) return b;
+    if (b == kNone) return a;
+    return add_memory("wait", Phase::Other, -1, 0, 0, 0, deps(a, b));
+  }
+
+  // The stage's parameters: dense (expert = false) or expert, over all its chunks.
+  double local_params(bool expert) const {
+    double p = 0;
+    for (int64_t c = 0; c < l_.virtual_stages; ++c) {
+      for (int64_t i = 0; i < chunk_layers(c); ++i)
+        p += expert ? layer_expert_params(layer_of(c, i)) : layer_dense_params(layer_of(c, i));
+      if (!expert) p += embedding_params(first_virtual(c), last_virtual(c));
+    }
+    return p;
+  }
+  double embedding_params_local() const {
+    double p = 0;
+    for (int64_t c = 0; c < l_.virtual_stages; ++c) p += embedding_params(first_virtual(c), last_virtual(c));
+    return p;
+  }
+
+  // ---- distributed optimizer: parameter gathers overlapped with the next forward ----
+  // Megatron-Core with --overlap-param-gather all-gathers each bucket's updated
+  // parameters as the forward reaches it. The buckets are those the backward fills
+  // (layers last to first); the gathers are issued in forward order at the start of the
+  // step, and a layer's first forward op waits for its bucket.
+  void plan_param_gathers() {
+    if (!(l_.zero_stage >= 1 && l_.zero_stage <= 2 && l_.dp * l_.cp > 1 && l_.overlap_param_gather)) return;
+    std::vector<std::pair<double, std::vector<int32_t>>> buckets(1);
+    auto add = [&](int32_t L, double params) {
+      buckets.back().first += params;
+      buckets.back().second.push_back(L);
+      if (buckets.back().first >= static_cast<double>(l_.bucket_params)) buckets.emplace_back();
+    };
+    for (int64_t c = l_.virtual_stages - 1; c >= 0; --c) {
+      for (int64_t i = chunk_layers(c) - 1; i >= 0; --i) add(layer_of(c, i), layer_dense_params(layer_of(c, i)));
+      if (first_virtual(c) || last_virtual(c)) add(-1, embedding_params(first_virtual(c), last_virtual(c)));
+    }
+    for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
+      if (it->first <= 0) continue;
+      const uint32_t g = add_coll("zero-param-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_,
+                                  Phase::Forward, -1, it->first * static_cast<double>(e_), {});
+      for (int32_t L : it->second) param_gather_[L] = g;
+    }
+  }
+  uint32_t param_gather_for(int32_t L) const {
+    auto it = param_gather_.find(L);
+    return it == param_gather_.end() ? kNone : it->second;
+  }
 
   void backward_block(int64_t chunk, bool last_micro_batch) {
     const double act = act_bytes();
@@ -574,10 +821,10 @@ class StageBuilder {
     uint32_t g;
     if (last_virtual(chunk)) {
       const double lg = static_cast<double>(tokens_ * vocab_local_);
-      g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 3.0 * lg,
-                     deps(prev_));
-      uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g));
-      uint32_t wgrad = add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g));
+      g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 8, lg * (4.0 + static_cast<double>(e_)),
+                     3.0 * lg, deps(prev_));
+      uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
+      uint32_t wgrad = add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_);
       uint32_t d = tp_reduce("logits-grad-allreduce", "logits-grad-reduce-scatter", Phase::Backward, -1, dgrad);
       g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * act, act,
                      10.0 * act / static_cast<double>(e_), deps(d, wgrad));
@@ -600,31 +847,35 @@ class StageBuilder {
       }
       // MLP: row-parallel down projection, then column-parallel up projection whose
       // input-gradient reduction overlaps its weight-gradient GEMM.
-      uint32_t dy = tp_gather("allgather-mlp-grad", Phase::Backward, L, g);
+      const double mask = m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
       uint32_t mlp_w = kNone;
-      uint32_t up_d = mlp_backward(L, dy, mlp_w);
+      uint32_t red = mlp_backward(L, g, mlp_w);
       uint32_t x2 = tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
       uint32_t up_w =
           m_.moe_layer(L) ? mlp_w : add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_, tokens_, deps(x2, mlp_w));
-      uint32_t red = tp_reduce("tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L, up_d);
-      uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act, 2 * act,
+      uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                                 12.0 * act / static_cast<double>(e_), deps(red, up_w));
-      uint32_t dy2 = tp_gather("allgather-attn-grad", Phase::Backward, L, ln2);
-      uint32_t proj_d =
-          add_gemm("attn-proj-dgrad", Phase::Backward, L, tokens_, m_.heads * m_.head_dim() / t_, h, deps(dy2));
-      uint32_t proj_w =
-          add_gemm("attn-proj-wgrad", Phase::Backward, L, h, m_.heads * m_.head_dim() / t_, tokens_, deps(dy2));
+      const int64_t attn_out = m_.heads * m_.head_dim() / t_;
+      ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, act / static_cast<double>(e_), ln2);
+      uint32_t proj_d = ag_then_gemm("allgather-attn-grad", "attn-proj-dgrad", Phase::Backward, L, ln2, attn_out, h);
+      uint32_t proj_w = add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_, deps(gathered_));
       uint32_t at = ring_attention(L, Phase::Backward, proj_d);
-      uint32_t qkv_d = add_gemm("qkv-dgrad", Phase::Backward, L, tokens_, h, qkv_, deps(at));
+      at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, static_cast<double>(tokens_ * qkv_), at);
       uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at);
       uint32_t qkv_w = add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w));
-      uint32_t red1 = tp_reduce("tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad", Phase::Backward, L, qkv_d);
-      g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act, 2 * act, 12.0 * act / static_cast<double>(e_),
-                     deps(red1, qkv_w));
+      uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
+                                       Phase::Backward, L, deps(at), h, qkv_);
+      g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
+                     12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
       if (last_micro_batch || l_.zero_stage >= 3) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
     }
     if (first_virtual(chunk)) {
-      g = add_memory("embedding-backward", Phase::Backward, -1, act, full_act_bytes(), 0, deps(g));
+      // The embedding's weight gradient is dense (vocab x h per TP rank): zero-filled,
+      // scatter-added per token, then accumulated into the FP32 main gradient.
+      const double table = static_cast<double>(vocab_local_ * m_.hidden);
+      const double ge = dtype_bits(grad_dtype_) / 8.0;
+      g = add_memory("embedding-backward", Phase::Backward, -1, 2 * full_act_bytes() + table * (e_ + ge),
+                     full_act_bytes() + table * (e_ + ge), 0, deps(g));
     } else {
       add_p2p("pp-send-grad", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
               "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), act, deps(g));
@@ -651,6 +902,15 @@ class StageBuilder {
   int64_t stage_;
   bool adam_;
   uint8_t compute_ = 0, tp_ = 0, dp_ = 0, ep_ = 0xff;
+  DType act_dtype_ = DType::BF16, lin_dtype_ = DType::BF16, attn_dtype_ = DType::BF16;
+  uint32_t gathered_ = kNone;  // the op after which the last all-gathered input is whole
+  std::map<int32_t, uint32_t> param_gather_;  // layer (-1: embedding, output) -> its bucket's gather
+  struct Bucket {
+    double dense, expert;
+    int32_t layer;
+  };
+  bool defer_grads_ = false;
+  std::vector<Bucket> deferred_;
   int64_t e_ = 2, t_ = 1, tokens_ = 0, seq_tokens_ = 0, vocab_local_ = 0, mlp_in_ = 0, qkv_ = 0;
   DType grad_dtype_ = DType::FP32;
   int32_t mb_ = -1;
@@ -730,6 +990,8 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.sequence_parallel = l.sequence_parallel;
     mi.full_recompute = l.recompute == "full";
     mi.adam = adam;
+    mi.fp8 = l.fp8;
+    mi.unfused_scores = !l.flash_attention && l.recompute == "none";
     int64_t live = 0, peak = 0;
     for (const PipelineBlock& b : pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st)) {
       live += b.forward ? 1 : -1;
@@ -753,6 +1015,9 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
       total.activations += b.activations;
       total.buffers += b.buffers;
     }
+    const int communicators = (l.tp > 1) + (l.dp * l.cp > 1) + (l.pp > 1) + (l.cp > 1) + (l.ep > 1);
+    total.reserved =
+        s.memory_reserve_bytes >= 0 ? static_cast<double>(s.memory_reserve_bytes) : default_memory_reserve(total, communicators);
     out.push_back(total);
   }
   return out;

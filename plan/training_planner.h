@@ -40,6 +40,12 @@ struct TrainingLayout {
   bool sequence_parallel = false;
   std::string schedule = "1f1b";
   std::string recompute = "none";
+  bool flash_attention = true;      // training.attention: flash | unfused
+  bool fp8 = false;                 // model.dtype fp8: Transformer Engine's FP8 linear layers
+  bool fp8_attention = false;       // the attention core in FP8 too
+  bool tp_comm_overlap = false;     // SP collectives chunked around the ring beside their GEMMs
+  bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
+  bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
 };
 
 struct TrainingPlan {

@@ -180,6 +180,13 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.model.dtype = as_dtype(n, "model.dtype"); }},
       {"model.tied_embeddings", "bool", "preset's", "output layer shares the token embedding",
        [](const N& n, S& s) { s.model.tied_embeddings = as_bool(n, "model.tied_embeddings"); }},
+      {"model.dropout", "number", "preset's (GPT 0.1, Llama 0)",
+       "attention-probability and hidden dropout (Megatron-LM --attention-dropout / --hidden-dropout); 0 runs no "
+       "dropout kernels",
+       [](const N& n, S& s) {
+         s.model.dropout = as_double(n, "model.dropout", 0, false);
+         if (s.model.dropout >= 1) throw InputError(n.mark, "model.dropout must be below 1, got " + n.scalar);
+       }},
       {"model.moe", "mapping", "", "mixture of experts (0 experts: dense)", nullptr},
       {"model.moe.experts", "integer", "0", "experts per MoE layer",
        [](const N& n, S& s) { s.model.moe.experts = as_int(n, "model.moe.experts", 0); }},
@@ -225,6 +232,18 @@ const std::vector<KeySpec>& key_table() {
       {"parallel.bucket_size", "integer", "40000000",
        "parameters per DP gradient bucket (reduced as soon as its layers' gradients are final)",
        [](const N& n, S& s) { s.parallel.bucket_params = as_int(n, "parallel.bucket_size", 1); }},
+      {"parallel.tp_comm_overlap", "bool", "false",
+       "Megatron-Core --tp-comm-overlap: with sequence_parallel, each TP all-gather / reduce-scatter is split into tp "
+       "chunks exchanged around the ring while the GEMM it feeds (or drains) runs chunk by chunk",
+       [](const N& n, S& s) { s.parallel.tp_comm_overlap = as_bool(n, "parallel.tp_comm_overlap"); }},
+      {"parallel.overlap_grad_reduce", "bool", "true",
+       "reduce each gradient bucket as soon as its layers' gradients are final (--overlap-grad-reduce); false: all "
+       "buckets after the backward",
+       [](const N& n, S& s) { s.parallel.overlap_grad_reduce = as_bool(n, "parallel.overlap_grad_reduce"); }},
+      {"parallel.overlap_param_gather", "bool", "true",
+       "ZeRO 1/2 (distributed optimizer): all-gather each bucket's updated parameters ahead of its layers in the next "
+       "forward (--overlap-param-gather); false: after the optimizer step",
+       [](const N& n, S& s) { s.parallel.overlap_param_gather = as_bool(n, "parallel.overlap_param_gather"); }},
       {"parallel.placement", "order", "tp-cp-ep-dp-pp",
        "rank order, innermost first (a permutation of tp, cp, ep, dp, pp)",
        [](const N& n, S& s) {
@@ -256,6 +275,20 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.optimizer = as_enum(n, "training.optimizer", {"adam", "sgd"});
        }},
+      {"training.attention", "name", "flash",
+       "flash (fused, IO-aware: FlashAttention / cuDNN) | unfused (QK^T and PV as batched GEMMs, the scores, softmax "
+       "and dropout through HBM, as Megatron-LM before 2023)",
+       [](const N& n, S& s) { s.training.attention = as_enum(n, "training.attention", {"flash", "unfused"}); }},
+      {"training.fp8_attention", "bool", "false",
+       "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked)",
+       [](const N& n, S& s) { s.training.fp8_attention = as_bool(n, "training.fp8_attention"); }},
+      {"training.step_overhead", "time", "3ms",
+       "host and framework work per iteration that the GPUs wait for (scheduling, loss and grad-norm bookkeeping, "
+       "logging); docs/model.md gives the source",
+       [](const N& n, S& s) {
+         s.training.step_overhead_s = as_time(n, "training.step_overhead");
+         s.training.step_overhead_set = true;
+       }},
       {"inference", "mapping", "", "an inference-serving run instead of training", nullptr},
       {"inference.replicas", "integer", "1", "model replicas, each tp × pp GPUs",
        [](const N& n, S& s) { s.serving.replicas = as_int(n, "inference.replicas", 1, 1 << 20); }},
@@ -272,8 +305,12 @@ const std::vector<KeySpec>& key_table() {
       {"inference.requests", "integer", "1000", "requests to serve",
        [](const N& n, S& s) { s.serving.requests = as_int(n, "inference.requests", 1, int64_t{1} << 26); }},
       {"inference.arrivals", "mapping", "", "when requests arrive", nullptr},
-      {"inference.arrivals.process", "name", "poisson", "poisson | gamma | fixed",
-       [](const N& n, S& s) { s.serving.arrival_process = as_enum(n, "inference.arrivals.process", {"poisson", "gamma", "fixed"}); }},
+      {"inference.arrivals.process", "name", "poisson",
+       "poisson | gamma | fixed | closed (closed: `concurrency` clients, each sending its next request the moment "
+       "its last one ends, as benchmark clients at a fixed concurrency do)",
+       [](const N& n, S& s) { s.serving.arrival_process = as_enum(n, "inference.arrivals.process", {"poisson", "gamma", "fixed", "closed"}); }},
+      {"inference.arrivals.concurrency", "integer", "1", "closed: clients in flight",
+       [](const N& n, S& s) { s.serving.concurrency = as_int(n, "inference.arrivals.concurrency", 1, 1 << 20); }},
       {"inference.arrivals.rate_per_s", "number", "8", "mean arrivals per second",
        [](const N& n, S& s) { s.serving.rate_per_s = as_double(n, "inference.arrivals.rate_per_s", 0, true); }},
       {"inference.arrivals.cv", "number", "1.0", "gamma: coefficient of variation of the gaps (burstiness)",
@@ -368,6 +405,34 @@ const std::vector<KeySpec>& key_table() {
       {"calibration", "path", "none",
        "calibration profile YAML (calibrate/profiles/*.yaml; relative to this file); else the built-in defaults",
        [](const N& n, S& s) { s.calibration = scalar(n, "calibration", "a path"); }},
+      {"cluster.memory_reserve", "size", "auto",
+       "GPU memory per GPU the model cannot use: CUDA context, NCCL buffers, allocator fragmentation (auto: see "
+       "docs/model.md)",
+       [](const N& n, S& s) {
+         if (n.kind == YNode::Kind::Scalar && n.scalar == "auto")
+           s.memory_reserve_bytes = -1;
+         else
+           s.memory_reserve_bytes = as_size(n, "cluster.memory_reserve");
+       }},
+      {"reference", "mapping", "", "a published or measured value this scenario reproduces (clustersim accuracy)",
+       nullptr},
+      {"reference.metric", "name", "(required)", "the --json metric of run it is compared with",
+       [](const N& n, S& s) {
+         s.reference.metric = scalar(n, "reference.metric", "a metric name");
+         s.reference.set = true;
+       }},
+      {"reference.value", "number", "(required)", "the published value, in reference.unit",
+       [](const N& n, S& s) {
+         s.reference.value = as_double(n, "reference.value", 0, true);
+         s.reference.set = true;
+       }},
+      {"reference.unit", "name", "the metric's", "s | ms | us | % | fraction | tokens/s | TFLOP/s | requests/s",
+       [](const N& n, S& s) {
+         s.reference.unit = as_enum(n, "reference.unit",
+                                    {"s", "ms", "us", "%", "fraction", "tokens/s", "TFLOP/s", "requests/s"});
+       }},
+      {"reference.source", "string", "(required)", "where the value was published (citation)",
+       [](const N& n, S& s) { s.reference.source = scalar(n, "reference.source", "text"); }},
       {"output", "mapping", "", "where results go", nullptr},
       {"output.sqlite", "path", "none", "SQLite timeline database (a run is appended)",
        [](const N& n, S& s) { s.output_sqlite = scalar(n, "output.sqlite", "a path"); }},
@@ -643,6 +708,17 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
     throw InputError(s.mark("model.kv_heads"), "model.kv_heads (" + std::to_string(m.kv_heads) +
                                                    ") must divide model.heads (" + std::to_string(m.heads) + ")");
+  if (s.reference.set || s.marks.count("reference")) {
+    if (s.reference.metric.empty())
+      throw InputError(s.mark("reference"), "reference.metric is required, e.g. iteration_time_s");
+    if (!s.marks.count("reference.value"))
+      throw InputError(s.mark("reference"), "reference.value is required, expected the published number");
+    if (s.reference.source.empty())
+      throw InputError(s.mark("reference"), "reference.source is required, expected a citation");
+    s.reference.set = true;
+  }
+  if (s.serving.arrival_process == "closed" && !s.marks.count("inference.arrivals.concurrency"))
+    s.serving.concurrency = 1;
   s.merged_yaml = emit_yaml(root);
   YNode config = root;
   config.map.erase(

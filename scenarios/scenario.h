@@ -30,6 +30,9 @@ struct ParallelConfig {
   int64_t micro_batch = 1;
   std::string placement = "tp-cp-ep-dp-pp";
   int64_t bucket_params = 40'000'000;  // DP gradient bucket (Megatron's default 40M parameters)
+  bool tp_comm_overlap = false;        // Megatron-Core --tp-comm-overlap (TE userbuffers)
+  bool overlap_grad_reduce = true;     // gradient buckets reduced during the backward
+  bool overlap_param_gather = true;    // distributed optimizer: parameter gathers during the next forward
 };
 
 struct TrainingConfig {
@@ -37,6 +40,19 @@ struct TrainingConfig {
   int64_t iterations = 1;
   std::string recompute = "none";
   std::string optimizer = "adam";
+  std::string attention = "flash";  // flash (fused, IO-aware) | unfused (scores and softmax through HBM)
+  bool fp8_attention = false;       // with model.dtype fp8: the attention core in FP8 too
+  double step_overhead_s = 0;       // host work per iteration the GPUs wait for
+  bool step_overhead_set = false;   // false: the default
+};
+
+// A published or measured value the scenario reproduces (`clustersim accuracy`).
+struct Reference {
+  bool set = false;
+  std::string metric;  // a --json metric of `run`
+  double value = 0;    // in `unit`
+  std::string unit;    // s | ms | us | % | fraction | tokens/s | TFLOP/s | requests/s | GiB | bytes
+  std::string source;
 };
 
 struct LengthDist {
@@ -53,7 +69,8 @@ struct InferenceConfig {
   int64_t max_batch_tokens = 8192;
   int64_t kv_block_tokens = 16;
   int64_t requests = 1000;
-  std::string arrival_process = "poisson";  // poisson | gamma | fixed
+  std::string arrival_process = "poisson";  // poisson | gamma | fixed | closed
+  int64_t concurrency = 0;                  // closed: clients, each sending its next request when one ends
   double rate_per_s = 8;
   double cv = 1.0;  // gamma: coefficient of variation of inter-arrival times
   uint64_t arrival_seed = 1;
@@ -92,6 +109,8 @@ struct Scenario {
   std::string output_sqlite;
   std::string output_trace;
   uint64_t seed = 1;
+  Reference reference;
+  int64_t memory_reserve_bytes = -1;  // per GPU, kept from the model by the stack; -1: the default
 
   std::vector<std::pair<std::string, YNode>> sweep;  // key path -> list of values
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "calibrate/profile.h"
+#include "cli/accuracy.h"
 #include "calibrate/profile_check.h"
 #include "plan/plan_io.h"
 #include "plan/training_planner.h"
@@ -76,6 +77,8 @@ constexpr const char* kUsage =
     "                                                run real and simulated, report per-op and end-to-end error\n"
     "                                                (--real-from: against the real run a validate recorded)\n"
     "  profile-check P.yaml [--gpu PRESET]           held-out error of a profile's GEMM interpolation\n"
+    "  accuracy DIR [--json] [--jobs N]              every scenario in DIR with a reference: block, predicted\n"
+    "                                                against the published value; error per case, MAPE, worst\n"
     "  keys                                          list every scenario key (type, default, meaning)\n"
     "  help, --help                                  this text\n"
     "  --version                                     the version\n"
@@ -603,6 +606,13 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
 #endif
     }
     if (cmd == "keys") return cmd_keys();
+    if (cmd == "accuracy") {
+      try {
+        return cmd_accuracy(args);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
+    }
     if (cmd == "profile-check") return cmd_profile_check(args);
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {
       std::cout << kUsage;
@@ -678,7 +688,7 @@ int main(int argc, char** argv) {
     const std::string name = self.substr(self.rfind('/') + 1);
     static const char* const kCommands[] = {"run",           "collective", "plan",     "sweep",     "search",
                                             "report",        "real",       "validate", "calibrate", "keys",
-                                            "profile-check", "help",       "--help",   "-h",        "--version"};
+                                            "profile-check", "accuracy",   "help",     "--help",    "-h",         "--version"};
     if (name == "clustersim-real" &&
         std::find(std::begin(kCommands), std::end(kCommands), args.front()) == std::end(kCommands))
       args.insert(args.begin(), "real");

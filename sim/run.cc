@@ -97,6 +97,10 @@ void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfil
   network = prof.network;
 }
 
+double step_overhead_seconds(const Scenario& s) {
+  return s.training.step_overhead_set ? s.training.step_overhead_s : kDefaultStepOverheadS;
+}
+
 RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   RunOutcome out;
   out.scenario = s;
@@ -119,7 +123,9 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   if (bar) bar->finish();
 
   const TrainingLayout& l = out.plan.layout;
-  const double iter = out.exec.makespan.seconds();
+  // The host's work per step that the GPUs wait for (training.step_overhead) follows the
+  // last kernel of the step.
+  const double iter = out.exec.makespan.seconds() + step_overhead_seconds(s);
   const double gpus = static_cast<double>(s.gpus());
   const double tokens = static_cast<double>(l.global_batch * s.model.seq_len);
   const double tflops = out.plan.model_flops_per_rank / iter / 1e12;
@@ -148,6 +154,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"memory_optimizer_bytes", out.plan.memory.optimizer},
       {"memory_activations_bytes", out.plan.memory.activations},
       {"memory_buffers_bytes", out.plan.memory.buffers},
+      {"memory_reserved_bytes", out.plan.memory.reserved},
       {"gpus", gpus},
       {"dp", static_cast<double>(l.dp)},
       {"tp", static_cast<double>(l.tp)},

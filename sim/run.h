@@ -41,6 +41,10 @@ void check_output(const SourceMark& mark, const std::string& key, const std::str
 // and its request trace.
 std::vector<std::string> scenario_inputs(const Scenario& s);
 RunOutcome run_training(const Scenario& s, const RunOptions& opt = {});
+// Host and framework work per iteration that the GPUs wait for (training.step_overhead;
+// the default's derivation is in docs/model.md).
+inline constexpr double kDefaultStepOverheadS = 3e-3;
+double step_overhead_seconds(const Scenario& s);
 // A path the scenario names: as written when it exists, else relative to the scenario
 // file (like include:).
 std::string scenario_relative_path(const Scenario& s, const std::string& path);

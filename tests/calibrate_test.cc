@@ -22,6 +22,8 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
   EXPECT_DOUBLE_EQ(p.compute.gemm_efficiency, c.gemm_efficiency);
   EXPECT_DOUBLE_EQ(p.compute.attention_efficiency, c.attention_efficiency);
   EXPECT_DOUBLE_EQ(p.compute.memory_efficiency, c.memory_efficiency);
+  EXPECT_DOUBLE_EQ(p.compute.fp8_gemm_efficiency, c.fp8_gemm_efficiency);
+  EXPECT_DOUBLE_EQ(p.compute.kernel_latency_s, c.kernel_latency_s);
   EXPECT_DOUBLE_EQ(p.compute.launch_overhead_s, c.launch_overhead_s);
   for (size_t i = 0; i < 2; ++i)
     for (size_t j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(p.compute.overlap_slowdown[i][j], c.overlap_slowdown[i][j]);
@@ -153,11 +155,9 @@ TEST(Profile, MeasuredTablesAreInterpolated) {
     op.flops = gemm_flops(op);
     op.bytes_read = (m * k + k * n) * 2;
     op.bytes_written = m * n * 2;
-    ComputeProfile unit;  // the roofline at efficiency 1, tiles of one element (no wave steps)
-    unit.gemm_efficiency = 1.0;
-    unit.memory_efficiency = 1.0;
-    unit.gemm_tile_m = unit.gemm_tile_n = 1;
-    return std::pair{op, compute_seconds(op, gpu, unit)};
+    // The roofline at efficiency 1: the longer of FLOPs at peak and bytes at HBM bandwidth.
+    return std::pair{op, std::max(op.flops / gpu.peak_flops(DType::BF16),
+                                  static_cast<double>(op.bytes_read + op.bytes_written) / gpu.hbm_bandwidth)};
   };
   auto tables = std::make_shared<MeasuredTables>();
   for (int64_t m : {1024, 4096})

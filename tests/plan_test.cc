@@ -32,12 +32,29 @@ TEST(Memory, ShardsOverTensorParallelism) {
   EXPECT_DOUBLE_EQ(b.weights, static_cast<double>(p8) * 2);
   EXPECT_DOUBLE_EQ(b.gradients, static_cast<double>(p8) * 4);
   EXPECT_DOUBLE_EQ(b.optimizer, static_cast<double>(p8) * 12);
-  // Korthikanti, TP without SP: s·b·h·(10 + 24/t) per layer, plus logits.
+  // Tensor by tensor, in s·b·h units: replicated without SP the norms' inputs (4), the
+  // QKV and MLP inputs (2 + 2), no dropout masks (Llama); sharded Q (2), K and V
+  // (4 · 8/32 under GQA), the projection's input (2), SwiGLU's two up outputs
+  // (2 · 2 · 3.5) and the down input (2 · 3.5): 8 + 26/t; plus the logits.
   const double sbh = 8192.0 * 4096;
   const double logits = 8192.0 * padded_vocab(m, 8) / 8 * (2 + 4);
-  EXPECT_DOUBLE_EQ(b.activations, sbh * (10 + 24.0 / 8) * 32 + logits);
+  EXPECT_DOUBLE_EQ(b.activations, sbh * (8 + 26.0 / 8) * 32 + logits);
   in.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(training_memory(m, in).activations, sbh * 34.0 / 8 * 32 + logits);
+
+  // A GPT layer (MHA, 4h GELU MLP, dropout 0.1) is Korthikanti et al.'s 10 + 24/t.
+  const ModelConfig& g = *find_model_preset("gpt3-1.3b");
+  MemoryInputs gi;
+  gi.tp = 8;
+  gi.in_flight_layers = 24;
+  gi.output = false;
+  const double gsbh = 2048.0 * 2048;
+  EXPECT_DOUBLE_EQ(training_memory(g, gi).activations, gsbh * (10 + 24.0 / 8) * 24);
+  gi.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(training_memory(g, gi).activations, gsbh * 34.0 / 8 * 24);
+  // Unfused attention keeps the scores: Korthikanti's 5·a·s/h more per layer.
+  gi.unfused_scores = true;
+  EXPECT_DOUBLE_EQ(training_memory(g, gi).activations, gsbh * (34.0 + 5.0 * 16 * 2048 / 2048) / 8 * 24);
 }
 
 constexpr const char* kBase = R"(
@@ -73,9 +90,11 @@ TEST(Planner, TensorParallelCollectivesPerLayer) {
   const int mbs = 2, layers = 24;
   EXPECT_EQ(tp.layout.micro_batches, mbs);
   // Megatron: 2 all-reduces forward + 2 backward per layer per micro-batch, plus the
-  // embedding, the logits gradient and the vocab-parallel cross-entropy reductions.
-  EXPECT_EQ(count_ops(tp.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP), mbs * (4 * layers + 3));
-  EXPECT_EQ(count_ops(tp.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::DP), layers + 1);
+  // embedding, the logits gradient and the vocab-parallel cross-entropy reductions; per
+  // step one more on each group for the gradient norm.
+  EXPECT_EQ(count_ops(tp.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP),
+            mbs * (4 * layers + 3) + 1);
+  EXPECT_EQ(count_ops(tp.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::DP), layers + 1 + 1);
   for (const Op& op : tp.plan.programs[0].ops) {
     if (op.kind == OpKind::Collective && op.group == GroupKind::TP && op.layer >= 0) {
       EXPECT_EQ(op.bytes, 2LL * 2048 * 2048 * 2);  // b·s·h in bf16
@@ -88,7 +107,7 @@ TEST(Planner, TensorParallelCollectivesPerLayer) {
   // SP: each all-reduce becomes reduce-scatter + all-gather, and backward re-gathers
   // the inputs of the column-parallel weight gradients.
   EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP),
-            mbs);  // cross-entropy only
+            mbs + 1);  // cross-entropy and the gradient norm only
   EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::ReduceScatter, GroupKind::TP),
             mbs * (4 * layers + 2));
   EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllGather, GroupKind::TP), mbs * (6 * layers + 1));

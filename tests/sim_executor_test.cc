@@ -98,6 +98,7 @@ TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
   Topology topo(one_dgx());
   auto durations = [&](double coll, double p2p) {
     ExecOptions opt;
+    opt.compute.kernel_latency_s = 0;  // the slowdown alone, on no floor
     opt.compute.overlap_slowdown[0].fill(p2p);
     opt.compute.overlap_slowdown[1].fill(coll);
     std::map<std::pair<int32_t, uint32_t>, int64_t> d;
@@ -105,7 +106,7 @@ TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
     return d;
   };
   const auto base = durations(1.0, 1.0), slow = durations(1.5, 3.0);
-  EXPECT_NEAR(static_cast<double>(slow.at({0, 2})) / static_cast<double>(base.at({0, 2})), 1.5, 1e-9);
+  EXPECT_NEAR(static_cast<double>(slow.at({0, 2})) / static_cast<double>(base.at({0, 2})), 1.5, 1e-7);
   EXPECT_EQ(slow.at({0, 0}), base.at({0, 0}));  // before the collective was reached
   EXPECT_EQ(slow.at({1, 0}), base.at({1, 0}));  // rank 1 reaches it after
   EXPECT_EQ(slow.at({1, 2}), base.at({1, 2}));  // starts once the collective is done
@@ -116,6 +117,8 @@ TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
 TEST(Executor, CollectiveWaitsForTheLastMember) {
   Topology topo(one_dgx());
   ExecOptions opt;
+  opt.compute.kernel_latency_s = 0;  // kernels at bytes / (0.9 · HBM bandwidth), no floor
+  opt.compute.memory_efficiency = 0.9;
   // No protocol overheads, a fixed ring: the textbook 2-GPU ring all-reduce.
   for (auto& f : opt.network.base_latency) f.fill(0.0);
   for (auto& c : opt.network.hop_latency)

@@ -1,0 +1,249 @@
+#include "cli/accuracy.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "reports/summary.h"
+#include "scenarios/scenario.h"
+#include "sim/run.h"
+#include "sim/serving.h"
+
+namespace clustersim {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Whether a file's own text opens a `reference:` block (a scenario's shared includes
+// have none and are not scenarios by themselves).
+bool has_reference_block(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("reference:", 0) == 0) return true;
+  return false;
+}
+
+// The factor that turns a value in `unit` into the metric's own unit, or throws
+// InputError when the unit cannot describe the metric.
+double unit_factor(const Scenario& s) {
+  const std::string& m = s.reference.metric;
+  const std::string& u = s.reference.unit;
+  const bool time = (ends_with(m, "_s") || m.find("_s_") != std::string::npos) && m.find("_per_s") == std::string::npos;
+  const bool fraction = m == "mfu" || m.find("fraction") != std::string::npos ||
+                        m.find("utilization") != std::string::npos || m == "slo_attainment" ||
+                        m.find("hit_rate") != std::string::npos;
+  auto refuse = [&](const std::string& expected) -> double {
+    throw InputError(s.mark("reference.unit"),
+                     "reference.unit '" + u + "' does not measure " + m + ", expected " + expected);
+  };
+  if (u.empty()) return 1.0;
+  if (u == "s" || u == "ms" || u == "us") {
+    if (!time) return refuse("the metric's own unit");
+    return u == "s" ? 1.0 : u == "ms" ? 1e-3 : 1e-6;
+  }
+  if (u == "%" || u == "fraction") {
+    if (!fraction) return refuse("the metric's own unit");
+    return u == "%" ? 0.01 : 1.0;
+  }
+  if (u == "tokens/s" && m.find("tokens_per_s") == std::string::npos) return refuse("s, ms, us, % or fraction");
+  if (u == "TFLOP/s" && m.find("tflops") == std::string::npos) return refuse("tokens/s, s, % or fraction");
+  if (u == "requests/s" && m.find("requests_per_s") == std::string::npos) return refuse("tokens/s, s, % or fraction");
+  return 1.0;
+}
+
+AccuracyCase run_case(const std::string& file) {
+  Scenario s = load_scenario(file);
+  s.output_sqlite.clear();  // accuracy writes nothing
+  s.output_trace.clear();
+  AccuracyCase c;
+  c.file = file;
+  c.name = s.name;
+  c.kind = s.inference ? "serving" : "training";
+  c.source = s.reference.source;
+  c.metric = s.reference.metric;
+  c.unit = s.reference.unit;
+  c.reference = s.reference.value * unit_factor(s);
+  Metrics metrics;
+  if (s.inference) {
+    metrics = run_serving(s, false, false).metrics;
+  } else {
+    RunOptions opt;
+    opt.record_link_usage = false;
+    opt.keep_spans = false;
+    metrics = run_training(s, opt).metrics;
+  }
+  auto it = std::find_if(metrics.begin(), metrics.end(), [&](const auto& kv) { return kv.first == c.metric; });
+  if (it == metrics.end()) {
+    std::string names;
+    for (const auto& [k, v] : metrics) names += (names.empty() ? "" : ", ") + k;
+    throw InputError(s.mark("reference.metric"),
+                     "reference.metric '" + c.metric + "' is not a metric of this run, expected one of: " + names);
+  }
+  c.predicted = it->second;
+  c.error_pct = 100.0 * (c.predicted - c.reference) / c.reference;
+  return c;
+}
+
+void summarize(const std::vector<AccuracyCase>& cases, const std::string& kind, double& mape, double& worst, int& n) {
+  double sum = 0;
+  n = 0;
+  worst = 0;
+  for (const AccuracyCase& c : cases) {
+    if (!kind.empty() && c.kind != kind) continue;
+    sum += std::fabs(c.error_pct);
+    worst = std::max(worst, std::fabs(c.error_pct));
+    ++n;
+  }
+  mape = n > 0 ? sum / n : 0.0;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+AccuracyReport run_accuracy(const std::string& dir, int jobs) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw InputError(SourceMark{dir, 0, 0}, "is not a directory, expected a folder of scenarios");
+  std::vector<std::string> files;
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() > 16) it.disable_recursion_pending();  // a loop of links ends here
+    const fs::path& p = it->path();
+    if (it->is_regular_file(ec) && p.extension() == ".yaml" && has_reference_block(p)) files.push_back(p.string());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty())
+    throw InputError(SourceMark{dir, 0, 0}, "holds no scenario with a reference: block, expected at least one");
+
+  struct Slot {
+    bool ok = false;
+    AccuracyCase c;
+    std::string error;
+  };
+  std::vector<Slot> slots(files.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < files.size(); i = next++) {
+      try {
+        slots[i].c = run_case(files[i]);
+        slots[i].ok = true;
+      } catch (const InputError& e) {
+        slots[i].error = e.what();
+      } catch (const std::exception& e) {
+        slots[i].error = files[i] + ": error: " + e.what();
+      }
+    }
+  };
+  const int n = std::max(1, std::min<int>(jobs, static_cast<int>(files.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+
+  AccuracyReport r;
+  for (Slot& s : slots) {
+    if (s.ok)
+      r.cases.push_back(std::move(s.c));
+    else
+      r.failed.push_back(std::move(s.error));
+  }
+  int all = 0;
+  summarize(r.cases, "", r.mape_pct, r.max_abs_error_pct, all);
+  summarize(r.cases, "training", r.training_mape_pct, r.training_max_abs_error_pct, r.training_cases);
+  summarize(r.cases, "serving", r.serving_mape_pct, r.serving_max_abs_error_pct, r.serving_cases);
+  return r;
+}
+
+std::string accuracy_table(const AccuracyReport& r) {
+  std::ostringstream o;
+  size_t w = 4;
+  for (const AccuracyCase& c : r.cases) w = std::max(w, c.name.size());
+  auto pad = [](const std::string& s, size_t n) { return s + std::string(n > s.size() ? n - s.size() : 1, ' '); };
+  o << pad("case", w + 2) << pad("kind", 10) << pad("metric", 26) << pad("reference", 14) << pad("predicted", 14)
+    << "error\n";
+  for (const AccuracyCase& c : r.cases)
+    o << pad(c.name, w + 2) << pad(c.kind, 10) << pad(c.metric, 26) << pad(format_number(c.reference), 14)
+      << pad(format_number(c.predicted), 14) << (c.error_pct >= 0 ? "+" : "") << fixed(c.error_pct, 1) << " %\n";
+  o << "\n" << r.cases.size() << " cases: MAPE " << fixed(r.mape_pct, 2) << " %, worst " << fixed(r.max_abs_error_pct, 1)
+    << " %\n";
+  o << "  training " << r.training_cases << ": MAPE " << fixed(r.training_mape_pct, 2) << " %, worst "
+    << fixed(r.training_max_abs_error_pct, 1) << " %\n";
+  o << "  serving  " << r.serving_cases << ": MAPE " << fixed(r.serving_mape_pct, 2) << " %, worst "
+    << fixed(r.serving_max_abs_error_pct, 1) << " %\n";
+  for (const std::string& f : r.failed) o << "not run: " << f << "\n";
+  return o.str();
+}
+
+std::string accuracy_json(const AccuracyReport& r) {
+  std::string o = "{\"cases\": [";
+  for (size_t i = 0; i < r.cases.size(); ++i) {
+    const AccuracyCase& c = r.cases[i];
+    o += std::string(i ? ", " : "") + "{\"name\": \"" + json_escape(c.name) + "\", \"file\": \"" + json_escape(c.file) +
+         "\", \"kind\": \"" + c.kind + "\", \"source\": \"" + json_escape(c.source) + "\", \"metric\": \"" +
+         json_escape(c.metric) + "\", \"reference\": " + format_number(c.reference) +
+         ", \"predicted\": " + format_number(c.predicted) + ", \"error_pct\": " + format_number(c.error_pct) + "}";
+  }
+  o += "], \"mape_pct\": " + format_number(r.mape_pct) + ", \"max_abs_error_pct\": " + format_number(r.max_abs_error_pct);
+  o += ", \"training\": {\"cases\": " + std::to_string(r.training_cases) +
+       ", \"mape_pct\": " + format_number(r.training_mape_pct) +
+       ", \"max_abs_error_pct\": " + format_number(r.training_max_abs_error_pct) + "}";
+  o += ", \"serving\": {\"cases\": " + std::to_string(r.serving_cases) +
+       ", \"mape_pct\": " + format_number(r.serving_mape_pct) +
+       ", \"max_abs_error_pct\": " + format_number(r.serving_max_abs_error_pct) + "}";
+  o += ", \"failed\": [";
+  for (size_t i = 0; i < r.failed.size(); ++i) o += std::string(i ? ", " : "") + "\"" + json_escape(r.failed[i]) + "\"";
+  return o + "]}\n";
+}
+
+int cmd_accuracy(const std::vector<std::string>& args) {
+  std::string dir;
+  bool json = false;
+  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--jobs" || a == "-j") {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      const std::string v = args[++i];
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > 1024)
+        throw InputError(SourceMark{a, 0, 0}, "expected a thread count from 1 to 1024, got '" + v + "'");
+      jobs = static_cast<int>(n);
+    } else if (!a.empty() && a[0] == '-') {
+      throw std::invalid_argument("unknown option '" + a + "' for accuracy");
+    } else if (dir.empty()) {
+      dir = a;
+    } else {
+      throw std::invalid_argument("accuracy takes one folder, got '" + dir + "' and '" + a + "'");
+    }
+  }
+  if (dir.empty()) throw std::invalid_argument("accuracy needs a folder of scenarios");
+  const AccuracyReport r = run_accuracy(dir, jobs);
+  std::cout << (json ? accuracy_json(r) : accuracy_table(r));
+  if (!r.failed.empty()) {
+    for (const std::string& f : r.failed) std::cerr << f << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace clustersim

@@ -1,0 +1,36 @@
+// `clustersim accuracy DIR`: every scenario in DIR (recursively) with a `reference:`
+// block is run as `run` would run it, and its metric is set against the published value.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace clustersim {
+
+struct AccuracyCase {
+  std::string file;
+  std::string name;
+  std::string kind;  // training | serving
+  std::string source, metric, unit;
+  double reference = 0;  // in the metric's own unit (seconds, fractions, ...)
+  double predicted = 0;
+  double error_pct = 0;  // (predicted - reference) / reference, in %
+};
+
+struct AccuracyReport {
+  std::vector<AccuracyCase> cases;  // in file order
+  std::vector<std::string> failed;  // "FILE:LINE:COL: error: ..." of scenarios that did not run
+  double mape_pct = 0, max_abs_error_pct = 0;
+  double training_mape_pct = 0, training_max_abs_error_pct = 0;
+  double serving_mape_pct = 0, serving_max_abs_error_pct = 0;
+  int training_cases = 0, serving_cases = 0;
+};
+
+// Runs every scenario under `dir` that has a reference, on `jobs` threads (the report
+// is the same whatever the count).
+AccuracyReport run_accuracy(const std::string& dir, int jobs);
+std::string accuracy_table(const AccuracyReport& r);
+std::string accuracy_json(const AccuracyReport& r);
+int cmd_accuracy(const std::vector<std::string>& args);
+
+}  // namespace clustersim
