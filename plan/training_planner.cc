@@ -1033,7 +1033,7 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
   for (const MemoryBreakdown& b : tp.stage_memory)
     if (b.total() > tp.memory.total()) tp.memory = b;
   const GpuSpec& gpu = s.cluster.node.gpu;
-  if (tp.memory.total() > gpu.hbm_bytes) {
+  if (opt.check_memory && tp.memory.total() > gpu.hbm_bytes) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "%.1f GiB per GPU needed, %.1f GiB available on %s", tp.memory.total() / (1 << 30),
                   gpu.hbm_bytes / (1 << 30), gpu.name.c_str());

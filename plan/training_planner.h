@@ -59,6 +59,7 @@ struct TrainingPlan {
 
 struct PlannerOptions {
   bool use_symmetry = true;  // mark mirror ranks when the layout makes them provably identical
+  bool check_memory = true;  // refuse a layout that does not fit (a cost probe of one layer skips it)
 };
 
 TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt = {});

@@ -74,6 +74,12 @@ LayoutEstimator::LayoutEstimator(const Scenario& s) : s_(s) {
 
 LayoutEstimator::~LayoutEstimator() = default;
 
+double LayoutEstimator::memory_bytes(const TrainingLayout& l) const {
+  double peak = 0;
+  for (const MemoryBreakdown& b : training_stage_memory(with_layout(s_, l), l)) peak = std::max(peak, b.total());
+  return peak;
+}
+
 // One layer, one micro-batch, simulated on the executor: a probe scenario with one
 // transformer layer, no pipeline, one micro-batch per DP rank, on as many nodes as the
 // TP × CP × EP groups need (so their communication crosses what it would cross).
@@ -95,7 +101,10 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
   pl.dp = static_cast<int64_t>(p.cluster.nodes) * gpn / (l.tp * l.cp);
   pl.global_batch = pl.dp * l.micro_batch;
   p = with_layout(p, pl);
-  const TrainingPlan plan = build_training_plan(p);
+  // A probe of one layer costs time, not memory: its micro-batch need not fit on its own.
+  PlannerOptions po;
+  po.check_memory = false;
+  const TrainingPlan plan = build_training_plan(p, po);
   Topology topo(p.cluster);
   const ExecResult r = execute_plan(plan.plan, topo, opt_);
   LayerTimes t;
@@ -142,8 +151,7 @@ double LayoutEstimator::collective_seconds(CollectiveKind kind, const std::vecto
 
 LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   LayoutEstimate e;
-  const std::vector<MemoryBreakdown> mem = training_stage_memory(with_layout(s_, l), l);
-  for (const MemoryBreakdown& b : mem) e.memory_bytes = std::max(e.memory_bytes, b.total());
+  e.memory_bytes = memory_bytes(l);
   const LayerTimes& lt = layer_times(l);
   const ModelConfig& m = s_.model;
   const PlacementStrides st = placement_strides(s_.parallel.placement, l);
@@ -252,12 +260,17 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
   try {
     baseline = check_training_layout(s);
     const auto mem = training_stage_memory(s, baseline);
-    double peak = 0;
-    for (const auto& b : mem) peak = std::max(peak, b.total());
-    if (peak > hbm)
-      res.baseline_reason = "does not fit in memory";
-    else
+    MemoryBreakdown peak;
+    for (const auto& b : mem)
+      if (b.total() > peak.total()) peak = b;
+    if (peak.total() > hbm) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "does not fit in memory: %.1f GiB per GPU needed, %.1f GiB available (",
+                    peak.total() / (1 << 30), hbm / (1 << 30));
+      res.baseline_reason = buf + peak.describe() + ")";
+    } else {
       have_baseline = true;
+    }
   } catch (const InputError& e) {
     res.baseline_reason = e.what();
   }
@@ -316,11 +329,11 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
                       ++res.invalid;
                       continue;
                     }
-                    const LayoutEstimate e = est.estimate(l);
-                    if (e.memory_bytes > hbm) {
+                    if (est.memory_bytes(l) > hbm) {  // before any costing: a probe never runs for it
                       ++res.over_memory;
                       continue;
                     }
+                    const LayoutEstimate e = est.estimate(l);
                     ++res.estimated;
                     ranked.emplace_back(l, e);
                   }

@@ -50,6 +50,8 @@ class LayoutEstimator {
   ~LayoutEstimator();
   // `l` must be a checked layout of the scenario.
   LayoutEstimate estimate(const TrainingLayout& l);
+  // The fullest stage's memory, as `run` reports it (peak_memory_per_gpu_bytes).
+  double memory_bytes(const TrainingLayout& l) const;
 
  private:
   struct LayerTimes {

@@ -143,5 +143,26 @@ TEST(Search, BaselineThatDoesNotFitIsExplained) {
   EXPECT_NE(search_table(r).find("the scenario's own layout is not a candidate"), std::string::npos);
 }
 
+// Llama 3 70B at seq 8192 on 64 H100 from a layout that cannot fit (TP 1, no ZeRO): a
+// one-layer cost probe of a layout never has to fit by itself (its micro-batch's logits
+// alone can exceed the GPU), and the baseline's memory is the planner's, as `run` says.
+TEST(Search, FindsLayoutsForLlama3_70bAt8kOn64H100) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 8}\nmodel: {preset: llama3-70b, seq_len: 8192}\n"
+      "parallel: {tp: 1, dp: 64}\ntraining: {global_batch: 512}\n",
+      "search-70b");
+  SearchOptions o;
+  o.top_k = 2;
+  o.refine = "analytic";
+  o.progress = false;
+  const SearchResult r = search_layouts(s, o);
+  ASSERT_GE(r.best, 0);
+  EXPECT_EQ(r.baseline, -1);
+  EXPECT_NE(r.baseline_reason.find("does not fit in memory"), std::string::npos);
+  ASSERT_GE(r.top.size(), 2u);
+  EXPECT_LE(r.top[0].simulated_s, r.top[1].simulated_s);
+  for (const SearchCandidate& c : r.top) EXPECT_LE(c.peak_memory_bytes, s.cluster.node.gpu.hbm_bytes);
+}
+
 }  // namespace
 }  // namespace clustersim

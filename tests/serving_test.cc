@@ -563,5 +563,23 @@ TEST(Serving, IterationTimeIsThePlansTime) {
   }
 }
 
+// A decode iteration never gets faster as its batch grows (Llama 3 70B, TP 8, defaults):
+// one more request adds a GEMM row, its KV reads and its logits, never fewer tile waves.
+TEST(Serving, DecodeIterationTimeIsMonotonicInBatchSize) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-70b}\nparallel: {tp: 8}\n"
+      "inference: {requests: 1}\n",
+      "serving");
+  double prev = 0;
+  for (int64_t batch = 1; batch <= 300; ++batch) {
+    IterationBatch b;
+    b.tokens = b.emitting = batch;
+    b.decode_context = batch * 2048;
+    const double t = serving_iteration_seconds(s, b);
+    ASSERT_GE(t, prev) << "batch " << batch;
+    prev = t;
+  }
+}
+
 }  // namespace
 }  // namespace clustersim
