@@ -292,14 +292,28 @@ const std::vector<KeySpec>& key_table() {
       {"inference", "mapping", "", "an inference-serving run instead of training", nullptr},
       {"inference.replicas", "integer", "1", "model replicas, each tp × pp GPUs",
        [](const N& n, S& s) { s.serving.replicas = as_int(n, "inference.replicas", 1, 1 << 20); }},
-      {"inference.scheduler", "name", "vllm", "static | orca | vllm | sarathi",
-       [](const N& n, S& s) { s.serving.scheduler = as_enum(n, "inference.scheduler", {"static", "orca", "vllm", "sarathi"}); }},
+      {"inference.scheduler", "name", "vllm",
+       "static | orca | vllm (v0: prefill-first) | sarathi (chunked prefill in the token budget) | vllm-v1 (chunked "
+       "prefill; defaults max_batch_size 1024, max_batch_tokens 8192) | trtllm (in-flight batching: decodes, then whole "
+       "prompts within max_num_tokens; defaults max_batch_size 2048, max_batch_tokens 8192)",
+       [](const N& n, S& s) {
+         s.serving.scheduler =
+             as_enum(n, "inference.scheduler", {"static", "orca", "vllm", "sarathi", "vllm-v1", "trtllm"});
+       }},
       {"inference.router", "name", "round-robin", "round-robin | least-outstanding | least-kv",
        [](const N& n, S& s) { s.serving.router = as_enum(n, "inference.router", {"round-robin", "least-outstanding", "least-kv"}); }},
       {"inference.max_batch_size", "integer", "256", "requests in one iteration at most",
        [](const N& n, S& s) { s.serving.max_batch_size = as_int(n, "inference.max_batch_size", 1, 1 << 20); }},
       {"inference.max_batch_tokens", "integer", "8192", "vllm: prefill tokens per iteration (a longer prompt runs alone); sarathi: the token budget; not used by static and orca",
        [](const N& n, S& s) { s.serving.max_batch_tokens = as_int(n, "inference.max_batch_tokens", 1, 1 << 24); }},
+      {"inference.iteration_overhead", "time", "1ms",
+       "host work per engine step that the GPUs wait for: scheduling, input preparation, sampling, "
+       "detokenization, CUDA-graph launch (docs/model.md)",
+       [](const N& n, S& s) { s.serving.iteration_overhead_s = as_time(n, "inference.iteration_overhead"); }},
+      {"inference.request_overhead", "time", "5ms",
+       "front end per request before the engine sees it: HTTP/gRPC, tokenization, queueing into the engine; "
+       "counts in TTFT and end-to-end latency (docs/model.md)",
+       [](const N& n, S& s) { s.serving.request_overhead_s = as_time(n, "inference.request_overhead"); }},
       {"inference.kv_block_tokens", "integer", "16", "tokens per paged KV-cache block",
        [](const N& n, S& s) { s.serving.kv_block_tokens = as_int(n, "inference.kv_block_tokens", 1, 1 << 16); }},
       {"inference.requests", "integer", "1000", "requests to serve",
@@ -719,6 +733,13 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   }
   if (s.serving.arrival_process == "closed" && !s.marks.count("inference.arrivals.concurrency"))
     s.serving.concurrency = 1;
+  // The engines' own defaults: vLLM v1 on GPUs of 70 GiB and more (max_num_seqs 1024,
+  // max_num_batched_tokens 8192 for the API server, vllm/engine/arg_utils.py);
+  // TensorRT-LLM's build defaults (max_batch_size 2048, max_num_tokens 8192).
+  if (s.serving.scheduler == "vllm-v1" || s.serving.scheduler == "trtllm") {
+    if (!s.marks.count("inference.max_batch_size")) s.serving.max_batch_size = s.serving.scheduler == "trtllm" ? 2048 : 1024;
+    if (!s.marks.count("inference.max_batch_tokens")) s.serving.max_batch_tokens = 8192;
+  }
   s.merged_yaml = emit_yaml(root);
   YNode config = root;
   config.map.erase(

@@ -71,6 +71,8 @@ struct InferenceConfig {
   int64_t requests = 1000;
   std::string arrival_process = "poisson";  // poisson | gamma | fixed | closed
   int64_t concurrency = 0;                  // closed: clients, each sending its next request when one ends
+  double iteration_overhead_s = 1e-3;       // host work per engine step the GPUs wait for
+  double request_overhead_s = 5e-3;         // front end per request before the engine sees it
   double rate_per_s = 8;
   double cv = 1.0;  // gamma: coefficient of variation of inter-arrival times
   uint64_t arrival_seed = 1;

@@ -343,13 +343,18 @@ class Engine {
     auto& q = q_;
     uint64_t& seq = seq_;
     size_t next_arrival = 0;
+    // A request reaches the engine request_overhead after the client sent it. Closed
+    // loop: `concurrency` clients each send their next request when their last one ends.
+    const bool closed = c_.arrival_process == "closed" && c_.trace.empty();
     auto push_arrival = [&] {
       if (next_arrival < reqs_.size()) {
-        q.emplace(reqs_[next_arrival].arrival, seq++, 0, static_cast<int64_t>(next_arrival));
+        if (closed) reqs_[next_arrival].arrival = now_;
+        q.emplace(reqs_[next_arrival].arrival + c_.request_overhead_s, seq++, 0, static_cast<int64_t>(next_arrival));
         ++next_arrival;
       }
     };
-    push_arrival();
+    now_ = 0;
+    for (int64_t k = 0; k < (closed ? c_.concurrency : 1); ++k) push_arrival();
     std::vector<std::vector<Work>> inflight(reps_.size());
     double now = 0, last_t = 0, in_system_area = 0;
     int64_t in_system = 0;
@@ -382,12 +387,14 @@ class Engine {
         reqs_[static_cast<size_t>(idx)].replica = rep;
         reps_[static_cast<size_t>(rep)].waiting.push_back(idx);
         ++reps_[static_cast<size_t>(rep)].outstanding;
-        push_arrival();
+        if (!closed) push_arrival();
       } else if (kind == 1) {
         rep = static_cast<int>(idx);
         const int64_t done = finish_iteration(rep, inflight[static_cast<size_t>(rep)], now);
         in_system -= done;
         finished += done;
+        if (closed)
+          for (int64_t k = 0; k < done; ++k) push_arrival();
         reps_[static_cast<size_t>(rep)].busy = false;
       } else {
         // KV arrived: the prefill replica frees its copy (and may admit more), the
@@ -647,7 +654,10 @@ class Engine {
       }
       return cost_of(w);
     }
-    const bool chunked = sch == "sarathi";
+    // vLLM v1 schedules as Sarathi does (chunked prefill in a token budget, decodes
+    // first); TensorRT-LLM's in-flight batching adds whole prompts after the decodes
+    // while they fit max_num_tokens.
+    const bool chunked = sch == "sarathi" || sch == "vllm-v1";
     const bool prefill_first = sch == "vllm";
     // Admission of waiting requests (and, for sarathi, chunks of partly prefilled ones).
     auto admit = [&](int64_t room) {
@@ -664,9 +674,15 @@ class Engine {
         }
         attach_prefix(r, x);
         int64_t chunk = x.target - x.kv;
-        if (chunked) chunk = std::min(chunk, room - tokens);
-        const bool over = !chunked && tokens > 0 && tokens + chunk > room;  // a prompt over the budget runs alone
-        if (chunk <= 0 || over || !grow(r, x, chunk)) {
+        // TensorRT-LLM chunks only a context longer than max_num_tokens (it could not
+        // run otherwise); shorter ones join whole while they fit.
+        const bool split = chunked || (sch == "trtllm" && chunk > room);
+        if (split) chunk = std::min(chunk, room - tokens);
+        const bool over = !split && tokens > 0 && tokens + chunk > room;  // a prompt over the budget runs alone
+        // TensorRT-LLM's default capacity policy (GUARANTEED_NO_EVICT) admits a request
+        // only with the KV blocks of its whole output reserved: nothing is ever preempted.
+        const int64_t reserve = sch == "trtllm" ? x.prompt + x.output - x.kv : chunk;
+        if (chunk <= 0 || over || !grow(r, x, reserve)) {
           detach_prefix(r, x);
           break;
         }
@@ -687,7 +703,7 @@ class Engine {
       Req& x = reqs_[static_cast<size_t>(id)];
       const bool prefilling = x.kv < x.target;
       int64_t n = prefilling ? x.target - x.kv : step_;
-      if (prefilling && chunked) n = std::min(n, budget - tokens);
+      if (prefilling && (chunked || (sch == "trtllm" && n > budget))) n = std::min(n, budget - tokens);
       if (n <= 0) continue;
       bool kept = true;
       while (!grow(r, x, n)) {
@@ -701,7 +717,7 @@ class Engine {
     }
     // Orca batches by request count alone (whole prompts join at any iteration); Sarathi
     // fills what is left of the token budget with prefill chunks.
-    if (!prefill_first) admit(chunked ? budget : std::numeric_limits<int64_t>::max() / 2);
+    if (!prefill_first) admit(chunked || sch == "trtllm" ? budget : std::numeric_limits<int64_t>::max() / 2);
     return cost_of(w);
   }
 
@@ -731,7 +747,9 @@ class Engine {
       if (decodes > 0)
         t += static_cast<double>(c_.lookahead) * (draft_->dense(decodes, decodes) + draft_->decode_attention(context));
     }
-    return t;
+    // The engine's host work per step (scheduling, sampling, detokenization, launch):
+    // the GPUs wait for it between iterations.
+    return t + c_.iteration_overhead_s;
   }
 
   // Applies an iteration's work at time `now`; returns the requests that finished.
