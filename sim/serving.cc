@@ -383,6 +383,7 @@ class Engine {
       int rep = 0;
       if (kind == 0) {
         ++in_system;
+        in_system_area += c_.request_overhead_s;  // its time in the front end, before the engine saw it
         rep = route(idx, 0, front_);
         reqs_[static_cast<size_t>(idx)].replica = rep;
         reps_[static_cast<size_t>(rep)].waiting.push_back(idx);

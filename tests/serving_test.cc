@@ -311,7 +311,8 @@ TEST(Serving, QuantizationChangesBytesAndMath) {
   EXPECT_GT(metric(w8, "kv_blocks_per_replica"), metric(bf16, "kv_blocks_per_replica"));
   EXPECT_NEAR(metric(kv8, "kv_blocks_per_replica") / metric(bf16, "kv_blocks_per_replica"), 2.0, 0.01);
   EXPECT_LT(metric(w8, "tpot_s_p50"), 0.8 * metric(bf16, "tpot_s_p50"));  // decode reads half the weight bytes
-  EXPECT_LT(metric(w8, "ttft_s_p50"), 0.8 * metric(bf16, "ttft_s_p50"));  // prefill runs at the fp8 peak
+  // FP8 GEMMs at FP8's own efficiency (~1.6x BF16), attention and overheads unchanged.
+  EXPECT_LT(metric(w8, "ttft_s_p50"), 0.9 * metric(bf16, "ttft_s_p50"));  // prefill runs at the fp8 peak
   EXPECT_LT(metric(w4, "tpot_s_p50"), metric(w8, "tpot_s_p50"));          // weight-only int4: fewer bytes still
   EXPECT_GT(metric(w4, "ttft_s_p50"), 0.9 * metric(bf16, "ttft_s_p50"));  // ... but bf16 math in prefill
   EXPECT_THROW(serve("  requests: 10\n", "llama3-70b", 1), InputError);   // 141 GB of bf16 weights on 80 GB
