@@ -196,3 +196,49 @@ TEST_F(OutputSafetyTest, KeysAndHelpOnAFullDiskExit3) {
 }
 
 }  // namespace
+
+namespace {
+
+// `clustersim accuracy DIR`: every scenario with a reference, predicted against it.
+class AccuracyTest : public CliTest {};
+
+TEST_F(AccuracyTest, ReportsEveryCaseWithItsErrorAndTheMape) {
+  const std::string train =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {tp: 8}\n";
+  write("cases/common.yaml", "cluster: {preset: dgx-h100, nodes: 1}\n");  // no reference: not a case
+  write("cases/a.yaml", train + "reference: {metric: iteration_time_s, value: 1, unit: ms, source: \"A\"}\n");
+  write("cases/sub/b.yaml", train + "reference: {metric: mfu, value: 50, unit: \"%\", source: \"B\"}\n");
+  const CliResult r = cli("accuracy cases --json");
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.out.find("\"name\": \"a\""), std::string::npos) << r;
+  EXPECT_NE(r.out.find("\"name\": \"b\""), std::string::npos) << r;
+  EXPECT_EQ(r.out.find("common"), std::string::npos) << r;
+  // Units convert to the metric's own: 1 ms is 0.001 s, 50 % is 0.5.
+  EXPECT_NE(r.out.find("\"reference\": 0.001,"), std::string::npos) << r;
+  EXPECT_NE(r.out.find("\"reference\": 0.5,"), std::string::npos) << r;
+  for (const char* f : {"\"cases\": [", "\"mape_pct\": ", "\"max_abs_error_pct\": ", "\"kind\": \"training\"",
+                        "\"source\": \"A\"", "\"metric\": \"mfu\"", "\"predicted\": ", "\"error_pct\": "})
+    EXPECT_NE(r.out.find(f), std::string::npos) << f << "\n" << r;
+  const CliResult table = cli("accuracy cases");
+  EXPECT_NE(table.out.find("2 cases: MAPE"), std::string::npos) << table;
+}
+
+TEST_F(AccuracyTest, ABadReferenceIsAnInputErrorAtItsLine) {
+  const std::string train = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
+  write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 3\n  unit: s\n  source: x\n");
+  const CliResult r = cli("accuracy cases");
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_NE(r.err.find("cases/a.yaml:6:9: error: reference.unit 's' does not measure mfu"), std::string::npos) << r;
+  write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 3\n");
+  const CliResult none = cli("accuracy cases");
+  EXPECT_EQ(none.code, 1) << none;
+  EXPECT_NE(none.err.find("reference.source is required"), std::string::npos) << none;
+  write("cases/a.yaml", train + "reference:\n  metric: nonsense_s\n  value: 3\n  source: x\n");
+  const CliResult unknown = cli("accuracy cases");
+  EXPECT_NE(unknown.err.find("is not a metric of this run, expected one of: iteration_time_s"), std::string::npos)
+      << unknown;
+  EXPECT_EQ(cli("accuracy nowhere").code, 1);
+  EXPECT_EQ(cli("accuracy").code, 2);
+}
+
+}  // namespace
