@@ -1,5 +1,7 @@
 #include "scenarios/error.h"
 
+#include <algorithm>
+
 namespace clustersim {
 
 std::string SourceMark::str() const {
@@ -7,7 +9,38 @@ std::string SourceMark::str() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column);
 }
 
+std::string printable(const std::string& text) {
+  // A value quoted into a message is shown whole up to 120 bytes; a longer one keeps its
+  // ends and says how long it was (a 5 MB value is not echoed back). Control bytes are
+  // escaped, so a message is one readable line.
+  std::string out;
+  out.reserve(std::min<size_t>(text.size(), 4096));
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == '\'') {
+      const size_t end = text.find('\'', i + 1);
+      if (end != std::string::npos && end - i - 1 > 120) {
+        out += text.substr(i, 41) + "...(" + std::to_string(end - i - 1) + " bytes)..." + text.substr(end - 40, 41);
+        i = end + 1;
+        continue;
+      }
+    }
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 && c != '\n') {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += text[i];
+    }
+    ++i;
+  }
+  if (out.size() > 4096) out = out.substr(0, 4000) + "...(" + std::to_string(text.size()) + " bytes in all)";
+  return out;
+}
+
 InputError::InputError(SourceMark mark, const std::string& what)
-    : std::runtime_error(mark.str() + ": error: " + what), mark_(std::move(mark)), detail_(what) {}
+    : std::runtime_error(mark.str() + ": error: " + printable(what)), mark_(std::move(mark)), detail_(printable(what)) {}
 
 }  // namespace clustersim

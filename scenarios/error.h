@@ -7,6 +7,9 @@
 
 namespace clustersim {
 
+// `text` fit for a one-line message: long quoted values elided, control bytes escaped.
+std::string printable(const std::string& text);
+
 // Where a value came from: a YAML file position (1-based line and column), a
 // command-line `--set` (file = "--set", line = index of the flag), or nowhere.
 struct SourceMark {

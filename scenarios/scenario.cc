@@ -3,6 +3,7 @@
 #include "scenarios/scenario.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -195,7 +196,11 @@ const std::vector<KeySpec>& key_table() {
       {"model.moe.shared_experts", "integer", "0", "always-active experts",
        [](const N& n, S& s) { s.model.moe.shared_experts = as_int(n, "model.moe.shared_experts", 0); }},
       {"model.moe.capacity_factor", "number", "1.0", "tokens an expert takes, relative to an even split (>= 1)",
-       [](const N& n, S& s) { s.model.moe.capacity_factor = as_double(n, "model.moe.capacity_factor", 1.0, false); }},
+       [](const N& n, S& s) {
+         s.model.moe.capacity_factor = as_double(n, "model.moe.capacity_factor", 1.0, false);
+         if (s.model.moe.capacity_factor > 64)
+           throw InputError(n.mark, "model.moe.capacity_factor = " + n.scalar + " is out of range, expected 1 to 64");
+       }},
       {"model.moe.dense_layers", "integer", "0", "leading layers that keep a dense MLP",
        [](const N& n, S& s) { s.model.moe.dense_layers = as_int(n, "model.moe.dense_layers", 0); }},
       {"model.moe.expert_ffn_hidden", "integer", "0", "MLP inner size of one expert",
@@ -328,7 +333,11 @@ const std::vector<KeySpec>& key_table() {
       {"inference.arrivals.rate_per_s", "number", "8", "mean arrivals per second",
        [](const N& n, S& s) { s.serving.rate_per_s = as_double(n, "inference.arrivals.rate_per_s", 0, true); }},
       {"inference.arrivals.cv", "number", "1.0", "gamma: coefficient of variation of the gaps (burstiness)",
-       [](const N& n, S& s) { s.serving.cv = as_double(n, "inference.arrivals.cv", 0, true); }},
+       [](const N& n, S& s) {
+         s.serving.cv = as_double(n, "inference.arrivals.cv", 0, true);
+         if (s.serving.cv < 1e-3 || s.serving.cv > 1e3)
+           throw InputError(n.mark, "inference.arrivals.cv = " + n.scalar + " is out of range, expected 0.001 to 1000");
+       }},
       {"inference.arrivals.seed", "integer", "1", "seed of arrivals and lengths",
        [](const N& n, S& s) { s.serving.arrival_seed = static_cast<uint64_t>(as_int(n, "inference.arrivals.seed", 0)); }},
       {"inference.arrivals.trace", "path", "none", "CSV of arrival_s, prompt_tokens, output_tokens (instead of a process)",
@@ -475,7 +484,16 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-[[noreturn]] void unknown_key(const std::string& parent, const std::string& key, const SourceMark& mark) {
+bool is_name(const std::string& k) {
+  if (k.empty() || k.size() > 64) return false;
+  for (char c : k)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+[[noreturn]] void unknown_key(std::string parent, const std::string& key, const SourceMark& mark) {
+  // Under a parent that is not a mapping of keys itself, list the nearest one's.
+  while (!parent.empty() && !find_key(parent)) parent = parent.find('.') == std::string::npos ? "" : parent.substr(0, parent.rfind('.'));
   std::vector<std::string> siblings;
   const std::string prefix = parent.empty() ? "" : parent + ".";
   std::string best;
@@ -491,7 +509,9 @@ size_t edit_distance(const std::string& a, const std::string& b) {
       best = rest;
     }
   }
-  std::string msg = "unknown key '" + prefix + key + "'";
+  // A key that is not a plain name is not echoed: an included file that is not a
+  // scenario (any readable file) must not have its first line printed.
+  std::string msg = is_name(key) ? "unknown key '" + prefix + key + "'" : "unknown key (not a plain name) under '" + (parent.empty() ? std::string("the top level") : parent) + "'";
   if (!best.empty())
     msg += ", did you mean '" + best + "'?";
   else
@@ -631,6 +651,16 @@ void apply_set(YNode& root, const std::string& arg, int index) {
   if (eq == std::string::npos || eq == 0)
     throw InputError(SourceMark{file, 1, 1}, "--set expects key=value, e.g. --set parallel.tp=4");
   const std::string key = arg.substr(0, eq);
+  if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
+    throw InputError(SourceMark{file, 1, 1}, "--set key '" + key +
+                                                 "' has an empty part, expected dotted names such as parallel.tp; "
+                                                 "top-level keys: " + [] {
+                                                   std::string t;
+                                                   for (const auto& k : key_table())
+                                                     if (k.key.find('.') == std::string::npos)
+                                                       t += (t.empty() ? "" : ", ") + k.key;
+                                                   return t;
+                                                 }());
   const KeySpec* spec = find_key(key);
   if (spec && !spec->apply)
     throw InputError(SourceMark{file, 1, 1},
@@ -731,6 +761,30 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       throw InputError(s.mark("reference"), "reference.source is required, expected a citation");
     s.reference.set = true;
   }
+  // Keys that would be silently ignored are errors.
+  if (s.inference && s.marks.count("training"))
+    throw InputError(s.mark("training"), "a training: block beside inference: is not used, expected one of the two");
+  if (m.moe.dense_layers > m.layers)
+    throw InputError(s.mark("model.moe.dense_layers"), "model.moe.dense_layers = " + std::to_string(m.moe.dense_layers) +
+                                                          " is past model.layers = " + std::to_string(m.layers));
+  if (s.inference && s.serving.trace.empty()) {
+    for (const auto& [what, d] : {std::pair{"prompt_tokens", &s.serving.prompt}, {"output_tokens", &s.serving.output}}) {
+      // Every request of a fixed length, or the shortest one a distribution can draw.
+      const int64_t longest = d->dist == "fixed" ? d->value : d->min;
+      if (longest > m.seq_len)
+        throw InputError(s.mark(std::string("inference.") + what),
+                         std::string("inference.") + what + " reach " + std::to_string(longest) +
+                             " tokens, past model.seq_len = " + std::to_string(m.seq_len) +
+                             " (the longest context the model serves), expected shorter or a longer model.seq_len");
+    }
+  }
+  // Work budgets: a cluster past 2^20 GPUs, or a run past 10^7 requests, is refused before any work.
+  if (static_cast<int64_t>(s.cluster.nodes) * s.cluster.node.gpus > (int64_t{1} << 20))
+    throw InputError(s.mark("cluster.nodes"), std::to_string(static_cast<int64_t>(s.cluster.nodes) * s.cluster.node.gpus) +
+                                                  " GPUs is past the budget of 1048576 GPUs per cluster");
+  if (s.inference && s.serving.requests > 10'000'000)
+    throw InputError(s.mark("inference.requests"), "inference.requests = " + std::to_string(s.serving.requests) +
+                                                       " is past the budget of 10000000 requests per run");
   if (s.serving.arrival_process == "closed" && !s.marks.count("inference.arrivals.concurrency"))
     s.serving.concurrency = 1;
   // The engines' own defaults: vLLM v1 on GPUs of 70 GiB and more (max_num_seqs 1024,

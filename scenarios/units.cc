@@ -89,8 +89,8 @@ bool parse_size(std::string_view text, int64_t& bytes, std::string& why) {
     why = "size '" + std::string(trim(text)) + "' is negative";
     return false;
   }
-  if (b > 9.2e18) {
-    why = "size '" + std::string(trim(text)) + "' is too large";
+  if (b > kMaxSizeBytes) {  // 1 PiB: past every memory and message; byte products stay within int64
+    why = "size '" + std::string(trim(text)) + "' is out of range, expected at most 1024TiB";
     return false;
   }
   if (b != std::floor(b)) {
@@ -115,8 +115,8 @@ bool parse_time(std::string_view text, double& seconds, std::string& why) {
         why = "time '" + std::string(trim(text)) + "' is negative";
         return false;
       }
-      if (!std::isfinite(v * u.f)) {
-        why = "time '" + std::string(trim(text)) + "' is out of range";
+      if (!std::isfinite(v * u.f) || v * u.f > kMaxTimeSeconds) {  // picoseconds of a run stay within int64
+        why = "time '" + std::string(trim(text)) + "' is out of range, expected at most 1e6 s (11.6 days)";
         return false;
       }
       seconds = v * u.f;
@@ -149,8 +149,8 @@ bool parse_bandwidth(std::string_view text, double& bytes_per_s, std::string& wh
     why = "bandwidth '" + std::string(trim(text)) + "' must be positive";
     return false;
   }
-  if (!std::isfinite(v * f * per)) {
-    why = "bandwidth '" + std::string(trim(text)) + "' is out of range";
+  if (!std::isfinite(v * f * per) || v * f * per < kMinBandwidth || v * f * per > kMaxBandwidth) {
+    why = "bandwidth '" + std::string(trim(text)) + "' is out of range, expected 1Mbps to 1PB/s";
     return false;
   }
   bytes_per_s = v * f * per;

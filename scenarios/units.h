@@ -11,6 +11,13 @@
 
 namespace clustersim {
 
+// Documented ranges, checked as each value is read, so that every quantity that becomes
+// picoseconds or bytes stays far inside int64 in the arithmetic that follows:
+// sizes 0 .. 1 PiB, times 0 .. 1e6 s, bandwidths 1 Mbit/s .. 1 PB/s.
+inline constexpr double kMaxSizeBytes = 1125899906842624.0;  // 2^50
+inline constexpr double kMaxTimeSeconds = 1e6;
+inline constexpr double kMinBandwidth = 125e3;  // bytes/s: 1 Mbit/s
+inline constexpr double kMaxBandwidth = 1e15;   // bytes/s
 bool parse_size(std::string_view text, int64_t& bytes, std::string& why);
 bool parse_time(std::string_view text, double& seconds, std::string& why);
 bool parse_bandwidth(std::string_view text, double& bytes_per_s, std::string& why);

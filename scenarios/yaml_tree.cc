@@ -1,5 +1,8 @@
 #include "scenarios/yaml_tree.h"
 
+#include <unordered_set>
+#include <vector>
+
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -45,7 +48,14 @@ namespace {
 
 SourceMark mark_of(const YAML::Mark& m, const std::string& file) { return SourceMark{file, m.line + 1, m.column + 1}; }
 
-YNode convert(const YAML::Node& n, const std::string& file) {
+// A document is refused once it holds more than this many nodes: aliases let a few
+// hundred bytes name billions of nodes (an alias bomb), and no scenario needs a tenth.
+constexpr int64_t kMaxNodes = 1'000'000;
+
+YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget) {
+  if (--budget < 0)
+    throw InputError(mark_of(n.Mark(), file), "the document expands to more than " + std::to_string(kMaxNodes) +
+                                                  " values (YAML aliases?), expected a scenario of plain keys");
   YNode out;
   out.mark = mark_of(n.Mark(), file);
   switch (n.Type()) {
@@ -59,23 +69,25 @@ YNode convert(const YAML::Node& n, const std::string& file) {
       break;
     case YAML::NodeType::Sequence:
       out.kind = YNode::Kind::Seq;
-      for (const auto& item : n) out.seq.push_back(convert(item, file));
+      for (const auto& item : n) out.seq.push_back(convert(item, file, budget));
       break;
-    case YAML::NodeType::Map:
+    case YAML::NodeType::Map: {
       out.kind = YNode::Kind::Map;
+      std::unordered_set<std::string> seen;  // duplicates in O(1) each: 50,000 keys parse in linear time
       for (const auto& kv : n) {
         SourceMark km = mark_of(kv.first.Mark(), file);
         if (!kv.first.IsScalar())
           throw InputError(km,
                            "a key must be a plain name, not " + std::string(kv.first.IsMap() ? "a mapping" : "a list"));
         std::string key = kv.first.Scalar();
-        if (out.find(key)) throw InputError(km, "duplicate key '" + key + "'");
-        YNode child = convert(kv.second, file);
+        if (!seen.insert(key).second) throw InputError(km, "duplicate key '" + key + "'");
+        YNode child = convert(kv.second, file, budget);
         child.key_mark = km;
         if (child.kind == YNode::Kind::Null) child.mark = km;
         out.map.emplace_back(std::move(key), std::move(child));
       }
       break;
+    }
   }
   return out;
 }
@@ -85,11 +97,16 @@ YNode convert(const YAML::Node& n, const std::string& file) {
 YNode parse_yaml(const std::string& text, const std::string& file) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1)
+      throw InputError(mark_of(docs[1].Mark(), file),
+                       "a second YAML document ('---'): a scenario is one document, expected its keys in the first");
+    if (!docs.empty()) root = docs.front();
   } catch (const YAML::Exception& e) {
     throw InputError(mark_of(e.mark, file), "malformed YAML: " + e.msg);
   }
-  YNode out = convert(root, file);
+  int64_t budget = kMaxNodes;
+  YNode out = convert(root, file, budget);
   if (out.kind == YNode::Kind::Null) out.mark = SourceMark{file, 1, 1};
   return out;
 }

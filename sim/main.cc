@@ -246,6 +246,10 @@ int cmd_collective(const std::vector<std::string>& args) {
                      "unknown fabric '" + fabric + "', expected fat-tree, rail-optimized, switch, ring or torus");
   cfg.cluster.fabric.oversubscription = oversub;
   cfg.cluster.fabric.nics_per_leaf = nics_per_leaf;
+  if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > (int64_t{1} << 20))
+    throw InputError(SourceMark{"--concurrent", 0, 0}, "--gpus x --concurrent = " +
+                                                           std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
+                                                           " ranks is past the budget of 1048576, expected fewer");
   const int total = cfg.gpus * cfg.concurrent;
   cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
   if (total % cfg.nodes != 0)

@@ -66,8 +66,14 @@ bool higher_is_better(const std::string& metric) {
 
 std::vector<SweepPoint> sweep_points(const Scenario& base) {
   std::vector<SweepPoint> out;
+  // Counted before any is made: 10^20 points is refused, not allocated.
   size_t total = 1;
-  for (const auto& [key, list] : base.sweep) total *= list.seq.size();
+  for (const auto& [key, list] : base.sweep) {
+    if (total > kMaxSweepPoints / std::max<size_t>(1, list.seq.size()) + 1 || total * list.seq.size() > kMaxSweepPoints)
+      throw InputError(base.mark("sweep"), "the sweep has more than " + std::to_string(kMaxSweepPoints) +
+                                               " points (the budget of one sweep), expected fewer values per key");
+    total *= list.seq.size();
+  }
   std::vector<size_t> digit(base.sweep.size(), 0);
   for (size_t i = 0; i < total; ++i) {
     SweepPoint p;
@@ -182,23 +188,54 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
 
   Progress progress("sweep", static_cast<int64_t>(run.size()), opt.progress);
   std::mutex sink;
-  std::atomic<size_t> next{0};
   std::exception_ptr failure;
+  // Rows reach the database in point order whatever the order the threads finish in, so
+  // two identical sweeps write the same bytes; a killed sweep keeps the prefix it saved.
+  std::vector<char> done(run.size(), 0);
+  size_t saved = 0;
+  auto finish = [&](size_t k, SweepPointResult r) {
+    std::lock_guard<std::mutex> lock(sink);
+    rep.results[run[k]] = std::move(r);
+    done[k] = 1;
+    progress.tick(rep.results[run[k]].settings);
+    try {
+      for (; saved < run.size() && done[saved]; ++saved)
+        if (store) store->put(sweep_row(rep, rep.results[run[saved]]));
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  // The objective is checked on the first point that runs, before the others start: a
+  // metric no run has is refused at once, not after the whole sweep.
+  auto check_objective = [&](const SweepPointResult& r) {
+    bool found = false;
+    metric_value(r.metrics, rep.objective, found);
+    if (!found)
+      throw InputError(SourceMark{"--rank-by", 0, 0}, "no metric '" + rep.objective +
+                                                          "' in the results, expected one of the run's --json "
+                                                          "metrics, e.g. iteration_time_s or mfu");
+  };
+  size_t first = 0;
+  for (; first < run.size(); ++first) {
+    SweepPointResult r = run_sweep_point(path, opt.sets, *todo[run[first]]);
+    const bool ok = r.status == "ok";
+    if (ok) check_objective(r);
+    finish(first, std::move(r));
+    if (ok) {
+      ++first;
+      break;
+    }
+  }
+  std::atomic<size_t> next{first};
   auto worker = [&] {
     for (;;) {
       const size_t k = next.fetch_add(1);
       if (k >= run.size()) return;
-      const size_t i = run[k];
-      SweepPointResult r = run_sweep_point(path, opt.sets, *todo[i]);
-      std::lock_guard<std::mutex> lock(sink);
-      try {
-        if (store) store->put(sweep_row(rep, r));
-      } catch (...) {
-        if (!failure) failure = std::current_exception();
-        next.store(run.size());
+      {
+        std::lock_guard<std::mutex> lock(sink);
+        if (failure) return;
       }
-      rep.results[i] = std::move(r);
-      progress.tick(rep.results[i].settings);
+      finish(k, run_sweep_point(path, opt.sets, *todo[run[k]]));
     }
   };
   const int jobs = std::max(1, std::min<int>(opt.jobs, static_cast<int>(std::max<size_t>(1, run.size()))));
@@ -208,16 +245,6 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
   for (std::thread& t : threads) t.join();
   progress.finish();
   if (failure) std::rethrow_exception(failure);
-  for (const SweepPointResult& r : rep.results)
-    if (r.status == "ok") {
-      bool found = false;
-      metric_value(r.metrics, rep.objective, found);
-      if (!found)
-        throw InputError(SourceMark{"--rank-by", 0, 0}, "no metric '" + rep.objective +
-                                                            "' in the results, expected one of the run's --json "
-                                                            "metrics, e.g. iteration_time_s or mfu");
-      break;
-    }
   return rep;
 }
 

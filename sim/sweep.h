@@ -31,6 +31,9 @@ struct SweepPointResult {
   bool reused = false;  // taken from the database, not run again
 };
 
+// The most points one sweep runs (a sweep past it is refused before any point is made).
+inline constexpr size_t kMaxSweepPoints = 100'000;
+
 struct SweepOptions {
   int jobs = 1;
   std::vector<std::string> sets;  // --set overrides under every point

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <compare>
 #include <cstdint>
 #include <limits>
@@ -23,13 +25,24 @@ class SimTime {
   static constexpr SimTime max() { return SimTime(std::numeric_limits<int64_t>::max()); }
 
   // Round-to-nearest conversion from seconds; the single place doubles become time.
-  static SimTime from_seconds(double seconds) { return SimTime(static_cast<int64_t>(std::llround(seconds * 1e12))); }
+  // Throws std::overflow_error past ±9.2e6 s (int64 picoseconds): a cost that large is a
+  // failure to report, never a wrapped, negative time.
+  static SimTime from_seconds(double seconds) {
+    if (!(std::fabs(seconds) < 9.2e6))
+      throw std::overflow_error("a simulated time of " + std::to_string(seconds) +
+                                " s is past what int64 picoseconds hold (9.2e6 s)");
+    return SimTime(static_cast<int64_t>(std::llround(seconds * 1e12)));
+  }
 
   constexpr int64_t picoseconds() const { return ps_; }
   constexpr double seconds() const { return static_cast<double>(ps_) * 1e-12; }
   constexpr double microseconds() const { return static_cast<double>(ps_) * 1e-6; }
 
-  constexpr SimTime operator+(SimTime o) const { return SimTime(ps_ + o.ps_); }
+  constexpr SimTime operator+(SimTime o) const {
+    int64_t sum = 0;
+    if (__builtin_add_overflow(ps_, o.ps_, &sum)) throw std::overflow_error("simulated time past int64 picoseconds");
+    return SimTime(sum);
+  }
   constexpr SimTime operator-(SimTime o) const { return SimTime(ps_ - o.ps_); }
   constexpr SimTime& operator+=(SimTime o) {
     ps_ += o.ps_;

@@ -82,7 +82,25 @@ TEST(Units, ValuesThatOverflowWithTheirUnitAreRefused) {
   EXPECT_FALSE(parse_bandwidth("1e308Gbps", v, why));
   EXPECT_NE(why.find("out of range"), std::string::npos) << why;
   EXPECT_FALSE(parse_bandwidth("1e308TB/s", v, why));
-  EXPECT_TRUE(parse_time("1.7e308s", v, why));  // large but finite is a value
+  EXPECT_FALSE(parse_time("1.7e308s", v, why));  // finite, but past the documented range
+}
+
+// Every quantity that becomes picoseconds or bytes has a documented range (units.h): a
+// 1 bps NIC or a 1e7 s latency would overflow int64 picoseconds downstream and make a
+// run faster, so they are refused where they are read.
+TEST(Units, DocumentedRangesAreCheckedAtLoad) {
+  std::string why;
+  double v = 0;
+  int64_t b = 0;
+  EXPECT_TRUE(parse_time("1e6s", v, why));
+  EXPECT_FALSE(parse_time("1e7s", v, why));
+  EXPECT_NE(why.find("at most 1e6 s"), std::string::npos) << why;
+  EXPECT_FALSE(parse_bandwidth("1bps", v, why));
+  EXPECT_NE(why.find("1Mbps to 1PB/s"), std::string::npos) << why;
+  EXPECT_TRUE(parse_bandwidth("1Mbps", v, why));
+  EXPECT_FALSE(parse_bandwidth("2PB/s", v, why));
+  EXPECT_TRUE(parse_size("1024TiB", b, why));
+  EXPECT_FALSE(parse_size("1025TiB", b, why));
 }
 
 }  // namespace
