@@ -590,7 +590,14 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
   YNode doc = load_yaml_file(path, from);
   if (doc.kind == YNode::Kind::Null) doc.kind = YNode::Kind::Map;
   if (doc.kind != YNode::Kind::Map)
-    throw InputError(doc.mark, "a scenario must be a mapping of keys, got " + doc.kind_name());
+    throw InputError(from.known() ? from : doc.mark, (from.known() ? "included file '" + fs::path(path).filename().string() + "' is not a scenario: " : std::string()) +
+                                                         "a scenario must be a mapping of keys, got " + doc.kind_name());
+  // An included file none of whose top-level keys is a scenario key is not a scenario
+  // fragment (a stray include of any readable file): it is named, its text never echoed.
+  if (from.known() && !doc.map.empty() &&
+      std::none_of(doc.map.begin(), doc.map.end(), [](const auto& kv) { return find_key(kv.first) != nullptr; }))
+    throw InputError(from, "included file '" + fs::path(path).filename().string() +
+                               "' is not a scenario: none of its top-level keys is a scenario key");
   stack.push_back(canon);
   YNode merged;
   merged.kind = YNode::Kind::Map;

@@ -1,0 +1,177 @@
+// Hostile inputs, one test per class: overflow past int64 picoseconds or bytes (class 3),
+// inputs accepted and then unbounded (4), misleading or leaking messages (5), and
+// nondeterministic output (6). Each runs the binary under a time limit: a hang fails.
+#include <chrono>
+
+#include "tests/cli_harness.h"
+
+namespace {
+
+class HostileTest : public CliTest {
+ protected:
+  std::string small() {
+    return write("s.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                           "parallel: {tp: 8}\n");
+  }
+  // `args` under a 20 s limit (exit 124 when it runs past it); the wall time in `seconds`.
+  CliResult timed(const std::string& args, double& seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CliResult r = cli_timeout(args);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+  CliResult cli_timeout(const std::string& args) {
+    const fs::path out = dir_ / "capture" / "stdout", err = dir_ / "capture" / "stderr";
+    const std::string cmd = "cd " + quote(dir_.string()) + " && timeout 20 " + quote(CLUSTERSIM_BINARY) + " " + args +
+                            " >" + quote(out.string()) + " 2>" + quote(err.string());
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_file(out);
+    r.err = read_file(err);
+    return r;
+  }
+  void expect_refused_fast(const std::string& args, const std::string& phrase) {
+    double s = 0;
+    const CliResult r = timed(args, s);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r;
+    EXPECT_NE(r.err.find(phrase), std::string::npos) << args << "\nexpected: " << phrase << "\n" << r;
+    EXPECT_LT(s, 5.0) << args;
+  }
+};
+
+// ---- class 3: quantities past int64 picoseconds or bytes --------------------------------
+
+TEST_F(HostileTest, AOneBpsNicIsRefusedNotFaster) {
+  expect_refused_fast("run " + quote(small()) + " --set cluster.scale_out.nic_bandwidth=1bps", "out of range");
+}
+
+TEST_F(HostileTest, ALinkLatencyOf1e7sIsRefused) {
+  expect_refused_fast("run " + quote(small()) + " --set cluster.scale_out.latency=1e7s", "at most 1e6 s");
+}
+
+TEST_F(HostileTest, AHugeCapacityFactorIsRefused) {
+  const std::string s = write("m.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: mixtral-8x7b, layers: 2}\n"
+                                        "parallel: {tp: 8}\n");
+  expect_refused_fast("run " + quote(s) + " --set model.moe.capacity_factor=1e20", "expected 1 to 64");
+}
+
+TEST_F(HostileTest, AProfileLaunchOverheadOf1e7sIsRefused) {
+  write("p.yaml", "compute:\n  launch_overhead: 1e7s\n");
+  const std::string s = write("c.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                                        "calibration: p.yaml\n");
+  double t = 0;
+  const CliResult r = timed("run " + quote(s), t);
+  EXPECT_NE(r.code, 0) << r;
+  EXPECT_NE(r.err.find("out of range"), std::string::npos) << r;
+}
+
+// ---- class 4: accepted, then unbounded ----------------------------------------------------
+
+TEST_F(HostileTest, AYamlAliasBombIsRefusedAtOnce) {
+  std::string y = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    y += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) y += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    y += "]\n";
+  }
+  expect_refused_fast("run " + quote(write("bomb.yaml", y + "model: *a9\n")), "YAML aliases");
+}
+
+TEST_F(HostileTest, IncludesThatIncludeTheNextTwiceLoadEachFileOnce) {
+  for (int i = 0; i < 31; ++i) {
+    const std::string next = "f" + std::to_string(i + 1) + ".yaml";
+    write("f" + std::to_string(i) + ".yaml",
+          "include: [" + next + ", " + next + "]\nseed: " + std::to_string(i) + "\n");
+  }
+  write("f31.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n");
+  double s = 0;
+  const CliResult r = timed("run " + quote((dir_ / "f0.yaml").string()) + " --json", s);
+  EXPECT_EQ(r.code, 0) << r;
+  EXPECT_LT(s, 5.0);
+}
+
+TEST_F(HostileTest, BudgetsAreRefusedBeforeAnyWork) {
+  std::string sweep = "sweep:\n  seed: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  training.iterations: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+                      "  parallel.micro_batch: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  parallel.bucket_size: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+                      "  parallel.tp: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  parallel.pp: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n";
+  const std::string s = write("sw.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n" + sweep);
+  expect_refused_fast("sweep " + quote(s), "points (the budget of one sweep)");
+  expect_refused_fast("run " + quote(small()) + " --set cluster.nodes=1000000", "budget of 1048576 GPUs");
+  expect_refused_fast("run " + quote(small()) + " --set parallel.tp=1 --set training.global_batch=1048576",
+                      "budget of 65536");
+  const std::string serve = write("i.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                                            "inference: {requests: 67000000}\n");
+  expect_refused_fast("run " + quote(serve), "budget of 10000000 requests");
+  expect_refused_fast("collective --op all-reduce --gpus 8 --cluster dgx-h100 --concurrent 1000000", "budget of 1048576");
+  const std::string gamma = write("g.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                                            "inference: {requests: 10, arrivals: {process: gamma, cv: 1e-300}}\n");
+  expect_refused_fast("run " + quote(gamma), "expected 0.001 to 1000");
+}
+
+// ---- class 5: messages ----------------------------------------------------------------------
+
+TEST_F(HostileTest, ASecondYamlDocumentIsAnError) {
+  const std::string s = write("two.yaml", "cluster: {preset: dgx-h100}\n---\nmodel: {preset: gpt3-1.3b}\n");
+  expect_refused_fast("run " + quote(s), "a second YAML document");
+}
+
+TEST_F(HostileTest, AnIncludedFileThatIsNotAScenarioIsNotEchoed) {
+  write("secret.txt", "s3cr3t-token: abc\n");
+  const std::string s = write("inc.yaml", "include: [secret.txt]\ncluster: {preset: dgx-h100}\n"
+                                          "model: {preset: gpt3-1.3b}\n");
+  double t = 0;
+  const CliResult r = timed("run " + quote(s), t);
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_EQ(r.err.find("s3cr3t"), std::string::npos) << r;
+  EXPECT_NE(r.err.find("included file 'secret.txt' is not a scenario"), std::string::npos) << r;
+}
+
+TEST_F(HostileTest, AHugeValueIsNotEchoedWhole) {
+  const std::string s = write("big.yaml", "cluster: {preset: '" + std::string(5'000'000, 'x') + "'}\n");
+  double t = 0;
+  const CliResult r = timed("run " + quote(s), t);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_LT(r.err.size(), 2000u);
+  EXPECT_NE(r.err.find("(5000000 bytes)"), std::string::npos) << r.err.substr(0, 500);
+}
+
+TEST_F(HostileTest, ABogusRankByIsRefusedBeforeTheSweepRuns) {
+  const std::string s = write("sw.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                                         "sweep: {parallel.tp: [1, 2, 4, 8], parallel.micro_batch: [1, 2]}\n");
+  const std::string db = (dir_ / "r.sqlite").string();
+  double t = 0;
+  const CliResult r = timed("sweep " + quote(s) + " --out " + quote(db) + " --rank-by bogus", t);
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_NE(r.err.find("no metric 'bogus'"), std::string::npos) << r;
+  EXPECT_LT(t, 5.0);
+  EXPECT_TRUE(r.out.empty()) << r;
+}
+
+TEST_F(HostileTest, ASetKeyWithAnEmptyPartListsTheKeys) {
+  expect_refused_fast("run " + quote(small()) + " --set a..b=1", "top-level keys: name, include, seed, cluster");
+}
+
+TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
+  const std::string both = write("b.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                                           "training: {global_batch: 8}\ninference: {requests: 4}\n");
+  expect_refused_fast("run " + quote(both), "a training: block beside inference: is not used");
+  const std::string moe = write("d.yaml", "cluster: {preset: dgx-h100, nodes: 1}\n"
+                                          "model: {preset: mixtral-8x7b, layers: 4, moe: {dense_layers: 9}}\n");
+  expect_refused_fast("run " + quote(moe), "is past model.layers");
+  const std::string longp = write("p.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                                            "inference: {requests: 4, prompt_tokens: {dist: fixed, value: 100000}}\n");
+  expect_refused_fast("run " + quote(longp), "past model.seq_len");
+}
+
+// ---- class 6: determinism -------------------------------------------------------------------
+
+TEST_F(HostileTest, TwoIdenticalThreadedSweepsWriteTheSameBytes) {
+  const std::string s = write("sw.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                                         "sweep: {parallel.tp: [1, 2, 4, 8], parallel.micro_batch: [1, 2, 4]}\n");
+  for (const char* db : {"a.sqlite", "b.sqlite"})
+    ASSERT_EQ(cli("sweep " + quote(s) + " --jobs 2 --out " + quote((dir_ / db).string())).code, 0);
+  EXPECT_EQ(read_file(dir_ / "a.sqlite"), read_file(dir_ / "b.sqlite"));
+}
+
+}  // namespace
