@@ -6,55 +6,14 @@
 #include <filesystem>
 
 #include "calibrate/profile.h"
-#include "reports/output_file.h"
 #include "reports/progress.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/units.h"
 
 namespace clustersim {
-namespace {
 
 namespace fs = std::filesystem;
-
-void check_output_path(const Scenario& s, const std::string& key, const std::string& path,
-                       const std::vector<std::string>& inputs) {
-  if (path.empty()) return;
-  check_output(s.mark(key), key, path, inputs);
-}
-
-}  // namespace
-
-void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
-                  const std::vector<std::string>& inputs) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw InputError(mark, key + " '" + path + "' is a directory, expected a file path");
-  if (const std::string why = output_path_problem(path); !why.empty())
-    throw InputError(mark, key + " '" + path + "' is " + why + ", expected a regular file or a new path");
-  for (const std::string& in : inputs)
-    if (same_file(path, in))
-      throw InputError(mark, key + " '" + path + "' is an input of this command ('" + in +
-                                 "'), expected a path that is not read");
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  // The nearest existing ancestor must be a writable directory (missing ones are created).
-  fs::path probe = dir;
-  while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
-  if (probe.empty()) probe = ".";
-  if (!fs::is_directory(probe, ec))
-    throw InputError(mark, key + " '" + path + "': '" + probe.string() + "' is not a directory");
-  if (::access(probe.c_str(), W_OK) != 0)
-    throw InputError(mark, key + " '" + path + "': directory '" + probe.string() + "' is not writable");
-  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
-    throw InputError(mark, key + " '" + path + "' exists and is not writable");
-}
-
-std::vector<std::string> scenario_inputs(const Scenario& s) {
-  std::vector<std::string> in = s.inputs;
-  if (!s.calibration.empty()) in.push_back(scenario_relative_path(s, s.calibration));
-  if (s.inference && !s.serving.trace.empty()) in.push_back(scenario_relative_path(s, s.serving.trace));
-  return in;
-}
 
 void collective_options(const Scenario& s, ExecOptions& eo) {
   if (s.algorithm != "auto") {
@@ -70,19 +29,6 @@ void collective_options(const Scenario& s, ExecOptions& eo) {
   eo.flow = s.network_model == "flow";
 }
 
-void check_output_paths(const Scenario& s) {
-  if (!s.output_sqlite.empty() && !s.output_trace.empty()) {
-    std::error_code ec;
-    const bool same = s.output_sqlite == s.output_trace ||
-                      fs::weakly_canonical(s.output_sqlite, ec) == fs::weakly_canonical(s.output_trace, ec);
-    if (same)
-      throw InputError(s.mark("output.trace"),
-                       "output.trace names the same file as output.sqlite, expected two different paths");
-  }
-  const std::vector<std::string> inputs = scenario_inputs(s);
-  check_output_path(s, "output.sqlite", s.output_sqlite, inputs);
-  check_output_path(s, "output.trace", s.output_trace, inputs);
-}
 
 std::string scenario_relative_path(const Scenario& s, const std::string& path) {
   std::filesystem::path p(path);

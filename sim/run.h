@@ -29,17 +29,6 @@ struct RunOutcome {
   Metrics metrics;  // in a fixed order; the --json fields
 };
 
-// Checks the output paths first, so a run that could not save its results fails
-// before doing any work.
-void check_output_paths(const Scenario& s);
-// Refuses (InputError at `mark`) an output path that is a directory, a device, a FIFO or
-// anything but a regular file or a new path, or that names one of `inputs`, or whose
-// directory cannot be written.
-void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
-                  const std::vector<std::string>& inputs);
-// Every file a scenario's run reads: the scenario, its includes, its calibration profile
-// and its request trace.
-std::vector<std::string> scenario_inputs(const Scenario& s);
 RunOutcome run_training(const Scenario& s, const RunOptions& opt = {});
 // Host and framework work per iteration that the GPUs wait for (training.step_overhead;
 // the default's derivation is in docs/model.md).

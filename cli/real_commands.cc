@@ -1,4 +1,4 @@
-#include "sim/real_commands.h"
+#include "cli/real_commands.h"
 
 #include <sqlite3.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 
 #include "calibrate/fit.h"
 #include "calibrate/profile.h"
+#include "cli/output.h"
 #include "plan/training_planner.h"
 #include "real_backend/collective_bench.h"
 #include "real_backend/gpu_monitor.h"

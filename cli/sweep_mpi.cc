@@ -1,4 +1,4 @@
-#include "sim/sweep_mpi.h"
+#include "cli/sweep_mpi.h"
 
 #include <cstdint>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "sim/validate.h"
+#include "cli/validate.h"
 
 #include <sqlite3.h>
 
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "calibrate/profile.h"
+#include "cli/output.h"
 #include "plan/training_planner.h"
 #include "reports/sqlite_writer.h"
 #include "reports/summary.h"

@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "sim/validate.h"
+#include "cli/validate.h"
 
 namespace clustersim {
 
 int cmd_calibrate(const std::vector<std::string>& args);
-// validate's access to the GPUs (sim/validate.h).
+// validate's access to the GPUs (cli/validate.h).
 RealHooks real_hooks();
 
 }  // namespace clustersim

@@ -1,0 +1,150 @@
+// `clustersim collective`: a collective's size sweep, printed like nccl-tests.
+#include "calibrate/profile.h"
+#include "scenarios/units.h"
+#include "sim/collective_sweep.h"
+#include "topology/presets.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+
+namespace clustersim {
+
+int cmd_collective(const std::vector<std::string>& args) {
+  CollectiveSweepConfig cfg;
+  std::string preset, op = "all-reduce", algo = "auto", proto = "auto", model = "analytic", fabric = "fat-tree";
+  double oversub = 1.0;
+  int nics_per_leaf = 32;
+  int nodes = 0;
+  bool json = false, have_gpus = false;
+  auto as_int = [](const std::string& flag, const std::string& v) {
+    try {
+      size_t used = 0;
+      long long x = std::stoll(v, &used);
+      if (used != v.size() || x < 1 || x > (1 << 20)) throw std::invalid_argument(v);
+      return static_cast<int>(x);
+    } catch (const std::exception&) {
+      throw InputError(SourceMark{flag, 0, 0}, "expected a positive integer up to 1048576, got '" + v + "'");
+    }
+  };
+  auto as_size = [](const std::string& flag, const std::string& v) {
+    int64_t b = 0;
+    std::string why;
+    if (!parse_size(v, b, why)) throw InputError(SourceMark{flag, 0, 0}, why);
+    if (b < 1) throw InputError(SourceMark{flag, 0, 0}, "size must be at least 1 byte");
+    return b;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--op")
+      op = need_value(args, i);
+    else if (a == "--gpus") {
+      cfg.gpus = as_int(a, need_value(args, i));
+      have_gpus = true;
+    } else if (a == "--nodes")
+      nodes = as_int(a, need_value(args, i));
+    else if (a == "--cluster")
+      preset = need_value(args, i);
+    else if (a == "--algo")
+      algo = need_value(args, i);
+    else if (a == "--proto")
+      proto = need_value(args, i);
+    else if (a == "--network-model")
+      model = need_value(args, i);
+    else if (a == "--concurrent")
+      cfg.concurrent = as_int(a, need_value(args, i));
+    else if (a == "--fabric")
+      fabric = need_value(args, i);
+    else if (a == "--oversubscription") {
+      const std::string v = need_value(args, i);
+      char* end = nullptr;
+      oversub = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(oversub >= 1.0) || oversub > 1e6)
+        throw InputError(SourceMark{a, 0, 0}, "expected a number >= 1, got '" + v + "'");
+    } else if (a == "--nics-per-leaf")
+      nics_per_leaf = as_int(a, need_value(args, i));
+    else if (a == "--profile")
+      cfg.profile = load_profile(need_value(args, i), SourceMark{"--profile", 0, 0}).network;
+    else if (a == "--min")
+      cfg.min_bytes = as_size(a, need_value(args, i));
+    else if (a == "--max")
+      cfg.max_bytes = as_size(a, need_value(args, i));
+    else if (a == "--json")
+      json = true;
+    else
+      throw UsageError("unknown option '" + a + "' for collective");
+  }
+  if (!have_gpus) throw UsageError("collective needs --gpus N");
+  if (preset.empty()) throw UsageError("collective needs --cluster PRESET");
+  if (op == "send-recv")
+    cfg.kind = SweepOp::SendRecv;
+  else if (!parse_collective(op, cfg.op))
+    throw InputError(SourceMark{"--op", 0, 0},
+                     "unknown operation '" + op +
+                         "', expected all-reduce, all-gather, reduce-scatter, broadcast, reduce, "
+                         "all-to-all or send-recv");
+  if (algo != "auto") {
+    Algorithm a;
+    if (!parse_algorithm(algo, a))
+      throw InputError(SourceMark{"--algo", 0, 0}, "unknown algorithm '" + algo +
+                                                       "', expected auto, ring, tree, direct, halving-doubling, "
+                                                       "hierarchical or nvls");
+    cfg.algorithm = a;
+  }
+  if (proto != "auto") {
+    Protocol p;
+    if (!parse_protocol(proto, p))
+      throw InputError(SourceMark{"--proto", 0, 0},
+                       "unknown protocol '" + proto + "', expected auto, LL, LL128 or Simple");
+    cfg.protocol = p;
+  }
+  if (model != "analytic" && model != "flow")
+    throw InputError(SourceMark{"--network-model", 0, 0},
+                     "unknown network model '" + model + "', expected analytic or flow");
+  cfg.flow = model == "flow";
+  const NodeSpec* node = find_node_preset(preset);
+  if (!node) {
+    std::string names;
+    for (const auto& n : node_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw InputError(SourceMark{"--cluster", 0, 0},
+                     "unknown cluster preset '" + preset + "', expected one of: " + names);
+  }
+  cfg.cluster.node = *node;
+  if (!parse_fabric(fabric, cfg.cluster.fabric.kind))
+    throw InputError(SourceMark{"--fabric", 0, 0},
+                     "unknown fabric '" + fabric + "', expected fat-tree, rail-optimized, switch, ring or torus");
+  cfg.cluster.fabric.oversubscription = oversub;
+  cfg.cluster.fabric.nics_per_leaf = nics_per_leaf;
+  if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > (int64_t{1} << 20))
+    throw InputError(SourceMark{"--concurrent", 0, 0}, "--gpus x --concurrent = " +
+                                                           std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
+                                                           " ranks is past the budget of 1048576, expected fewer");
+  const int total = cfg.gpus * cfg.concurrent;
+  cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
+  if (total % cfg.nodes != 0)
+    throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(total) +
+                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) +
+                                                     " nodes");
+  if (total / cfg.nodes > node->gpus)
+    throw InputError(SourceMark{"--gpus", 0, 0},
+                     std::to_string(total) + " GPUs on " + std::to_string(cfg.nodes) + " node(s) of " + preset +
+                         " need " + std::to_string(total / cfg.nodes) + " GPUs per node, the preset has " +
+                         std::to_string(node->gpus) + "; add --nodes");
+  if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, total / cfg.nodes);
+  if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
+  std::vector<CollectiveRow> rows;
+  try {
+    rows = run_collective_sweep(cfg);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(SourceMark{"--algo", 0, 0}, e.what());
+  }
+  std::cout << (json ? format_collective_json(cfg, rows) + "\n" : format_collective_table(cfg, rows));
+  return 0;
+}
+
+}  // namespace clustersim

@@ -1,0 +1,25 @@
+// The commands' output paths: checked before any work, so a command that could not save
+// its results fails at once, and never replaces anything but the file it names (the
+// writing itself is reports/output_file.h's).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "scenarios/scenario.h"
+
+namespace clustersim {
+
+// output.sqlite and output.trace of a scenario: each a regular file or a new path in a
+// writable folder, neither one of the scenario's inputs, not the same file twice.
+void check_output_paths(const Scenario& s);
+// Refuses (InputError at `mark`) an output path that is a directory, a device, a FIFO or
+// anything but a regular file or a new path, or that names one of `inputs`, or whose
+// directory cannot be written.
+void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
+                  const std::vector<std::string>& inputs);
+// Every file a scenario's run reads: the scenario, its includes, its calibration profile
+// and its request trace.
+std::vector<std::string> scenario_inputs(const Scenario& s);
+
+}  // namespace clustersim

@@ -1,0 +1,47 @@
+// `clustersim plan`: the scenario's Plan as JSON.
+#include "cli/output.h"
+#include "plan/plan_io.h"
+#include "plan/training_planner.h"
+#include "reports/output_file.h"
+#include "scenarios/scenario.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+
+namespace clustersim {
+
+int cmd_plan(const std::vector<std::string>& args) {
+  std::string path, out;
+  std::vector<std::string> sets;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set")
+      sets.push_back(need_value(args, i));
+    else if (a == "--out")
+      out = need_value(args, i);
+    else if (!a.empty() && a[0] == '-')
+      throw UsageError("unknown option '" + a + "' for plan");
+    else if (path.empty())
+      path = a;
+    else
+      throw UsageError("plan takes one scenario file");
+  }
+  if (path.empty()) throw UsageError("plan needs a scenario file");
+  const Scenario s = load_scenario(path, sets);
+  if (!out.empty()) check_output(SourceMark{"--out", 0, 0}, "--out", out, scenario_inputs(s));
+  const std::string json = plan_to_json(build_training_plan(s).plan);
+  if (out.empty()) {
+    std::cout << json;
+    return 0;
+  }
+  write_file_atomically(out, json);
+  return 0;
+}
+
+}  // namespace clustersim

@@ -1,0 +1,51 @@
+// `clustersim report`: one self-contained HTML file for a run.
+#include "cli/output.h"
+#include "reports/html_report.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+
+namespace clustersim {
+
+int cmd_report(const std::vector<std::string>& args) {
+  std::string db, html;
+  ReportOptions opt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--html") {
+      html = need_value(args, i);
+    } else if (a == "--run") {
+      const std::string v = need_value(args, i);
+      char* end = nullptr;
+      opt.run_id = std::strtoll(v.c_str(), &end, 10);
+      if (*end != '\0' || opt.run_id < 1)
+        throw InputError(SourceMark{"--run", 0, 0}, "expected a run id (a positive integer), got '" + v + "'");
+    } else if (a == "--max-spans") {
+      const std::string v = need_value(args, i);
+      char* end = nullptr;
+      opt.max_spans = std::strtoll(v.c_str(), &end, 10);
+      if (*end != '\0' || opt.max_spans < 1)
+        throw InputError(SourceMark{"--max-spans", 0, 0}, "expected a positive integer, got '" + v + "'");
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("unknown option '" + a + "' for report");
+    } else if (db.empty()) {
+      db = a;
+    } else {
+      throw UsageError("report takes one database, got '" + db + "' and '" + a + "'");
+    }
+  }
+  if (db.empty()) throw UsageError("report needs a database (RUN.sqlite)");
+  if (html.empty()) throw UsageError("report needs --html OUT.html");
+  check_output(SourceMark{"--html", 0, 0}, "--html", html, {db});
+  write_html_report(db, html, opt);
+  std::cerr << "wrote " << html << "\n";
+  return 0;
+}
+
+}  // namespace clustersim

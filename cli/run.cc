@@ -1,0 +1,61 @@
+// `clustersim run`: one training iteration or a serving run, as a table or one JSON object.
+#include "cli/output.h"
+#include "sim/run.h"
+#include "sim/serving.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+
+namespace clustersim {
+
+int cmd_run(const std::vector<std::string>& args) {
+  std::string path;
+  std::vector<std::string> sets;
+  bool json = false;
+  RunOptions opt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set")
+      sets.push_back(need_value(args, i));
+    else if (a.rfind("--set=", 0) == 0)
+      sets.push_back(a.substr(6));
+    else if (a == "--json")
+      json = true;
+    else if (a == "--simulate-all-ranks")
+      opt.simulate_all_ranks = true;
+    else if (!a.empty() && a[0] == '-')
+      throw UsageError("unknown option '" + a + "' for run");
+    else if (path.empty())
+      path = a;
+    else
+      throw UsageError("run takes one scenario file, got '" + path + "' and '" + a + "'");
+  }
+  if (path.empty()) throw UsageError("run needs a scenario file");
+  Scenario s = load_scenario(path, sets);
+  if (!s.sweep.empty())
+    std::cerr << s.mark("sweep").str()
+              << ": warning: run simulates the scenario as written; sweep points are not run\n";
+  if (s.inference) {
+    check_output_paths(s);
+    const ServingResult r = run_serving(s, !s.output_sqlite.empty() || !s.output_trace.empty(), true);
+    write_serving_outputs(s, r);
+    std::cout << (json ? serving_summary_json(s, r) + "\n" : serving_summary_table(s, r));
+    return 0;
+  }
+  check_output_paths(s);
+  opt.progress = true;
+  opt.record_link_usage = !s.output_sqlite.empty() || !s.output_trace.empty();
+  opt.keep_spans = opt.record_link_usage;
+  RunOutcome out = run_training(s, opt);
+  write_outputs(out);
+  std::cout << (json ? summary_json_line(out) + "\n" : summary_table(out));
+  return 0;
+}
+
+}  // namespace clustersim

@@ -1,0 +1,67 @@
+// `clustersim sweep`: every point of a scenario's sweep: block, ranked.
+#include "scenarios/scenario.h"
+#include "cli/output.h"
+#include "sim/sweep.h"
+#include "cli/sweep_mpi.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+
+namespace clustersim {
+
+int cmd_sweep(const std::vector<std::string>& args) {
+  std::string path;
+  SweepOptions opt;
+  bool json = false, mpi = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set") {
+      opt.sets.push_back(need_value(args, i));
+    } else if (a.rfind("--set=", 0) == 0) {
+      opt.sets.push_back(a.substr(6));
+    } else if (a == "--jobs" || a == "-j") {
+      const std::string v = need_value(args, i);
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || n < 1 || n > 1024)
+        throw InputError(SourceMark{a, 0, 0}, "expected a thread count from 1 to 1024, got '" + v + "'");
+      opt.jobs = static_cast<int>(n);
+    } else if (a == "--out") {
+      opt.database = need_value(args, i);
+    } else if (a == "--rank-by") {
+      opt.rank_by = need_value(args, i);
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--mpi") {
+      mpi = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw UsageError("unknown option '" + a + "' for sweep");
+    } else if (path.empty()) {
+      path = a;
+    } else {
+      throw UsageError("sweep takes one scenario file, got '" + path + "' and '" + a + "'");
+    }
+  }
+  if (path.empty()) throw UsageError("sweep needs a scenario file");
+  {
+    const Scenario s = load_scenario(path, opt.sets);
+    if (opt.database.empty()) opt.database = s.output_sqlite;
+    if (!opt.database.empty())
+      check_output(opt.database == s.output_sqlite ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0}, "--out",
+                 opt.database, scenario_inputs(s));
+  }
+  if (mpi) return sweep_mpi(path, opt, json);
+  const SweepReport r = run_sweep(path, opt);
+  std::cout << (json ? sweep_json(r) : sweep_table(r));
+  for (const SweepPointResult& x : r.results)
+    if (x.status == "ok") return 0;
+  return 1;  // no point could run
+}
+
+}  // namespace clustersim
