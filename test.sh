@@ -33,13 +33,19 @@ if [ "$fuzz" = 1 ]; then
   # any crash, hang, sanitizer report or non-InputError fails the run.
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLUSTERSIM_FUZZ=ON \
     -DCLUSTERSIM_REAL_BACKEND=OFF -DCLUSTERSIM_BUILD_TESTS=OFF -DCLUSTERSIM_BUILD_BENCH=OFF
-  cmake --build build-fuzz -j"$jobs" --target fuzz_scenario fuzz_units
+  cmake --build build-fuzz -j"$jobs" --target fuzz_scenario fuzz_units fuzz_run
   root="$PWD"
   corpus="$(mktemp -d)"
   trap 'rm -rf "$corpus"' EXIT
-  mkdir -p "$corpus/scenario" "$corpus/units"
+  mkdir -p "$corpus/scenario" "$corpus/units" "$corpus/run"
   find scenarios/examples -name '*.yaml' -exec cp {} "$corpus/scenario/" \;
+  # Whole runs: small self-contained scenarios, some with --set lines after "#--set".
+  printf 'cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {tp: 8}\n' > "$corpus/run/tp8"
+  printf 'cluster: {preset: dgx-a100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4, seq_len: 1024}\nparallel: {tp: 2, pp: 2}\ntraining: {global_batch: 16, attention: unfused, recompute: selective}\n#--set\nparallel.zero_stage=1\nmodel.dropout=0.1\n' > "$corpus/run/pp2"
+  printf 'cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2, dtype: fp8}\nparallel: {tp: 4, sequence_parallel: true, tp_comm_overlap: true}\n#--set\ntraining.global_batch=4\n' > "$corpus/run/fp8"
+  printf 'cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b, layers: 2}\ninference: {requests: 16, scheduler: trtllm, arrivals: {process: closed, concurrency: 4}}\n' > "$corpus/run/serve"
   for u in 64MiB 1GiB 2us 5ms 400Gbps 450GB/s 0.5us 1e3B; do printf '%s' "$u" > "$corpus/units/$(printf '%s' "$u" | tr '/' '_')"; done
   (cd "$corpus" && "$root/build-fuzz/fuzz_scenario" -seed=1 -runs=100000 -max_total_time=120 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/" scenario)
   (cd "$corpus" && "$root/build-fuzz/fuzz_units" -seed=1 -runs=5000000 -max_total_time=120 -timeout=10 -artifact_prefix="$root/build-fuzz/" units)
+  (cd "$corpus" && "$root/build-fuzz/fuzz_run" -seed=1 -runs=100000 -max_total_time=180 -timeout=20 -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/" run)
 fi

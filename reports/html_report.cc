@@ -46,14 +46,19 @@ class Db {
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) throw std::runtime_error("cannot read " + path_ + ": " + sqlite3_errmsg(db_));
   }
+  // Whether the database has the table; a file SQLite cannot read (damaged, or no
+  // database at all) is said to be that, not "not a clustersim database".
   bool has_table(const std::string& name) {
-    bool found = false;
     sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db_, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", -1, &st, nullptr);
+    if (sqlite3_prepare_v2(db_, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", -1, &st, nullptr) !=
+        SQLITE_OK)
+      throw std::runtime_error(path_ + " is damaged or not a SQLite database (SQLite: " + sqlite3_errmsg(db_) + ")");
     sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
-    found = sqlite3_step(st) == SQLITE_ROW;
+    const int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return found;
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+      throw std::runtime_error(path_ + " is damaged or not a SQLite database (SQLite: " + sqlite3_errmsg(db_) + ")");
+    return rc == SQLITE_ROW;
   }
 
  private:

@@ -172,8 +172,8 @@ struct WriteError : std::runtime_error {
 [[noreturn]] void fail_sqlite(sqlite3* db, std::string_view what) {
   const int code = sqlite3_errcode(db);
   std::string msg(what);
-  if (code == SQLITE_NOTADB) {
-    msg = "not a SQLite database (" + std::string(sqlite3_errmsg(db)) + ")";
+  if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT) {
+    msg = "it is damaged or not a SQLite database (SQLite: " + std::string(sqlite3_errmsg(db)) + "); it was left as it was";
   } else {
     msg += msg.empty() ? "" : ": ";
     msg += sqlite3_errmsg(db);

@@ -1,5 +1,6 @@
 #include "scenarios/yaml_tree.h"
 
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -96,12 +97,28 @@ YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget) {
 
 YNode parse_yaml(const std::string& text, const std::string& file) {
   YAML::Node root;
+  // A second document would be ignored by the loader: it is an error at its marker. (A
+  // line-level scan: yaml-cpp's LoadAll loops forever on some malformed inputs, such as
+  // ", x", that Load reports.)
+  {
+    bool content = false;
+    int line = 0;
+    for (size_t at = 0; at <= text.size();) {
+      size_t end = text.find('\n', at);
+      if (end == std::string::npos) end = text.size();
+      const std::string_view l(text.data() + at, end - at);
+      ++line;
+      const bool marker = l.substr(0, 3) == "---" && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
+      if (marker && content)
+        throw InputError(SourceMark{file, line, 1},
+                         "a second YAML document ('---'): a scenario is one document, expected its keys in the first");
+      const size_t first = l.find_first_not_of(" \t\r");
+      if (!marker && first != std::string_view::npos && l[first] != '#') content = true;
+      at = end + 1;
+    }
+  }
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (docs.size() > 1)
-      throw InputError(mark_of(docs[1].Mark(), file),
-                       "a second YAML document ('---'): a scenario is one document, expected its keys in the first");
-    if (!docs.empty()) root = docs.front();
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw InputError(mark_of(e.mark, file), "malformed YAML: " + e.msg);
   }

@@ -109,6 +109,12 @@ TEST_F(HostileTest, BudgetsAreRefusedBeforeAnyWork) {
   expect_refused_fast("run " + quote(gamma), "expected 0.001 to 1000");
 }
 
+// Found by fuzzing whole runs: yaml-cpp's LoadAll never returns on ", x"; one document
+// is read with Load and a second one found by its marker line.
+TEST_F(HostileTest, AMalformedSetValueFailsInsteadOfHanging) {
+  expect_refused_fast("run " + quote(small()) + " --set 'seed=, x'", "error:");
+}
+
 // ---- class 5: messages ----------------------------------------------------------------------
 
 TEST_F(HostileTest, ASecondYamlDocumentIsAnError) {
@@ -134,6 +140,19 @@ TEST_F(HostileTest, AHugeValueIsNotEchoedWhole) {
   EXPECT_EQ(r.code, 1);
   EXPECT_LT(r.err.size(), 2000u);
   EXPECT_NE(r.err.find("(5000000 bytes)"), std::string::npos) << r.err.substr(0, 500);
+}
+
+TEST_F(HostileTest, ADamagedDatabaseIsSaidToBeDamaged) {
+  write("bad.sqlite", std::string(8192, '\x5a'));
+  double t = 0;
+  const CliResult r = timed("report bad.sqlite --html out.html", t);
+  EXPECT_EQ(r.code, 3) << r;
+  EXPECT_NE(r.err.find("is damaged or not a SQLite database"), std::string::npos) << r;
+  EXPECT_FALSE(fs::exists(dir_ / "out.html"));
+  const CliResult w = timed("run " + quote(small()) + " --set output.sqlite=bad.sqlite", t);
+  EXPECT_EQ(w.code, 3) << w;
+  EXPECT_NE(w.err.find("damaged or not a SQLite database"), std::string::npos) << w;
+  EXPECT_EQ(read_file(dir_ / "bad.sqlite"), std::string(8192, '\x5a'));
 }
 
 TEST_F(HostileTest, ABogusRankByIsRefusedBeforeTheSweepRuns) {

@@ -205,7 +205,7 @@ TEST_F(ReportsTest, SqliteRefusesTextFileAndLeavesItAlone) {
     write_sqlite(timeline_, text_path);
     FAIL() << "expected an exception";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot write " + text_path + ": not a SQLite database"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("cannot write " + text_path + ": it is damaged or not a SQLite database"), std::string::npos)
         << e.what();
   }
   EXPECT_EQ(read_file(text_path), text);
