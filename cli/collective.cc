@@ -21,7 +21,7 @@ int cmd_collective(const std::vector<std::string>& args) {
   double oversub = 1.0;
   int nics_per_leaf = 32;
   int nodes = 0;
-  bool json = false, have_gpus = false;
+  bool json = false, have_gpus = false, allow_large = false;
   auto as_int = [](const std::string& flag, const std::string& v) {
     try {
       size_t used = 0;
@@ -76,6 +76,8 @@ int cmd_collective(const std::vector<std::string>& args) {
       cfg.max_bytes = as_size(a, need_value(args, i));
     else if (a == "--json")
       json = true;
+    else if (a == "--allow-large")
+      allow_large = true;
     else
       throw UsageError("unknown option '" + a + "' for collective");
   }
@@ -120,10 +122,10 @@ int cmd_collective(const std::vector<std::string>& args) {
                      "unknown fabric '" + fabric + "', expected fat-tree, rail-optimized, switch, ring or torus");
   cfg.cluster.fabric.oversubscription = oversub;
   cfg.cluster.fabric.nics_per_leaf = nics_per_leaf;
-  if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > (int64_t{1} << 20))
+  if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > (int64_t{1} << (allow_large ? 24 : 20)))
     throw InputError(SourceMark{"--concurrent", 0, 0}, "--gpus x --concurrent = " +
                                                            std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
-                                                           " ranks is past the budget of 1048576, expected fewer");
+                                                           " ranks is past the budget of " + std::to_string(int64_t{1} << (allow_large ? 24 : 20)) + (allow_large ? "" : " (--allow-large raises it to 16777216)") + ", expected fewer");
   const int total = cfg.gpus * cfg.concurrent;
   cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
   if (total % cfg.nodes != 0)

@@ -64,7 +64,9 @@ constexpr const char* kUsage =
     "run options:\n"
     "  --set key=value       override a scenario key (repeatable), e.g. --set parallel.tp=4\n"
     "  --json                print one JSON object instead of the table\n"
-    "  --simulate-all-ranks  simulate every rank instead of one per symmetry class\n";
+    "  --simulate-all-ranks  simulate every rank instead of one per symmetry class\n"
+    "  --allow-large         run past the work budgets (2^20 GPUs or collective ranks, 10^7 requests, 65,536\n"
+    "                        micro-batches, 100,000 sweep points); also for plan, sweep, search, collective\n";
 
 // Runs one command; its exit code.
 int dispatch(const std::string& cmd, const std::vector<std::string>& args) {

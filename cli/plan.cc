@@ -19,10 +19,13 @@ namespace clustersim {
 int cmd_plan(const std::vector<std::string>& args) {
   std::string path, out;
   std::vector<std::string> sets;
+  LoadOptions lo;  // --allow-large: past the work budgets
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--set")
       sets.push_back(need_value(args, i));
+    else if (a == "--allow-large")
+      lo.allow_large = true;
     else if (a == "--out")
       out = need_value(args, i);
     else if (!a.empty() && a[0] == '-')
@@ -33,7 +36,7 @@ int cmd_plan(const std::vector<std::string>& args) {
       throw UsageError("plan takes one scenario file");
   }
   if (path.empty()) throw UsageError("plan needs a scenario file");
-  const Scenario s = load_scenario(path, sets);
+  const Scenario s = load_scenario(path, sets, lo);
   if (!out.empty()) check_output(SourceMark{"--out", 0, 0}, "--out", out, scenario_inputs(s));
   const std::string json = plan_to_json(build_training_plan(s).plan);
   if (out.empty()) {

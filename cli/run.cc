@@ -18,6 +18,7 @@ int cmd_run(const std::vector<std::string>& args) {
   std::string path;
   std::vector<std::string> sets;
   bool json = false;
+  LoadOptions lo;  // --allow-large: past the work budgets
   RunOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -27,6 +28,8 @@ int cmd_run(const std::vector<std::string>& args) {
       sets.push_back(a.substr(6));
     else if (a == "--json")
       json = true;
+    else if (a == "--allow-large")
+      lo.allow_large = true;
     else if (a == "--simulate-all-ranks")
       opt.simulate_all_ranks = true;
     else if (!a.empty() && a[0] == '-')
@@ -37,7 +40,7 @@ int cmd_run(const std::vector<std::string>& args) {
       throw UsageError("run takes one scenario file, got '" + path + "' and '" + a + "'");
   }
   if (path.empty()) throw UsageError("run needs a scenario file");
-  Scenario s = load_scenario(path, sets);
+  Scenario s = load_scenario(path, sets, lo);
   if (!s.sweep.empty())
     std::cerr << s.mark("sweep").str()
               << ": warning: run simulates the scenario as written; sweep points are not run\n";

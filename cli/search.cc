@@ -18,6 +18,7 @@ int cmd_search(const std::vector<std::string>& args) {
   std::vector<std::string> sets;
   SearchOptions opt;
   bool json = false;
+  LoadOptions lo;  // --allow-large: past the work budgets
   auto count = [&](const std::string& flag, const std::string& v, int lo, int hi) {
     char* end = nullptr;
     const long n = std::strtol(v.c_str(), &end, 10);
@@ -40,6 +41,8 @@ int cmd_search(const std::vector<std::string>& args) {
       opt.refine = need_value(args, i);
       if (opt.refine != "flow" && opt.refine != "analytic")
         throw InputError(SourceMark{a, 0, 0}, "expected flow or analytic, got '" + opt.refine + "'");
+    } else if (a == "--allow-large") {
+      lo.allow_large = true;
     } else if (a == "--json") {
       json = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -51,7 +54,7 @@ int cmd_search(const std::vector<std::string>& args) {
     }
   }
   if (path.empty()) throw UsageError("search needs a scenario file");
-  const Scenario s = load_scenario(path, sets);
+  const Scenario s = load_scenario(path, sets, lo);
   const SearchResult r = search_layouts(s, opt);
   std::cout << (json ? search_json(r) : search_table(r));
   return r.best >= 0 ? 0 : 1;

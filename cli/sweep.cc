@@ -36,6 +36,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
       opt.database = need_value(args, i);
     } else if (a == "--rank-by") {
       opt.rank_by = need_value(args, i);
+    } else if (a == "--allow-large") {
+      opt.allow_large = true;
     } else if (a == "--json") {
       json = true;
     } else if (a == "--mpi") {
@@ -50,7 +52,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
   }
   if (path.empty()) throw UsageError("sweep needs a scenario file");
   {
-    const Scenario s = load_scenario(path, opt.sets);
+    const Scenario s = load_scenario(path, opt.sets, LoadOptions{opt.allow_large});
     if (opt.database.empty()) opt.database = s.output_sqlite;
     if (!opt.database.empty())
       check_output(opt.database == s.output_sqlite ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0}, "--out",

@@ -110,10 +110,13 @@ TrainingLayout check_training_layout(const Scenario& s) {
          "training.global_batch = " + str(l.global_batch) +
              " is not a multiple of dp·micro_batch = " + str(l.dp * l.micro_batch));
   l.micro_batches = l.global_batch / (l.dp * l.micro_batch);
-  if (l.micro_batches > 65536)
+  if (l.micro_batches > (int64_t{1} << 22))
+    fail(s, "training.global_batch", str(l.micro_batches) + " micro-batches per pipeline is past 4194304, the most any run takes");
+  if (l.micro_batches > 65536 && !s.allow_large)
     fail(s, "training.global_batch",
          str(l.micro_batches) + " micro-batches per pipeline is past the budget of 65536 per iteration, expected a "
-                                "larger parallel.micro_batch or a smaller training.global_batch");
+                                "larger parallel.micro_batch or a smaller training.global_batch (--allow-large runs "
+                                "it anyway)");
   if (p.schedule == "interleaved-1f1b" && p.pp > 1 && l.micro_batches % p.pp != 0)
     fail(s, "training.global_batch",
          "interleaved-1f1b needs the " + str(l.micro_batches) +

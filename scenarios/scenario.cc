@@ -700,12 +700,12 @@ SourceMark Scenario::mark(const std::string& key) const {
   return SourceMark{path, 1, 1};
 }
 
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
-  return load_scenario(path, sets, {});
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets, const LoadOptions& options) {
+  return load_scenario(path, sets, {}, options);
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets,
-                       const std::vector<std::pair<std::string, YNode>>& overrides) {
+                       const std::vector<std::pair<std::string, YNode>>& overrides, const LoadOptions& options) {
   std::vector<std::string> stack;
   Loaded loaded;
   YNode root = load_with_includes(path, SourceMark{}, stack, loaded);
@@ -716,6 +716,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   Scenario s;
   s.path = path;
   s.inputs = std::move(loaded.files);
+  s.allow_large = options.allow_large;
   s.name = fs::path(path).stem().string();
   std::vector<std::pair<std::string, const YNode*>> leaves;
   walk(root, "", leaves, s);
@@ -786,12 +787,17 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     }
   }
   // Work budgets: a cluster past 2^20 GPUs, or a run past 10^7 requests, is refused before any work.
-  if (static_cast<int64_t>(s.cluster.nodes) * s.cluster.node.gpus > (int64_t{1} << 20))
+  const int64_t gpus = static_cast<int64_t>(s.cluster.nodes) * s.cluster.node.gpus;
+  if (gpus > (int64_t{1} << 26))  // a ceiling no flag lifts: the cluster's graph would not fit in memory
+    throw InputError(s.mark("cluster.nodes"), std::to_string(gpus) + " GPUs is past 67108864, the most any run takes");
+  if (!s.allow_large && gpus > (int64_t{1} << 20))
     throw InputError(s.mark("cluster.nodes"), std::to_string(static_cast<int64_t>(s.cluster.nodes) * s.cluster.node.gpus) +
-                                                  " GPUs is past the budget of 1048576 GPUs per cluster");
-  if (s.inference && s.serving.requests > 10'000'000)
+                                                  " GPUs is past the budget of 1048576 GPUs per cluster "
+                                                  "(--allow-large runs it anyway)");
+  if (!s.allow_large && s.inference && s.serving.requests > 10'000'000)
     throw InputError(s.mark("inference.requests"), "inference.requests = " + std::to_string(s.serving.requests) +
-                                                       " is past the budget of 10000000 requests per run");
+                                                       " is past the budget of 10000000 requests per run "
+                                                       "(--allow-large runs it anyway)");
   if (s.serving.arrival_process == "closed" && !s.marks.count("inference.arrivals.concurrency"))
     s.serving.concurrency = 1;
   // The engines' own defaults: vLLM v1 on GPUs of 70 GiB and more (max_num_seqs 1024,

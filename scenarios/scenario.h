@@ -113,6 +113,7 @@ struct Scenario {
   uint64_t seed = 1;
   Reference reference;
   int64_t memory_reserve_bytes = -1;  // per GPU, kept from the model by the stack; -1: the default
+  bool allow_large = false;           // loaded past the work budgets (--allow-large)
 
   std::vector<std::pair<std::string, YNode>> sweep;  // key path -> list of values
 
@@ -125,13 +126,20 @@ struct Scenario {
   SourceMark mark(const std::string& key) const;
 };
 
+// Past the work budgets (2^20 GPUs, 10^7 requests, 65,536 micro-batches): refused at
+// load unless allow_large (the commands' --allow-large).
+struct LoadOptions {
+  bool allow_large = false;
+};
+
 // Loads a scenario file with its includes, applies `--set key=value` overrides in
 // order, and checks every key. Throws InputError on the first problem.
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets = {});
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets = {},
+                       const LoadOptions& options = {});
 // The same, then `overrides` (dotted key -> value) on top: a sweep point. The values keep
 // the marks of where they were written, so a bad one is reported at its own line.
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets,
-                       const std::vector<std::pair<std::string, YNode>>& overrides);
+                       const std::vector<std::pair<std::string, YNode>>& overrides, const LoadOptions& options = {});
 
 // One row per scenario key: for `clustersim keys` and docs/scenario-keys.md.
 struct KeyDoc {

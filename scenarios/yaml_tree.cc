@@ -51,7 +51,7 @@ SourceMark mark_of(const YAML::Mark& m, const std::string& file) { return Source
 
 // A document is refused once it holds more than this many nodes: aliases let a few
 // hundred bytes name billions of nodes (an alias bomb), and no scenario needs a tenth.
-constexpr int64_t kMaxNodes = 1'000'000;
+constexpr int64_t kMaxNodes = 200'000;
 
 YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget) {
   if (--budget < 0)

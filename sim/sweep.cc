@@ -64,14 +64,15 @@ bool higher_is_better(const std::string& metric) {
   return kHigher.count(metric) > 0;
 }
 
-std::vector<SweepPoint> sweep_points(const Scenario& base) {
+std::vector<SweepPoint> sweep_points(const Scenario& base, size_t max_points) {
   std::vector<SweepPoint> out;
   // Counted before any is made: 10^20 points is refused, not allocated.
   size_t total = 1;
   for (const auto& [key, list] : base.sweep) {
-    if (total > kMaxSweepPoints / std::max<size_t>(1, list.seq.size()) + 1 || total * list.seq.size() > kMaxSweepPoints)
-      throw InputError(base.mark("sweep"), "the sweep has more than " + std::to_string(kMaxSweepPoints) +
-                                               " points (the budget of one sweep), expected fewer values per key");
+    if (total > max_points / std::max<size_t>(1, list.seq.size()) + 1 || total * list.seq.size() > max_points)
+      throw InputError(base.mark("sweep"), "the sweep has more than " + std::to_string(max_points) +
+                                               " points (the budget of one sweep; --allow-large raises it to " +
+                                               std::to_string(kMaxSweepPointsLarge) + "), expected fewer values per key");
     total *= list.seq.size();
   }
   std::vector<size_t> digit(base.sweep.size(), 0);
@@ -104,12 +105,13 @@ std::string scenario_fingerprint(const Scenario& base) {
   return buf;
 }
 
-SweepPointResult run_sweep_point(const std::string& path, const std::vector<std::string>& sets, const SweepPoint& p) {
+SweepPointResult run_sweep_point(const std::string& path, const std::vector<std::string>& sets, const SweepPoint& p,
+                                 bool allow_large) {
   SweepPointResult r;
   r.index = p.index;
   r.settings = p.settings;
   try {
-    Scenario s = load_scenario(path, sets, p.overrides);
+    Scenario s = load_scenario(path, sets, p.overrides, LoadOptions{allow_large});
     s.output_sqlite.clear();
     s.output_trace.clear();
     s.sweep.clear();
@@ -155,7 +157,7 @@ SweepRow sweep_row(const SweepReport& rep, const SweepPointResult& r) {
 }
 
 SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
-  const Scenario base = load_scenario(path, opt.sets);
+  const Scenario base = load_scenario(path, opt.sets, LoadOptions{opt.allow_large});
   if (base.sweep.empty())
     throw InputError(SourceMark{path, 1, 1}, "no sweep: block, expected sweep: {key: [values...]}");
   SweepReport rep;
@@ -163,7 +165,7 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
   rep.fingerprint = scenario_fingerprint(base);
   rep.objective = objective_for(opt.rank_by, base.inference);
   rep.higher_is_better = higher_is_better(rep.objective);
-  const std::vector<SweepPoint> all = sweep_points(base);
+  const std::vector<SweepPoint> all = sweep_points(base, opt.allow_large ? kMaxSweepPointsLarge : kMaxSweepPoints);
   rep.points = static_cast<int64_t>(all.size());
   std::vector<const SweepPoint*> todo;
   if (!opt.restrict_points) {
@@ -217,7 +219,7 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
   };
   size_t first = 0;
   for (; first < run.size(); ++first) {
-    SweepPointResult r = run_sweep_point(path, opt.sets, *todo[run[first]]);
+    SweepPointResult r = run_sweep_point(path, opt.sets, *todo[run[first]], opt.allow_large);
     const bool ok = r.status == "ok";
     if (ok) check_objective(r);
     finish(first, std::move(r));
@@ -235,7 +237,7 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
         std::lock_guard<std::mutex> lock(sink);
         if (failure) return;
       }
-      finish(k, run_sweep_point(path, opt.sets, *todo[run[k]]));
+      finish(k, run_sweep_point(path, opt.sets, *todo[run[k]], opt.allow_large));
     }
   };
   const int jobs = std::max(1, std::min<int>(opt.jobs, static_cast<int>(std::max<size_t>(1, run.size()))));

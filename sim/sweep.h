@@ -33,6 +33,7 @@ struct SweepPointResult {
 
 // The most points one sweep runs (a sweep past it is refused before any point is made).
 inline constexpr size_t kMaxSweepPoints = 100'000;
+inline constexpr size_t kMaxSweepPointsLarge = 100'000'000;  // with --allow-large: still counted, never unbounded
 
 struct SweepOptions {
   int jobs = 1;
@@ -40,6 +41,7 @@ struct SweepOptions {
   std::string database;           // sweep_results go here ("" = none)
   std::string rank_by;            // "" = iteration_time_s (training) or goodput_requests_per_s (inference)
   bool progress = true;
+  bool allow_large = false;  // past the budgets: points and each point's (--allow-large)
   // Run only the points `only` names (MPI: this rank's share), when restrict_points.
   bool restrict_points = false;
   std::vector<int64_t> only;
@@ -55,14 +57,15 @@ struct SweepReport {
 };
 
 // The points of `base`'s sweep block, in order.
-std::vector<SweepPoint> sweep_points(const Scenario& base);
+std::vector<SweepPoint> sweep_points(const Scenario& base, size_t max_points = kMaxSweepPoints);
 // FNV-1a of the scenario without its sweep block: what a point's settings apply to.
 std::string scenario_fingerprint(const Scenario& base);
 // Whether larger is better for a metric (throughputs, MFU, attainment) or smaller (times).
 bool higher_is_better(const std::string& metric);
 
 // Runs one point (no output files); never throws for a bad point.
-SweepPointResult run_sweep_point(const std::string& path, const std::vector<std::string>& sets, const SweepPoint& p);
+SweepPointResult run_sweep_point(const std::string& path, const std::vector<std::string>& sets, const SweepPoint& p,
+                                 bool allow_large = false);
 
 // Throws InputError when the scenario itself is bad or has no sweep block.
 SweepReport run_sweep(const std::string& path, const SweepOptions& opt);

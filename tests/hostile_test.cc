@@ -96,7 +96,7 @@ TEST_F(HostileTest, BudgetsAreRefusedBeforeAnyWork) {
                       "  parallel.micro_batch: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  parallel.bucket_size: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
                       "  parallel.tp: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  parallel.pp: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n";
   const std::string s = write("sw.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n" + sweep);
-  expect_refused_fast("sweep " + quote(s), "points (the budget of one sweep)");
+  expect_refused_fast("sweep " + quote(s), "points (the budget of one sweep");
   expect_refused_fast("run " + quote(small()) + " --set cluster.nodes=1000000", "budget of 1048576 GPUs");
   expect_refused_fast("run " + quote(small()) + " --set parallel.tp=1 --set training.global_batch=1048576",
                       "budget of 65536");
@@ -104,6 +104,11 @@ TEST_F(HostileTest, BudgetsAreRefusedBeforeAnyWork) {
                                             "inference: {requests: 67000000}\n");
   expect_refused_fast("run " + quote(serve), "budget of 10000000 requests");
   expect_refused_fast("collective --op all-reduce --gpus 8 --cluster dgx-h100 --concurrent 1000000", "budget of 1048576");
+  // --allow-large lifts a budget, never the ceiling past it.
+  expect_refused_fast("run " + quote(small()) + " --allow-large --set cluster.nodes=1000000 --set cluster.gpus_per_node=1000",
+                      "the most any run takes");
+  expect_refused_fast("collective --op all-reduce --gpus 64 --cluster dgx-h100 --concurrent 1000000 --allow-large",
+                      "budget of 16777216");
   const std::string gamma = write("g.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                             "inference: {requests: 10, arrivals: {process: gamma, cv: 1e-300}}\n");
   expect_refused_fast("run " + quote(gamma), "expected 0.001 to 1000");
@@ -116,6 +121,15 @@ TEST_F(HostileTest, AMalformedSetValueFailsInsteadOfHanging) {
 }
 
 // ---- class 5: messages ----------------------------------------------------------------------
+
+// A budget is lifted by --allow-large: the same micro-batch count then runs.
+TEST_F(HostileTest, AllowLargeRunsPastABudget) {
+  const std::string s = write("mb.yaml", "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\n"
+                                         "model: {preset: gpt3-1.3b, layers: 1, seq_len: 128, vocab: 512}\n"
+                                         "training: {global_batch: 70000}\n");
+  expect_refused_fast("plan " + quote(s), "--allow-large runs it anyway");
+  EXPECT_EQ(cli("plan " + quote(s) + " --allow-large --out " + quote((dir_ / "p.json").string())).code, 0);
+}
 
 TEST_F(HostileTest, ASecondYamlDocumentIsAnError) {
   const std::string s = write("two.yaml", "cluster: {preset: dgx-h100}\n---\nmodel: {preset: gpt3-1.3b}\n");
