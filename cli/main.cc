@@ -51,9 +51,10 @@ constexpr const char* kUsage =
     "                                                measure this GPU's kernels (and, on 2+ GPUs, NCCL's\n"
     "                                                collectives; overlap: kernels beside a waiting NCCL\n"
     "                                                kernel, not part of all) into a calibration profile\n"
-    "  validate S.yaml --profile P.yaml [--iterations N] [--json] [--real-from DB.sqlite]\n"
+    "  validate S.yaml --profile P.yaml [--iterations N] [--json] [--real-from DB.sqlite] [--against pytorch]\n"
     "                                                run real and simulated, report per-op and end-to-end error\n"
-    "                                                (--real-from: against the real run a validate recorded)\n"
+    "                                                (--real-from: against the real run a validate recorded;\n"
+    "                                                --against pytorch: the plain-PyTorch step on the local GPU)\n"
     "  profile-check P.yaml [--gpu PRESET]           held-out error of a profile's GEMM interpolation\n"
     "  accuracy DIR [--json] [--jobs N]              every scenario in DIR with a reference: block, predicted\n"
     "                                                against the published value; error per case, MAPE, worst\n"
@@ -155,7 +156,8 @@ using namespace clustersim;
 bool needs_gpu_binary(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "real" || cmd == "calibrate") return true;
   // validate --real-from compares with a recording: no GPU.
-  return cmd == "validate" && std::find(args.begin(), args.end(), "--real-from") == args.end();
+  return cmd == "validate" && std::find(args.begin(), args.end(), "--real-from") == args.end() &&
+         std::find(args.begin(), args.end(), "--against") == args.end();
 }
 
 [[noreturn]] void hand_to_gpu_binary(const std::string& cmd, char** argv) {

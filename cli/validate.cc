@@ -167,7 +167,7 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
 }
 
 int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
-  std::string path, profile, real_from;
+  std::string path, profile, real_from, against;
   std::vector<std::string> sets;
   bool json = false;
   int iterations = 5, warmup = 2;
@@ -185,12 +185,22 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
       json = true;
     else if (a == "--real-from")
       real_from = value_of(args, i);
+    else if (a == "--against") {
+      against = value_of(args, i);
+      if (against != "pytorch")
+        throw InputError(SourceMark{"--against", 0, 0}, "unknown reference '" + against + "', expected pytorch");
+    }
     else if (!a.empty() && a[0] == '-')
       throw std::invalid_argument("unknown option '" + a + "' for validate");
     else
       path = a;
   }
   if (path.empty()) throw std::invalid_argument("validate needs a scenario file");
+  if (!against.empty()) {
+    Scenario s = load_scenario(path, sets);
+    if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
+    return validate_against_pytorch(s, iterations, warmup, json);
+  }
   if (real_from.empty() && !hooks.run_training)
     throw std::runtime_error(
         "validate needs the real backend: CUDA, cuBLASLt and NCCL were not found when this build was configured "

@@ -42,6 +42,9 @@ struct RealHooks {
 RealRun read_real_run(const std::string& path, const Plan& plan);
 
 int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks);
+// validate S.yaml --against pytorch (cli/validate_pytorch.cc): the plain-PyTorch step of
+// calibrate/pytorch_reference.py on the local GPU against the simulated step.
+int validate_against_pytorch(const Scenario& s, int iterations, int warmup, bool json);
 
 // The value after the flag args[i], advancing i; std::invalid_argument when there is none
 // (the GPU commands' option parsing).
