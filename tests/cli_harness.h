@@ -65,11 +65,13 @@ class CliTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  // Runs the binary with `args` (already shell-quoted where needed) in the test's directory.
-  CliResult cli(const std::string& args) {
+  // Runs the binary with `args` (already shell-quoted where needed) in the test's
+  // directory; with `limit_s`, under timeout(1) (exit 124 when it runs past it).
+  CliResult cli(const std::string& args, int limit_s = 0) {
     const fs::path out = dir_ / "capture" / "stdout", err = dir_ / "capture" / "stderr";
-    const std::string cmd = "cd " + quote(dir_.string()) + " && " + quote(CLUSTERSIM_BINARY) + " " + args + " >" +
-                            quote(out.string()) + " 2>" + quote(err.string());
+    const std::string limit = limit_s > 0 ? "timeout " + std::to_string(limit_s) + " " : "";
+    const std::string cmd = "cd " + quote(dir_.string()) + " && " + limit + quote(CLUSTERSIM_BINARY) + " " + args +
+                            " >" + quote(out.string()) + " 2>" + quote(err.string());
     const int status = std::system(cmd.c_str());
     CliResult r;
     r.code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
