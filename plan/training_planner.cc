@@ -112,6 +112,15 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.micro_batches = l.global_batch / (l.dp * l.micro_batch);
   if (l.micro_batches > (int64_t{1} << 22))
     fail(s, "training.global_batch", str(l.micro_batches) + " micro-batches per pipeline is past 4194304, the most any run takes");
+  // The plan's size: every layer of a stage runs once per micro-batch (about 30 ops each).
+  const int64_t passes = l.micro_batches * ((m.layers + p.pp - 1) / p.pp);
+  if (passes > (int64_t{1} << 22))
+    fail(s, "training.global_batch", str(passes) + " layer passes per stage (micro-batches x layers per stage) is past "
+                                         "4194304, the most any run takes");
+  if (passes > (int64_t{1} << 18) && !s.allow_large)
+    fail(s, "training.global_batch",
+         str(passes) + " layer passes per stage (micro-batches x layers per stage) is past the budget of 262144 "
+                       "(about 8 million ops), expected fewer micro-batches (--allow-large runs it anyway)");
   if (l.micro_batches > 65536 && !s.allow_large)
     fail(s, "training.global_batch",
          str(l.micro_batches) + " micro-batches per pipeline is past the budget of 65536 per iteration, expected a "

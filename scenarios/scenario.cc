@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -798,6 +799,31 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     throw InputError(s.mark("inference.requests"), "inference.requests = " + std::to_string(s.serving.requests) +
                                                        " is past the budget of 10000000 requests per run "
                                                        "(--allow-large runs it anyway)");
+  if (s.inference && s.serving.trace.empty()) {
+    // Tokens the run is expected to serve: requests x the mean prompt and output lengths
+    // of their distributions (zipf's from the integral of its truncated density).
+    const auto mean = [](const LengthDist& d) {
+      const double lo = static_cast<double>(d.min), hi = static_cast<double>(d.max);
+      if (d.dist == "fixed") return static_cast<double>(d.value);
+      if (d.dist == "uniform") return (lo + hi) / 2;
+      if (d.dist == "lognormal") return std::min(d.mean, hi);
+      auto power = [](double x, double e) { return std::fabs(e) < 1e-9 ? std::log(x) : std::pow(x, e) / e; };
+      const double den = power(hi, 1 - d.alpha) - power(lo, 1 - d.alpha);
+      return den > 0 ? (power(hi, 2 - d.alpha) - power(lo, 2 - d.alpha)) / den : lo;
+    };
+    const double tokens =
+        static_cast<double>(s.serving.requests) * (mean(s.serving.prompt) + mean(s.serving.output));
+    char amount[32];
+    std::snprintf(amount, sizeof amount, "%.3g", tokens);
+    if (tokens > 1e12)
+      throw InputError(s.mark("inference.requests"), std::string("the run would serve about ") + amount +
+                                                         " tokens, past 1e12, the most any run takes");
+    if (!s.allow_large && tokens > 1e10)
+      throw InputError(s.mark("inference.requests"), std::string("the run would serve about ") + amount +
+                                                         " tokens (requests x mean prompt and output), past the "
+                                                         "budget of 1e10 (--allow-large runs it anyway)");
+  }
+
   if (s.serving.arrival_process == "closed" && !s.marks.count("inference.arrivals.concurrency"))
     s.serving.concurrency = 1;
   // The engines' own defaults: vLLM v1 on GPUs of 70 GiB and more (max_num_seqs 1024,

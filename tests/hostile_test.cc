@@ -92,6 +92,12 @@ TEST_F(HostileTest, BudgetsAreRefusedBeforeAnyWork) {
   const std::string serve = write("i.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                             "inference: {requests: 67000000}\n");
   expect_refused_fast("run " + quote(serve), "budget of 10000000 requests");
+  const std::string tokens = write("t.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, seq_len: 1000000}\n"
+                                             "inference: {requests: 100000, output_tokens: {dist: fixed, value: 200000}}\n");
+  expect_refused_fast("run " + quote(tokens), "past the budget of 1e10");
+  expect_refused_fast("run " + quote(small()) + " --set model.layers=96 --set parallel.tp=1 --set parallel.micro_batch=1 "
+                                                "--set training.global_batch=65536",
+                      "layer passes per stage");
   expect_refused_fast("collective --op all-reduce --gpus 8 --cluster dgx-h100 --concurrent 1000000", "budget of 1048576");
   // --allow-large lifts a budget, never the ceiling past it.
   expect_refused_fast("run " + quote(small()) + " --allow-large --set cluster.nodes=1000000 --set cluster.gpus_per_node=1000",
