@@ -232,7 +232,8 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
       // backward pass runs its 2.5x FLOPs at 0.86 of the forward rate (measured
       // backward/forward time 2.5-3.3x). Sources: docs/model.md.
       const double seq = std::sqrt(static_cast<double>(op.q_len) * static_cast<double>(op.kv_len));
-      double eff = p.attention_efficiency * seq / (seq + p.attention_seq_half);
+      const bool fa2_on_hopper = p.flash2 && gpu.peak_fp8 > 0;  // Hopper and later have FP8 tensor cores
+      double eff = (fa2_on_hopper ? p.flash2_hopper_efficiency : p.attention_efficiency) * seq / (seq + p.attention_seq_half);
       if (op.head_dim > 0 && op.head_dim < 128) eff *= std::pow(static_cast<double>(op.head_dim) / 128.0, 0.6);
       if (op.phase == Phase::Backward) eff *= 0.86;
       return p.kernel_latency_s + std::max(op.flops / (gpu.peak_flops(op.dtype) * eff), mem);

@@ -67,6 +67,11 @@ struct ComputeProfile {
   double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
   double gemm_k_half = 128;          // 16-bit k at which a tile's main loop runs at half speed (fp8: twice)
   double attention_seq_half = 1024;  // sequence at which a fused attention kernel runs at half its peak rate
+  // FlashAttention-2 (training.attention: flash2): the 2023 kernel, which uses neither
+  // wgmma nor TMA. On Hopper-class GPUs it reaches flash2_hopper_efficiency of peak
+  // (FlashAttention-3 paper: FA2 at ~350 of 989 TFLOP/s); elsewhere it is the fused kernel.
+  bool flash2 = false;
+  double flash2_hopper_efficiency = 0.35;
   // A kernel's time while an NCCL kernel waits on the same GPU, over its time alone:
   // [waiting p2p | waiting collective][gemm | attention | memory]. The NCCL kernel's
   // thread blocks hold SMs; 1 = no effect (measured by `calibrate --suite overlap`).

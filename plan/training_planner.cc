@@ -41,7 +41,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.schedule = p.schedule;
   l.recompute = s.training.recompute;
   l.sequence_parallel = p.sequence_parallel && p.tp > 1;
-  l.flash_attention = s.training.attention == "flash";
+  l.flash_attention = s.training.attention != "unfused";  // flash and flash2 are both fused kernels
   l.fp8 = m.dtype == DType::FP8;
   l.fp8_attention = l.fp8 && s.training.fp8_attention;
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;

@@ -282,9 +282,10 @@ const std::vector<KeySpec>& key_table() {
          s.training.optimizer = as_enum(n, "training.optimizer", {"adam", "sgd"});
        }},
       {"training.attention", "name", "flash",
-       "flash (fused, IO-aware: FlashAttention / cuDNN) | unfused (QK^T and PV as batched GEMMs, the scores, softmax "
-       "and dropout through HBM, as Megatron-LM before 2023)",
-       [](const N& n, S& s) { s.training.attention = as_enum(n, "training.attention", {"flash", "unfused"}); }},
+       "flash (fused, IO-aware: cuDNN / FlashAttention-3 on Hopper) | flash2 (FlashAttention-2: no wgmma or TMA, "
+       "~35 % of Hopper's peak; the fused kernel elsewhere) | unfused (QK^T and PV as batched GEMMs, the scores, "
+       "softmax and dropout through HBM, as Megatron-LM before 2023)",
+       [](const N& n, S& s) { s.training.attention = as_enum(n, "training.attention", {"flash", "flash2", "unfused"}); }},
       {"training.fp8_attention", "bool", "false",
        "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked)",
        [](const N& n, S& s) { s.training.fp8_attention = as_bool(n, "training.fp8_attention"); }},

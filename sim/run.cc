@@ -37,10 +37,12 @@ std::string scenario_relative_path(const Scenario& s, const std::string& path) {
 }
 
 void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network) {
-  if (s.calibration.empty()) return;
-  const CalibrationProfile prof = load_profile(scenario_relative_path(s, s.calibration), s.mark("calibration"));
-  compute = prof.compute;
-  network = prof.network;
+  if (!s.calibration.empty()) {
+    const CalibrationProfile prof = load_profile(scenario_relative_path(s, s.calibration), s.mark("calibration"));
+    compute = prof.compute;
+    network = prof.network;
+  }
+  compute.flash2 = s.training.attention == "flash2";
 }
 
 double step_overhead_seconds(const Scenario& s) {
