@@ -3,6 +3,8 @@
 
 #include <set>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "plan/training_planner.h"
 #include "sim/executor.h"
@@ -251,6 +253,12 @@ TEST(Examples, Gpt3On1024A100HasPlausibleMfu) {
   EXPECT_LT(mfu, 0.60);
 }
 
+// `yaml` with each placeholder replaced by its value.
+std::string filled(std::string yaml, const std::vector<std::pair<std::string, std::string>>& values) {
+  for (const auto& [key, value] : values) yaml.replace(yaml.find(key), key.size(), value);
+  return yaml;
+}
+
 double iteration_s(const std::string& yaml) {
   RunOptions o;
   o.keep_spans = false;
@@ -267,11 +275,7 @@ TEST(Fidelity, Fp8StepOfLlama3_70bOnH100IsBetween1_2And1_6TimesFaster) {
   const std::string base =
       "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-70b, layers: 8, seq_len: 8192, "
       "dtype: DT}\nparallel: {tp: 8, sequence_parallel: true}\ntraining: {global_batch: 4}\n";
-  auto with = [&](const std::string& dt) {
-    std::string y = base;
-    y.replace(y.find("DT"), 2, dt);
-    return iteration_s(y);
-  };
+  auto with = [&](const std::string& dt) { return iteration_s(filled(base, {{"DT", dt}})); };
   const double ratio = with("bf16") / with("fp8");
   EXPECT_GE(ratio, 1.2);
   EXPECT_LE(ratio, 1.6);
@@ -297,11 +301,7 @@ TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
       "name: t\ncluster: {preset: dgx-a100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 4, dropout: DROP}\n"
       "parallel: {tp: 1}\ntraining: {global_batch: 8, attention: ATT, recompute: REC}\n";
   auto run = [&](const std::string& att, const std::string& drop, const std::string& rec) {
-    std::string y = base;
-    y.replace(y.find("DROP"), 4, drop);
-    y.replace(y.find("ATT"), 3, att);
-    y.replace(y.find("REC"), 3, rec);
-    return iteration_s(y);
+    return iteration_s(filled(base, {{"DROP", drop}, {"ATT", att}, {"REC", rec}}));
   };
   const double flash = run("flash", "0", "none");
   const double unfused = run("unfused", "0", "none");
@@ -321,11 +321,7 @@ TEST(Fidelity, FlashAttention2IsSlowerOnHopper) {
   const std::string y =
       "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 4, "
       "seq_len: 16384}\ntraining: {global_batch: 1, attention: ATT, step_overhead: 0s}\n";
-  auto run = [&](const std::string& att) {
-    std::string s = y;
-    s.replace(s.find("ATT"), 3, att);
-    return iteration_s(s);
-  };
+  auto run = [&](const std::string& att) { return iteration_s(filled(y, {{"ATT", att}})); };
   EXPECT_GT(run("flash2"), 1.25 * run("flash"));
 }
 
