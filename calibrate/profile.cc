@@ -182,9 +182,13 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
               members(v, key,
                       {"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_efficiency",
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
-                       "overlap_slowdown"},
+                       "overlap_slowdown", "gemm_backend", "attention_backend"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
-                        if (c == "overlap_slowdown")
+                        if (c == "gemm_backend" || c == "attention_backend") {
+                          if (cv.kind != YNode::Kind::Scalar)
+                            throw InputError(cv.mark, ck + " must be a string naming the kernels' library");
+                          (c == "gemm_backend" ? p.gemm_backend : p.attention_backend) = cv.scalar;
+                        } else if (c == "overlap_slowdown")
                           read_overlap(cv, ck, p.compute);
                         else if (c == "launch_overhead")
                           p.compute.launch_overhead_s = seconds(cv, ck);

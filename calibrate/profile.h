@@ -26,6 +26,9 @@ struct CalibrationProfile {
   std::string path;
   std::string gpu;          // what it was measured on ("" for the defaults)
   double sm_clock_mhz = 0;  // the GPU's median SM clock while its kernels were measured; 0 unknown
+  // Which kernels produced the tables: the library and its version (compute.gemm_backend,
+  // compute.attention_backend). "" where the profile does not say.
+  std::string gemm_backend, attention_backend;
   ComputeProfile compute;
   NetworkProfile network;
 };

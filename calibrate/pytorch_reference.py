@@ -785,6 +785,96 @@ def microbench(path):
                 f.write(json.dumps(d) + "\n")
 
 
+def attention_table(path):
+    """Times causal SDPA forward and backward (BF16, is_causal=True, enable_gqa=True) on
+    the calibration grid of clustersim's own attention kernel (real_backend/microbench.h:
+    head dims 64 and 128, lengths 256 ... 8192, batch x heads 8 ... 128 from the group size
+    up, GQA groups 1, 4, 8, 16), one sequence of `bh` query heads and bh/g K/V heads.
+    The forward is the SDPA call; the backward is torch.autograd.grad of its output, which
+    runs every kernel the backend's backward needs (cuDNN: the dO.O row dot, the bprop,
+    the dQ conversion). Between runs 192 MiB stream through L2 as in the real backend's
+    calibration, so K/V are read from HBM. Writes the rows as a profile's
+    compute.attention_table (YAML) with the backend named in `attention_backend`."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    flush = torch.empty(96 << 20, device=dev, dtype=torch.uint8)
+    flush2 = torch.empty_like(flush)
+
+    def timed(fn, warmup=3, reps=9):
+        for _ in range(warmup):
+            fn()
+        ts = []
+        for _ in range(reps):
+            flush2.copy_(flush)
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            ts.append(a.elapsed_time(b) / 1e3)
+        return statistics.median(ts)
+
+    def kernels_of(fn):
+        from torch.profiler import profile, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+
+    rows, names = [], {}
+    for d in (64, 128):
+        for g in (1, 4, 8, 16):
+            bh = max(8, g)
+            while bh <= 128:
+                for s_len in (256, 512, 1024, 2048, 4096, 8192):
+                    q = torch.randn(1, bh, s_len, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                    k = torch.randn(1, bh // g, s_len, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                    v = torch.randn(1, bh // g, s_len, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                    fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=g > 1)
+                    with sdpa_no_math():
+                        out = fwd()
+                        dout = torch.randn_like(out)
+                        tf = timed(lambda: fwd())
+                        tb = timed(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                        if (d, g) not in names and s_len == 2048:
+                            names[(d, g)] = kernels_of(lambda: torch.autograd.grad(fwd(), (q, k, v), dout))
+                    flops = 4.0 * bh * s_len * s_len * d / 2
+                    print(json.dumps({"bench": "sdpa", "head_dim": d, "group": g, "batch_heads": bh, "seq": s_len,
+                                      "forward_s": tf, "backward_s": tb, "forward_tflops": flops / tf / 1e12,
+                                      "backward_tflops": 2.5 * flops / tb / 1e12}))
+                    sys.stdout.flush()
+                    rows.append(("forward", d, s_len, bh, tf, g))
+                    rows.append(("backward", d, s_len, bh, tb, g))
+                    del q, k, v, out, dout
+                bh *= 2
+    torch.cuda.empty_cache()
+    kernels = sorted({n for v in names.values() for n in v if "sdpa" in n.lower() or "flash" in n.lower()
+                      or "fmha" in n.lower() or "attention" in n.lower()})
+    backend = ("cudnn" if any("cudnn" in n for n in kernels) else
+               "flash" if any("flash" in n for n in kernels) else
+               "efficient" if any("fmha" in n for n in kernels) else "unknown")
+    lines = [
+        "# PyTorch scaled_dot_product_attention (causal, BF16, enable_gqa) timed by",
+        "# calibrate/pytorch_reference.py --attention-table on %s." % torch.cuda.get_device_name(),
+        "# Kernels seen: " + "; ".join(k[:100] for k in kernels),
+        "# A calibration profile fragment: `clustersim calibrate --attention-from FILE` takes",
+        "# these rows in place of measuring its own kernel.",
+        "gpu: \"%s\"" % torch.cuda.get_device_name(),
+        "compute:",
+        "  attention_backend: \"pytorch-sdpa %s (torch %s, cuDNN %s)\"" % (
+            backend, torch.__version__, torch.backends.cudnn.version()),
+        "  attention_table:  # [phase, head_dim, causal, seq, batch_heads, seconds, gqa_group]",
+    ]
+    for phase, d, s_len, bh, t, g in rows:
+        lines.append("    - [%s, %d, true, %d, %d, %r, %d]" % (phase, d, s_len, bh, t, g))
+    text = "\n".join(lines) + "\n"
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
 # ---------------------------------------------------------------------------------------
 
 def main(argv=None):
@@ -830,8 +920,13 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--microbench", metavar="OUT.jsonl", nargs="?", const="",
                    help="run the GEMM / softmax / dropout / add micro-benchmarks instead (JSON lines)")
+    p.add_argument("--attention-table", dest="attention_table", metavar="OUT.yaml", nargs="?", const="",
+                   help="time causal SDPA forward/backward on the calibration grid instead and write the rows "
+                        "as a profile's compute.attention_table")
     args = p.parse_args(argv)
-    if args.microbench is not None:
+    if args.attention_table is not None:
+        attention_table(args.attention_table)
+    elif args.microbench is not None:
         microbench(args.microbench)
     else:
         train(args)

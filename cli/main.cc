@@ -47,6 +47,7 @@ constexpr const char* kUsage =
     "                                                thread per local GPU, or one process per GPU under mpirun --mpi\n"
     "                                                (the same: clustersim-real S.yaml ...)\n"
     "  calibrate --suite gemm|attention|memory|launch|collectives|p2p|overlap|all --out P.yaml [--raw M.sqlite]\n"
+    "            [--attention-from SDPA.yaml]           (take attention rows another stack measured)\n"
     "            [--passes N]\n"
     "                                                measure this GPU's kernels (and, on 2+ GPUs, NCCL's\n"
     "                                                collectives; overlap: kernels beside a waiting NCCL\n"

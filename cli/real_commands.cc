@@ -91,7 +91,7 @@ class RawStore {
 }  // namespace
 
 int cmd_calibrate(const std::vector<std::string>& args) {
-  std::string out, suite = "all", raw;
+  std::string out, suite = "all", raw, attention_from;
   int passes = real::MicrobenchOptions{}.passes;
   std::vector<std::string> argv = args;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -101,6 +101,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       suite = value_of(argv, i);
     else if (argv[i] == "--raw")
       raw = value_of(argv, i);
+    else if (argv[i] == "--attention-from")
+      attention_from = value_of(argv, i);
     else if (argv[i] == "--passes") {
       const std::string v = value_of(argv, i);
       char* end = nullptr;
@@ -150,6 +152,21 @@ int cmd_calibrate(const std::vector<std::string>& args) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  // --attention-from: the attention table another stack's kernels produced (the profile
+  // fragment `calibrate/pytorch_reference.py --attention-table` writes: PyTorch SDPA), in
+  // place of this backend's own kernel, with the backend it names.
+  std::vector<AttentionPoint> borrowed;
+  std::string attention_backend = "clustersim fused attention (WMMA, tiles of 64)";
+  if (!attention_from.empty()) {
+    check_output(SourceMark{"--out", 0, 0}, "--out", out, {raw, attention_from});
+    const CalibrationProfile from = load_profile(attention_from, SourceMark{"--attention-from", 0, 0});
+    if (!from.compute.measured || from.compute.measured->attention.empty())
+      throw InputError(SourceMark{attention_from, 1, 1}, "holds no compute.attention_table, expected the rows "
+                                                          "`pytorch_reference.py --attention-table` writes");
+    borrowed = from.compute.measured->attention;
+    attention_backend = from.attention_backend.empty() ? "from " + attention_from : from.attention_backend;
+    mo.attention = false;
+  }
   const bool tty = ::isatty(STDERR_FILENO);
   mo.progress = [&](int done, int total, const std::string& what) {
     if (tty) {
@@ -168,11 +185,13 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   RawStore store(raw, real::device_name(0));
   mo.cached = [&](const std::string& key, double& seconds) { return store.get(key, seconds); };
   mo.record = [&](const std::string& key, double seconds) { store.put(key, seconds); };
-  const bool compute = mo.gemm || mo.attention || mo.memory || mo.launch;
+  const bool compute = mo.gemm || mo.attention || mo.memory || mo.launch || !borrowed.empty();
   // The SM clock while the kernels are measured: a run at another clock (a step held at
   // its power cap) runs its compute-bound kernels slower than these tables say.
   real::GpuMonitor monitor({0});
-  const real::MicrobenchResult r = compute ? real::run_microbenchmarks(mo) : real::describe_device();
+  real::MicrobenchResult r = compute ? real::run_microbenchmarks(mo) : real::describe_device();
+  for (const AttentionPoint& a : borrowed)
+    r.attention.push_back({a.backward, a.head_dim, a.seq, a.batch_heads, a.causal, a.seconds, a.group});
   const std::vector<real::GpuClockSummary> clocks = monitor.summary();
   std::vector<CollectiveFit> fits;
   std::vector<CollectiveSample> samples;
@@ -236,12 +255,14 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   if (!compute && overlaps.empty()) y.resize(y.size() - std::string("compute:\n").size());
   if (!r.gemm.empty()) {
+    y += "  gemm_backend: \"cuBLASLt (CUDA " + r.cuda + ")\"\n";
     y += "  gemm_table:  # [dtype, m, n, k, seconds]\n";
     for (const auto& g : r.gemm)
       y += "    - [" + g.dtype + ", " + std::to_string(g.m) + ", " + std::to_string(g.n) + ", " + std::to_string(g.k) +
            ", " + num(g.seconds) + "]\n";
   }
   if (!r.attention.empty()) {
+    y += "  attention_backend: \"" + attention_backend + "\"\n";
     y += "  attention_table:  # [phase, head_dim, causal, seq, batch_heads, seconds, gqa_group]\n";
     for (const auto& a : r.attention)
       y += std::string("    - [") + (a.backward ? "backward" : "forward") + ", " + std::to_string(a.head_dim) + ", " +

@@ -199,7 +199,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   if (!against.empty()) {
     Scenario s = load_scenario(path, sets);
     if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
-    return validate_against_pytorch(s, iterations, warmup, json);
+    return validate_against_pytorch(s, iterations, warmup, json, real_from);
   }
   if (real_from.empty() && !hooks.run_training)
     throw std::runtime_error(

@@ -43,8 +43,11 @@ RealRun read_real_run(const std::string& path, const Plan& plan);
 
 int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks);
 // validate S.yaml --against pytorch (cli/validate_pytorch.cc): the plain-PyTorch step of
-// calibrate/pytorch_reference.py on the local GPU against the simulated step.
-int validate_against_pytorch(const Scenario& s, int iterations, int warmup, bool json);
+// calibrate/pytorch_reference.py on the local GPU against the simulated step. With
+// `recorded` (--real-from), the step a reference run stored in that database instead (no
+// GPU): its model must be the scenario's.
+int validate_against_pytorch(const Scenario& s, int iterations, int warmup, bool json,
+                             const std::string& recorded = {});
 
 // The value after the flag args[i], advancing i; std::invalid_argument when there is none
 // (the GPU commands' option parsing).

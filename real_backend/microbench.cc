@@ -161,8 +161,8 @@ MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
   std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> attn;
   if (opt.attention)
     for (int64_t d : {64, 128})
-      for (int64_t g : {1, 4})
-        for (int64_t bh = 8; bh <= 128; bh *= 2)
+      for (int64_t g : kAttentionGroups)
+        for (int64_t bh = std::max<int64_t>(8, g); bh <= 128; bh *= 2)
           for (int64_t s = 256; s <= 8192; s *= 2) attn.emplace_back(d, s, bh, g);
   // (bytes read + written, reads' share of them): HBM moves reads and writes at
   // different rates, and a plan's memory-bound ops read from 1/3 to 3/4 of their bytes.

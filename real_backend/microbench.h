@@ -31,6 +31,7 @@ struct MemorySample {
 };
 
 // The reads' shares of a memory-bound kernel's bytes that the memory suite measures.
+inline constexpr int64_t kAttentionGroups[] = {1, 4, 8, 16};
 inline constexpr double kMemoryReadShares[] = {0.0, 0.25, 1.0 / 3, 0.5, 2.0 / 3, 0.75, 1.0};
 
 struct MicrobenchResult {
@@ -59,7 +60,9 @@ struct MicrobenchOptions {
 // of two and about halfway between (1.4·2^i rounded to 64), at most 2^42 FLOPs; fp16 and
 // fp8 (Hopper and later) at the powers of two only;
 // FLOPs each; attention lengths 256 … 8192 (×2), head dims 64 and 128, causal, batch ×
-// heads 8 … 128 (×2), GQA groups of 1 and 4; memory 4 KiB … 4 GiB (×2) at each read
+// heads 8 … 128 (×2, from the group size up), GQA groups of kAttentionGroups (query
+// heads per K/V head: 1 for MHA; 4, 8 and 16 are what Llama 3 8B/70B/405B keep per GPU
+// at TP 1–8); memory 4 KiB … 4 GiB (×2) at each read
 // share of kMemoryReadShares.
 // The GPU's name and the CUDA driver API, runtime and NCCL versions; no measurements.
 MicrobenchResult describe_device();

@@ -746,7 +746,7 @@ TEST_F(CliTest, ValidateAgainstRecordedRealRunsMeetsTheTargets) {
                               "validation/llama3-8b-4layers-1xh200", "real/gpt3-1.3b-1xh200"}) {
     const std::string name = s.substr(s.find('/') + 1);
     const CliResult r = cli("validate " + quote(src + "/scenarios/examples/" + s + ".yaml") + " --profile " +
-                            quote(src + "/calibrate/profiles/h200.yaml") + " --real-from " +
+                            quote(src + "/calibrate/profiles/h200-own-attention.yaml") + " --real-from " +
                             quote(src + "/calibrate/measurements/validation/" + name + ".sqlite") + " --set " +
                             quote("output.sqlite=" + (dir_ / "v.sqlite").string()) + " --json");
     ASSERT_EQ(r.code, 0) << r;
