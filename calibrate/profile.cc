@@ -182,12 +182,15 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
               members(v, key,
                       {"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_efficiency",
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
-                       "overlap_slowdown", "gemm_backend", "attention_backend"},
+                       "overlap_slowdown", "gemm_backend", "attention_backend", "dynamic_cast_ops_per_element",
+                       "multi_tensor_efficiency"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
                           if (cv.kind != YNode::Kind::Scalar)
                             throw InputError(cv.mark, ck + " must be a string naming the kernels' library");
                           (c == "gemm_backend" ? p.gemm_backend : p.attention_backend) = cv.scalar;
+                        } else if (c == "dynamic_cast_ops_per_element") {
+                          p.compute.dynamic_cast_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "overlap_slowdown")
                           read_overlap(cv, ck, p.compute);
                         else if (c == "launch_overhead")
@@ -202,6 +205,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           if (c == "fp8_gemm_efficiency") p.compute.fp8_gemm_efficiency = e;
                           if (c == "attention_efficiency") p.compute.attention_efficiency = e;
                           if (c == "memory_efficiency") p.compute.memory_efficiency = e;
+                          if (c == "multi_tensor_efficiency") p.compute.multi_tensor_efficiency = e;
                         }
                       });
             }

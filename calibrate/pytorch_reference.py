@@ -779,6 +779,41 @@ def microbench(path):
     med, best = time_launches(lambda: torch.add(a, b, out=c))
     emit({"bench": "add", "elements": n, "dtype": "bf16", "time_s": med, "min_time_s": best, "bytes": moved,
           "gb_per_s": moved / med / 1e9, "note": "c = a + b, each 1 GiB: read 2 GiB + write 1 GiB"})
+    # The kernel classes eager PyTorch runs between the GEMMs (the pytorch-eager model of
+    # clustersim, docs/model.md): dtype-converting copies and mixed-dtype adds (the
+    # dynamic-cast loop), same-dtype streaming, and the multi-tensor-apply kernels of
+    # clip_grad_norm_ and fused AdamW, over 2 GiB operands and 1 G parameters.
+    n = 1 << 28  # 256 M elements
+    x16 = torch.randn(n, device=dev, dtype=torch.bfloat16)
+    x32 = torch.randn(n, device=dev, dtype=torch.float32)
+    y32 = torch.empty_like(x32)
+    y16 = torch.empty_like(x16)
+    for name, fn, moved, note in (
+            ("cast_bf16_to_fp32", lambda: y32.copy_(x16), 6 * n, "y32.copy_(x16): read 2 + write 4 bytes per element"),
+            ("cast_fp32_to_bf16", lambda: y16.copy_(x32), 6 * n, "y16.copy_(x32): read 4 + write 2"),
+            ("add_fp32_bf16", lambda: torch.add(x32, x16, out=y32), 10 * n, "fp32 + bf16 -> fp32: read 6 + write 4"),
+            ("add_fp32_fp32", lambda: torch.add(x32, y32, out=y32), 12 * n, "fp32 + fp32 -> fp32: read 8 + write 4"),
+            ("gelu_bf16", lambda: torch.nn.functional.gelu(x16, approximate="tanh"), 4 * n, "read 2 + write 2"),
+    ):
+        med, best = time_launches(fn, launches=10)
+        emit({"bench": name, "elements": n, "time_s": med, "min_time_s": best, "bytes": moved,
+              "gb_per_s": moved / med / 1e9, "note": note})
+    del x16, x32, y32, y16
+    torch.cuda.empty_cache()
+    params = [torch.nn.Parameter(torch.randn(1 << 24, device=dev)) for _ in range(64)]  # 1 G FP32 parameters
+    for p_ in params:
+        p_.grad = torch.randn_like(p_)
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+    opt.step()
+    count = sum(p_.numel() for p_ in params)
+    med, best = time_launches(opt.step, launches=3, warmup=2, repeats=3)
+    emit({"bench": "fused_adamw_fp32", "params": count, "time_s": med, "min_time_s": best, "bytes": 28 * count,
+          "gb_per_s": 28 * count / med / 1e9, "note": "read param, grad, exp_avg, exp_avg_sq; write param and moments"})
+    med, best = time_launches(lambda: torch.nn.utils.clip_grad_norm_(params, 1.0), launches=3, warmup=2, repeats=3)
+    emit({"bench": "clip_grad_norm_fp32", "params": count, "time_s": med, "min_time_s": best, "bytes": 12 * count,
+          "gb_per_s": 12 * count / med / 1e9, "note": "foreach norm (read 4) + foreach mul_ (read 4, write 4)"})
+    del params, opt
+    torch.cuda.empty_cache()
     if path:
         with open(path, "w") as f:
             for d in lines:

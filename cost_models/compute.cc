@@ -205,7 +205,26 @@ double memory_measured(const Op& op, const std::vector<MemoryPoint>& pts) {
 
 }  // namespace
 
+namespace {
+double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const ComputeProfile& p);
+}
+
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
+  const double t = compute_seconds_streaming(op, gpu, p);
+  if (op.kind != OpKind::Memory || t == 0) return t;
+  switch (op.access) {
+    case MemAccess::Streaming:
+      return t;
+    case MemAccess::DynamicCast:
+      return t + static_cast<double>(op.m) * p.dynamic_cast_ops_per_element / gpu.peak_fp32;
+    case MemAccess::MultiTensor:
+      return t / p.multi_tensor_efficiency;
+  }
+  return t;
+}
+
+namespace {
+double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   // An op with nothing to read, write or compute only joins dependencies: no kernel.
   if (op.kind == OpKind::Memory && bytes == 0 && op.flops == 0) return 0;
@@ -247,6 +266,7 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
   }
   return 0;
 }
+}  // namespace
 
 double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   // A GEMM runs as output tiles (tm x tn) over the SMs in waves; each tile's main loop

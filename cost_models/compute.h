@@ -63,6 +63,14 @@ struct ComputeProfile {
   double attention_efficiency = 0.66;  // fused attention at long sequences (cuDNN / FlashAttention on H200: ~630)
   double memory_efficiency = 0.88;     // device copy at GiB sizes: ~4.25 of 4.8 TB/s on H200
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap
+  // PyTorch's elementwise kernels (docs/model.md, "PyTorch eager"), measured on an H200
+  // (calibrate/measurements/pytorch/run4/microbench.jsonl): operands of mixed dtypes run
+  // a dynamic-cast loop that costs ~94 FP32-op slots per element beyond its streaming
+  // time (bf16->fp32 copy 2.09 TB/s, fp32+bf16 add 2.80, against 4.34 for same-dtype
+  // streams); multi-tensor-apply kernels (foreach norm and scale, fused AdamW) stream at
+  // 0.77 of a plain copy (3.37-3.39 against 4.39 TB/s).
+  double dynamic_cast_ops_per_element = 94;
+  double multi_tensor_efficiency = 0.77;
   // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):
   double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
   double gemm_k_half = 128;          // 16-bit k at which a tile's main loop runs at half speed (fp8: twice)

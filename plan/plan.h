@@ -39,6 +39,11 @@ inline constexpr int kGroupKinds = 7;
 std::string_view to_string(GroupKind k);
 
 enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
+// How a memory-bound kernel walks its bytes (cost_models/compute.cc): a vectorized
+// stream; PyTorch's dynamic-cast loop (operands of different dtypes: an extra cost per
+// element, op.m elements); or a multi-tensor-apply kernel over a list of tensors
+// (foreach ops, fused optimizers).
+enum class MemAccess : uint8_t { Streaming, DynamicCast, MultiTensor };
 std::string_view to_string(Phase p);
 
 // One operation of a program. Field use by kind:
@@ -59,10 +64,11 @@ struct Op {
   GroupKind group = GroupKind::World;
   bool causal = false;
   bool relative_peer = false;  // Send/Recv: peer is an offset from this rank's own group position
+  MemAccess access = MemAccess::Streaming;  // Memory ops: how the kernel walks its bytes
   int32_t layer = -1;          // -1: not a transformer layer (embedding, loss, optimizer)
   int32_t micro_batch = -1;    // -1: not tied to one micro-batch
   uint32_t name = 0;           // index into Plan::names
-  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t m = 0, n = 0, k = 0, batch = 1;  // Memory ops with DynamicCast access: m = elements cast
   int64_t heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
   int64_t bytes_read = 0, bytes_written = 0;
   int64_t bytes = 0;

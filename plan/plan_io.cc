@@ -55,6 +55,10 @@ void write_op(std::string& out, const Program& p, const Op& op) {
              ",\"causal\":" + (op.causal ? "true" : "false");
       break;
     case OpKind::Memory:
+      if (op.access == MemAccess::DynamicCast)
+        out += ",\"access\":\"dynamic-cast\",\"m\":" + std::to_string(op.m);
+      else if (op.access == MemAccess::MultiTensor)
+        out += ",\"access\":\"multi-tensor\"";
       break;
     case OpKind::Collective:
       out += ",\"collective\":" + quote(to_string(op.collective)) + ",\"group\":" + quote(to_string(op.group)) +
@@ -228,6 +232,15 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       if (on["layer"]) op.layer = rd.integer<int32_t>(on["layer"], -1, INT32_MAX, "layer");
       if (on["micro_batch"]) op.micro_batch = rd.integer<int32_t>(on["micro_batch"], -1, INT32_MAX, "micro_batch");
       op.m = rd.i64(on, "m");
+      if (on["access"]) {
+        const std::string a = on["access"].IsScalar() ? on["access"].Scalar() : std::string();
+        if (a == "dynamic-cast")
+          op.access = MemAccess::DynamicCast;
+        else if (a == "multi-tensor")
+          op.access = MemAccess::MultiTensor;
+        else if (a != "streaming")
+          throw InputError(rd.at(on["access"]), "access must be streaming, dynamic-cast or multi-tensor, got '" + a + "'");
+      }
       op.n = rd.i64(on, "n");
       op.k = rd.i64(on, "k");
       op.batch = rd.i64(on, "batch");

@@ -47,6 +47,20 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
   l.overlap_grad_reduce = p.overlap_grad_reduce;
   l.overlap_param_gather = p.overlap_param_gather;
+  l.eager = s.training.framework == "pytorch-eager";
+  if (l.eager) {
+    // Plain PyTorch shards data (DDP) or parameters (FSDP: zero_stage 3); the model
+    // parallelisms are Megatron's.
+    const char* key = p.tp > 1 ? "parallel.tp" : p.pp > 1 ? "parallel.pp" : p.cp > 1 ? "parallel.cp" : p.ep > 1 ? "parallel.ep" : nullptr;
+    if (key) fail(s, key, std::string(key) + " > 1 with training.framework: pytorch-eager, expected 1 (plain PyTorch "
+                                              "runs data parallel or FSDP; model parallelism is training.framework: megatron)");
+    if (m.moe.experts > 0) fail(s, "training.framework", "training.framework: pytorch-eager models dense transformers, expected no model.moe");
+    if (l.fp8) fail(s, "training.framework", "training.framework: pytorch-eager runs autocast BF16/FP16, expected model.dtype bf16 or fp16");
+    if (p.zero_stage == 1 || p.zero_stage == 2)
+      fail(s, "parallel.zero_stage", "training.framework: pytorch-eager shards with FSDP, expected zero_stage 0 (DDP) or 3 (FSDP)");
+    if (s.training.attention == "unfused")
+      fail(s, "training.attention", "training.framework: pytorch-eager calls scaled_dot_product_attention, expected training.attention: flash or flash2");
+  }
   if (s.training.fp8_attention && !l.fp8)
     fail(s, "training.fp8_attention", "training.fp8_attention needs model.dtype: fp8");
   if (p.tp_comm_overlap && !l.sequence_parallel && p.tp > 1)
@@ -187,7 +201,8 @@ class StageBuilder {
     // Per step, before the first micro-batch: the gradient buffer is zeroed (Megatron's
     // zero_grad_buffer), and under FP8 each linear weight is cast once (with its
     // transpose) and kept for every micro-batch.
-    prev_ = add_memory("zero-grad-buffer", Phase::Other, -1, 0, local * gb, 0, {});
+    // (PyTorch's zero_grad sets the gradients to None: nothing to zero.)
+    if (!l_.eager) prev_ = add_memory("zero-grad-buffer", Phase::Other, -1, 0, local * gb, 0, {});
     if (l_.fp8) {
       const double linear = local - embedding_params_local();
       prev_ = add_memory("fp8-weight-cast", Phase::Forward, -1, linear * 2, linear * 2, linear * 2, deps(prev_));
@@ -221,6 +236,22 @@ class StageBuilder {
     // Gradient clipping: the norm of the local gradient shard (one read), summed over
     // the data- and model-parallel groups (a 4-byte all-reduce each: latency only).
     uint32_t norm = add_memory("grad-norm", Phase::Optimizer, -1, params * gb, 0, params * 2, after);
+    if (l_.eager) {
+      // clip_grad_norm_ (foreach norm, then every gradient scaled: torch multiplies by
+      // min(1, max_norm / norm) unconditionally), then fused AdamW on FP32 parameters,
+      // gradients and two moments: read 16, write 12 bytes per parameter (SGD: 12, 8).
+      // FSDP's norm is a sum over the shards: a 4-byte all-reduce.
+      accessed(norm, MemAccess::MultiTensor);
+      if (l_.zero_stage >= 1 && l_.dp > 1)
+        norm = add_coll("grad-norm-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Optimizer, -1, 4,
+                        deps(norm));
+      norm = accessed(add_memory("grad-clip-scale", Phase::Optimizer, -1, params * 4, params * 4, params, deps(norm)),
+                      MemAccess::MultiTensor);
+      accessed(add_memory("optimizer-step", Phase::Optimizer, -1, params * (adam_ ? 16 : 12), params * (adam_ ? 12 : 8),
+                          params * 12, deps(norm)),
+               MemAccess::MultiTensor);
+      return;
+    }
     if (l_.dp * l_.cp > 1)
       norm = add_coll("grad-norm-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Optimizer, -1, 4,
                       deps(norm));
@@ -712,6 +743,7 @@ class StageBuilder {
 
   // One transformer layer forward; returns its last op.
   uint32_t layer_forward(int32_t L, uint32_t x, Phase ph) {
+    if (l_.eager) return layer_forward_eager(L, x, ph);
     const double act = act_bytes();
     const int64_t h = m_.hidden;
     const uint32_t pg = ph == Phase::Forward && mb_ == 0 ? param_gather_for(L) : kNone;
@@ -738,11 +770,158 @@ class StageBuilder {
     return add_memory("residual-add", ph, L, 2 * act, act + mask, act / static_cast<double>(e_), deps(red2));
   }
 
+  // ---- plain PyTorch under torch.autocast(bfloat16) (training.framework: pytorch-eager) ----
+  // What eager PyTorch launches for the same layer (docs/model.md, "PyTorch eager"): the
+  // parameters are FP32 and autocast casts each linear's weight (and bias) to BF16 at
+  // every forward (its cast cache lives for one autocast region: a micro-batch); linear
+  // inputs that arrive in FP32 are cast too. layer_norm / rms_norm, log_softmax and
+  // nll_loss run in FP32, so the residual stream after the embedding is FP32 and every
+  // residual add is FP32 + BF16 -> FP32. Each elementwise op is its own kernel. In the
+  // backward, each weight gradient leaves its GEMM in BF16, is cast to FP32 and
+  // accumulated into .grad (a copy for the first micro-batch: zero_grad sets None, an
+  // add after); bias gradients are a reduction of the output gradient.
+  uint32_t accessed(uint32_t op, MemAccess a, double elements = 0) {
+    p_.ops[op].access = a;
+    p_.ops[op].m = static_cast<int64_t>(elements);
+    return op;
+  }
+  double eager_act32() const { return static_cast<double>(tokens_ * m_.hidden) * 4.0; }
+  double eager_act16() const { return static_cast<double>(tokens_ * m_.hidden * e_); }
+  uint32_t eager_weight_cast(const char* name, Phase ph, int32_t L, double params, uint32_t after) {
+    return add_memory(name, ph, L, 4.0 * params, static_cast<double>(e_) * params, 0, deps(after));
+  }
+  uint32_t eager_grad_accumulate(const char* name, int32_t L, double params, uint32_t after) {
+    const double cast_r = static_cast<double>(e_) * params, cast_w = 4.0 * params;
+    const uint32_t op = mb_ == 0 ? add_memory(name, Phase::Backward, L, cast_r, cast_w, 0, deps(after))
+                                 : add_memory(name, Phase::Backward, L, cast_r + 8.0 * params, cast_w + 4.0 * params,
+                                              params, deps(after));
+    return accessed(op, MemAccess::DynamicCast, params);
+  }
+  uint32_t eager_bias_grad(const char* name, int32_t L, int64_t width, uint32_t after) {
+    if (!m_.biases) return after;
+    return add_memory(name, Phase::Backward, L, static_cast<double>(tokens_ * width * e_),
+                      static_cast<double>(width * e_), static_cast<double>(tokens_ * width), deps(after));
+  }
+  double linear_params(int64_t in, int64_t out) const {
+    return static_cast<double>(in * out + (m_.biases ? out : 0));
+  }
+  // Rotary embedding as the reference writes it (x·cos + cat(-x2, x1)·sin): five
+  // elementwise kernels over q and over k, ~20 bytes per BF16 element; the backward
+  // about the same.
+  uint32_t eager_rotary(Phase ph, int32_t L, uint32_t after) {
+    if (m_.learned_positions) return after;
+    const double elems = static_cast<double>(tokens_ * (m_.heads + m_.kv_heads) * m_.head_dim());
+    return add_memory(ph == Phase::Backward && !recomputing_ ? "rotary-backward" : "rotary", ph, L, 5.5 * elems * e_,
+                      4.5 * elems * e_, 3.0 * elems, deps(after));
+  }
+
+  uint32_t layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
+    const int64_t h = m_.hidden;
+    const double a32 = eager_act32(), a16 = eager_act16();
+    const double norm_flops = 8.0 * static_cast<double>(tokens_ * h);
+    const int64_t attn_out = m_.heads * m_.head_dim();
+    const int64_t f = m_.ffn_hidden;
+    uint32_t n1 = add_memory("layernorm-1", ph, L, a32, a32, norm_flops, deps(x));
+    n1 = add_memory("autocast-cast-qkv-input", ph, L, a32, a16, 0, deps(n1));
+    uint32_t qkv = add_gemm("qkv", ph, L, tokens_, qkv_, h, deps(eager_weight_cast("autocast-cast-qkv-weight", ph, L,
+                                                                                   linear_params(h, qkv_), n1)));
+    qkv = eager_rotary(ph, L, qkv);
+    uint32_t at = add_attention("attention", ph, L, m_.seq_len, m_.seq_len, deps(qkv));
+    uint32_t proj = add_gemm("attn-proj", ph, L, tokens_, h, attn_out,
+                             deps(eager_weight_cast("autocast-cast-proj-weight", ph, L, linear_params(attn_out, h), at)));
+    const double th = static_cast<double>(tokens_ * h);
+    uint32_t r1 = accessed(add_memory("residual-add-attn", ph, L, a32 + a16, a32, th, deps(proj, x)),
+                           MemAccess::DynamicCast, th);
+    uint32_t n2 = add_memory("layernorm-2", ph, L, a32, a32, norm_flops, deps(r1));
+    n2 = add_memory("autocast-cast-mlp-input", ph, L, a32, a16, 0, deps(n2));
+    uint32_t up = add_gemm("mlp-up", ph, L, tokens_, mlp_in_, h,
+                           deps(eager_weight_cast("autocast-cast-up-weight", ph, L, linear_params(h, mlp_in_), n2)));
+    const double f16 = static_cast<double>(tokens_ * f * e_);
+    uint32_t act;
+    if (m_.ffn_type == FfnType::Swiglu) {
+      act = add_memory("silu", ph, L, f16, f16, 4.0 * f16 / static_cast<double>(e_), deps(up));
+      act = add_memory("swiglu-mul", ph, L, 2 * f16, f16, f16 / static_cast<double>(e_), deps(act));
+    } else {
+      act = add_memory("gelu", ph, L, f16, f16, 8.0 * f16 / static_cast<double>(e_), deps(up));
+    }
+    uint32_t down = add_gemm("mlp-down", ph, L, tokens_, h, f,
+                             deps(eager_weight_cast("autocast-cast-down-weight", ph, L, linear_params(f, h), act)));
+    return accessed(add_memory("residual-add-mlp", ph, L, a32 + a16, a32, th, deps(down, r1)), MemAccess::DynamicCast,
+                    th);
+  }
+
+  // One layer's backward from the FP32 gradient of its output; returns the FP32 gradient
+  // of its input.
+  uint32_t layer_backward_eager(int32_t L, uint32_t g, bool last_micro_batch) {
+    const int64_t h = m_.hidden;
+    const double a32 = eager_act32(), a16 = eager_act16();
+    const double norm_flops = 10.0 * static_cast<double>(tokens_ * h);
+    const int64_t attn_out = m_.heads * m_.head_dim();
+    const int64_t f = m_.ffn_hidden;
+    const double f16 = static_cast<double>(tokens_ * f * e_);
+    // MLP.
+    uint32_t c = add_memory("autocast-cast-mlp-grad", Phase::Backward, L, a32, a16, 0, deps(g));
+    uint32_t dd = add_gemm("mlp-down-dgrad", Phase::Backward, L, tokens_, f, h, deps(c));
+    uint32_t dw = add_gemm("mlp-down-wgrad", Phase::Backward, L, f, h, tokens_, deps(c));
+    dw = eager_bias_grad("mlp-down-bias-grad", L, h, dw);
+    uint32_t acc = eager_grad_accumulate("grad-accumulate-mlp-down", L, linear_params(f, h), dw);
+    uint32_t ab;
+    if (m_.ffn_type == FfnType::Swiglu) {
+      ab = add_memory("swiglu-mul-backward", Phase::Backward, L, 4 * f16, 2 * f16, 2 * f16 / static_cast<double>(e_),
+                      deps(dd));
+      ab = add_memory("silu-backward", Phase::Backward, L, 2 * f16, f16, 6 * f16 / static_cast<double>(e_), deps(ab));
+      ab = add_memory("swiglu-grad-cat", Phase::Backward, L, 2 * f16, 2 * f16, 0, deps(ab));
+    } else {
+      ab = add_memory("gelu-backward", Phase::Backward, L, 2 * f16, f16, 10 * f16 / static_cast<double>(e_), deps(dd));
+    }
+    uint32_t ud = add_gemm("mlp-up-dgrad", Phase::Backward, L, tokens_, h, mlp_in_, deps(ab));
+    uint32_t uw = add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_, tokens_, deps(ab, acc));
+    uw = eager_bias_grad("mlp-up-bias-grad", L, mlp_in_, uw);
+    acc = eager_grad_accumulate("grad-accumulate-mlp-up", L, linear_params(h, mlp_in_), uw);
+    const double th = static_cast<double>(tokens_ * h);
+    uint32_t x2 = accessed(add_memory("autocast-cast-mlp-input-grad", Phase::Backward, L, a16, a32, 0, deps(ud)),
+                           MemAccess::DynamicCast, th);
+    x2 = add_memory("layernorm-2-backward", Phase::Backward, L, 2 * a32, a32, norm_flops, deps(x2));
+    x2 = add_memory("layernorm-2-weight-grad", Phase::Backward, L, 2 * a32, 0, 0, deps(x2));
+    uint32_t r = add_memory("residual-grad-add-mlp", Phase::Backward, L, 2 * a32, a32, static_cast<double>(tokens_ * h),
+                            deps(x2));
+    // Attention.
+    c = add_memory("autocast-cast-attn-grad", Phase::Backward, L, a32, a16, 0, deps(r));
+    uint32_t pd = add_gemm("attn-proj-dgrad", Phase::Backward, L, tokens_, attn_out, h, deps(c));
+    uint32_t pw = add_gemm("attn-proj-wgrad", Phase::Backward, L, attn_out, h, tokens_, deps(c, acc));
+    pw = eager_bias_grad("attn-proj-bias-grad", L, h, pw);
+    acc = eager_grad_accumulate("grad-accumulate-attn-proj", L, linear_params(attn_out, h), pw);
+    uint32_t at = add_attention("attention-backward", Phase::Backward, L, m_.seq_len, m_.seq_len, deps(pd));
+    at = eager_rotary(Phase::Backward, L, at);
+    const double qkv16 = static_cast<double>(tokens_ * qkv_ * e_);
+    at = add_memory("qkv-grad-cat", Phase::Backward, L, qkv16, qkv16, 0, deps(at));
+    uint32_t qd = add_gemm("qkv-dgrad", Phase::Backward, L, tokens_, h, qkv_, deps(at));
+    uint32_t qw = add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(at, acc));
+    qw = eager_bias_grad("qkv-bias-grad", L, qkv_, qw);
+    acc = eager_grad_accumulate("grad-accumulate-qkv", L, linear_params(h, qkv_), qw);
+    uint32_t x1 = accessed(add_memory("autocast-cast-qkv-input-grad", Phase::Backward, L, a16, a32, 0, deps(qd)),
+                           MemAccess::DynamicCast, th);
+    x1 = add_memory("layernorm-1-backward", Phase::Backward, L, 2 * a32, a32, norm_flops, deps(x1));
+    x1 = add_memory("layernorm-1-weight-grad", Phase::Backward, L, 2 * a32, 0, 0, deps(x1));
+    g = add_memory("residual-grad-add-attn", Phase::Backward, L, 2 * a32, a32, static_cast<double>(tokens_ * h),
+                   deps(x1, r, acc));
+    if (last_micro_batch || l_.zero_stage >= 3) add_grads(L, layer_dense_params(L), 0, g);
+    return g;
+  }
+
   void forward_block(int64_t chunk) {
     uint32_t x = prev_;
     if (first_virtual(chunk)) {
       // Vocab-parallel embedding: each TP rank looks up its slice, then partial sums meet.
       const uint32_t pg = mb_ == 0 ? param_gather_for(-1) : kNone;
+      if (l_.eager) {
+        // FP32 table: an FP32 gather, and (GPT) the FP32 position rows added.
+        x = add_memory("embedding", Phase::Forward, -1, eager_act32() + static_cast<double>(tokens_ * 8), eager_act32(),
+                       0, pg == kNone ? deps(prev_) : deps(prev_, pg));
+        if (m_.learned_positions)
+          x = add_memory("position-add", Phase::Forward, -1, 2 * eager_act32(), eager_act32(),
+                         static_cast<double>(tokens_ * m_.hidden), deps(x));
+      } else
       x = add_memory("embedding", Phase::Forward, -1, full_act_bytes() + static_cast<double>(tokens_ * 8),
                      full_act_bytes(), 0, pg == kNone ? deps(prev_) : deps(prev_, pg));
       x = tp_reduce("embedding-allreduce", "embedding-reduce-scatter", Phase::Forward, -1, x);
@@ -757,7 +936,26 @@ class StageBuilder {
       const uint32_t g = zero3_gather(Phase::Forward, L, x);
       x = layer_forward(L, g == x ? x : join(x, g), Phase::Forward);
     }
-    if (last_virtual(chunk)) {
+    if (last_virtual(chunk) && l_.eager) {
+      // FP32 norm, its cast, the logits' weight cast, then F.cross_entropy(logits.float()):
+      // the FP32 copy, log_softmax and nll_loss, each a kernel.
+      const double a32 = eager_act32();
+      uint32_t ln = add_memory("final-layernorm", Phase::Forward, -1, a32, a32,
+                               8.0 * static_cast<double>(tokens_ * m_.hidden), deps(x));
+      ln = add_memory("autocast-cast-logits-input", Phase::Forward, -1, a32, eager_act16(), 0, deps(ln));
+      const double table = static_cast<double>(vocab_local_ * m_.hidden);
+      ln = eager_weight_cast("autocast-cast-logits-weight", Phase::Forward, -1, table, ln);
+      uint32_t logits = add_gemm("logits", Phase::Forward, -1, tokens_, vocab_local_, m_.hidden, deps(ln), 1, 1.0,
+                                 act_dtype_);
+      const double lg = static_cast<double>(tokens_ * vocab_local_);
+      x = accessed(add_memory("logits-float", Phase::Forward, -1, lg * static_cast<double>(e_), lg * 4, 0, deps(logits)),
+                   MemAccess::DynamicCast, lg);
+      // A vocabulary row is longer than a thread block holds: log_softmax reads it once
+      // per pass (max, sum of exponentials, output), its backward twice and the output
+      // once (PyTorch's cunn_SoftMaxForward / cunn_SoftMaxBackward).
+      x = add_memory("log-softmax", Phase::Forward, -1, lg * 12, lg * 4, 5.0 * lg, deps(x));
+      x = add_memory("nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
+    } else if (last_virtual(chunk)) {
       const double act = act_bytes();
       uint32_t ln =
           add_memory("final-layernorm", Phase::Forward, -1, act, act, 8.0 * act / static_cast<double>(e_), deps(x));
@@ -835,7 +1033,23 @@ class StageBuilder {
     const double act = act_bytes();
     const int64_t h = m_.hidden;
     uint32_t g;
-    if (last_virtual(chunk)) {
+    if (last_virtual(chunk) && l_.eager) {
+      // nll_loss and log_softmax backward on a zero-filled FP32 gradient, cast to BF16 for
+      // the logits' GEMMs; the logits' weight gradient is cast and accumulated in FP32.
+      const double lg = static_cast<double>(tokens_ * vocab_local_);
+      const double a32 = eager_act32();
+      g = add_memory("nll-loss-backward", Phase::Backward, -1, static_cast<double>(tokens_) * 8, lg * 4, 0, deps(prev_));
+      g = add_memory("log-softmax-backward", Phase::Backward, -1, lg * 12, lg * 4, 3.0 * lg, deps(g));
+      g = add_memory("logits-grad-cast", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 0, deps(g));
+      uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
+      uint32_t wgrad = add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_);
+      wgrad = eager_grad_accumulate("grad-accumulate-logits", -1, static_cast<double>(vocab_local_ * h), wgrad);
+      g = accessed(add_memory("autocast-cast-logits-input-grad", Phase::Backward, -1, eager_act16(), a32, 0, deps(dgrad)),
+                   MemAccess::DynamicCast, static_cast<double>(tokens_ * h));
+      g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * a32, a32,
+                     10.0 * static_cast<double>(tokens_ * h), deps(g));
+      g = add_memory("final-layernorm-weight-grad", Phase::Backward, -1, 2 * a32, 0, 0, deps(g, wgrad));
+    } else if (last_virtual(chunk)) {
       const double lg = static_cast<double>(tokens_ * vocab_local_);
       g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 8, lg * (4.0 + static_cast<double>(e_)),
                      3.0 * lg, deps(prev_));
@@ -855,6 +1069,15 @@ class StageBuilder {
       const int32_t L = layer_of(chunk, i);
       const uint32_t zg = zero3_gather(Phase::Backward, L, g);
       if (zg != g) g = join(g, zg);
+      if (l_.eager) {
+        if (l_.recompute == "full") {
+          recomputing_ = true;
+          g = layer_forward_eager(L, g, Phase::Backward);
+          recomputing_ = false;
+        }
+        g = layer_backward_eager(L, g, last_micro_batch);
+        continue;
+      }
       if (l_.recompute == "full") {
         // Full recompute: the layer's forward runs again from its stored input.
         recomputing_ = true;
@@ -885,7 +1108,17 @@ class StageBuilder {
                      12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
       if (last_micro_batch || l_.zero_stage >= 3) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
     }
-    if (first_virtual(chunk)) {
+    if (first_virtual(chunk) && l_.eager) {
+      // embedding_dense_backward: the token ids sorted, the FP32 rows summed per id into a
+      // zero-filled FP32 table; tied to the logits, that table is added to their gradient.
+      const double table = static_cast<double>(vocab_local_ * m_.hidden) * 4;
+      g = add_memory("embedding-backward", Phase::Backward, -1, 2 * eager_act32(), eager_act32() + table, 0, deps(g));
+      if (m_.tied_embeddings || mb_ > 0)
+        g = add_memory("grad-accumulate-embedding", Phase::Backward, -1, 2 * table, table, table / 4, deps(g));
+      if (m_.learned_positions)
+        g = add_memory("position-grad", Phase::Backward, -1, eager_act32(),
+                       static_cast<double>(m_.seq_len * m_.hidden) * 4, 0, deps(g));
+    } else if (first_virtual(chunk)) {
       // The embedding's weight gradient is dense (vocab x h per TP rank): zero-filled,
       // scatter-added per token, then accumulated into the FP32 main gradient.
       const double table = static_cast<double>(vocab_local_ * m_.hidden);

@@ -46,6 +46,7 @@ struct TrainingLayout {
   bool tp_comm_overlap = false;     // SP collectives chunked around the ring beside their GEMMs
   bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
   bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
+  bool eager = false;               // training.framework: pytorch-eager
 };
 
 struct TrainingPlan {

@@ -289,6 +289,14 @@ const std::vector<KeySpec>& key_table() {
       {"training.fp8_attention", "bool", "false",
        "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked)",
        [](const N& n, S& s) { s.training.fp8_attention = as_bool(n, "training.fp8_attention"); }},
+      {"training.framework", "name", "megatron",
+       "megatron (Megatron-Core / Transformer Engine: fused norms and bias-activations, BF16 weights with FP32 main "
+       "grads) | pytorch-eager (plain PyTorch under torch.autocast(bfloat16): FP32 parameters cast at every "
+       "linear, the residual stream, norms and loss in FP32, every elementwise op its own kernel, fused AdamW; "
+       "docs/model.md)",
+       [](const N& n, S& s) {
+         s.training.framework = as_enum(n, "training.framework", {"megatron", "pytorch-eager"});
+       }},
       {"training.step_overhead", "time", "3ms",
        "host and framework work per iteration that the GPUs wait for (scheduling, loss and grad-norm bookkeeping, "
        "logging); docs/model.md gives the source",

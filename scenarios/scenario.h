@@ -42,6 +42,7 @@ struct TrainingConfig {
   std::string optimizer = "adam";
   std::string attention = "flash";  // flash (fused, IO-aware) | unfused (scores and softmax through HBM)
   bool fp8_attention = false;       // with model.dtype fp8: the attention core in FP8 too
+  std::string framework = "megatron";  // megatron (fused kernels, BF16 weights) | pytorch-eager
   double step_overhead_s = 0;       // host work per iteration the GPUs wait for
   bool step_overhead_set = false;   // false: the default
 };
