@@ -273,4 +273,13 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
   return p;
 }
 
+std::string profile_warning(const CalibrationProfile& p) {
+  if (p.attention_backend.rfind("clustersim", 0) != 0 || !p.compute.measured || p.compute.measured->attention.empty())
+    return {};
+  return "warning: the profile's attention table was measured on clustersim's own attention kernel (" +
+         p.attention_backend +
+         "), about 1/6 of cuDNN's rate on Hopper: these predictions describe `clustersim real`, not a framework's "
+         "step (calibrate/profiles/h200.yaml carries cuDNN's SDPA; `calibrate --attention-from` takes one)";
+}
+
 }  // namespace clustersim

@@ -37,4 +37,8 @@ struct CalibrationProfile {
 // file:line:col. `from` is where the path was given (a scenario key or a flag).
 CalibrationProfile load_profile(const std::string& path, const SourceMark& from = {});
 
+// The warning a run with this profile deserves, or "": a profile whose attention table was
+// measured on the real backend's own kernel predicts `clustersim real`, not a framework.
+std::string profile_warning(const CalibrationProfile& p);
+
 }  // namespace clustersim

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <iostream>
 #include <filesystem>
 
 #include "calibrate/profile.h"
@@ -39,6 +41,10 @@ std::string scenario_relative_path(const Scenario& s, const std::string& path) {
 void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network) {
   if (!s.calibration.empty()) {
     const CalibrationProfile prof = load_profile(scenario_relative_path(s, s.calibration), s.mark("calibration"));
+    if (const std::string w = profile_warning(prof); !w.empty()) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) std::cerr << s.mark("calibration").str() << ": " << w << "\n";
+    }
     compute = prof.compute;
     network = prof.network;
   }

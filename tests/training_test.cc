@@ -325,5 +325,44 @@ TEST(Fidelity, FlashAttention2IsSlowerOnHopper) {
   EXPECT_GT(run("flash2"), 1.25 * run("flash"));
 }
 
+// Plain PyTorch under autocast runs more bytes than Megatron's fused kernels for the same
+// layer: the FP32 residual stream and norms, a weight cast per linear per micro-batch,
+// FP32 gradient accumulation, unfused activations and the FP32 loss. Its step is slower
+// by what those kernels cost, and the weight casts grow with the micro-batches.
+TEST(Fidelity, PytorchEagerRunsTheCastsAndUnfusedKernelsOfAutocast) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+      "parallel: {micro_batch: 2}\ntraining: {global_batch: GB, framework: FW}\n";
+  auto run = [&](const std::string& fw, const std::string& gb) {
+    return iteration_s(filled(y, {{"FW", fw}, {"GB", gb}}));
+  };
+  const double megatron = run("megatron", "2"), eager = run("pytorch-eager", "2");
+  EXPECT_GT(eager, 1.1 * megatron);
+  EXPECT_LT(eager, 2.0 * megatron);
+  // Four micro-batches: every one casts the weights again and accumulates into FP32 .grad.
+  EXPECT_GT(run("pytorch-eager", "8") - eager, run("megatron", "8") - megatron);
+  const Scenario s = scenario_from_text(filled(y, {{"FW", "pytorch-eager"}, {"GB", "4"}}), "eager");
+  const TrainingPlan tp = build_training_plan(s);
+  int casts = 0, dynamic = 0, multi = 0;
+  for (const Op& op : tp.plan.programs[0].ops) {
+    const std::string& name = tp.plan.names[op.name];
+    casts += name == "autocast-cast-qkv-weight";
+    dynamic += op.access == MemAccess::DynamicCast;
+    multi += op.access == MemAccess::MultiTensor;
+  }
+  EXPECT_EQ(casts, 4 * 2);  // 4 layers x 2 micro-batches
+  EXPECT_GT(dynamic, 0);
+  EXPECT_EQ(multi, 3);  // grad norm, clip scale, fused AdamW
+}
+
+TEST(Fidelity, PytorchEagerIsDataParallelOrFsdpOnly) {
+  for (const char* bad : {"parallel: {tp: 2}\n", "parallel: {zero_stage: 1}\n", "model: {preset: gpt3-1.3b, dtype: fp8}\n"}) {
+    const std::string y = std::string("name: t\ncluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 2}\n") +
+                          (std::string(bad).rfind("model", 0) == 0 ? "" : "model: {preset: gpt3-1.3b, layers: 2}\n") +
+                          bad + "training: {framework: pytorch-eager}\n";
+    EXPECT_THROW(build_training_plan(scenario_from_text(y, "bad")), InputError) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace clustersim

@@ -2,7 +2,9 @@
 // JSON, its printed iteration time set against the simulated step. A stand-in script
 // takes the GPU's place here (CLUSTERSIM_PYTORCH_REFERENCE), so the plumbing is tested
 // on machines without one; the real script runs on the GPU machines.
+#include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "tests/cli_harness.h"
 
@@ -56,6 +58,55 @@ TEST_F(ValidatePytorchTest, OnlyOneGpuTrainingStepsAndKnownReferences) {
   const CliResult bad = cli("validate " + quote(one_gpu()) + " --against tensorflow");
   EXPECT_EQ(bad.code, 1) << bad;
   EXPECT_NE(bad.err.find("expected pytorch"), std::string::npos) << bad;
+}
+
+// The must-show of the calibrated profile: plain-PyTorch steps recorded on an H200
+// (calibrate/measurements/pytorch/run3, run4; run4's three were measured before the
+// eager model's kernel classes were written) predicted with training.framework:
+// pytorch-eager and calibrate/profiles/h200.yaml. Each within 7 %, and at least five of
+// the seven within 5 %.
+TEST_F(ValidatePytorchTest, RecordedPytorchStepsArePredictedWithTheCalibratedProfile) {
+  const std::string src = CLUSTERSIM_SOURCE_DIR;
+  auto field = [](const std::string& out, const std::string& key) {
+    const size_t at = out.find("\"" + key + "\": ");
+    return at == std::string::npos ? -1e9 : std::stod(out.substr(at + key.size() + 4));
+  };
+  struct Case {
+    std::string scenario, recording;
+  };
+  const std::vector<Case> cases = {
+      {"real/gpt3-1.3b-1xh200", "run3/pt-gpt3-1.3b-1xh200"},
+      {"validation/gpt3-1.3b-mb3-1xh200", "run3/pt-gpt3-1.3b-mb3-1xh200"},
+      {"validation/gpt-2560-seq3072-1xh200", "run3/pt-gpt-2560-seq3072-1xh200"},
+      {"validation/llama3-8b-4layers-1xh200", "run3/pt-llama3-8b-4layers-1xh200"},
+      {"pytorch/gpt-350m-1xh200", "run4/pt-gpt-350m-1xh200"},
+      {"pytorch/llama3-70b-2layers-1xh200", "run4/pt-llama3-70b-2layers-1xh200"},
+      {"pytorch/llama3-8b-2layers-seq8192-1xh200", "run4/pt-llama3-8b-2layers-seq8192-1xh200"},
+  };
+  int within5 = 0;
+  for (const Case& c : cases) {
+    const CliResult r = cli("validate " + quote(src + "/scenarios/examples/" + c.scenario + ".yaml") +
+                            " --against pytorch --profile " + quote(src + "/calibrate/profiles/h200.yaml") +
+                            " --set training.framework=pytorch-eager --real-from " +
+                            quote(src + "/calibrate/measurements/pytorch/" + c.recording + ".sqlite") + " --json");
+    ASSERT_EQ(r.code, 0) << r;
+    const double err = std::fabs(field(r.out, "iteration_error"));
+    EXPECT_LE(err, 0.07) << c.scenario << "\n" << r;
+    within5 += err <= 0.05;
+  }
+  EXPECT_GE(within5, 5);
+}
+
+TEST_F(ValidatePytorchTest, ARecordingOfAnotherModelIsRefused) {
+  const std::string src = CLUSTERSIM_SOURCE_DIR;
+  const CliResult r = cli("validate " + quote(one_gpu()) + " --against pytorch --real-from " +
+                          quote(src + "/calibrate/measurements/pytorch/run3/pt-gpt3-1.3b-1xh200.sqlite"));
+  EXPECT_EQ(r.code, 1) << r;
+  EXPECT_NE(r.err.find("is a PyTorch run of another model: layers 24, expected the scenario's 2"), std::string::npos)
+      << r;
+  const CliResult missing = cli("validate " + quote(one_gpu()) + " --against pytorch --real-from /nonexistent.sqlite");
+  EXPECT_EQ(missing.code, 1) << missing;
+  EXPECT_NE(missing.err.find("file does not exist"), std::string::npos) << missing;
 }
 
 }  // namespace
