@@ -118,7 +118,9 @@ TEST(Topology, FastRoutingEqualsTheSearch) {
   for (const Case& c :
        {Case{"dgx-h100", 12, FabricKind::FatTree, 32, 1.0}, Case{"dgx-h100", 9, FabricKind::FatTree, 16, 2.0},
         Case{"dgx-a100", 5, FabricKind::Switch, 32, 1.0}, Case{"pcie-8gpu", 8, FabricKind::FatTree, 4, 1.0},
-        Case{"dgx-h100", 6, FabricKind::FatTree, 12, 1.0}}) {
+        Case{"dgx-h100", 6, FabricKind::FatTree, 12, 1.0}, Case{"dgx-h100", 12, FabricKind::RailOptimized, 4, 1.0},
+        Case{"dgx-h100", 9, FabricKind::RailOptimized, 2, 2.0}, Case{"dgx-a100", 6, FabricKind::Ring, 32, 1.0},
+        Case{"dgx-h100", 12, FabricKind::Torus, 32, 1.0}, Case{"pcie-8gpu", 6, FabricKind::RailOptimized, 2, 1.0}}) {
     ClusterSpec spec = cluster(c.preset, c.nodes, c.fabric);
     spec.fabric.nics_per_leaf = c.nics_per_leaf;
     spec.fabric.oversubscription = c.oversub;
@@ -136,6 +138,9 @@ TEST(Topology, FastRoutingEqualsTheSearch) {
     const bool shortcut =
         c.fabric == FabricKind::FatTree && c.nodes * nics > c.nics_per_leaf && c.nics_per_leaf % nics == 0;
     EXPECT_EQ(t.two_tier_routing(), shortcut) << c.preset << " " << c.nodes;
+    // Every fabric prunes its search between nodes (third nodes' NICs, and on leaf-spine
+    // fabrics the leaves neither end uses); the comparison above is what holds it exact.
+    EXPECT_TRUE(t.pruned_search()) << c.preset << " " << c.nodes << " " << to_string(c.fabric);
   }
 }
 

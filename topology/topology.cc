@@ -198,7 +198,7 @@ uint64_t mix(uint64_t x) {  // splitmix64 finalizer: a fixed, portable hash for 
 }
 }  // namespace
 
-std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const {
+std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool prune) const {
   // Dijkstra on integer serialization cost (attoseconds per byte) so equal-cost paths
   // compare exactly; every equal-cost predecessor edge is kept for ECMP.
   const size_t nv = boost::num_vertices(graph_);
@@ -221,24 +221,55 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst) const 
   dist[src] = 0;
   reached.push_back(src);
   pq.push({0, src});
+  const int na = graph_[src].node, nb = graph_[dst].node;
+  const bool third = prune && prune_third_nics_ && na >= 0 && nb >= 0;
+  const bool spines = prune && !spine_of_vertex_.empty() && na >= 0 && nb >= 0;
+  // The leaves a spine may enter: those holding a NIC of either end's node.
+  uint32_t leaves[64];
+  size_t leaf_count = 0;
+  if (spines) {
+    const size_t nics = static_cast<size_t>(spec_.node.nics);
+    for (int n : {na, nb})
+      for (size_t k = 0; k < nics; ++k) {
+        const int32_t leaf = leaf_of_vertex_[nic_switch_[static_cast<size_t>(n) * nics + k]];
+        if (std::find(leaves, leaves + leaf_count, static_cast<uint32_t>(leaf)) != leaves + leaf_count) continue;
+        if (leaf_count == std::size(leaves)) {
+          leaf_count = SIZE_MAX;  // too many to list: no spine pruning
+          break;
+        }
+        leaves[leaf_count++] = static_cast<uint32_t>(leaf);
+      }
+  }
+  auto relax = [&](const Link& l, int64_t d) {
+    const int64_t c = d + std::llround(1e18 / l.bandwidth);
+    const uint32_t w = l.dst;
+    if (c < dist[w]) {
+      if (dist[w] == kInf) reached.push_back(w);
+      dist[w] = c;
+      pred[w].assign(1, l.id);
+      pq.push({c, w});
+    } else if (c == dist[w]) {
+      pred[w].push_back(l.id);
+    }
+  };
   while (!pq.empty()) {
     auto [d, v] = pq.top();
     pq.pop();
     if (d != dist[v]) continue;
     if (d > dist[dst]) break;
     if (v != src && graph_[v].kind == VertexKind::Gpu) continue;  // GPUs do not forward
+    if (spines && leaf_count != SIZE_MAX && spine_of_vertex_[v] >= 0) {
+      for (size_t i = 0; i < leaf_count; ++i)
+        relax(links_[leaf_down_[leaves[i] * spine_count_ + static_cast<size_t>(spine_of_vertex_[v])]], d);
+      continue;
+    }
     for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
       const Link& l = links_[graph_[*e].link];
-      const int64_t c = d + std::llround(1e18 / l.bandwidth);
-      const uint32_t w = l.dst;
-      if (c < dist[w]) {
-        if (dist[w] == kInf) reached.push_back(w);
-        dist[w] = c;
-        pred[w].assign(1, l.id);
-        pq.push({c, w});
-      } else if (c == dist[w]) {
-        pred[w].push_back(l.id);
+      if (third) {
+        const VertexProps& w = graph_[l.dst];
+        if (w.kind == VertexKind::Nic && w.node != na && w.node != nb) continue;
       }
+      relax(l, d);
     }
   }
   if (dist[dst] == kInf)
@@ -308,7 +339,8 @@ Route Topology::route_info(int src, int dst) {
   }
   if (fast_state_ == 0) prepare_fast_routing();
   const bool fast = fast_state_ == 1 && node_of(src) != node_of(dst);
-  const std::vector<uint32_t> links = fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst));
+  const std::vector<uint32_t> links =
+      fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst), /*prune=*/true);
   // Store the header and links where they will not move.
   constexpr size_t kChunk = size_t{1} << 16;
   const size_t need = kRouteHeader + links.size();
@@ -385,10 +417,7 @@ bool Topology::fast_routing_applies() const {
   return f.kind == FabricKind::FatTree && f.nics_per_leaf % spec_.node.nics == 0;
 }
 
-void Topology::prepare_fast_routing() {
-  fast_state_ = -1;
-  if (!fast_routing_applies()) return;
-  const int g = spec_.node.gpus;
+void Topology::index_nics() {
   // NICs: their vertex, fabric switch and the links between.
   for (uint32_t l = 0; l < links_.size(); ++l) {
     const VertexProps& a = graph_[links_[l].src];
@@ -404,6 +433,38 @@ void Topology::prepare_fast_routing() {
       nic_vertex_[idx] = links_[l].src;
     }
   }
+}
+
+void Topology::prepare_search_pruning() {
+  prune_third_nics_ = false;
+  spine_of_vertex_.clear();
+  const size_t nics = static_cast<size_t>(spec_.node.nics);
+  if (nic_switch_.size() != static_cast<size_t>(spec_.nodes) * nics || nics == 0) return;
+  bool one_switch = true;
+  for (size_t n = 0; n < static_cast<size_t>(spec_.nodes) && one_switch; ++n)
+    for (size_t k = 1; k < nics; ++k) one_switch = one_switch && nic_switch_[n * nics + k] == nic_switch_[n * nics];
+  if (two_tier_) {
+    spine_of_vertex_.assign(boost::num_vertices(graph_), -1);
+    for (size_t i = 0; i < spine_count_; ++i) spine_of_vertex_[links_[leaf_up_[i]].dst] = static_cast<int32_t>(i);
+    // Every NIC link and every leaf-spine link: the detour leaf -> spine -> leaf must cost
+    // no more than NIC -> node -> NIC's two links.
+    int64_t nic_min = std::numeric_limits<int64_t>::max();
+    for (uint32_t l : nic_up_) nic_min = std::min<int64_t>(nic_min, std::llround(1e18 / links_[l].bandwidth));
+    const int64_t spine_cost = std::llround(1e18 / links_[leaf_up_[0]].bandwidth);
+    prune_third_nics_ = 2 * spine_cost <= 2 * nic_min;
+  } else {
+    prune_third_nics_ = one_switch;
+  }
+}
+
+void Topology::prepare_fast_routing() {
+  fast_state_ = -1;
+  if (spec_.nodes < 2) return;
+  index_nics();
+  prepare_two_tier();
+  prepare_search_pruning();
+  if (!fast_routing_applies()) return;
+  const int g = spec_.node.gpus;
   // Templates from node 0: GPU -> own NIC and back, each a shortest path whose cost
   // equals the cheapest way to any NIC of the node (else the search is needed).
   auto cost = [&](const std::vector<uint32_t>& path) {
@@ -427,7 +488,6 @@ void Topology::prepare_fast_routing() {
     exit_template_.push_back(std::move(out));
     enter_template_.push_back(std::move(in));
   }
-  prepare_two_tier();
   fast_state_ = 1;
 }
 

@@ -117,7 +117,10 @@ class Topology {
   std::vector<uint32_t> route_by_search(int src, int dst) const;
   // Whether routes between nodes take the two-tier shortcut (no switch-level trees);
   // known once a route between nodes has been asked for.
-  bool two_tier_routing() const { return two_tier_; }
+  bool two_tier_routing() const { return two_tier_ && fast_state_ == 1; }
+  // Whether the search for routes between nodes is pruned (prepare_search_pruning);
+  // known once a route between nodes has been asked for.
+  bool pruned_search() const { return prune_third_nics_ || !spine_of_vertex_.empty(); }
   // The NVLink hop between a GPU and its node's NVSwitch (in-switch reduction);
   // empty when the node has none.
   std::span<const uint32_t> switch_route(int gpu, bool to_switch) const;
@@ -132,7 +135,8 @@ class Topology {
   void add_link(uint32_t a, uint32_t b, LinkClass cls, double bandwidth, double latency);
   void build_node(int n, std::vector<uint32_t>& nics);
   void build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
-  std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst) const;
+  // `prune`: skip what no shortest path between two nodes can use (prepare_search_pruning).
+  std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst, bool prune = false) const;
   bool fast_routing_applies() const;
   void prepare_fast_routing();
   std::vector<uint32_t> fast_route(int src, int dst);
@@ -182,6 +186,20 @@ class Topology {
   size_t spine_count_ = 0;
   std::vector<uint32_t> leaf_up_, leaf_down_;  // [leaf * spine_count_ + spine]: leaf -> spine, spine -> leaf
   void prepare_two_tier();
+  // Search pruning for routes between nodes, on any fabric (the plain search stays
+  // available as route_by_search). Two rules, each applied only where it is exact:
+  //  - a NIC of a third node is never entered, when a path through that node (two NIC
+  //    links plus its internal links) can never tie or beat the switches' own path
+  //    between its NICs' switches: every node's NICs on one switch (switch, ring, torus),
+  //    or a two-tier fabric whose leaf-spine-leaf detour costs at most the two NIC links;
+  //  - in a two-tier fabric, a spine enters only the leaves that hold a NIC of the
+  //    source's or the destination's node: any other leaf leads only to third nodes or
+  //    back to a spine, two hops longer.
+  // Without them, a route on a rail-optimized fabric searched every NIC of the cluster.
+  void index_nics();
+  void prepare_search_pruning();
+  bool prune_third_nics_ = false;
+  std::vector<int32_t> spine_of_vertex_;  // two-tier fabrics: vertex -> spine index, -1 otherwise
   std::vector<int32_t> switch_index_;  // vertex -> dense switch index, -1 for other vertices
   size_t switch_count_ = 0;
   struct SwitchEdge {
