@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
 #include <memory>
 #include <tuple>
 
@@ -10,6 +13,155 @@
 
 namespace clustersim {
 namespace {
+
+// A profile is mostly tables: thousands of rows of plain values, one flow list a line
+// (`    - [bf16, 64, 64, 64, 5.4e-06]`). Those rows are read here directly, with the same
+// file:line:col marks, and the rest of the file goes to the YAML parser with the rows'
+// lines left empty (so its line numbers stay); the parser built a node graph for every
+// cell, which made loading a calibrated profile cost more than the run it serves. Any
+// row that is not a plain list of plain values sends the whole file to the parser.
+struct TableRows {
+  std::string key;  // the table's key
+  int key_line = 0;
+  std::vector<YNode> rows;
+};
+
+bool plain_cell(std::string_view c) {
+  if (c.empty()) return false;
+  for (char ch : c)
+    if (ch == '"' || ch == '\'' || ch == '[' || ch == ']' || ch == '{' || ch == '}' || ch == '#' || ch == ':' ||
+        ch == '&' || ch == '*' || ch == '!' || ch == '|' || ch == '>' || ch == '%' || ch == '@' || ch == '`')
+      return false;
+  return true;
+}
+
+// Returns false (and leaves `text` as it was) when the file holds a table line it does
+// not take.
+bool split_tables(const std::string& path, std::string& text, std::vector<TableRows>& tables) {
+  static const char* const kTables[] = {"gemm_table", "attention_table", "memory_table", "collective_table",
+                                        "collective_points"};
+  std::string out;
+  out.reserve(text.size());
+  std::vector<TableRows> found;
+  found.reserve(8);
+  size_t at = 0;
+  int line = 0;
+  TableRows* open = nullptr;
+  size_t open_indent = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string_view l(text.data() + at, end - at);
+    ++line;
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    const size_t indent = l.find_first_not_of(' ');
+    if (open && indent != std::string_view::npos && indent > open_indent && l.substr(indent, 2) == "- ") {
+      // A row: "- [a, b, ...]" with an optional comment after.
+      std::string_view rest = l.substr(indent + 2);
+      const size_t lead = rest.find_first_not_of(' ');
+      if (lead == std::string_view::npos || rest[lead] != '[') return false;
+      const size_t open_col = indent + 2 + lead;
+      const size_t close = l.find(']', open_col);
+      if (close == std::string_view::npos) return false;
+      std::string_view tail = l.substr(close + 1);
+      const size_t t = tail.find_first_not_of(' ');
+      if (t != std::string_view::npos && tail[t] != '#') return false;
+      YNode row;
+      row.kind = YNode::Kind::Seq;
+      row.mark = SourceMark{path, line, static_cast<int>(indent + 3)};
+      size_t cell = open_col + 1;
+      while (cell <= close) {
+        size_t comma = l.find(',', cell);
+        if (comma == std::string_view::npos || comma > close) comma = close;
+        std::string_view c = l.substr(cell, comma - cell);
+        const size_t b = c.find_first_not_of(' ');
+        const size_t e = c.find_last_not_of(' ');
+        if (b == std::string_view::npos) {
+          if (comma == close && row.seq.empty()) break;  // "[]"
+          return false;
+        }
+        c = c.substr(b, e - b + 1);
+        if (!plain_cell(c)) return false;
+        YNode v;
+        v.kind = YNode::Kind::Scalar;
+        v.scalar = std::string(c);
+        v.mark = SourceMark{path, line, static_cast<int>(cell + b + 1)};
+        row.seq.push_back(std::move(v));
+        cell = comma + 1;
+      }
+      open->rows.push_back(std::move(row));
+      out += '\n';  // the row's line, empty
+      at = end + 1;
+      continue;
+    }
+    bool replaced = false;
+    const size_t first = indent;
+    if (first != std::string_view::npos && l[first] != '#') open = nullptr;  // any other content ends a table
+    if (first != std::string_view::npos) {
+      for (const char* k : kTables) {
+        const std::string_view key(k);
+        if (l.substr(first, key.size()) != key || l.substr(first + key.size(), 1) != ":") continue;
+        std::string_view rest = l.substr(first + key.size() + 1);
+        const size_t r = rest.find_first_not_of(' ');
+        if (r != std::string_view::npos && rest[r] != '#') break;  // a value on the key's line: the parser's
+        if (found.size() == found.capacity()) return false;  // `open` must not move
+        found.push_back(TableRows{std::string(key), line, {}});
+        open = &found.back();
+        open_indent = first;
+        // The key stays for the parser, holding an empty list the rows replace.
+        out.append(text, at, first + key.size());
+        out += ": []\n";
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) {
+      out.append(text, at, end - at);
+      out += '\n';
+    }
+    at = end + 1;
+  }
+  tables = std::move(found);
+  text = std::move(out);
+  return true;
+}
+
+// Puts each table's rows back under its key (found by the key's line).
+void attach_tables(YNode& n, std::vector<TableRows>& tables) {
+  if (n.kind == YNode::Kind::Map) {
+    for (auto& [k, v] : n.map) {
+      for (TableRows& t : tables)
+        if (t.key == k && v.key_mark.line == t.key_line && v.kind == YNode::Kind::Seq && v.seq.empty()) {
+          v.seq = std::move(t.rows);
+          t.key_line = -1;
+        }
+      attach_tables(v, tables);
+    }
+  } else if (n.kind == YNode::Kind::Seq) {
+    for (YNode& v : n.seq) attach_tables(v, tables);
+  }
+}
+
+YNode load_profile_tree(const std::string& path, const SourceMark& from) {
+  // The same checks as any YAML file (a regular file, not huge) come first.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::is_regular_file(status) || std::filesystem::file_size(path, ec) > (64u << 20))
+    return load_yaml_file(path, from);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return load_yaml_file(path, from);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  std::vector<TableRows> tables;
+  if (!split_tables(path, text, tables) || tables.empty()) return parse_yaml(ss.str(), path);
+  YNode root = parse_yaml(text, path);
+  attach_tables(root, tables);
+  for (const TableRows& t : tables)
+    if (t.key_line != -1) return parse_yaml(ss.str(), path);  // a key the tree does not show where expected
+  return root;
+}
+
 
 const YNode& need_map(const YNode& n, const std::string& key) {
   if (n.kind != YNode::Kind::Map) throw InputError(n.mark, key + " must be a mapping, got " + n.kind_name());
@@ -165,7 +317,7 @@ int family_index(const std::string& f) { return f == "ring" ? 0 : f == "tree" ? 
 CalibrationProfile load_profile(const std::string& path, const SourceMark& from) {
   if (!std::filesystem::exists(path))
     throw InputError(from.known() ? from : SourceMark{path, 0, 0}, "calibration profile '" + path + "' does not exist");
-  const YNode root = load_yaml_file(path, from);
+  const YNode root = load_profile_tree(path, from);
   CalibrationProfile p;
   p.path = path;
   if (root.kind == YNode::Kind::Null) return p;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -25,11 +27,61 @@ double roofline(const Op& op, const GpuSpec& gpu, double math_eff, double mem_ef
   return std::max(op.flops / (peak * math_eff * wave), bytes / (gpu.hbm_bandwidth * mem_eff));
 }
 
-// The grid values of an axis (sorted and made unique here) that bracket x, and the
-// fraction of the way from lo to hi in log space; clamped to the axis's ends (t = 0).
-void bracket(std::vector<double>& v, double x, double& lo, double& hi, double& t) {
+// Piecewise linear in log x over sorted (x, y) pairs (y in log space too when `log_y`).
+double interpolate(const std::vector<std::pair<double, double>>& xy, double x) {
+  if (xy.empty()) return -1;
+  if (x <= xy.front().first) return xy.front().second;
+  if (x >= xy.back().first) return xy.back().second;
+  for (size_t i = 1; i < xy.size(); ++i)
+    if (x <= xy[i].first) {
+      const double t = (std::log(x) - std::log(xy[i - 1].first)) / (std::log(xy[i].first) - std::log(xy[i - 1].first));
+      return xy[i - 1].second + t * (xy[i].second - xy[i - 1].second);
+    }
+  return xy.back().second;
+}
+
+}  // namespace
+
+struct MeasuredIndex {
+  virtual ~MeasuredIndex() = default;
+};
+
+namespace {
+
+// The index `key` of `t`, built by `build` the first time it is asked for.
+template <typename T, typename Build>
+std::shared_ptr<const T> index_of(const MeasuredTables& t, const std::string& key, Build build) {
+  {
+    std::lock_guard<std::mutex> lock(t.index_mu);
+    auto it = t.index.find(key);
+    if (it != t.index.end()) return std::static_pointer_cast<const T>(it->second);
+  }
+  std::shared_ptr<const T> made = build();
+  std::lock_guard<std::mutex> lock(t.index_mu);
+  auto [it, inserted] = t.index.emplace(key, made);
+  return std::static_pointer_cast<const T>(it->second);
+}
+
+std::string gpu_key(const GpuSpec& gpu, DType d) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s|%.17g|%.17g|%d", gpu.name.c_str(), gpu.peak_flops(d), gpu.hbm_bandwidth,
+                static_cast<int>(d));
+  return buf;
+}
+
+// Sorted unique values.
+std::vector<double> axis(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+size_t position(const std::vector<double>& ax, double x) {
+  return static_cast<size_t>(std::lower_bound(ax.begin(), ax.end(), x) - ax.begin());
+}
+
+// The grid values of a sorted unique axis that bracket x, and the fraction of the way
+// from lo to hi in log space; clamped to the axis's ends (t = 0).
+void bracket_sorted(const std::vector<double>& v, double x, double& lo, double& hi, double& t) {
   t = 0;
   if (x <= v.front()) {
     lo = hi = v.front();
@@ -45,64 +97,86 @@ void bracket(std::vector<double>& v, double x, double& lo, double& hi, double& t
   t = (std::log(x) - std::log(lo)) / (std::log(hi) - std::log(lo));
 }
 
-double gemm_measured(const Op& op, const GpuSpec& gpu, const std::vector<GemmPoint>& pts) {
+struct GemmIndex : MeasuredIndex {
+  std::vector<double> am, an, ak;
+  std::vector<double> grid;  // [(i_m * |an| + i_n) * |ak| + i_k]: log ratio, NaN where not measured
+  struct Point {
+    double lm, ln, lk, ratio;
+  };
+  std::vector<Point> points;  // in table order
+  double at(double m, double n, double k) const {
+    return grid[(position(am, m) * an.size() + position(an, n)) * ak.size() + position(ak, k)];
+  }
+};
+
+double gemm_measured(const Op& op, const GpuSpec& gpu, const MeasuredTables& tables) {
   // Ratio of measured to ideal (the roofline at efficiency 1) at the grid points around
   // the shape in log2(m, n, k). The ideal leaves out wave quantization: the library picks
   // its tile (and split) per shape, so a fixed tile's waves would put steps into the
   // ratio that the measured times do not have. Held out on the H200 grid (each interior
   // point from its two neighbours along an axis), that halves the p95 error.
-  const double lm = std::log2(static_cast<double>(op.m)), ln = std::log2(static_cast<double>(op.n)),
-               lk = std::log2(static_cast<double>(op.k));
-  std::vector<std::pair<double, double>> near;  // (distance², log ratio)
-  std::vector<double> near_ratio;               // log ratio per point of this dtype, in order
-  for (const GemmPoint& g : pts) {
-    if (g.dtype != op.dtype) continue;
-    Op probe = op;
-    probe.m = g.m;
-    probe.n = g.n;
-    probe.k = g.k;
-    probe.batch = 1;
-    probe.flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-    const int64_t e = op.bytes_read / std::max<int64_t>(1, (op.m * op.k + op.k * op.n) * op.batch);
-    probe.bytes_read = (g.m * g.k + g.k * g.n) * std::max<int64_t>(1, e);
-    probe.bytes_written = g.m * g.n * std::max<int64_t>(1, e);
-    const double ideal = roofline(probe, gpu, 1.0, 1.0, 1.0);
-    const double dm = std::log2(static_cast<double>(g.m)) - lm, dn = std::log2(static_cast<double>(g.n)) - ln,
-                 dk = std::log2(static_cast<double>(g.k)) - lk;
-    near.emplace_back(dm * dm + dn * dn + dk * dk, std::log(g.seconds / ideal));
-    near_ratio.push_back(near.back().second);
-  }
-  if (near.empty()) return -1;
+  const int64_t e = std::max<int64_t>(1, op.bytes_read / std::max<int64_t>(1, (op.m * op.k + op.k * op.n) * op.batch));
+  const auto ix = index_of<GemmIndex>(tables, "gemm|" + std::to_string(e) + "|" + gpu_key(gpu, op.dtype), [&] {
+    auto g = std::make_shared<GemmIndex>();
+    std::vector<double> am, an, ak;
+    for (const GemmPoint& p : tables.gemm) {
+      if (p.dtype != op.dtype) continue;
+      Op probe = op;
+      probe.m = p.m;
+      probe.n = p.n;
+      probe.k = p.k;
+      probe.batch = 1;
+      probe.flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+      probe.bytes_read = (p.m * p.k + p.k * p.n) * e;
+      probe.bytes_written = p.m * p.n * e;
+      const double ideal = roofline(probe, gpu, 1.0, 1.0, 1.0);
+      g->points.push_back({std::log2(static_cast<double>(p.m)), std::log2(static_cast<double>(p.n)),
+                           std::log2(static_cast<double>(p.k)), std::log(p.seconds / ideal)});
+      am.push_back(static_cast<double>(p.m));
+      an.push_back(static_cast<double>(p.n));
+      ak.push_back(static_cast<double>(p.k));
+    }
+    if (g->points.empty()) return std::shared_ptr<const GemmIndex>(g);
+    g->am = axis(am), g->an = axis(an), g->ak = axis(ak);
+    g->grid.assign(g->am.size() * g->an.size() * g->ak.size(), std::numeric_limits<double>::quiet_NaN());
+    size_t i = 0;
+    for (const GemmPoint& p : tables.gemm) {
+      if (p.dtype != op.dtype) continue;
+      g->grid[(position(g->am, static_cast<double>(p.m)) * g->an.size() + position(g->an, static_cast<double>(p.n))) *
+                  g->ak.size() +
+              position(g->ak, static_cast<double>(p.k))] = g->points[i++].ratio;  // the last row of a shape wins
+    }
+    return std::shared_ptr<const GemmIndex>(g);
+  });
+  if (ix->points.empty()) return -1;
   // On a regular grid: trilinear interpolation of the log ratio between the 8 corners
   // that enclose the shape (clamped at the grid's edges).
   {
-    std::vector<double> am, an, ak;
-    std::map<std::tuple<int64_t, int64_t, int64_t>, double> at;
-    size_t idx = 0;
-    for (const GemmPoint& g : pts) {
-      if (g.dtype != op.dtype) continue;
-      am.push_back(static_cast<double>(g.m));
-      an.push_back(static_cast<double>(g.n));
-      ak.push_back(static_cast<double>(g.k));
-      at[{g.m, g.n, g.k}] = idx++;
-    }
     double m0, m1, tm, n0, n1, tn, k0, k1, tk;
-    bracket(am, static_cast<double>(op.m), m0, m1, tm);
-    bracket(an, static_cast<double>(op.n), n0, n1, tn);
-    bracket(ak, static_cast<double>(op.k), k0, k1, tk);
+    bracket_sorted(ix->am, static_cast<double>(op.m), m0, m1, tm);
+    bracket_sorted(ix->an, static_cast<double>(op.n), n0, n1, tn);
+    bracket_sorted(ix->ak, static_cast<double>(op.k), k0, k1, tk);
     double acc = 0;
     bool complete = true;
     for (int c = 0; c < 8 && complete; ++c) {
-      const double mm = c & 1 ? m1 : m0, nn = c & 2 ? n1 : n0, kk = c & 4 ? k1 : k0;
       const double w = (c & 1 ? tm : 1 - tm) * (c & 2 ? tn : 1 - tn) * (c & 4 ? tk : 1 - tk);
-      auto it = at.find({static_cast<int64_t>(mm), static_cast<int64_t>(nn), static_cast<int64_t>(kk)});
-      if (it == at.end()) {
+      const double r = ix->at(c & 1 ? m1 : m0, c & 2 ? n1 : n0, c & 4 ? k1 : k0);
+      if (std::isnan(r)) {
         complete = w == 0.0;
         continue;
       }
-      acc += w * near_ratio[static_cast<size_t>(it->second)];
+      acc += w * r;
     }
     if (complete) return std::exp(acc) * roofline(op, gpu, 1.0, 1.0, 1.0);
+  }
+  // Off the grid: inverse-square-distance weights over the 8 nearest points.
+  const double lm = std::log2(static_cast<double>(op.m)), ln = std::log2(static_cast<double>(op.n)),
+               lk = std::log2(static_cast<double>(op.k));
+  std::vector<std::pair<double, double>> near;  // (distance², log ratio)
+  near.reserve(ix->points.size());
+  for (const GemmIndex::Point& p : ix->points) {
+    const double dm = p.lm - lm, dn = p.ln - ln, dk = p.lk - lk;
+    near.emplace_back(dm * dm + dn * dn + dk * dk, p.ratio);
   }
   std::sort(near.begin(), near.end());
   if (near.size() > 8) near.resize(8);
@@ -116,91 +190,143 @@ double gemm_measured(const Op& op, const GpuSpec& gpu, const std::vector<GemmPoi
   return std::exp(acc / wsum) * roofline(op, gpu, 1.0, 1.0, 1.0);
 }
 
-// Piecewise linear in log x over sorted (x, y) pairs (y in log space too when `log_y`).
-double interpolate(const std::vector<std::pair<double, double>>& xy, double x) {
-  if (xy.empty()) return -1;
-  if (x <= xy.front().first) return xy.front().second;
-  if (x >= xy.back().first) return xy.back().second;
-  for (size_t i = 1; i < xy.size(); ++i)
-    if (x <= xy[i].first) {
-      const double t = (std::log(x) - std::log(xy[i - 1].first)) / (std::log(xy[i].first) - std::log(xy[i - 1].first));
-      return xy[i - 1].second + t * (xy[i].second - xy[i - 1].second);
-    }
-  return xy.back().second;
-}
+struct AttentionIndex : MeasuredIndex {
+  std::vector<double> groups, seqs, bhs;
+  std::vector<double> grid;  // [(i_group * |seqs| + i_seq) * |bhs| + i_bh]: log ratio, NaN where not measured
+};
 
-double attention_measured(const Op& op, const GpuSpec& gpu, const std::vector<AttentionPoint>& pts) {
+double attention_measured(const Op& op, const GpuSpec& gpu, const MeasuredTables& tables) {
   // log(measured / (FLOPs / peak)) on the measured grid of (length, batch × heads) for
   // each GQA group size; bilinear in (log length, log batch × heads) inside the group
   // sizes around the op's, then linear in log group size between them (clamped at the
   // grid's edges). Batch × heads matters: the kernel's thread blocks are batch × heads ×
   // query tiles, and how they fill the SMs' waves moves the rate by ±20 %.
   const bool bwd = op.phase == Phase::Backward;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, double> at;  // (group, seq, bh) -> log ratio
-  std::vector<double> groups, seqs, bhs;
-  for (const AttentionPoint& a : pts) {
-    if (a.backward != bwd || a.head_dim != op.head_dim || a.causal != op.causal) continue;
-    Op probe;
-    probe.batch = a.batch_heads;
-    probe.heads = 1;
-    probe.q_len = probe.kv_len = a.seq;
-    probe.head_dim = a.head_dim;
-    probe.causal = a.causal;
-    const double flops = attention_flops(probe) * (bwd ? 2.5 : 1.0);
-    at[{a.group, a.seq, a.batch_heads}] = std::log(a.seconds / (flops / gpu.peak_flops(op.dtype)));
-    groups.push_back(static_cast<double>(a.group));
-    seqs.push_back(static_cast<double>(a.seq));
-    bhs.push_back(static_cast<double>(a.batch_heads));
-  }
-  if (at.empty()) return -1;
+  const std::string key = std::string("attention|") + (bwd ? "b|" : "f|") + std::to_string(op.head_dim) +
+                          (op.causal ? "|c|" : "|n|") + gpu_key(gpu, op.dtype);
+  const auto ix = index_of<AttentionIndex>(tables, key, [&] {
+    auto a = std::make_shared<AttentionIndex>();
+    std::vector<double> groups, seqs, bhs, ratios;
+    std::vector<std::tuple<double, double, double>> where;
+    for (const AttentionPoint& p : tables.attention) {
+      if (p.backward != bwd || p.head_dim != op.head_dim || p.causal != op.causal) continue;
+      Op probe;
+      probe.batch = p.batch_heads;
+      probe.heads = 1;
+      probe.q_len = probe.kv_len = p.seq;
+      probe.head_dim = p.head_dim;
+      probe.causal = p.causal;
+      const double flops = attention_flops(probe) * (bwd ? 2.5 : 1.0);
+      ratios.push_back(std::log(p.seconds / (flops / gpu.peak_flops(op.dtype))));
+      where.emplace_back(static_cast<double>(p.group), static_cast<double>(p.seq), static_cast<double>(p.batch_heads));
+      groups.push_back(static_cast<double>(p.group));
+      seqs.push_back(static_cast<double>(p.seq));
+      bhs.push_back(static_cast<double>(p.batch_heads));
+    }
+    if (ratios.empty()) return std::shared_ptr<const AttentionIndex>(a);
+    a->groups = axis(groups), a->seqs = axis(seqs), a->bhs = axis(bhs);
+    a->grid.assign(a->groups.size() * a->seqs.size() * a->bhs.size(), std::numeric_limits<double>::quiet_NaN());
+    for (size_t i = 0; i < ratios.size(); ++i) {
+      const auto [g, s, b] = where[i];
+      a->grid[(position(a->groups, g) * a->seqs.size() + position(a->seqs, s)) * a->bhs.size() + position(a->bhs, b)] =
+          ratios[i];
+    }
+    return std::shared_ptr<const AttentionIndex>(a);
+  });
+  if (ix->grid.empty()) return -1;
   const double seq = std::sqrt(static_cast<double>(op.q_len) * static_cast<double>(op.kv_len));
   const double bh = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads));
   const double group = static_cast<double>(std::max<int64_t>(1, op.heads / std::max<int64_t>(1, op.kv_heads)));
   double g0, g1, tg, s0, s1, ts, b0, b1, tb;
-  bracket(groups, group, g0, g1, tg);
-  bracket(seqs, seq, s0, s1, ts);
-  bracket(bhs, bh, b0, b1, tb);
+  bracket_sorted(ix->groups, group, g0, g1, tg);
+  bracket_sorted(ix->seqs, seq, s0, s1, ts);
+  bracket_sorted(ix->bhs, bh, b0, b1, tb);
   double acc = 0;
   for (int c = 0; c < 8; ++c) {
     const double w = (c & 1 ? tg : 1 - tg) * (c & 2 ? ts : 1 - ts) * (c & 4 ? tb : 1 - tb);
     if (w == 0) continue;
-    auto it = at.find({static_cast<int64_t>(c & 1 ? g1 : g0), static_cast<int64_t>(c & 2 ? s1 : s0),
-                       static_cast<int64_t>(c & 4 ? b1 : b0)});
-    if (it == at.end()) return -1;  // not a grid: leave it to the model
-    acc += w * it->second;
+    const double r = ix->grid[(position(ix->groups, c & 1 ? g1 : g0) * ix->seqs.size() +
+                               position(ix->seqs, c & 2 ? s1 : s0)) *
+                                  ix->bhs.size() +
+                              position(ix->bhs, c & 4 ? b1 : b0)];
+    if (std::isnan(r)) return -1;  // not a grid: leave it to the model
+    acc += w * r;
   }
   return std::exp(acc) * op.flops / gpu.peak_flops(op.dtype);
 }
 
-double memory_measured(const Op& op, const std::vector<MemoryPoint>& pts) {
-  if (pts.empty()) return -1;
-  const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
-  const double share = bytes > 0 ? static_cast<double>(op.bytes_read) / bytes : 0.5;
+struct MemoryIndex : MeasuredIndex {
+  std::vector<long long> shares;                                // measured read shares, in thousandths
+  std::vector<std::vector<std::pair<double, double>>> curves;  // per share: (bytes, log seconds per byte), sorted
+};
+
+double memory_measured(const Op& op, const MeasuredTables& tables) {
+  if (tables.memory.empty()) return -1;
   // Measured shares in thousandths (a hand-written 0.333 and a computed 1/3 are one).
   auto bin = [](double s) { return std::llround(s * 1000); };
-  std::vector<long long> shares;
-  for (const MemoryPoint& m : pts) shares.push_back(bin(m.read_share));
-  std::sort(shares.begin(), shares.end());
-  shares.erase(std::unique(shares.begin(), shares.end()), shares.end());
+  const auto ix = index_of<MemoryIndex>(tables, "memory", [&] {
+    auto m = std::make_shared<MemoryIndex>();
+    for (const MemoryPoint& p : tables.memory) m->shares.push_back(bin(p.read_share));
+    std::sort(m->shares.begin(), m->shares.end());
+    m->shares.erase(std::unique(m->shares.begin(), m->shares.end()), m->shares.end());
+    m->curves.resize(m->shares.size());
+    for (const MemoryPoint& p : tables.memory) {
+      const size_t i = static_cast<size_t>(std::lower_bound(m->shares.begin(), m->shares.end(), bin(p.read_share)) -
+                                           m->shares.begin());
+      m->curves[i].emplace_back(p.bytes, std::log(p.seconds / p.bytes));
+    }
+    for (auto& c : m->curves) std::sort(c.begin(), c.end());
+    return std::shared_ptr<const MemoryIndex>(m);
+  });
+  const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+  const double share = bytes > 0 ? static_cast<double>(op.bytes_read) / bytes : 0.5;
   // Seconds per byte (log-log) along bytes at one measured share: past the largest
   // measurement the bandwidth stays that of the largest, so time keeps growing with bytes.
-  auto along_bytes = [&](long long at) {
-    std::vector<std::pair<double, double>> curve;
-    for (const MemoryPoint& m : pts)
-      if (bin(m.read_share) == at) curve.emplace_back(m.bytes, std::log(m.seconds / m.bytes));
-    std::sort(curve.begin(), curve.end());
-    return interpolate(curve, bytes);
-  };
+  auto along_bytes = [&](size_t i) { return interpolate(ix->curves[i], bytes); };
   // Then linear in the read share between the two measured shares around the op's (the
   // nearest one outside the measured range).
   const double want = share * 1000;
-  auto hi = std::lower_bound(shares.begin(), shares.end(), want,
+  auto hi = std::lower_bound(ix->shares.begin(), ix->shares.end(), want,
                              [](long long s, double w) { return static_cast<double>(s) < w; });
-  if (hi == shares.end()) return std::exp(along_bytes(shares.back())) * bytes;
-  if (hi == shares.begin() || static_cast<double>(*hi) == want) return std::exp(along_bytes(*hi)) * bytes;
+  const size_t h = static_cast<size_t>(hi - ix->shares.begin());
+  if (hi == ix->shares.end()) return std::exp(along_bytes(ix->shares.size() - 1)) * bytes;
+  if (hi == ix->shares.begin() || static_cast<double>(*hi) == want) return std::exp(along_bytes(h)) * bytes;
   const long long lo = *(hi - 1);
   const double t = (want - static_cast<double>(lo)) / static_cast<double>(*hi - lo);
-  return std::exp((1 - t) * along_bytes(lo) + t * along_bytes(*hi)) * bytes;
+  return std::exp((1 - t) * along_bytes(h - 1) + t * along_bytes(h)) * bytes;
+}
+
+// Each op shape's measured-table time, once: ops repeat their shapes across layers and
+// micro-batches, and serving iterations repeat theirs across steps.
+double measured_seconds(const Op& op, const GpuSpec& gpu, const MeasuredTables& tables) {
+  struct Key {
+    int64_t v[14];
+    double flops, peak, hbm;
+  } k{};
+  k.v[0] = static_cast<int64_t>(op.kind);
+  k.v[1] = static_cast<int64_t>(op.dtype);
+  k.v[2] = static_cast<int64_t>(op.phase == Phase::Backward);
+  k.v[3] = op.m, k.v[4] = op.n, k.v[5] = op.k, k.v[6] = op.batch;
+  k.v[7] = op.heads, k.v[8] = op.kv_heads, k.v[9] = op.q_len, k.v[10] = op.kv_len, k.v[11] = op.head_dim;
+  k.v[12] = op.bytes_read * 2 + static_cast<int64_t>(op.causal);
+  k.v[13] = op.bytes_written;
+  k.flops = op.flops, k.peak = gpu.peak_flops(op.dtype), k.hbm = gpu.hbm_bandwidth;
+  const std::string key(reinterpret_cast<const char*>(&k), sizeof k);
+  {
+    std::lock_guard<std::mutex> lock(tables.index_mu);
+    auto it = tables.memo.find(key);
+    if (it != tables.memo.end()) return it->second;
+  }
+  double t = -1;
+  if (op.kind == OpKind::Gemm)
+    t = gemm_measured(op, gpu, tables);
+  else if (op.kind == OpKind::Attention)
+    t = attention_measured(op, gpu, tables);
+  else if (op.kind == OpKind::Memory)
+    t = memory_measured(op, tables);
+  std::lock_guard<std::mutex> lock(tables.index_mu);
+  if (tables.memo.size() < (size_t{1} << 20)) tables.memo.emplace(key, t);
+  return t;
 }
 
 }  // namespace
@@ -228,14 +354,8 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   // An op with nothing to read, write or compute only joins dependencies: no kernel.
   if (op.kind == OpKind::Memory && bytes == 0 && op.flops == 0) return 0;
-  if (p.measured) {
-    double t = -1;
-    if (op.kind == OpKind::Gemm)
-      t = gemm_measured(op, gpu, p.measured->gemm);
-    else if (op.kind == OpKind::Attention)
-      t = attention_measured(op, gpu, p.measured->attention);
-    else if (op.kind == OpKind::Memory)
-      t = memory_measured(op, p.measured->memory);
+  if (p.measured && op.kind != OpKind::Collective && op.kind != OpKind::Send && op.kind != OpKind::Recv) {
+    const double t = measured_seconds(op, gpu, *p.measured);
     if (t >= 0) return t;
   }
   // Uncalibrated: a kernel's floor plus the longer of its math and its memory time.

@@ -24,7 +24,11 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "plan/plan.h"
@@ -51,10 +55,17 @@ struct MemoryPoint {
   double seconds = 0;
   double read_share = 0.5;  // bytes read / bytes
 };
+struct MeasuredIndex;  // cost_models/compute.cc: the tables' axes and ratios, per GPU and op class
 struct MeasuredTables {
   std::vector<GemmPoint> gemm;
   std::vector<AttentionPoint> attention;
   std::vector<MemoryPoint> memory;  // sorted by (read_share, bytes)
+  // Built on first use from the rows above (which must not change after): the lookup
+  // grids, and each op shape's seconds once costed. A calibrated run then costs what a
+  // default run costs, where rebuilding the grid for every op made it 200x slower.
+  mutable std::mutex index_mu;
+  mutable std::map<std::string, std::shared_ptr<const MeasuredIndex>> index;
+  mutable std::unordered_map<std::string, double> memo;
 };
 
 struct ComputeProfile {

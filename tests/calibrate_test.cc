@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <tuple>
+#include <vector>
 
 #include "calibrate/profile.h"
 #include "cost_models/compute.h"
@@ -176,6 +178,55 @@ TEST(Profile, MeasuredTablesAreInterpolated) {
   // two thirds of the way: 1e-11 · 10^(-2/3) s/B.
   mem.bytes_read = mem.bytes_written = 5e7;
   EXPECT_NEAR(compute_seconds(mem, gpu, base), 1e-11 * std::pow(10.0, -2.0 / 3.0) * 1e8, 1e-9);
+}
+
+// Table rows are read without the YAML parser's node graph: a profile must read the
+// same whichever way its rows are written, and errors in a row keep their file:line:col.
+TEST(Profile, TableRowsReadTheSameAsTheYamlParserReadsThem) {
+  const std::string dir = testing::temp_dir("rows");
+  const std::string flow = dir + "/flow.yaml", block = dir + "/block.yaml", quoted = dir + "/quoted.yaml";
+  std::ofstream(flow) << "gpu: x\ncompute:\n  gemm_table:  # [dtype, m, n, k, seconds]\n"
+                         "    - [bf16, 1024, 1024, 1024, 2.5e-06]\n    - [bf16, 2048, 1024, 1024, 5.0e-06]  # note\n"
+                         "\n    - [fp8, 1024, 1024, 1024, 1.5e-06]\n"
+                         "  attention_table:\n    - [forward, 128, true, 1024, 8, 1.0e-05, 4]\n"
+                         "  launch_overhead: 2us\n";
+  std::ofstream(block) << "gpu: x\ncompute:\n  gemm_table:\n"
+                          "    - - bf16\n      - 1024\n      - 1024\n      - 1024\n      - 2.5e-06\n"
+                          "    - - bf16\n      - 2048\n      - 1024\n      - 1024\n      - 5.0e-06\n"
+                          "    - [fp8, 1024, 1024, 1024, 1.5e-06]\n"
+                          "  attention_table: [[forward, 128, true, 1024, 8, 1.0e-05, 4]]\n"
+                          "  launch_overhead: 2us\n";
+  std::ofstream(quoted) << "gpu: x\ncompute:\n  gemm_table:\n    - [\"bf16\", 1024, 1024, 1024, 2.5e-06]\n"
+                           "    - [bf16, 2048, 1024, 1024, 5.0e-06]\n    - [fp8, 1024, 1024, 1024, 1.5e-06]\n"
+                           "  attention_table:\n    - [forward, 128, true, 1024, 8, 1.0e-05, 4]\n"
+                           "  launch_overhead: 2us\n";
+  auto rows = [](const CalibrationProfile& p) {
+    std::vector<std::tuple<int, int64_t, int64_t, int64_t, double>> out;
+    for (const GemmPoint& g : p.compute.measured->gemm)
+      out.emplace_back(static_cast<int>(g.dtype), g.m, g.n, g.k, g.seconds);
+    return out;
+  };
+  const CalibrationProfile a = load_profile(flow), b = load_profile(block), c = load_profile(quoted);
+  ASSERT_TRUE(a.compute.measured && b.compute.measured && c.compute.measured);
+  EXPECT_EQ(rows(a).size(), 3u);
+  EXPECT_EQ(rows(a), rows(b));
+  EXPECT_EQ(rows(a), rows(c));
+  EXPECT_EQ(a.compute.measured->attention.size(), 1u);
+  EXPECT_EQ(a.compute.measured->attention[0].group, 4);
+  EXPECT_DOUBLE_EQ(a.compute.launch_overhead_s, 2e-6);
+  // A bad cell in a row read directly: its own line and column.
+  const std::string bad = dir + "/bad.yaml";
+  std::ofstream(bad) << "compute:\n  gemm_table:\n    - [bf16, 64, 64, 64, 1e-6]\n    - [bf16, 64, x64, 64, 1e-6]\n";
+  try {
+    load_profile(bad);
+    ADD_FAILURE() << "a bad cell was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad + ":4:18"), std::string::npos) << e.what();
+  }
+  // A row a line does not hold is the parser's, and its errors are the parser's.
+  const std::string split = dir + "/split.yaml";
+  std::ofstream(split) << "compute:\n  gemm_table:\n    - [bf16, 64, 64,\n       64, 1e-6]\n";
+  EXPECT_EQ(load_profile(split).compute.measured->gemm.size(), 1u);
 }
 
 // Memory-bound kernels measured at several shares of reads: between two measured shares

@@ -52,7 +52,7 @@ uint32_t Topology::add_vertex(VertexKind kind, std::string name, int node, int l
 void Topology::add_link(uint32_t a, uint32_t b, LinkClass cls, double bandwidth, double latency) {
   for (auto [s, d] : {std::pair{a, b}, std::pair{b, a}}) {
     auto id = static_cast<uint32_t>(links_.size());
-    links_.push_back(Link{id, s, d, cls, bandwidth, latency});
+    links_.push_back(Link{id, s, d, cls, bandwidth, latency, std::llround(1e18 / bandwidth)});
     boost::add_edge(s, d, EdgeProps{id}, graph_);
   }
 }
@@ -217,12 +217,19 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
     }
   } reset;
   using Item = std::pair<int64_t, uint32_t>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<>> pq;
+  // A binary heap in a vector kept across calls (no allocation per search).
+  thread_local std::vector<Item> heap;
+  heap.clear();
+  auto push = [&](Item it) {
+    heap.push_back(it);
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
   dist[src] = 0;
   reached.push_back(src);
-  pq.push({0, src});
+  push({0, src});
+  const bool csr = out_first_.size() == nv + 1;
   const int na = graph_[src].node, nb = graph_[dst].node;
-  const bool third = prune && prune_third_nics_ && na >= 0 && nb >= 0;
+  const bool third = prune && prune_third_nics_ && na >= 0 && nb >= 0 && nic_node_.size() == nv;
   const bool spines = prune && !spine_of_vertex_.empty() && na >= 0 && nb >= 0;
   // The leaves a spine may enter: those holding a NIC of either end's node.
   uint32_t leaves[64];
@@ -241,35 +248,54 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
       }
   }
   auto relax = [&](const Link& l, int64_t d) {
-    const int64_t c = d + std::llround(1e18 / l.bandwidth);
+    const int64_t c = d + l.cost;
     const uint32_t w = l.dst;
     if (c < dist[w]) {
       if (dist[w] == kInf) reached.push_back(w);
       dist[w] = c;
       pred[w].assign(1, l.id);
-      pq.push({c, w});
+      push({c, w});
     } else if (c == dist[w]) {
       pred[w].push_back(l.id);
     }
   };
-  while (!pq.empty()) {
-    auto [d, v] = pq.top();
-    pq.pop();
+  auto visit = [&](const Link& l, int64_t d) {
+    if (third) {
+      const int32_t n = nic_node_[l.dst];
+      if (n >= 0 && n != na && n != nb) return;
+    }
+    relax(l, d);
+  };
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const auto [d, v] = heap.back();
+    heap.pop_back();
     if (d != dist[v]) continue;
     if (d > dist[dst]) break;
-    if (v != src && graph_[v].kind == VertexKind::Gpu) continue;  // GPUs do not forward
+    if (v != src && (csr ? is_gpu_[v] != 0 : graph_[v].kind == VertexKind::Gpu)) continue;  // GPUs do not forward
     if (spines && leaf_count != SIZE_MAX && spine_of_vertex_[v] >= 0) {
       for (size_t i = 0; i < leaf_count; ++i)
         relax(links_[leaf_down_[leaves[i] * spine_count_ + static_cast<size_t>(spine_of_vertex_[v])]], d);
       continue;
     }
-    for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
-      const Link& l = links_[graph_[*e].link];
-      if (third) {
-        const VertexProps& w = graph_[l.dst];
-        if (w.kind == VertexKind::Nic && w.node != na && w.node != nb) continue;
+    // A leaf's links go to its NICs and to every spine: only the two ends' NICs matter.
+    if (spines && third && leaf_of_vertex_[v] >= 0) {
+      const size_t leaf = static_cast<size_t>(leaf_of_vertex_[v]);
+      for (size_t sp = 0; sp < spine_count_; ++sp) relax(links_[leaf_up_[leaf * spine_count_ + sp]], d);
+      const size_t nics = static_cast<size_t>(spec_.node.nics);
+      for (int n : {na, nb}) {
+        if (n == nb && na == nb) break;
+        for (size_t k = 0; k < nics; ++k) {
+          const size_t idx = static_cast<size_t>(n) * nics + k;
+          if (nic_switch_[idx] == v) relax(links_[nic_down_[idx]], d);
+        }
       }
-      relax(l, d);
+      continue;
+    }
+    if (csr) {
+      for (uint32_t i = out_first_[v]; i < out_first_[v + 1]; ++i) visit(links_[out_links_[i]], d);
+    } else {
+      for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) visit(links_[graph_[*e].link], d);
     }
   }
   if (dist[dst] == kInf)
@@ -459,6 +485,22 @@ void Topology::prepare_search_pruning() {
 
 void Topology::prepare_fast_routing() {
   fast_state_ = -1;
+  {
+    const size_t nv = boost::num_vertices(graph_);
+    out_first_.assign(nv + 1, 0);
+    out_links_.clear();
+    out_links_.reserve(links_.size());
+    for (size_t v = 0; v < nv; ++v) {
+      for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) out_links_.push_back(graph_[*e].link);
+      out_first_[v + 1] = static_cast<uint32_t>(out_links_.size());
+    }
+    nic_node_.assign(nv, -1);
+    is_gpu_.assign(nv, 0);
+    for (size_t v = 0; v < nv; ++v) {
+      if (graph_[v].kind == VertexKind::Nic) nic_node_[v] = graph_[v].node;
+      is_gpu_[v] = graph_[v].kind == VertexKind::Gpu;
+    }
+  }
   if (spec_.nodes < 2) return;
   index_nics();
   prepare_two_tier();

@@ -54,6 +54,7 @@ struct Link {
   LinkClass cls = LinkClass::Network;
   double bandwidth = 0;  // bytes/s, this direction
   double latency = 0;    // seconds, this hop
+  int64_t cost = 0;      // the search's integer cost: attoseconds per byte, llround(1e18 / bandwidth)
 };
 
 using ClusterGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps, EdgeProps>;
@@ -199,6 +200,10 @@ class Topology {
   void index_nics();
   void prepare_search_pruning();
   bool prune_third_nics_ = false;
+  // Out-links per vertex in the graph's edge order (CSR), for the search's inner loop.
+  std::vector<uint32_t> out_first_, out_links_;
+  std::vector<int32_t> nic_node_;  // per vertex: its node if it is a NIC, else -1
+  std::vector<uint8_t> is_gpu_;    // per vertex
   std::vector<int32_t> spine_of_vertex_;  // two-tier fabrics: vertex -> spine index, -1 otherwise
   std::vector<int32_t> switch_index_;  // vertex -> dense switch index, -1 for other vertices
   size_t switch_count_ = 0;

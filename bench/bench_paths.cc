@@ -1,0 +1,108 @@
+// The paths users take beyond the benchmarked default: calibrated profiles (training
+// and serving, against the same run with the built-in defaults), every scale-out fabric
+// on both network models, and runs that write their SQLite timeline and trace.
+//   build/bench/bench_paths
+#include <benchmark/benchmark.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "calibrate/profile.h"
+#include "reports/sqlite_writer.h"
+#include "sim/run.h"
+#include "sim/serving.h"
+
+namespace {
+
+using namespace clustersim;
+
+const std::string kSrc = CLUSTERSIM_SOURCE_DIR;
+const std::string kProfile = kSrc + "/calibrate/profiles/h200.yaml";
+
+RunOptions no_outputs() {
+  RunOptions o;
+  o.record_link_usage = false;
+  o.keep_spans = false;
+  return o;
+}
+
+Scenario example(const std::string& file) {
+  Scenario s = load_scenario(kSrc + "/scenarios/examples/" + file);
+  s.output_sqlite.clear();
+  s.output_trace.clear();
+  return s;
+}
+
+void BM_LoadProfile_H200(benchmark::State& state) {
+  for (auto _ : state) {
+    const CalibrationProfile p = load_profile(kProfile);
+    benchmark::DoNotOptimize(p.compute.measured);
+  }
+}
+BENCHMARK(BM_LoadProfile_H200)->Unit(benchmark::kMillisecond);
+
+// Llama 3 70B on 64 H100: arg 0 the defaults, arg 1 calibrate/profiles/h200.yaml.
+void BM_Train_Llama3_70b_64(benchmark::State& state) {
+  Scenario s = example("training/llama3-70b-64xh100.yaml");
+  if (state.range(0)) s.calibration = kProfile;
+  for (auto _ : state) benchmark::DoNotOptimize(run_training(s, no_outputs()).exec.makespan);
+}
+BENCHMARK(BM_Train_Llama3_70b_64)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// 3,000 requests on Llama 3 70B TP 8: arg 0 the defaults, arg 1 the H200 profile.
+void BM_Serve_Llama3_70b_3000(benchmark::State& state) {
+  Scenario s = example("inference/llama3-70b-tp8-dgx-h100.yaml");
+  s.serving.requests = 3000;
+  if (state.range(0)) s.calibration = kProfile;
+  for (auto _ : state) benchmark::DoNotOptimize(run_serving(s).makespan_s);
+}
+BENCHMARK(BM_Serve_Llama3_70b_3000)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// Llama 3 405B on 16,384 H100 on each scale-out fabric: arg 0 the fabric (0 fat-tree,
+// 1 rail-optimized, 2 torus), arg 1 the network model (0 analytic, 1 flow).
+void BM_Llama3_405b_16384_Fabric(benchmark::State& state) {
+  Scenario s = example("training/llama3-405b-16384xh100.yaml");
+  static const FabricKind kinds[] = {FabricKind::FatTree, FabricKind::RailOptimized, FabricKind::Torus};
+  s.cluster.fabric.kind = kinds[state.range(0)];
+  s.network_model = state.range(1) ? "flow" : "analytic";
+  RunOutcome out;
+  for (auto _ : state) {
+    out = run_training(s, no_outputs());
+    benchmark::DoNotOptimize(out.exec.makespan);
+  }
+  state.counters["events_per_s"] = benchmark::Counter(
+      static_cast<double>(out.exec.events) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Llama3_405b_16384_Fabric)
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Args({0, 1})
+    ->Args({1, 1})
+    ->Unit(benchmark::kMillisecond);
+
+// The shipped GPT-3 175B x 1,024 example with its own outputs: the SQLite timeline
+// (spans, link usage) and the trace, as `clustersim run` writes them.
+void BM_Gpt3_175b_1024_WithOutputs(benchmark::State& state) {
+  Scenario s = load_scenario(kSrc + "/scenarios/examples/training/gpt3-175b-1024xa100.yaml");
+  const std::string dir = "/tmp/clustersim-bench-out-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  s.output_sqlite = dir + "/out.sqlite";
+  s.output_trace = state.range(0) ? dir + "/out.trace.json" : "";
+  double bytes = 0;
+  for (auto _ : state) {
+    std::filesystem::remove(s.output_sqlite);
+    RunOptions o;
+    const RunOutcome out = run_training(s, o);
+    write_outputs(out);
+    benchmark::DoNotOptimize(out.exec.makespan);
+    bytes = static_cast<double>(std::filesystem::file_size(s.output_sqlite));
+  }
+  state.counters["sqlite_MB"] = bytes / 1e6;
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_Gpt3_175b_1024_WithOutputs)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
