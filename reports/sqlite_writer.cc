@@ -443,7 +443,16 @@ void write_or_throw(const RunInfo& run, const std::string& path, bool create, Ro
     Stmt s(c.db, "INSERT INTO metrics (run_id, key, value) VALUES (?, ?, ?)");
     for (const auto& [key, value] : run.metrics) s.i(run_id).t(key).d(value).insert();
   }
+  // Into empty tables, the rows go in first and their indexes are built after, in one
+  // sorted pass each, instead of updating a b-tree at every insert (a third of the
+  // writer's time at a million rows). Same transaction: a failure rolls the drop back.
+  bool deferred = false;
+  if (Stmt(c.db, "SELECT NOT EXISTS (SELECT 1 FROM spans) AND NOT EXISTS (SELECT 1 FROM link_usage)").query_int()) {
+    exec(c.db, "DROP INDEX IF EXISTS spans_by_rank_time; DROP INDEX IF EXISTS link_usage_by_link");
+    deferred = true;
+  }
   rows(c.db, run_id);
+  if (deferred) exec(c.db, kSchema);  // IF NOT EXISTS: creates just the dropped indexes
   {
     Stmt done(c.db, "UPDATE runs SET complete = 1 WHERE run_id = ?");
     done.i(run_id).insert();

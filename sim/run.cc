@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <unordered_map>
+#include <vector>
 #include <filesystem>
 
 #include "calibrate/profile.h"
@@ -151,7 +153,48 @@ Timeline make_timeline(const RunOutcome& run) {
   for (const Link& l : topo.links())
     t.links.push_back(LinkInfo{l.id, topo.vertex(l.src).name, topo.vertex(l.dst).name, std::string(to_string(l.cls)),
                                l.bandwidth, l.latency});
-  t.spans = run.exec.spans;
+  // Ranks whose spans equal, op for op and picosecond for picosecond, those of an
+  // earlier rank of the same program (the TP ranks of a stage, usually) are written as
+  // its mirrors: ranks.mirror_of names the rank whose spans stand for them, as it does
+  // for the ranks symmetry never simulated. The timeline then grows with the distinct
+  // programs' behaviours, not with the ranks.
+  std::vector<std::vector<uint32_t>> by_rank(static_cast<size_t>(plan.world_size));
+  for (uint32_t i = 0; i < run.exec.spans.size(); ++i)
+    by_rank[static_cast<size_t>(run.exec.spans[i].rank)].push_back(i);
+  auto same = [&](const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const SpanRecord &x = run.exec.spans[a[i]], &y = run.exec.spans[b[i]];
+      if (x.op != y.op || x.stream != y.stream || x.start_ps != y.start_ps || x.end_ps != y.end_ps) return false;
+    }
+    return true;
+  };
+  std::unordered_map<uint64_t, std::vector<int32_t>> reps;  // (program, span-count, hash) -> representatives
+  std::vector<int32_t> folded_to(static_cast<size_t>(plan.world_size), -1);
+  for (int32_t r = 0; r < plan.world_size; ++r) {
+    const auto& mine = by_rank[static_cast<size_t>(r)];
+    if (mine.empty() || plan.mirror_of[static_cast<size_t>(r)] != r) continue;
+    uint64_t h = plan.rank_program[static_cast<size_t>(r)] * 0x9e3779b97f4a7c15ULL ^ mine.size();
+    for (uint32_t i : mine) {
+      const SpanRecord& x = run.exec.spans[i];
+      h = (h ^ (static_cast<uint64_t>(x.op) << 8 ^ x.stream)) * 0x100000001b3ULL;
+      h = (h ^ static_cast<uint64_t>(x.start_ps)) * 0x100000001b3ULL;
+      h = (h ^ static_cast<uint64_t>(x.end_ps)) * 0x100000001b3ULL;
+    }
+    auto& list = reps[h];
+    for (int32_t rep : list)
+      if (plan.rank_program[static_cast<size_t>(rep)] == plan.rank_program[static_cast<size_t>(r)] &&
+          same(by_rank[static_cast<size_t>(rep)], mine)) {
+        folded_to[static_cast<size_t>(r)] = rep;
+        break;
+      }
+    if (folded_to[static_cast<size_t>(r)] < 0) list.push_back(r);
+  }
+  for (RankInfo& ri : t.ranks)
+    if (folded_to[static_cast<size_t>(ri.mirror_of)] >= 0) ri.mirror_of = folded_to[static_cast<size_t>(ri.mirror_of)];
+  t.spans.reserve(run.exec.spans.size());
+  for (const SpanRecord& sp : run.exec.spans)
+    if (folded_to[static_cast<size_t>(sp.rank)] < 0) t.spans.push_back(sp);
   t.link_usage = run.exec.link_usage;
   return t;
 }

@@ -1,6 +1,7 @@
 // The training layouts against their documented formulas.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -361,6 +362,29 @@ TEST(Fidelity, PytorchEagerIsDataParallelOrFsdpOnly) {
                           (std::string(bad).rfind("model", 0) == 0 ? "" : "model: {preset: gpt3-1.3b, layers: 2}\n") +
                           bad + "training: {framework: pytorch-eager}\n";
     EXPECT_THROW(build_training_plan(scenario_from_text(y, "bad")), InputError) << bad;
+  }
+}
+
+// The timeline keeps one copy of identical ranks' spans: a rank whose spans equal an
+// earlier rank's of the same program becomes its mirror, and expanding the mirrors gives
+// back every simulated span exactly.
+TEST(Timeline, IdenticalRanksAreWrittenOnceAsMirrors) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+      "parallel: {tp: 4, dp: 2}\ntraining: {global_batch: 4}\n", "fold");
+  RunOptions o;
+  o.simulate_all_ranks = true;
+  o.record_link_usage = false;
+  const RunOutcome run = run_training(s, o);
+  const Timeline t = make_timeline(run);
+  EXPECT_LT(t.spans.size(), run.exec.spans.size());
+  std::map<int32_t, std::vector<std::tuple<uint32_t, uint8_t, int64_t, int64_t>>> kept, all;
+  for (const SpanRecord& sp : t.spans) kept[sp.rank].emplace_back(sp.op, sp.stream, sp.start_ps, sp.end_ps);
+  for (const SpanRecord& sp : run.exec.spans) all[sp.rank].emplace_back(sp.op, sp.stream, sp.start_ps, sp.end_ps);
+  for (const RankInfo& r : t.ranks) {
+    ASSERT_TRUE(kept.count(r.mirror_of)) << r.rank;
+    EXPECT_EQ(kept[r.mirror_of], all[r.rank]) << r.rank << " mirrors " << r.mirror_of;
+    EXPECT_EQ(t.ranks[static_cast<size_t>(r.mirror_of)].program, r.program);
   }
 }
 
