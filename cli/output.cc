@@ -63,6 +63,16 @@ void check_output_paths(const Scenario& s) {
   const std::vector<std::string> inputs = scenario_inputs(s);
   check_output_path(s, "output.sqlite", s.output_sqlite, inputs);
   check_output_path(s, "output.trace", s.output_trace, inputs);
+  for (int64_t r : s.trace_ranks)
+    if (r >= s.gpus())
+      throw InputError(s.mark("output.trace_ranks"), "output.trace_ranks names rank " + std::to_string(r) +
+                                                         ", expected a rank below the cluster's " +
+                                                         std::to_string(s.gpus()) + " GPUs");
+  for (int64_t st : s.trace_stages)
+    if (st >= s.parallel.pp)
+      throw InputError(s.mark("output.trace_stages"), "output.trace_stages names stage " + std::to_string(st) +
+                                                          ", expected a stage below parallel.pp = " +
+                                                          std::to_string(s.parallel.pp));
 }
 
 }  // namespace clustersim

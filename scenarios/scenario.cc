@@ -43,6 +43,13 @@ int64_t as_int(const YNode& n, const std::string& key, int64_t min, int64_t max 
 constexpr int64_t kMaxCount = 1 << 20;
 // Model dimensions stay far below what would overflow FLOP and byte counts.
 constexpr int64_t kMaxModelDim = int64_t{1} << 24;
+std::vector<int64_t> int_list(const YNode& n, const std::string& key, int64_t min, int64_t max) {
+  if (n.kind == YNode::Kind::Scalar) return {as_int(n, key, min, max)};
+  if (n.kind != YNode::Kind::Seq) throw InputError(n.mark, key + " must be a list of integers, got " + n.kind_name());
+  std::vector<int64_t> out;
+  for (const YNode& v : n.seq) out.push_back(as_int(v, key, min, max));
+  return out;
+}
 int as_count(const YNode& n, const std::string& key) { return static_cast<int>(as_int(n, key, 1, kMaxCount)); }
 int64_t as_degree(const YNode& n, const std::string& key) { return as_int(n, key, 1, kMaxCount); }
 
@@ -471,6 +478,10 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.output_sqlite = scalar(n, "output.sqlite", "a path"); }},
       {"output.trace", "path", "none", "Chrome / Perfetto trace JSON",
        [](const N& n, S& s) { s.output_trace = scalar(n, "output.trace", "a path"); }},
+      {"output.trace_ranks", "list", "all", "ranks the trace shows, e.g. [0, 8, 63] (a trace a viewer can open at scale)",
+       [](const N& n, S& s) { s.trace_ranks = int_list(n, "output.trace_ranks", 0, (int64_t{1} << 20) - 1); }},
+      {"output.trace_stages", "list", "all", "pipeline stages the trace shows, e.g. [0, 7]",
+       [](const N& n, S& s) { s.trace_stages = int_list(n, "output.trace_stages", 0, 65535); }},
       {"sweep", "mapping", "", "key path -> list of values; every combination is a point", nullptr},
   };
   return kKeys;

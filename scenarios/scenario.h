@@ -111,6 +111,9 @@ struct Scenario {
   std::string calibration;
   std::string output_sqlite;
   std::string output_trace;
+  // Which ranks and which pipeline stages the trace shows (empty: all it has). A listed
+  // rank that mirrors another shows that rank's spans under its own number.
+  std::vector<int64_t> trace_ranks, trace_stages;
   uint64_t seed = 1;
   Reference reference;
   int64_t memory_reserve_bytes = -1;  // per GPU, kept from the model by the stack; -1: the default

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <iostream>
@@ -199,6 +200,14 @@ Timeline make_timeline(const RunOutcome& run) {
   return t;
 }
 
+namespace {
+// The pipeline stage a rank belongs to, from the placement's strides.
+int64_t stage_of_rank(const Scenario& s, const TrainingLayout& l, int32_t r) {
+  const PlacementStrides st = placement_strides(s.parallel.placement, l);
+  return (r / st.pp) % std::max<int64_t>(1, l.pp);
+}
+}  // namespace
+
 void write_outputs(const RunOutcome& run) {
   const Scenario& s = run.scenario;
   if (s.output_sqlite.empty() && s.output_trace.empty()) return;
@@ -209,7 +218,43 @@ void write_outputs(const RunOutcome& run) {
     if (!dir.empty()) fs::create_directories(dir);
   }
   if (!s.output_sqlite.empty()) write_sqlite(t, s.output_sqlite);
-  if (!s.output_trace.empty()) write_chrome_trace(t, s.output_trace);
+  if (!s.output_trace.empty()) {
+    if (s.trace_ranks.empty() && s.trace_stages.empty()) {
+      write_chrome_trace(t, s.output_trace);
+    } else {
+      // The ranks asked for (all, without a list), of the stages asked for; a mirror
+      // shows the spans of the rank it mirrors, under its own number.
+      const Plan& plan = run.plan.plan;
+      std::vector<int32_t> ranks;
+      if (s.trace_ranks.empty())
+        for (const RankInfo& r : t.ranks)
+          if (r.mirror_of == r.rank) ranks.push_back(r.rank);
+      for (int64_t r : s.trace_ranks)
+        if (r < plan.world_size) ranks.push_back(static_cast<int32_t>(r));
+      std::sort(ranks.begin(), ranks.end());
+      ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+      auto stage_ok = [&](int32_t r) {
+        if (s.trace_stages.empty()) return true;
+        const int64_t stage = stage_of_rank(s, run.plan.layout, r);
+        return std::find(s.trace_stages.begin(), s.trace_stages.end(), stage) != s.trace_stages.end();
+      };
+      std::unordered_map<int32_t, std::vector<int32_t>> shown_as;  // rank with spans -> ranks it is shown as
+      for (int32_t r : ranks)
+        if (stage_ok(r)) shown_as[t.ranks[static_cast<size_t>(r)].mirror_of].push_back(r);
+      Timeline f = t;
+      f.spans.clear();
+      for (const SpanRecord& sp : t.spans) {
+        auto it = shown_as.find(sp.rank);
+        if (it == shown_as.end()) continue;
+        for (int32_t r : it->second) {
+          SpanRecord c = sp;
+          c.rank = r;
+          f.spans.push_back(c);
+        }
+      }
+      write_chrome_trace(f, s.output_trace);
+    }
+  }
 }
 
 std::string summary_table(const RunOutcome& run) {

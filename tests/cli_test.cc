@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -783,6 +784,31 @@ TEST_F(CliTest, GpuCommandsFailCleanlyWithoutAGpu) {
   if (r.code == 0) GTEST_SKIP() << "this machine has a GPU";
   EXPECT_EQ(r.code, 3) << r;
   EXPECT_TRUE(r.out.empty()) << r;
+}
+
+// output.trace_ranks / output.trace_stages: a trace of the ranks asked for, mirrors
+// shown under their own numbers; a rank past the cluster is refused before any run.
+TEST_F(CliTest, TraceFiltersPickRanksAndStages) {
+  const std::string y = write("pp.yaml", "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+                                         "parallel: {tp: 4, pp: 2}\ntraining: {global_batch: 8}\n");
+  const std::string tr = (dir_ / "t.json").string();
+  auto pids = [&] {
+    std::set<std::string> out;
+    const std::string text = read_file(tr);
+    for (size_t at = text.find("\"pid\":"); at != std::string::npos; at = text.find("\"pid\":", at + 1))
+      out.insert(text.substr(at + 6, text.find_first_of(",}", at + 6) - at - 6));
+    return out;
+  };
+  ASSERT_EQ(cli("run " + quote(y) + " --set output.trace=" + quote(tr) + " --set 'output.trace_ranks=[0, 3, 13]'").code, 0);
+  EXPECT_EQ(pids(), (std::set<std::string>{"0", "3", "13"}));
+  ASSERT_EQ(cli("run " + quote(y) + " --set output.trace=" + quote(tr) + " --set 'output.trace_ranks=[1, 9]'"
+                " --set 'output.trace_stages=[1]'").code, 0);
+  EXPECT_EQ(pids().size(), 1u);  // rank 9 is stage 1's; rank 1 is stage 0's
+  const CliResult bad = cli("run " + quote(y) + " --set output.trace=" + quote((dir_ / "u.json").string()) +
+                            " --set 'output.trace_stages=[2]'");
+  EXPECT_EQ(bad.code, 1) << bad;
+  EXPECT_NE(bad.err.find("expected a stage below parallel.pp = 2"), std::string::npos) << bad;
+  EXPECT_FALSE(fs::exists(dir_ / "u.json"));
 }
 
 }  // namespace
