@@ -64,6 +64,13 @@ double as_double(const YNode& n, const std::string& key, double min, bool exclus
   return v;
 }
 
+// A number in [lo, hi].
+double as_number(const YNode& n, const std::string& key, double lo, double hi) {
+  const double v = as_double(n, key, lo, false);
+  if (v > hi) throw InputError(n.mark, key + " must be at most " + std::to_string(hi) + ", got " + n.scalar);
+  return v;
+}
+
 bool as_bool(const YNode& n, const std::string& key) {
   const std::string& s = scalar(n, key, "true or false");
   if (s == "true") return true;
@@ -131,7 +138,9 @@ const std::vector<KeySpec>& key_table() {
       {"seed", "integer", "1", "seed of every random choice in the run",
        [](const N& n, S& s) { s.seed = static_cast<uint64_t>(as_int(n, "seed", 0)); }},
       {"cluster", "mapping", "", "the machines and the fabric between them", nullptr},
-      {"cluster.preset", "name", "(required)", "node preset: dgx-a100, dgx-h100, dgx-h200, dgx-b200, pcie-8gpu",
+      {"cluster.preset", "name", "(required)",
+       "node preset: dgx-a100, dgx-h100, dgx-h200, dgx-b200, pcie-8gpu, dgx-gb200-nvl72 (72 GPUs in one NVLink "
+       "domain), mi300x-8gpu",
        [](const N& n, S& s) {
          const NodeSpec* p = find_node_preset(as_enum(n, "cluster.preset", node_preset_names()));
          s.cluster.node = *p;
@@ -141,8 +150,28 @@ const std::vector<KeySpec>& key_table() {
       {"cluster.gpus_per_node", "integer", "preset's", "GPUs per node (1 for a single GPU)",
        [](const N& n, S& s) { s.cluster.node.gpus = as_count(n, "cluster.gpus_per_node"); }},
       {"cluster.gpu", "name", "preset's",
-       "GPU preset: a100-sxm-80gb, a100-sxm-40gb, a100-pcie-80gb, h100-sxm, h100-pcie, h200-sxm, b200",
+       "GPU preset: a100-sxm-80gb, a100-sxm-40gb, a100-pcie-80gb, h100-sxm, h100-pcie, h200-sxm, b200, gb200, mi300x",
        [](const N& n, S& s) { s.cluster.node.gpu = *find_gpu_preset(as_enum(n, "cluster.gpu", gpu_preset_names())); }},
+      {"cluster.gpu_spec", "mapping", "", "a GPU nobody has preset: its fields over the node's GPU (dense rates)",
+       nullptr},
+      {"cluster.gpu_spec.name", "string", "custom", "the GPU's name in outputs",
+       [](const N& n, S& s) { s.cluster.node.gpu.name = scalar(n, "cluster.gpu_spec.name", "a name"); }},
+      {"cluster.gpu_spec.bf16_tflops", "number", "GPU's", "dense BF16/FP16 tensor TFLOP/s",
+       [](const N& n, S& s) { s.cluster.node.gpu.peak_bf16 = 1e12 * as_number(n, "cluster.gpu_spec.bf16_tflops", 1e-3, 1e6); }},
+      {"cluster.gpu_spec.fp8_tflops", "number", "GPU's", "dense FP8 tensor TFLOP/s (0: no FP8 tensor cores)",
+       [](const N& n, S& s) { s.cluster.node.gpu.peak_fp8 = 1e12 * as_number(n, "cluster.gpu_spec.fp8_tflops", 0, 1e6); }},
+      {"cluster.gpu_spec.tf32_tflops", "number", "GPU's", "dense TF32 tensor TFLOP/s",
+       [](const N& n, S& s) { s.cluster.node.gpu.peak_tf32 = 1e12 * as_number(n, "cluster.gpu_spec.tf32_tflops", 0, 1e6); }},
+      {"cluster.gpu_spec.fp32_tflops", "number", "GPU's", "FP32 (non-tensor) TFLOP/s",
+       [](const N& n, S& s) { s.cluster.node.gpu.peak_fp32 = 1e12 * as_number(n, "cluster.gpu_spec.fp32_tflops", 1e-3, 1e6); }},
+      {"cluster.gpu_spec.hbm", "size", "GPU's", "HBM capacity (e.g. 192GB)",
+       [](const N& n, S& s) { s.cluster.node.gpu.hbm_bytes = as_size(n, "cluster.gpu_spec.hbm"); }},
+      {"cluster.gpu_spec.hbm_bandwidth", "bandwidth", "GPU's", "HBM bandwidth (e.g. 8TB/s)",
+       [](const N& n, S& s) { s.cluster.node.gpu.hbm_bandwidth = as_bandwidth(n, "cluster.gpu_spec.hbm_bandwidth"); }},
+      {"cluster.gpu_spec.sm_count", "integer", "GPU's", "streaming multiprocessors (compute units)",
+       [](const N& n, S& s) { s.cluster.node.gpu.sm_count = static_cast<int>(as_int(n, "cluster.gpu_spec.sm_count", 1, 100000)); }},
+      {"cluster.gpu_spec.nvlink_bandwidth", "bandwidth", "preset's", "GPU-to-switch scale-up link, each way",
+       [](const N& n, S& s) { s.cluster.node.nvlink_bandwidth = as_bandwidth(n, "cluster.gpu_spec.nvlink_bandwidth"); }},
       {"cluster.scale_out", "mapping", "", "the fabric between nodes", nullptr},
       {"cluster.scale_out.topology", "name", "fat-tree", "fat-tree | rail-optimized | switch | ring | torus",
        [](const N& n, S& s) {
@@ -744,6 +773,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   // Presets first, so the fields beside them override whatever order they were written in.
   std::stable_partition(leaves.begin(), leaves.end(),
                         [](const auto& l) { return l.first == "cluster.preset" || l.first == "model.preset"; });
+  // A custom GPU's fields after the GPU preset they amend.
+  std::stable_partition(leaves.begin(), leaves.end(),
+                        [](const auto& l) { return l.first.rfind("cluster.gpu_spec.", 0) != 0; });
   bool have_cluster = false, have_model_preset = false;
   int64_t preset_heads = 0;
   for (const auto& [key, node] : leaves) {

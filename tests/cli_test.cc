@@ -786,6 +786,32 @@ TEST_F(CliTest, GpuCommandsFailCleanlyWithoutAGpu) {
   EXPECT_TRUE(r.out.empty()) << r;
 }
 
+// GB200 NVL72 keeps 72 GPUs in one NVLink domain: its all-reduce beats the same 72
+// Blackwell GPUs as 9 eight-GPU nodes over InfiniBand. cluster.gpu_spec amends a GPU.
+TEST_F(CliTest, Nvl72AllReduceBeatsNineNodesOverIbAndGpuSpecAmendsTheGpu) {
+  auto time_of = [&](const std::string& args) {
+    const CliResult r = cli("collective --op all-reduce " + args + " --min 1GiB --max 1GiB --json");
+    EXPECT_EQ(r.code, 0) << r;
+    const size_t at = r.out.find("\"time_s\": ");
+    return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 10));
+  };
+  const double nvl72 = time_of("--cluster dgx-gb200-nvl72 --gpus 72");
+  const double ib = time_of("--cluster dgx-b200 --gpus 72 --nodes 9");
+  EXPECT_GT(nvl72, 0);
+  EXPECT_LT(2 * nvl72, ib);
+  const std::string y = write("g.yaml", "cluster: {preset: dgx-h100, nodes: 1, gpu_spec: {name: x1, bf16_tflops: 1500, "
+                                        "hbm: 144GB}}\nmodel: {preset: llama3-8b, layers: 2}\nparallel: {tp: 8}\n");
+  const CliResult base = cli("run " + quote(y) + " --set cluster.gpu_spec.bf16_tflops=989.5 --json");
+  const CliResult fast = cli("run " + quote(y) + " --json");
+  ASSERT_EQ(base.code, 0) << base;
+  ASSERT_EQ(fast.code, 0) << fast;
+  auto it = [](const std::string& out) { return std::stod(out.substr(out.find("\"iteration_time_s\": ") + 20)); };
+  EXPECT_LT(it(fast.out), it(base.out));
+  const CliResult bad = cli("run " + quote(y) + " --set cluster.gpu_spec.hbm_bandwidth=fast");
+  EXPECT_EQ(bad.code, 1) << bad;
+  EXPECT_NE(bad.err.find("cluster.gpu_spec.hbm_bandwidth"), std::string::npos) << bad;
+}
+
 // output.trace_ranks / output.trace_stages: a trace of the ranks asked for, mirrors
 // shown under their own numbers; a rank past the cluster is refused before any run.
 TEST_F(CliTest, TraceFiltersPickRanksAndStages) {

@@ -17,6 +17,13 @@ const std::vector<GpuSpec>& presets() {
       {"h100-pcie", 51 * T, 378 * T, 756 * T, 1513 * T, 1513 * T, 80 * GiB, 2000 * GB, 114},
       {"h200-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 141 * GB, 4800 * GB, 132},
       {"b200", 75 * T, 1100 * T, 2250 * T, 4500 * T, 4500 * T, 192 * GB, 8000 * GB, 148},
+      // GB200 NVL72 datasheet, per GPU (the rack's figures / 72, sparsity halved): TF32
+      // 1.25 PF, BF16 2.5 PF, FP8 5 PF dense; 13.4 TB HBM3e at 576 TB/s -> 186 GB at
+      // 8 TB/s. FP32 (not on the sheet) as B200's; 148 SMs as B200.
+      {"gb200", 75 * T, 1250 * T, 2500 * T, 5000 * T, 5000 * T, 186 * GB, 8000 * GB, 148},
+      // AMD Instinct MI300X datasheet, dense matrix rates: FP32 163.4 TF, TF32 653.7,
+      // BF16 1,307.4, FP8 2,614.9, INT8 2,614.9 TOPS; 192 GB HBM3 at 5.3 TB/s; 304 CUs.
+      {"mi300x", 163.4 * T, 653.7 * T, 1307.4 * T, 2614.9 * T, 2614.9 * T, 192 * GB, 5300 * GB, 304},
   };
   return kPresets;
 }

@@ -34,6 +34,20 @@ const std::vector<NodeSpec>& presets() {
       // Eight PCIe cards, four per PCIe switch, the two switches under one CPU root
       // complex; two 400 Gb/s NICs, one per switch.
       make("pcie-8gpu", "h100-pcie", false, 0, 64 * GBps, 4, 2, 50 * GBps),
+      // GB200 NVL72: 72 Blackwell GPUs in one NVLink 5 domain (1.8 TB/s per GPU, 900 GB/s
+      // each way, through the rack's NVLink switch trays), one 400 Gb/s ConnectX-7 per GPU
+      // to the scale-out fabric; two GPUs per Grace CPU (NVLink-C2C, 450 GB/s each way).
+      [] {
+        NodeSpec n = make("dgx-gb200-nvl72", "gb200", true, 900 * GBps, 450 * GBps, 2, 72, 50 * GBps);
+        n.gpus = 72;
+        return n;
+      }(),
+      // MI300X platform: 8 GPUs, each with seven Infinity Fabric links of 64 GB/s each way
+      // to the others (896 GB/s bidirectional per GPU), modelled as a switch of the links'
+      // aggregate (448 GB/s each way): the RCCL rings of an 8-GPU collective use all
+      // seven links at once. A single pair's transfer (64 GB/s) is not bounded by this.
+      // PCIe Gen5 x16 to one 400 Gb/s NIC per GPU.
+      make("mi300x-8gpu", "mi300x", true, 448 * GBps, 64 * GBps, 2, 8, 50 * GBps),
   };
   return kPresets;
 }
