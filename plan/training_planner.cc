@@ -805,6 +805,34 @@ class StageBuilder {
   double linear_params(int64_t in, int64_t out) const {
     return static_cast<double>(in * out + (m_.biases ? out : 0));
   }
+  // An FP32 norm and the cast of its output for the linear it feeds.
+  uint32_t eager_norm(const char* norm, const char* cast, Phase ph, int32_t L, uint32_t after) {
+    const double a32 = eager_act32();
+    const uint32_t n = add_memory(norm, ph, L, a32, a32, 8.0 * static_cast<double>(tokens_ * m_.hidden), deps(after));
+    return add_memory(cast, ph, L, a32, eager_act16(), 0, deps(n));
+  }
+  // A linear's backward (`name` in -> out): the input gradient from `dy`, the weight
+  // gradient after the previous linear's accumulation `acc`, its bias gradient and its
+  // FP32 accumulation, which `acc` moves on to. Returns the input gradient.
+  uint32_t eager_linear_backward(const std::string& name, int32_t L, int64_t in, int64_t out, uint32_t dy,
+                                 uint32_t& acc) {
+    const uint32_t dgrad = add_gemm((name + "-dgrad").c_str(), Phase::Backward, L, tokens_, in, out, deps(dy));
+    uint32_t w = add_gemm((name + "-wgrad").c_str(), Phase::Backward, L, in, out, tokens_, deps(dy, acc));
+    w = eager_bias_grad((name + "-bias-grad").c_str(), L, out, w);
+    acc = eager_grad_accumulate(("grad-accumulate-" + name).c_str(), L, linear_params(in, out), w);
+    return dgrad;
+  }
+  // A norm's backward from its linear's BF16 input gradient: cast to FP32, the input
+  // gradient, the weight gradient, then the residual stream's sum (after `also`).
+  uint32_t eager_norm_backward(const char* cast, const char* norm, const char* weight, const char* residual,
+                               int32_t L, uint32_t dx, uint32_t also, uint32_t also2 = kNone) {
+    const double a32 = eager_act32(), th = static_cast<double>(tokens_ * m_.hidden);
+    uint32_t x = accessed(add_memory(cast, Phase::Backward, L, eager_act16(), a32, 0, deps(dx)), MemAccess::DynamicCast,
+                          th);
+    x = add_memory(norm, Phase::Backward, L, 2 * a32, a32, 10.0 * th, deps(x));
+    x = add_memory(weight, Phase::Backward, L, 2 * a32, 0, 0, deps(x));
+    return add_memory(residual, Phase::Backward, L, 2 * a32, a32, th, deps(x, also, also2));
+  }
   // Rotary embedding as the reference writes it (x·cos + cat(-x2, x1)·sin): five
   // elementwise kernels over q and over k, ~20 bytes per BF16 element; the backward
   // about the same.
@@ -818,11 +846,9 @@ class StageBuilder {
   uint32_t layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
     const int64_t h = m_.hidden;
     const double a32 = eager_act32(), a16 = eager_act16();
-    const double norm_flops = 8.0 * static_cast<double>(tokens_ * h);
     const int64_t attn_out = m_.heads * m_.head_dim();
     const int64_t f = m_.ffn_hidden;
-    uint32_t n1 = add_memory("layernorm-1", ph, L, a32, a32, norm_flops, deps(x));
-    n1 = add_memory("autocast-cast-qkv-input", ph, L, a32, a16, 0, deps(n1));
+    const uint32_t n1 = eager_norm("layernorm-1", "autocast-cast-qkv-input", ph, L, x);
     uint32_t qkv = add_gemm("qkv", ph, L, tokens_, qkv_, h, deps(eager_weight_cast("autocast-cast-qkv-weight", ph, L,
                                                                                    linear_params(h, qkv_), n1)));
     qkv = eager_rotary(ph, L, qkv);
@@ -832,8 +858,7 @@ class StageBuilder {
     const double th = static_cast<double>(tokens_ * h);
     uint32_t r1 = accessed(add_memory("residual-add-attn", ph, L, a32 + a16, a32, th, deps(proj, x)),
                            MemAccess::DynamicCast, th);
-    uint32_t n2 = add_memory("layernorm-2", ph, L, a32, a32, norm_flops, deps(r1));
-    n2 = add_memory("autocast-cast-mlp-input", ph, L, a32, a16, 0, deps(n2));
+    const uint32_t n2 = eager_norm("layernorm-2", "autocast-cast-mlp-input", ph, L, r1);
     uint32_t up = add_gemm("mlp-up", ph, L, tokens_, mlp_in_, h,
                            deps(eager_weight_cast("autocast-cast-up-weight", ph, L, linear_params(h, mlp_in_), n2)));
     const double f16 = static_cast<double>(tokens_ * f * e_);
@@ -855,16 +880,13 @@ class StageBuilder {
   uint32_t layer_backward_eager(int32_t L, uint32_t g, bool last_micro_batch) {
     const int64_t h = m_.hidden;
     const double a32 = eager_act32(), a16 = eager_act16();
-    const double norm_flops = 10.0 * static_cast<double>(tokens_ * h);
     const int64_t attn_out = m_.heads * m_.head_dim();
     const int64_t f = m_.ffn_hidden;
     const double f16 = static_cast<double>(tokens_ * f * e_);
     // MLP.
+    uint32_t acc = kNone;
     uint32_t c = add_memory("autocast-cast-mlp-grad", Phase::Backward, L, a32, a16, 0, deps(g));
-    uint32_t dd = add_gemm("mlp-down-dgrad", Phase::Backward, L, tokens_, f, h, deps(c));
-    uint32_t dw = add_gemm("mlp-down-wgrad", Phase::Backward, L, f, h, tokens_, deps(c));
-    dw = eager_bias_grad("mlp-down-bias-grad", L, h, dw);
-    uint32_t acc = eager_grad_accumulate("grad-accumulate-mlp-down", L, linear_params(f, h), dw);
+    const uint32_t dd = eager_linear_backward("mlp-down", L, f, h, c, acc);
     uint32_t ab;
     if (m_.ffn_type == FfnType::Swiglu) {
       ab = add_memory("swiglu-mul-backward", Phase::Backward, L, 4 * f16, 2 * f16, 2 * f16 / static_cast<double>(e_),
@@ -874,37 +896,19 @@ class StageBuilder {
     } else {
       ab = add_memory("gelu-backward", Phase::Backward, L, 2 * f16, f16, 10 * f16 / static_cast<double>(e_), deps(dd));
     }
-    uint32_t ud = add_gemm("mlp-up-dgrad", Phase::Backward, L, tokens_, h, mlp_in_, deps(ab));
-    uint32_t uw = add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_, tokens_, deps(ab, acc));
-    uw = eager_bias_grad("mlp-up-bias-grad", L, mlp_in_, uw);
-    acc = eager_grad_accumulate("grad-accumulate-mlp-up", L, linear_params(h, mlp_in_), uw);
-    const double th = static_cast<double>(tokens_ * h);
-    uint32_t x2 = accessed(add_memory("autocast-cast-mlp-input-grad", Phase::Backward, L, a16, a32, 0, deps(ud)),
-                           MemAccess::DynamicCast, th);
-    x2 = add_memory("layernorm-2-backward", Phase::Backward, L, 2 * a32, a32, norm_flops, deps(x2));
-    x2 = add_memory("layernorm-2-weight-grad", Phase::Backward, L, 2 * a32, 0, 0, deps(x2));
-    uint32_t r = add_memory("residual-grad-add-mlp", Phase::Backward, L, 2 * a32, a32, static_cast<double>(tokens_ * h),
-                            deps(x2));
+    const uint32_t ud = eager_linear_backward("mlp-up", L, h, mlp_in_, ab, acc);
+    const uint32_t r = eager_norm_backward("autocast-cast-mlp-input-grad", "layernorm-2-backward",
+                                           "layernorm-2-weight-grad", "residual-grad-add-mlp", L, ud, kNone);
     // Attention.
     c = add_memory("autocast-cast-attn-grad", Phase::Backward, L, a32, a16, 0, deps(r));
-    uint32_t pd = add_gemm("attn-proj-dgrad", Phase::Backward, L, tokens_, attn_out, h, deps(c));
-    uint32_t pw = add_gemm("attn-proj-wgrad", Phase::Backward, L, attn_out, h, tokens_, deps(c, acc));
-    pw = eager_bias_grad("attn-proj-bias-grad", L, h, pw);
-    acc = eager_grad_accumulate("grad-accumulate-attn-proj", L, linear_params(attn_out, h), pw);
+    const uint32_t pd = eager_linear_backward("attn-proj", L, attn_out, h, c, acc);
     uint32_t at = add_attention("attention-backward", Phase::Backward, L, m_.seq_len, m_.seq_len, deps(pd));
     at = eager_rotary(Phase::Backward, L, at);
     const double qkv16 = static_cast<double>(tokens_ * qkv_ * e_);
     at = add_memory("qkv-grad-cat", Phase::Backward, L, qkv16, qkv16, 0, deps(at));
-    uint32_t qd = add_gemm("qkv-dgrad", Phase::Backward, L, tokens_, h, qkv_, deps(at));
-    uint32_t qw = add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(at, acc));
-    qw = eager_bias_grad("qkv-bias-grad", L, qkv_, qw);
-    acc = eager_grad_accumulate("grad-accumulate-qkv", L, linear_params(h, qkv_), qw);
-    uint32_t x1 = accessed(add_memory("autocast-cast-qkv-input-grad", Phase::Backward, L, a16, a32, 0, deps(qd)),
-                           MemAccess::DynamicCast, th);
-    x1 = add_memory("layernorm-1-backward", Phase::Backward, L, 2 * a32, a32, norm_flops, deps(x1));
-    x1 = add_memory("layernorm-1-weight-grad", Phase::Backward, L, 2 * a32, 0, 0, deps(x1));
-    g = add_memory("residual-grad-add-attn", Phase::Backward, L, 2 * a32, a32, static_cast<double>(tokens_ * h),
-                   deps(x1, r, acc));
+    const uint32_t qd = eager_linear_backward("qkv", L, h, qkv_, at, acc);
+    g = eager_norm_backward("autocast-cast-qkv-input-grad", "layernorm-1-backward", "layernorm-1-weight-grad",
+                            "residual-grad-add-attn", L, qd, r, acc);
     if (last_micro_batch || l_.zero_stage >= 3) add_grads(L, layer_dense_params(L), 0, g);
     return g;
   }
@@ -939,10 +943,7 @@ class StageBuilder {
     if (last_virtual(chunk) && l_.eager) {
       // FP32 norm, its cast, the logits' weight cast, then F.cross_entropy(logits.float()):
       // the FP32 copy, log_softmax and nll_loss, each a kernel.
-      const double a32 = eager_act32();
-      uint32_t ln = add_memory("final-layernorm", Phase::Forward, -1, a32, a32,
-                               8.0 * static_cast<double>(tokens_ * m_.hidden), deps(x));
-      ln = add_memory("autocast-cast-logits-input", Phase::Forward, -1, a32, eager_act16(), 0, deps(ln));
+      uint32_t ln = eager_norm("final-layernorm", "autocast-cast-logits-input", Phase::Forward, -1, x);
       const double table = static_cast<double>(vocab_local_ * m_.hidden);
       ln = eager_weight_cast("autocast-cast-logits-weight", Phase::Forward, -1, table, ln);
       uint32_t logits = add_gemm("logits", Phase::Forward, -1, tokens_, vocab_local_, m_.hidden, deps(ln), 1, 1.0,

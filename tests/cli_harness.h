@@ -41,6 +41,12 @@ std::string quote(const std::string& s) {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
+// The number after `"key": ` in a --json line; -1e9 when the key is absent.
+inline double json_field(const std::string& out, const std::string& key) {
+  const size_t at = out.find("\"" + key + "\": ");
+  return at == std::string::npos ? -1e9 : std::stod(out.substr(at + key.size() + 4));
+}
+
 struct CliResult {
   int code = -1;
   std::string out, err;

@@ -612,8 +612,7 @@ TEST_F(CliTest, CollectiveConcurrentGroupsContendUnderFlow) {
   auto time_of = [&](const std::string& extra) {
     const CliResult r = cli(base + extra);
     EXPECT_EQ(r.code, 0) << r;
-    const size_t at = r.out.find("\"time_s\": ");
-    return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 10));
+    return json_field(r.out, "time_s");
   };
   const double one = time_of(" --network-model flow");
   const double eight = time_of(" --network-model flow --concurrent 8");
@@ -739,10 +738,6 @@ TEST_F(CliTest, ClustersimRealRunsAScenario) {
 // cost models that loses accuracy on real hardware fails here.
 TEST_F(CliTest, ValidateAgainstRecordedRealRunsMeetsTheTargets) {
   const std::string src = CLUSTERSIM_SOURCE_DIR;
-  auto field = [](const std::string& out, const std::string& key) {
-    const size_t at = out.find("\"" + key + "\": ");
-    return at == std::string::npos ? -1e9 : std::stod(out.substr(at + key.size() + 4));
-  };
   for (const std::string s : {"validation/gpt3-1.3b-mb3-1xh200", "validation/gpt-2560-seq3072-1xh200",
                               "validation/llama3-8b-4layers-1xh200", "real/gpt3-1.3b-1xh200"}) {
     const std::string name = s.substr(s.find('/') + 1);
@@ -751,10 +746,10 @@ TEST_F(CliTest, ValidateAgainstRecordedRealRunsMeetsTheTargets) {
                             quote(src + "/calibrate/measurements/validation/" + name + ".sqlite") + " --set " +
                             quote("output.sqlite=" + (dir_ / "v.sqlite").string()) + " --json");
     ASSERT_EQ(r.code, 0) << r;
-    EXPECT_GT(field(r.out, "ops_compared"), 100) << r;
-    EXPECT_LE(field(r.out, "median_abs_error"), 0.03) << name << "\n" << r;
-    EXPECT_LE(field(r.out, "p95_abs_error"), 0.10) << name << "\n" << r;
-    EXPECT_LE(std::fabs(field(r.out, "iteration_error")), 0.05) << name << "\n" << r;
+    EXPECT_GT(json_field(r.out, "ops_compared"), 100) << r;
+    EXPECT_LE(json_field(r.out, "median_abs_error"), 0.03) << name << "\n" << r;
+    EXPECT_LE(json_field(r.out, "p95_abs_error"), 0.10) << name << "\n" << r;
+    EXPECT_LE(std::fabs(json_field(r.out, "iteration_error")), 0.05) << name << "\n" << r;
   }
   // A recording of another plan is refused, naming the first op that differs.
   const CliResult other =
@@ -792,8 +787,7 @@ TEST_F(CliTest, Nvl72AllReduceBeatsNineNodesOverIbAndGpuSpecAmendsTheGpu) {
   auto time_of = [&](const std::string& args) {
     const CliResult r = cli("collective --op all-reduce " + args + " --min 1GiB --max 1GiB --json");
     EXPECT_EQ(r.code, 0) << r;
-    const size_t at = r.out.find("\"time_s\": ");
-    return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 10));
+    return json_field(r.out, "time_s");
   };
   const double nvl72 = time_of("--cluster dgx-gb200-nvl72 --gpus 72");
   const double ib = time_of("--cluster dgx-b200 --gpus 72 --nodes 9");
@@ -805,8 +799,8 @@ TEST_F(CliTest, Nvl72AllReduceBeatsNineNodesOverIbAndGpuSpecAmendsTheGpu) {
   const CliResult fast = cli("run " + quote(y) + " --json");
   ASSERT_EQ(base.code, 0) << base;
   ASSERT_EQ(fast.code, 0) << fast;
-  auto it = [](const std::string& out) { return std::stod(out.substr(out.find("\"iteration_time_s\": ") + 20)); };
-  EXPECT_LT(it(fast.out), it(base.out));
+  EXPECT_GT(json_field(fast.out, "iteration_time_s"), 0);
+  EXPECT_LT(json_field(fast.out, "iteration_time_s"), json_field(base.out, "iteration_time_s"));
   const CliResult bad = cli("run " + quote(y) + " --set cluster.gpu_spec.hbm_bandwidth=fast");
   EXPECT_EQ(bad.code, 1) << bad;
   EXPECT_NE(bad.err.find("cluster.gpu_spec.hbm_bandwidth"), std::string::npos) << bad;

@@ -16,6 +16,11 @@ class ValidatePytorchTest : public CliTest {
     ::unsetenv("CLUSTERSIM_PYTORCH_REFERENCE");
     CliTest::TearDown();
   }
+  // Makes `script` executable and the reference validate runs.
+  void use_reference(const std::string& script) {
+    fs::permissions(script, fs::perms::owner_all);
+    ::setenv("CLUSTERSIM_PYTORCH_REFERENCE", script.c_str(), 1);
+  }
   std::string one_gpu() {
     return write("s.yaml", "cluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 1}\n"
                            "model: {preset: gpt3-1.3b, layers: 2}\nparallel: {micro_batch: 4}\n"
@@ -33,8 +38,7 @@ TEST_F(ValidatePytorchTest, HandsTheModelToTheReferenceAndComparesTheStep) {
                                  "  grep -qF \"$f\" \"$m\" || { echo '{\"iteration_time_s\": 99}'; exit 0; }\n"
                                  "done\n"
                                  "echo '{\"iteration_time_s\": 0.5}'\n");
-  fs::permissions(fake, fs::perms::owner_all);
-  ::setenv("CLUSTERSIM_PYTORCH_REFERENCE", fake.c_str(), 1);
+  use_reference(fake);
   const CliResult r = cli("validate " + quote(one_gpu()) + " --against pytorch --json");
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_NE(r.out.find("\"pytorch_iteration_s\": 0.5"), std::string::npos) << r;
@@ -44,8 +48,7 @@ TEST_F(ValidatePytorchTest, HandsTheModelToTheReferenceAndComparesTheStep) {
 
 TEST_F(ValidatePytorchTest, AFailingReferenceIsAClearFailure) {
   const std::string fake = write("ref.sh", "#!/bin/sh\necho 'no CUDA GPU' >&2\nexit 4\n");
-  fs::permissions(fake, fs::perms::owner_all);
-  ::setenv("CLUSTERSIM_PYTORCH_REFERENCE", fake.c_str(), 1);
+  use_reference(fake);
   const CliResult r = cli("validate " + quote(one_gpu()) + " --against pytorch");
   EXPECT_EQ(r.code, 3) << r;
   EXPECT_NE(r.err.find("the PyTorch reference"), std::string::npos) << r;
@@ -67,10 +70,6 @@ TEST_F(ValidatePytorchTest, OnlyOneGpuTrainingStepsAndKnownReferences) {
 // the seven within 5 %.
 TEST_F(ValidatePytorchTest, RecordedPytorchStepsArePredictedWithTheCalibratedProfile) {
   const std::string src = CLUSTERSIM_SOURCE_DIR;
-  auto field = [](const std::string& out, const std::string& key) {
-    const size_t at = out.find("\"" + key + "\": ");
-    return at == std::string::npos ? -1e9 : std::stod(out.substr(at + key.size() + 4));
-  };
   struct Case {
     std::string scenario, recording;
   };
@@ -90,7 +89,7 @@ TEST_F(ValidatePytorchTest, RecordedPytorchStepsArePredictedWithTheCalibratedPro
                             " --set training.framework=pytorch-eager --real-from " +
                             quote(src + "/calibrate/measurements/pytorch/" + c.recording + ".sqlite") + " --json");
     ASSERT_EQ(r.code, 0) << r;
-    const double err = std::fabs(field(r.out, "iteration_error"));
+    const double err = std::fabs(json_field(r.out, "iteration_error"));
     EXPECT_LE(err, 0.07) << c.scenario << "\n" << r;
     within5 += err <= 0.05;
   }
