@@ -1,6 +1,8 @@
 // What every command shares: the usage error (exit 2) and reading a flag's value.
 #pragma once
 
+#include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,6 +17,16 @@ struct UsageError : std::runtime_error {
 inline std::string need_value(const std::vector<std::string>& args, size_t& i) {
   if (i + 1 >= args.size()) throw UsageError(args[i] + " needs a value");
   return args[++i];
+}
+
+// The integer after the flag at args[i], from 1 to `max`; UsageError otherwise.
+inline int64_t need_count(const std::vector<std::string>& args, size_t& i, const std::string& flag, int64_t max) {
+  const std::string v = need_value(args, i);
+  char* end = nullptr;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 1 || n > max)
+    throw UsageError(flag + " expects an integer from 1 to " + std::to_string(max) + ", got '" + v + "'");
+  return n;
 }
 
 }  // namespace clustersim

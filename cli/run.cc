@@ -20,6 +20,8 @@ int cmd_run(const std::vector<std::string>& args) {
   bool json = false;
   LoadOptions lo;  // --allow-large: past the work budgets
   RunOptions opt;
+  int64_t samples = 0;  // 0: one run, no percentiles
+  int jobs = 1;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--set")
@@ -32,6 +34,10 @@ int cmd_run(const std::vector<std::string>& args) {
       lo.allow_large = true;
     else if (a == "--simulate-all-ranks")
       opt.simulate_all_ranks = true;
+    else if (a == "--samples")
+      samples = need_count(args, i, "--samples", 100000);
+    else if (a == "--jobs")
+      jobs = static_cast<int>(need_count(args, i, "--jobs", 1024));
     else if (!a.empty() && a[0] == '-')
       throw UsageError("unknown option '" + a + "' for run");
     else if (path.empty())
@@ -45,6 +51,8 @@ int cmd_run(const std::vector<std::string>& args) {
     std::cerr << s.mark("sweep").str()
               << ": warning: run simulates the scenario as written; sweep points are not run\n";
   if (s.inference) {
+    if (samples > 0)
+      throw UsageError("--samples draws a training scenario's variability: block; serving runs take one draw");
     check_output_paths(s);
     const ServingResult r = run_serving(s, !s.output_sqlite.empty() || !s.output_trace.empty(), true);
     write_serving_outputs(s, r);
@@ -56,6 +64,7 @@ int cmd_run(const std::vector<std::string>& args) {
   opt.record_link_usage = !s.output_sqlite.empty() || !s.output_trace.empty();
   opt.keep_spans = opt.record_link_usage;
   RunOutcome out = run_training(s, opt);
+  if (samples > 0) run_samples(out, samples, jobs, opt);
   write_outputs(out);
   std::cout << (json ? summary_json_line(out) + "\n" : summary_table(out));
   return 0;

@@ -133,6 +133,22 @@ CREATE TABLE IF NOT EXISTS link_usage (
   bytes       REAL NOT NULL,
   utilization REAL
 );
+-- run --samples N: every seeded draw's metrics (long format, like metrics).
+CREATE TABLE IF NOT EXISTS samples (
+  run_id INTEGER NOT NULL REFERENCES runs(run_id),
+  sample INTEGER NOT NULL,
+  seed   INTEGER NOT NULL,
+  key    TEXT NOT NULL,
+  value  REAL
+);
+-- A training run with faults: its fault timeline over the job's wall-clock duration.
+CREATE TABLE IF NOT EXISTS faults (
+  run_id    INTEGER NOT NULL REFERENCES runs(run_id),
+  start_s   REAL NOT NULL,
+  end_s     REAL NOT NULL,
+  kind      TEXT NOT NULL CHECK (kind IN ('failure', 'restart', 'checkpoint', 'lost')),
+  component TEXT
+);
 -- Sweep and search points: one row per (configuration, point settings); metrics as a
 -- JSON object (json_extract(metrics, '$.mfu')).
 CREATE TABLE IF NOT EXISTS sweep_results (
@@ -148,6 +164,7 @@ CREATE TABLE IF NOT EXISTS sweep_results (
   PRIMARY KEY (fingerprint, settings)
 );
 CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics(run_id, key);
+CREATE INDEX IF NOT EXISTS samples_by_run ON samples(run_id, key, sample);
 CREATE INDEX IF NOT EXISTS ranks_by_rank ON ranks(run_id, rank);
 CREATE INDEX IF NOT EXISTS groups_by_id ON groups(run_id, group_id);
 CREATE INDEX IF NOT EXISTS ops_by_op ON ops(run_id, program, op_index);
@@ -442,6 +459,15 @@ void write_or_throw(const RunInfo& run, const std::string& path, bool create, Ro
   {
     Stmt s(c.db, "INSERT INTO metrics (run_id, key, value) VALUES (?, ?, ?)");
     for (const auto& [key, value] : run.metrics) s.i(run_id).t(key).d(value).insert();
+  }
+  if (!run.samples.empty()) {
+    Stmt s(c.db, "INSERT INTO samples (run_id, sample, seed, key, value) VALUES (?, ?, ?, ?, ?)");
+    for (const SampleValue& v : run.samples)
+      s.i(run_id).i(v.sample).i(static_cast<int64_t>(v.seed)).t(v.key).d(v.value).insert();
+  }
+  if (!run.faults.empty()) {
+    Stmt s(c.db, "INSERT INTO faults (run_id, start_s, end_s, kind, component) VALUES (?, ?, ?, ?, ?)");
+    for (const FaultSpan& f : run.faults) s.i(run_id).d(f.start_s).d(f.end_s).t(f.kind).t(f.component).insert();
   }
   // Into empty tables, the rows go in first and their indexes are built after, in one
   // sorted pass each, instead of updating a b-tree at every insert (a third of the

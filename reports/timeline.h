@@ -45,6 +45,22 @@ struct LinkUsage {
   double bytes = 0;
 };
 
+// One value of one seeded draw of `run --samples N` (table `samples`).
+struct SampleValue {
+  int64_t sample = 0;
+  uint64_t seed = 0;
+  std::string key;
+  double value = 0;
+};
+
+// A span of the fault timeline over the job's wall-clock duration (table `faults`):
+// failure (an instant), restart, checkpoint, or lost (work done since the last
+// checkpoint, thrown away by a failure).
+struct FaultSpan {
+  double start_s = 0, end_s = 0;
+  std::string kind, component;
+};
+
 struct RunInfo {
   std::string name;
   std::string source = "sim";     // 'sim' | 'real'
@@ -53,6 +69,8 @@ struct RunInfo {
   std::string scenario_yaml;  // the merged scenario, as the run saw it
   uint64_t seed = 0;
   std::vector<std::pair<std::string, double>> metrics;  // the summary, in a fixed order
+  std::vector<SampleValue> samples;                     // run --samples N
+  std::vector<FaultSpan> faults;                        // with faults:
 };
 
 struct Timeline {

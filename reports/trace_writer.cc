@@ -217,11 +217,29 @@ std::string format_ps_as_us(int64_t ps) {
   return s;
 }
 
+// The fault timeline, as its own process on a wall-clock axis of whole microseconds
+// (a day is 8.64e10 us; picoseconds would overflow past 106 days).
+void write_faults(JsonOut& out, const std::vector<FaultSpan>& faults, const char* sep) {
+  if (faults.empty()) return;
+  constexpr int64_t kPid = 1 << 30;
+  out.raw(sep).raw("{\"ph\":\"M\",\"pid\":").num(kPid).raw(",\"tid\":0,\"name\":\"process_name\",\"args\":");
+  out.raw("{\"name\":\"faults (job wall clock)\"}}");
+  for (const FaultSpan& f : faults) {
+    const auto us = [](double s) { return std::to_string(std::llround(s * 1e6)); };
+    out.raw(",\n{\"ph\":").raw(f.kind == "failure" ? "\"i\",\"s\":\"p\"" : "\"X\"");
+    out.raw(",\"name\":").str(f.kind).raw(",\"cat\":\"fault\",\"pid\":").num(kPid).raw(",\"tid\":0");
+    out.raw(",\"ts\":").raw(us(f.start_s));
+    if (f.kind != "failure") out.raw(",\"dur\":").raw(us(f.end_s - f.start_s));
+    out.raw(",\"args\":{\"component\":").str(f.component).raw("}}");
+  }
+}
+
 void write_chrome_trace(const Timeline& t, const std::string& path) {
   write_trace_file(path, [&](JsonOut& out) {
     if (t.plan == nullptr) throw TraceError("timeline has no plan");
     write_metadata(out, t);
     write_spans(out, t);
+    write_faults(out, t.run.faults, t.spans.empty() ? "" : ",\n");
   });
 }
 

@@ -98,6 +98,19 @@ double as_time(const YNode& n, const std::string& key) {
   return v;
 }
 
+double as_duration(const YNode& n, const std::string& key) {
+  std::string why;
+  double v = 0;
+  if (!parse_duration(scalar(n, key, "a duration such as 24h"), v, why)) throw InputError(n.mark, key + ": " + why);
+  return v;
+}
+
+double as_positive_duration(const YNode& n, const std::string& key) {
+  const double v = as_duration(n, key);
+  if (v <= 0) throw InputError(n.mark, key + " must be longer than 0, got '" + n.scalar + "'");
+  return v;
+}
+
 int64_t as_size(const YNode& n, const std::string& key) {
   std::string why;
   int64_t v = 0;
@@ -340,6 +353,112 @@ const std::vector<KeySpec>& key_table() {
          s.training.step_overhead_s = as_time(n, "training.step_overhead");
          s.training.step_overhead_set = true;
        }},
+      {"training.duration", "duration", "24h",
+       "wall-clock time of the job; with faults: the goodput is over it (s, min, h, d)",
+       [](const N& n, S& s) { s.training.duration_s = as_positive_duration(n, "training.duration"); }},
+      {"variability", "mapping", "", "spread between GPUs, kernels and links (run --samples N draws it N times)",
+       nullptr},
+      {"variability.gpu_speed", "mapping", "{dist: none}",
+       "each GPU's speed factor; a GPU's kernels take 1/speed as long", nullptr},
+      {"variability.gpu_speed.dist", "name", "none", "none | normal (1 + sigma Z, cut at 0.1) | lognormal (e^(sigma Z))",
+       [](const N& n, S& s) {
+         s.variability.gpu_speed.dist = as_enum(n, "variability.gpu_speed.dist", {"none", "normal", "lognormal"});
+       }},
+      {"variability.gpu_speed.sigma", "number", "0", "spread of the speed factor (of its logarithm for lognormal)",
+       [](const N& n, S& s) { s.variability.gpu_speed.sigma = as_number(n, "variability.gpu_speed.sigma", 0, 1); }},
+      {"variability.link_speed", "mapping", "{dist: none}", "each link's bandwidth factor", nullptr},
+      {"variability.link_speed.dist", "name", "none", "none | normal | lognormal, as gpu_speed.dist",
+       [](const N& n, S& s) {
+         s.variability.link_speed.dist = as_enum(n, "variability.link_speed.dist", {"none", "normal", "lognormal"});
+       }},
+      {"variability.link_speed.sigma", "number", "0", "spread of the bandwidth factor",
+       [](const N& n, S& s) { s.variability.link_speed.sigma = as_number(n, "variability.link_speed.sigma", 0, 1); }},
+      {"variability.kernel_jitter", "number", "0",
+       "coefficient of variation of each kernel's time (lognormal, mean 1), drawn per kernel",
+       [](const N& n, S& s) { s.variability.kernel_jitter = as_number(n, "variability.kernel_jitter", 0, 1); }},
+      {"variability.stragglers", "list", "[]",
+       "named slow parts: [{gpu: 17, slowdown: 1.3}, {node: 2, slowdown: 1.1}, {link: \"node0/nic0->leaf0\", "
+       "slowdown: 4}]",
+       [](const N& n, S& s) {
+         if (n.kind != YNode::Kind::Seq)
+           throw InputError(n.mark, "variability.stragglers must be a list of {gpu|node|link: ..., slowdown: X}, got " +
+                                        n.kind_name());
+         for (const YNode& item : n.seq) {
+           if (item.kind != YNode::Kind::Map)
+             throw InputError(item.mark, "a straggler must be a mapping {gpu: 17, slowdown: 1.3}, got " +
+                                             item.kind_name());
+           Straggler st;
+           st.mark = item.mark;
+           bool slow = false;
+           for (const auto& [k, v] : item.map) {
+             if (k == "gpu" || k == "node") {
+               if (!st.kind.empty())
+                 throw InputError(v.key_mark, "a straggler names one of gpu, node or link, got a second: " + k);
+               st.kind = k;
+               st.index = as_int(v, "variability.stragglers." + k, 0, kMaxCount * 64);
+             } else if (k == "link") {
+               if (!st.kind.empty())
+                 throw InputError(v.key_mark, "a straggler names one of gpu, node or link, got a second: " + k);
+               st.kind = k;
+               st.link = scalar(v, "variability.stragglers.link", "a link such as node0/nic0->leaf0");
+             } else if (k == "slowdown") {
+               st.slowdown = as_number(v, "variability.stragglers.slowdown", 1, 1000);
+               slow = true;
+             } else {
+               throw InputError(v.key_mark, "unknown key '" + k + "' in a straggler, expected one of: gpu, node, "
+                                            "link, slowdown");
+             }
+           }
+           if (st.kind.empty()) throw InputError(item.mark, "a straggler needs one of gpu, node or link");
+           if (!slow) throw InputError(item.mark, "a straggler needs slowdown, expected e.g. 1.3");
+           s.variability.stragglers.push_back(st);
+         }
+       }},
+      {"faults", "mapping", "", "failures, restarts and checkpoints: run reports goodput over training.duration",
+       nullptr},
+      {"faults.gpu_mtbf", "duration", "none", "mean time between failures of one GPU, e.g. 50000h",
+       [](const N& n, S& s) { s.faults.gpu_mtbf_s = as_positive_duration(n, "faults.gpu_mtbf"); }},
+      {"faults.node_mtbf", "duration", "none", "mean time between failures of one node (host, NIC, power)",
+       [](const N& n, S& s) { s.faults.node_mtbf_s = as_positive_duration(n, "faults.node_mtbf"); }},
+      {"faults.link_mtbf", "duration", "none", "mean time between failures of one scale-out cable (both directions)",
+       [](const N& n, S& s) { s.faults.link_mtbf_s = as_positive_duration(n, "faults.link_mtbf"); }},
+      {"faults.failures", "list", "[]", "a failure trace: times from the start, e.g. [3h, 7.5h, 20h]",
+       [](const N& n, S& s) {
+         if (n.kind != YNode::Kind::Seq)
+           throw InputError(n.mark, "faults.failures must be a list of times such as [3h, 7.5h], got " + n.kind_name());
+         for (const YNode& v : n.seq) s.faults.failures_s.push_back(as_duration(v, "faults.failures"));
+         std::sort(s.faults.failures_s.begin(), s.faults.failures_s.end());
+       }},
+      {"faults.restart", "duration", "10min", "detection, restart and reload after a failure",
+       [](const N& n, S& s) { s.faults.restart_s = as_duration(n, "faults.restart"); }},
+      {"faults.checkpoint_bandwidth", "bandwidth", "(required)",
+       "checkpoint write bandwidth to storage, all writers together",
+       [](const N& n, S& s) { s.faults.checkpoint_bandwidth = as_bandwidth(n, "faults.checkpoint_bandwidth"); }},
+      {"faults.checkpoint_interval", "duration", "auto",
+       "time between checkpoints (auto: the interval of highest expected goodput; docs/model.md)",
+       [](const N& n, S& s) {
+         if (n.kind == YNode::Kind::Scalar && n.scalar == "auto")
+           s.faults.checkpoint_interval_s = 0;
+         else
+           s.faults.checkpoint_interval_s = as_positive_duration(n, "faults.checkpoint_interval");
+       }},
+      {"faults.checkpoint_size", "size", "auto", "bytes a checkpoint writes (auto: weights and optimizer state)",
+       [](const N& n, S& s) {
+         if (n.kind == YNode::Kind::Scalar && n.scalar == "auto")
+           s.faults.checkpoint_size_bytes = -1;
+         else
+           s.faults.checkpoint_size_bytes = as_size(n, "faults.checkpoint_size");
+       }},
+      {"faults.hot_spares", "integer", "unlimited",
+       "spare nodes that replace a failed one at once; when none is left a restart also waits for a repair",
+       [](const N& n, S& s) {
+         if (n.kind == YNode::Kind::Scalar && n.scalar == "unlimited")
+           s.faults.hot_spares = -1;
+         else
+           s.faults.hot_spares = as_int(n, "faults.hot_spares", 0, kMaxCount);
+       }},
+      {"faults.repair", "duration", "4h", "time a failed node is away before it is a spare again",
+       [](const N& n, S& s) { s.faults.repair_s = as_duration(n, "faults.repair"); }},
       {"inference", "mapping", "", "an inference-serving run instead of training", nullptr},
       {"inference.replicas", "integer", "1", "model replicas, each tp × pp GPUs",
        [](const N& n, S& s) { s.serving.replicas = as_int(n, "inference.replicas", 1, 1 << 20); }},
@@ -564,6 +683,8 @@ bool is_name(const std::string& k) {
   std::string msg = is_name(key) ? "unknown key '" + prefix + key + "'" : "unknown key (not a plain name) under '" + (parent.empty() ? std::string("the top level") : parent) + "'";
   if (!best.empty())
     msg += ", did you mean '" + best + "'?";
+  else if (siblings.empty())
+    msg += ", '" + parent + "' takes a value, not keys under it";
   else
     msg += ", expected one of: " + join(siblings);
   throw InputError(mark, msg);
@@ -823,6 +944,35 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     s.reference.set = true;
   }
   // Keys that would be silently ignored are errors.
+  if (s.marks.count("faults")) {
+    FaultConfig& f = s.faults;
+    f.set = true;
+    if (s.inference)
+      throw InputError(s.mark("faults"), "faults: applies to training runs (goodput over training.duration), not to "
+                                         "inference:");
+    if (f.gpu_mtbf_s <= 0 && f.node_mtbf_s <= 0 && f.link_mtbf_s <= 0 && f.failures_s.empty())
+      throw InputError(s.mark("faults"), "faults: needs gpu_mtbf, node_mtbf, link_mtbf or a failures: trace");
+    if (f.checkpoint_bandwidth <= 0)
+      throw InputError(s.mark("faults"), "faults.checkpoint_bandwidth is required, expected e.g. 100GB/s");
+    for (double t : f.failures_s)
+      if (t > s.training.duration_s)
+        throw InputError(s.mark("faults.failures"), "faults.failures has a failure past training.duration");
+  }
+  for (const char* part : {"gpu_speed", "link_speed"}) {
+    const std::string key = std::string("variability.") + part;
+    const SpreadDist& d = key == "variability.gpu_speed" ? s.variability.gpu_speed : s.variability.link_speed;
+    if (d.dist != "none" && !s.marks.count(key + ".sigma"))
+      throw InputError(s.mark(key + ".dist"), key + ".sigma is required with dist " + d.dist + ", expected e.g. 0.05");
+  }
+  for (const Straggler& st : s.variability.stragglers) {
+    if (st.kind == "gpu" && st.index >= s.gpus())
+      throw InputError(st.mark, "straggler gpu " + std::to_string(st.index) + " is past the cluster's " +
+                                    std::to_string(s.gpus()) + " GPUs, expected 0.." + std::to_string(s.gpus() - 1));
+    if (st.kind == "node" && st.index >= s.cluster.nodes)
+      throw InputError(st.mark, "straggler node " + std::to_string(st.index) + " is past the cluster's " +
+                                    std::to_string(s.cluster.nodes) + " nodes, expected 0.." +
+                                    std::to_string(s.cluster.nodes - 1));
+  }
   if (s.inference && s.marks.count("training"))
     throw InputError(s.mark("training"), "a training: block beside inference: is not used, expected one of the two");
   if (m.moe.dense_layers > m.layers)

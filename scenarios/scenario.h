@@ -45,6 +45,46 @@ struct TrainingConfig {
   std::string framework = "megatron";  // megatron (fused kernels, BF16 weights) | pytorch-eager
   double step_overhead_s = 0;       // host work per iteration the GPUs wait for
   bool step_overhead_set = false;   // false: the default
+  double duration_s = 86400;        // wall-clock time of the job: goodput under faults: is over it
+};
+
+// Spread between GPUs, kernels and links (sim/variability.h; docs/model.md, "Variability").
+struct SpreadDist {
+  std::string dist = "none";  // none | normal | lognormal
+  double sigma = 0;           // of the speed factor (normal) or of its logarithm (lognormal)
+};
+
+// A named slow component: a GPU or a node's GPUs run `slowdown` times longer, a link
+// moves bytes `slowdown` times slower.
+struct Straggler {
+  std::string kind;  // gpu | node | link
+  int64_t index = 0;  // the GPU or node
+  std::string link;   // "SRC->DST" (one direction) or "SRC<->DST" (both), vertex names as in output.sqlite
+  double slowdown = 1;
+  SourceMark mark;
+};
+
+struct VariabilityConfig {
+  SpreadDist gpu_speed, link_speed;
+  double kernel_jitter = 0;  // coefficient of variation of each kernel's time
+  std::vector<Straggler> stragglers;
+  bool any() const {
+    return gpu_speed.dist != "none" || link_speed.dist != "none" || kernel_jitter > 0 || !stragglers.empty();
+  }
+};
+
+// Failures, restarts and checkpoints over training.duration (sim/faults.h; docs/model.md,
+// "Failures and goodput").
+struct FaultConfig {
+  bool set = false;
+  double gpu_mtbf_s = 0, node_mtbf_s = 0, link_mtbf_s = 0;  // 0: that component never fails
+  std::vector<double> failures_s;   // a failure trace (times from the start) instead of, or beside, MTBFs
+  double restart_s = 600;           // detection, restart and reload
+  double checkpoint_bandwidth = 0;  // bytes/s to storage, all writers together (required)
+  double checkpoint_interval_s = 0;  // 0: auto (the interval of highest expected goodput)
+  int64_t checkpoint_size_bytes = -1;  // -1: the model's weights and optimizer state
+  int64_t hot_spares = -1;             // spare nodes; -1: a spare is always there
+  double repair_s = 4 * 3600.0;        // a failed node's time away when spares run out
 };
 
 // A published or measured value the scenario reproduces (`clustersim accuracy`).
@@ -104,6 +144,8 @@ struct Scenario {
   TrainingConfig training;
   bool inference = false;  // an `inference:` block was given
   InferenceConfig serving;
+  VariabilityConfig variability;
+  FaultConfig faults;
 
   std::string algorithm = "auto";
   std::string protocol = "auto";

@@ -128,6 +128,32 @@ bool parse_time(std::string_view text, double& seconds, std::string& why) {
   return false;
 }
 
+bool parse_duration(std::string_view text, double& seconds, std::string& why) {
+  double v = 0;
+  std::string_view unit;
+  if (!split_number(text, v, unit, why)) return false;
+  static constexpr struct {
+    std::string_view u;
+    double f;
+  } kUnits[] = {{"ms", 1e-3}, {"s", 1.0}, {"min", 60.0}, {"h", 3600.0}, {"d", 86400.0}};
+  for (const auto& u : kUnits) {
+    if (unit != u.u) continue;
+    if (v < 0) {
+      why = "duration '" + std::string(trim(text)) + "' is negative";
+      return false;
+    }
+    if (!std::isfinite(v * u.f) || v * u.f > kMaxDurationSeconds) {
+      why = "duration '" + std::string(trim(text)) + "' is out of range, expected at most 1e12 s";
+      return false;
+    }
+    seconds = v * u.f;
+    return true;
+  }
+  why = unit.empty() ? "duration '" + std::string(trim(text)) + "' has no unit, expected s, min, h or d (e.g. 24h)"
+                     : "unknown duration unit in '" + std::string(trim(text)) + "', expected ms, s, min, h or d";
+  return false;
+}
+
 bool parse_bandwidth(std::string_view text, double& bytes_per_s, std::string& why) {
   double v = 0;
   std::string_view unit;

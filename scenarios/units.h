@@ -21,6 +21,10 @@ inline constexpr double kMaxBandwidth = 1e15;   // bytes/s
 bool parse_size(std::string_view text, int64_t& bytes, std::string& why);
 bool parse_time(std::string_view text, double& seconds, std::string& why);
 bool parse_bandwidth(std::string_view text, double& bytes_per_s, std::string& why);
+// Wall-clock spans of a cluster's life (MTBFs, training durations, restart times):
+// "50000h", "10min", "24h", "2d", "90s"; 0 .. 1e12 s (about 31,700 years).
+inline constexpr double kMaxDurationSeconds = 1e12;
+bool parse_duration(std::string_view text, double& seconds, std::string& why);
 
 // "1.5 GiB", "64 KiB", "512 B": the largest binary unit that keeps the value >= 1.
 std::string format_size(int64_t bytes);

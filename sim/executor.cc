@@ -12,6 +12,7 @@
 #include "cost_models/network.h"
 #include "cost_models/tuner.h"
 #include "sim/event_queue.h"
+#include "sim/variability.h"
 
 namespace clustersim {
 namespace {
@@ -187,6 +188,11 @@ class Executor {
     } else {
       // A kernel starts a launch gap after its stream became ready (joins have no kernel).
       SimTime kernel = r.info->compute_time[op_index];
+      if (kernel > SimTime::zero() && (!opt_.rank_slowdown.empty() || opt_.kernel_jitter > 0)) {
+        double f = opt_.rank_slowdown.empty() ? 1.0 : opt_.rank_slowdown[static_cast<size_t>(r.rank)];
+        if (opt_.kernel_jitter > 0) f *= kernel_jitter_factor(opt_.kernel_jitter, opt_.jitter_seed, r.rank, op_index);
+        if (f != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * f);
+      }
       // An NCCL kernel on the GPU (waiting or moving data) holds SMs: the kernel starting
       // beside it runs at the profile's measured slowdown.
       if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {

@@ -35,6 +35,12 @@ struct ExecOptions {
   bool simulate_all_ranks = false;
   bool record_link_usage = true;
   bool keep_spans = true;  // false: metrics only (ExecResult::spans left empty)
+  // Variability (sim/variability.h): each simulated rank's kernels take rank_slowdown[rank]
+  // times as long (empty: 1), and each kernel's time is multiplied by a lognormal draw of
+  // mean 1 and coefficient of variation kernel_jitter, a function of (jitter_seed, rank, op).
+  std::vector<double> rank_slowdown;
+  double kernel_jitter = 0;
+  uint64_t jitter_seed = 0;
   // Called now and then with (ops done, ops in all) over the simulated ranks.
   std::function<void(uint64_t, uint64_t)> progress;
 };

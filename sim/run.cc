@@ -4,17 +4,22 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <exception>
+#include <filesystem>
 #include <iostream>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
-#include <filesystem>
 
 #include "calibrate/profile.h"
 #include "reports/progress.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/units.h"
+#include "sim/rng.h"
 
 namespace clustersim {
 
@@ -58,17 +63,72 @@ double step_overhead_seconds(const Scenario& s) {
   return s.training.step_overhead_set ? s.training.step_overhead_s : kDefaultStepOverheadS;
 }
 
-RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
-  RunOutcome out;
-  out.scenario = s;
+namespace {
+
+ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   ExecOptions eo;
   apply_calibration(s, eo.compute, eo.network);
   collective_options(s, eo);
   eo.simulate_all_ranks = opt.simulate_all_ranks;
   eo.record_link_usage = opt.record_link_usage;
   eo.keep_spans = opt.keep_spans;
+  return eo;
+}
+
+// Puts a draw into the executor's options and the topology's links.
+void apply_draw(const VariabilityDraw& d, Topology& topo, ExecOptions& eo) {
+  for (auto [id, bw] : d.link_bandwidth) topo.set_link_bandwidth(id, bw);
+  eo.rank_slowdown = d.rank_slowdown;
+  eo.kernel_jitter = d.kernel_jitter;
+  eo.jitter_seed = d.jitter_seed;
+}
+
+// The iteration's wall time: the last kernel, then the host's work per step that the GPUs
+// wait for (training.step_overhead).
+double iteration_seconds(const Scenario& s, const ExecResult& e) {
+  return e.makespan.seconds() + step_overhead_seconds(s);
+}
+
+double tokens_per_iteration(const Scenario& s, const TrainingPlan& p) {
+  return static_cast<double>(p.layout.global_batch * s.model.seq_len);
+}
+
+double mfu_of(const Scenario& s, const TrainingPlan& p, double iter) {
+  return p.model_flops_per_rank / iter / s.cluster.node.gpu.peak_flops(s.model.dtype);
+}
+
+// A seed for the fault timeline of sample i (apart from its variability draw's).
+uint64_t fault_seed(const Scenario& s, int64_t sample) {
+  return stream_seed(stream_seed(s.seed, static_cast<uint64_t>(sample)), 1000);
+}
+
+void add_goodput_metrics(Metrics& m, const GoodputReport& g) {
+  m.emplace_back("goodput", g.goodput);
+  m.emplace_back("checkpoint_interval_s", g.checkpoint_interval_s);
+  m.emplace_back("optimal_checkpoint_interval_s", g.optimal_interval_s);
+  m.emplace_back("young_checkpoint_interval_s", g.young_interval_s);
+  m.emplace_back("checkpoint_write_s", g.checkpoint_write_s);
+  m.emplace_back("checkpoint_bytes", g.checkpoint_bytes);
+  m.emplace_back("system_mtbf_s", g.system_mtbf_s);
+  m.emplace_back("expected_failures", g.expected_failures);
+  m.emplace_back("useful_iterations_per_hour", g.useful_iterations_per_hour);
+  m.emplace_back("lost_checkpoint_s", g.lost_checkpoint_s);
+  m.emplace_back("lost_restart_s", g.lost_restart_s);
+  m.emplace_back("lost_rework_s", g.lost_rework_s);
+}
+
+}  // namespace
+
+RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
+  RunOutcome out;
+  out.scenario = s;
+  ExecOptions eo = base_exec_options(s, opt);
   out.plan = build_training_plan(s);
   out.topology = std::make_unique<Topology>(s.cluster);
+  if (s.variability.any()) {
+    out.variability = draw_variability(s, out.plan.plan, *out.topology, stream_seed(s.seed, 0), opt.simulate_all_ranks);
+    apply_draw(out.variability, *out.topology, eo);
+  }
   std::unique_ptr<Progress> bar;
   if (opt.progress) {
     bar = std::make_unique<Progress>("simulating", 0);
@@ -80,13 +140,10 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   if (bar) bar->finish();
 
   const TrainingLayout& l = out.plan.layout;
-  // The host's work per step that the GPUs wait for (training.step_overhead) follows the
-  // last kernel of the step.
-  const double iter = out.exec.makespan.seconds() + step_overhead_seconds(s);
+  const double iter = iteration_seconds(s, out.exec);
   const double gpus = static_cast<double>(s.gpus());
-  const double tokens = static_cast<double>(l.global_batch * s.model.seq_len);
+  const double tokens = tokens_per_iteration(s, out.plan);
   const double tflops = out.plan.model_flops_per_rank / iter / 1e12;
-  const double peak = s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12;
   const auto& ex = out.exec.exposed_comm_by_kind;
   out.metrics = {
       {"iteration_time_s", iter},
@@ -95,7 +152,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"tokens_per_s", tokens / iter},
       {"tflops_per_gpu", tflops},
       {"hardware_tflops_per_gpu", out.plan.hardware_flops_per_rank / iter / 1e12},
-      {"mfu", tflops / peak},
+      {"mfu", mfu_of(s, out.plan, iter)},
       {"bubble_fraction", out.exec.bubble_s / iter},
       {"bubble_s", out.exec.bubble_s},
       {"exposed_comm_s", out.exec.exposed_comm_s},
@@ -125,7 +182,90 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"simulated_ranks", static_cast<double>(out.exec.simulated_ranks.size())},
       {"events", static_cast<double>(out.exec.events)},
   };
+  if (s.variability.any()) {
+    const auto& g = out.variability.gpu_slowdown;
+    out.metrics.emplace_back("slowest_gpu_slowdown", g.empty() ? 1.0 : *std::max_element(g.begin(), g.end()));
+  }
+  if (s.faults.set) {
+    out.goodput = goodput_report(s, *out.topology, iter, fault_seed(s, 0));
+    add_goodput_metrics(out.metrics, *out.goodput);
+  }
   return out;
+}
+
+double quantile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = p * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+void run_samples(RunOutcome& run, int64_t n, int jobs, const RunOptions& opt) {
+  const Scenario& s = run.scenario;
+  n = std::max<int64_t>(1, n);
+  std::vector<std::string> keys = {"iteration_time_s", "mfu", "tokens_per_s"};
+  if (s.faults.set) keys.push_back("goodput");
+  std::vector<std::vector<double>> values(keys.size(), std::vector<double>(static_cast<size_t>(n)));
+  auto metric = [&](const char* k) {
+    for (const auto& [key, v] : run.metrics)
+      if (key == k) return v;
+    return 0.0;
+  };
+  for (size_t k = 0; k < keys.size(); ++k) values[k][0] = metric(keys[k].c_str());
+  RunOptions quiet = opt;
+  quiet.record_link_usage = false;
+  quiet.keep_spans = false;
+  const ExecOptions base = base_exec_options(s, quiet);
+  std::atomic<int64_t> next{1};
+  std::exception_ptr failure;
+  std::mutex failure_mu;
+  auto worker = [&] {
+    try {
+      Topology topo(s.cluster);
+      std::vector<double> nominal;
+      for (const Link& l : topo.links()) nominal.push_back(l.bandwidth);
+      for (int64_t i = next++; i < n; i = next++) {
+        const uint64_t seed = stream_seed(s.seed, static_cast<uint64_t>(i));
+        ExecOptions eo = base;
+        const VariabilityDraw d = draw_variability(s, run.plan.plan, topo, seed, opt.simulate_all_ranks);
+        apply_draw(d, topo, eo);
+        const ExecResult e = execute_plan(run.plan.plan, topo, eo);
+        for (auto [id, bw] : d.link_bandwidth) topo.set_link_bandwidth(id, nominal[id]);
+        const double iter = iteration_seconds(s, e);
+        const auto at = static_cast<size_t>(i);
+        values[0][at] = iter;
+        values[1][at] = mfu_of(s, run.plan, iter);
+        values[2][at] = tokens_per_iteration(s, run.plan) / iter;
+        if (s.faults.set) values[3][at] = goodput_report(s, topo, iter, fault_seed(s, i)).goodput;
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mu);
+      if (!failure) failure = std::current_exception();
+      next = n;
+    }
+  };
+  const int threads = static_cast<int>(std::clamp<int64_t>(jobs, 1, std::max<int64_t>(1, n - 1)));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  run.samples.clear();
+  for (int64_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < keys.size(); ++k)
+      run.samples.push_back(
+          SampleValue{i, stream_seed(s.seed, static_cast<uint64_t>(i)), keys[k], values[k][static_cast<size_t>(i)]});
+  run.metrics.emplace_back("samples", static_cast<double>(n));
+  for (size_t k = 0; k < keys.size(); ++k) {
+    double sum = 0;
+    for (double v : values[k]) sum += v;
+    run.metrics.emplace_back(keys[k] + "_p5", quantile(values[k], 0.05));
+    run.metrics.emplace_back(keys[k] + "_p50", quantile(values[k], 0.50));
+    run.metrics.emplace_back(keys[k] + "_p95", quantile(values[k], 0.95));
+    run.metrics.emplace_back(keys[k] + "_mean", sum / static_cast<double>(n));
+  }
 }
 
 Timeline make_timeline(const RunOutcome& run) {
@@ -138,6 +278,10 @@ Timeline make_timeline(const RunOutcome& run) {
   t.run.scenario_yaml = s.merged_yaml;
   t.run.seed = s.seed;
   t.run.metrics = run.metrics;
+  t.run.samples = run.samples;
+  if (run.goodput)
+    for (const FaultEvent& e : run.goodput->timeline.events)
+      t.run.faults.push_back(FaultSpan{e.start_s, e.end_s, e.kind, e.component});
   // Memory of each pipeline stage (every rank of a stage holds the same) and the GPU's,
   // for reports.
   t.run.metrics.emplace_back("gpu_memory_bytes", s.cluster.node.gpu.hbm_bytes);
@@ -297,7 +441,44 @@ std::string summary_table(const RunOutcome& run) {
       format_size(static_cast<int64_t>(get("peak_memory_per_gpu_bytes"))).c_str(), run.plan.memory.describe().c_str(),
       static_cast<long long>(run.exec.simulated_ranks.size()), static_cast<long long>(s.gpus()),
       static_cast<long long>(run.exec.events));
-  return buf;
+  std::string out = buf;
+  if (s.variability.any()) {
+    const VariabilityConfig& v = s.variability;
+    std::string what;
+    auto add = [&](const std::string& x) { what += (what.empty() ? "" : ", ") + x; };
+    if (v.gpu_speed.dist != "none") add("GPU speed " + v.gpu_speed.dist + " sigma " + format_number(v.gpu_speed.sigma));
+    if (v.link_speed.dist != "none")
+      add("link speed " + v.link_speed.dist + " sigma " + format_number(v.link_speed.sigma));
+    if (v.kernel_jitter > 0) add("kernel jitter " + format_number(v.kernel_jitter));
+    if (!v.stragglers.empty()) add(std::to_string(v.stragglers.size()) + " straggler(s)");
+    std::snprintf(buf, sizeof buf,
+                  "variability     %s; slowest GPU x%.3f; each simulated rank runs at the slowest of the ranks it "
+                  "stands for\n",
+                  what.c_str(), get("slowest_gpu_slowdown"));
+    out += buf;
+  }
+  if (get("samples") > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "samples         %lld draws: iteration p5 %.6f  p50 %.6f  p95 %.6f s; MFU p5 %.1f%%  p50 %.1f%%  "
+                  "p95 %.1f%%\n",
+                  static_cast<long long>(get("samples")), get("iteration_time_s_p5"), get("iteration_time_s_p50"),
+                  get("iteration_time_s_p95"), 100 * get("mfu_p5"), 100 * get("mfu_p50"), 100 * get("mfu_p95"));
+    out += buf;
+  }
+  if (run.goodput) {
+    const GoodputReport& g = *run.goodput;
+    std::snprintf(buf, sizeof buf,
+                  "goodput         %.1f%% of %.1f h: system MTBF %.2f h, %.1f failures; checkpoint %s in %.1f s every "
+                  "%.1f min (optimal %.1f, Young %.1f); lost %.2f h to checkpoints, %.2f h to restarts, %.2f h to "
+                  "rework; %.0f useful iterations per hour\n",
+                  100 * g.goodput, s.training.duration_s / 3600, g.system_mtbf_s / 3600, g.expected_failures,
+                  format_size(static_cast<int64_t>(g.checkpoint_bytes)).c_str(), g.checkpoint_write_s,
+                  g.checkpoint_interval_s / 60, g.optimal_interval_s / 60, g.young_interval_s / 60,
+                  g.lost_checkpoint_s / 3600, g.lost_restart_s / 3600, g.lost_rework_s / 3600,
+                  g.useful_iterations_per_hour);
+    out += buf;
+  }
+  return out;
 }
 
 std::string summary_json_line(const RunOutcome& run) {

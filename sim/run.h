@@ -3,13 +3,17 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "plan/training_planner.h"
 #include "reports/summary.h"
 #include "reports/timeline.h"
 #include "scenarios/scenario.h"
 #include "sim/executor.h"
+#include "sim/faults.h"
+#include "sim/variability.h"
 #include "topology/topology.h"
 
 namespace clustersim {
@@ -27,6 +31,9 @@ struct RunOutcome {
   TrainingPlan plan;
   ExecResult exec;
   Metrics metrics;  // in a fixed order; the --json fields
+  VariabilityDraw variability;           // this run's draw (empty without variability:)
+  std::optional<GoodputReport> goodput;  // with faults:
+  std::vector<SampleValue> samples;      // run_samples
 };
 
 RunOutcome run_training(const Scenario& s, const RunOptions& opt = {});
@@ -41,6 +48,14 @@ std::string scenario_relative_path(const Scenario& s, const std::string& path);
 void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network);
 // The scenario's collective algorithm, protocol and network model, as executor options.
 void collective_options(const Scenario& s, ExecOptions& eo);
+// Runs `n` seeded draws of the scenario's variability: the first is `run` itself (seed
+// stream 0 of the scenario's seed), the others go on `jobs` threads, each with its own
+// topology; the plan is shared. Adds `samples` and the p5 / p50 / p95 and mean of
+// iteration time, MFU and tokens/s (and goodput, with faults:) to run.metrics. The
+// same seed gives the same bytes whatever `jobs` is.
+void run_samples(RunOutcome& run, int64_t n, int jobs, const RunOptions& opt = {});
+// The p-th quantile (0..1) of `v`, linear between order statistics (v is sorted here).
+double quantile(std::vector<double> v, double p);
 Timeline make_timeline(const RunOutcome& run);
 // Writes output.sqlite and output.trace when the scenario names them.
 void write_outputs(const RunOutcome& run);

@@ -21,42 +21,11 @@
 #include "reports/progress.h"
 #include "reports/trace_writer.h"
 #include "scenarios/error.h"
+#include "sim/rng.h"
 #include "sim/run.h"
 
 namespace clustersim {
 namespace {
-
-// ---- seeded draws (splitmix64: the same bytes on every platform) ----------------------
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
-  double normal() { return std::sqrt(-2 * std::log(uniform())) * std::cos(2 * M_PI * uniform()); }
-  // Marsaglia & Tsang (2000); shape < 1 by the boost U^(1/shape).
-  double gamma(double shape) {
-    if (shape < 1) return gamma(shape + 1) * std::pow(uniform(), 1 / shape);
-    const double d = shape - 1.0 / 3, c = 1 / std::sqrt(9 * d);
-    for (;;) {
-      double x, v;
-      do {
-        x = normal();
-        v = 1 + c * x;
-      } while (v <= 0);
-      v = v * v * v;
-      const double u = uniform();
-      if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v;
-    }
-  }
-
- private:
-  uint64_t s_;
-};
 
 class LengthSampler {
  public:

@@ -98,6 +98,9 @@ class Topology {
   const GpuSpec& gpu() const { return spec_.node.gpu; }
   const ClusterGraph& graph() const { return graph_; }
   const std::vector<Link>& links() const { return links_; }
+  // A link's bandwidth, changed in place (variability: a slow cable). Routes and the
+  // search's costs keep the nominal bandwidth, as a fabric's routing does not see it.
+  void set_link_bandwidth(uint32_t id, double bandwidth) { links_[id].bandwidth = bandwidth; }
   const VertexProps& vertex(uint32_t v) const { return graph_[v]; }
 
   int num_gpus() const { return static_cast<int>(gpus_.size()); }

@@ -1,0 +1,277 @@
+// Variability, samples and faults against their closed forms (docs/model.md,
+// "Variability" and "Failures and goodput").
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "scenarios/error.h"
+#include "sim/faults.h"
+#include "sim/run.h"
+#include "sim/variability.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim {
+namespace {
+
+using testing::scenario_from_text;
+
+double metric(const RunOutcome& r, const std::string& key) {
+  for (const auto& [k, v] : r.metrics)
+    if (k == key) return v;
+  ADD_FAILURE() << "no metric " << key;
+  return 0;
+}
+
+// E[max of n i.i.d. exp(σZ)], Z standard normal: ∫ e^{σz} n φ(z) Φ(z)^{n-1} dz.
+double expected_max_lognormal(int n, double sigma) {
+  double sum = 0;
+  const double h = 1e-3;
+  for (double z = -10; z < 10; z += h) {
+    const double phi = std::exp(-z * z / 2) / std::sqrt(2 * M_PI);
+    const double cdf = 0.5 * std::erfc(-z / std::sqrt(2.0));
+    sum += std::exp(sigma * z) * n * phi * std::pow(cdf, n - 1) * h;
+  }
+  return sum;
+}
+
+// A data-parallel step whose compute dwarfs its communication: 32 micro-batches of a
+// four-layer GPT-3 1.3B per GPU, then the gradient all-reduce of a small model.
+std::string dp_scenario(int gpus, const std::string& variability) {
+  return "cluster: {preset: dgx-h100, nodes: " + std::to_string(gpus / 8) +
+         "}\n"
+         "model: {preset: gpt3-1.3b, layers: 4}\n"
+         "parallel: {dp: " +
+         std::to_string(gpus) +
+         "}\n"
+         "training: {global_batch: " +
+         std::to_string(gpus * 32) + ", step_overhead: 0s}\n" + variability;
+}
+
+// A synchronous step waits for its slowest GPU: with lognormal speeds, the step's mean
+// over draws is the nominal compute times E[max of N slowdowns], plus the communication
+// left exposed (which the slowdown does not stretch).
+TEST(Variability, ExpectedMaximumOfLognormalSpeedsSetsASynchronousStep) {
+  const double sigma = 0.05;
+  for (int n : {8, 64, 512, 4096}) {
+    const RunOutcome nominal = run_training(scenario_from_text(dp_scenario(n, ""), "var-nominal"));
+    const double t0 = metric(nominal, "iteration_time_s"), exposed = metric(nominal, "exposed_comm_s");
+    RunOutcome run = run_training(scenario_from_text(
+        dp_scenario(n, "variability: {gpu_speed: {dist: lognormal, sigma: 0.05}}\n"), "var-draws"));
+    EXPECT_EQ(metric(run, "simulated_ranks"), 1) << "symmetry must still hold for a data-parallel step";
+    run_samples(run, 200, 2);
+    const double predicted = (t0 - exposed) * expected_max_lognormal(n, sigma) + exposed;
+    EXPECT_NEAR(metric(run, "iteration_time_s_mean") / predicted, 1.0, 0.02)
+        << n << " GPUs: E[max] " << expected_max_lognormal(n, sigma) << ", t0 " << t0 << ", exposed " << exposed;
+  }
+}
+
+TEST(Variability, ZeroSpreadGivesIdenticalSamples) {
+  RunOutcome run = run_training(
+      scenario_from_text(dp_scenario(16, "variability: {gpu_speed: {dist: lognormal, sigma: 0}}\n"), "var-zero"));
+  run_samples(run, 8, 2);
+  const double t = metric(run, "iteration_time_s");
+  EXPECT_EQ(metric(run, "iteration_time_s_p5"), t);
+  EXPECT_EQ(metric(run, "iteration_time_s_p95"), t);
+  for (const SampleValue& v : run.samples) {
+    if (v.key == "iteration_time_s") {
+      EXPECT_EQ(v.value, t) << "sample " << v.sample;
+    }
+  }
+}
+
+TEST(Variability, SamplesAreTheSameWhateverTheThreads) {
+  const Scenario s = scenario_from_text(
+      dp_scenario(16, "variability: {gpu_speed: {dist: normal, sigma: 0.04}, kernel_jitter: 0.03}\n"), "var-jobs");
+  RunOutcome one = run_training(s), two = run_training(s);
+  run_samples(one, 9, 1);
+  run_samples(two, 9, 2);
+  ASSERT_EQ(one.samples.size(), two.samples.size());
+  for (size_t i = 0; i < one.samples.size(); ++i) EXPECT_EQ(one.samples[i].value, two.samples[i].value) << i;
+  EXPECT_LT(metric(one, "iteration_time_s_p5"), metric(one, "iteration_time_s_p95"));
+}
+
+// A named straggler stretches the step's compute by its slowdown.
+TEST(Variability, NamedStragglerSetsTheStep) {
+  const RunOutcome nominal = run_training(scenario_from_text(dp_scenario(16, ""), "var-nominal2"));
+  const double t0 = metric(nominal, "iteration_time_s"), exposed = metric(nominal, "exposed_comm_s");
+  for (const std::string& who : {std::string("gpu: 13"), std::string("node: 1")}) {
+    const RunOutcome slow = run_training(scenario_from_text(
+        dp_scenario(16, "variability: {stragglers: [{" + who + ", slowdown: 1.3}]}\n"), "var-straggler"));
+    EXPECT_NEAR(metric(slow, "iteration_time_s") / ((t0 - exposed) * 1.3 + exposed), 1.0, 0.01) << who;
+    EXPECT_DOUBLE_EQ(metric(slow, "slowest_gpu_slowdown"), 1.3);
+  }
+}
+
+// A simulated rank at the slowest of the ranks it stands for is exact where they meet at
+// every collective (data and tensor parallel), an upper bound across pipeline stages of
+// different replicas.
+TEST(Variability, SymmetricDrawIsExactForDataAndTensorParallelAndBoundsPipelines) {
+  const std::string var = "variability: {gpu_speed: {dist: lognormal, sigma: 0.08}}\nseed: 7\n";
+  RunOptions all;
+  all.simulate_all_ranks = true;
+  const Scenario dp_tp = scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+      "parallel: {tp: 4, dp: 4}\ntraining: {global_batch: 32}\n" + var, "var-dptp");
+  const RunOutcome a = run_training(dp_tp), b = run_training(dp_tp, all);
+  EXPECT_LT(metric(a, "simulated_ranks"), metric(b, "simulated_ranks"));
+  EXPECT_NEAR(metric(a, "iteration_time_s") / metric(b, "iteration_time_s"), 1.0, 1e-9);
+  const Scenario pp_dp = scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 8}\n"
+      "parallel: {tp: 2, pp: 4, dp: 2}\ntraining: {global_batch: 32}\n" + var, "var-ppdp");
+  const RunOutcome c = run_training(pp_dp), d = run_training(pp_dp, all);
+  EXPECT_GE(metric(c, "iteration_time_s"), metric(d, "iteration_time_s") * (1 - 1e-9));
+  EXPECT_LT(metric(c, "iteration_time_s") / metric(d, "iteration_time_s"), 1.10);
+}
+
+TEST(Variability, SlowLinkStretchesTheCollectivesThatCrossIt) {
+  const std::string base =
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+      "parallel: {dp: 16}\ntraining: {global_batch: 16, step_overhead: 0s}\n";
+  const RunOutcome nominal = run_training(scenario_from_text(base, "var-link0"));
+  const Topology topo(nominal.scenario.cluster);
+  std::string name;
+  for (const Link& l : topo.links())
+    if (l.cls == LinkClass::Network) {
+      name = topo.vertex(l.src).name + "<->" + topo.vertex(l.dst).name;
+      break;
+    }
+  ASSERT_FALSE(name.empty());
+  ASSERT_EQ(find_links(topo, name).size(), 2u);
+  const RunOutcome slow = run_training(scenario_from_text(
+      base + "variability: {stragglers: [{link: \"" + name + "\", slowdown: 8}]}\n", "var-link1"));
+  EXPECT_GT(metric(slow, "exposed_comm_s"), metric(nominal, "exposed_comm_s") * 1.5);
+  EXPECT_THROW(run_training(scenario_from_text(
+                   base + "variability: {stragglers: [{link: \"node0/nic0->nowhere\", slowdown: 2}]}\n", "var-link2")),
+               InputError);
+}
+
+TEST(Variability, BadInputIsRefusedWhereItIsWritten) {
+  const std::string base = "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\n";
+  for (const std::string& bad : {
+           std::string("variability: {gpu_speed: {dist: gamma, sigma: 0.1}}\n"),
+           std::string("variability: {gpu_speed: {dist: lognormal}}\n"),
+           std::string("variability: {stragglers: [{gpu: 8, slowdown: 2}]}\n"),
+           std::string("variability: {stragglers: [{gpu: 1}]}\n"),
+           std::string("variability: {stragglers: [{gpu: 1, node: 0, slowdown: 2}]}\n"),
+           std::string("variability: {kernel_jitter: -0.1}\n"),
+           std::string("faults: {gpu_mtbf: 50000h}\n"),
+           std::string("faults: {checkpoint_bandwidth: 10GB/s}\n"),
+           std::string("faults: {gpu_mtbf: 50000, checkpoint_bandwidth: 10GB/s}\n"),
+       }) {
+    try {
+      scenario_from_text(base + bad, "var-bad");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("s.yaml:"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---- faults --------------------------------------------------------------------------
+
+FaultParams params(double mtbf, double restart, double checkpoint) {
+  FaultParams p;
+  p.mtbf_s = mtbf;
+  p.restart_s = restart;
+  p.checkpoint_s = checkpoint;
+  p.gpus = 8;
+  p.nodes = 1;
+  p.links = 1;
+  p.gpus_per_node = 8;
+  p.node_share = 1;
+  return p;
+}
+
+// Young (1974): with δ ≪ M, goodput is highest at τ = √(2δM).
+TEST(Faults, GoodputPeaksAtYoungsInterval) {
+  for (auto [m, r, d] : {std::tuple{10 * 3600.0, 600.0, 60.0}, {3 * 3600.0, 300.0, 20.0}, {24 * 3600.0, 900.0, 120.0},
+                         {3600.0, 120.0, 5.0}}) {
+    const FaultParams p = params(m, r, d);
+    // The maximum on a fine grid of intervals, not the search's answer.
+    double best = 0, best_g = 0;
+    for (double tau = 1; tau < 20 * std::sqrt(2 * d * m); tau *= 1.001) {
+      const double g = expected_goodput(p, tau);
+      if (g > best_g) {
+        best_g = g;
+        best = tau;
+      }
+    }
+    EXPECT_NEAR(best / std::sqrt(2 * d * m), 1.0, 0.05) << "M " << m << " δ " << d;
+    EXPECT_NEAR(optimal_interval(p) / best, 1.0, 0.002);
+    EXPECT_NEAR(young_interval(p), std::sqrt(2 * d * m), 1e-9);
+  }
+}
+
+// The seeded timeline, over many failures, averages to Daly's expected goodput.
+TEST(Faults, SimulatedTimelineAveragesToTheExpectedGoodput) {
+  const FaultParams p = params(5 * 3600.0, 600.0, 40.0);
+  const double tau = optimal_interval(p);
+  const FaultTimeline t = simulate_faults(p, tau, 20000 * p.mtbf_s, 42, false);
+  EXPECT_GT(t.failures, 19000);
+  EXPECT_NEAR(t.goodput() / expected_goodput(p, tau), 1.0, 0.005);
+  EXPECT_TRUE(t.events.empty());
+}
+
+TEST(Faults, TimelineAccountsForEverySecond) {
+  FaultParams p = params(4 * 3600.0, 600.0, 30.0);
+  p.trace_s = {5000.0};
+  const double day = 86400;
+  const FaultTimeline t = simulate_faults(p, 1800, day, 3);
+  EXPECT_NEAR(t.useful_s + t.checkpoint_s + t.restart_s + t.lost_s, day, 1e-6);
+  int failures = 0;
+  bool trace_seen = false;
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    if (i) {
+      EXPECT_LE(t.events[i - 1].start_s, t.events[i].start_s);
+    }
+    EXPECT_LE(t.events[i].start_s, t.events[i].end_s);
+    EXPECT_LE(t.events[i].end_s, day + 1e-9);
+    failures += t.events[i].kind == "failure";
+    trace_seen |= t.events[i].kind == "failure" && t.events[i].start_s == 5000.0 && t.events[i].component == "trace";
+  }
+  EXPECT_EQ(failures, t.failures);
+  EXPECT_TRUE(trace_seen);
+}
+
+TEST(Faults, RunningOutOfSparesCostsRepairs) {
+  FaultParams p = params(2 * 3600.0, 600.0, 30.0);
+  p.repair_s = 8 * 3600.0;
+  const double unlimited = expected_goodput(p, 1800);
+  p.hot_spares = 0;
+  const double none = expected_goodput(p, 1800);
+  p.hot_spares = 8;
+  const double eight = expected_goodput(p, 1800);
+  EXPECT_LT(none, eight);
+  EXPECT_LT(eight, unlimited + 1e-12);
+  EXPECT_NEAR(effective_restart(p), 600 + 0.05113 * 8 * 3600, 5);  // a = 4 nodes away; P(Poisson(4) >= 8)
+  p.hot_spares = 0;
+  const FaultTimeline waits = simulate_faults(p, 1800, 1000 * p.mtbf_s, 5, false);
+  p.hot_spares = -1;
+  const FaultTimeline free = simulate_faults(p, 1800, 1000 * p.mtbf_s, 5, false);
+  EXPECT_LT(waits.goodput(), free.goodput());
+}
+
+// A training scenario with faults: reports goodput and a checkpoint interval of whole
+// iterations; its checkpoint is the weights and Adam's state.
+TEST(Faults, ScenarioReportsGoodputOverItsDuration) {
+  const RunOutcome r = run_training(scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\nparallel: {dp: 16}\n"
+      "training: {duration: 24h}\n"
+      "faults: {gpu_mtbf: 5000h, restart: 10min, checkpoint_bandwidth: 1GB/s, checkpoint_interval: auto}\n",
+      "faults-run"));
+  const double g = metric(r, "goodput"), iter = metric(r, "iteration_time_s");
+  EXPECT_GT(g, 0.5);
+  EXPECT_LT(g, 1.0);
+  const double k = metric(r, "checkpoint_interval_s") / iter;
+  EXPECT_NEAR(k, std::round(k), 1e-6);
+  EXPECT_NEAR(metric(r, "system_mtbf_s"), 5000 * 3600.0 / 16, 1e-3);
+  EXPECT_DOUBLE_EQ(metric(r, "checkpoint_bytes"), 14.0 * static_cast<double>(r.scenario.model.total_params()));
+  EXPECT_NEAR(metric(r, "checkpoint_write_s"), metric(r, "checkpoint_bytes") / 1e9, 1e-9);
+  ASSERT_TRUE(r.goodput.has_value());
+  EXPECT_FALSE(r.goodput->timeline.events.empty());
+}
+
+}  // namespace
+}  // namespace clustersim
