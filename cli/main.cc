@@ -48,6 +48,8 @@ constexpr const char* kUsage =
     "                                                (the same: clustersim-real S.yaml ...)\n"
     "  calibrate --suite gemm|attention|memory|launch|collectives|p2p|overlap|all --out P.yaml [--raw M.sqlite]\n"
     "            [--attention-from SDPA.yaml]           (take attention rows another stack measured)\n"
+    "            [--attention-backend cudnn|own|auto]   (which kernels to time; default auto: cuDNN's\n"
+    "                                                fused attention where it loads, CLUSTERSIM_ATTENTION)\n"
     "            [--passes N]\n"
     "                                                measure this GPU's kernels (and, on 2+ GPUs, NCCL's\n"
     "                                                collectives; overlap: kernels beside a waiting NCCL\n"

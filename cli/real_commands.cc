@@ -20,6 +20,7 @@
 #include "cli/output.h"
 #include "plan/training_planner.h"
 #include "real_backend/collective_bench.h"
+#include "real_backend/cudnn_attention.h"
 #include "real_backend/gpu_monitor.h"
 #include "real_backend/microbench.h"
 #include "real_backend/real_executor.h"
@@ -91,7 +92,7 @@ class RawStore {
 }  // namespace
 
 int cmd_calibrate(const std::vector<std::string>& args) {
-  std::string out, suite = "all", raw, attention_from;
+  std::string out, suite = "all", raw, attention_from, attention_backend_arg;
   int passes = real::MicrobenchOptions{}.passes;
   std::vector<std::string> argv = args;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -103,7 +104,14 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       raw = value_of(argv, i);
     else if (argv[i] == "--attention-from")
       attention_from = value_of(argv, i);
-    else if (argv[i] == "--passes") {
+    else if (argv[i] == "--attention-backend") {
+      attention_backend_arg = value_of(argv, i);
+      real::AttentionChoice c;
+      if (!real::parse_attention_choice(attention_backend_arg, c))
+        throw InputError(SourceMark{"--attention-backend", 0, 0},
+                         "'" + attention_backend_arg + "' is not an attention backend, expected cudnn, own or auto");
+      real::set_attention_choice(c);
+    } else if (argv[i] == "--passes") {
       const std::string v = value_of(argv, i);
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
@@ -156,8 +164,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   // fragment `calibrate/pytorch_reference.py --attention-table` writes: PyTorch SDPA), in
   // place of this backend's own kernel, with the backend it names.
   std::vector<AttentionPoint> borrowed;
-  std::string attention_backend = "clustersim fused attention (WMMA, tiles of 64)";
+  std::string attention_backend;  // measured here: which kernels ran (MicrobenchResult::attention_backend)
   if (!attention_from.empty()) {
+    if (!attention_backend_arg.empty())
+      throw InputError(SourceMark{"--attention-backend", 0, 0},
+                       "--attention-backend picks the kernels calibrate times, and --attention-from times none");
     check_output(SourceMark{"--out", 0, 0}, "--out", out, {raw, attention_from});
     const CalibrationProfile from = load_profile(attention_from, SourceMark{"--attention-from", 0, 0});
     if (!from.compute.measured || from.compute.measured->attention.empty())
@@ -190,6 +201,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   // its power cap) runs its compute-bound kernels slower than these tables say.
   real::GpuMonitor monitor({0});
   real::MicrobenchResult r = compute ? real::run_microbenchmarks(mo) : real::describe_device();
+  if (attention_backend.empty()) attention_backend = r.attention_backend;
   for (const AttentionPoint& a : borrowed)
     r.attention.push_back({a.backward, a.head_dim, a.seq, a.batch_heads, a.causal, a.seconds, a.group});
   const std::vector<real::GpuClockSummary> clocks = monitor.summary();
@@ -234,7 +246,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
                   "# defaults (calibrate/profiles/defaults.yaml).\n";
   y += "gpu: \"" + r.gpu + "\"\ndate: \"" + std::string(date) + "\"\ndriver: \"" + r.driver + "\"\ncuda: \"" + r.cuda +
        "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --passes " +
-       std::to_string(passes) + " --out " + out + "\"\n";
+       std::to_string(passes) + (attention_backend_arg.empty() ? "" : " --attention-backend " + attention_backend_arg) +
+       " --out " + out + "\"\n";
   if (compute && !clocks.empty() && clocks[0].available)
     y += "sm_clock_mhz: " + num(clocks[0].sm_mhz_median) + "  # median SM clock while the kernels were measured\n";
   y += "compute:\n";
@@ -387,6 +400,7 @@ RealHooks real_hooks() {
     rop.iterations = iterations;
     rop.warmup = warmup;
     real::RealResult r = real::run_plan(plan, rop);
+    if (!r.attention_backend.empty()) std::fprintf(stderr, "real: attention on %s\n", r.attention_backend.c_str());
     return RealRun{std::move(r.spans), r.median_iteration_s, r.device_name, std::move(r.clocks)};
   };
   h.run_serving = [](const Scenario& s, int iterations, int warmup, bool json) {

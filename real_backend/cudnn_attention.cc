@@ -23,10 +23,14 @@ namespace clustersim::real {
 const char* to_string(AttentionBackend b) { return b == AttentionBackend::Cudnn ? "cudnn" : "own"; }
 
 bool parse_attention_choice(const std::string& text, AttentionChoice& out) {
-  if (text == "auto") out = AttentionChoice::Auto;
-  else if (text == "own") out = AttentionChoice::Own;
-  else if (text == "cudnn") out = AttentionChoice::Cudnn;
-  else return false;
+  if (text == "auto")
+    out = AttentionChoice::Auto;
+  else if (text == "own")
+    out = AttentionChoice::Own;
+  else if (text == "cudnn")
+    out = AttentionChoice::Cudnn;
+  else
+    return false;
   return true;
 }
 
@@ -69,10 +73,10 @@ struct Api {
   cudnnStatus_t (*set_stream)(cudnnHandle_t, cudaStream_t) = nullptr;
   cudnnStatus_t (*create_desc)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t*) = nullptr;
   cudnnStatus_t (*destroy_desc)(cudnnBackendDescriptor_t) = nullptr;
-  cudnnStatus_t (*set_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
-                            int64_t, const void*) = nullptr;
-  cudnnStatus_t (*get_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
-                            int64_t, int64_t*, void*) = nullptr;
+  cudnnStatus_t (*set_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, int64_t,
+                            const void*) = nullptr;
+  cudnnStatus_t (*get_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, int64_t,
+                            int64_t*, void*) = nullptr;
   cudnnStatus_t (*finalize)(cudnnBackendDescriptor_t) = nullptr;
   cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) = nullptr;
 
@@ -289,8 +293,8 @@ class Graph {
   // The operation graph of every operation added, finalized for `handle`.
   cudnnBackendDescriptor_t graph(cudnnHandle_t handle) {
     cudnnBackendDescriptor_t g = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
-    set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
-        ops_.data(), "graph operations");
+    set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()), ops_.data(),
+        "graph operations");
     set(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
     done(g, "the operation graph (" + std::to_string(ops_.size()) + " operations)");
     return g;
@@ -589,8 +593,8 @@ std::unique_ptr<Plan> build_plan(const Api& api, size_t version, cudnnHandle_t h
     g.done(heur, mode_name);
     if (!g.ok()) break;
     int64_t count = 0;
-    cudnnStatus_t st = api.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                    nullptr);
+    cudnnStatus_t st =
+        api.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
     if (st != CUDNN_STATUS_SUCCESS) {
       tried += std::string(tried.empty() ? "" : "; ") + mode_name + ": " + api.describe(st);
       continue;
@@ -663,8 +667,8 @@ bool shape_ok(const AttentionShape& s, std::string* why) {
 // nullptr with `why` when there is none. `d` is locked by the caller.
 Plan* plan_for(const Api& api, Device& d, Elem e, const AttentionShape& s, bool backward, int64_t alignment,
                std::string* why) {
-  const PlanKey key{static_cast<int64_t>(e), s.batch,  s.heads,     s.kv_heads,          s.q_len,
-                    s.kv_len,                s.head_dim, s.causal ? 1 : 0, backward ? 1 : 0, alignment};
+  const PlanKey key{static_cast<int64_t>(e), s.batch,          s.heads,  s.kv_heads, s.q_len, s.kv_len, s.head_dim,
+                    s.causal ? 1 : 0,        backward ? 1 : 0, alignment};
   auto& slot = d.plans[key];
   if (!slot) slot = build_plan(api, runtime().load.version, d.handle, e, shape_of(s), backward, alignment);
   if (!slot->ok) {
@@ -701,8 +705,8 @@ void execute(const Api& api, Device& d, Plan& p, cudaStream_t stream, const std:
     st = api.set_attr(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()),
                       uids.data());
   if (st == CUDNN_STATUS_SUCCESS)
-    st = api.set_attr(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-                      static_cast<int64_t>(ptrs.size()), ptrs.data());
+    st = api.set_attr(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()),
+                      ptrs.data());
   if (st == CUDNN_STATUS_SUCCESS) st = api.set_attr(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
   if (st == CUDNN_STATUS_SUCCESS) st = api.finalize(vp);
   if (st == CUDNN_STATUS_SUCCESS) st = api.set_stream(d.handle, stream);
@@ -771,19 +775,27 @@ bool cudnn_attention_backward(Elem e, const AttentionShape& s, const void* q, co
   Device* d = device_or_why(*api, why);
   if (!d) return false;
   std::lock_guard<std::mutex> lock(d->mu);
-  Plan* p = plan_for(*api, *d, e, s, true,
-                     alignment_of({q, k, v, o, dout, stats, rowsum, dq_accum, dq16, dk16, dv16}), why);
+  Plan* p =
+      plan_for(*api, *d, e, s, true, alignment_of({q, k, v, o, dout, stats, rowsum, dq_accum, dq16, dk16, dv16}), why);
   if (!p) return false;
   // Before cuDNN 9.6 the caller zeroes the dQ accumulator; cuDNN does it since.
   if (runtime().load.version < 90600)
-    CS_CUDA(cudaMemsetAsync(dq_accum, 0,
-                            static_cast<size_t>(s.batch) * s.heads * s.q_len * s.head_dim * sizeof(float), stream));
+    CS_CUDA(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(s.batch) * s.heads * s.q_len * s.head_dim * sizeof(float),
+                            stream));
   const std::vector<int64_t> uids0{kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kRowSum, kDQAccum, kScale, kOne};
   std::vector<int64_t> uids = uids0;
-  std::vector<void*> ptrs{const_cast<void*>(q),     const_cast<void*>(k),    const_cast<void*>(v),
-                          const_cast<void*>(o),     const_cast<void*>(dout), const_cast<float*>(stats),
-                          dq16,                     dk16,                    dv16,
-                          rowsum,                   dq_accum,                &p->scale,
+  std::vector<void*> ptrs{const_cast<void*>(q),
+                          const_cast<void*>(k),
+                          const_cast<void*>(v),
+                          const_cast<void*>(o),
+                          const_cast<void*>(dout),
+                          const_cast<float*>(stats),
+                          dq16,
+                          dk16,
+                          dv16,
+                          rowsum,
+                          dq_accum,
+                          &p->scale,
                           &p->one};
   if (s.causal) uids.push_back(kNegInf), ptrs.push_back(&p->neg_inf);
   execute(*api, *d, *p, stream, uids, ptrs, "backward");
@@ -800,6 +812,21 @@ std::string cudnn_attention_plan_info(Elem e, const AttentionShape& s, bool back
   std::lock_guard<std::mutex> lock(d->mu);
   Plan* p = plan_for(*api, *d, e, s, backward, 16, &why);
   return p ? p->info : why;
+}
+
+std::string cudnn_attention_check_operations(Elem e, const AttentionShape& s, bool backward) {
+  std::string why;
+  if (!shape_ok(s, &why)) return why;
+  const Api* api = api_or_why(&why);
+  if (!api) return why;
+  Graph g(*api);
+  g.set_version(runtime().load.version);
+  const cudnnDataType_t io = e == Elem::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+  if (backward)
+    backward_graph(g, shape_of(s), io);
+  else
+    forward_graph(g, shape_of(s), io);
+  return g.error();
 }
 
 void set_cudnn_graph_variant(unsigned bits) {
@@ -841,6 +868,7 @@ bool cudnn_attention_backward(Elem, const AttentionShape&, const void*, const vo
   return false;
 }
 std::string cudnn_attention_plan_info(Elem, const AttentionShape&, bool) { return kNoHeaders; }
+std::string cudnn_attention_check_operations(Elem, const AttentionShape&, bool) { return kNoHeaders; }
 void set_cudnn_graph_variant(unsigned) {}
 
 #endif
@@ -859,9 +887,10 @@ std::string shape_text(const AttentionShape& s) {
 }
 
 [[noreturn]] void forced_fails(const AttentionShape& s, const std::string& why) {
-  throw RealBackendError("attention backend cudnn was asked for (CLUSTERSIM_ATTENTION or --attention-backend), but "
-                         "cuDNN cannot run " +
-                         shape_text(s) + ": " + why);
+  throw RealBackendError(
+      "attention backend cudnn was asked for (CLUSTERSIM_ATTENTION or --attention-backend), but "
+      "cuDNN cannot run " +
+      shape_text(s) + ": " + why);
 }
 
 }  // namespace
@@ -888,8 +917,7 @@ AttentionBackend run_attention_forward(Elem e, const AttentionShape& s, const vo
 
 AttentionBackend run_attention_backward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v,
                                         const void* o, const void* dout, const float* lse, float* delta, float* dq,
-                                        float* dk, float* dv, void* dq16, void* dk16, void* dv16,
-                                        cudaStream_t stream) {
+                                        float* dk, float* dv, void* dq16, void* dk16, void* dv16, cudaStream_t stream) {
   if (attention_backend_for(e, s) == AttentionBackend::Cudnn) {
     std::string why;
     if (cudnn_attention_backward(e, s, q, k, v, o, dout, lse, delta, dq, dq16, dk16, dv16, stream, &why))

@@ -41,8 +41,8 @@ void set_attention_choice(AttentionChoice c);
 // The library, loaded (or not) with the reason. `path` is what dlopen is given.
 struct CudnnLoad {
   bool available = false;
-  std::string reason;      // why not, when not available
-  size_t version = 0;      // cudnnGetVersion(), e.g. 91900
+  std::string reason;        // why not, when not available
+  size_t version = 0;        // cudnnGetVersion(), e.g. 91900
   std::string version_text;  // "9.19.0"
 };
 // Opens `path` and resolves every entry point used, then closes it again: what a load
@@ -73,6 +73,10 @@ bool cudnn_attention_supported(Elem e, const AttentionShape& s, std::string* why
 // Diagnostics: the engine cuDNN's heuristics chose for a shape (its plan's JSON, abridged,
 // with the workspace size), or why there is no plan.
 std::string cudnn_attention_plan_info(Elem e, const AttentionShape& s, bool backward);
+// Diagnostics without a GPU: builds and finalizes every tensor and operation of a graph
+// (the operation graph itself needs a handle, hence a GPU); "" when all finalize, else
+// what failed.
+std::string cudnn_attention_check_operations(Elem e, const AttentionShape& s, bool backward);
 // Diagnostics: build the graphs differently (bit 0: K read back for dQ in the i/o type
 // rather than fp32); drops every plan built so far. Also CLUSTERSIM_CUDNN_VARIANT.
 void set_cudnn_graph_variant(unsigned bits);
@@ -85,7 +89,6 @@ AttentionBackend run_attention_forward(Elem e, const AttentionShape& s, const vo
                                        void* o, float* lse, cudaStream_t stream);
 AttentionBackend run_attention_backward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v,
                                         const void* o, const void* dout, const float* lse, float* delta, float* dq,
-                                        float* dk, float* dv, void* dq16, void* dk16, void* dv16,
-                                        cudaStream_t stream);
+                                        float* dk, float* dv, void* dq16, void* dk16, void* dv16, cudaStream_t stream);
 
 }  // namespace clustersim::real

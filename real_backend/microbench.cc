@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <tuple>
 
 #include "real_backend/check.h"
+#include "real_backend/cudnn_attention.h"
 #include "real_backend/gemm.h"
 #include "real_backend/kernels.h"
 
@@ -255,7 +257,11 @@ MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
       const std::string what = "d" + std::to_string(d) + " s" + std::to_string(s) + " bh" + std::to_string(bh) +
                                (g > 1 ? " g" + std::to_string(g) : "");
       set_context("calibration attention " + what);
-      const std::string key = " bf16 " + what + " causal";
+      // cuDNN's fused attention where it runs the shape (its plans are built here, before
+      // any timing), else the own kernel; the raw store keys cuDNN's points apart.
+      const AttentionBackend backend = attention_backend_for(Elem::BF16, sh);
+      const std::string key = " bf16 " + what + " causal" +
+                              (backend == AttentionBackend::Cudnn ? " cudnn-" + cudnn_library().version_text : "");
       // Operands rotate through copies, as GEMMs' do: inside a step, K and V come from
       // HBM, not from an L2 that the previous run left them in (GQA's small K/V would).
       const size_t qe = static_cast<size_t>(bh * s * d), kve = qe / static_cast<size_t>(g),
@@ -276,18 +282,18 @@ MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
         return time_median(
             opt.warmup, opt.reps,
             [&](int i) {
-              attention_forward(Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i), at(o, qe, 2, i),
-                                reinterpret_cast<float*>(at(lse, re, 4, i)), nullptr);
+              run_attention_forward(Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i),
+                                    at(o, qe, 2, i), reinterpret_cast<float*>(at(lse, re, 4, i)), nullptr);
             },
             flush_l2);
       });
-      r.attention.push_back({false, d, s, bh, true, f, g});
+      r.attention.push_back({false, d, s, bh, true, f, g, attention_backend_name(backend)});
       tick("attention forward " + what);
       const double bw = take("attention backward" + key, [&] {
         return time_median(
             opt.warmup, opt.reps,
             [&](int i) {
-              attention_backward(
+              run_attention_backward(
                   Elem::BF16, sh, at(q, qe, 2, i), at(k, kve, 2, i), at(v, kve, 2, i), at(o, qe, 2, i),
                   at(dout, qe, 2, i), reinterpret_cast<float*>(at(lse, re, 4, i)),
                   reinterpret_cast<float*>(at(delta, re, 4, i)), reinterpret_cast<float*>(at(dq, qe, 4, i)),
@@ -296,7 +302,7 @@ MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
             },
             flush_l2);
       });
-      r.attention.push_back({true, d, s, bh, true, bw, g});
+      r.attention.push_back({true, d, s, bh, true, bw, g, attention_backend_name(backend)});
       tick("attention backward " + what);
     }
   }
@@ -385,6 +391,18 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   };
   combine(&MicrobenchResult::gemm, r.gemm);
   combine(&MicrobenchResult::attention, r.attention);
+  // The attention table's backend: one name, or each with its share of the points.
+  std::map<std::string, int> count;
+  for (const AttentionSample& a : r.attention) ++count[a.backend];
+  std::vector<std::pair<int, std::string>> by_count;
+  for (const auto& [name, n] : count) by_count.emplace_back(-n, name);
+  std::sort(by_count.begin(), by_count.end());  // the most points first
+  for (const auto& [n, name] : by_count) {
+    if (!r.attention_backend.empty()) r.attention_backend += "; ";
+    r.attention_backend += name;
+    if (by_count.size() > 1)
+      r.attention_backend += " (" + std::to_string(-n) + " of " + std::to_string(r.attention.size()) + " points)";
+  }
   combine(&MicrobenchResult::memory, r.memory);
   std::vector<double> gaps;
   for (const MicrobenchResult& run : runs) gaps.push_back(run.launch_gap_s);

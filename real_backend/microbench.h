@@ -22,7 +22,8 @@ struct AttentionSample {
   int64_t head_dim, seq, batch_heads;
   bool causal;
   double seconds;
-  int64_t group;  // query heads per K/V head
+  int64_t group;             // query heads per K/V head
+  std::string backend = {};  // attention_backend_name() of the kernels timed ("" for rows taken from elsewhere)
 };
 struct MemorySample {
   int64_t bytes;  // read + written
@@ -38,6 +39,9 @@ struct MicrobenchResult {
   std::string gpu, driver, cuda, nccl;
   std::vector<GemmSample> gemm;
   std::vector<AttentionSample> attention;  // bf16
+  // Which kernels the attention rows timed (cuDNN's fused attention where it loads and runs
+  // the shape, else the own kernel; cudnn_attention.h), for compute.attention_backend.
+  std::string attention_backend;
   std::vector<MemorySample> memory;
   double launch_gap_s = 0;
 };

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "real_backend/check.h"
+#include "real_backend/cudnn_attention.h"
 #include "real_backend/gemm.h"
 #include "real_backend/gpu_monitor.h"
 #include "real_backend/kernels.h"
@@ -124,6 +125,7 @@ struct RankRun {
   Buffers buf;
   std::array<ncclComm_t, kGroupKinds> comms{};
   std::vector<std::vector<std::pair<float, float>>> times;  // per timed iteration, per op: (start, end) ms
+  std::vector<int8_t> attention_backend;                    // per op: the AttentionBackend that ran it, -1 none
 };
 
 }  // namespace
@@ -208,6 +210,7 @@ class Runner {
     const size_t nops = rr.prog->ops.size();
     rr.begin.resize(nops);
     rr.end.resize(nops);
+    rr.attention_backend.assign(nops, -1);
     for (size_t i = 0; i < nops; ++i) {
       CS_CUDA(cudaEventCreate(&rr.begin[i]));
       CS_CUDA(cudaEventCreate(&rr.end[i]));
@@ -302,12 +305,17 @@ class Runner {
         const size_t qn = static_cast<size_t>(op.batch * op.heads * op.q_len * op.head_dim) * 2;
         const size_t kn = static_cast<size_t>(op.batch * op.kv_heads * op.kv_len * op.head_dim) * 2;
         const Elem e = elem_of(op.dtype);
+        // cuDNN's fused attention where it runs the shape, else the own kernel
+        // (cudnn_attention.h; one backend per shape, forward and backward alike).
+        AttentionBackend ran;
         if (op.phase != Phase::Backward) {
-          attention_forward(e, s, b.a, b.b, static_cast<char*>(b.b) + l.kv, c, b.f + l.lse, st);
+          ran = run_attention_forward(e, s, b.a, b.b, static_cast<char*>(b.b) + l.kv, c, b.f + l.lse, st);
         } else {
-          attention_backward(e, s, b.a, b.b, static_cast<char*>(b.b) + l.kv, c, c + qn, b.f + l.lse, b.f + l.delta,
-                             b.f + l.dq, b.f + l.dk, b.f + l.dv, c + 2 * qn, c + 3 * qn, c + 3 * qn + kn, st);
+          ran = run_attention_backward(e, s, b.a, b.b, static_cast<char*>(b.b) + l.kv, c, c + qn, b.f + l.lse,
+                                       b.f + l.delta, b.f + l.dq, b.f + l.dk, b.f + l.dv, c + 2 * qn, c + 3 * qn,
+                                       c + 3 * qn + kn, st);
         }
+        rr.attention_backend[i] = static_cast<int8_t>(ran);
         break;
       }
       case OpKind::Memory:
@@ -411,6 +419,17 @@ class Runner {
     std::sort(sorted.begin(), sorted.end());
     res.median_iteration_s = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
     res.clocks = monitor_.summary();
+    // Which kernels ran the plan's attention ops (each op's last iteration; every rank).
+    size_t n[2] = {0, 0};
+    for (const RankRun& rr : runs_)
+      for (int8_t b : rr.attention_backend)
+        if (b >= 0) ++n[static_cast<size_t>(b)];
+    for (AttentionBackend b : {AttentionBackend::Cudnn, AttentionBackend::Own}) {
+      const size_t k = n[static_cast<size_t>(b)];
+      if (k == 0) continue;
+      if (!res.attention_backend.empty()) res.attention_backend += "; ";
+      res.attention_backend += attention_backend_name(b) + " (" + std::to_string(k) + " ops)";
+    }
     return res;
   }
 

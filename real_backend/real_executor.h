@@ -1,5 +1,6 @@
 // The real backend: executes a Plan on local GPUs — every op of every rank, GEMMs through
-// cuBLASLt, attention through the fused kernels of kernels.cu, memory-bound ops through a
+// cuBLASLt, attention through cuDNN's fused attention where it loads and runs the shape
+// (cudnn_attention.h) or else the fused kernels of kernels.cu, memory-bound ops through a
 // kernel that moves exactly their bytes, collectives and send/recv through NCCL on one
 // communicator per group (ncclCommSplit of the world communicator), streams as CUDA
 // streams and dependencies as CUDA events. One thread per local GPU.
@@ -35,6 +36,9 @@ struct RealResult {
   std::string device_name;
   int devices = 0;
   std::vector<GpuClockSummary> clocks;  // per local GPU, over the timed iterations (NVML)
+  // The kernels that ran the attention ops, with their op counts over all ranks, e.g.
+  // "cudnn-9.19.0 fused flash attention (96 ops)"; "" when the plan has none.
+  std::string attention_backend;
 };
 
 // How this process takes part: the global ranks it runs (one thread each), their CUDA

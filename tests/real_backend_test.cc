@@ -4,13 +4,16 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <thread>
 
 #include "plan/training_planner.h"
 #include "real_backend/check.h"
+#include "real_backend/cudnn_attention.h"
 #include "real_backend/gemm.h"
 #include "real_backend/gpu_monitor.h"
 #include "real_backend/kernels.h"
@@ -319,6 +322,214 @@ TEST(RealBackend, GemmRateByInputScale) {
     CS_CUDA(cudaEventElapsedTime(&ms, s, e));
     std::printf("gemm 4096x2048x2048 inputs scale %.2f: %.1f us, %.1f TFLOP/s\n", scale, ms * 1e3 / 200,
                 2.0 * m * n * k * 200 / (ms * 1e-3) / 1e12);
+  }
+}
+
+}  // namespace
+}  // namespace clustersim::real
+
+namespace clustersim::real {
+namespace {
+
+// A library path that does not exist: the loader says so (no throw, no crash), with or
+// without a GPU, and with or without cuDNN's headers at build time.
+TEST(CudnnAttention, LoaderFailsCleanlyWithoutTheLibrary) {
+  const CudnnLoad l = probe_cudnn_library("/nonexistent/clustersim/libcudnn.so.9");
+  EXPECT_FALSE(l.available);
+  EXPECT_FALSE(l.reason.empty());
+  EXPECT_EQ(l.version, 0u);
+  std::printf("cuDNN from a missing path: %s\n", l.reason.c_str());
+  // A file that is not cuDNN: loads (or not) but lacks the entry points.
+  const CudnnLoad m = probe_cudnn_library("libm.so.6");
+  EXPECT_FALSE(m.available);
+  EXPECT_FALSE(m.reason.empty());
+}
+
+// Every tensor and operation of the forward and backward graphs finalizes, where cuDNN
+// loads (no GPU needed: only the operation graph takes a handle).
+TEST(CudnnAttention, OperationsFinalize) {
+  const CudnnLoad& l = cudnn_library();
+  if (!l.available) GTEST_SKIP() << "no cuDNN here: " << l.reason;
+  std::printf("cuDNN %s\n", l.version_text.c_str());
+  for (bool backward : {false, true})
+    for (const AttentionShape& s :
+         {AttentionShape{2, 8, 2, 256, 256, 128, true}, AttentionShape{1, 4, 4, 128, 128, 64, false}})
+      EXPECT_EQ(cudnn_attention_check_operations(Elem::BF16, s, backward), "") << (backward ? "backward" : "forward");
+}
+
+TEST(CudnnAttention, ChoiceNames) {
+  AttentionChoice c = AttentionChoice::Auto;
+  EXPECT_TRUE(parse_attention_choice("own", c));
+  EXPECT_EQ(c, AttentionChoice::Own);
+  EXPECT_TRUE(parse_attention_choice("cudnn", c));
+  EXPECT_EQ(c, AttentionChoice::Cudnn);
+  EXPECT_TRUE(parse_attention_choice("auto", c));
+  EXPECT_EQ(c, AttentionChoice::Auto);
+  EXPECT_FALSE(parse_attention_choice("flash", c));
+  EXPECT_EQ(attention_backend_name(AttentionBackend::Own).rfind("clustersim", 0), 0u);  // profile_warning's key
+}
+
+// ‖a − ref‖ / ‖ref‖ of n values, a in the element type (poisoned values give NaN: fail).
+double rel_l2(Elem e, const void* a, const float* ref, size_t n) {
+  std::vector<uint16_t> ha(n);
+  std::vector<float> hr(n);
+  CS_CUDA(cudaMemcpy(ha.data(), a, n * 2, cudaMemcpyDeviceToHost));
+  CS_CUDA(cudaMemcpy(hr.data(), ref, n * 4, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float x;
+    if (e == Elem::BF16) {
+      const uint32_t bits = static_cast<uint32_t>(ha[i]) << 16;
+      std::memcpy(&x, &bits, 4);
+    } else {  // IEEE half, by hand
+      const uint32_t h = ha[i], sign = (h >> 15) & 1, ex = (h >> 10) & 31, man = h & 1023;
+      const float mag = ex == 0    ? std::ldexp(static_cast<float>(man), -24)
+                        : ex == 31 ? (man ? std::nanf("") : INFINITY)
+                                   : std::ldexp(static_cast<float>(man | 1024), static_cast<int>(ex) - 25);
+      x = sign ? -mag : mag;
+    }
+    num += (static_cast<double>(x) - hr[i]) * (static_cast<double>(x) - hr[i]);
+    den += static_cast<double>(hr[i]) * hr[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+#define REQUIRE_CUDNN()                                                                          \
+  do {                                                                                           \
+    REQUIRE_GPU();                                                                               \
+    if (!cudnn_library().available) GTEST_SKIP() << "no cuDNN here: " << cudnn_library().reason; \
+  } while (0)
+
+// cuDNN's fused attention against the definition: MHA and GQA, head dims 64 and 128,
+// causal and not, bf16 (and fp16 once); forward output and dQ, dK, dV, every output
+// poisoned first. Through the dispatchers too: they pick cuDNN for both directions.
+TEST(CudnnAttention, MatchesTheReference) {
+  REQUIRE_CUDNN();
+  std::printf("cuDNN %s from %s\n", cudnn_library().version_text.c_str(),
+              std::getenv("CLUSTERSIM_CUDNN_LIBRARY") ? std::getenv("CLUSTERSIM_CUDNN_LIBRARY") : "libcudnn.so.9");
+  struct Case {
+    Elem e;
+    AttentionShape s;
+  };
+  std::vector<Case> cases;
+  for (int d : {64, 128}) {
+    cases.push_back({Elem::BF16, {2, 4, 4, 256, 256, d, true}});
+    cases.push_back({Elem::BF16, {1, 8, 2, 384, 384, d, true}});   // GQA, group 4
+    cases.push_back({Elem::BF16, {2, 4, 1, 256, 256, d, false}});  // MQA, no mask
+  }
+  cases.push_back({Elem::FP16, {1, 8, 2, 256, 256, 128, true}});
+  cases.push_back({Elem::BF16, {2, 4, 2, 200, 200, 64, true}});  // not a multiple of the tile: may be unsupported
+  int ran = 0;
+  for (const auto& [e, s] : cases) {
+    const std::string what = std::string(e == Elem::BF16 ? "bf16" : "fp16") + " b" + std::to_string(s.batch) + " h" +
+                             std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " s" +
+                             std::to_string(s.q_len) + " d" + std::to_string(s.head_dim) + (s.causal ? " causal" : "");
+    std::string why;
+    if (!cudnn_attention_supported(e, s, &why)) {
+      std::printf("%s: cuDNN does not run it: %s\n", what.c_str(), why.c_str());
+      // Say what the other graph variant gives, for diagnosis.
+      set_cudnn_graph_variant(1);
+      std::printf("  with variant 1: forward %s\n  backward %s\n", cudnn_attention_plan_info(e, s, false).c_str(),
+                  cudnn_attention_plan_info(e, s, true).c_str());
+      set_cudnn_graph_variant(0);
+      if (s.q_len % 64 == 0) ADD_FAILURE() << what << ": " << why;
+      continue;
+    }
+    std::printf("%s\n  forward: %s\n  backward: %s\n", what.c_str(), cudnn_attention_plan_info(e, s, false).c_str(),
+                cudnn_attention_plan_info(e, s, true).c_str());
+    const size_t qn = static_cast<size_t>(s.batch) * s.heads * s.q_len * s.head_dim;
+    const size_t kn = static_cast<size_t>(s.batch) * s.kv_heads * s.kv_len * s.head_dim;
+    const size_t rows = static_cast<size_t>(s.batch) * s.heads * s.q_len;
+    DeviceBuffer q(qn * 2), k(kn * 2), v(kn * 2), o(qn * 2), dout(qn * 2), stats(rows * 4), rowsum(rows * 4);
+    DeviceBuffer dq(qn * 4), dk(kn * 4), dv(kn * 4), dq16(qn * 2), dk16(kn * 2), dv16(kn * 2);
+    DeviceBuffer ro(qn * 4), rdq(qn * 4), rdk(kn * 4), rdv(kn * 4);
+    const uint64_t seed = 100 + static_cast<uint64_t>(ran) * 7;
+    fill_random(e, q.p, static_cast<int64_t>(qn), seed, 1.f, nullptr);
+    fill_random(e, k.p, static_cast<int64_t>(kn), seed + 1, 1.f, nullptr);
+    fill_random(e, v.p, static_cast<int64_t>(kn), seed + 2, 1.f, nullptr);
+    fill_random(e, dout.p, static_cast<int64_t>(qn), seed + 3, 1.f, nullptr);
+    reference_attention(e, s, q.p, k.p, v.p, ro.as<float>(), nullptr);
+    reference_attention_backward(e, s, q.p, k.p, v.p, dout.p, rdq.as<float>(), rdk.as<float>(), rdv.as<float>(),
+                                 nullptr);
+    for (int via_dispatch = 0; via_dispatch < 2; ++via_dispatch) {
+      CS_CUDA(cudaMemset(o.p, 0xff, qn * 2));  // NaN in bf16 and fp16
+      CS_CUDA(cudaMemset(dq16.p, 0xff, qn * 2));
+      CS_CUDA(cudaMemset(dk16.p, 0xff, kn * 2));
+      CS_CUDA(cudaMemset(dv16.p, 0xff, kn * 2));
+      CS_CUDA(cudaMemset(stats.p, 0xff, rows * 4));
+      if (via_dispatch) {
+        set_attention_choice(AttentionChoice::Auto);
+        EXPECT_EQ(run_attention_forward(e, s, q.p, k.p, v.p, o.p, stats.as<float>(), nullptr), AttentionBackend::Cudnn);
+        EXPECT_EQ(
+            run_attention_backward(e, s, q.p, k.p, v.p, o.p, dout.p, stats.as<float>(), rowsum.as<float>(),
+                                   dq.as<float>(), dk.as<float>(), dv.as<float>(), dq16.p, dk16.p, dv16.p, nullptr),
+            AttentionBackend::Cudnn);
+      } else {
+        ASSERT_TRUE(cudnn_attention_forward(e, s, q.p, k.p, v.p, o.p, stats.as<float>(), nullptr, &why)) << why;
+        ASSERT_TRUE(cudnn_attention_backward(e, s, q.p, k.p, v.p, o.p, dout.p, stats.as<float>(), rowsum.as<float>(),
+                                             dq.as<float>(), dq16.p, dk16.p, dv16.p, nullptr, &why))
+            << why;
+      }
+      CS_CUDA(cudaDeviceSynchronize());
+      const double eo = rel_l2(e, o.p, ro.as<float>(), qn), edq = rel_l2(e, dq16.p, rdq.as<float>(), qn),
+                   edk = rel_l2(e, dk16.p, rdk.as<float>(), kn), edv = rel_l2(e, dv16.p, rdv.as<float>(), kn);
+      std::printf("  %s: |err|/|ref| O %.2e dQ %.2e dK %.2e dV %.2e\n", via_dispatch ? "dispatch" : "direct", eo, edq,
+                  edk, edv);
+      const double tol = e == Elem::BF16 ? 2e-2 : 5e-3;
+      EXPECT_LT(eo, tol) << what;
+      EXPECT_LT(edq, 2 * tol) << what;
+      EXPECT_LT(edk, 2 * tol) << what;
+      EXPECT_LT(edv, 2 * tol) << what;
+      EXPECT_LT(max_relative_error(e, o.p, ro.as<float>(), static_cast<int64_t>(qn), 0.25), 3e-2) << what;
+    }
+    ++ran;
+  }
+  EXPECT_GT(ran, 0);
+}
+
+// cuDNN's rate on the shape RealBackend.AttentionRate times the own kernel on.
+TEST(CudnnAttention, Rate) {
+  REQUIRE_CUDNN();
+  for (int d : {128, 64}) {
+    AttentionShape s{2, 16, 16, 2048, 2048, d, true};
+    std::string why;
+    if (!cudnn_attention_supported(Elem::BF16, s, &why)) {
+      ADD_FAILURE() << why;
+      continue;
+    }
+    const size_t qn = static_cast<size_t>(s.batch * s.heads * s.q_len * s.head_dim), kn = qn;
+    const size_t rows = static_cast<size_t>(s.batch * s.heads * s.q_len);
+    DeviceBuffer q(qn * 2), k(kn * 2), v(kn * 2), o(qn * 2), dout(qn * 2), lse(rows * 4), rowsum(rows * 4);
+    DeviceBuffer dq(qn * 4), dq16(qn * 2), dk16(kn * 2), dv16(kn * 2);
+    for (void* p : {q.p, k.p, v.p, dout.p}) fill_random(Elem::BF16, p, static_cast<int64_t>(qn), 5, 1.f, nullptr);
+    auto fwd = [&] { cudnn_attention_forward(Elem::BF16, s, q.p, k.p, v.p, o.p, lse.as<float>(), nullptr, &why); };
+    auto bwd = [&] {
+      cudnn_attention_backward(Elem::BF16, s, q.p, k.p, v.p, o.p, dout.p, lse.as<float>(), rowsum.as<float>(),
+                               dq.as<float>(), dq16.p, dk16.p, dv16.p, nullptr, &why);
+    };
+    fwd();
+    bwd();
+    cudaEvent_t a, b, c;
+    CS_CUDA(cudaEventCreate(&a));
+    CS_CUDA(cudaEventCreate(&b));
+    CS_CUDA(cudaEventCreate(&c));
+    const int reps = 20;
+    CS_CUDA(cudaEventRecord(a));
+    for (int i = 0; i < reps; ++i) fwd();
+    CS_CUDA(cudaEventRecord(b));
+    for (int i = 0; i < reps; ++i) bwd();
+    CS_CUDA(cudaEventRecord(c));
+    CS_CUDA(cudaEventSynchronize(c));
+    float fwd_ms = 0, bwd_ms = 0;
+    CS_CUDA(cudaEventElapsedTime(&fwd_ms, a, b));
+    CS_CUDA(cudaEventElapsedTime(&bwd_ms, b, c));
+    const double flops = 4.0 * s.batch * s.heads * static_cast<double>(s.q_len) * s.kv_len * s.head_dim / 2;
+    std::printf(
+        "cuDNN attention b2 h16 s2048 d%d causal: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms "
+        "(%.1f TFLOP/s at 2.5x)\n",
+        d, fwd_ms / reps, flops / (fwd_ms / reps * 1e-3) / 1e12, bwd_ms / reps,
+        2.5 * flops / (bwd_ms / reps * 1e-3) / 1e12);
+    EXPECT_GT(flops / (fwd_ms / reps * 1e-3) / 1e12, 150.0);  // the own kernel reaches ~58
   }
 }
 
