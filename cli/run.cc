@@ -51,10 +51,9 @@ int cmd_run(const std::vector<std::string>& args) {
     std::cerr << s.mark("sweep").str()
               << ": warning: run simulates the scenario as written; sweep points are not run\n";
   if (s.inference) {
-    if (samples > 0)
-      throw UsageError("--samples draws a training scenario's variability: block; serving runs take one draw");
     check_output_paths(s);
-    const ServingResult r = run_serving(s, !s.output_sqlite.empty() || !s.output_trace.empty(), true);
+    ServingResult r = run_serving(s, !s.output_sqlite.empty() || !s.output_trace.empty(), true);
+    if (samples > 0) run_serving_samples(s, r, samples, jobs);
     write_serving_outputs(s, r);
     std::cout << (json ? serving_summary_json(s, r) + "\n" : serving_summary_table(s, r));
     return 0;

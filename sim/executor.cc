@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -48,11 +49,24 @@ struct Rendezvous {
   std::vector<std::pair<uint32_t, uint32_t>> members;  // (slot, op)
 };
 
+}  // namespace
+
+// A collective's cost on its group: its expansion into steps, and (analytic) its time
+// and the bytes each link carried.
 struct CollectiveResult {
   Expansion expansion;
   SimTime duration;  // analytic
   std::vector<std::pair<uint32_t, double>> link_bytes;
 };
+
+struct CollectiveCache {
+  std::mutex mu;
+  std::map<std::tuple<int32_t, int, int64_t>, CollectiveResult> memo;  // node-based: references stay valid
+};
+
+std::shared_ptr<CollectiveCache> make_collective_cache() { return std::make_shared<CollectiveCache>(); }
+
+namespace {
 
 constexpr uint32_t kWake = ~0u;  // Completion::slot of a network wake-up event
 
@@ -322,6 +336,20 @@ class Executor {
     const auto key = std::make_tuple(group, static_cast<int>(op.collective), op.bytes);
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
+    if (CollectiveCache* shared = opt_.collective_cache.get()) {
+      {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        auto s = shared->memo.find(key);
+        if (s != shared->memo.end()) return s->second;
+      }
+      CollectiveResult r = cost_collective(group, op);
+      std::lock_guard<std::mutex> lock(shared->mu);
+      return shared->memo.emplace(key, std::move(r)).first->second;  // a racing thread's equal result stays
+    }
+    return memo_.emplace(key, cost_collective(group, op)).first->second;
+  }
+
+  CollectiveResult cost_collective(int32_t group, const Op& op) {
     const auto& gpus = group_gpus_[static_cast<size_t>(group)];
     const GroupLayout layout = layout_of(topo_, gpus);
     const double bytes = static_cast<double>(op.bytes);
@@ -340,7 +368,7 @@ class Executor {
       r.duration = SimTime::from_seconds(choice.measured ? choice.predicted_s : cost.seconds);
       r.link_bytes = std::move(cost.link_bytes);
     }
-    return memo_.emplace(key, std::move(r)).first->second;
+    return r;
   }
 
   void complete(uint32_t slot, uint32_t op_index) {

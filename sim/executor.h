@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -25,6 +26,12 @@
 #include "topology/topology.h"
 
 namespace clustersim {
+
+// Collective costs shared by executions of one plan on topologies whose links are equal
+// (the draws of run --samples without link variability): a collective's cost does not
+// depend on when it runs, so later draws reuse what an earlier one computed. Thread-safe.
+struct CollectiveCache;
+std::shared_ptr<CollectiveCache> make_collective_cache();
 
 struct ExecOptions {
   ComputeProfile compute;
@@ -41,6 +48,7 @@ struct ExecOptions {
   std::vector<double> rank_slowdown;
   double kernel_jitter = 0;
   uint64_t jitter_seed = 0;
+  std::shared_ptr<CollectiveCache> collective_cache;  // empty: each execution costs its own
   // Called now and then with (ops done, ops in all) over the simulated ranks.
   std::function<void(uint64_t, uint64_t)> progress;
 };

@@ -217,7 +217,10 @@ void run_samples(RunOutcome& run, int64_t n, int jobs, const RunOptions& opt) {
   RunOptions quiet = opt;
   quiet.record_link_usage = false;
   quiet.keep_spans = false;
-  const ExecOptions base = base_exec_options(s, quiet);
+  ExecOptions base = base_exec_options(s, quiet);
+  bool links_vary = s.variability.link_speed.dist != "none";
+  for (const Straggler& st : s.variability.stragglers) links_vary |= st.kind == "link";
+  if (!links_vary) base.collective_cache = make_collective_cache();
   std::atomic<int64_t> next{1};
   std::exception_ptr failure;
   std::mutex failure_mu;
@@ -253,18 +256,22 @@ void run_samples(RunOutcome& run, int64_t n, int jobs, const RunOptions& opt) {
   for (std::thread& t : pool) t.join();
   if (failure) std::rethrow_exception(failure);
   run.samples.clear();
-  for (int64_t i = 0; i < n; ++i)
-    for (size_t k = 0; k < keys.size(); ++k)
-      run.samples.push_back(
-          SampleValue{i, stream_seed(s.seed, static_cast<uint64_t>(i)), keys[k], values[k][static_cast<size_t>(i)]});
-  run.metrics.emplace_back("samples", static_cast<double>(n));
+  add_sample_statistics(keys, values, s.seed, run.metrics, run.samples);
+}
+
+void add_sample_statistics(const std::vector<std::string>& keys, const std::vector<std::vector<double>>& values,
+                           uint64_t seed, Metrics& m, std::vector<SampleValue>& out) {
+  const size_t n = values.empty() ? 0 : values[0].size();
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < keys.size(); ++k) out.push_back(SampleValue{static_cast<int64_t>(i), stream_seed(seed, i), keys[k], values[k][i]});
+  m.emplace_back("samples", static_cast<double>(n));
   for (size_t k = 0; k < keys.size(); ++k) {
     double sum = 0;
     for (double v : values[k]) sum += v;
-    run.metrics.emplace_back(keys[k] + "_p5", quantile(values[k], 0.05));
-    run.metrics.emplace_back(keys[k] + "_p50", quantile(values[k], 0.50));
-    run.metrics.emplace_back(keys[k] + "_p95", quantile(values[k], 0.95));
-    run.metrics.emplace_back(keys[k] + "_mean", sum / static_cast<double>(n));
+    m.emplace_back(keys[k] + "_p5", quantile(values[k], 0.05));
+    m.emplace_back(keys[k] + "_p50", quantile(values[k], 0.50));
+    m.emplace_back(keys[k] + "_p95", quantile(values[k], 0.95));
+    m.emplace_back(keys[k] + "_mean", sum / static_cast<double>(n));
   }
 }
 

@@ -54,6 +54,10 @@ void collective_options(const Scenario& s, ExecOptions& eo);
 // iteration time, MFU and tokens/s (and goodput, with faults:) to run.metrics. The
 // same seed gives the same bytes whatever `jobs` is.
 void run_samples(RunOutcome& run, int64_t n, int jobs, const RunOptions& opt = {});
+// Adds `samples` and, for each key, the p5 / p50 / p95 and mean of its values over the
+// draws to `m`; one SampleValue per draw and key to `out` (draw i's seed stream_seed(seed, i)).
+void add_sample_statistics(const std::vector<std::string>& keys, const std::vector<std::vector<double>>& values,
+                           uint64_t seed, Metrics& m, std::vector<SampleValue>& out);
 // The p-th quantile (0..1) of `v`, linear between order statistics (v is sorted here).
 double quantile(std::vector<double> v, double p);
 Timeline make_timeline(const RunOutcome& run);

@@ -1,15 +1,20 @@
 #include "sim/serving.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <queue>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 
 #include "cost_models/compute.h"
@@ -23,6 +28,7 @@
 #include "scenarios/error.h"
 #include "sim/rng.h"
 #include "sim/run.h"
+#include "sim/variability.h"
 
 namespace clustersim {
 namespace {
@@ -401,6 +407,9 @@ class Engine {
   double kv_transfer_bytes() const { return transfer_bytes_; }
   void log_iterations() { log_ = true; }
   void show_progress(Progress* p) { progress_ = p; }
+  // Variability: replica i's GPU work takes slowdown[i] times as long (its slowest GPU
+  // sets the pace of its tensor- and pipeline-parallel collectives).
+  void set_replica_slowdown(std::vector<double> slowdown) { slow_ = std::move(slowdown); }
 
  private:
   void log_iteration(int rep, const std::vector<Work>& w, double start, double end) {
@@ -622,7 +631,7 @@ class Engine {
         for (int64_t id : r.running)
           if (reqs_[static_cast<size_t>(id)].finish < 0) w.push_back({id, step_, true});
       }
-      return cost_of(w);
+      return cost_of(w, rep);
     }
     // vLLM v1 schedules as Sarathi does (chunked prefill in a token budget, decodes
     // first); TensorRT-LLM's in-flight batching adds whole prompts after the decodes
@@ -664,7 +673,7 @@ class Engine {
     };
     if (prefill_first) {
       admit(budget);
-      if (!w.empty()) return cost_of(w);  // a prefill-only iteration
+      if (!w.empty()) return cost_of(w, rep);  // a prefill-only iteration
     }
     // Decodes (and, for sarathi, in-progress prefill chunks) of the running requests, in
     // admission order; when blocks run out the youngest is preempted, itself included.
@@ -688,10 +697,10 @@ class Engine {
     // Orca batches by request count alone (whole prompts join at any iteration); Sarathi
     // fills what is left of the token budget with prefill chunks.
     if (!prefill_first) admit(chunked || sch == "trtllm" ? budget : std::numeric_limits<int64_t>::max() / 2);
-    return cost_of(w);
+    return cost_of(w, rep);
   }
 
-  double cost_of(const std::vector<Work>& w) {
+  double cost_of(const std::vector<Work>& w, int rep) {
     if (w.empty()) return 0;
     int64_t tokens = 0, emitting = 0, context = 0, decodes = 0, prefill_tokens = 0;
     double attn = 0, draft_attn = 0;
@@ -717,6 +726,7 @@ class Engine {
       if (decodes > 0)
         t += static_cast<double>(c_.lookahead) * (draft_->dense(decodes, decodes) + draft_->decode_attention(context));
     }
+    if (!slow_.empty()) t *= slow_[static_cast<size_t>(rep / s_.parallel.pp)];
     // The engine's host work per step (scheduling, sampling, detokenization, launch):
     // the GPUs wait for it between iterations.
     return t + c_.iteration_overhead_s;
@@ -799,6 +809,7 @@ class Engine {
   double transfer_s_ = 0, transfer_bytes_ = 0;
   double now_ = 0;
   Progress* progress_ = nullptr;
+  std::vector<double> slow_;
   std::unique_ptr<FlowNetwork> flow_;
   std::unique_ptr<AnalyticNetwork> analytic_;
   double p2p_latency_ = 0;
@@ -828,7 +839,7 @@ double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch)
   return t;
 }
 
-ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress) {
+ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress, int64_t sample) {
   const InferenceConfig& c = s.serving;
   const int64_t pools = c.prefill_replicas + c.decode_replicas;
   if (pools > 0 && (c.prefill_replicas < 1 || c.decode_replicas < 1))
@@ -876,6 +887,23 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress)
   apply_calibration(s, eo.compute, eo.network);
   collective_options(s, eo);
   Topology topo(s.cluster);
+  std::vector<double> replica_slowdown;
+  if (sample == 0) {
+    const VariabilityConfig& v = s.variability;
+    bool link_straggler = false;
+    for (const Straggler& st : v.stragglers) link_straggler |= st.kind == "link";
+    if (v.link_speed.dist != "none" || v.kernel_jitter > 0 || link_straggler)
+      std::cerr << s.mark("variability").str()
+                << ": warning: a serving run draws gpu_speed and GPU or node stragglers per replica; link_speed, "
+                   "link stragglers and kernel_jitter apply to training runs only\n";
+  }
+  if (s.variability.any()) {
+    // Each replica runs at its slowest GPU (docs/model.md, "Variability").
+    const std::vector<double> gpu = draw_gpu_slowdowns(s, topo, stream_seed(s.seed, static_cast<uint64_t>(sample)));
+    const int64_t per = s.parallel.tp * s.parallel.pp;
+    for (int64_t r = 0; r < replicas; ++r)
+      replica_slowdown.push_back(*std::max_element(gpu.begin() + r * per, gpu.begin() + (r + 1) * per));
+  }
   IterationCost cost(s, s.model, topo, eo);
   std::unique_ptr<IterationCost> draft;
   if (draft_model) draft = std::make_unique<IterationCost>(s, *draft_model, topo, eo);
@@ -900,6 +928,7 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress)
   const std::vector<Arrival> arrivals = make_arrivals(s);
   Engine engine(s, cost, draft.get(), blocks, topo, eo.network);
   if (log_iterations) engine.log_iterations();
+  if (!replica_slowdown.empty()) engine.set_replica_slowdown(replica_slowdown);
   Progress bar("serving", static_cast<int64_t>(arrivals.size()), progress);
   if (progress) engine.show_progress(&bar);
   ServingResult r = engine.run(arrivals);
@@ -951,6 +980,40 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress)
   return r;
 }
 
+void run_serving_samples(const Scenario& s, ServingResult& first, int64_t n, int jobs) {
+  n = std::max<int64_t>(1, n);
+  const std::vector<std::string> keys = {"ttft_s_p50",     "ttft_s_p99",      "tpot_s_p50",
+                                         "tpot_s_p99",     "e2e_s_p50",       "throughput_tokens_per_s",
+                                         "goodput_requests_per_s", "slo_attainment"};
+  std::vector<std::vector<double>> values(keys.size(), std::vector<double>(static_cast<size_t>(n)));
+  auto take = [&](const Metrics& m, int64_t i) {
+    for (size_t k = 0; k < keys.size(); ++k)
+      for (const auto& [key, v] : m)
+        if (key == keys[k]) values[k][static_cast<size_t>(i)] = v;
+  };
+  take(first.metrics, 0);
+  std::atomic<int64_t> next{1};
+  std::exception_ptr failure;
+  std::mutex failure_mu;
+  auto worker = [&] {
+    try {
+      for (int64_t i = next++; i < n; i = next++) take(run_serving(s, false, false, i).metrics, i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mu);
+      if (!failure) failure = std::current_exception();
+      next = n;
+    }
+  };
+  const int threads = static_cast<int>(std::clamp<int64_t>(jobs, 1, std::max<int64_t>(1, n - 1)));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  first.samples.clear();
+  add_sample_statistics(keys, values, s.seed, first.metrics, first.samples);
+}
+
 void write_serving_outputs(const Scenario& s, const ServingResult& r) {
   ServingRecord rec;
   rec.run.name = s.name;
@@ -959,6 +1022,7 @@ void write_serving_outputs(const Scenario& s, const ServingResult& r) {
   rec.run.scenario_yaml = s.merged_yaml;
   rec.run.seed = s.serving.arrival_seed;
   rec.run.metrics = r.metrics;
+  rec.run.samples = r.samples;
   for (const ServedRequest& q : r.requests)
     rec.requests.push_back({q.replica, q.arrival, q.first_token, q.finish, q.prompt, q.output, q.preemptions});
   rec.iterations = r.iteration_log;

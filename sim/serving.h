@@ -43,11 +43,18 @@ struct ServingResult {
   int64_t prefix_tokens_reused = 0;                 // prompt tokens not prefilled thanks to the cache
   Metrics metrics;                                  // flat: throughput, percentiles, ...
   std::vector<IterationRow> iteration_log;          // when asked for (output files)
+  std::vector<SampleValue> samples;                 // run_serving_samples
 };
 
 // Throws InputError for settings not modelled (pipeline-parallel replicas in
 // disaggregated pools, context parallelism) and for a model that does not fit.
-ServingResult run_serving(const Scenario& s, bool log_iterations = false, bool progress = false);
+// `sample`: which seeded draw of the scenario's variability: block (0: the first).
+ServingResult run_serving(const Scenario& s, bool log_iterations = false, bool progress = false,
+                          int64_t sample = 0);
+// Runs draws 1..n-1 of the variability beside `first` (draw 0) on `jobs` threads and adds
+// the p5 / p50 / p95 and mean over draws of the latency percentiles, throughput and SLO
+// goodput to first.metrics. Arrivals are the same in every draw.
+void run_serving_samples(const Scenario& s, ServingResult& first, int64_t n, int jobs);
 // The time of one iteration of `batch` on one replica, as the engine costs it: the
 // memoized attention-free plan on the executor plus the batch's attention kernels.
 double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch);

@@ -42,18 +42,31 @@ std::vector<uint32_t> find_links(const Topology& topo, const std::string& name) 
   return out;
 }
 
+std::vector<double> draw_gpu_slowdowns(const Scenario& s, const Topology& topo, uint64_t seed) {
+  const VariabilityConfig& v = s.variability;
+  const int gpus = topo.num_gpus();
+  std::vector<double> out(static_cast<size_t>(gpus), 1.0);
+  Rng rng(stream_seed(seed, 1));
+  for (int g = 0; g < gpus; ++g) out[static_cast<size_t>(g)] = 1.0 / draw_speed(v.gpu_speed, rng);
+  for (const Straggler& st : v.stragglers) {
+    if (st.kind == "gpu") {
+      out[static_cast<size_t>(st.index)] *= st.slowdown;
+    } else if (st.kind == "node") {
+      const int per = topo.gpus_per_node();
+      for (int g = static_cast<int>(st.index) * per; g < (static_cast<int>(st.index) + 1) * per; ++g)
+        out[static_cast<size_t>(g)] *= st.slowdown;
+    }
+  }
+  return out;
+}
+
 VariabilityDraw draw_variability(const Scenario& s, const Plan& plan, const Topology& topo, uint64_t seed,
                                  bool all_ranks) {
   const VariabilityConfig& v = s.variability;
   VariabilityDraw d;
   d.kernel_jitter = v.kernel_jitter;
   d.jitter_seed = stream_seed(seed, 3);
-  const int gpus = topo.num_gpus();
-  d.gpu_slowdown.assign(static_cast<size_t>(gpus), 1.0);
-  {
-    Rng rng(stream_seed(seed, 1));
-    for (int g = 0; g < gpus; ++g) d.gpu_slowdown[static_cast<size_t>(g)] = 1.0 / draw_speed(v.gpu_speed, rng);
-  }
+  d.gpu_slowdown = draw_gpu_slowdowns(s, topo, seed);
   std::vector<double> link_factor;
   if (v.link_speed.dist != "none") {
     Rng rng(stream_seed(seed, 2));
@@ -61,21 +74,14 @@ VariabilityDraw draw_variability(const Scenario& s, const Plan& plan, const Topo
     for (double& f : link_factor) f = draw_speed(v.link_speed, rng);
   }
   for (const Straggler& st : v.stragglers) {
-    if (st.kind == "gpu") {
-      d.gpu_slowdown[static_cast<size_t>(st.index)] *= st.slowdown;
-    } else if (st.kind == "node") {
-      const int per = topo.gpus_per_node();
-      for (int g = static_cast<int>(st.index) * per; g < (static_cast<int>(st.index) + 1) * per; ++g)
-        d.gpu_slowdown[static_cast<size_t>(g)] *= st.slowdown;
-    } else {
-      const std::vector<uint32_t> ids = find_links(topo, st.link);
-      if (ids.empty())
-        throw InputError(st.mark, "straggler link '" + st.link + "' is not in the cluster, expected \"SRC->DST\" or "
-                                  "\"SRC<->DST\" with vertex names such as node0/nic0 (the links table of "
-                                  "output.sqlite lists them)");
-      if (link_factor.empty()) link_factor.assign(topo.links().size(), 1.0);
-      for (uint32_t id : ids) link_factor[id] /= st.slowdown;
-    }
+    if (st.kind != "link") continue;
+    const std::vector<uint32_t> ids = find_links(topo, st.link);
+    if (ids.empty())
+      throw InputError(st.mark, "straggler link '" + st.link + "' is not in the cluster, expected \"SRC->DST\" or "
+                                "\"SRC<->DST\" with vertex names such as node0/nic0 (the links table of "
+                                "output.sqlite lists them)");
+    if (link_factor.empty()) link_factor.assign(topo.links().size(), 1.0);
+    for (uint32_t id : ids) link_factor[id] /= st.slowdown;
   }
   for (size_t l = 0; l < link_factor.size(); ++l)
     if (link_factor[l] != 1.0)

@@ -37,6 +37,10 @@ struct VariabilityDraw {
 VariabilityDraw draw_variability(const Scenario& s, const Plan& plan, const Topology& topo, uint64_t seed,
                                  bool all_ranks);
 
+// Each GPU's slowdown for one draw: 1 / its drawn speed, times the stragglers naming it or
+// its node.
+std::vector<double> draw_gpu_slowdowns(const Scenario& s, const Topology& topo, uint64_t seed);
+
 // The link ids a straggler's `link:` names ("A->B": that direction; "A<->B": both).
 std::vector<uint32_t> find_links(const Topology& topo, const std::string& name);
 

@@ -1,0 +1,75 @@
+// `run --samples N` and `faults:` through the command line: the --json fields, the
+// samples and faults tables, the trace's fault track, the same bytes whatever --jobs.
+#include <sqlite3.h>
+
+#include "cli_harness.h"
+
+namespace {
+
+class SamplesCliTest : public CliTest {};
+
+int64_t count_rows(const std::string& db_path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  int64_t n = -1;
+  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+      n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return n;
+}
+
+const char* kTraining =
+    "cluster: {preset: dgx-h100, nodes: 2}\n"
+    "model: {preset: gpt3-1.3b, layers: 4}\n"
+    "parallel: {dp: 16}\n"
+    "training: {global_batch: 64, duration: 12h}\n"
+    "variability: {gpu_speed: {dist: lognormal, sigma: 0.05}, kernel_jitter: 0.02}\n"
+    "faults: {gpu_mtbf: 2000h, restart: 10min, checkpoint_bandwidth: 2GB/s}\n";
+
+TEST_F(SamplesCliTest, SamplesReportPercentilesAndTheSameBytesWhateverTheJobs) {
+  const std::string s = scenario("s.yaml", kTraining);
+  const CliResult one = cli("run " + quote(s) + " --samples 6 --jobs 1 --json");
+  ASSERT_EQ(one.code, 0) << one;
+  for (const char* k : {"iteration_time_s_p5", "iteration_time_s_p50", "iteration_time_s_p95", "mfu_p5", "mfu_p50",
+                        "mfu_p95", "tokens_per_s_p5", "tokens_per_s_p50", "tokens_per_s_p95", "goodput",
+                        "checkpoint_interval_s", "goodput_p50"})
+    EXPECT_GT(json_field(one.out, k), -1e9) << k << "\n" << one.out;
+  EXPECT_LE(json_field(one.out, "iteration_time_s_p5"), json_field(one.out, "iteration_time_s_p50"));
+  EXPECT_LE(json_field(one.out, "iteration_time_s_p50"), json_field(one.out, "iteration_time_s_p95"));
+  EXPECT_GT(json_field(one.out, "goodput"), 0);
+  EXPECT_LT(json_field(one.out, "goodput"), 1);
+  EXPECT_EQ(count_rows(sqlite_path(), "SELECT count(*) FROM samples"), 6 * 4);
+  EXPECT_EQ(count_rows(sqlite_path(), "SELECT count(DISTINCT seed) FROM samples"), 6);
+  EXPECT_GT(count_rows(sqlite_path(), "SELECT count(*) FROM faults WHERE kind = 'checkpoint'"), 0);
+  EXPECT_NE(read_file(trace_path()).find("faults (job wall clock)"), std::string::npos);
+  const CliResult two = cli("run " + quote(s) + " --samples 6 --jobs 2 --json");
+  ASSERT_EQ(two.code, 0) << two;
+  EXPECT_EQ(one.out, two.out);
+  const CliResult table = cli("run " + quote(s) + " --samples 6");
+  EXPECT_NE(table.out.find("samples         6 draws"), std::string::npos) << table;
+  EXPECT_NE(table.out.find("goodput "), std::string::npos) << table;
+}
+
+TEST_F(SamplesCliTest, ServingSamplesReportLatencyPercentilesOverDraws) {
+  const std::string s = write(
+      "serve.yaml",
+      "cluster: {preset: dgx-h100}\nmodel: {preset: llama3-8b}\nparallel: {tp: 1}\n"
+      "inference: {replicas: 8, requests: 200, arrivals: {rate_per_s: 40}}\n"
+      "variability: {gpu_speed: {dist: lognormal, sigma: 0.1}}\n");
+  const CliResult r = cli("run " + quote(s) + " --samples 5 --jobs 2 --json");
+  ASSERT_EQ(r.code, 0) << r;
+  for (const char* k : {"ttft_s_p50_p5", "ttft_s_p50_p95", "tpot_s_p99_p50", "slo_attainment_p50", "samples"})
+    EXPECT_GT(json_field(r.out, k), -1e9) << k << "\n" << r.out;
+  EXPECT_LT(json_field(r.out, "tpot_s_p50_p5"), json_field(r.out, "tpot_s_p50_p95")) << r.out;
+}
+
+TEST_F(SamplesCliTest, BadSampleCountsAreUsageErrors) {
+  const std::string s = write("s.yaml", kTraining);
+  for (const char* bad : {"--samples 0", "--samples x", "--samples", "--jobs 0"})
+    expect_usage_error(cli("run " + quote(s) + " " + bad), bad[2] == 's' ? "--samples" : "--jobs");
+}
+
+}  // namespace
