@@ -13,6 +13,16 @@ namespace clustersim {
 
 enum class FfnType : uint8_t { Gelu, Swiglu };
 
+// How the router spreads tokens over experts (plan/moe_routing.h; docs/model.md, "MoE
+// routing skew").
+struct MoeRouting {
+  std::string dist = "even";      // even (every expert its exact share) | uniform | zipf | histogram
+  double alpha = 1.0;             // zipf: popularity of the k-th most popular expert ∝ k^-alpha
+  std::vector<double> histogram;  // histogram: each expert's relative load, as measured
+  bool dropless = true;           // false: capacity_factor caps each expert, the rest is dropped
+  uint64_t seed = 1;              // the scenario's seed
+};
+
 struct MoeConfig {
   int64_t experts = 0;  // 0: a dense model
   int64_t top_k = 0;
@@ -20,6 +30,7 @@ struct MoeConfig {
   int64_t expert_ffn_hidden = 0;
   double capacity_factor = 1.0;  // tokens an expert takes, relative to a perfectly even split
   int64_t dense_layers = 0;      // leading layers that keep a dense MLP (DeepSeek: 3)
+  MoeRouting routing;
 };
 
 struct ModelConfig {

@@ -7,6 +7,8 @@
 #include <map>
 #include <tuple>
 
+#include "plan/moe_routing.h"
+
 namespace clustersim {
 namespace {
 
@@ -270,6 +272,9 @@ class StageBuilder {
   }
 
   double model_flops() const { return model_flops_; }
+  // The hot EP rank's load summed over this stage's forward MoE layers, and their count.
+  double moe_load_sum() const { return load_sum_; }
+  int64_t moe_load_count() const { return load_count_; }
 
  private:
   static constexpr uint32_t kNone = ~0u;
@@ -635,17 +640,45 @@ class StageBuilder {
                      moe_forward(L, ph, tp_gather("allgather-mlp-input", ph, L, ln)));
   }
 
+  // The MoE layer's work on the most-loaded EP rank of this (layer, micro-batch): tokens
+  // per local expert, the grouped GEMM's useful fraction, and the all-to-all's scale.
+  // An even router pads every expert to capacity_factor × its share (useful 1/capacity);
+  // a skewed one (plan/moe_routing.h) processes the hot rank's tokens, which every rank's
+  // combine all-to-all waits for.
+  struct ExpertLoad {
+    int64_t per_expert = 0;
+    double useful = 1, a2a_scale = 1;
+  };
+  ExpertLoad expert_load(int32_t L, bool forward) {
+    const MoeConfig& moe = m_.moe;
+    const int64_t routed = tokens_ * l_.ep * moe.top_k;
+    const double even = static_cast<double>(routed) / static_cast<double>(moe.experts);
+    ExpertLoad e;
+    if (moe.routing.dist == "even") {
+      e.per_expert = static_cast<int64_t>(std::ceil(even * moe.capacity_factor));
+      e.useful = 1.0 / moe.capacity_factor;
+      return e;
+    }
+    const double hot = moe_hot_rank_load(moe, routed, l_.ep, L, mb_);
+    if (forward) {
+      load_sum_ += hot;
+      ++load_count_;
+    }
+    e.per_expert = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(even * hot)));
+    e.a2a_scale = hot;
+    return e;
+  }
   uint32_t moe_forward(int32_t L, Phase ph, uint32_t in) {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     const MoeConfig& moe = m_.moe;
     const int64_t local = moe.experts / l_.ep;
-    const double cap = moe.capacity_factor;
-    const int64_t per_expert = static_cast<int64_t>(
-        std::ceil(static_cast<double>(tokens_ * l_.ep * moe.top_k) * cap / static_cast<double>(moe.experts)));
+    const ExpertLoad load = expert_load(L, true);
+    const int64_t per_expert = load.per_expert;
+    const double cap = 1.0 / load.useful;
     const int64_t fe = moe.expert_ffn_hidden / t_;
     uint32_t router = add_gemm("moe-router", ph, L, tokens_, moe.experts, h, deps(in), 1, 1.0, act_dtype_);
-    const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_);
+    const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_) * load.a2a_scale;
     uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                                          ph, L, a2a, deps(router))
                               : add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
@@ -696,11 +729,11 @@ class StageBuilder {
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     const MoeConfig& moe = m_.moe;
     const int64_t local = moe.experts / l_.ep;
-    const double cap = moe.capacity_factor;
-    const int64_t per_expert = static_cast<int64_t>(
-        std::ceil(static_cast<double>(tokens_ * l_.ep * moe.top_k) * cap / static_cast<double>(moe.experts)));
+    const ExpertLoad load = expert_load(L, false);
+    const int64_t per_expert = load.per_expert;
+    const double cap = 1.0 / load.useful;
     const int64_t fe = moe.expert_ffn_hidden / t_;
-    const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_);
+    const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_) * load.a2a_scale;
     uint32_t comb = l_.ep > 1 ? add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP,
                                          ep_stream(), Phase::Backward, L, a2a, deps(dy))
                               : add_memory("moe-unpermute-backward", Phase::Backward, L, a2a, a2a, 0, deps(dy));
@@ -1164,6 +1197,8 @@ class StageBuilder {
   int64_t e_ = 2, t_ = 1, tokens_ = 0, seq_tokens_ = 0, vocab_local_ = 0, mlp_in_ = 0, qkv_ = 0;
   DType grad_dtype_ = DType::FP32;
   int32_t mb_ = -1;
+  double load_sum_ = 0;  // the hot EP rank's load over the forward MoE layers built
+  int64_t load_count_ = 0;
   uint32_t prev_ = kNone;
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;
@@ -1373,7 +1408,8 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
           plan.mirror_of[static_cast<size_t>(rank_of(t, c, d, p))] =
               symmetric ? rank_of(t, c, 0, p) : rank_of(t, c, d, p);
 
-  double model_flops = 0;
+  double model_flops = 0, load_sum = 0;
+  int64_t load_count = 0;
   for (int64_t p = 0; p < l.pp; ++p) {
     plan.programs.emplace_back();
     Program& prog = plan.programs.back();
@@ -1381,11 +1417,14 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
     StageBuilder b(plan, prog, m, l, p, adam);
     b.build();
     model_flops += b.model_flops();
+    load_sum += b.moe_load_sum();
+    load_count += b.moe_load_count();
     for (const Op& op : prog.ops)
       if (op.kind == OpKind::Gemm || op.kind == OpKind::Attention)
         tp.hardware_flops_per_rank += op.flops / static_cast<double>(l.pp);
   }
   tp.model_flops_per_rank = model_flops / static_cast<double>(l.pp);
+  if (load_count > 0) tp.moe_hot_rank_load = load_sum / static_cast<double>(load_count);
   return tp;
 }
 

@@ -56,6 +56,7 @@ struct TrainingPlan {
   std::vector<MemoryBreakdown> stage_memory;
   double model_flops_per_rank = 0;     // one iteration, mean over ranks, no recompute (MFU numerator)
   double hardware_flops_per_rank = 0;  // everything the GPUs execute, mean over ranks
+  double moe_hot_rank_load = 1;        // skewed MoE routing: the most-loaded EP rank's tokens / an even share (mean)
 };
 
 struct PlannerOptions {

@@ -251,6 +251,26 @@ const std::vector<KeySpec>& key_table() {
          if (s.model.moe.capacity_factor > 64)
            throw InputError(n.mark, "model.moe.capacity_factor = " + n.scalar + " is out of range, expected 1 to 64");
        }},
+      {"model.moe.routing", "mapping", "{dist: even}", "how the router spreads tokens over experts", nullptr},
+      {"model.moe.routing.dist", "name", "even",
+       "even (each expert its exact share) | uniform (random, multinomial counts) | zipf | histogram; the most-loaded "
+       "EP rank sets the layer's time (docs/model.md)",
+       [](const N& n, S& s) {
+         s.model.moe.routing.dist = as_enum(n, "model.moe.routing.dist", {"even", "uniform", "zipf", "histogram"});
+       }},
+      {"model.moe.routing.alpha", "number", "1.0", "zipf: the k-th most popular expert's share is proportional to k^-alpha",
+       [](const N& n, S& s) { s.model.moe.routing.alpha = as_number(n, "model.moe.routing.alpha", 0, 10); }},
+      {"model.moe.routing.histogram", "list", "[]", "histogram: each expert's relative load, one per expert, as measured",
+       [](const N& n, S& s) {
+         if (n.kind != YNode::Kind::Seq)
+           throw InputError(n.mark, "model.moe.routing.histogram must be a list of numbers, got " + n.kind_name());
+         s.model.moe.routing.histogram.clear();
+         for (const YNode& v : n.seq) s.model.moe.routing.histogram.push_back(as_double(v, "model.moe.routing.histogram", 0, false));
+       }},
+      {"model.moe.routing.dropless", "bool", "true",
+       "true: experts take every token routed to them (Megatron-Core's default); false: capacity_factor caps each, "
+       "the rest is dropped",
+       [](const N& n, S& s) { s.model.moe.routing.dropless = as_bool(n, "model.moe.routing.dropless"); }},
       {"model.moe.dense_layers", "integer", "0", "leading layers that keep a dense MLP",
        [](const N& n, S& s) { s.model.moe.dense_layers = as_int(n, "model.moe.dense_layers", 0); }},
       {"model.moe.expert_ffn_hidden", "integer", "0", "MLP inner size of one expert",
@@ -957,6 +977,24 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     for (double t : f.failures_s)
       if (t > s.training.duration_s)
         throw InputError(s.mark("faults.failures"), "faults.failures has a failure past training.duration");
+  }
+  {
+    MoeRouting& r = s.model.moe.routing;
+    r.seed = s.seed;
+    if (r.dist != "even" && m.moe.experts == 0)
+      throw InputError(s.mark("model.moe.routing"), "model.moe.routing needs a mixture-of-experts model (model.moe.experts > 0)");
+    if (r.dist == "histogram") {
+      if (static_cast<int64_t>(r.histogram.size()) != m.moe.experts)
+        throw InputError(s.mark(r.histogram.empty() ? "model.moe.routing" : "model.moe.routing.histogram"),
+                         "model.moe.routing.histogram has " + std::to_string(r.histogram.size()) +
+                             " entries, expected one per expert (" + std::to_string(m.moe.experts) + ")");
+      double sum = 0;
+      for (double v : r.histogram) sum += v;
+      if (sum <= 0)
+        throw InputError(s.mark("model.moe.routing.histogram"), "model.moe.routing.histogram sums to 0, expected loads");
+    } else if (!r.histogram.empty()) {
+      throw InputError(s.mark("model.moe.routing.histogram"), "model.moe.routing.histogram needs dist: histogram");
+    }
   }
   for (const char* part : {"gpu_speed", "link_speed"}) {
     const std::string key = std::string("variability.") + part;

@@ -182,6 +182,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"simulated_ranks", static_cast<double>(out.exec.simulated_ranks.size())},
       {"events", static_cast<double>(out.exec.events)},
   };
+  if (s.model.moe.routing.dist != "even") out.metrics.emplace_back("moe_hot_rank_load", out.plan.moe_hot_rank_load);
   if (s.variability.any()) {
     const auto& g = out.variability.gpu_slowdown;
     out.metrics.emplace_back("slowest_gpu_slowdown", g.empty() ? 1.0 : *std::max_element(g.begin(), g.end()));
@@ -449,6 +450,11 @@ std::string summary_table(const RunOutcome& run) {
       static_cast<long long>(run.exec.simulated_ranks.size()), static_cast<long long>(s.gpus()),
       static_cast<long long>(run.exec.events));
   std::string out = buf;
+  if (s.model.moe.routing.dist != "even") {
+    std::snprintf(buf, sizeof buf, "MoE routing     %s: the most-loaded EP rank takes %.3fx an even share (mean)\n",
+                  s.model.moe.routing.dist.c_str(), get("moe_hot_rank_load"));
+    out += buf;
+  }
   if (s.variability.any()) {
     const VariabilityConfig& v = s.variability;
     std::string what;

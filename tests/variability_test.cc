@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "scenarios/error.h"
+#include "plan/moe_routing.h"
 #include "sim/faults.h"
 #include "sim/run.h"
 #include "sim/variability.h"
@@ -167,6 +168,82 @@ TEST(Variability, BadInputIsRefusedWhereItIsWritten) {
       EXPECT_NE(std::string(e.what()).find("s.yaml:"), std::string::npos) << e.what();
     }
   }
+}
+
+// ---- MoE routing skew ----------------------------------------------------------------
+
+MoeConfig moe(int64_t experts, const std::string& dist) {
+  MoeConfig m;
+  m.experts = experts;
+  m.top_k = 2;
+  m.expert_ffn_hidden = 1024;
+  m.routing.dist = dist;
+  m.routing.seed = 11;
+  return m;
+}
+
+// Zipf: the hottest expert takes 1 / H(E, α) of the tokens; with one expert per rank
+// the hot rank's load is E / H(E, α).
+TEST(MoeRouting, ZipfHotRankTakesTheHarmonicShare) {
+  for (double alpha : {0.5, 1.0, 1.5}) {
+    MoeConfig m = moe(8, "zipf");
+    m.routing.alpha = alpha;
+    double h = 0;
+    for (int k = 1; k <= 8; ++k) h += std::pow(k, -alpha);
+    EXPECT_NEAR(moe_hot_rank_load(m, 10'000'000, 8, 3, 0), 8 / h, 8 / h * 0.003) << alpha;
+  }
+}
+
+TEST(MoeRouting, HistogramAndCapacity) {
+  MoeConfig m = moe(4, "histogram");
+  m.routing.histogram = {4, 1, 1, 2};
+  // Two ranks: experts {0, 1} carry 5/8 of the tokens, 1.25 times an even half.
+  EXPECT_NEAR(moe_hot_rank_load(m, 10'000'000, 2, 0, 0), 1.25, 0.002);
+  // Capped at 1.1 x an even share per expert, the rest dropped: expert 0 keeps 1.1/4.
+  m.routing.dropless = false;
+  m.capacity_factor = 1.1;
+  EXPECT_NEAR(moe_hot_rank_load(m, 10'000'000, 2, 0, 0), (1.1 / 4 + 1.0 / 8) * 2, 0.002);
+}
+
+// Uniform routing is not even: multinomial counts leave the hot rank E[max of ep
+// normals] standard deviations above its share.
+TEST(MoeRouting, UniformRoutingHasTheMultinomialExcess) {
+  const MoeConfig m = moe(8, "uniform");
+  const int64_t n = 65536;
+  double sum = 0;
+  const int draws = 4000;
+  for (int i = 0; i < draws; ++i) sum += moe_hot_rank_load(m, n, 8, i % 64, i / 64);
+  const double excess = sum / draws - 1;
+  const double sd = std::sqrt((1 - 1.0 / 8) / (static_cast<double>(n) / 8));  // of one expert's load, relative
+  EXPECT_NEAR(excess / (1.4236 * sd), 1.0, 0.05);  // E[max of 8 standard normals] = 1.4236
+  EXPECT_EQ(moe_hot_rank_load(moe(8, "even"), n, 8, 0, 0), 1.0);
+}
+
+TEST(MoeRouting, TheHotRankSetsTheLayer) {
+  auto text = [](const std::string& routing) {
+    return "cluster: {preset: dgx-h100}\nmodel: {preset: mixtral-8x7b, layers: 2" + routing +
+           "}\nparallel: {dp: 8, ep: 8, zero_stage: 1}\ntraining: {global_batch: 8}\n";
+  };
+  const RunOutcome even = run_training(scenario_from_text(text(""), "moe-even"));
+  const RunOutcome zipf = run_training(scenario_from_text(text(", moe: {routing: {dist: zipf, alpha: 1.0}}"), "moe-zipf"));
+  EXPECT_GT(metric(zipf, "iteration_time_s"), metric(even, "iteration_time_s") * 1.3);
+  EXPECT_NEAR(metric(zipf, "moe_hot_rank_load"), 8 / 2.717857, 0.05);
+  // The expert GEMMs take the hot rank's tokens: ~2.9 x the 8,192 of an even split.
+  const Plan& plan = zipf.plan.plan;
+  int checked = 0;
+  for (const Op& op : plan.programs[0].ops)
+    if (plan.names[op.name] == "expert-up") {
+      EXPECT_GT(op.m, 2 * 8192);
+      ++checked;
+    }
+  EXPECT_GT(checked, 0);
+  for (const std::string& bad : {std::string(", moe: {routing: {dist: histogram, histogram: [1, 2]}}"),
+                                 std::string(", moe: {routing: {histogram: [1, 2, 3, 4, 5, 6, 7, 8]}}")}) {
+    EXPECT_THROW(scenario_from_text(text(bad), "moe-bad"), InputError) << bad;
+  }
+  EXPECT_THROW(scenario_from_text("cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, moe: {routing: {dist: zipf}}}\n",
+                                  "moe-dense"),
+               InputError);
 }
 
 // ---- faults --------------------------------------------------------------------------
