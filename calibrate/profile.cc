@@ -430,8 +430,9 @@ std::string profile_warning(const CalibrationProfile& p) {
     return {};
   return "warning: the profile's attention table was measured on clustersim's own attention kernel (" +
          p.attention_backend +
-         "), about 1/6 of cuDNN's rate on Hopper: these predictions describe `clustersim real`, not a framework's "
-         "step (calibrate/profiles/h200.yaml carries cuDNN's SDPA; `calibrate --attention-from` takes one)";
+         "), about 1/6 of cuDNN's rate on Hopper: these predictions describe `clustersim real` with that kernel, not "
+         "a framework's step (calibrate/profiles/h200.yaml carries cuDNN's SDPA; `calibrate` times cuDNN's fused "
+         "attention where libcudnn.so.9 loads, and `calibrate --attention-from` takes another stack's table)";
 }
 
 }  // namespace clustersim

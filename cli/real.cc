@@ -124,9 +124,10 @@ int cmd_real(const std::vector<std::string>& args) {
   if (!s.output_sqlite.empty()) write_sqlite(t, s.output_sqlite);
   if (!s.output_trace.empty()) write_chrome_trace(t, s.output_trace);
   if (json) {
-    std::cout << summary_json({{"name", s.name}, {"kind", "training"}, {"source", "real"}, {"device", rr.device_name}},
-                              t.run.metrics)
-              << "\n";
+    std::vector<std::pair<std::string, std::string>> fields = {
+        {"name", s.name}, {"kind", "training"}, {"source", "real"}, {"device", rr.device_name}};
+    if (!rr.attention_backend.empty()) fields.emplace_back("attention", rr.attention_backend);
+    std::cout << summary_json(fields, t.run.metrics) << "\n";
   } else {
     std::printf(
         "scenario        %s\nsource          real: %d x %s\niteration       %.6f s (median of %zu after %d warm-up)\n"
@@ -134,6 +135,7 @@ int cmd_real(const std::vector<std::string>& args) {
         s.name.c_str(), rr.devices, rr.device_name.c_str(), iter, rr.iteration_s.size(), warmup, tokens / iter, tflops,
         100.0 * tflops / (s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12), rr.spans.size());
     if (const std::string c = clock_line(rr.clocks); !c.empty()) std::printf("GPUs            %s\n", c.c_str());
+    if (!rr.attention_backend.empty()) std::printf("attention       %s\n", rr.attention_backend.c_str());
   }
   return 0;
 #endif

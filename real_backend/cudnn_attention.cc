@@ -564,7 +564,42 @@ std::string plan_json(const Api& api, cudnnBackendDescriptor_t plan) {
       CUDNN_STATUS_SUCCESS)
     return {};
   s.resize(std::min(static_cast<size_t>(n), s.find('\0')));
-  return s.size() > 400 ? s.substr(0, 400) + "…" : s;
+  // The tensors come first and are known; the engine and its knobs come last.
+  return s.size() > 300 ? "…" + s.substr(s.size() - 300) : s;
+}
+
+// The engine configuration's tag as cudnn-frontend writes it: "eng<global index>" and
+// "_k<knob type>=<value>" per knob choice.
+std::string engine_tag(const Api& api, cudnnBackendDescriptor_t cfg) {
+  std::string tag;
+  cudnnBackendDescriptor_t eng = nullptr;
+  if (api.create_desc(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return tag;
+  int64_t n = 0, id = -1;
+  if (api.get_attr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
+          CUDNN_STATUS_SUCCESS &&
+      api.get_attr(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &id) == CUDNN_STATUS_SUCCESS)
+    tag = "eng" + std::to_string(id);
+  api.destroy_desc(eng);
+  constexpr int kMax = 32;
+  std::vector<cudnnBackendDescriptor_t> knobs;
+  for (int i = 0; i < kMax; ++i) {
+    cudnnBackendDescriptor_t k = nullptr;
+    if (api.create_desc(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k) != CUDNN_STATUS_SUCCESS) break;
+    knobs.push_back(k);
+  }
+  if (api.get_attr(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                   static_cast<int64_t>(knobs.size()), &n, knobs.data()) == CUDNN_STATUS_SUCCESS)
+    for (int64_t i = 0; i < std::min<int64_t>(n, static_cast<int64_t>(knobs.size())); ++i) {
+      cudnnBackendKnobType_t type{};
+      int64_t value = 0, c = 0;
+      if (api.get_attr(knobs[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &c,
+                       &type) == CUDNN_STATUS_SUCCESS &&
+          api.get_attr(knobs[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &c,
+                       &value) == CUDNN_STATUS_SUCCESS)
+        tag += "_k" + std::to_string(static_cast<int>(type)) + "=" + std::to_string(value);
+    }
+  for (cudnnBackendDescriptor_t k : knobs) api.destroy_desc(k);
+  return tag;
 }
 
 // Builds the graph, asks the heuristics (mode A, then the fallback list) for engine
@@ -628,8 +663,9 @@ std::unique_ptr<Plan> build_plan(const Api& api, size_t version, cudnnHandle_t h
       api.get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &p->workspace);
       p->plan = plan;
       p->ok = true;
-      p->info = std::string(mode_name) + " config " + std::to_string(i) + " of " + std::to_string(got) +
-                ", workspace " + std::to_string(p->workspace) + " B: " + plan_json(api, plan);
+      p->info = engine_tag(api, cfgs[static_cast<size_t>(i)]) + " (" + mode_name + " config " + std::to_string(i) +
+                " of " + std::to_string(got) + ", workspace " + std::to_string(p->workspace) +
+                " B): " + plan_json(api, plan);
       return p;
     }
   }
