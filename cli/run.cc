@@ -1,5 +1,6 @@
 // `clustersim run`: one training iteration or a serving run, as a table or one JSON object.
 #include "cli/output.h"
+#include "sim/jobs.h"
 #include "sim/run.h"
 #include "sim/serving.h"
 
@@ -47,6 +48,12 @@ int cmd_run(const std::vector<std::string>& args) {
   }
   if (path.empty()) throw UsageError("run needs a scenario file");
   Scenario s = load_scenario(path, sets, lo);
+  if (!s.jobs.empty()) {
+    if (samples > 0) throw UsageError("--samples draws one scenario's variability; a jobs: file runs each job once");
+    const JobsOutcome o = run_jobs(s);
+    std::cout << (json ? jobs_summary_json(s, o) + "\n" : jobs_summary_table(s, o));
+    return 0;
+  }
   if (!s.sweep.empty())
     std::cerr << s.mark("sweep").str()
               << ": warning: run simulates the scenario as written; sweep points are not run\n";

@@ -479,6 +479,34 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"faults.repair", "duration", "4h", "time a failed node is away before it is a spare again",
        [](const N& n, S& s) { s.faults.repair_s = as_duration(n, "faults.repair"); }},
+      {"jobs", "list", "[]",
+       "several jobs on this file's cluster: [{scenario: train.yaml, first_node: 0}, {scenario: serve.yaml, "
+       "nodes: [8, 9]}]; each job's own file gives its model, layout and size (sim/jobs.h)",
+       [](const N& n, S& s) {
+         if (n.kind != YNode::Kind::Seq || n.seq.empty())
+           throw InputError(n.mark, "jobs must be a non-empty list of {scenario: PATH, first_node: N}, got " +
+                                        n.kind_name());
+         for (const YNode& item : n.seq) {
+           if (item.kind != YNode::Kind::Map)
+             throw InputError(item.mark, "a job must be a mapping {scenario: PATH, first_node: N}, got " +
+                                             item.kind_name());
+           JobSpec j;
+           j.mark = item.mark;
+           for (const auto& [k, v] : item.map) {
+             if (k == "scenario")
+               j.scenario = scalar(v, "jobs.scenario", "a path");
+             else if (k == "first_node")
+               j.first_node = as_int(v, "jobs.first_node", 0, kMaxCount);
+             else if (k == "nodes")
+               j.nodes = int_list(v, "jobs.nodes", 0, kMaxCount);
+             else
+               throw InputError(v.key_mark,
+                                "unknown key '" + k + "' in a job, expected one of: scenario, first_node, nodes");
+           }
+           if (j.scenario.empty()) throw InputError(item.mark, "a job needs scenario: PATH");
+           s.jobs.push_back(j);
+         }
+       }},
       {"inference", "mapping", "", "an inference-serving run instead of training", nullptr},
       {"inference.replicas", "integer", "1", "model replicas, each tp × pp GPUs",
        [](const N& n, S& s) { s.serving.replicas = as_int(n, "inference.replicas", 1, 1 << 20); }},
@@ -932,6 +960,19 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   if (s.marks.count("cluster.gpus_per_node") && !s.marks.count("cluster.scale_out.nics_per_node"))
     s.cluster.node.nics = std::min(s.cluster.node.nics, s.cluster.node.gpus);
 
+  if (!s.jobs.empty()) {
+    // A jobs: file describes the shared cluster; each job's file has the rest.
+    for (const char* own : {"model", "parallel", "training", "inference", "variability", "faults", "sweep", "reference"})
+      if (s.marks.count(own))
+        throw InputError(s.mark(own), std::string(own) + ": belongs in each job's scenario, not beside jobs:");
+    if (s.marks.count("output"))
+      throw InputError(s.mark("output"), "a jobs: run prints its summary (--json for the object) and writes no "
+                                         "output: files, expected none");
+    if (!s.marks.count("network_model")) s.network_model = "flow";  // the jobs contend on the fabric
+    s.merged_yaml = emit_yaml(root);
+    s.config_yaml = s.merged_yaml;
+    return s;
+  }
   ModelConfig& m = s.model;
   if (s.marks.count("model") == 0)
     throw InputError(SourceMark{path, 1, 1}, "model is required: a preset or its fields");

@@ -64,6 +64,14 @@ struct Straggler {
   SourceMark mark;
 };
 
+// One job of a `jobs:` file: its own scenario, placed on the shared cluster from a node on.
+struct JobSpec {
+  std::string scenario;        // path, relative to the jobs: file
+  int64_t first_node = 0;      // the job's nodes are first_node .. first_node + its cluster.nodes - 1
+  std::vector<int64_t> nodes;  // or these nodes of the shared cluster, in the job's node order
+  SourceMark mark;
+};
+
 struct VariabilityConfig {
   SpreadDist gpu_speed, link_speed;
   double kernel_jitter = 0;  // coefficient of variation of each kernel's time
@@ -120,6 +128,7 @@ struct InferenceConfig {
   std::string trace;  // CSV: arrival_s, prompt_tokens, output_tokens
   LengthDist prompt, output{"fixed", 256, 1, 4096, 256, 0.5, 1.2};
   double slo_ttft_s = 0.5, slo_tpot_s = 0.05;
+  double fabric_share = 1;  // jobs: the fraction of scale-out bandwidth other jobs leave (set by sim/jobs.cc)
   int64_t prefill_replicas = 0, decode_replicas = 0;
   int64_t lookahead = 0;
   double acceptance_rate = 0;
@@ -146,6 +155,7 @@ struct Scenario {
   InferenceConfig serving;
   VariabilityConfig variability;
   FaultConfig faults;
+  std::vector<JobSpec> jobs;  // several jobs on this cluster (sim/jobs.h); then no model: of its own
 
   std::string algorithm = "auto";
   std::string protocol = "auto";

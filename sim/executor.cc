@@ -86,6 +86,7 @@ class Executor {
 
   ExecResult run() {
     prepare();
+    result_.rank_finish.assign(static_cast<size_t>(plan_.world_size), SimTime::zero());
     slot_spans_.resize(slots_.size());
     for (size_t i = 0; i < slots_.size(); ++i) {
       total_ops_ += slots_[i].program->ops.size();
@@ -381,7 +382,7 @@ class Executor {
         SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
     r.busy[stream] = 0;
     ++r.cursor[stream];
-    ++r.done;
+    if (++r.done == r.program->ops.size()) result_.rank_finish[static_cast<size_t>(r.rank)] = sim_.now();
     if ((++completed_ & 0xFFFF) == 0 && opt_.progress) opt_.progress(completed_, total_ops_);
     const ProgramInfo& info = *r.info;
     for (uint32_t i = info.dependents_begin[op_index]; i < info.dependents_begin[op_index + 1]; ++i) {

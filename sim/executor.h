@@ -59,6 +59,7 @@ struct ExecResult {
   std::vector<int32_t> simulated_ranks;
   std::vector<SpanRecord> spans;      // simulated ranks, ordered by (rank, start, stream)
   std::vector<LinkUsage> link_usage;  // ordered by collective start, then link id
+  std::vector<SimTime> rank_finish;   // per rank: when its last op ended (simulated ranks; zero for the rest)
   // Means over the simulated ranks: time each rank's compute stream was busy, and
   // communication time not hidden behind compute, in total and per group kind.
   double compute_busy_s = 0;

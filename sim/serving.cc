@@ -887,6 +887,9 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   apply_calibration(s, eo.compute, eo.network);
   collective_options(s, eo);
   Topology topo(s.cluster);
+  if (c.fabric_share < 1)  // jobs: what other jobs' traffic leaves of the fabric (sim/jobs.h)
+    for (const Link& l : topo.links())
+      if (l.cls == LinkClass::Network) topo.set_link_bandwidth(l.id, l.bandwidth * c.fabric_share);
   std::vector<double> replica_slowdown;
   if (sample == 0) {
     const VariabilityConfig& v = s.variability;
