@@ -577,7 +577,8 @@ std::string cdf_svg(const std::vector<std::pair<std::string, std::vector<double>
 }
 
 std::string series_svg(const std::vector<std::pair<std::string, std::vector<std::pair<double, double>>>>& series,
-                       const std::string& ylabel, const std::function<std::string(double)>& yt, double ymax_floor) {
+                       const std::string& ylabel, const std::function<std::string(double)>& yt, double ymax_floor,
+                       const std::function<std::string(double)>& xt = nullptr) {
   double tmax = 0, ymax = ymax_floor;
   for (const auto& [n, pts] : series)
     for (const auto& [t, y] : pts) {
@@ -586,7 +587,7 @@ std::string series_svg(const std::vector<std::pair<std::string, std::vector<std:
     }
   Chart c(900, 260, 0, tmax, 0, ymax * 1.05);
   c.axes(
-      "time", ylabel, [](double v) { return dur(v); }, yt);
+      "time", ylabel, xt ? xt : [](double v) { return dur(v); }, yt);
   const char* colours[] = {"#4e79a7", "#e15759", "#59a14f"};
   std::vector<std::pair<std::string, std::string>> legend;
   for (size_t s = 0; s < series.size(); ++s) {
@@ -650,6 +651,93 @@ std::string inference_sections(Db& db, const Run& r, int bins) {
              {{"busiest replica", kmax}, {"mean over iterations", kmean}}, "blocks in use",
              [](double v) { return fmt("%.0f%%", 100 * v); }, 1.0) +
          "<p class=\"note\">Blocks in use over blocks per replica, at the end of each iteration.</p></section>";
+  return out;
+}
+
+// ---- samples and faults ---------------------------------------------------------------
+
+// The spread of `run --samples N`: a histogram of each sampled metric's draws.
+std::string samples_section(Db& db, const Run& r) {
+  if (!db.has_table("samples")) return "";
+  std::vector<std::pair<std::string, std::vector<double>>> by_key;
+  db.each("SELECT key, value FROM samples WHERE run_id = ? ORDER BY key, sample", {r.id}, [&](sqlite3_stmt* st) {
+    const std::string k = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    if (by_key.empty() || by_key.back().first != k) by_key.emplace_back(k, std::vector<double>{});
+    by_key.back().second.push_back(sqlite3_column_double(st, 1));
+  });
+  if (by_key.empty()) return "";
+  // The training step's time, or the serving run's median end-to-end latency, first.
+  const char* lead = r.kind == "inference" ? "e2e_s_p50" : "iteration_time_s";
+  std::stable_partition(by_key.begin(), by_key.end(), [&](const auto& kv) { return kv.first == lead; });
+  std::string out = "<section><h2>Distribution over " + std::to_string(by_key.front().second.size()) +
+                    " samples</h2>";
+  for (size_t i = 0; i < by_key.size() && i < 3; ++i) {
+    std::vector<double> v = by_key[i].second;
+    std::sort(v.begin(), v.end());
+    const double lo = v.front(), hi = v.back();
+    const int bins = std::clamp(static_cast<int>(std::sqrt(static_cast<double>(v.size()))) + 1, 4, 40);
+    const double width = hi > lo ? (hi - lo) / bins : 1;
+    std::vector<double> count(static_cast<size_t>(bins), 0.0);
+    for (double x : v) count[std::min(static_cast<size_t>(bins - 1), static_cast<size_t>((x - lo) / width))] += 1;
+    const double top = *std::max_element(count.begin(), count.end());
+    Chart c(900, 200, lo, hi > lo ? hi : lo + 1, 0, top * 1.1);
+    c.axes(
+        by_key[i].first, "draws", [](double x) { return fmt("%.4g", x); }, [](double y) { return fmt("%.0f", y); });
+    std::vector<std::pair<double, double>> pts = {{lo, 0}};
+    for (int b = 0; b < bins; ++b) {
+      pts.emplace_back(lo + b * width, count[static_cast<size_t>(b)]);
+      pts.emplace_back(lo + (b + 1) * width, count[static_cast<size_t>(b)]);
+    }
+    pts.emplace_back(lo + bins * width, 0);
+    c.polyline(pts, "#4e79a7", by_key[i].first);
+    const auto q = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))]; };
+    out += c.done() + "<p class=\"note\">" + esc(by_key[i].first) + ": p5 " + fmt("%.6g", q(0.05)) + ", p50 " +
+           fmt("%.6g", q(0.5)) + ", p95 " + fmt("%.6g", q(0.95)) + " over the seeded draws.</p>";
+  }
+  return out + "</section>";
+}
+
+// Goodput over the job's wall clock: useful time so far over time elapsed, from the
+// fault timeline (checkpoints, restarts and lost work are not useful).
+std::string faults_section(Db& db, const Run& r) {
+  if (!db.has_table("faults")) return "";
+  struct Span {
+    double a, b;
+    std::string kind;
+  };
+  std::vector<Span> spans;
+  int failures = 0;
+  db.each("SELECT start_s, end_s, kind FROM faults WHERE run_id = ? ORDER BY start_s", {r.id}, [&](sqlite3_stmt* st) {
+    const std::string k = reinterpret_cast<const char*>(sqlite3_column_text(st, 2));
+    if (k == "failure") {
+      ++failures;
+      return;
+    }
+    spans.push_back({sqlite3_column_double(st, 0), sqlite3_column_double(st, 1), k});
+  });
+  if (spans.empty()) return "";
+  // Wasted time is known per span; useful time so far is elapsed minus the waste so far.
+  std::vector<std::pair<double, double>> events;  // (time, +1 starts wasting / -1 stops)
+  for (const Span& sp : spans) {
+    events.emplace_back(sp.a, 1);
+    events.emplace_back(sp.b, -1);
+  }
+  std::sort(events.begin(), events.end());
+  std::vector<std::pair<double, double>> pts;
+  double waste = 0, last = 0;
+  int open = 0;
+  for (const auto& [t, d] : events) {
+    if (open > 0) waste += t - last;
+    last = t;
+    open += static_cast<int>(d);
+    if (t > 0) pts.emplace_back(t, std::max(0.0, (t - waste) / t));
+  }
+  std::string out = "<section><h2>Goodput over time</h2>" +
+                    series_svg({{"useful fraction so far", pts}}, "goodput", [](double v) { return fmt("%.0f%%", 100 * v); },
+                               1.0, [](double v) { return fmt("%.3g h", v / 3600); }) +
+                    "<p class=\"note\">The seeded fault timeline: " + std::to_string(failures) +
+                    " failure(s); checkpoints, restarts and work lost to failures are not useful. Expected goodput " +
+                    fmt("%.1f%%", 100 * r.metric("goodput")) + ".</p></section>";
   return out;
 }
 
@@ -756,6 +844,8 @@ void write_html_report(const std::string& db_path, const std::string& out_path, 
           esc(r.source) + (r.network_model.empty() ? "" : " · network " + esc(r.network_model)) + " · " + esc(db_path) +
           "</p>";
   html += "<section><h2>Summary</h2>" + metrics_table(r) + "</section>";
+  html += samples_section(db, r);
+  html += faults_section(db, r);
   if (inference) {
     html += inference_sections(db, r, opt.time_bins);
   } else {

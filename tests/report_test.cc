@@ -78,6 +78,36 @@ TEST(Report, TrainingRunHasEverySectionAndTheSummarysNumbers) {
 
 // A real run of the same name beside the simulated one (as `validate` writes): the
 // report compares them op by op.
+// A run with --samples and faults: the distribution of its draws and its goodput over
+// the job's wall clock; a run without them has neither panel.
+TEST(Report, SamplesAndFaultsHaveTheirPanels) {
+  const std::string dir = testing::temp_dir("report-samples");
+  const std::string db = dir + "/s.sqlite", html = dir + "/s.html";
+  fs::remove(db);
+  Scenario s = scenario_from_text(
+      "name: report-s\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+      "parallel: {dp: 16}\ntraining: {global_batch: 16, duration: 12h}\n"
+      "variability: {gpu_speed: {dist: lognormal, sigma: 0.05}}\n"
+      "faults: {gpu_mtbf: 500h, restart: 10min, checkpoint_bandwidth: 1GB/s}\n",
+      "report-samples-s");
+  s.output_sqlite = db;
+  RunOutcome out = run_training(s);
+  run_samples(out, 12, 2);
+  write_outputs(out);
+  write_html_report(db, html);
+  const std::string h = slurp(html);
+  EXPECT_NE(h.find("Distribution over 12 samples"), std::string::npos);
+  EXPECT_NE(h.find("Goodput over time"), std::string::npos);
+  EXPECT_NE(h.find("iteration_time_s: p5 "), std::string::npos);
+  const std::string plain_db = dir + "/p.sqlite";
+  fs::remove(plain_db);
+  training_run(plain_db);
+  write_html_report(plain_db, dir + "/p.html");
+  const std::string p = slurp(dir + "/p.html");
+  EXPECT_EQ(p.find("Distribution over"), std::string::npos);
+  EXPECT_EQ(p.find("Goodput over time"), std::string::npos);
+}
+
 TEST(Report, SimVersusRealWhenTheDatabaseHoldsBoth) {
   const std::string dir = testing::temp_dir("report-compare");
   const std::string db = dir + "/c.sqlite", html = dir + "/c.html";
