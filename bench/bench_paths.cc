@@ -105,4 +105,19 @@ void BM_Gpt3_175b_1024_WithOutputs(benchmark::State& state) {
 }
 BENCHMARK(BM_Gpt3_175b_1024_WithOutputs)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(1);
 
+// Llama 3 405B on 16,384 H100 with the variability example's spread: 32 seeded draws of
+// the step (run --samples 32), on arg 0 threads.
+void BM_Llama3_405b_16384_Samples32(benchmark::State& state) {
+  Scenario s = example("variability/llama3-405b-16384xh100-variability.yaml");
+  double p95 = 0;
+  for (auto _ : state) {
+    RunOutcome out = run_training(s, no_outputs());
+    run_samples(out, 32, static_cast<int>(state.range(0)), no_outputs());
+    for (const auto& [k, v] : out.metrics)
+      if (k == "iteration_time_s_p95") p95 = v;
+  }
+  state.counters["iteration_p95_s"] = p95;
+}
+BENCHMARK(BM_Llama3_405b_16384_Samples32)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 }  // namespace
