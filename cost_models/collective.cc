@@ -233,6 +233,7 @@ std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLay
       if (op != CollectiveKind::AllReduce && op != CollectiveKind::AllGather && op != CollectiveKind::ReduceScatter)
         return name + ": in-switch reduction runs all-reduce, all-gather and reduce-scatter";
       if (!l.nvswitch || l.nodes() != 1) return name + ": needs a group inside one node with an NVSwitch";
+      if (!l.nvls) return name + ": this node's NVSwitch has no in-switch reduction (NVLink SHARP: H100 and later)";
       return "";
   }
   return name + ": unknown";

@@ -67,6 +67,7 @@ double step_latency(const CollectiveStep& step, const std::vector<double>& trans
 struct GroupLayout {
   std::vector<int32_t> node;  // per position
   bool nvswitch = false;
+  bool nvls = false;  // the switch reduces in place (NodeSpec::nvls)
   int ranks() const { return static_cast<int>(node.size()); }
   int nodes() const;     // distinct nodes
   int per_node() const;  // members per node when every node has the same count, else 0

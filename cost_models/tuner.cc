@@ -8,6 +8,7 @@ namespace clustersim {
 GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus) {
   GroupLayout l;
   l.nvswitch = topo.spec().node.nvswitch;
+  l.nvls = topo.spec().node.nvls;
   for (int32_t g : gpus) l.node.push_back(topo.node_of(g));
   return l;
 }

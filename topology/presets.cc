@@ -12,6 +12,11 @@ NodeSpec make(std::string name, const char* gpu, bool nvswitch, double nvlink, d
   n.gpu = *find_gpu_preset(gpu);
   n.gpus = 8;
   n.nvswitch = nvswitch;
+  // NVLink SHARP came with the third-generation NVSwitch (NVLink 4, Hopper) and stays in
+  // NVLink 5 (Blackwell).
+  const std::string g = gpu;
+  n.nvls = nvswitch && (g.rfind("h100-sxm", 0) == 0 || g.rfind("h200", 0) == 0 || g.rfind("b200", 0) == 0 ||
+                        g.rfind("gb200", 0) == 0);
   n.nvlink_bandwidth = nvlink;
   // NVLink: about 0.25 us per hop (GPU to NVSwitch), so about 0.5 us GPU to GPU.
   n.nvlink_latency = 0.25e-6;

@@ -65,6 +65,10 @@ struct NodeSpec {
   GpuSpec gpu;
   int gpus = 8;
   bool nvswitch = true;         // false: GPUs talk over PCIe (through their switch, then the CPU)
+  // The switch reduces in place (NVLink SHARP, NCCL's NVLS): third-generation NVSwitch of
+  // NVLink 4 systems (H100, H200) and NVLink 5 (B200, GB200). DGX A100's second-generation
+  // NVSwitch and MI300X's Infinity Fabric have no in-switch reduction.
+  bool nvls = false;
   double nvlink_bandwidth = 0;  // bytes/s per GPU per direction into the NVSwitch
   double nvlink_latency = 0;    // seconds per hop
   double pcie_bandwidth = 0;    // bytes/s per direction, GPU or NIC to its PCIe switch
