@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(cmake g++ make libboost-graph-dev libyaml-cpp-dev libsqlite3-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev sqlite3)
+packages=(cmake g++ make libboost-graph-dev libyaml-cpp-dev libsqlite3-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev sqlite3 protobuf-compiler)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -13,6 +13,7 @@ int cmd_sweep(const std::vector<std::string>& args);
 int cmd_search(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
+int cmd_export_chakra(const std::vector<std::string>& args);
 int cmd_real(const std::vector<std::string>& args);
 int cmd_profile_check(const std::vector<std::string>& args);
 int cmd_keys();

@@ -37,6 +37,9 @@ constexpr const char* kUsage =
     "                                                run every point of the scenario's sweep: block and rank them;\n"
     "                                                results in R.sqlite (default output.sqlite), resumable;\n"
     "                                                --mpi spreads the points over mpirun's ranks\n"
+    "  export-chakra S.yaml --out DIR [--set key=value]...\n"
+    "                                                the scenario's plan as Chakra execution traces, one per\n"
+    "                                                rank (DIR/<name>.<rank>.et), and DIR/comm_group.json\n"
     "  report RUN.sqlite --html OUT.html [--run ID] [--max-spans N]\n"
     "                                                a self-contained HTML report of one run (default: the last)\n"
     "  search S.yaml [--top K] [--jobs N] [--refine flow|analytic] [--set key=value]... [--json]\n"
@@ -78,6 +81,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
     if (cmd == "run") return cmd_run(args);
     if (cmd == "collective") return cmd_collective(args);
     if (cmd == "plan") return cmd_plan(args);
+    if (cmd == "export-chakra") return cmd_export_chakra(args);
     if (cmd == "sweep") return cmd_sweep(args);
     if (cmd == "search") return cmd_search(args);
     if (cmd == "report") return cmd_report(args);
@@ -190,9 +194,10 @@ int main(int argc, char** argv) {
   {
     const std::string self = argv[0];
     const std::string name = self.substr(self.rfind('/') + 1);
-    static const char* const kCommands[] = {"run",           "collective", "plan",     "sweep",     "search",
-                                            "report",        "real",       "validate", "calibrate", "keys",
-                                            "profile-check", "accuracy",   "help",     "--help",    "-h",         "--version"};
+    static const char* const kCommands[] = {"run",       "collective",    "plan",     "export-chakra", "sweep",
+                                            "search",    "report",        "real",     "validate",      "calibrate",
+                                            "keys",      "profile-check", "accuracy", "help",          "--help",
+                                            "-h",        "--version"};
     if (name == "clustersim-real" &&
         std::find(std::begin(kCommands), std::end(kCommands), args.front()) == std::end(kCommands))
       args.insert(args.begin(), "real");

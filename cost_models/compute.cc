@@ -336,6 +336,7 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
 }
 
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
+  if (op.fixed_seconds > 0) return op.fixed_seconds;
   const double t = compute_seconds_streaming(op, gpu, p);
   if (op.kind != OpKind::Memory || t == 0) return t;
   switch (op.access) {

@@ -74,6 +74,7 @@ struct Op {
   int64_t bytes = 0;
   int32_t peer = 0;
   double flops = 0;
+  double fixed_seconds = 0;  // > 0: the op's time as measured elsewhere (a Chakra trace's), not costed
   uint32_t dep_begin = 0;  // dependencies: Program::deps[dep_begin, dep_begin + dep_count)
   uint32_t dep_count = 0;
 };

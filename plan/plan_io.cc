@@ -71,7 +71,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
       break;
   }
   out += ",\"bytes_read\":" + std::to_string(op.bytes_read) + ",\"bytes_written\":" + std::to_string(op.bytes_written) +
-         ",\"flops\":" + number(op.flops) + ",\"deps\":[";
+         ",\"flops\":" + number(op.flops) +
+         (op.fixed_seconds > 0 ? ",\"fixed_seconds\":" + number(op.fixed_seconds) : std::string()) + ",\"deps\":[";
   for (uint32_t d = 0; d < op.dep_count; ++d) out += (d ? "," : "") + std::to_string(p.deps[op.dep_begin + d]);
   out += "]}";
 }
@@ -265,6 +266,15 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
           throw InputError(rd.at(on["flops"]), "flops must be a number");
         }
         if (!(op.flops >= 0)) throw InputError(rd.at(on["flops"]), "flops must be >= 0");
+      }
+      if (on["fixed_seconds"]) {
+        try {
+          op.fixed_seconds = on["fixed_seconds"].as<double>();
+        } catch (const YAML::Exception&) {
+          throw InputError(rd.at(on["fixed_seconds"]), "fixed_seconds must be a number");
+        }
+        if (!(op.fixed_seconds >= 0 && op.fixed_seconds <= 1e6))
+          throw InputError(rd.at(on["fixed_seconds"]), "fixed_seconds must lie in [0, 1e6]");
       }
       std::vector<uint32_t> deps;
       const uint32_t self = static_cast<uint32_t>(prog.ops.size());

@@ -507,6 +507,11 @@ const std::vector<KeySpec>& key_table() {
            s.jobs.push_back(j);
          }
        }},
+      {"workload", "mapping", "", "a workload given as traces instead of model: and parallel:", nullptr},
+      {"workload.chakra", "path", "none",
+       "a folder of Chakra execution traces (<name>.<rank>.et, comm_group.json; relative to this file): one rank "
+       "per trace, run on the cluster (plan/chakra.h)",
+       [](const N& n, S& s) { s.chakra_dir = scalar(n, "workload.chakra", "a path"); }},
       {"inference", "mapping", "", "an inference-serving run instead of training", nullptr},
       {"inference.replicas", "integer", "1", "model replicas, each tp × pp GPUs",
        [](const N& n, S& s) { s.serving.replicas = as_int(n, "inference.replicas", 1, 1 << 20); }},
@@ -960,6 +965,26 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   if (s.marks.count("cluster.gpus_per_node") && !s.marks.count("cluster.scale_out.nics_per_node"))
     s.cluster.node.nics = std::min(s.cluster.node.nics, s.cluster.node.gpus);
 
+  if (!s.chakra_dir.empty()) {
+    // The traces are the workload: the model and layout are what they recorded.
+    for (const char* own : {"model", "parallel", "inference", "jobs", "sweep"})
+      if (s.marks.count(own))
+        throw InputError(s.mark(own), std::string(own) + ": does not go with workload.chakra, the traces give the workload");
+    if (s.marks.count("faults")) {
+      s.faults.set = true;
+      if (s.faults.checkpoint_size_bytes < 0)
+        throw InputError(s.mark("faults"), "faults.checkpoint_size is required with workload.chakra (the traces carry "
+                                           "no model to size a checkpoint from)");
+      if (s.faults.checkpoint_bandwidth <= 0)
+        throw InputError(s.mark("faults"), "faults.checkpoint_bandwidth is required, expected e.g. 100GB/s");
+    }
+    s.model.name = "chakra traces";
+    s.chakra_dir = (fs::path(s.chakra_dir).is_relative() ? fs::path(path).parent_path() / s.chakra_dir
+                                                         : fs::path(s.chakra_dir)).string();
+    s.merged_yaml = emit_yaml(root);
+    s.config_yaml = s.merged_yaml;
+    return s;
+  }
   if (!s.jobs.empty()) {
     // A jobs: file describes the shared cluster; each job's file has the rest.
     for (const char* own : {"model", "parallel", "training", "inference", "variability", "faults", "sweep", "reference"})

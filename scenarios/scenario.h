@@ -156,6 +156,7 @@ struct Scenario {
   VariabilityConfig variability;
   FaultConfig faults;
   std::vector<JobSpec> jobs;  // several jobs on this cluster (sim/jobs.h); then no model: of its own
+  std::string chakra_dir;     // workload.chakra: the plan is read from Chakra traces (plan/chakra.h), no model:
 
   std::string algorithm = "auto";
   std::string protocol = "auto";

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "calibrate/profile.h"
+#include "plan/chakra.h"
 #include "reports/progress.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
@@ -123,8 +124,23 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   RunOutcome out;
   out.scenario = s;
   ExecOptions eo = base_exec_options(s, opt);
-  out.plan = build_training_plan(s);
   out.topology = std::make_unique<Topology>(s.cluster);
+  if (s.chakra_dir.empty()) {
+    out.plan = build_training_plan(s);
+  } else {
+    // A workload from Chakra traces: FLOPs are what its compute nodes declare; there is no
+    // model to count tokens or memory from.
+    out.plan.plan = plan_from_chakra(s.chakra_dir, s.cluster.node.gpu);
+    if (out.plan.plan.world_size > s.gpus())
+      throw InputError(s.mark("workload.chakra"), std::to_string(out.plan.plan.world_size) + " traces need as many GPUs, the cluster has " + std::to_string(s.gpus()));
+    double flops = 0;
+    for (int32_t r = 0; r < out.plan.plan.world_size; ++r)
+      for (const Op& op : out.plan.plan.programs[out.plan.plan.rank_program[static_cast<size_t>(r)]].ops)
+        flops += op.flops;  // the compute nodes' num_ops
+    out.plan.model_flops_per_rank = out.plan.hardware_flops_per_rank = flops / out.plan.plan.world_size;
+    out.plan.layout.dp = out.plan.plan.world_size;
+    out.plan.layout.global_batch = 0;  // no tokens: tokens_per_s is 0
+  }
   if (s.variability.any()) {
     out.variability = draw_variability(s, out.plan.plan, *out.topology, stream_seed(s.seed, 0), opt.simulate_all_ranks);
     apply_draw(out.variability, *out.topology, eo);

@@ -66,6 +66,25 @@ TEST_F(SamplesCliTest, ServingSamplesReportLatencyPercentilesOverDraws) {
   EXPECT_LT(json_field(r.out, "tpot_s_p50_p5"), json_field(r.out, "tpot_s_p50_p95")) << r.out;
 }
 
+// export-chakra writes one trace per rank and comm_group.json into a folder; a path that
+// is a file, or no --out, is refused with nothing written.
+TEST_F(SamplesCliTest, ExportChakraWritesAFolderOfTraces) {
+  const std::string s = write("s.yaml", "name: ex\ncluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                                        "parallel: {tp: 2, dp: 4}\ntraining: {global_batch: 8}\n");
+  const CliResult r = cli("export-chakra " + quote(s) + " --out traces");
+  ASSERT_EQ(r.code, 0) << r;
+  for (int k = 0; k < 8; ++k) EXPECT_TRUE(fs::exists(dir_ / "traces" / ("ex." + std::to_string(k) + ".et"))) << k;
+  EXPECT_TRUE(fs::exists(dir_ / "traces" / "comm_group.json"));
+  write("w.yaml", "cluster: {preset: dgx-h100}\nworkload: {chakra: traces}\n");
+  const CliResult back = cli("run w.yaml --json");
+  ASSERT_EQ(back.code, 0) << back;
+  const CliResult orig = cli("run " + quote(s) + " --json");
+  EXPECT_DOUBLE_EQ(json_field(back.out, "iteration_time_s"), json_field(orig.out, "iteration_time_s"));
+  write("file", "x");
+  EXPECT_EQ(cli("export-chakra " + quote(s) + " --out file").code, 1);
+  expect_usage_error(cli("export-chakra " + quote(s)), "--out");
+}
+
 TEST_F(SamplesCliTest, BadSampleCountsAreUsageErrors) {
   const std::string s = write("s.yaml", kTraining);
   for (const char* bad : {"--samples 0", "--samples x", "--samples", "--jobs 0"})

@@ -748,6 +748,7 @@ TEST(ScenarioExamples, EveryTopLevelExampleLoads) {
         EXPECT_NO_THROW(load_scenario((f.parent_path() / j.scenario).string())) << j.scenario;
       continue;
     }
+    if (!s.chakra_dir.empty()) continue;  // a workload of Chakra traces has no model of its own
     EXPECT_GT(s.model.layers, 0);
   }
 }

@@ -1,0 +1,505 @@
+#include "plan/chakra.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <queue>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "plan/protobuf_wire.h"
+#include "scenarios/error.h"
+
+namespace clustersim {
+namespace {
+
+namespace fs = std::filesystem;
+using wire::Reader;
+using wire::Writer;
+
+// AttributeProto fields: name 1; values int32 7, int64 9, uint64 13, bool 27, string 29,
+// double 3. Node fields: id 1, name 2, type 3, ctrl_deps 4, data_deps 5,
+// start_time_micros 6, duration_micros 7, attr 10. GlobalMetadata: version 1, attr 2.
+std::string attr_i64(const std::string& name, int64_t v) {
+  Writer w;
+  w.bytes(1, name);
+  w.i64(9, v);
+  return w.str();
+}
+std::string attr_i32(const std::string& name, int32_t v) {
+  Writer w;
+  w.bytes(1, name);
+  w.i64(7, v);
+  return w.str();
+}
+std::string attr_u64(const std::string& name, uint64_t v) {
+  Writer w;
+  w.bytes(1, name);
+  w.u64(13, v);
+  return w.str();
+}
+std::string attr_bool(const std::string& name, bool v) {
+  Writer w;
+  w.bytes(1, name);
+  w.boolean(27, v);
+  return w.str();
+}
+std::string attr_str(const std::string& name, const std::string& v) {
+  Writer w;
+  w.bytes(1, name);
+  w.bytes(29, v);
+  return w.str();
+}
+std::string attr_f64(const std::string& name, double v) {
+  Writer w;
+  w.bytes(1, name);
+  w.f64(3, v);
+  return w.str();
+}
+
+void append_delimited(std::string& out, const std::string& msg) {
+  Writer w;
+  w.varint(msg.size());
+  out += w.str();
+  out += msg;
+}
+
+bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
+
+}  // namespace
+
+uint32_t chakra_comm_type(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::AllReduce:
+      return 0;
+    case CollectiveKind::Reduce:
+      return 1;
+    case CollectiveKind::AllGather:
+      return 2;
+    case CollectiveKind::Broadcast:
+      return 5;
+    case CollectiveKind::AllToAll:
+      return 6;
+    case CollectiveKind::ReduceScatter:
+      return 7;
+  }
+  return 0;
+}
+
+std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& prefix, const GpuSpec& gpu,
+                                       const ComputeProfile& profile) {
+  std::vector<ChakraFile> files;
+  // Each program's compute times once.
+  std::vector<std::vector<double>> seconds(plan.programs.size());
+  for (size_t p = 0; p < plan.programs.size(); ++p)
+    for (const Op& op : plan.programs[p].ops)
+      seconds[p].push_back(is_comm(op.kind) ? 0.0 : compute_seconds(op, gpu, profile));
+  std::set<int32_t> used_groups;
+  for (int32_t r = 0; r < plan.world_size; ++r) {
+    const uint32_t pi = plan.rank_program[static_cast<size_t>(r)];
+    const Program& prog = plan.programs[pi];
+    std::string out;
+    {
+      Writer meta;
+      meta.bytes(1, "0.0.4");
+      meta.bytes(2, attr_str("generator", "clustersim"));
+      meta.bytes(2, attr_i64("rank", r));
+      meta.bytes(2, attr_i64("world_size", plan.world_size));
+      append_delimited(out, meta.str());
+    }
+    std::vector<int64_t> last_on_stream(prog.streams.size(), -1);
+    std::map<std::tuple<int32_t, int32_t, int>, int32_t> seq;  // (src, dst, phase) -> sends / receives so far
+    for (uint32_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      Writer n;
+      n.u64(1, i);
+      n.bytes(2, plan.names[op.name]);
+      const uint32_t type = op.kind == OpKind::Collective ? 7 : op.kind == OpKind::Send ? 5
+                                                               : op.kind == OpKind::Recv ? 6
+                                                                                         : 4;
+      n.u64(3, type);
+      std::vector<uint64_t> data(prog.deps.begin() + op.dep_begin, prog.deps.begin() + op.dep_begin + op.dep_count);
+      std::vector<uint64_t> ctrl;
+      const int64_t prev = last_on_stream[op.stream];
+      if (prev >= 0 && std::find(data.begin(), data.end(), static_cast<uint64_t>(prev)) == data.end())
+        ctrl.push_back(static_cast<uint64_t>(prev));
+      last_on_stream[op.stream] = i;
+      n.packed(4, ctrl);
+      n.packed(5, data);
+      const double t = seconds[pi][i];
+      if (t > 0) n.u64(7, static_cast<uint64_t>(std::llround(t * 1e6)));
+      n.bytes(10, attr_bool("is_cpu_op", false));
+      n.bytes(10, attr_str("stream", prog.streams[op.stream]));
+      n.bytes(10, attr_str("op_kind", std::string(to_string(op.kind))));
+      n.bytes(10, attr_i64("layer", op.layer));
+      n.bytes(10, attr_i64("micro_batch", op.micro_batch));
+      n.bytes(10, attr_str("phase", std::string(to_string(op.phase))));
+      if (op.kind == OpKind::Collective) {
+        const int32_t g = plan.group_of(r, op.group);
+        used_groups.insert(g);
+        n.bytes(10, attr_i64("comm_type", chakra_comm_type(op.collective)));
+        n.bytes(10, attr_i64("comm_size", op.bytes));
+        n.bytes(10, attr_str("pg_name", std::to_string(g)));
+        n.bytes(10, attr_str("group_kind", std::string(to_string(op.group))));
+      } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+        const int32_t peer = p2p_peer(plan, r, op);
+        const int32_t src = op.kind == OpKind::Send ? r : peer, dst = op.kind == OpKind::Send ? peer : r;
+        n.bytes(10, attr_i32("comm_src", src));
+        n.bytes(10, attr_i32("comm_dst", dst));
+        n.bytes(10, attr_i32("comm_tag", seq[{src, dst, static_cast<int>(op.phase)}]++));
+        n.bytes(10, attr_i64("comm_size", op.bytes));
+      } else {
+        const double flops = op.flops > 0                      ? op.flops
+                             : op.kind == OpKind::Gemm         ? gemm_flops(op)
+                             : op.kind == OpKind::Attention    ? attention_flops(op)
+                                                               : 0.0;
+        n.bytes(10, attr_i64("num_ops", static_cast<int64_t>(std::llround(flops))));
+        n.bytes(10, attr_u64("tensor_size", static_cast<uint64_t>(op.bytes_read + op.bytes_written)));
+        n.bytes(10, attr_f64("duration_s", t));
+      }
+      append_delimited(out, n.str());
+    }
+    files.push_back({prefix + "." + std::to_string(r) + ".et", std::move(out)});
+  }
+  std::string json = "{";
+  bool first = true;
+  for (int32_t g : used_groups) {
+    json += std::string(first ? "\n" : ",\n") + "  \"" + std::to_string(g) + "\": [";
+    first = false;
+    const auto& ranks = plan.groups[static_cast<size_t>(g)].ranks;
+    for (size_t i = 0; i < ranks.size(); ++i) json += (i ? ", " : "") + std::to_string(ranks[i]);
+    json += "]";
+  }
+  json += "\n}\n";
+  files.push_back({"comm_group.json", json});
+  return files;
+}
+
+ChakraTrace decode_chakra(const std::string& bytes) {
+  ChakraTrace t;
+  Reader outer(bytes);
+  bool have_meta = false;
+  while (!outer.done()) {
+    const std::string_view msg = outer.take(outer.varint());
+    Reader r(msg);
+    if (!have_meta) {
+      have_meta = true;
+      while (!r.done()) {
+        const wire::Field f = r.field();
+        if (f.number == 1 && f.type == wire::kLength) t.version = std::string(f.data);
+      }
+      continue;
+    }
+    ChakraNode n;
+    while (!r.done()) {
+      const wire::Field f = r.field();
+      switch (f.number) {
+        case 1:
+          n.id = f.value;
+          break;
+        case 2:
+          n.name = std::string(f.data);
+          break;
+        case 3:
+          n.type = static_cast<uint32_t>(f.value);
+          break;
+        case 4:
+          Reader::append_varints(f, n.ctrl_deps);
+          break;
+        case 5:
+          Reader::append_varints(f, n.data_deps);
+          break;
+        case 7:
+          n.duration_micros = f.value;
+          break;
+        case 10: {
+          Reader a(f.data);
+          std::string name;
+          wire::Field value;
+          bool have_value = false;
+          while (!a.done()) {
+            const wire::Field af = a.field();
+            if (af.number == 1)
+              name = std::string(af.data);
+            else if (af.number != 2) {
+              value = af;
+              have_value = true;
+            }
+          }
+          if (!have_value) break;
+          const auto i = static_cast<int64_t>(value.value);
+          if (name == "num_ops")
+            n.num_ops = i;
+          else if (name == "tensor_size")
+            n.tensor_size = value.value;
+          else if (name == "comm_type")
+            n.comm_type = i;
+          else if (name == "comm_size")
+            n.comm_size = i;
+          else if (name == "comm_src")
+            n.comm_src = static_cast<int32_t>(i);
+          else if (name == "comm_dst")
+            n.comm_dst = static_cast<int32_t>(i);
+          else if (name == "comm_tag")
+            n.comm_tag = static_cast<int32_t>(i);
+          else if (name == "pg_name" && value.type == wire::kLength)
+            n.pg_name = std::string(value.data);
+          else if (name == "duration_s" && value.type == wire::kFixed64)
+            n.duration_s = value.as_double();
+          else if (name == "stream" && value.type == wire::kLength)
+            n.stream = std::string(value.data);
+          else if (name == "group_kind" && value.type == wire::kLength)
+            n.group_kind = std::string(value.data);
+          else if (name == "phase" && value.type == wire::kLength)
+            n.phase = std::string(value.data);
+          else if (name == "op_kind" && value.type == wire::kLength)
+            n.op_kind = std::string(value.data);
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    t.nodes.push_back(std::move(n));
+  }
+  if (!have_meta) throw wire::ParseError("no GlobalMetadata message");
+  return t;
+}
+
+namespace {
+
+template <typename E, size_t N>
+bool name_to(const std::string& s, const std::array<E, N>& all, E& out) {
+  for (E e : all)
+    if (to_string(e) == s) {
+      out = e;
+      return true;
+    }
+  return false;
+}
+constexpr std::array<GroupKind, 7> kKinds = {GroupKind::TP, GroupKind::DP,  GroupKind::PP,   GroupKind::CP,
+                                             GroupKind::EP, GroupKind::EDP, GroupKind::World};
+constexpr std::array<Phase, 4> kPhases = {Phase::Forward, Phase::Backward, Phase::Optimizer, Phase::Other};
+
+[[noreturn]] void bad(const std::string& file, const std::string& what) {
+  throw InputError(SourceMark{file, 0, 0}, what);
+}
+
+}  // namespace
+
+Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) bad(dir, "workload.chakra: not a directory, expected a folder of <name>.<rank>.et files");
+  // The traces, by rank.
+  const std::regex pattern(R"((.*)\.(\d+)\.et)");
+  std::map<int64_t, fs::path> by_rank;
+  std::string prefix;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || !std::regex_match(name, m, pattern)) continue;
+    if (prefix.empty()) prefix = m[1];
+    if (m[1] != prefix) bad(e.path().string(), "traces of two workloads in one folder: '" + prefix + "' and '" + std::string(m[1]) + "'");
+    if (m[2].length() > 7) bad(e.path().string(), "rank number past 2^20");
+    by_rank[std::stoll(m[2])] = e.path();
+  }
+  if (by_rank.empty()) bad(dir, "workload.chakra: no <name>.<rank>.et file in the folder");
+  const auto world = static_cast<int32_t>(by_rank.size());
+  if (by_rank.rbegin()->first != world - 1)
+    bad(dir, "workload.chakra: ranks must be 0.." + std::to_string(world - 1) + ", a rank is missing");
+
+  // Process groups from comm_group.json (ASTRA-sim's format), when there is one.
+  std::map<std::string, std::vector<int32_t>> pg_ranks;
+  const fs::path groups_file = fs::path(dir) / "comm_group.json";
+  if (fs::exists(groups_file)) {
+    try {
+      const YAML::Node root = YAML::LoadFile(groups_file.string());
+      if (!root.IsMap()) bad(groups_file.string(), "comm_group.json must map a group id to its list of ranks");
+      for (const auto& kv : root) {
+        std::vector<int32_t> ranks;
+        for (const auto& r : kv.second) {
+          const auto v = r.as<int64_t>();
+          if (v < 0 || v >= world) bad(groups_file.string(), "group " + kv.first.as<std::string>() + " names rank " + std::to_string(v) + ", past the " + std::to_string(world) + " traces");
+          ranks.push_back(static_cast<int32_t>(v));
+        }
+        pg_ranks[kv.first.as<std::string>()] = ranks;
+      }
+    } catch (const YAML::Exception& e) {
+      bad(groups_file.string(), std::string("cannot read: ") + e.what());
+    }
+  }
+
+  Plan plan;
+  plan.world_size = world;
+  plan.rank_groups.assign(static_cast<size_t>(world), {});
+  for (auto& g : plan.rank_groups) g.fill(-1);
+  std::vector<int32_t> all(static_cast<size_t>(world));
+  for (int32_t r = 0; r < world; ++r) all[static_cast<size_t>(r)] = r;
+  plan.add_group(GroupKind::World, all);
+  for (int32_t r = 0; r < world; ++r) {
+    plan.rank_gpu.push_back(r);
+    plan.mirror_of.push_back(r);  // nothing is known to be symmetric: every rank is simulated
+  }
+  std::map<std::string, int32_t> pg_group;  // pg name -> plan group
+  auto group_for = [&](const std::string& file, const std::string& pg, const std::string& kind_name) -> int32_t {
+    auto it = pg_group.find(pg);
+    if (it != pg_group.end()) return it->second;
+    std::vector<int32_t> ranks = all;
+    if (!pg.empty()) {
+      auto pr = pg_ranks.find(pg);
+      if (pr == pg_ranks.end()) {
+        if (!pg_ranks.empty()) bad(file, "pg_name '" + pg + "' is not in comm_group.json");
+      } else {
+        ranks = pr->second;
+      }
+    }
+    // A group kind none of its ranks has yet: the one the trace names, else (all ranks)
+    // the world, else the first free.
+    GroupKind kind = GroupKind::World;
+    bool named = !kind_name.empty() && name_to(kind_name, kKinds, kind) && kind != GroupKind::World;
+    auto free_for_all = [&](GroupKind k) {
+      for (int32_t r : ranks)
+        if (plan.rank_groups[static_cast<size_t>(r)][static_cast<size_t>(k)] >= 0) return false;
+      return true;
+    };
+    if (named && free_for_all(kind)) return pg_group[pg] = plan.add_group(kind, ranks);
+    if (ranks == all) return pg_group[pg] = 0;
+    named = false;
+    for (GroupKind k : kKinds)
+      if (k != GroupKind::World && free_for_all(k)) {
+        kind = k;
+        named = true;
+        break;
+      }
+    if (!named) bad(file, "more than 6 process groups meet at one rank; clustersim holds 6 besides the world");
+    return pg_group[pg] = plan.add_group(kind, ranks);
+  };
+
+  std::map<std::string, uint32_t> program_of;  // encoded program -> index (identical ranks share one)
+  for (const auto& [rank, path] : by_rank) {
+    const std::string file = path.string();
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    ChakraTrace t;
+    try {
+      t = decode_chakra(ss.str());
+    } catch (const std::exception& e) {
+      bad(file, std::string("not a Chakra trace: ") + e.what());
+    }
+    // Dependency order (Kahn), ties in file order; ids must be unique, deps must exist.
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < t.nodes.size(); ++i)
+      if (!index.emplace(t.nodes[i].id, i).second) bad(file, "node id " + std::to_string(t.nodes[i].id) + " appears twice");
+    std::vector<std::vector<size_t>> parents(t.nodes.size()), children(t.nodes.size());
+    for (size_t i = 0; i < t.nodes.size(); ++i) {
+      std::set<size_t> ps;
+      for (const auto* deps : {&t.nodes[i].data_deps, &t.nodes[i].ctrl_deps})
+        for (uint64_t d : *deps) {
+          auto it = index.find(d);
+          if (it == index.end()) bad(file, "node " + std::to_string(t.nodes[i].id) + " depends on node " + std::to_string(d) + ", which the trace lacks");
+          ps.insert(it->second);
+        }
+      parents[i].assign(ps.begin(), ps.end());
+      for (size_t p : ps) children[p].push_back(i);
+    }
+    std::vector<size_t> pending(t.nodes.size()), order;
+    std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+    for (size_t i = 0; i < t.nodes.size(); ++i)
+      if ((pending[i] = parents[i].size()) == 0) ready.push(i);
+    while (!ready.empty()) {
+      const size_t i = ready.top();
+      ready.pop();
+      order.push_back(i);
+      for (size_t c : children[i])
+        if (--pending[c] == 0) ready.push(c);
+    }
+    if (order.size() != t.nodes.size()) bad(file, "the trace's dependencies form a cycle");
+    std::vector<uint32_t> op_of(t.nodes.size());
+    Program prog;
+    prog.name = "chakra";
+    for (size_t i : order) {
+      const ChakraNode& n = t.nodes[i];
+      Op op;
+      op.name = plan.intern(n.name.empty() ? "node-" + std::to_string(n.id) : n.name);
+      if (!n.phase.empty()) name_to(n.phase, kPhases, op.phase);
+      std::string stream;
+      switch (n.type) {
+        case 4: {  // COMP_NODE (a GEMM or attention kernel keeps its kind: it sets how NCCL's kernels slow it)
+          op.kind = n.op_kind == "gemm" ? OpKind::Gemm : n.op_kind == "attention" ? OpKind::Attention : OpKind::Memory;
+          op.flops = static_cast<double>(std::max<int64_t>(0, n.num_ops));
+          op.bytes_read = static_cast<int64_t>(std::min<uint64_t>(n.tensor_size, uint64_t{1} << 50));
+          double t_s = n.duration_s > 0 ? n.duration_s : static_cast<double>(n.duration_micros) * 1e-6;
+          // No time in the trace: a roofline of its FLOPs at the BF16 peak and its bytes at
+          // HBM bandwidth (what ASTRA-sim's roofline mode does).
+          if (t_s <= 0) t_s = std::max(op.flops / gpu.peak_bf16, static_cast<double>(op.bytes_read) / gpu.hbm_bandwidth);
+          op.fixed_seconds = std::min(t_s, 1e6);
+          stream = "compute";
+          break;
+        }
+        case 7: {  // COMM_COLL_NODE
+          op.kind = OpKind::Collective;
+          switch (n.comm_type) {
+            case 0: op.collective = CollectiveKind::AllReduce; break;
+            case 1: op.collective = CollectiveKind::Reduce; break;
+            case 2: op.collective = CollectiveKind::AllGather; break;
+            case 5: op.collective = CollectiveKind::Broadcast; break;
+            case 6: op.collective = CollectiveKind::AllToAll; break;
+            case 7: op.collective = CollectiveKind::ReduceScatter; break;
+            case 9: op.collective = CollectiveKind::AllReduce; break;  // a barrier: an all-reduce of nothing
+            default:
+              bad(file, "node " + std::to_string(n.id) + ": collective type " + std::to_string(n.comm_type) + " (gather, scatter, reduce-scatter-block) is not modelled");
+          }
+          op.bytes = n.comm_type == 9 ? 0 : std::max<int64_t>(0, n.comm_size);
+          const int32_t g = group_for(file, n.pg_name, n.group_kind);
+          op.group = plan.groups[static_cast<size_t>(g)].kind;
+          if (std::find(plan.groups[static_cast<size_t>(g)].ranks.begin(), plan.groups[static_cast<size_t>(g)].ranks.end(), static_cast<int32_t>(rank)) == plan.groups[static_cast<size_t>(g)].ranks.end())
+            bad(file, "node " + std::to_string(n.id) + ": rank " + std::to_string(rank) + " is not in its group '" + n.pg_name + "'");
+          stream = "comm";
+          break;
+        }
+        case 5:
+        case 6: {  // COMM_SEND_NODE / COMM_RECV_NODE
+          op.kind = n.type == 5 ? OpKind::Send : OpKind::Recv;
+          const int32_t peer = n.type == 5 ? n.comm_dst : n.comm_src;
+          const int32_t self = n.type == 5 ? n.comm_src : n.comm_dst;
+          if (peer < 0 || peer >= world || (self >= 0 && self != rank))
+            bad(file, "node " + std::to_string(n.id) + ": comm_src / comm_dst do not name this rank and a peer among the " + std::to_string(world) + " traces");
+          op.group = GroupKind::World;
+          op.peer = peer;
+          op.bytes = std::max<int64_t>(0, n.comm_size);
+          stream = "p2p";
+          break;
+        }
+        default:  // metadata, memory load/store and other nodes: ordering only
+          op.kind = OpKind::Memory;
+          stream = "compute";
+          break;
+      }
+      op.stream = prog.stream(n.stream.empty() ? stream : n.stream);
+      std::vector<uint32_t> after;
+      for (size_t p : parents[i]) after.push_back(op_of[p]);
+      op_of[i] = prog.add(op, after);
+    }
+    // Ranks whose nodes are byte for byte the same (their metadata aside) share a program.
+    const std::string bytes = ss.str();
+    Reader skip(bytes);
+    const uint64_t meta = skip.varint();
+    const std::string key = bytes.substr(std::min<size_t>(bytes.size(), skip.offset() + meta));
+    auto it = program_of.find(key);
+    if (it == program_of.end()) {
+      it = program_of.emplace(key, static_cast<uint32_t>(plan.programs.size())).first;
+      plan.programs.push_back(std::move(prog));
+    }
+    plan.rank_program.push_back(it->second);
+  }
+  return plan;
+}
+
+}  // namespace clustersim
