@@ -26,41 +26,31 @@ using wire::Writer;
 // AttributeProto fields: name 1; values int32 7, int64 9, uint64 13, bool 27, string 29,
 // double 3. Node fields: id 1, name 2, type 3, ctrl_deps 4, data_deps 5,
 // start_time_micros 6, duration_micros 7, attr 10. GlobalMetadata: version 1, attr 2.
-std::string attr_i64(const std::string& name, int64_t v) {
+// One attribute: its name, then its value as `value` writes it.
+template <typename Value>
+std::string attr(const std::string& name, Value value) {
   Writer w;
   w.bytes(1, name);
-  w.i64(9, v);
+  value(w);
   return w.str();
+}
+std::string attr_i64(const std::string& name, int64_t v) {
+  return attr(name, [&](Writer& w) { w.i64(9, v); });
 }
 std::string attr_i32(const std::string& name, int32_t v) {
-  Writer w;
-  w.bytes(1, name);
-  w.i64(7, v);
-  return w.str();
+  return attr(name, [&](Writer& w) { w.i64(7, v); });
 }
 std::string attr_u64(const std::string& name, uint64_t v) {
-  Writer w;
-  w.bytes(1, name);
-  w.u64(13, v);
-  return w.str();
+  return attr(name, [&](Writer& w) { w.u64(13, v); });
 }
 std::string attr_bool(const std::string& name, bool v) {
-  Writer w;
-  w.bytes(1, name);
-  w.boolean(27, v);
-  return w.str();
+  return attr(name, [&](Writer& w) { w.boolean(27, v); });
 }
 std::string attr_str(const std::string& name, const std::string& v) {
-  Writer w;
-  w.bytes(1, name);
-  w.bytes(29, v);
-  return w.str();
+  return attr(name, [&](Writer& w) { w.bytes(29, v); });
 }
 std::string attr_f64(const std::string& name, double v) {
-  Writer w;
-  w.bytes(1, name);
-  w.f64(3, v);
-  return w.str();
+  return attr(name, [&](Writer& w) { w.f64(3, v); });
 }
 
 void append_delimited(std::string& out, const std::string& msg) {

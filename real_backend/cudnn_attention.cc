@@ -929,6 +929,13 @@ std::string shape_text(const AttentionShape& s) {
       shape_text(s) + ": " + why);
 }
 
+// A call of a cuDNN shape that cuDNN cannot run (no plan at its pointers' alignment).
+[[noreturn]] void call_fails(const AttentionShape& s, const std::string& why) {
+  throw RealBackendError("cuDNN runs " + shape_text(s) +
+                         " in this run, but cannot run this call of it: " + why +
+                         "; the own kernel cannot stand in for one direction alone (its statistics differ)");
+}
+
 }  // namespace
 
 AttentionBackend attention_backend_for(Elem e, const AttentionShape& s) {
@@ -943,9 +950,12 @@ AttentionBackend attention_backend_for(Elem e, const AttentionShape& s) {
 AttentionBackend run_attention_forward(Elem e, const AttentionShape& s, const void* q, const void* k, const void* v,
                                        void* o, float* lse, cudaStream_t stream) {
   if (attention_backend_for(e, s) == AttentionBackend::Cudnn) {
+    // The shape is cuDNN's in both directions: a call that cuDNN cannot run (pointers
+    // it has no plan for) must not fall back alone, or its backward would read statistics
+    // in the other kernel's form.
     std::string why;
     if (cudnn_attention_forward(e, s, q, k, v, o, lse, stream, &why)) return AttentionBackend::Cudnn;
-    if (attention_choice() == AttentionChoice::Cudnn) forced_fails(s, why);
+    call_fails(s, why);
   }
   attention_forward(e, s, q, k, v, o, lse, stream);
   return AttentionBackend::Own;
@@ -958,7 +968,7 @@ AttentionBackend run_attention_backward(Elem e, const AttentionShape& s, const v
     std::string why;
     if (cudnn_attention_backward(e, s, q, k, v, o, dout, lse, delta, dq, dq16, dk16, dv16, stream, &why))
       return AttentionBackend::Cudnn;
-    if (attention_choice() == AttentionChoice::Cudnn) forced_fails(s, why);
+    call_fails(s, why);  // as in the forward: no fallback of one direction alone
   }
   attention_backward(e, s, q, k, v, o, dout, lse, delta, dq, dk, dv, dq16, dk16, dv16, stream);
   return AttentionBackend::Own;

@@ -6,11 +6,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <iostream>
-#include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -20,6 +17,7 @@
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/units.h"
+#include "sim/parallel.h"
 #include "sim/rng.h"
 
 namespace clustersim {
@@ -238,40 +236,32 @@ void run_samples(RunOutcome& run, int64_t n, int jobs, const RunOptions& opt) {
   bool links_vary = s.variability.link_speed.dist != "none";
   for (const Straggler& st : s.variability.stragglers) links_vary |= st.kind == "link";
   if (!links_vary) base.collective_cache = make_collective_cache();
-  std::atomic<int64_t> next{1};
-  std::exception_ptr failure;
-  std::mutex failure_mu;
-  auto worker = [&] {
-    try {
-      Topology topo(s.cluster);
-      std::vector<double> nominal;
-      for (const Link& l : topo.links()) nominal.push_back(l.bandwidth);
-      for (int64_t i = next++; i < n; i = next++) {
+  struct Worker {
+    std::unique_ptr<Topology> topo;
+    std::vector<double> nominal;  // link bandwidths before a draw changes them
+  };
+  parallel_for(
+      1, n, jobs,
+      [&] {
+        Worker w{std::make_unique<Topology>(s.cluster), {}};
+        for (const Link& l : w.topo->links()) w.nominal.push_back(l.bandwidth);
+        return w;
+      },
+      [&](Worker& w, int64_t i) {
+        Topology& topo = *w.topo;
         const uint64_t seed = stream_seed(s.seed, static_cast<uint64_t>(i));
         ExecOptions eo = base;
         const VariabilityDraw d = draw_variability(s, run.plan.plan, topo, seed, opt.simulate_all_ranks);
         apply_draw(d, topo, eo);
         const ExecResult e = execute_plan(run.plan.plan, topo, eo);
-        for (auto [id, bw] : d.link_bandwidth) topo.set_link_bandwidth(id, nominal[id]);
+        for (auto [id, bw] : d.link_bandwidth) topo.set_link_bandwidth(id, w.nominal[id]);
         const double iter = iteration_seconds(s, e);
         const auto at = static_cast<size_t>(i);
         values[0][at] = iter;
         values[1][at] = mfu_of(s, run.plan, iter);
         values[2][at] = tokens_per_iteration(s, run.plan) / iter;
         if (s.faults.set) values[3][at] = goodput_report(s, topo, iter, fault_seed(s, i)).goodput;
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(failure_mu);
-      if (!failure) failure = std::current_exception();
-      next = n;
-    }
-  };
-  const int threads = static_cast<int>(std::clamp<int64_t>(jobs, 1, std::max<int64_t>(1, n - 1)));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  if (failure) std::rethrow_exception(failure);
+      });
   run.samples.clear();
   add_sample_statistics(keys, values, s.seed, run.metrics, run.samples);
 }

@@ -1,20 +1,16 @@
 #include "sim/serving.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <deque>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <queue>
 #include <sstream>
-#include <thread>
 #include <unordered_map>
 
 #include "cost_models/compute.h"
@@ -26,6 +22,7 @@
 #include "reports/progress.h"
 #include "reports/trace_writer.h"
 #include "scenarios/error.h"
+#include "sim/parallel.h"
 #include "sim/rng.h"
 #include "sim/run.h"
 #include "sim/variability.h"
@@ -995,24 +992,8 @@ void run_serving_samples(const Scenario& s, ServingResult& first, int64_t n, int
         if (key == keys[k]) values[k][static_cast<size_t>(i)] = v;
   };
   take(first.metrics, 0);
-  std::atomic<int64_t> next{1};
-  std::exception_ptr failure;
-  std::mutex failure_mu;
-  auto worker = [&] {
-    try {
-      for (int64_t i = next++; i < n; i = next++) take(run_serving(s, false, false, i).metrics, i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(failure_mu);
-      if (!failure) failure = std::current_exception();
-      next = n;
-    }
-  };
-  const int threads = static_cast<int>(std::clamp<int64_t>(jobs, 1, std::max<int64_t>(1, n - 1)));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  if (failure) std::rethrow_exception(failure);
+  parallel_for(
+      1, n, jobs, [] { return 0; }, [&](int&, int64_t i) { take(run_serving(s, false, false, i).metrics, i); });
   first.samples.clear();
   add_sample_statistics(keys, values, s.seed, first.metrics, first.samples);
 }

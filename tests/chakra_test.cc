@@ -135,6 +135,13 @@ TEST(Chakra, RoundTripRunsTheSameStep) {
   }
 }
 
+// A message preceded by its length, as Chakra's encodeMessage writes it.
+std::string delimited(const std::string& m) {
+  wire::Writer w;
+  w.varint(m.size());
+  return w.str() + m;
+}
+
 // Encodes one foreign-style trace: nodes with only Chakra's own fields and attributes.
 std::string foreign_trace(double duration_us, int64_t num_ops, int64_t comm_bytes) {
   auto attr = [](const std::string& name, int field, uint64_t v) {
@@ -142,11 +149,6 @@ std::string foreign_trace(double duration_us, int64_t num_ops, int64_t comm_byte
     a.bytes(1, name);
     a.u64(static_cast<uint32_t>(field), v);
     return a.str();
-  };
-  auto delimited = [](const std::string& m) {
-    wire::Writer w;
-    w.varint(m.size());
-    return w.str() + m;
   };
   wire::Writer meta;
   meta.bytes(1, "0.0.4");
@@ -199,11 +201,6 @@ TEST(Chakra, WhatCannotBeImportedIsAnError) {
   // Nodes built by hand: a cycle, a dependency on a node the trace lacks, a process
   // group comm_group.json does not know.
   auto trace = [](const std::vector<std::pair<uint64_t, std::vector<uint64_t>>>& nodes, const std::string& pg) {
-    auto delimited = [](const std::string& m) {
-      wire::Writer w;
-      w.varint(m.size());
-      return w.str() + m;
-    };
     wire::Writer meta;
     meta.bytes(1, "0.0.4");
     std::string out = delimited(meta.str());
