@@ -290,7 +290,8 @@ class Runner {
     b.c = static_cast<char*>(b.c) + scattered_offset(i + 104729, kPool);
     switch (op.kind) {
       case OpKind::Gemm:
-        gemm.run(op.dtype, op.m, op.n, op.k, op.batch, b.a, b.b, b.c, st);
+        // Transformer Engine's recipe: fast FP8 accumulation in the forward, split in dgrad and wgrad.
+        gemm.run(op.dtype, op.m, op.n, op.k, op.batch, b.a, b.b, b.c, st, op.phase == Phase::Backward);
         break;
       case OpKind::Attention: {
         AttentionShape s{static_cast<int>(op.batch),

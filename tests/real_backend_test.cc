@@ -56,6 +56,46 @@ TEST(RealBackend, GemmMatchesTheReference) {
   }
 }
 
+// FP8 as Transformer Engine issues it (per-tensor scale pointers; fast accumulation in
+// the forward, split in the backward): both give the exact product, at FP8's rates.
+TEST(RealBackend, Fp8GemmWithScalesAndBothAccumulators) {
+  REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  CS_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (!Gemm::supported(DType::FP8, prop.major)) GTEST_SKIP() << "no FP8 tensor cores";
+  const int64_t n = 8192;
+  DeviceBuffer a(n * n), b(n * n), c(n * n * 2);
+  // Bytes below 0x70 in both nibble halves are finite E4M3 values (no NaN encodings).
+  CS_CUDA(cudaMemset(a.p, 0x38, n * n));  // 1.0
+  CS_CUDA(cudaMemset(b.p, 0x30, n * n));  // 0.5
+  Gemm g;
+  auto rate = [&](DType d, bool split) {
+    for (int i = 0; i < 3; ++i) g.run(d, n, n, n, 1, a.p, b.p, c.p, nullptr, split);
+    cudaEvent_t s, e;
+    CS_CUDA(cudaEventCreate(&s));
+    CS_CUDA(cudaEventCreate(&e));
+    const int reps = 20;
+    CS_CUDA(cudaEventRecord(s));
+    for (int i = 0; i < reps; ++i) g.run(d, n, n, n, 1, a.p, b.p, c.p, nullptr, split);
+    CS_CUDA(cudaEventRecord(e));
+    CS_CUDA(cudaEventSynchronize(e));
+    float ms = 0;
+    CS_CUDA(cudaEventElapsedTime(&ms, s, e));
+    cudaEventDestroy(s);
+    cudaEventDestroy(e);
+    return 2.0 * n * n * n * reps / (ms * 1e-3) / 1e12;
+  };
+  const double fast = rate(DType::FP8, false), split = rate(DType::FP8, true);
+  // 1.0 * 0.5 summed over 8192 products: every output is 4096, exact in BF16.
+  uint16_t out = 0;
+  CS_CUDA(cudaMemcpy(&out, c.p, sizeof out, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(out, 0x4580) << "bf16 4096 is 0x4580";
+  std::printf("fp8 8192^3: fast accumulation %.0f TFLOP/s, split accumulator %.0f TFLOP/s\n", fast, split);
+  EXPECT_GT(fast, 1000);
+  EXPECT_GT(split, 800);
+  EXPECT_GE(fast, split * 0.97);
+}
+
 // The vendor library's rate for an 8192^3 bf16 GEMM: about 770-800 TFLOP/s on an H200.
 TEST(RealBackend, Gemm8192Rate) {
   REQUIRE_GPU();
