@@ -341,6 +341,7 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
   if (op.kind != OpKind::Memory || t == 0) return t;
   switch (op.access) {
     case MemAccess::Streaming:
+    case MemAccess::Fp8CastTranspose:  // its bytes, streamed (a calibration measures the kernel itself)
       return t;
     case MemAccess::DynamicCast:
       return t + static_cast<double>(op.m) * p.dynamic_cast_ops_per_element / gpu.peak_fp32;

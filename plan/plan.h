@@ -41,9 +41,10 @@ std::string_view to_string(GroupKind k);
 enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
 // How a memory-bound kernel walks its bytes (cost_models/compute.cc): a vectorized
 // stream; PyTorch's dynamic-cast loop (operands of different dtypes: an extra cost per
-// element, op.m elements); or a multi-tensor-apply kernel over a list of tensors
-// (foreach ops, fused optimizers).
-enum class MemAccess : uint8_t { Streaming, DynamicCast, MultiTensor };
+// element, op.m elements); a multi-tensor-apply kernel over a list of tensors (foreach
+// ops, fused optimizers); or Transformer Engine's FP8 cast-transpose of an op.m × op.n
+// BF16 matrix (the FP8 copy and its transpose, and the tensor's amax), costed as a stream.
+enum class MemAccess : uint8_t { Streaming, DynamicCast, MultiTensor, Fp8CastTranspose };
 std::string_view to_string(Phase p);
 
 // One operation of a program. Field use by kind:

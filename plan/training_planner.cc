@@ -449,9 +449,18 @@ class StageBuilder {
   // transposed). TE fuses the casts of the LayerNorm outputs (QKV, MLP up) and of the
   // GELU output into those kernels; the attention output and every gradient entering a
   // linear layer's backward get a kernel of their own.
-  uint32_t fp8_cast(const char* name, Phase ph, int32_t L, double elements, uint32_t after) {
+  // Transformer Engine's cast-transpose of a rows × cols activation or gradient: its FP8
+  // copy and the transpose the next GEMM reads, and the tensor's amax.
+  uint32_t fp8_cast(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after) {
     if (!l_.fp8) return after;
-    return add_memory(name, ph, L, elements * static_cast<double>(e_), 2.0 * elements, 2.0 * elements, deps(after));
+    const double elements = static_cast<double>(rows) * static_cast<double>(cols);
+    const uint32_t c =
+        add_memory(name, ph, L, elements * static_cast<double>(e_), 2.0 * elements, 2.0 * elements, deps(after));
+    Op& op = p_.ops[c];
+    op.access = MemAccess::Fp8CastTranspose;
+    op.m = rows;
+    op.n = cols;
+    return c;
   }
 
   // ---- unfused attention: QK^T and PV as batched GEMMs, scores through HBM ------------
@@ -706,7 +715,7 @@ class StageBuilder {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     if (!m_.moe_layer(L)) {
-      const uint32_t g8 = fp8_cast("fp8-cast-mlp-grad", Phase::Backward, L, act_bytes() / static_cast<double>(e_), g);
+      const uint32_t g8 = fp8_cast("fp8-cast-mlp-grad", Phase::Backward, L, seq_tokens_, m_.hidden, g);
       uint32_t down_d = ag_then_gemm("allgather-mlp-grad", "mlp-down-dgrad", Phase::Backward, L, g8, m_.ffn_hidden / t_, h);
       uint32_t down_w =
           add_gemm("mlp-down-wgrad", Phase::Backward, L, m_.ffn_hidden / t_, h, tokens_, deps(gathered_));
@@ -714,7 +723,7 @@ class StageBuilder {
       uint32_t act_b =
           add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f,
                      swiglu ? 2 * f : f, 10.0 * f / static_cast<double>(e_), deps(down_d));
-      act_b = fp8_cast("fp8-cast-mlp-act-grad", Phase::Backward, L, static_cast<double>(tokens_ * mlp_in_), act_b);
+      act_b = fp8_cast("fp8-cast-mlp-act-grad", Phase::Backward, L, tokens_, mlp_in_, act_b);
       mlp_input_ready_ = act_b;
       wgrad = down_w;
       return gemm_then_reduce("mlp-up-dgrad", "tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L,
@@ -794,7 +803,7 @@ class StageBuilder {
     else
       at = unfused_attention_forward(ph, L, q, q, qkv);
     const int64_t attn_out = m_.heads * m_.head_dim() / t_;
-    at = fp8_cast("fp8-cast-attn-out", ph, L, static_cast<double>(tokens_ * attn_out), at);
+    at = fp8_cast("fp8-cast-attn-out", ph, L, tokens_, attn_out, at);
     uint32_t red = gemm_then_reduce("attn-proj", "tp-allreduce-attn", "reduce-scatter-attn", ph, L, deps(at), h,
                                     attn_out);
     uint32_t ln2 = add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act + mask,
@@ -1129,11 +1138,11 @@ class StageBuilder {
       uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                                 12.0 * act / static_cast<double>(e_), deps(red, up_w));
       const int64_t attn_out = m_.heads * m_.head_dim() / t_;
-      ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, act / static_cast<double>(e_), ln2);
+      ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, seq_tokens_, m_.hidden, ln2);
       uint32_t proj_d = ag_then_gemm("allgather-attn-grad", "attn-proj-dgrad", Phase::Backward, L, ln2, attn_out, h);
       uint32_t proj_w = add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_, deps(gathered_));
       uint32_t at = ring_attention(L, Phase::Backward, proj_d);
-      at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, static_cast<double>(tokens_ * qkv_), at);
+      at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
       uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at);
       uint32_t qkv_w = add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w));
       uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",

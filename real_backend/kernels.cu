@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <mma.h>
 
 #include <algorithm>
@@ -534,6 +535,105 @@ void attention_backward(Elem e, const AttentionShape& s, const void* q, const vo
     if (s.head_dim == 64) bwd<T, 64>(s, q, k, v, o, dout, lse, delta, dq, dk, dv, dq16, dk16, dv16, st);
     else bwd<T, 128>(s, q, k, v, o, dout, lse, delta, dq, dk, dv, dq16, dk16, dv16, st);
   });
+}
+
+// One 32 x 32 tile per block of 32 x 8 threads: each thread casts four elements of its
+// column, the tile goes through shared memory (padded against bank conflicts) so the
+// transposed writes are coalesced too, and the block's max |x| reaches *amax with one
+// atomic (non-negative floats order as their bit patterns).
+__global__ void fp8_cast_transpose_kernel(const __nv_bfloat16* in, int64_t rows, int64_t cols, float scale,
+                                          __nv_fp8_storage_t* out, __nv_fp8_storage_t* out_t, float* amax) {
+  __shared__ __nv_fp8_storage_t tile[32][33];
+  __shared__ float block_max[8];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32, c0 = static_cast<int64_t>(blockIdx.x) * 32;
+  float local = 0.f;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const float x = __bfloat162float(in[r * cols + c]);
+      local = fmaxf(local, fabsf(x));
+      const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(x * scale, __NV_SATFINITE, __NV_E4M3);
+      out[r * cols + c] = q;
+      tile[i][threadIdx.x] = q;
+    }
+  }
+  for (int o = 16; o > 0; o /= 2) local = fmaxf(local, __shfl_xor_sync(0xffffffffu, local, o));
+  if (threadIdx.x == 0) block_max[threadIdx.y] = local;
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) out_t[c * rows + r] = tile[threadIdx.x][i];
+  }
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    float m = 0.f;
+    for (float v : block_max) m = fmaxf(m, v);
+    atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+  }
+}
+
+// The vectorized form, for rows and cols multiples of 8 on 16-byte aligned pointers: a
+// 64 x 64 tile per block of 256 threads, 16-byte loads of eight BF16 values, 8-byte stores
+// of eight FP8 bytes both ways.
+__global__ void fp8_cast_transpose_vec_kernel(const __nv_bfloat16* in, int64_t rows, int64_t cols, float scale,
+                                              uint8_t* out, uint8_t* out_t, float* amax) {
+  __shared__ uint8_t tile[64][72];
+  __shared__ float warp_max[8];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 64, c0 = static_cast<int64_t>(blockIdx.x) * 64;
+  const int t = threadIdx.x;
+  float local = 0.f;
+  for (int k = 0; k < 2; ++k) {
+    const int row = (t >> 3) + 32 * k, col = (t & 7) * 8;
+    const int64_t r = r0 + row, c = c0 + col;
+    if (r < rows && c < cols) {
+      const uint4 v = *reinterpret_cast<const uint4*>(in + r * cols + c);
+      const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(&v);
+      uint8_t q[8];
+      for (int j = 0; j < 8; ++j) {
+        const float f = __bfloat162float(x[j]);
+        local = fmaxf(local, fabsf(f));
+        q[j] = __nv_cvt_float_to_fp8(f * scale, __NV_SATFINITE, __NV_E4M3);
+        tile[row][col + j] = q[j];
+      }
+      *reinterpret_cast<uint2*>(out + r * cols + c) = *reinterpret_cast<const uint2*>(q);
+    }
+  }
+  for (int o = 16; o > 0; o /= 2) local = fmaxf(local, __shfl_xor_sync(0xffffffffu, local, o));
+  if ((t & 31) == 0) warp_max[t >> 5] = local;
+  __syncthreads();
+  for (int k = 0; k < 2; ++k) {
+    const int col = (t >> 3) + 32 * k, row = (t & 7) * 8;  // an output row (input column), eight input rows
+    const int64_t c = c0 + col, r = r0 + row;
+    if (r < rows && c < cols) {
+      uint8_t q[8];
+      for (int j = 0; j < 8; ++j) q[j] = tile[row + j][col];
+      *reinterpret_cast<uint2*>(out_t + c * rows + r) = *reinterpret_cast<const uint2*>(q);
+    }
+  }
+  if (t == 0) {
+    float m = 0.f;
+    for (float v : warp_max) m = fmaxf(m, v);
+    atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+  }
+}
+
+void fp8_cast_transpose_amax(const void* in, int64_t rows, int64_t cols, float scale, void* out, void* out_t,
+                             float* amax, cudaStream_t st) {
+  if (rows <= 0 || cols <= 0) return;
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (rows % 8 == 0 && cols % 8 == 0 && aligned(in) && aligned(out) && aligned(out_t)) {
+    const dim3 grid(static_cast<unsigned>((cols + 63) / 64), static_cast<unsigned>((rows + 63) / 64));
+    if (grid.y > 65535) throw RealBackendError("fp8 cast-transpose: " + std::to_string(rows) + " rows is past 65535 tiles");
+    fp8_cast_transpose_vec_kernel<<<grid, 256, 0, st>>>(static_cast<const __nv_bfloat16*>(in), rows, cols, scale,
+                                                        static_cast<uint8_t*>(out), static_cast<uint8_t*>(out_t), amax);
+    CS_CUDA(cudaGetLastError());
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
+  if (grid.y > 65535) throw RealBackendError("fp8 cast-transpose: " + std::to_string(rows) + " rows is past 65535 tiles");
+  fp8_cast_transpose_kernel<<<grid, dim3(32, 8), 0, st>>>(static_cast<const __nv_bfloat16*>(in), rows, cols, scale,
+                                                           static_cast<__nv_fp8_storage_t*>(out),
+                                                           static_cast<__nv_fp8_storage_t*>(out_t), amax);
+  CS_CUDA(cudaGetLastError());
 }
 
 void memory_op(const void* in, void* out, int64_t read_bytes, int64_t write_bytes, cudaStream_t st) {

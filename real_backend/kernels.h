@@ -36,6 +36,13 @@ inline size_t scattered_offset(uint64_t i, size_t region) {
   return static_cast<size_t>((h >> 20) % (region / 256)) * 256;
 }
 
+// Transformer Engine's FP8 cast-transpose: a rows × cols BF16 matrix `in` scaled by
+// `scale` into E4M3 (saturating), row-major into `out` and transposed (cols × rows) into
+// `out_t`, and max |in| folded into *amax (which the caller zeroes first). rows and cols
+// any size; 32 × 32 tiles through shared memory.
+void fp8_cast_transpose_amax(const void* in, int64_t rows, int64_t cols, float scale, void* out, void* out_t,
+                             float* amax, cudaStream_t stream);
+
 // Reads `read_bytes` from `in` and writes `write_bytes` to `out` (16-byte vectors).
 void memory_op(const void* in, void* out, int64_t read_bytes, int64_t write_bytes, cudaStream_t stream);
 

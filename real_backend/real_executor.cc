@@ -44,8 +44,10 @@ struct Buffers {
   void* a = nullptr;   // GEMM A / attention Q / memory-op input / send buffer
   void* b = nullptr;   // GEMM B / attention K, V / receive buffer
   void* c = nullptr;   // GEMM C / attention O and gradients / memory-op output
-  float* f = nullptr;  // attention fp32 accumulators and statistics
+  float* f = nullptr;  // attention fp32 accumulators and statistics; its last kAmaxBytes: FP8 casts' amax
   size_t a_bytes = 0, b_bytes = 0, c_bytes = 0, f_bytes = 0;
+  float* amax() const { return f + (f_bytes - kAmaxBytes) / sizeof(float); }
+  static constexpr size_t kAmaxBytes = 256;
 };
 
 struct AttnLayout {  // offsets of an attention op's tensors inside the buffers
@@ -104,6 +106,7 @@ void size_buffers(const Program& prog, Buffers& buf) {
         break;
     }
   }
+  buf.f_bytes += Buffers::kAmaxBytes;
 }
 
 void* allocate(size_t bytes, const char* what, int rank) {
@@ -320,7 +323,15 @@ class Runner {
         break;
       }
       case OpKind::Memory:
-        memory_op(b.a, b.c, op.bytes_read, op.bytes_written, st);
+        // Transformer Engine's cast-transpose, as TE runs it: the FP8 copy, its transpose
+        // and the amax (a BF16 input of m x n, both FP8 outputs in the op's written bytes).
+        if (op.access == MemAccess::Fp8CastTranspose && op.m * op.n * 2 <= op.bytes_read &&
+            op.m * op.n * 2 <= op.bytes_written) {
+          CS_CUDA(cudaMemsetAsync(b.amax(), 0, sizeof(float), st));
+          fp8_cast_transpose_amax(b.a, op.m, op.n, 1.f, b.c, static_cast<char*>(b.c) + op.m * op.n, b.amax(), st);
+        } else {
+          memory_op(b.a, b.c, op.bytes_read, op.bytes_written, st);
+        }
         break;
       case OpKind::Collective:
         collective(rr, op, st);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "plan/training_planner.h"
 #include "real_backend/check.h"
@@ -94,6 +95,107 @@ TEST(RealBackend, Fp8GemmWithScalesAndBothAccumulators) {
   EXPECT_GT(fast, 1000);
   EXPECT_GT(split, 800);
   EXPECT_GE(fast, split * 0.97);
+}
+
+// E4M3 of a value exactly representable (or past 448, saturated): sign, exponent bias 7,
+// three mantissa bits.
+uint8_t e4m3(float v) {
+  if (v == 0) return 0;
+  const uint8_t sign = v < 0 ? 0x80 : 0;
+  float a = std::fabs(v);
+  if (a >= 448) return sign | 0x7E;
+  const int e = static_cast<int>(std::floor(std::log2(a)));
+  const int m = static_cast<int>((a / std::ldexp(1.f, e) - 1) * 8);
+  return sign | static_cast<uint8_t>(((e + 7) << 3) | m);
+}
+
+uint16_t bf16_bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Transformer Engine's cast-transpose: every element's E4M3 byte, row-major and
+// transposed, and the amax, on a shape of partial tiles; then its rate against a plain
+// stream of the same bytes.
+TEST(RealBackend, Fp8CastTransposeAndAmax) {
+  REQUIRE_GPU();
+  const int64_t rows = 100, cols = 70;
+  std::vector<uint16_t> host(rows * cols);
+  std::vector<uint8_t> want(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = (r == 37 && c == 5) ? -1000.f : static_cast<float>((r * 7 + c * 3) % 17 - 8) * 0.25f;
+      host[r * cols + c] = bf16_bits(v);
+      want[r * cols + c] = e4m3(v);
+    }
+  DeviceBuffer in(rows * cols * 2), out(rows * cols), out_t(rows * cols), amax(4);
+  CS_CUDA(cudaMemcpy(in.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  CS_CUDA(cudaMemset(amax.p, 0, 4));
+  fp8_cast_transpose_amax(in.p, rows, cols, 1.f, out.p, out_t.p, amax.as<float>(), nullptr);
+  std::vector<uint8_t> got(rows * cols), got_t(rows * cols);
+  float got_amax = 0;
+  CS_CUDA(cudaMemcpy(got.data(), out.p, got.size(), cudaMemcpyDeviceToHost));
+  CS_CUDA(cudaMemcpy(got_t.data(), out_t.p, got_t.size(), cudaMemcpyDeviceToHost));
+  CS_CUDA(cudaMemcpy(&got_amax, amax.p, 4, cudaMemcpyDeviceToHost));
+  int wrong = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      wrong += got[r * cols + c] != want[r * cols + c];
+      wrong += got_t[c * rows + r] != want[r * cols + c];
+    }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(got_amax, 1000.f);
+  // The vectorized path (rows and cols multiples of 8): the same bytes on 96 x 72.
+  {
+    const int64_t vr = 96, vc = 72;
+    std::vector<uint16_t> vin(vr * vc);
+    std::vector<uint8_t> vwant(vr * vc), vgot(vr * vc), vgot_t(vr * vc);
+    for (int64_t i = 0; i < vr * vc; ++i) {
+      const float v = i == 1234 ? 600.f : static_cast<float>(i % 13 - 6) * 0.25f;
+      vin[i] = bf16_bits(v);
+      vwant[i] = e4m3(v);
+    }
+    CS_CUDA(cudaMemcpy(in.p, vin.data(), vin.size() * 2, cudaMemcpyHostToDevice));
+    CS_CUDA(cudaMemset(amax.p, 0, 4));
+    fp8_cast_transpose_amax(in.p, vr, vc, 1.f, out.p, out_t.p, amax.as<float>(), nullptr);
+    CS_CUDA(cudaMemcpy(vgot.data(), out.p, vgot.size(), cudaMemcpyDeviceToHost));
+    CS_CUDA(cudaMemcpy(vgot_t.data(), out_t.p, vgot_t.size(), cudaMemcpyDeviceToHost));
+    CS_CUDA(cudaMemcpy(&got_amax, amax.p, 4, cudaMemcpyDeviceToHost));
+    int vwrong = 0;
+    for (int64_t r = 0; r < vr; ++r)
+      for (int64_t c = 0; c < vc; ++c)
+        vwrong += (vgot[r * vc + c] != vwant[r * vc + c]) + (vgot_t[c * vr + r] != vwant[r * vc + c]);
+    EXPECT_EQ(vwrong, 0);
+    EXPECT_EQ(got_amax, 600.f);
+  }
+  // Rate: 8192 x 8192 (128 MiB read, 128 MiB written).
+  const int64_t n = 8192;
+  DeviceBuffer big(n * n * 2), big_out(n * n * 2);
+  fill_random(Elem::BF16, big.p, n * n, 5, 1.f, nullptr);
+  auto time_ms = [&](auto&& fn) {
+    for (int i = 0; i < 3; ++i) fn();
+    cudaEvent_t s, e;
+    CS_CUDA(cudaEventCreate(&s));
+    CS_CUDA(cudaEventCreate(&e));
+    CS_CUDA(cudaEventRecord(s));
+    for (int i = 0; i < 10; ++i) fn();
+    CS_CUDA(cudaEventRecord(e));
+    CS_CUDA(cudaEventSynchronize(e));
+    float ms = 0;
+    CS_CUDA(cudaEventElapsedTime(&ms, s, e));
+    cudaEventDestroy(s);
+    cudaEventDestroy(e);
+    return ms / 10;
+  };
+  const double cast = time_ms([&] {
+    fp8_cast_transpose_amax(big.p, n, n, 1.f, big_out.p, static_cast<char*>(big_out.p) + n * n, amax.as<float>(), nullptr);
+  });
+  const double stream = time_ms([&] { memory_op(big.p, big_out.p, n * n * 2, n * n * 2, nullptr); });
+  const double bytes = 4.0 * n * n;
+  std::printf("fp8 cast-transpose 8192^2: %.1f us, %.0f GB/s; a stream of the same bytes %.1f us, %.0f GB/s\n",
+              cast * 1e3, bytes / (cast * 1e-3) / 1e9, stream * 1e3, bytes / (stream * 1e-3) / 1e9);
+  EXPECT_LT(cast, 2 * stream);
 }
 
 // The vendor library's rate for an 8192^3 bf16 GEMM: about 770-800 TFLOP/s on an H200.

@@ -13,7 +13,7 @@ done
 export LD_LIBRARY_PATH=$PWD/.device/lib$D:${LD_LIBRARY_PATH:-}:$PWD/.device/libmpi
 ldd .device/clustersim-real | grep "not found"
 t0=$(date +%s)
-timeout 200 .device/real_backend_test --gtest_filter='RealBackend.Fp8*:RealBackend.GemmMatchesTheReference:RealBackend.Gemm8192Rate:CudnnAttention.MatchesTheReference:RealBackend.RunsASmallTrainingPlan' > $L/test.log 2>&1
+timeout 200 .device/real_backend_test --gtest_filter='RealBackend.Fp8*:RealBackend.RunsASmallTrainingPlan' > $L/test.log 2>&1
 echo "tests rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^\[  |fp8|TFLOP|Failure|Expected|actual" $L/test.log | head -40
 for dt in bf16 fp8; do
   timeout 150 .device/clustersim-real scenarios/examples/real/gpt3-1.3b-1xh200.yaml --set model.dtype=$dt --iterations 3 --warmup 1 --set output.sqlite=$L/real-$dt.sqlite > $L/real-$dt.log 2>&1
