@@ -1,6 +1,8 @@
 #!/bin/bash
 # FP8 GEMMs as Transformer Engine issues them (scale pointers, fast/split accumulation),
-# cuDNN attention still matching its reference, and an FP8 training step on one H200.
+# the cast-transpose, and an FP8 training step on one H200. .device/ holds stripped
+# copies of build/clustersim-real and build/tests/real_backend_test, with the shared
+# libraries they need that the GPU machine lacks (.device/lib, .device/libmpi).
 set -u
 cd "$(dirname "$0")/.."
 L=/tmp/logs; mkdir -p $L
@@ -19,4 +21,4 @@ for dt in bf16 fp8; do
   timeout 150 .device/clustersim-real scenarios/examples/real/gpt3-1.3b-1xh200.yaml --set model.dtype=$dt --iterations 3 --warmup 1 --set output.sqlite=$L/real-$dt.sqlite > $L/real-$dt.log 2>&1
   echo "real $dt rc=$? $(( $(date +%s) - t0 )) s"; grep -E "iteration|MFU|attention|error" $L/real-$dt.log | head -6
 done
-tar czf $OUT/results.tgz -C /tmp logs
+tar czf "${RESULTS:-.}/results.tgz" -C /tmp logs
