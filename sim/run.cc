@@ -456,6 +456,14 @@ std::string summary_table(const RunOutcome& run) {
       static_cast<long long>(run.exec.simulated_ranks.size()), static_cast<long long>(s.gpus()),
       static_cast<long long>(run.exec.events));
   std::string out = buf;
+  if (!s.chakra_dir.empty()) {
+    // A workload of Chakra traces has no model: say what it is instead.
+    const size_t from = out.find("model           "), to = out.find('\n', from);
+    out.replace(from, to - from,
+                "workload        Chakra traces in " + s.chakra_dir + " (" +
+                    std::to_string(run.plan.plan.world_size) + " ranks, " +
+                    std::to_string(run.plan.plan.programs.size()) + " distinct program(s))");
+  }
   if (s.model.moe.routing.dist != "even") {
     std::snprintf(buf, sizeof buf, "MoE routing     %s: the most-loaded EP rank takes %.3fx an even share (mean)\n",
                   s.model.moe.routing.dist.c_str(), get("moe_hot_rank_load"));
