@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <span>
+#include <string>
 
 namespace clustersim {
 namespace {
@@ -101,57 +103,54 @@ bool parse_size(std::string_view text, int64_t& bytes, std::string& why) {
   return true;
 }
 
-bool parse_time(std::string_view text, double& seconds, std::string& why) {
-  double v = 0;
-  std::string_view unit;
-  if (!split_number(text, v, unit, why)) return false;
-  static constexpr struct {
-    std::string_view u;
-    double f;
-  } kUnits[] = {{"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"min", 60.0}};
-  for (const auto& u : kUnits) {
-    if (unit == u.u) {
-      if (v < 0) {
-        why = "time '" + std::string(trim(text)) + "' is negative";
-        return false;
-      }
-      if (!std::isfinite(v * u.f) || v * u.f > kMaxTimeSeconds) {  // picoseconds of a run stay within int64
-        why = "time '" + std::string(trim(text)) + "' is out of range, expected at most 1e6 s (11.6 days)";
-        return false;
-      }
-      seconds = v * u.f;
-      return true;
-    }
-  }
-  why = unit.empty() ? "time '" + std::string(trim(text)) + "' has no unit, expected ps, ns, us, ms or s (e.g. 2us)"
-                     : "unknown time unit in '" + std::string(trim(text)) + "', expected ps, ns, us, ms or s";
-  return false;
-}
+namespace {
 
-bool parse_duration(std::string_view text, double& seconds, std::string& why) {
+struct TimeUnit {
+  std::string_view u;
+  double f;
+};
+
+// A number with one of `units`, as seconds in [0, max]; `noun` ("time", "duration") and
+// the messages' expectations name what the caller reads.
+bool parse_seconds(std::string_view text, std::span<const TimeUnit> units, double max, std::string_view noun,
+                   std::string_view range, std::string_view no_unit, std::string_view known, double& seconds,
+                   std::string& why) {
   double v = 0;
   std::string_view unit;
   if (!split_number(text, v, unit, why)) return false;
-  static constexpr struct {
-    std::string_view u;
-    double f;
-  } kUnits[] = {{"ms", 1e-3}, {"s", 1.0}, {"min", 60.0}, {"h", 3600.0}, {"d", 86400.0}};
-  for (const auto& u : kUnits) {
+  const std::string quoted = "'" + std::string(trim(text)) + "'";
+  for (const TimeUnit& u : units) {
     if (unit != u.u) continue;
     if (v < 0) {
-      why = "duration '" + std::string(trim(text)) + "' is negative";
+      why = std::string(noun) + " " + quoted + " is negative";
       return false;
     }
-    if (!std::isfinite(v * u.f) || v * u.f > kMaxDurationSeconds) {
-      why = "duration '" + std::string(trim(text)) + "' is out of range, expected at most 1e12 s";
+    if (!std::isfinite(v * u.f) || v * u.f > max) {
+      why = std::string(noun) + " " + quoted + " is out of range, expected " + std::string(range);
       return false;
     }
     seconds = v * u.f;
     return true;
   }
-  why = unit.empty() ? "duration '" + std::string(trim(text)) + "' has no unit, expected s, min, h or d (e.g. 24h)"
-                     : "unknown duration unit in '" + std::string(trim(text)) + "', expected ms, s, min, h or d";
+  why = unit.empty() ? std::string(noun) + " " + quoted + " has no unit, expected " + std::string(no_unit)
+                     : "unknown " + std::string(noun) + " unit in " + quoted + ", expected " + std::string(known);
   return false;
+}
+
+}  // namespace
+
+bool parse_time(std::string_view text, double& seconds, std::string& why) {
+  static constexpr TimeUnit kUnits[] = {{"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6},
+                                        {"ms", 1e-3},  {"s", 1.0},   {"min", 60.0}};
+  // Picoseconds of a run stay within int64.
+  return parse_seconds(text, kUnits, kMaxTimeSeconds, "time", "at most 1e6 s (11.6 days)",
+                       "ps, ns, us, ms or s (e.g. 2us)", "ps, ns, us, ms or s", seconds, why);
+}
+
+bool parse_duration(std::string_view text, double& seconds, std::string& why) {
+  static constexpr TimeUnit kUnits[] = {{"ms", 1e-3}, {"s", 1.0}, {"min", 60.0}, {"h", 3600.0}, {"d", 86400.0}};
+  return parse_seconds(text, kUnits, kMaxDurationSeconds, "duration", "at most 1e12 s", "s, min, h or d (e.g. 24h)",
+                       "ms, s, min, h or d", seconds, why);
 }
 
 bool parse_bandwidth(std::string_view text, double& bytes_per_s, std::string& why) {

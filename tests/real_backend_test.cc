@@ -39,6 +39,25 @@ struct DeviceBuffer {
   }
 };
 
+// Milliseconds one call of `fn` takes on the GPU: three warm-up calls, then the mean of
+// `reps` back to back between two events.
+template <typename Fn>
+double gpu_ms_per_call(int reps, Fn&& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t s, e;
+  CS_CUDA(cudaEventCreate(&s));
+  CS_CUDA(cudaEventCreate(&e));
+  CS_CUDA(cudaEventRecord(s));
+  for (int i = 0; i < reps; ++i) fn();
+  CS_CUDA(cudaEventRecord(e));
+  CS_CUDA(cudaEventSynchronize(e));
+  float ms = 0;
+  CS_CUDA(cudaEventElapsedTime(&ms, s, e));
+  cudaEventDestroy(s);
+  cudaEventDestroy(e);
+  return ms / reps;
+}
+
 // cuBLASLt against a naive fp32 GEMM on random data.
 TEST(RealBackend, GemmMatchesTheReference) {
   REQUIRE_GPU();
@@ -71,20 +90,8 @@ TEST(RealBackend, Fp8GemmWithScalesAndBothAccumulators) {
   CS_CUDA(cudaMemset(b.p, 0x30, n * n));  // 0.5
   Gemm g;
   auto rate = [&](DType d, bool split) {
-    for (int i = 0; i < 3; ++i) g.run(d, n, n, n, 1, a.p, b.p, c.p, nullptr, split);
-    cudaEvent_t s, e;
-    CS_CUDA(cudaEventCreate(&s));
-    CS_CUDA(cudaEventCreate(&e));
-    const int reps = 20;
-    CS_CUDA(cudaEventRecord(s));
-    for (int i = 0; i < reps; ++i) g.run(d, n, n, n, 1, a.p, b.p, c.p, nullptr, split);
-    CS_CUDA(cudaEventRecord(e));
-    CS_CUDA(cudaEventSynchronize(e));
-    float ms = 0;
-    CS_CUDA(cudaEventElapsedTime(&ms, s, e));
-    cudaEventDestroy(s);
-    cudaEventDestroy(e);
-    return 2.0 * n * n * n * reps / (ms * 1e-3) / 1e12;
+    const double ms = gpu_ms_per_call(20, [&] { g.run(d, n, n, n, 1, a.p, b.p, c.p, nullptr, split); });
+    return 2.0 * n * n * n / (ms * 1e-3) / 1e12;
   };
   const double fast = rate(DType::FP8, false), split = rate(DType::FP8, true);
   // 1.0 * 0.5 summed over 8192 products: every output is 4096, exact in BF16.
@@ -173,25 +180,10 @@ TEST(RealBackend, Fp8CastTransposeAndAmax) {
   const int64_t n = 8192;
   DeviceBuffer big(n * n * 2), big_out(n * n * 2);
   fill_random(Elem::BF16, big.p, n * n, 5, 1.f, nullptr);
-  auto time_ms = [&](auto&& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    cudaEvent_t s, e;
-    CS_CUDA(cudaEventCreate(&s));
-    CS_CUDA(cudaEventCreate(&e));
-    CS_CUDA(cudaEventRecord(s));
-    for (int i = 0; i < 10; ++i) fn();
-    CS_CUDA(cudaEventRecord(e));
-    CS_CUDA(cudaEventSynchronize(e));
-    float ms = 0;
-    CS_CUDA(cudaEventElapsedTime(&ms, s, e));
-    cudaEventDestroy(s);
-    cudaEventDestroy(e);
-    return ms / 10;
-  };
-  const double cast = time_ms([&] {
+  const double cast = gpu_ms_per_call(10, [&] {
     fp8_cast_transpose_amax(big.p, n, n, 1.f, big_out.p, static_cast<char*>(big_out.p) + n * n, amax.as<float>(), nullptr);
   });
-  const double stream = time_ms([&] { memory_op(big.p, big_out.p, n * n * 2, n * n * 2, nullptr); });
+  const double stream = gpu_ms_per_call(10, [&] { memory_op(big.p, big_out.p, n * n * 2, n * n * 2, nullptr); });
   const double bytes = 4.0 * n * n;
   std::printf("fp8 cast-transpose 8192^2: %.1f us, %.0f GB/s; a stream of the same bytes %.1f us, %.0f GB/s\n",
               cast * 1e3, bytes / (cast * 1e-3) / 1e9, stream * 1e3, bytes / (stream * 1e-3) / 1e9);
