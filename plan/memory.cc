@@ -56,8 +56,11 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
     const auto [d, x] = shard(stage);
     return per_param * (sp.dense / d + sp.expert / x);
   };
-  b.weights = bytes(in.fp8 ? 3.0 : e, 3);  // FP8: the BF16 weight and its cached FP8 copy
-  b.gradients = bytes(m.dtype == DType::FP16 ? 2.0 : 4.0, 2);
+  // ZeRO 3 gathering once holds the whole stage's parameters from the first forward to
+  // the last backward; syncing gradients once, an unsharded accumulation buffer.
+  const int weight_stage = in.zero3_gather_once ? 4 : 3, grad_stage = in.zero3_grad_once ? 4 : 2;
+  b.weights = bytes(in.fp8 ? 3.0 : e, weight_stage);  // FP8: the BF16 weight and its cached FP8 copy
+  b.gradients = bytes(m.dtype == DType::FP16 ? 2.0 : 4.0, grad_stage);
   b.optimizer = bytes(in.adam ? (m.dtype == DType::FP32 ? 8.0 : 12.0) : (m.dtype == DType::FP32 ? 4.0 : 8.0), 1);
 
   const double tokens =
@@ -90,7 +93,7 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   b.activations = per_layer * in.in_flight_layers + (in.full_recompute ? full_layer : 0.0);
   if (in.output) b.activations += tokens * static_cast<double>(padded_vocab(m, in.tp)) / t * (e + 4.0);
   if (in.pp > 1) b.buffers += 2.0 * 2.0 * sbh * e / (in.sequence_parallel ? t : 1.0);
-  if (in.zero_stage >= 3) {
+  if (in.zero_stage >= 3 && !in.zero3_gather_once) {
     // Two layers gathered at a time (one in use, one prefetched).
     const double layer =
         (sp.dense + sp.expert) / std::max<int64_t>(1, (in.end_layer < 0 ? m.layers : in.end_layer) - in.first_layer);

@@ -45,6 +45,8 @@ struct MemoryBreakdown {
 struct MemoryInputs {
   int64_t tp = 1, cp = 1, dp = 1, ep = 1, pp = 1;
   int64_t zero_stage = 0;
+  bool zero3_gather_once = false;  // ZeRO 3 keeps the stage's parameters unsharded through the step
+  bool zero3_grad_once = false;    // ZeRO 3 accumulates unsharded gradients until the last micro-batch
   int64_t micro_batch = 1;
   double in_flight_layers = 0;  // layer-activations held at the peak (layers × micro-batches)
   bool sequence_parallel = false;

@@ -22,7 +22,17 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int64_t vs) {
   const int64_t base = layers / n, extra = layers % n;
-  return {vs * base + std::min(vs, extra), base + (vs < extra ? 1 : 0)};
+  if (extra == 0) return {vs * base, base};
+  // An uneven split leaves n - extra stages one layer short. They are taken from the two
+  // ends inward (first, last, second, second to last, ...): the first stage holds the
+  // embedding and the most micro-batches in flight, the last the output layer and the
+  // loss. Llama 3 405B's 126 layers over 16 stages: 7, fourteen of 8, 7 (Dubey et al.
+  // 2024, section 3.3.2).
+  const int64_t short_stages = n - extra;
+  auto is_short = [&](int64_t i) { return (i <= n - 1 - i ? 2 * i : 2 * (n - 1 - i) + 1) < short_stages; };
+  int64_t first = 0;
+  for (int64_t i = 0; i < vs; ++i) first += base + (is_short(i) ? 0 : 1);
+  return {first, base + (is_short(vs) ? 0 : 1)};
 }
 
 
@@ -49,6 +59,8 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
   l.overlap_grad_reduce = p.overlap_grad_reduce;
   l.overlap_param_gather = p.overlap_param_gather;
+  l.zero3_gather_once = p.zero_stage >= 3 && p.zero3_param_gather == "step";
+  l.zero3_grad_once = p.zero_stage >= 3 && p.zero3_grad_sync == "step";
   l.eager = s.training.framework == "pytorch-eager";
   if (l.eager) {
     // Plain PyTorch shards data (DDP) or parameters (FSDP: zero_stage 3); the model
@@ -536,6 +548,10 @@ class StageBuilder {
   // ---- ZeRO-3 parameter gathers and gradient scatters, per layer ----------------------
   uint32_t zero3_gather(Phase ph, int32_t L, uint32_t after) {
     if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
+    // Gathered once: what the first micro-batch's forward gathered stays until the step
+    // ends (torch.distributed.pipelining turns FSDP's reshard off for all but the last
+    // backward).
+    if (l_.zero3_gather_once && (ph != Phase::Forward || mb_ > 0)) return after;
     // Prefetched: the gather for this layer is issued on the DP stream as soon as the
     // previous gather finished, and the layer's first op waits for it.
     uint32_t g = add_coll(ph == Phase::Forward ? "zero3-param-allgather" : "zero3-param-allgather-bwd",
@@ -552,7 +568,8 @@ class StageBuilder {
   void add_grads(int32_t L, double dense, double expert, uint32_t ready) {
     const double gb = dtype_bits(grad_dtype_) / 8.0;
     if (l_.zero_stage >= 3) {
-      // ZeRO-3 reduce-scatters each layer's gradients every micro-batch.
+      // ZeRO-3 reduce-scatters each layer's gradients every micro-batch (step sync: once,
+      // in the last micro-batch's backward, from the unsharded accumulation buffer).
       if (l_.dp * l_.cp > 1 && dense > 0)
         grad_ops_.push_back(add_grad_coll("zero3-grad-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::DP, L,
                                           dense * gb, ready));
@@ -951,7 +968,7 @@ class StageBuilder {
     const uint32_t qd = eager_linear_backward("qkv", L, h, qkv_, at, acc);
     g = eager_norm_backward("autocast-cast-qkv-input-grad", "layernorm-1-backward", "layernorm-1-weight-grad",
                             "residual-grad-add-attn", L, qd, r, acc);
-    if (last_micro_batch || l_.zero_stage >= 3) add_grads(L, layer_dense_params(L), 0, g);
+    if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), 0, g);
     return g;
   }
 
@@ -1149,7 +1166,7 @@ class StageBuilder {
                                        Phase::Backward, L, deps(at), h, qkv_);
       g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                      12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
-      if (last_micro_batch || l_.zero_stage >= 3) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
+      if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
     }
     if (first_virtual(chunk) && l_.eager) {
       // embedding_dense_backward: the token ids sorted, the FP32 rows summed per id into a
@@ -1280,6 +1297,8 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.ep = l.ep;
     mi.pp = l.pp;
     mi.zero_stage = l.zero_stage;
+    mi.zero3_gather_once = l.zero3_gather_once;
+    mi.zero3_grad_once = l.zero3_grad_once;
     mi.micro_batch = l.micro_batch;
     mi.sequence_parallel = l.sequence_parallel;
     mi.full_recompute = l.recompute == "full";

@@ -46,6 +46,8 @@ struct TrainingLayout {
   bool tp_comm_overlap = false;     // SP collectives chunked around the ring beside their GEMMs
   bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
   bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
+  bool zero3_gather_once = false;   // ZeRO 3: parameters gathered once per step and kept
+  bool zero3_grad_once = false;     // ZeRO 3: gradients accumulated unsharded, reduce-scattered once per step
   bool eager = false;               // training.framework: pytorch-eager
 };
 
@@ -73,9 +75,9 @@ struct PlacementStrides {
 };
 PlacementStrides placement_strides(const std::string& placement, const TrainingLayout& l);
 
-// Layers of virtual stage vs of n: {first layer, layer count}; an even split, the first
-// (layers mod n) stages taking one more when it does not divide (Llama 3 405B: 126
-// layers over 16 stages).
+// Layers of virtual stage vs of n: {first layer, layer count}; an even split, and when
+// it does not divide, the stages one layer short are the two ends inward (Llama 3 405B:
+// 126 layers over 16 stages are 7, fourteen of 8, 7).
 std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int64_t vs);
 
 // The layout the scenario asks for, checked (InputError at the offending key).

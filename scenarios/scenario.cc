@@ -319,6 +319,20 @@ const std::vector<KeySpec>& key_table() {
        "ZeRO 1/2 (distributed optimizer): all-gather each bucket's updated parameters ahead of its layers in the next "
        "forward (--overlap-param-gather); false: after the optimizer step",
        [](const N& n, S& s) { s.parallel.overlap_param_gather = as_bool(n, "parallel.overlap_param_gather"); }},
+      {"parallel.zero3_param_gather", "name", "micro-batch",
+       "ZeRO 3 / FSDP: micro-batch (each layer's parameters all-gathered before its forward and again before its "
+       "backward, every micro-batch) | step (gathered in the first micro-batch's forward and kept unsharded until the "
+       "step ends: FSDP with reshard_after_forward and reshard_after_backward off, as pipeline schedules run it)",
+       [](const N& n, S& s) {
+         s.parallel.zero3_param_gather = as_enum(n, "parallel.zero3_param_gather", {"micro-batch", "step"});
+       }},
+      {"parallel.zero3_grad_sync", "name", "micro-batch",
+       "ZeRO 3 / FSDP: micro-batch (each layer's gradients reduce-scattered in every micro-batch's backward) | step "
+       "(accumulated unsharded and reduce-scattered in the last micro-batch's backward: FSDP's "
+       "set_requires_gradient_sync(False) / no_sync for all but the last)",
+       [](const N& n, S& s) {
+         s.parallel.zero3_grad_sync = as_enum(n, "parallel.zero3_grad_sync", {"micro-batch", "step"});
+       }},
       {"parallel.placement", "order", "tp-cp-ep-dp-pp",
        "rank order, innermost first (a permutation of tp, cp, ep, dp, pp)",
        [](const N& n, S& s) {

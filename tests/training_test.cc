@@ -140,6 +140,69 @@ TEST(Volumes, PipelineDataParallelAndZero) {
   EXPECT_NEAR(sum_bytes(t1.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllGather), 2 * stage0, 8.0);
 }
 
+// ZeRO 3 under gradient accumulation (M micro-batches of a stage with n layers, each of
+// P parameters): per micro-batch it gathers 2·M·n·P·2 bytes and reduce-scatters M·n·P·4;
+// gathering once, n·P·2 (the first forward only); syncing once, n·P·4 (the last
+// backward only). Memory: gathering once holds the stage's weights unsharded, syncing
+// once its gradients.
+TEST(Volumes, Zero3GatherAndGradientSyncOncePerStep) {
+  const std::string base = std::string(kTiny) + "parallel: {dp: 16, micro_batch: 1, zero_stage: 3";
+  auto plan = [&](const std::string& extra) {
+    return build_training_plan(scenario_from_text(base + extra + "}\ntraining: {global_batch: 64}\n", "z3"));
+  };
+  const TrainingPlan per_mb = plan(""), gather_once = plan(", zero3_param_gather: step"),
+                     both_once = plan(", zero3_param_gather: step, zero3_grad_sync: step");
+  const Scenario s = scenario_from_text(base + "}\n", "z3");
+  const double layer = static_cast<double>(s.model.attention_params() + s.model.dense_mlp_params()) + 4.0 * 2048;
+  const double M = 4, n = 8;
+  auto gathered = [](const TrainingPlan& t) {
+    return sum_bytes(t.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllGather);
+  };
+  auto scattered = [](const TrainingPlan& t) {
+    return sum_bytes(t.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::ReduceScatter);
+  };
+  EXPECT_NEAR(gathered(per_mb), 2 * M * n * layer * 2, 64 * M);
+  EXPECT_NEAR(gathered(gather_once), n * layer * 2, 64);
+  EXPECT_NEAR(gathered(both_once), n * layer * 2, 64);
+  // The layers' gradients; the embedding and output layer's are reduced once in both.
+  const double rest = scattered(both_once) - n * layer * 4;
+  EXPECT_GT(rest, 0.0);
+  EXPECT_NEAR(scattered(per_mb), M * n * layer * 4 + rest, 64 * M);
+  EXPECT_NEAR(scattered(gather_once), M * n * layer * 4 + rest, 64 * M);
+
+  EXPECT_NEAR(gather_once.memory.weights, 16 * per_mb.memory.weights, 16.0);
+  EXPECT_DOUBLE_EQ(gather_once.memory.gradients, per_mb.memory.gradients);
+  EXPECT_NEAR(both_once.memory.gradients, 16 * per_mb.memory.gradients, 16.0);
+  // Fewer collectives on the DP stream: the step is no slower.
+  EXPECT_LE(run_training(scenario_from_text(base + ", zero3_param_gather: step}\ntraining: {global_batch: 64}\n", "z3"))
+                .exec.makespan,
+            run_training(scenario_from_text(base + "}\ntraining: {global_batch: 64}\n", "z3")).exec.makespan);
+}
+
+// Uneven pipeline splits leave the short stages at the two ends, first and last first.
+TEST(Pipeline, UnevenSplitShortensTheEndStagesFirst) {
+  auto sizes = [](int64_t layers, int64_t n) {
+    std::vector<int64_t> v;
+    int64_t next = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto [first, count] = virtual_stage_layers(layers, n, i);
+      EXPECT_EQ(first, next) << layers << " over " << n << ", stage " << i;
+      next = first + count;
+      v.push_back(count);
+    }
+    EXPECT_EQ(next, layers);
+    return v;
+  };
+  std::vector<int64_t> llama(16, 8);
+  llama.front() = llama.back() = 7;
+  EXPECT_EQ(sizes(126, 16), llama);  // Llama 3 405B (Dubey et al. 2024, 3.3.2)
+  EXPECT_EQ(sizes(10, 4), (std::vector<int64_t>{2, 3, 3, 2}));
+  EXPECT_EQ(sizes(9, 4), (std::vector<int64_t>{2, 2, 3, 2}));
+  EXPECT_EQ(sizes(11, 4), (std::vector<int64_t>{2, 3, 3, 3}));
+  EXPECT_EQ(sizes(96, 8), std::vector<int64_t>(8, 12));
+  EXPECT_EQ(sizes(3, 5), (std::vector<int64_t>{0, 1, 1, 1, 0}));
+}
+
 // Ring attention: per layer forward, cp-1 K/V blocks of 2·b·(s/cp)·kv_heads/t·d elements
 // pass to the next CP rank; backward passes K, V and their gradients (twice that).
 // Every send meets one receive on its peer, in the same phase with the same bytes, the
