@@ -66,9 +66,12 @@ struct NetworkProfile {
   // Fraction of line rate collectives reach per link class. NVLink: NCCL models a
   // Hopper NVLink as 20.6 GB/s per link x 18 links = 370.8 of 450 GB/s.
   std::array<double, 3> link_efficiency{370.8 / 450.0, 0.80, 0.92};
-  // In-switch reduction reaches this fraction of the links' rate (NCCL's Hopper figure,
-  // src/tuning/nvls.cc: the switch's reduction throughput, not the links, limits it).
-  double nvls_efficiency = 0.85;
+  // In-switch reduction reaches this fraction of the links' collective rate: the switch's
+  // reduction throughput, not the links, limits it. An 8-GPU H100 all-reduce peaks at
+  // ~480 GB/s busbw, algbw ~275 GB/s (NCCL's maintainers, NVIDIA/nccl-tests#212; GTC
+  // S62129): 275 / 370.8 = 0.7416. NCCL's own tuner assumes 0.85 on Hopper (src/graph/tuning.cc),
+  // which would predict 551 GB/s.
+  double nvls_efficiency = 0.7416;
   // Measured collectives (calibration); used for groups inside one node when present.
   std::shared_ptr<const std::vector<CollectiveFitRow>> collective_fits;
 
