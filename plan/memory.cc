@@ -58,8 +58,11 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   };
   // ZeRO 3 gathering once holds the whole stage's parameters from the first forward to
   // the last backward; syncing gradients once, an unsharded accumulation buffer.
-  const int weight_stage = in.zero3_gather_once ? 4 : 3, grad_stage = in.zero3_grad_once ? 4 : 2;
-  b.weights = bytes(in.fp8 ? 3.0 : e, weight_stage);  // FP8: the BF16 weight and its cached FP8 copy
+  const int grad_stage = in.zero3_grad_once ? 4 : 2;
+  // Weights kept unsharded are held as gathered (FSDP: its param dtype) besides the shard.
+  b.weights = in.zero_stage >= 3 && in.zero3_gather_once
+                  ? bytes(in.zero3_gather_bytes, 4) + (in.fp8 ? 1.0 : 0.0) * (sp.dense + sp.expert)
+                  : bytes(in.fp8 ? 3.0 : e, 3);  // FP8: the BF16 weight and its cached FP8 copy
   b.gradients = bytes(m.dtype == DType::FP16 ? 2.0 : 4.0, grad_stage);
   b.optimizer = bytes(in.adam ? (m.dtype == DType::FP32 ? 8.0 : 12.0) : (m.dtype == DType::FP32 ? 4.0 : 8.0), 1);
 
@@ -97,7 +100,7 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
     // Two layers gathered at a time (one in use, one prefetched).
     const double layer =
         (sp.dense + sp.expert) / std::max<int64_t>(1, (in.end_layer < 0 ? m.layers : in.end_layer) - in.first_layer);
-    b.buffers += 2.0 * layer * e;
+    b.buffers += 2.0 * layer * in.zero3_gather_bytes;
   }
   return b;
 }

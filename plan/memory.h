@@ -47,6 +47,7 @@ struct MemoryInputs {
   int64_t zero_stage = 0;
   bool zero3_gather_once = false;  // ZeRO 3 keeps the stage's parameters unsharded through the step
   bool zero3_grad_once = false;    // ZeRO 3 accumulates unsharded gradients until the last micro-batch
+  double zero3_gather_bytes = 2;   // ZeRO 3: bytes of a gathered parameter
   int64_t micro_batch = 1;
   double in_flight_layers = 0;  // layer-activations held at the peak (layers × micro-batches)
   bool sequence_parallel = false;

@@ -61,7 +61,23 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.overlap_param_gather = p.overlap_param_gather;
   l.zero3_gather_once = p.zero_stage >= 3 && p.zero3_param_gather == "step";
   l.zero3_grad_once = p.zero_stage >= 3 && p.zero3_grad_sync == "step";
+  l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
   l.eager = s.training.framework == "pytorch-eager";
+  auto fsdp_dtype = [](const std::string& v, DType automatic) {
+    return v == "fp32" ? DType::FP32 : v == "bf16" ? DType::BF16 : v == "fp16" ? DType::FP16 : automatic;
+  };
+  // Megatron's "ZeRO 3" gathers the 16-bit weights it computes with; plain PyTorch FSDP
+  // without a mixed-precision policy gathers the FP32 parameters autocast then casts.
+  l.fsdp_param_dtype = fsdp_dtype(p.fsdp_param_dtype, l.eager ? DType::FP32 : (m.dtype == DType::FP8 ? DType::BF16 : m.dtype));
+  l.fsdp_reduce_dtype = fsdp_dtype(p.fsdp_reduce_dtype, m.dtype == DType::FP16 ? DType::FP16 : DType::FP32);
+  if (p.zero_stage < 3) {
+    const char* key = p.zero3_param_gather != "micro-batch" ? "parallel.zero3_param_gather"
+                      : p.zero3_grad_sync != "micro-batch"  ? "parallel.zero3_grad_sync"
+                      : p.fsdp_param_dtype != "auto"        ? "parallel.fsdp_param_dtype"
+                      : p.fsdp_reduce_dtype != "auto"       ? "parallel.fsdp_reduce_dtype"
+                                                            : nullptr;
+    if (key) fail(s, key, std::string(key) + " shapes ZeRO 3 / FSDP, expected parallel.zero_stage: 3");
+  }
   if (l.eager) {
     // Plain PyTorch shards data (DDP) or parameters (FSDP: zero_stage 3); the model
     // parallelisms are Megatron's.
@@ -71,7 +87,8 @@ TrainingLayout check_training_layout(const Scenario& s) {
     if (m.moe.experts > 0) fail(s, "training.framework", "training.framework: pytorch-eager models dense transformers, expected no model.moe");
     if (l.fp8) fail(s, "training.framework", "training.framework: pytorch-eager runs autocast BF16/FP16, expected model.dtype bf16 or fp16");
     if (p.zero_stage == 1 || p.zero_stage == 2)
-      fail(s, "parallel.zero_stage", "training.framework: pytorch-eager shards with FSDP, expected zero_stage 0 (DDP) or 3 (FSDP)");
+      fail(s, "parallel.zero_stage", "training.framework: pytorch-eager shards with FSDP, expected zero_stage 0 (DDP) or 3 "
+                                     "(FSDP; SHARD_GRAD_OP is zero_stage 3 with zero3_param_gather: forward)");
     if (s.training.attention == "unfused")
       fail(s, "training.attention", "training.framework: pytorch-eager calls scaled_dot_product_attention, expected training.attention: flash or flash2");
   }
@@ -552,21 +569,24 @@ class StageBuilder {
     // ends (torch.distributed.pipelining turns FSDP's reshard off for all but the last
     // backward).
     if (l_.zero3_gather_once && (ph != Phase::Forward || mb_ > 0)) return after;
+    // Kept for the backward (SHARD_GRAD_OP): gathered before each forward only.
+    if (l_.zero3_keep_for_backward && ph != Phase::Forward) return after;
+    const double pe = dtype_bits(l_.fsdp_param_dtype) / 8.0;
     // Prefetched: the gather for this layer is issued on the DP stream as soon as the
     // previous gather finished, and the layer's first op waits for it.
     uint32_t g = add_coll(ph == Phase::Forward ? "zero3-param-allgather" : "zero3-param-allgather-bwd",
                           CollectiveKind::AllGather, GroupKind::DP, dp_, ph, L,
-                          layer_dense_params(L) * static_cast<double>(e_), {});
+                          layer_dense_params(L) * pe, {});
     if (layer_expert_params(L) > 0 && l_.dp * l_.cp / l_.ep > 1)
       g = add_coll("zero3-expert-allgather", CollectiveKind::AllGather, GroupKind::EDP, dp_, ph, L,
-                   layer_expert_params(L) * static_cast<double>(e_), {});
+                   layer_expert_params(L) * pe, {});
     (void)after;
     return g;
   }
 
   // ---- data-parallel gradient buckets -------------------------------------------------
   void add_grads(int32_t L, double dense, double expert, uint32_t ready) {
-    const double gb = dtype_bits(grad_dtype_) / 8.0;
+    const double gb = dtype_bits(l_.zero_stage >= 3 ? l_.fsdp_reduce_dtype : grad_dtype_) / 8.0;
     if (l_.zero_stage >= 3) {
       // ZeRO-3 reduce-scatters each layer's gradients every micro-batch (step sync: once,
       // in the last micro-batch's backward, from the unsharded accumulation buffer).
@@ -847,6 +867,9 @@ class StageBuilder {
   double eager_act32() const { return static_cast<double>(tokens_ * m_.hidden) * 4.0; }
   double eager_act16() const { return static_cast<double>(tokens_ * m_.hidden * e_); }
   uint32_t eager_weight_cast(const char* name, Phase ph, int32_t L, double params, uint32_t after) {
+    // FSDP with a 16-bit param_dtype hands the layers 16-bit weights: autocast has nothing
+    // to cast.
+    if (l_.zero_stage >= 3 && l_.fsdp_param_dtype != DType::FP32) return after;
     return add_memory(name, ph, L, 4.0 * params, static_cast<double>(e_) * params, 0, deps(after));
   }
   uint32_t eager_grad_accumulate(const char* name, int32_t L, double params, uint32_t after) {
@@ -1297,7 +1320,8 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.ep = l.ep;
     mi.pp = l.pp;
     mi.zero_stage = l.zero_stage;
-    mi.zero3_gather_once = l.zero3_gather_once;
+    mi.zero3_gather_once = l.zero3_gather_once || l.zero3_keep_for_backward;
+    mi.zero3_gather_bytes = dtype_bits(l.fsdp_param_dtype) / 8.0;
     mi.zero3_grad_once = l.zero3_grad_once;
     mi.micro_batch = l.micro_batch;
     mi.sequence_parallel = l.sequence_parallel;

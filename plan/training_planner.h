@@ -47,6 +47,9 @@ struct TrainingLayout {
   bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
   bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
   bool zero3_gather_once = false;   // ZeRO 3: parameters gathered once per step and kept
+  bool zero3_keep_for_backward = false;  // ZeRO 3: no re-gather before the backward (SHARD_GRAD_OP)
+  DType fsdp_param_dtype = DType::BF16;  // ZeRO 3: gathered parameters
+  DType fsdp_reduce_dtype = DType::FP32; // ZeRO 3: reduce-scattered gradients
   bool zero3_grad_once = false;     // ZeRO 3: gradients accumulated unsharded, reduce-scattered once per step
   bool eager = false;               // training.framework: pytorch-eager
 };

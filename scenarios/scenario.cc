@@ -321,10 +321,24 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.parallel.overlap_param_gather = as_bool(n, "parallel.overlap_param_gather"); }},
       {"parallel.zero3_param_gather", "name", "micro-batch",
        "ZeRO 3 / FSDP: micro-batch (each layer's parameters all-gathered before its forward and again before its "
-       "backward, every micro-batch) | step (gathered in the first micro-batch's forward and kept unsharded until the "
+       "backward, every micro-batch) | forward (before each forward only, kept through that micro-batch's backward: "
+       "FSDP SHARD_GRAD_OP, reshard_after_forward off) | step (gathered in the first micro-batch's forward and kept unsharded until the "
        "step ends: FSDP with reshard_after_forward and reshard_after_backward off, as pipeline schedules run it)",
        [](const N& n, S& s) {
-         s.parallel.zero3_param_gather = as_enum(n, "parallel.zero3_param_gather", {"micro-batch", "step"});
+         s.parallel.zero3_param_gather = as_enum(n, "parallel.zero3_param_gather", {"micro-batch", "forward", "step"});
+       }},
+      {"parallel.fsdp_param_dtype", "name", "auto",
+       "ZeRO 3 / FSDP: the dtype parameters are all-gathered and computed in: auto (megatron: the model dtype; "
+       "pytorch-eager: fp32, FSDP without a mixed-precision policy) | fp32 | bf16 | fp16 (FSDP MixedPrecision "
+       "param_dtype: the linear layers then need no autocast weight casts)",
+       [](const N& n, S& s) {
+         s.parallel.fsdp_param_dtype = as_enum(n, "parallel.fsdp_param_dtype", {"auto", "fp32", "bf16", "fp16"});
+       }},
+      {"parallel.fsdp_reduce_dtype", "name", "auto",
+       "ZeRO 3 / FSDP: the dtype gradients are reduce-scattered in: auto (fp32, or fp16 for fp16 models) | fp32 | "
+       "bf16 | fp16 (FSDP MixedPrecision reduce_dtype)",
+       [](const N& n, S& s) {
+         s.parallel.fsdp_reduce_dtype = as_enum(n, "parallel.fsdp_reduce_dtype", {"auto", "fp32", "bf16", "fp16"});
        }},
       {"parallel.zero3_grad_sync", "name", "micro-batch",
        "ZeRO 3 / FSDP: micro-batch (each layer's gradients reduce-scattered in every micro-batch's backward) | step "

@@ -35,6 +35,8 @@ struct ParallelConfig {
   bool overlap_param_gather = true;    // distributed optimizer: parameter gathers during the next forward
   std::string zero3_param_gather = "micro-batch";  // ZeRO 3: gather per micro-batch, or once per step
   std::string zero3_grad_sync = "micro-batch";     // ZeRO 3: reduce-scatter per micro-batch, or once per step
+  std::string fsdp_param_dtype = "auto";   // ZeRO 3: dtype parameters are gathered in (auto: the stack's)
+  std::string fsdp_reduce_dtype = "auto";  // ZeRO 3: dtype gradients are reduce-scattered in
 };
 
 struct TrainingConfig {

@@ -179,6 +179,51 @@ TEST(Volumes, Zero3GatherAndGradientSyncOncePerStep) {
             run_training(scenario_from_text(base + "}\ntraining: {global_batch: 64}\n", "z3")).exec.makespan);
 }
 
+// FSDP's dtypes and SHARD_GRAD_OP. Plain PyTorch FSDP gathers the FP32 parameters
+// (4 bytes) that autocast casts at every linear; a 16-bit param_dtype gathers 2 bytes and
+// leaves autocast nothing to cast; reduce_dtype sets the reduce-scatter's bytes.
+// SHARD_GRAD_OP (zero3_param_gather: forward) gathers before each forward only: M·n·P.
+TEST(Volumes, FsdpDtypesAndShardGradOp) {
+  const std::string base = std::string(kTiny) +
+                           "training: {global_batch: 64, framework: pytorch-eager}\n"
+                           "parallel: {dp: 16, micro_batch: 1, zero_stage: 3";
+  auto plan = [&](const std::string& extra) {
+    return build_training_plan(scenario_from_text(base + extra + "}\n", "fsdp"));
+  };
+  auto gathered = [](const TrainingPlan& t) {
+    return sum_bytes(t.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllGather);
+  };
+  auto scattered = [](const TrainingPlan& t) {
+    return sum_bytes(t.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::ReduceScatter);
+  };
+  auto casts = [](const TrainingPlan& t) {
+    int n = 0;
+    for (const Op& op : t.plan.programs[0].ops) {
+      const std::string& name = t.plan.names[op.name];
+      n += name.rfind("autocast-cast-", 0) == 0 && name.find("weight") != std::string::npos;
+    }
+    return n;
+  };
+  const TrainingPlan fp32 = plan(""), bf16 = plan(", fsdp_param_dtype: bf16"),
+                     reduce16 = plan(", fsdp_reduce_dtype: bf16"), sgo = plan(", zero3_param_gather: forward");
+  EXPECT_NEAR(gathered(fp32), 2 * gathered(bf16), 64.0);
+  EXPECT_NEAR(scattered(fp32), 2 * scattered(reduce16), 64.0);
+  EXPECT_DOUBLE_EQ(gathered(reduce16), gathered(fp32));
+  EXPECT_GT(casts(fp32), 0);
+  EXPECT_EQ(casts(bf16), 0);
+  EXPECT_NEAR(2 * gathered(sgo), gathered(fp32), 64.0);  // forward gathers only
+  EXPECT_DOUBLE_EQ(scattered(sgo), scattered(fp32));
+  EXPECT_GT(sgo.memory.weights, fp32.memory.weights);  // held from forward to backward
+
+  // The keys shape ZeRO 3 only.
+  EXPECT_THROW(build_training_plan(scenario_from_text(
+                   std::string(kTiny) + "parallel: {dp: 16, zero_stage: 1, fsdp_reduce_dtype: bf16}\n", "fsdp")),
+               InputError);
+  EXPECT_THROW(build_training_plan(scenario_from_text(
+                   std::string(kTiny) + "parallel: {dp: 16, zero3_param_gather: step}\n", "fsdp")),
+               InputError);
+}
+
 // Uneven pipeline splits leave the short stages at the two ends, first and last first.
 TEST(Pipeline, UnevenSplitShortensTheEndStagesFirst) {
   auto sizes = [](int64_t layers, int64_t n) {
