@@ -83,7 +83,7 @@ import torch.nn.functional as F
 # ---------------------------------------------------------------------------------------
 # clustersim's SQLite schema (reports/sqlite_writer.cc, kSchema), version 1.
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x436C5369  # 'ClSi'
 
 SCHEMA = """
@@ -191,14 +191,17 @@ CREATE TABLE IF NOT EXISTS links (
   bandwidth_Bps REAL NOT NULL,
   latency_s     REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS link_usage (
-  run_id      INTEGER NOT NULL REFERENCES runs(run_id),
-  link_id     INTEGER NOT NULL,
-  start_ps    INTEGER NOT NULL,
-  end_ps      INTEGER NOT NULL,
-  bytes       REAL NOT NULL,
-  utilization REAL
-);
+-- One collective phase's load: `bytes` on each of `links` (a JSON array of link ids,
+-- ascending) over [start_ps, end_ps). The view link_usage gives one row per link.
+CREATE TABLE IF NOT EXISTS link_loads (
+  run_id   INTEGER NOT NULL REFERENCES runs(run_id),
+  load_id  INTEGER NOT NULL,
+  start_ps INTEGER NOT NULL,
+  end_ps   INTEGER NOT NULL,
+  bytes    REAL NOT NULL,
+  links    TEXT NOT NULL,
+  PRIMARY KEY (run_id, load_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sweep_results (
   sweep       TEXT NOT NULL,
   fingerprint TEXT NOT NULL,
@@ -217,7 +220,6 @@ CREATE INDEX IF NOT EXISTS groups_by_id ON groups(run_id, group_id);
 CREATE INDEX IF NOT EXISTS ops_by_op ON ops(run_id, program, op_index);
 CREATE INDEX IF NOT EXISTS spans_by_rank_time ON spans(run_id, rank, start_ps);
 CREATE INDEX IF NOT EXISTS links_by_id ON links(run_id, link_id);
-CREATE INDEX IF NOT EXISTS link_usage_by_link ON link_usage(run_id, link_id, start_ps);
 CREATE VIEW IF NOT EXISTS span_view AS
   SELECT s.run_id, s.rank, s.stream, s.op_index, s.name, s.kind, o.phase, o.layer,
          o.micro_batch, s.start_ps, s.end_ps, s.end_ps - s.start_ps AS dur_ps,
@@ -225,6 +227,15 @@ CREATE VIEW IF NOT EXISTS span_view AS
   FROM spans s
   JOIN ranks r ON r.run_id = s.run_id AND r.rank = s.rank
   JOIN ops o ON o.run_id = s.run_id AND o.program = r.program AND o.op_index = s.op_index;
+-- Per link and interval, utilization = bytes / (seconds x the link's bandwidth).
+CREATE VIEW IF NOT EXISTS link_usage AS
+  SELECT u.run_id, CAST(j.value AS INTEGER) AS link_id, u.start_ps, u.end_ps, u.bytes,
+         CASE WHEN u.end_ps = u.start_ps THEN 0.0
+              WHEN l.bandwidth_Bps > 0 THEN u.bytes / ((u.end_ps - u.start_ps) * 1e-12 * l.bandwidth_Bps)
+         END AS utilization
+  FROM link_loads u
+  JOIN json_each(u.links) j
+  LEFT JOIN links l ON l.run_id = u.run_id AND l.link_id = j.value;
 """
 
 

@@ -125,14 +125,17 @@ CREATE TABLE IF NOT EXISTS links (
   bandwidth_Bps REAL NOT NULL,
   latency_s     REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS link_usage (
-  run_id      INTEGER NOT NULL REFERENCES runs(run_id),
-  link_id     INTEGER NOT NULL,
-  start_ps    INTEGER NOT NULL,
-  end_ps      INTEGER NOT NULL,
-  bytes       REAL NOT NULL,
-  utilization REAL
-);
+-- One collective phase's load: `bytes` on each of `links` (a JSON array of link ids,
+-- ascending) over [start_ps, end_ps). The view link_usage gives one row per link.
+CREATE TABLE IF NOT EXISTS link_loads (
+  run_id   INTEGER NOT NULL REFERENCES runs(run_id),
+  load_id  INTEGER NOT NULL,
+  start_ps INTEGER NOT NULL,
+  end_ps   INTEGER NOT NULL,
+  bytes    REAL NOT NULL,
+  links    TEXT NOT NULL,
+  PRIMARY KEY (run_id, load_id)
+) WITHOUT ROWID;
 -- run --samples N: every seeded draw's metrics (long format, like metrics).
 CREATE TABLE IF NOT EXISTS samples (
   run_id INTEGER NOT NULL REFERENCES runs(run_id),
@@ -170,7 +173,6 @@ CREATE INDEX IF NOT EXISTS groups_by_id ON groups(run_id, group_id);
 CREATE INDEX IF NOT EXISTS ops_by_op ON ops(run_id, program, op_index);
 CREATE INDEX IF NOT EXISTS spans_by_rank_time ON spans(run_id, rank, start_ps);
 CREATE INDEX IF NOT EXISTS links_by_id ON links(run_id, link_id);
-CREATE INDEX IF NOT EXISTS link_usage_by_link ON link_usage(run_id, link_id, start_ps);
 -- Spans with their op's phase / layer / micro-batch and duration, for reports.
 CREATE VIEW IF NOT EXISTS span_view AS
   SELECT s.run_id, s.rank, s.stream, s.op_index, s.name, s.kind, o.phase, o.layer,
@@ -179,6 +181,15 @@ CREATE VIEW IF NOT EXISTS span_view AS
   FROM spans s
   JOIN ranks r ON r.run_id = s.run_id AND r.rank = s.rank
   JOIN ops o ON o.run_id = s.run_id AND o.program = r.program AND o.op_index = s.op_index;
+-- Per link and interval, utilization = bytes / (seconds x the link's bandwidth).
+CREATE VIEW IF NOT EXISTS link_usage AS
+  SELECT u.run_id, CAST(j.value AS INTEGER) AS link_id, u.start_ps, u.end_ps, u.bytes,
+         CASE WHEN u.end_ps = u.start_ps THEN 0.0
+              WHEN l.bandwidth_Bps > 0 THEN u.bytes / ((u.end_ps - u.start_ps) * 1e-12 * l.bandwidth_Bps)
+         END AS utilization
+  FROM link_loads u
+  JOIN json_each(u.links) j
+  LEFT JOIN links l ON l.run_id = u.run_id AND l.link_id = j.value;
 )sql";
 
 // Carries a message up to write_sqlite, which prefixes "cannot write PATH: ".
@@ -398,22 +409,27 @@ void insert_links(sqlite3* db, int64_t run_id, const Timeline& t) {
       bandwidth[l.id] = l.bandwidth_Bps;
     }
   }
-  Stmt s(db,
-         "INSERT INTO link_usage (run_id, link_id, start_ps, end_ps, bytes, utilization) "
-         "VALUES (?, ?, ?, ?, ?, ?)");
-  for (const LinkUsage& u : t.link_usage) {
-    const auto it = bandwidth.find(u.link);
-    if (it == bandwidth.end()) throw WriteError("link usage of unknown link " + std::to_string(u.link));
-    s.i(run_id).i(u.link).i(u.start_ps).i(u.end_ps).d(u.bytes);
-    // Fraction of the link's capacity over the interval: bytes / (seconds * bandwidth).
-    const double seconds = static_cast<double>(u.end_ps - u.start_ps) * 1e-12;
-    if (u.end_ps == u.start_ps)
-      s.d(0);
-    else if (it->second > 0)
-      s.d(u.bytes / (seconds * it->second));
-    else
-      s.null();  // capacity unknown: no meaningful fraction
-    s.insert();
+  // A collective phase loads many links with the same bytes over the same interval: the
+  // records (ordered by start, then link) run in groups, stored as one row each with the
+  // group's link ids; the link_usage view expands them (utilization from links).
+  Stmt s(db, "INSERT INTO link_loads (run_id, load_id, start_ps, end_ps, bytes, links) VALUES (?, ?, ?, ?, ?, ?)");
+  int64_t load = 0;
+  std::string ids;
+  const std::vector<LinkUsage>& usage = t.usage();
+  for (size_t i = 0; i < usage.size();) {
+    const LinkUsage& u = usage[i];
+    ids = "[";
+    size_t j = i;
+    for (; j < usage.size(); ++j) {
+      const LinkUsage& v = usage[j];
+      if (v.start_ps != u.start_ps || v.end_ps != u.end_ps || v.bytes != u.bytes) break;
+      if (!bandwidth.count(v.link)) throw WriteError("link usage of unknown link " + std::to_string(v.link));
+      if (j > i) ids += ',';
+      ids += std::to_string(v.link);
+    }
+    ids += ']';
+    s.i(run_id).i(load++).i(u.start_ps).i(u.end_ps).d(u.bytes).text_copy(ids).insert();
+    i = j;
   }
 }
 
@@ -473,8 +489,8 @@ void write_or_throw(const RunInfo& run, const std::string& path, bool create, Ro
   // sorted pass each, instead of updating a b-tree at every insert (a third of the
   // writer's time at a million rows). Same transaction: a failure rolls the drop back.
   bool deferred = false;
-  if (Stmt(c.db, "SELECT NOT EXISTS (SELECT 1 FROM spans) AND NOT EXISTS (SELECT 1 FROM link_usage)").query_int()) {
-    exec(c.db, "DROP INDEX IF EXISTS spans_by_rank_time; DROP INDEX IF EXISTS link_usage_by_link");
+  if (Stmt(c.db, "SELECT NOT EXISTS (SELECT 1 FROM spans)").query_int()) {
+    exec(c.db, "DROP INDEX IF EXISTS spans_by_rank_time");
     deferred = true;
   }
   rows(c.db, run_id);

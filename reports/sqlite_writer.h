@@ -5,7 +5,7 @@
 // whole run goes in inside one transaction, and its `runs.complete` flag flips to 1 only
 // just before COMMIT, so a crash can never leave a half-written run that looks complete.
 //
-// Schema version: PRAGMA user_version = 1 (kSqliteSchemaVersion). A file that is not a
+// Schema version: PRAGMA user_version = 2 (kSqliteSchemaVersion). A file that is not a
 // SQLite database, or carries another user_version, is refused rather than modified.
 #pragma once
 
@@ -18,7 +18,7 @@ struct sqlite3;
 
 namespace clustersim {
 
-inline constexpr int kSqliteSchemaVersion = 1;
+inline constexpr int kSqliteSchemaVersion = 2;
 
 // Appends `t` as one new run to the database at `path`, creating the file and schema when
 // absent. Throws std::runtime_error("cannot write PATH: ...") on any failure; then the

@@ -80,6 +80,10 @@ struct Timeline {
   std::vector<LinkInfo> links;
   std::vector<SpanRecord> spans;
   std::vector<LinkUsage> link_usage;
+  // When set, the link usage is this (a run's own record, borrowed for as long as the
+  // Timeline lives) instead of `link_usage`: millions of records need no copy.
+  const std::vector<LinkUsage>* borrowed_link_usage = nullptr;
+  const std::vector<LinkUsage>& usage() const { return borrowed_link_usage ? *borrowed_link_usage : link_usage; }
 };
 
 }  // namespace clustersim

@@ -354,7 +354,7 @@ Timeline make_timeline(const RunOutcome& run) {
   t.spans.reserve(run.exec.spans.size());
   for (const SpanRecord& sp : run.exec.spans)
     if (folded_to[static_cast<size_t>(sp.rank)] < 0) t.spans.push_back(sp);
-  t.link_usage = run.exec.link_usage;
+  t.borrowed_link_usage = &run.exec.link_usage;
   return t;
 }
 

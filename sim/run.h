@@ -60,6 +60,7 @@ void add_sample_statistics(const std::vector<std::string>& keys, const std::vect
                            uint64_t seed, Metrics& m, std::vector<SampleValue>& out);
 // The p-th quantile (0..1) of `v`, linear between order statistics (v is sorted here).
 double quantile(std::vector<double> v, double p);
+// The run as a Timeline; it borrows the run's link usage, so it must not outlive `run`.
 Timeline make_timeline(const RunOutcome& run);
 // Writes output.sqlite and output.trace when the scenario names them.
 void write_outputs(const RunOutcome& run);

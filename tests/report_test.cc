@@ -118,6 +118,7 @@ TEST(Report, SimVersusRealWhenTheDatabaseHoldsBoth) {
   real.run.network_model = "real";
   real.links.clear();
   real.link_usage.clear();
+  real.borrowed_link_usage = nullptr;
   for (SpanRecord& sp : real.spans) sp.end_ps = sp.start_ps + (sp.end_ps - sp.start_ps) * 5 / 4;  // real is 25% slower
   write_sqlite(real, db);
   write_html_report(db, html);

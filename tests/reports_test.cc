@@ -146,7 +146,7 @@ std::string read_file(const std::string& path) {
 TEST_F(ReportsTest, SqliteHoldsEveryTable) {
   write_sqlite(timeline_, path("run.sqlite"));
   Db db = open_db(path("run.sqlite"));
-  EXPECT_EQ(query(db.get(), "PRAGMA user_version"), "1\n");
+  EXPECT_EQ(query(db.get(), "PRAGMA user_version"), "2\n");
   EXPECT_EQ(
       query(db.get(), "SELECT run_id, name, source, kind, network_model, seed, scenario_yaml, complete FROM runs"),
       "1|tiny|sim|training|analytic|7|model: tiny\n|1\n");
@@ -176,8 +176,27 @@ TEST_F(ReportsTest, SqliteHoldsEveryTable) {
 
   EXPECT_EQ(query(db.get(), "SELECT link_id, src, dst, kind, bandwidth_Bps, latency_s FROM links"),
             "0|node0/gpu0|node0/gpu1|nvlink|450000000000.0|1.0e-06\n");
-  EXPECT_EQ(query(db.get(), "SELECT link_id, start_ps, end_ps, bytes, utilization FROM link_usage ORDER BY rowid"),
+  EXPECT_EQ(query(db.get(), "SELECT link_id, start_ps, end_ps, bytes, utilization FROM link_usage ORDER BY start_ps"),
             "0|2500000|3500000|225000.0|0.5\n0|4000000|4000000|0.0|0.0\n");
+}
+
+// A collective phase that loads several links alike is one link_loads row; the
+// link_usage view gives back one row per link, with each link's own utilization, and
+// a link of unknown capacity a NULL one.
+TEST_F(ReportsTest, SqliteStoresAPhasesLinksAsOneLoad) {
+  Timeline t = timeline_;
+  t.links.push_back({1, "node0/gpu1", "node0/gpu0", "nvlink", 225e9, 1e-6});
+  t.links.push_back({2, "node0/gpu0", "switch", "pcie", 0, 1e-6});
+  t.link_usage = {{0, 2500000, 3500000, 225000}, {1, 2500000, 3500000, 225000}, {2, 2500000, 3500000, 225000},
+                  {0, 4000000, 5000000, 450000}, {1, 4000000, 5000000, 90000}};
+  write_sqlite(t, path("loads.sqlite"));
+  Db db = open_db(path("loads.sqlite"));
+  EXPECT_EQ(query(db.get(), "SELECT load_id, start_ps, end_ps, bytes, links FROM link_loads ORDER BY load_id"),
+            "0|2500000|3500000|225000.0|[0,1,2]\n1|4000000|5000000|450000.0|[0]\n2|4000000|5000000|90000.0|[1]\n");
+  EXPECT_EQ(query(db.get(),
+                  "SELECT link_id, start_ps, end_ps, bytes, utilization FROM link_usage ORDER BY start_ps, link_id"),
+            "0|2500000|3500000|225000.0|0.5\n1|2500000|3500000|225000.0|1.0\n2|2500000|3500000|225000.0|NULL\n"
+            "0|4000000|5000000|450000.0|1.0\n1|4000000|5000000|90000.0|0.4\n");
 }
 
 TEST_F(ReportsTest, SqliteAppendsRunsWithoutTouchingEarlierOnes) {
@@ -214,8 +233,12 @@ TEST_F(ReportsTest, SqliteRefusesTextFileAndLeavesItAlone) {
 
 TEST_F(ReportsTest, SqliteRefusesOtherSchemaVersionsAndForeignDatabases) {
   const std::string newer = path("newer.sqlite");
-  sqlite3_exec(open_db(newer).get(), "PRAGMA user_version = 2", nullptr, nullptr, nullptr);
+  sqlite3_exec(open_db(newer).get(), "PRAGMA user_version = 3", nullptr, nullptr, nullptr);
   EXPECT_THROW(write_sqlite(timeline_, newer), std::runtime_error);
+  // Version 1 kept one link_usage row per link: appended to, it would mix layouts.
+  const std::string older = path("older.sqlite");
+  sqlite3_exec(open_db(older).get(), "CREATE TABLE runs(x); PRAGMA user_version = 1", nullptr, nullptr, nullptr);
+  EXPECT_THROW(write_sqlite(timeline_, older), std::runtime_error);
 
   const std::string foreign = path("foreign.sqlite");
   sqlite3_exec(open_db(foreign).get(), "CREATE TABLE t(x)", nullptr, nullptr, nullptr);
