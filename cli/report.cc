@@ -2,9 +2,11 @@
 #include "cli/output.h"
 #include "reports/html_report.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,31 @@ int cmd_report(const std::vector<std::string>& args) {
       opt.max_spans = std::strtoll(v.c_str(), &end, 10);
       if (*end != '\0' || opt.max_spans < 1)
         throw InputError(SourceMark{"--max-spans", 0, 0}, "expected a positive integer, got '" + v + "'");
+    } else if (a == "--ranks" || a == "--stages") {
+      const std::string v = need_value(args, i);
+      std::vector<int64_t>& out = a == "--ranks" ? opt.ranks : opt.stages;
+      for (size_t p = 0; p <= v.size();) {
+        size_t q = v.find(',', p);
+        if (q == std::string::npos) q = v.size();
+        const std::string item = v.substr(p, q - p);
+        char* end = nullptr;
+        errno = 0;
+        const long long n = std::strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || n < 0 || errno == ERANGE)
+          throw InputError(SourceMark{a, 0, 0},
+                           "expected a comma-separated list of non-negative integers, got '" + v + "'");
+        out.push_back(n);
+        p = q + 1;
+      }
+    } else if (a == "--streams") {
+      const std::string v = need_value(args, i);
+      for (size_t p = 0; p <= v.size();) {
+        size_t q = v.find(',', p);
+        if (q == std::string::npos) q = v.size();
+        if (q == p) throw InputError(SourceMark{a, 0, 0}, "expected a comma-separated list of stream names, got '" + v + "'");
+        opt.streams.push_back(v.substr(p, q - p));
+        p = q + 1;
+      }
     } else if (!a.empty() && a[0] == '-') {
       throw UsageError("unknown option '" + a + "' for report");
     } else if (db.empty()) {
@@ -43,7 +70,12 @@ int cmd_report(const std::vector<std::string>& args) {
   if (db.empty()) throw UsageError("report needs a database (RUN.sqlite)");
   if (html.empty()) throw UsageError("report needs --html OUT.html");
   check_output(SourceMark{"--html", 0, 0}, "--html", html, {db});
-  write_html_report(db, html, opt);
+  try {
+    write_html_report(db, html, opt);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(SourceMark{!opt.ranks.empty() ? "--ranks" : !opt.stages.empty() ? "--stages" : "--streams", 0, 0},
+                     e.what());
+  }
   std::cerr << "wrote " << html << "\n";
   return 0;
 }

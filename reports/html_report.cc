@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -403,22 +405,78 @@ Heat link_heatmap(Db& db, const Run& r, int bins) {
   return {svg, static_cast<int>(busy.size())};
 }
 
-// The spans of whole ranks, while the budget lasts, as JSON for the timeline script.
-std::string timeline_json(Db& db, const Run& r, int64_t budget, std::string& note) {
-  std::vector<std::pair<int64_t, int64_t>> ranks;  // rank, spans
-  db.each("SELECT rank, count(*) FROM spans WHERE run_id = ? GROUP BY rank ORDER BY rank", {r.id},
-          [&](sqlite3_stmt* st) { ranks.emplace_back(sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1)); });
+// The ranks the timeline shows, each with the rank whose spans stand for it (itself, or
+// the representative it mirrors): every rank with spans of its own, or the selection.
+std::vector<std::pair<int64_t, int64_t>> selected_ranks(Db& db, const Run& r, const ReportOptions& opt) {
+  std::map<int64_t, int64_t> mirror;  // rank -> the rank holding its spans
+  if (db.has_table("ranks"))
+    db.each("SELECT rank, mirror_of FROM ranks WHERE run_id = ?", {r.id},
+            [&](sqlite3_stmt* st) { mirror[sqlite3_column_int64(st, 0)] = sqlite3_column_int64(st, 1); });
+  std::set<int64_t> with_spans;
+  db.each("SELECT DISTINCT rank FROM spans WHERE run_id = ?", {r.id},
+          [&](sqlite3_stmt* st) { with_spans.insert(sqlite3_column_int64(st, 0)); });
+  auto source = [&](int64_t rank) {
+    const auto it = mirror.find(rank);
+    return it == mirror.end() ? rank : it->second;
+  };
+  // Stage of a rank: its position in its pipeline group (stage 0 without one).
+  std::map<int64_t, int64_t> stage;
+  if (!opt.stages.empty() && db.has_table("groups"))
+    db.each("SELECT ranks FROM groups WHERE run_id = ? AND kind = 'pp'", {r.id}, [&](sqlite3_stmt* st) {
+      const std::string csv = text(st, 0);
+      int64_t i = 0;
+      for (size_t a = 0; a < csv.size();) {
+        size_t b = csv.find(',', a);
+        if (b == std::string::npos) b = csv.size();
+        stage[std::strtoll(csv.substr(a, b - a).c_str(), nullptr, 10)] = i++;
+        a = b + 1;
+      }
+    });
+  const std::set<int64_t> want_stages(opt.stages.begin(), opt.stages.end());
+  auto stage_ok = [&](int64_t rank) {
+    if (want_stages.empty()) return true;
+    const auto it = stage.find(rank);
+    return want_stages.count(it == stage.end() ? 0 : it->second) > 0;
+  };
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (!opt.ranks.empty()) {
+    for (int64_t rank : std::set<int64_t>(opt.ranks.begin(), opt.ranks.end()))
+      if (stage_ok(rank) && with_spans.count(source(rank))) out.emplace_back(rank, source(rank));
+  } else if (!want_stages.empty()) {
+    for (const auto& [rank, from] : mirror)
+      if (stage_ok(rank) && with_spans.count(from)) out.emplace_back(rank, from);
+  } else {
+    for (int64_t rank : with_spans) out.emplace_back(rank, rank);
+  }
+  return out;
+}
+
+// The spans of the selected ranks and streams, whole ranks while the budget lasts, as
+// JSON for the timeline script.
+std::string timeline_json(Db& db, const Run& r, const ReportOptions& opt, std::string& note) {
+  const std::vector<std::pair<int64_t, int64_t>> chosen = selected_ranks(db, r, opt);
+  const std::set<std::string> streams(opt.streams.begin(), opt.streams.end());
+  std::map<int64_t, int64_t> count;  // spans per source rank, in the selected streams
+  db.each("SELECT rank, stream, count(*) FROM spans WHERE run_id = ? GROUP BY rank, stream", {r.id},
+          [&](sqlite3_stmt* st) {
+            if (streams.empty() || streams.count(text(st, 1)))
+              count[sqlite3_column_int64(st, 0)] += sqlite3_column_int64(st, 2);
+          });
   int64_t used = 0;
   size_t keep = 0;
-  while (keep < ranks.size() && (keep == 0 || used + ranks[keep].second <= budget)) used += ranks[keep++].second;
-  if (keep < ranks.size())
-    note = "Showing " + std::to_string(keep) + " of " + std::to_string(ranks.size()) + " ranks (" +
-           std::to_string(used) + " spans; the report keeps at most " + std::to_string(budget) + ").";
-  if (keep == 0) return "{\"lanes\":[],\"names\":[],\"kinds\":[],\"spans\":[],\"end\":0}";
-  const int64_t last_rank = ranks[keep - 1].first;
+  while (keep < chosen.size() && (keep == 0 || used + count[chosen[keep].second] <= opt.max_spans))
+    used += count[chosen[keep++].second];
+  if (keep < chosen.size())
+    note = "Showing " + std::to_string(keep) + " of " + std::to_string(chosen.size()) + " ranks (" +
+           std::to_string(used) + " spans; the report keeps at most " + std::to_string(opt.max_spans) + ").";
+  if ((!opt.ranks.empty() || !opt.stages.empty() || !opt.streams.empty()) && used == 0)
+    throw std::invalid_argument("the timeline selection matches no spans of run " + std::to_string(r.id) +
+                                ", expected ranks, stages and streams the run has");
+  if (keep == 0) return "{\"lanes\":[],\"names\":[],\"kinds\":[],\"streams\":[],\"lane_stream\":[],\"spans\":[],\"end\":0}";
   std::map<std::pair<int64_t, std::string>, int> lane_of;
-  std::vector<std::string> lanes;
-  std::unordered_map<std::string, int> name_of, kind_of;
+  std::vector<std::string> lanes, stream_names;
+  std::vector<int> lane_stream;
+  std::unordered_map<std::string, int> name_of, kind_of, stream_of;
   std::vector<std::string> names, kinds;
   std::string spans;
   double end_us = 0;
@@ -426,28 +484,35 @@ std::string timeline_json(Db& db, const Run& r, int64_t budget, std::string& not
   db.each("SELECT min(start_ps) FROM spans WHERE run_id = ?", {r.id},
           [&](sqlite3_stmt* st) { t0 = sqlite3_column_int64(st, 0); });
   // Lanes in (rank, first use) order.
-  db.each(
-      "SELECT rank, stream, name, kind, start_ps, end_ps, bytes, flops FROM spans WHERE run_id = ? AND rank <= ? "
-      "ORDER BY rank, start_ps, stream",
-      {r.id, last_rank}, [&](sqlite3_stmt* st) {
-        const int64_t rank = sqlite3_column_int64(st, 0);
-        const std::string stream = text(st, 1);
-        auto [it, fresh] = lane_of.emplace(std::make_pair(rank, stream), static_cast<int>(lanes.size()));
-        if (fresh) lanes.push_back("rank " + std::to_string(rank) + " · " + stream);
-        const std::string name = text(st, 2), kind = text(st, 3);
-        auto n = name_of.emplace(name, static_cast<int>(names.size()));
-        if (n.second) names.push_back(name);
-        auto k = kind_of.emplace(kind, static_cast<int>(kinds.size()));
-        if (k.second) kinds.push_back(kind);
-        const double a = static_cast<double>(sqlite3_column_int64(st, 4) - t0) * 1e-6;
-        const double b = static_cast<double>(sqlite3_column_int64(st, 5) - t0) * 1e-6;
-        end_us = std::max(end_us, b);
-        if (!spans.empty()) spans += ',';
-        spans += std::to_string(it->second) + "," + fmt("%.4f", a) + "," + fmt("%.4f", b - a) + "," +
-                 std::to_string(k.first->second) + "," + std::to_string(n.first->second) + "," +
-                 format_number(static_cast<double>(sqlite3_column_int64(st, 6))) + "," +
-                 format_number(sqlite3_column_double(st, 7));
-      });
+  for (size_t c = 0; c < keep; ++c) {
+    const int64_t rank = chosen[c].first;
+    db.each("SELECT stream, name, kind, start_ps, end_ps, bytes, flops FROM spans WHERE run_id = ? AND rank = ? "
+            "ORDER BY start_ps, stream",
+            {r.id, chosen[c].second}, [&](sqlite3_stmt* st) {
+              const std::string stream = text(st, 0);
+              if (!streams.empty() && !streams.count(stream)) return;
+              auto [it, fresh] = lane_of.emplace(std::make_pair(rank, stream), static_cast<int>(lanes.size()));
+              if (fresh) {
+                lanes.push_back("rank " + std::to_string(rank) + " · " + stream);
+                auto sn = stream_of.emplace(stream, static_cast<int>(stream_names.size()));
+                if (sn.second) stream_names.push_back(stream);
+                lane_stream.push_back(sn.first->second);
+              }
+              const std::string name = text(st, 1), kind = text(st, 2);
+              auto n = name_of.emplace(name, static_cast<int>(names.size()));
+              if (n.second) names.push_back(name);
+              auto k = kind_of.emplace(kind, static_cast<int>(kinds.size()));
+              if (k.second) kinds.push_back(kind);
+              const double a = static_cast<double>(sqlite3_column_int64(st, 3) - t0) * 1e-6;
+              const double b = static_cast<double>(sqlite3_column_int64(st, 4) - t0) * 1e-6;
+              end_us = std::max(end_us, b);
+              if (!spans.empty()) spans += ',';
+              spans += std::to_string(it->second) + "," + fmt("%.4f", a) + "," + fmt("%.4f", b - a) + "," +
+                       std::to_string(k.first->second) + "," + std::to_string(n.first->second) + "," +
+                       format_number(static_cast<double>(sqlite3_column_int64(st, 5))) + "," +
+                       format_number(sqlite3_column_double(st, 6));
+            });
+  }
   auto list = [](const std::vector<std::string>& v) {
     std::string out = "[";
     for (size_t i = 0; i < v.size(); ++i) out += (i ? ",\"" : "\"") + json_escape(v[i]) + "\"";
@@ -456,8 +521,12 @@ std::string timeline_json(Db& db, const Run& r, int64_t budget, std::string& not
   std::string colours = "[";
   for (size_t i = 0; i < kinds.size(); ++i) colours += std::string(i ? ",\"" : "\"") + kind_colour(kinds[i]) + "\"";
   colours += "]";
+  std::string lane_streams = "[";
+  for (size_t i = 0; i < lane_stream.size(); ++i) lane_streams += (i ? "," : "") + std::to_string(lane_stream[i]);
+  lane_streams += "]";
   return "{\"lanes\":" + list(lanes) + ",\"names\":" + list(names) + ",\"kinds\":" + list(kinds) +
-         ",\"colours\":" + colours + ",\"end\":" + fmt("%.4f", end_us) + ",\"spans\":[" + spans + "]}";
+         ",\"streams\":" + list(stream_names) + ",\"lane_stream\":" + lane_streams + ",\"colours\":" + colours +
+         ",\"end\":" + fmt("%.4f", end_us) + ",\"spans\":[" + spans + "]}";
 }
 
 // Sim vs real: per op (rank, op index) durations of this run and its twin.
@@ -768,11 +837,23 @@ const char* kTimelineScript = R"js(
   const LH = 14, LABEL = 170, AXIS = 18, n = d.spans.length / 7;
   const byLane = d.lanes.map(() => []);
   for (let i = 0; i < n; i++) byLane[d.spans[7 * i]].push(i);
+  // Stream checkboxes: the lanes shown are those of the checked streams.
+  const shown = d.streams.map(() => true);
+  let rows = [];
+  const pick = document.getElementById('tl-streams');
+  function relayout() { rows = d.lanes.map((_, l) => l).filter(l => shown[d.lane_stream[l]]); }
+  d.streams.forEach((s, k) => {
+    const lab = document.createElement('label'), box = document.createElement('input');
+    box.type = 'checkbox'; box.checked = true;
+    box.addEventListener('change', () => { shown[k] = box.checked; relayout(); draw(); });
+    lab.appendChild(box); lab.appendChild(document.createTextNode(' ' + s + ' ')); pick.appendChild(lab);
+  });
+  relayout();
   let t0 = 0, t1 = d.end || 1;
   const W = () => wrap.clientWidth - 2;
   function fmt(us) { return us >= 1e6 ? (us / 1e6).toPrecision(4) + ' s' : us >= 1e3 ? (us / 1e3).toPrecision(4) + ' ms' : us.toPrecision(4) + ' us'; }
   function draw() {
-    const w = W(), h = AXIS + LH * d.lanes.length, dpr = window.devicePixelRatio || 1;
+    const w = W(), h = AXIS + LH * rows.length, dpr = window.devicePixelRatio || 1;
     cv.width = w * dpr; cv.height = h * dpr; cv.style.width = w + 'px'; cv.style.height = h + 'px';
     const g = cv.getContext('2d'); g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.fillStyle = '#fff'; g.fillRect(0, 0, w, h);
@@ -780,9 +861,9 @@ const char* kTimelineScript = R"js(
     g.font = '10px system-ui, sans-serif'; g.fillStyle = '#333';
     for (let k = 0; k <= 8; k++) { const t = t0 + (t1 - t0) * k / 8, x = LABEL + (t - t0) * sx;
       if (k < 8) g.fillText(fmt(t), x + 2, 11); g.fillStyle = '#eee'; g.fillRect(x, AXIS, 1, h); g.fillStyle = '#333'; }
-    for (let l = 0; l < d.lanes.length; l++) {
-      const y = AXIS + l * LH;
-      g.fillStyle = l % 2 ? '#fafafa' : '#fff'; g.fillRect(LABEL, y, w - LABEL, LH);
+    for (let row = 0; row < rows.length; row++) {
+      const l = rows[row], y = AXIS + row * LH;
+      g.fillStyle = row % 2 ? '#fafafa' : '#fff'; g.fillRect(LABEL, y, w - LABEL, LH);
       g.fillStyle = '#333'; g.fillText(d.lanes[l], 4, y + 10);
       for (const i of byLane[l]) {
         const a = d.spans[7 * i + 1], b = a + d.spans[7 * i + 2];
@@ -794,7 +875,8 @@ const char* kTimelineScript = R"js(
   }
   function at(ev) {
     const r = cv.getBoundingClientRect(), x = ev.clientX - r.left, y = ev.clientY - r.top;
-    const l = Math.floor((y - AXIS) / LH); if (l < 0 || l >= d.lanes.length || x < LABEL) return -1;
+    const row = Math.floor((y - AXIS) / LH); if (row < 0 || row >= rows.length || x < LABEL) return -1;
+    const l = rows[row];
     const t = t0 + (x - LABEL) * (t1 - t0) / (W() - LABEL), slack = 2 * (t1 - t0) / (W() - LABEL);
     for (const i of byLane[l]) { const a = d.spans[7 * i + 1], b = a + d.spans[7 * i + 2];
       if (t >= a - slack && t <= b + slack) return i; }
@@ -851,14 +933,15 @@ void write_html_report(const std::string& db_path, const std::string& out_path, 
   } else {
     html += "<section><h2>Where the iteration goes</h2>" + breakdown_svg(r) + "</section>";
     std::string note;
-    const std::string data = timeline_json(db, r, opt.max_spans, note);
+    const std::string data = timeline_json(db, r, opt, note);
     html +=
         "<section><h2>Timeline</h2><p class=\"note\">Wheel to zoom, drag to pan, double-click to reset; hover a "
         "span for its details. " +
         esc(note) + "</p><p class=\"legend\">";
     for (const char* k : {"gemm", "attention", "memory", "collective", "send", "recv"})
       html += std::string("<span><i style=\"background:") + kind_colour(k) + "\"></i>" + k + "</span>";
-    html += "</p><div id=\"tl-wrap\"><canvas id=\"tl\"></canvas></div><div id=\"tl-tip\"></div>";
+    html += "</p><p class=\"legend\" id=\"tl-streams\">Streams: </p><div id=\"tl-wrap\"><canvas id=\"tl\"></canvas>"
+            "</div><div id=\"tl-tip\"></div>";
     // "</" cannot appear inside a script element; JSON never needs it unescaped.
     std::string safe;
     for (size_t i = 0; i < data.size(); ++i) {

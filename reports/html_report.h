@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace clustersim {
 
@@ -22,10 +23,16 @@ struct ReportOptions {
   int64_t run_id = -1;         // -1: the last complete run
   int64_t max_spans = 300000;  // timeline budget: whole ranks are kept while it lasts
   int time_bins = 120;         // heat map and throughput resolution
+  // The timeline's selection (empty: all): ranks (a mirror rank shows its
+  // representative's spans under its own number), pipeline stages (from the PP groups),
+  // and streams ("compute", "tp", "dp", ...).
+  std::vector<int64_t> ranks;
+  std::vector<int64_t> stages;
+  std::vector<std::string> streams;
 };
 
-// Throws std::runtime_error (unreadable database, no such run); writes `out` whole or
-// not at all.
+// Throws std::runtime_error (unreadable database, no such run) or std::invalid_argument
+// (a timeline selection that matches nothing); writes `out` whole or not at all.
 void write_html_report(const std::string& db_path, const std::string& out_path, const ReportOptions& opt = {});
 
 }  // namespace clustersim

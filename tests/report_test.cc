@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "reports/html_report.h"
 #include "reports/sqlite_writer.h"
@@ -106,6 +108,54 @@ TEST(Report, SamplesAndFaultsHaveTheirPanels) {
   const std::string p = slurp(dir + "/p.html");
   EXPECT_EQ(p.find("Distribution over"), std::string::npos);
   EXPECT_EQ(p.find("Goodput over time"), std::string::npos);
+}
+
+// The timeline's lanes ("rank R · stream") as the report embeds them.
+std::vector<std::string> timeline_lanes(const std::string& html) {
+  std::vector<std::string> lanes;
+  const size_t a = html.find("\"lanes\":["), b = html.find(']', a);
+  for (size_t p = html.find('"', a + 9); p != std::string::npos && p < b; p = html.find('"', p + 1)) {
+    const size_t q = html.find('"', p + 1);
+    lanes.push_back(html.substr(p + 1, q - p - 1));
+    p = q;
+  }
+  return lanes;
+}
+
+// TP 2 × PP 2 × DP 4 on 16 GPUs: ranks 0–7 are stage 0, 8–15 stage 1 (placement
+// tp-cp-ep-dp-pp), and a mirror rank shows its representative's spans under its own
+// number. A selection that matches nothing is refused, and no file is written.
+TEST(Report, TimelinePicksRanksStagesAndStreams) {
+  const std::string dir = testing::temp_dir("report-pick");
+  const std::string db = dir + "/p.sqlite", html = dir + "/p.html";
+  fs::remove(db);
+  training_run(db);
+  auto lanes = [&](const ReportOptions& o) {
+    write_html_report(db, html, o);
+    return timeline_lanes(slurp(html));
+  };
+  ReportOptions o;
+  o.ranks = {13, 2};
+  o.streams = {"compute"};
+  EXPECT_EQ(lanes(o), (std::vector<std::string>{"rank 2 · compute", "rank 13 · compute"}));
+  o = {};
+  o.stages = {1};
+  o.streams = {"compute"};
+  const std::vector<std::string> stage1 = lanes(o);
+  ASSERT_EQ(stage1.size(), 8u);
+  for (int r = 8; r < 16; ++r) EXPECT_EQ(stage1[static_cast<size_t>(r - 8)], "rank " + std::to_string(r) + " · compute");
+  o = {};
+  o.ranks = {0};
+  for (const std::string& lane : lanes(o)) EXPECT_EQ(lane.rfind("rank 0 · ", 0), 0u) << lane;
+  const std::string before = slurp(html);
+  o = {};
+  o.stages = {5};
+  EXPECT_THROW(write_html_report(db, dir + "/none.html", o), std::invalid_argument);
+  EXPECT_FALSE(fs::exists(dir + "/none.html"));
+  o = {};
+  o.streams = {"no-such-stream"};
+  EXPECT_THROW(write_html_report(db, html, o), std::invalid_argument);
+  EXPECT_EQ(slurp(html), before);
 }
 
 TEST(Report, SimVersusRealWhenTheDatabaseHoldsBoth) {
