@@ -42,6 +42,14 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
   c.parallel.virtual_stages = l.virtual_stages;
   c.parallel.micro_batch = l.micro_batch;
   c.parallel.zero_stage = l.zero_stage;
+  if (l.zero_stage < 3) {
+    // The scenario's ZeRO 3 / FSDP choices shape its ZeRO 3 layouts only.
+    const ParallelConfig defaults;
+    c.parallel.zero3_param_gather = defaults.zero3_param_gather;
+    c.parallel.zero3_grad_sync = defaults.zero3_grad_sync;
+    c.parallel.fsdp_param_dtype = defaults.fsdp_param_dtype;
+    c.parallel.fsdp_reduce_dtype = defaults.fsdp_reduce_dtype;
+  }
   c.parallel.schedule = l.schedule;
   c.parallel.sequence_parallel = l.sequence_parallel;
   c.training.recompute = l.recompute;

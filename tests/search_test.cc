@@ -164,5 +164,25 @@ TEST(Search, FindsLayoutsForLlama3_70bAt8kOn64H100) {
   for (const SearchCandidate& c : r.top) EXPECT_LE(c.peak_memory_bytes, s.cluster.node.gpu.hbm_bytes);
 }
 
+// A scenario's ZeRO 3 / FSDP keys shape its ZeRO 3 candidates; the ZeRO 0-2 candidates
+// are searched without them instead of being refused.
+TEST(Search, Zero3KeysShapeOnlyZero3Layouts) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+      "parallel: {dp: 16, zero_stage: 3, zero3_param_gather: step, fsdp_reduce_dtype: bf16}\n"
+      "training: {global_batch: 64}\n",
+      "search-z3");
+  SearchOptions o;
+  o.top_k = 4;
+  o.refine = "analytic";
+  o.progress = false;
+  const SearchResult r = search_layouts(s, o);
+  ASSERT_GE(r.best, 0);
+  EXPECT_GE(r.baseline, 0) << r.baseline_reason;
+  bool other_stage = false;
+  for (const SearchCandidate& c : r.top) other_stage |= c.layout.zero_stage < 3;
+  EXPECT_TRUE(other_stage);
+}
+
 }  // namespace
 }  // namespace clustersim
