@@ -16,17 +16,22 @@ namespace {
 
 using testing::scenario_from_text;
 
+// Searches with the analytic refinement and no progress lines: the top k simulated.
+SearchResult quiet_search(const Scenario& s, int top_k) {
+  SearchOptions o;
+  o.top_k = top_k;
+  o.refine = "analytic";
+  o.progress = false;
+  return search_layouts(s, o);
+}
+
 // The Must-show: on GPT-3 175B / 1,024 A100 the search returns a layout at least as fast
 // as Megatron's TP 8 × PP 8 (the scenario's own layout, always simulated as the
 // baseline), and says why.
 TEST(Search, Gpt3On1024A100BeatsMegatronsLayout) {
   const Scenario s =
       load_scenario(std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/training/gpt3-175b-1024xa100.yaml");
-  SearchOptions o;
-  o.top_k = 2;
-  o.refine = "analytic";
-  o.progress = false;
-  const SearchResult r = search_layouts(s, o);
+  const SearchResult r = quiet_search(s, 2);
   ASSERT_GE(r.best, 0);
   ASSERT_GE(r.baseline, 0) << r.baseline_reason;
   const SearchCandidate& best = r.top[static_cast<size_t>(r.best)];
@@ -132,11 +137,7 @@ TEST(Search, BaselineThatDoesNotFitIsExplained) {
       "name: t\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: megatron-18.4b}\nparallel: {tp: 1, pp: 1}\n"
       "training: {global_batch: 64}\n",
       "search-baseline");
-  SearchOptions o;
-  o.top_k = 2;
-  o.refine = "analytic";
-  o.progress = false;
-  const SearchResult r = search_layouts(s, o);
+  const SearchResult r = quiet_search(s, 2);
   EXPECT_EQ(r.baseline, -1);
   EXPECT_FALSE(r.baseline_reason.empty());
   ASSERT_GE(r.best, 0);
@@ -151,11 +152,7 @@ TEST(Search, FindsLayoutsForLlama3_70bAt8kOn64H100) {
       "name: t\ncluster: {preset: dgx-h100, nodes: 8}\nmodel: {preset: llama3-70b, seq_len: 8192}\n"
       "parallel: {tp: 1, dp: 64}\ntraining: {global_batch: 512}\n",
       "search-70b");
-  SearchOptions o;
-  o.top_k = 2;
-  o.refine = "analytic";
-  o.progress = false;
-  const SearchResult r = search_layouts(s, o);
+  const SearchResult r = quiet_search(s, 2);
   ASSERT_GE(r.best, 0);
   EXPECT_EQ(r.baseline, -1);
   EXPECT_NE(r.baseline_reason.find("does not fit in memory"), std::string::npos);
@@ -172,11 +169,7 @@ TEST(Search, Zero3KeysShapeOnlyZero3Layouts) {
       "parallel: {dp: 16, zero_stage: 3, zero3_param_gather: step, fsdp_reduce_dtype: bf16}\n"
       "training: {global_batch: 64}\n",
       "search-z3");
-  SearchOptions o;
-  o.top_k = 4;
-  o.refine = "analytic";
-  o.progress = false;
-  const SearchResult r = search_layouts(s, o);
+  const SearchResult r = quiet_search(s, 4);
   ASSERT_GE(r.best, 0);
   EXPECT_GE(r.baseline, 0) << r.baseline_reason;
   bool other_stage = false;
