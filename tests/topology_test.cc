@@ -120,7 +120,8 @@ TEST(Topology, FastRoutingEqualsTheSearch) {
         Case{"dgx-a100", 5, FabricKind::Switch, 32, 1.0}, Case{"pcie-8gpu", 8, FabricKind::FatTree, 4, 1.0},
         Case{"dgx-h100", 6, FabricKind::FatTree, 12, 1.0}, Case{"dgx-h100", 12, FabricKind::RailOptimized, 4, 1.0},
         Case{"dgx-h100", 9, FabricKind::RailOptimized, 2, 2.0}, Case{"dgx-a100", 6, FabricKind::Ring, 32, 1.0},
-        Case{"dgx-h100", 12, FabricKind::Torus, 32, 1.0}, Case{"pcie-8gpu", 6, FabricKind::RailOptimized, 2, 1.0}}) {
+        Case{"dgx-h100", 12, FabricKind::Torus, 32, 1.0}, Case{"pcie-8gpu", 6, FabricKind::RailOptimized, 2, 1.0},
+        Case{"dgx-h100", 32, FabricKind::RailOptimized, 8, 1.0}}) {
     ClusterSpec spec = cluster(c.preset, c.nodes, c.fabric);
     spec.fabric.nics_per_leaf = c.nics_per_leaf;
     spec.fabric.oversubscription = c.oversub;
@@ -131,12 +132,23 @@ TEST(Topology, FastRoutingEqualsTheSearch) {
         EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.end()), t.route_by_search(a, b))
             << c.preset << " " << c.nodes << " " << a << "->" << b;
       }
-    // Fat-trees of several leaves holding whole nodes (where the fast path applies) take
-    // the two-tier shortcut, so the comparison above covers it; a single switch never
-    // leaves its switch, and leaves that split a node keep the search.
+    // The same local GPU on every other node: on a rail-optimized fabric, the pairs the
+    // rail shortcut takes (same rail, on one leaf and across the spines).
+    const int g = t.gpus_per_node();
+    for (int a = 0; a < g; ++a)
+      for (int n = 1; n < c.nodes; ++n) {
+        auto fast = t.route(a, n * g + a);
+        EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.end()), t.route_by_search(a, n * g + a))
+            << c.preset << " " << c.nodes << " " << a << "->" << n * g + a;
+      }
+    // Fat-trees of several leaves holding whole nodes (where the fast path applies) and
+    // rail-optimized fabrics (between GPUs of one rail) take the two-tier shortcut, so the
+    // comparisons above cover it; a single switch never leaves its switch, and fat-tree
+    // leaves that split a node keep the search.
     const int nics = find_node_preset(c.preset)->nics;
     const bool shortcut =
-        c.fabric == FabricKind::FatTree && c.nodes * nics > c.nics_per_leaf && c.nics_per_leaf % nics == 0;
+        (c.fabric == FabricKind::FatTree && c.nodes * nics > c.nics_per_leaf && c.nics_per_leaf % nics == 0) ||
+        c.fabric == FabricKind::RailOptimized;
     EXPECT_EQ(t.two_tier_routing(), shortcut) << c.preset << " " << c.nodes;
     // Every fabric prunes its search between nodes (third nodes' NICs, and on leaf-spine
     // fabrics the leaves neither end uses); the comparison above is what holds it exact.

@@ -364,7 +364,7 @@ Route Topology::route_info(int src, int dst) {
     }
   }
   if (fast_state_ == 0) prepare_fast_routing();
-  const bool fast = fast_state_ == 1 && node_of(src) != node_of(dst);
+  const bool fast = fast_state_ == 1 && node_of(src) != node_of(dst) && (!rail_pairs_only_ || rail_pair_is_fast(src, dst));
   const std::vector<uint32_t> links =
       fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst), /*prune=*/true);
   // Store the header and links where they will not move.
@@ -505,7 +505,14 @@ void Topology::prepare_fast_routing() {
   index_nics();
   prepare_two_tier();
   prepare_search_pruning();
-  if (!fast_routing_applies()) return;
+  // Rail-optimized two-tier fabrics: between two GPUs on one rail, every route leaves the
+  // source node by some NIC and enters the destination's by some NIC, and the rail's own
+  // leaf (or the equal spines to the rail's other leaf) is as short a fabric part as any:
+  // the route is exit template, rail, enter template where no other NIC ties
+  // (rail_pair_is_fast). Pairs on different rails keep the search: a costlier exit onto
+  // the destination's rail can save two fabric links.
+  const bool rails = spec_.fabric.kind == FabricKind::RailOptimized && two_tier_;
+  if (!fast_routing_applies() && !rails) return;
   const int g = spec_.node.gpus;
   // Templates from node 0: GPU -> own NIC and back, each a shortest path whose cost
   // equals the cheapest way to any NIC of the node (else the search is needed).
@@ -520,9 +527,18 @@ void Topology::prepare_fast_routing() {
     std::vector<uint32_t> out = shortest_path(gpus_[static_cast<size_t>(a)], nic_vertex_[nic]);
     std::vector<uint32_t> in = shortest_path(nic_vertex_[nic], gpus_[static_cast<size_t>(a)]);
     int64_t best = std::numeric_limits<int64_t>::max();
-    for (int k = 0; k < spec_.node.nics; ++k)
-      best = std::min(best, cost(shortest_path(gpus_[static_cast<size_t>(a)], nic_vertex_[static_cast<size_t>(k)])));
+    int64_t other_out = std::numeric_limits<int64_t>::max(), other_in = std::numeric_limits<int64_t>::max();
+    for (int k = 0; k < spec_.node.nics; ++k) {
+      const int64_t c = cost(shortest_path(gpus_[static_cast<size_t>(a)], nic_vertex_[static_cast<size_t>(k)]));
+      best = std::min(best, c);
+      if (static_cast<size_t>(k) != nic && rails) {
+        other_out = std::min(other_out, c);
+        other_in = std::min(other_in, cost(shortest_path(nic_vertex_[static_cast<size_t>(k)], gpus_[static_cast<size_t>(a)])));
+      }
+    }
     if (cost(out) != best) return;
+    strict_exit_.push_back(cost(out) < other_out);
+    strict_enter_.push_back(cost(in) < other_in);
     for (uint32_t l : out)
       if (l >= n0_end) return;
     for (uint32_t l : in)
@@ -530,7 +546,23 @@ void Topology::prepare_fast_routing() {
     exit_template_.push_back(std::move(out));
     enter_template_.push_back(std::move(in));
   }
+  rail_pairs_only_ = !fast_routing_applies();
   fast_state_ = 1;
+}
+
+bool Topology::rail_pair_is_fast(int src, int dst) const {
+  const int g = spec_.node.gpus;
+  const int la = src % g, lb = dst % g;
+  if (preferred_nic_local(la) != preferred_nic_local(lb)) return false;
+  // On one leaf the rail is two fabric links, shorter than any way through another NIC
+  // (another rail's leaf, a spine, back down: four). Across the spines it is four too,
+  // so another NIC as cheap as the GPU's own would tie, and the search's tie-break could
+  // take it.
+  const size_t nics = static_cast<size_t>(spec_.node.nics);
+  const size_t nic_a = static_cast<size_t>(node_of(src)) * nics + static_cast<size_t>(preferred_nic_local(la));
+  const size_t nic_b = static_cast<size_t>(node_of(dst)) * nics + static_cast<size_t>(preferred_nic_local(lb));
+  return nic_switch_[nic_a] == nic_switch_[nic_b] ||
+         (strict_exit_[static_cast<size_t>(la)] && strict_enter_[static_cast<size_t>(lb)]);
 }
 
 void Topology::prepare_two_tier() {

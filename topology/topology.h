@@ -221,6 +221,11 @@ class Topology {
   };
   std::vector<std::vector<SwitchEdge>> switch_edges_;  // per switch index: links to other switches
   int fast_state_ = 0;                                 // 0 not prepared, 1 usable, -1 not applicable
+  // Rail-optimized: the fast path holds only between GPUs whose NICs share a rail, on one
+  // leaf, or across the spines where each GPU's own NIC is strictly its cheapest.
+  bool rail_pairs_only_ = false;
+  std::vector<char> strict_exit_, strict_enter_;  // per local GPU
+  bool rail_pair_is_fast(int src, int dst) const;
   std::vector<uint32_t> node_link_base_;
   std::vector<std::vector<uint32_t>> exit_template_, enter_template_;  // per local GPU, node-0 link ids
   std::vector<uint32_t> nic_vertex_, nic_up_, nic_down_, nic_switch_;  // per global NIC
