@@ -15,6 +15,20 @@
 
 namespace clustersim {
 
+namespace {
+// The items of "a,b,c", empty ones included ("a,,b" and "" have an empty item).
+std::vector<std::string> comma_list(const std::string& v) {
+  std::vector<std::string> items;
+  for (size_t p = 0; p <= v.size();) {
+    size_t q = v.find(',', p);
+    if (q == std::string::npos) q = v.size();
+    items.push_back(v.substr(p, q - p));
+    p = q + 1;
+  }
+  return items;
+}
+}  // namespace
+
 int cmd_report(const std::vector<std::string>& args) {
   std::string db, html;
   ReportOptions opt;
@@ -37,10 +51,7 @@ int cmd_report(const std::vector<std::string>& args) {
     } else if (a == "--ranks" || a == "--stages") {
       const std::string v = need_value(args, i);
       std::vector<int64_t>& out = a == "--ranks" ? opt.ranks : opt.stages;
-      for (size_t p = 0; p <= v.size();) {
-        size_t q = v.find(',', p);
-        if (q == std::string::npos) q = v.size();
-        const std::string item = v.substr(p, q - p);
+      for (const std::string& item : comma_list(v)) {
         char* end = nullptr;
         errno = 0;
         const long long n = std::strtoll(item.c_str(), &end, 10);
@@ -48,16 +59,13 @@ int cmd_report(const std::vector<std::string>& args) {
           throw InputError(SourceMark{a, 0, 0},
                            "expected a comma-separated list of non-negative integers, got '" + v + "'");
         out.push_back(n);
-        p = q + 1;
       }
     } else if (a == "--streams") {
       const std::string v = need_value(args, i);
-      for (size_t p = 0; p <= v.size();) {
-        size_t q = v.find(',', p);
-        if (q == std::string::npos) q = v.size();
-        if (q == p) throw InputError(SourceMark{a, 0, 0}, "expected a comma-separated list of stream names, got '" + v + "'");
-        opt.streams.push_back(v.substr(p, q - p));
-        p = q + 1;
+      for (const std::string& item : comma_list(v)) {
+        if (item.empty())
+          throw InputError(SourceMark{a, 0, 0}, "expected a comma-separated list of stream names, got '" + v + "'");
+        opt.streams.push_back(item);
       }
     } else if (!a.empty() && a[0] == '-') {
       throw UsageError("unknown option '" + a + "' for report");

@@ -56,11 +56,11 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
     const auto [d, x] = shard(stage);
     return per_param * (sp.dense / d + sp.expert / x);
   };
-  // ZeRO 3 gathering once holds the whole stage's parameters from the first forward to
-  // the last backward; syncing gradients once, an unsharded accumulation buffer.
+  // ZeRO 3 that keeps gathered parameters for the backward holds the whole stage's
+  // parameters; syncing gradients once, an unsharded accumulation buffer.
   const int grad_stage = in.zero3_grad_once ? 4 : 2;
   // Weights kept unsharded are held as gathered (FSDP: its param dtype) besides the shard.
-  b.weights = in.zero_stage >= 3 && in.zero3_gather_once
+  b.weights = in.zero_stage >= 3 && in.zero3_params_held
                   ? bytes(in.zero3_gather_bytes, 4) + (in.fp8 ? 1.0 : 0.0) * (sp.dense + sp.expert)
                   : bytes(in.fp8 ? 3.0 : e, 3);  // FP8: the BF16 weight and its cached FP8 copy
   b.gradients = bytes(m.dtype == DType::FP16 ? 2.0 : 4.0, grad_stage);
@@ -96,7 +96,7 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   b.activations = per_layer * in.in_flight_layers + (in.full_recompute ? full_layer : 0.0);
   if (in.output) b.activations += tokens * static_cast<double>(padded_vocab(m, in.tp)) / t * (e + 4.0);
   if (in.pp > 1) b.buffers += 2.0 * 2.0 * sbh * e / (in.sequence_parallel ? t : 1.0);
-  if (in.zero_stage >= 3 && !in.zero3_gather_once) {
+  if (in.zero_stage >= 3 && !in.zero3_params_held) {
     // Two layers gathered at a time (one in use, one prefetched).
     const double layer =
         (sp.dense + sp.expert) / std::max<int64_t>(1, (in.end_layer < 0 ? m.layers : in.end_layer) - in.first_layer);

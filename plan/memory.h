@@ -45,7 +45,7 @@ struct MemoryBreakdown {
 struct MemoryInputs {
   int64_t tp = 1, cp = 1, dp = 1, ep = 1, pp = 1;
   int64_t zero_stage = 0;
-  bool zero3_gather_once = false;  // ZeRO 3 keeps the stage's parameters unsharded through the step
+  bool zero3_params_held = false;  // ZeRO 3 keeps gathered parameters from forward to backward (not re-gathered)
   bool zero3_grad_once = false;    // ZeRO 3 accumulates unsharded gradients until the last micro-batch
   double zero3_gather_bytes = 2;   // ZeRO 3: bytes of a gathered parameter
   int64_t micro_batch = 1;

@@ -1320,7 +1320,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.ep = l.ep;
     mi.pp = l.pp;
     mi.zero_stage = l.zero_stage;
-    mi.zero3_gather_once = l.zero3_gather_once || l.zero3_keep_for_backward;
+    mi.zero3_params_held = l.zero3_keep_for_backward;  // step mode keeps them too
     mi.zero3_gather_bytes = dtype_bits(l.fsdp_param_dtype) / 8.0;
     mi.zero3_grad_once = l.zero3_grad_once;
     mi.micro_batch = l.micro_batch;
