@@ -1,5 +1,6 @@
 // `clustersim collective`: a collective's size sweep, printed like nccl-tests.
 #include "calibrate/profile.h"
+#include "scenarios/topology_file.h"
 #include "scenarios/units.h"
 #include "sim/collective_sweep.h"
 #include "topology/presets.h"
@@ -17,7 +18,7 @@ namespace clustersim {
 
 int cmd_collective(const std::vector<std::string>& args) {
   CollectiveSweepConfig cfg;
-  std::string preset, op = "all-reduce", algo = "auto", proto = "auto", model = "analytic", fabric = "fat-tree";
+  std::string preset, topology_file, op = "all-reduce", algo = "auto", proto = "auto", model = "analytic", fabric = "fat-tree";
   double oversub = 1.0;
   int nics_per_leaf = 32;
   int nodes = 0;
@@ -50,6 +51,8 @@ int cmd_collective(const std::vector<std::string>& args) {
       nodes = as_int(a, need_value(args, i));
     else if (a == "--cluster")
       preset = need_value(args, i);
+    else if (a == "--topology-file")
+      topology_file = need_value(args, i);
     else if (a == "--algo")
       algo = need_value(args, i);
     else if (a == "--proto")
@@ -82,7 +85,8 @@ int cmd_collective(const std::vector<std::string>& args) {
       throw UsageError("unknown option '" + a + "' for collective");
   }
   if (!have_gpus) throw UsageError("collective needs --gpus N");
-  if (preset.empty()) throw UsageError("collective needs --cluster PRESET");
+  if (preset.empty() == topology_file.empty())
+    throw UsageError("collective needs --cluster PRESET or --topology-file T.yaml, one of them");
   if (op == "send-recv")
     cfg.kind = SweepOp::SendRecv;
   else if (!parse_collective(op, cfg.op))
@@ -109,6 +113,29 @@ int cmd_collective(const std::vector<std::string>& args) {
     throw InputError(SourceMark{"--network-model", 0, 0},
                      "unknown network model '" + model + "', expected analytic or flow");
   cfg.flow = model == "flow";
+  if (!topology_file.empty()) {
+    // The cluster as the file gives it; the groups take its first GPUs.
+    for (const char* flag : {"--nodes", "--fabric", "--oversubscription", "--nics-per-leaf"})
+      for (const std::string& a : args)
+        if (a == flag) throw UsageError(std::string(flag) + " does not go with --topology-file (the file gives it)");
+    cfg.cluster = load_topology_file(topology_file, SourceMark{"--topology-file", 0, 0});
+    cfg.nodes = cfg.cluster.nodes;
+    const int64_t have = static_cast<int64_t>(cfg.cluster.nodes) * cfg.cluster.node.gpus;
+    if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > have)
+      throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus x --concurrent = " +
+                                                       std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
+                                                       " ranks, the topology file has " + std::to_string(have) +
+                                                       " GPUs");
+    if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
+    std::vector<CollectiveRow> rows;
+    try {
+      rows = run_collective_sweep(cfg);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(SourceMark{"--algo", 0, 0}, e.what());
+    }
+    std::cout << (json ? format_collective_json(cfg, rows) + "\n" : format_collective_table(cfg, rows));
+    return 0;
+  }
   const NodeSpec* node = find_node_preset(preset);
   if (!node) {
     std::string names;

@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run S.yaml [--set key=value]... [--json]      simulate a training scenario\n"
-    "  collective --op OP --gpus N --cluster PRESET [--nodes K] [--algo A] [--proto P]\n"
+    "  collective --op OP --gpus N (--cluster PRESET [--nodes K] | --topology-file T.yaml) [--algo A] [--proto P]\n"
     "             [--network-model analytic|flow] [--concurrent K] [--fabric F] [--oversubscription X]\n"
     "             [--nics-per-leaf N] [--profile P.yaml] [--min SIZE] [--max SIZE] [--json]\n"
     "                                                collective size sweep, nccl-tests style\n"

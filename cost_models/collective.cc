@@ -63,7 +63,8 @@ bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
 std::vector<std::vector<int32_t>> by_node(const GroupLayout& l) {
   std::vector<std::vector<int32_t>> out;
   std::map<int32_t, size_t> index;
-  for (int32_t i = 0; i < l.ranks(); ++i) {
+  for (int32_t j = 0; j < l.ranks(); ++j) {
+    const int32_t i = l.ring.empty() ? j : l.ring[static_cast<size_t>(j)];
     auto [it, fresh] = index.emplace(l.node[static_cast<size_t>(i)], out.size());
     if (fresh) out.emplace_back();
     out[it->second].push_back(i);
@@ -79,7 +80,9 @@ std::vector<std::vector<int32_t>> ring_orders(const GroupLayout& l) {
   const auto nodes = by_node(l);
   const int g = l.per_node();
   std::vector<std::vector<int32_t>> rings;
+  if (!l.mesh_rings.empty()) return l.mesh_rings;
   if (nodes.size() < 2 || g < 2) {
+    if (!l.ring.empty()) return {l.ring};
     rings.emplace_back();
     for (int32_t i = 0; i < l.ranks(); ++i) rings.back().push_back(i);
     return rings;

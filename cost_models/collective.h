@@ -68,6 +68,12 @@ struct GroupLayout {
   std::vector<int32_t> node;  // per position
   bool nvswitch = false;
   bool nvls = false;  // the switch reduces in place (NodeSpec::nvls)
+  // Nodes without an NVSwitch whose GPUs have direct links (a mesh): the order, as
+  // positions, that rings follow, each node's members along its links as NCCL's topology
+  // search would find them (the widest bottleneck; tuner.cc). Empty: group order.
+  std::vector<int32_t> ring;
+  // A group inside one mesh node: its channels' rings over the links (tuner.h, mesh_rings).
+  std::vector<std::vector<int32_t>> mesh_rings;
   int ranks() const { return static_cast<int>(node.size()); }
   int nodes() const;     // distinct nodes
   int per_node() const;  // members per node when every node has the same count, else 0

@@ -1,15 +1,102 @@
 #include "cost_models/tuner.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
 namespace clustersim {
 
+std::vector<std::vector<int32_t>> mesh_rings(const Topology& topo, std::span<const int32_t> gpus,
+                                             const std::vector<int32_t>& members) {
+  const size_t k = members.size();
+  std::vector<std::vector<int32_t>> rings;
+  if (k < 3 || k > 8) return rings;
+  // Each direction of each link, in lanes of the node's narrowest link (NVLink 2: one
+  // 25 GB/s brick); a ring takes one lane of each directed hop it uses.
+  std::vector<double> lanes(k * k, 0);
+  double lane = std::numeric_limits<double>::infinity();
+  for (size_t a = 0; a < k; ++a)
+    for (size_t b = 0; b < k; ++b) {
+      if (a == b) continue;
+      const double bw = topo.gpu_link_bandwidth(gpus[static_cast<size_t>(members[a])],
+                                                gpus[static_cast<size_t>(members[b])]);
+      lanes[a * k + b] = bw;
+      if (bw > 0) lane = std::min(lane, bw);
+    }
+  if (!std::isfinite(lane)) return rings;
+  for (double& c : lanes) c = std::floor(c / lane + 1e-9);
+  std::vector<size_t> order(k);
+  for (int channel = 0; channel < kMaxMeshRings; ++channel) {
+    // The ring whose directed hops have the most lanes left at their narrowest, then the
+    // most in all; the first member stays first (rotations are one ring).
+    for (size_t i = 0; i < k; ++i) order[i] = i;
+    std::vector<size_t> best;
+    double best_min = 0, best_sum = 0;
+    do {
+      double least = std::numeric_limits<double>::infinity(), sum = 0;
+      for (size_t i = 0; i < k && least > 0; ++i) {
+        const double c = lanes[order[i] * k + order[(i + 1) % k]];
+        least = std::min(least, c);
+        sum += c;
+      }
+      if (least > best_min || (least == best_min && least > 0 && sum > best_sum)) {
+        best_min = least;
+        best_sum = sum;
+        best = order;
+      }
+    } while (std::next_permutation(order.begin() + 1, order.end()));
+    if (best.empty()) break;
+    rings.emplace_back();
+    for (size_t i = 0; i < k; ++i) {
+      lanes[best[i] * k + best[(i + 1) % k]] -= 1;
+      rings.back().push_back(members[best[i]]);
+    }
+  }
+  return rings;
+}
+
 GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus) {
   GroupLayout l;
-  l.nvswitch = topo.spec().node.nvswitch;
-  l.nvls = topo.spec().node.nvls;
-  for (int32_t g : gpus) l.node.push_back(topo.node_of(g));
+  // Every node of the group must have the switch (and its in-switch reduction).
+  l.nvswitch = true;
+  l.nvls = true;
+  for (int32_t g : gpus) {
+    const int n = topo.node_of(g);
+    l.node.push_back(n);
+    l.nvswitch = l.nvswitch && topo.spec().node_at(n).nvswitch;
+    l.nvls = l.nvls && topo.spec().node_at(n).nvls;
+  }
+  // Mesh nodes (direct GPU links, no switch): NCCL's search builds its channels' rings
+  // over the links (mesh_rings below). Each node's members follow the first ring found;
+  // across nodes the rings then pass through each node along its links.
+  if (!l.nvswitch) {
+    std::vector<std::vector<int32_t>> members;  // positions, per node in order of first appearance
+    std::vector<int32_t> seen;
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      const auto at = static_cast<size_t>(std::find(seen.begin(), seen.end(), l.node[i]) - seen.begin());
+      if (at == seen.size()) {
+        seen.push_back(l.node[i]);
+        members.emplace_back();
+      }
+      members[at].push_back(static_cast<int32_t>(i));
+    }
+    bool changed = false;
+    std::vector<int32_t> ring;
+    for (size_t n = 0; n < members.size(); ++n) {
+      std::vector<int32_t>& m = members[n];
+      if (!topo.spec().node_at(seen[n]).gpu_links.empty()) {
+        std::vector<std::vector<int32_t>> rings = mesh_rings(topo, gpus, m);
+        if (!rings.empty()) {
+          if (members.size() == 1) l.mesh_rings = rings;
+          changed = changed || rings.front() != m;
+          m = rings.front();
+        }
+      }
+      ring.insert(ring.end(), m.begin(), m.end());
+    }
+    if (changed) l.ring = std::move(ring);
+  }
   return l;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "cost_models/collective.h"
 #include "cost_models/network.h"
@@ -22,6 +23,16 @@ struct CollectiveChoice {
 };
 
 GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus);
+
+// The rings NCCL's topology search would build over a mesh node's direct GPU links for
+// the group positions `members` (all in one node): one ring after another, each the
+// Hamiltonian cycle whose directed hops have the most link lanes left at their
+// narrowest, a lane being the node's narrowest link, until no ring finds a lane on
+// every hop (at most kMaxMeshRings). Exhaustive over orders, so only for 3 to 8 members;
+// otherwise none. Each ring is a channel carrying an equal share.
+inline constexpr int kMaxMeshRings = 16;
+std::vector<std::vector<int32_t>> mesh_rings(const Topology& topo, std::span<const int32_t> gpus,
+                                             const std::vector<int32_t>& members);
 
 // A calibration profile's fitted time for this collective, when it has one for the
 // (operation, algorithm, protocol, group size) and the group sits inside one node;

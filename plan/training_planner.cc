@@ -1369,14 +1369,6 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
   tp.stage_memory = training_stage_memory(s, l);
   for (const MemoryBreakdown& b : tp.stage_memory)
     if (b.total() > tp.memory.total()) tp.memory = b;
-  const GpuSpec& gpu = s.cluster.node.gpu;
-  if (opt.check_memory && tp.memory.total() > gpu.hbm_bytes) {
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%.1f GiB per GPU needed, %.1f GiB available on %s", tp.memory.total() / (1 << 30),
-                  gpu.hbm_bytes / (1 << 30), gpu.name.c_str());
-    fail(s, "parallel", std::string("layout does not fit in memory: ") + buf + " (" + tp.memory.describe() + ")");
-  }
-
   Plan& plan = tp.plan;
   const int64_t world = l.dp * l.tp * l.pp * l.cp;
   plan.world_size = static_cast<int32_t>(world);
@@ -1396,6 +1388,25 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
       for (int64_t c = 0; c < l.cp; ++c)
         for (int64_t t = 0; t < l.tp; ++t)
           plan.rank_program[static_cast<size_t>(rank_of(t, c, d, p))] = static_cast<uint32_t>(p);
+  // Each stage's memory against the GPUs that hold it (a topology file may mix models).
+  if (opt.check_memory) {
+    const int64_t gpn = s.cluster.node.gpus;
+    const bool one_model = s.cluster.one_gpu_model();
+    for (int64_t r = 0; r < (one_model ? 1 : world); ++r) {
+      const uint32_t stage = plan.rank_program[static_cast<size_t>(r)];
+      const MemoryBreakdown& need =
+          one_model ? tp.memory : tp.stage_memory[std::min<size_t>(stage, tp.stage_memory.size() - 1)];
+      const GpuSpec& gpu = s.cluster.node_at(static_cast<int>(plan.rank_gpu[static_cast<size_t>(r)] / gpn)).gpu;
+      if (need.total() <= gpu.hbm_bytes) continue;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%.1f GiB per GPU needed, %.1f GiB available on %s", need.total() / (1 << 30),
+                    gpu.hbm_bytes / (1 << 30), gpu.name.c_str());
+      std::string where;
+      if (!one_model)
+        where = " (stage " + str(static_cast<int64_t>(stage)) + ", rank " + str(r) + ")";
+      fail(s, "parallel", std::string("layout does not fit in memory: ") + buf + where + " (" + need.describe() + ")");
+    }
+  }
   auto group = [&](GroupKind kind, auto&& members) {
     std::vector<int32_t> g;
     members(g);

@@ -7,10 +7,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <set>
 
+#include "scenarios/readers.h"
+#include "scenarios/topology_file.h"
 #include "scenarios/units.h"
 #include "topology/presets.h"
 
@@ -18,121 +21,6 @@ namespace clustersim {
 namespace {
 
 namespace fs = std::filesystem;
-
-// ---- typed readers: each throws InputError at the value's position -----------------
-
-const std::string& scalar(const YNode& n, const std::string& key, const char* expected) {
-  if (n.kind != YNode::Kind::Scalar) throw InputError(n.mark, key + " must be " + expected + ", got " + n.kind_name());
-  return n.scalar;
-}
-
-int64_t as_int(const YNode& n, const std::string& key, int64_t min, int64_t max = INT64_MAX) {
-  const std::string& s = scalar(n, key, "an integer");
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size())
-    throw InputError(n.mark, key + " must be an integer, got '" + s + "'");
-  if (v < min)
-    throw InputError(
-        n.mark, key + " must be " + (min == 1 ? std::string("positive") : ">= " + std::to_string(min)) + ", got " + s);
-  if (v > max) throw InputError(n.mark, key + " = " + s + " is out of range, expected at most " + std::to_string(max));
-  return v;
-}
-
-// Counts of hardware (nodes, GPUs, NICs): a million of anything is past every machine.
-constexpr int64_t kMaxCount = 1 << 20;
-// Model dimensions stay far below what would overflow FLOP and byte counts.
-constexpr int64_t kMaxModelDim = int64_t{1} << 24;
-std::vector<int64_t> int_list(const YNode& n, const std::string& key, int64_t min, int64_t max) {
-  if (n.kind == YNode::Kind::Scalar) return {as_int(n, key, min, max)};
-  if (n.kind != YNode::Kind::Seq) throw InputError(n.mark, key + " must be a list of integers, got " + n.kind_name());
-  std::vector<int64_t> out;
-  for (const YNode& v : n.seq) out.push_back(as_int(v, key, min, max));
-  return out;
-}
-int as_count(const YNode& n, const std::string& key) { return static_cast<int>(as_int(n, key, 1, kMaxCount)); }
-int64_t as_degree(const YNode& n, const std::string& key) { return as_int(n, key, 1, kMaxCount); }
-
-double as_double(const YNode& n, const std::string& key, double min, bool exclusive) {
-  const std::string& s = scalar(n, key, "a number");
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
-    throw InputError(n.mark, key + " must be a number, got '" + s + "'");
-  if (exclusive ? v <= min : v < min)
-    throw InputError(n.mark, key + " must be " + (exclusive ? "> " : ">= ") + std::to_string(min) + ", got " + s);
-  return v;
-}
-
-// A number in [lo, hi].
-double as_number(const YNode& n, const std::string& key, double lo, double hi) {
-  const double v = as_double(n, key, lo, false);
-  if (v > hi) throw InputError(n.mark, key + " must be at most " + std::to_string(hi) + ", got " + n.scalar);
-  return v;
-}
-
-bool as_bool(const YNode& n, const std::string& key) {
-  const std::string& s = scalar(n, key, "true or false");
-  if (s == "true") return true;
-  if (s == "false") return false;
-  throw InputError(n.mark, key + " must be true or false, got '" + s + "'");
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
-  return out;
-}
-
-std::string as_enum(const YNode& n, const std::string& key, const std::vector<std::string>& options) {
-  const std::string& s = scalar(n, key, "a name");
-  if (std::find(options.begin(), options.end(), s) == options.end())
-    throw InputError(n.mark, "unknown " + key + " '" + s + "', expected one of: " + join(options));
-  return s;
-}
-
-double as_time(const YNode& n, const std::string& key) {
-  std::string why;
-  double v = 0;
-  if (!parse_time(scalar(n, key, "a time such as 2us"), v, why)) throw InputError(n.mark, key + ": " + why);
-  return v;
-}
-
-double as_duration(const YNode& n, const std::string& key) {
-  std::string why;
-  double v = 0;
-  if (!parse_duration(scalar(n, key, "a duration such as 24h"), v, why)) throw InputError(n.mark, key + ": " + why);
-  return v;
-}
-
-double as_positive_duration(const YNode& n, const std::string& key) {
-  const double v = as_duration(n, key);
-  if (v <= 0) throw InputError(n.mark, key + " must be longer than 0, got '" + n.scalar + "'");
-  return v;
-}
-
-int64_t as_size(const YNode& n, const std::string& key) {
-  std::string why;
-  int64_t v = 0;
-  if (!parse_size(scalar(n, key, "a size such as 4GiB"), v, why)) throw InputError(n.mark, key + ": " + why);
-  return v;
-}
-
-double as_bandwidth(const YNode& n, const std::string& key) {
-  std::string why;
-  double v = 0;
-  if (!parse_bandwidth(scalar(n, key, "a bandwidth such as 400Gbps"), v, why))
-    throw InputError(n.mark, key + ": " + why);
-  return v;
-}
-
-DType as_dtype(const YNode& n, const std::string& key) {
-  DType d;
-  const std::string& s = scalar(n, key, "a dtype");
-  if (!parse_dtype(s, d))
-    throw InputError(n.mark, "unknown " + key + " '" + s + "', expected one of: fp32, bf16, fp16, fp8, int8, int4");
-  return d;
-}
 
 // ---- the key table --------------------------------------------------------------------
 
@@ -158,12 +46,24 @@ const std::vector<KeySpec>& key_table() {
          const NodeSpec* p = find_node_preset(as_enum(n, "cluster.preset", node_preset_names()));
          s.cluster.node = *p;
        }},
+      {"cluster.topology_file", "path", "none",
+       "the cluster node by node, with its own GPUs, boards and fabric (docs/topology-files.md; relative to this "
+       "file), instead of preset, nodes, gpu, gpu_spec and scale_out",
+       [](const N& n, S& s) {
+         const std::string& given = scalar(n, "cluster.topology_file", "a path");
+         fs::path p(given);
+         if (p.is_relative() && n.mark.file != "--set" && !n.mark.file.empty())
+           p = fs::path(n.mark.file).parent_path() / p;
+         s.cluster = load_topology_file(p.string(), n.mark);
+         std::error_code ec;
+         s.inputs.push_back(fs::weakly_canonical(p, ec).string());
+       }},
       {"cluster.nodes", "integer", "1", "number of nodes",
        [](const N& n, S& s) { s.cluster.nodes = as_count(n, "cluster.nodes"); }},
       {"cluster.gpus_per_node", "integer", "preset's", "GPUs per node (1 for a single GPU)",
        [](const N& n, S& s) { s.cluster.node.gpus = as_count(n, "cluster.gpus_per_node"); }},
       {"cluster.gpu", "name", "preset's",
-       "GPU preset: a100-sxm-80gb, a100-sxm-40gb, a100-pcie-80gb, h100-sxm, h100-pcie, h200-sxm, b200, gb200, mi300x",
+       "GPU preset: v100-sxm2-32gb, a100-sxm-80gb, a100-sxm-40gb, a100-pcie-80gb, h100-sxm, h100-pcie, h200-sxm, b200, gb200, mi300x",
        [](const N& n, S& s) { s.cluster.node.gpu = *find_gpu_preset(as_enum(n, "cluster.gpu", gpu_preset_names())); }},
       {"cluster.gpu_spec", "mapping", "", "a GPU nobody has preset: its fields over the node's GPU (dense rates)",
        nullptr},
@@ -973,8 +873,17 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   std::vector<std::pair<std::string, const YNode*>> leaves;
   walk(root, "", leaves, s);
   // Presets first, so the fields beside them override whatever order they were written in.
-  std::stable_partition(leaves.begin(), leaves.end(),
-                        [](const auto& l) { return l.first == "cluster.preset" || l.first == "model.preset"; });
+  std::stable_partition(leaves.begin(), leaves.end(), [](const auto& l) {
+    return l.first == "cluster.preset" || l.first == "model.preset" || l.first == "cluster.topology_file";
+  });
+  // A topology file is the whole cluster: what a preset's cluster would set beside it is refused.
+  if (std::any_of(leaves.begin(), leaves.end(), [](const auto& l) { return l.first == "cluster.topology_file"; }))
+    for (const auto& [key, node] : leaves)
+      for (const char* own : {"cluster.preset", "cluster.nodes", "cluster.gpus_per_node", "cluster.gpu",
+                              "cluster.gpu_spec.", "cluster.scale_out."})
+        if (key == own || (own[std::strlen(own) - 1] == '.' && key.rfind(own, 0) == 0))
+          throw InputError(node->key_mark.known() ? node->key_mark : node->mark,
+                           key + " does not go with cluster.topology_file, expected it in the topology file");
   // A custom GPU's fields after the GPU preset they amend.
   std::stable_partition(leaves.begin(), leaves.end(),
                         [](const auto& l) { return l.first.rfind("cluster.gpu_spec.", 0) != 0; });
@@ -983,12 +892,25 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   for (const auto& [key, node] : leaves) {
     find_key(key)->apply(*node, s);
     if (key == "model.preset") preset_heads = s.model.heads;
-    have_cluster |= key == "cluster.preset";
+    have_cluster |= key == "cluster.preset" || key == "cluster.topology_file";
     have_model_preset |= key == "model.preset";
   }
   if (!have_cluster)
-    throw InputError(s.mark("cluster"), "cluster.preset is required, expected one of: " + join(node_preset_names()));
+    throw InputError(s.mark("cluster"), "cluster.preset is required (or cluster.topology_file), expected one of: " +
+                                            join(node_preset_names()));
 
+  // Mixed nodes or a fabric given link by link: training and traces run on them; serving
+  // replicas and jobs are placed on nodes alike, and are refused there.
+  if (!s.cluster.uniform()) {
+    if (s.inference)
+      throw InputError(s.mark("cluster.topology_file"),
+                       "serving on a topology file of mixed nodes or an explicit fabric is not modelled, expected "
+                       "nodes alike on a generated fabric");
+    if (!s.jobs.empty())
+      throw InputError(s.mark("cluster.topology_file"),
+                       "jobs: on a topology file of mixed nodes or an explicit fabric is not modelled, expected nodes "
+                       "alike on a generated fabric");
+  }
   // A node trimmed to fewer GPUs keeps one NIC per GPU at most, unless told otherwise.
   if (s.marks.count("cluster.gpus_per_node") && !s.marks.count("cluster.scale_out.nics_per_node"))
     s.cluster.node.nics = std::min(s.cluster.node.nics, s.cluster.node.gpus);

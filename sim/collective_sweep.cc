@@ -1,6 +1,7 @@
 #include "sim/collective_sweep.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "cost_models/flow_network.h"
 #include "cost_models/network.h"
@@ -16,8 +17,10 @@ std::string sweep_op_name(const CollectiveSweepConfig& cfg) {
 
 std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg) {
   ClusterSpec spec = cfg.cluster;
-  spec.nodes = cfg.nodes;
-  spec.node.gpus = cfg.gpus * cfg.concurrent / cfg.nodes;
+  if (spec.topology_file.empty()) {  // a topology file's cluster stays as given
+    spec.nodes = cfg.nodes;
+    spec.node.gpus = cfg.gpus * cfg.concurrent / cfg.nodes;
+  }
   Topology topo(spec);
   AnalyticNetwork net(topo, cfg.profile);
   std::vector<std::vector<int32_t>> groups(static_cast<size_t>(cfg.concurrent));
@@ -85,11 +88,15 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
 std::string format_collective_table(const CollectiveSweepConfig& cfg, const std::vector<CollectiveRow>& rows) {
   std::string out;
   char buf[320];
-  std::snprintf(buf, sizeof buf, "# clustersim collective: %s, %d GPUs%s on %d x %s (%s fabric), %s network\n",
+  ClusterSpec shown = cfg.cluster;
+  if (shown.topology_file.empty()) {
+    shown.nodes = cfg.nodes;
+    shown.node.gpus = cfg.gpus * cfg.concurrent / cfg.nodes;
+  }
+  std::snprintf(buf, sizeof buf, "# clustersim collective: %s, %d GPUs%s on %s, %s network\n",
                 sweep_op_name(cfg).c_str(), cfg.gpus,
                 cfg.concurrent > 1 ? (" x " + std::to_string(cfg.concurrent) + " concurrent groups").c_str() : "",
-                cfg.nodes, cfg.cluster.node.preset.c_str(), std::string(to_string(cfg.cluster.fabric.kind)).c_str(),
-                cfg.flow ? "flow" : "analytic");
+                describe(shown).c_str(), cfg.flow ? "flow" : "analytic");
   out += buf;
   std::snprintf(buf, sizeof buf, "#%12s %12s %8s %8s %12s %12s %12s  %-16s %s\n", "size", "count", "type", "redop",
                 "time", "algbw", "busbw", "algorithm", "protocol");
@@ -116,7 +123,10 @@ std::string format_collective_json(const CollectiveSweepConfig& cfg, const std::
       "{\"kind\": \"collective\", \"op\": \"" + sweep_op_name(cfg) + "\", \"algorithm\": \"" +
       (cfg.algorithm ? std::string(to_string(*cfg.algorithm)) : std::string("auto")) + "\", \"protocol\": \"" +
       (cfg.protocol ? std::string(to_string(*cfg.protocol)) : std::string("auto")) + "\", \"cluster\": \"" +
-      json_escape(cfg.cluster.node.preset) + "\", \"gpus\": " + std::to_string(cfg.gpus) +
+      json_escape(cfg.cluster.topology_file.empty()
+                      ? cfg.cluster.node.preset
+                      : std::filesystem::path(cfg.cluster.topology_file).filename().string()) +
+      "\", \"gpus\": " + std::to_string(cfg.gpus) +
       ", \"concurrent\": " + std::to_string(cfg.concurrent) + ", \"nodes\": " + std::to_string(cfg.nodes) +
       ", \"network_model\": \"" + (cfg.flow ? "flow" : "analytic") + "\", \"results\": [";
   for (size_t i = 0; i < rows.size(); ++i) {

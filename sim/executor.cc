@@ -29,6 +29,7 @@ struct RankState {
   int32_t rank = 0;
   const Program* program = nullptr;
   const ProgramInfo* info = nullptr;
+  const std::vector<SimTime>* compute_time = nullptr;  // its GPU's kernel times (info's, or a mixed cluster's)
   std::vector<uint32_t> pending;      // unmet dependencies per op
   std::vector<uint32_t> cursor;       // next position in each stream
   std::vector<uint8_t> busy;          // stream running (or waiting in a collective)
@@ -156,6 +157,7 @@ class Executor {
       const uint32_t p = plan_.rank_program[static_cast<size_t>(r)];
       st.program = &plan_.programs[p];
       st.info = &infos_[p];
+      st.compute_time = &compute_times_for(r, p);
       st.pending.resize(st.program->ops.size());
       for (size_t i = 0; i < st.pending.size(); ++i) st.pending[i] = st.program->ops[i].dep_count;
       st.cursor.assign(st.program->streams.size(), 0);
@@ -184,6 +186,38 @@ class Executor {
     }
   }
 
+  // Kernel times for rank `r` of program `p`. Every GPU the same model: the program's
+  // own. A topology file that mixes models: costed on each model the rank stands for
+  // (itself and, unless every rank is simulated, the ranks mirroring it), kernel by
+  // kernel the slowest, as a synchronous step waits for its slowest member (the
+  // variability rule, sim/variability.h).
+  const std::vector<SimTime>& compute_times_for(int32_t r, uint32_t p) {
+    const auto& models = topo_.gpu_models();
+    if (models.size() < 2) return infos_[p].compute_time;
+    if (models.size() > 64) throw std::runtime_error("a cluster of more than 64 GPU models is not supported");
+    if (model_mask_.empty()) {
+      model_mask_.assign(static_cast<size_t>(plan_.world_size), 0);
+      for (int32_t m = 0; m < plan_.world_size; ++m) {
+        const int32_t into = opt_.simulate_all_ranks ? m : plan_.mirror_of[static_cast<size_t>(m)];
+        model_mask_[static_cast<size_t>(into)] |= uint64_t{1}
+                                                  << topo_.gpu_model_of(plan_.rank_gpu[static_cast<size_t>(m)]);
+      }
+    }
+    const uint64_t mask = model_mask_[static_cast<size_t>(r)];
+    auto [it, fresh] = mixed_compute_.try_emplace({p, mask});
+    if (fresh) {
+      const Program& prog = plan_.programs[p];
+      it->second.assign(prog.ops.size(), SimTime::zero());
+      for (size_t k = 0; k < models.size(); ++k) {
+        if (!(mask >> k & 1)) continue;
+        for (size_t i = 0; i < prog.ops.size(); ++i)
+          it->second[i] =
+              std::max(it->second[i], SimTime::from_seconds(compute_seconds(prog.ops[i], models[k], opt_.compute)));
+      }
+    }
+    return it->second;
+  }
+
   void try_start(uint32_t slot, uint32_t stream) {
     RankState& r = slots_[slot];
     if (r.busy[stream]) return;
@@ -202,7 +236,7 @@ class Executor {
       arrive_p2p(slot, op_index, op);
     } else {
       // A kernel starts a launch gap after its stream became ready (joins have no kernel).
-      SimTime kernel = r.info->compute_time[op_index];
+      SimTime kernel = (*r.compute_time)[op_index];
       if (kernel > SimTime::zero() && (!opt_.rank_slowdown.empty() || opt_.kernel_jitter > 0)) {
         double f = opt_.rank_slowdown.empty() ? 1.0 : opt_.rank_slowdown[static_cast<size_t>(r.rank)];
         if (opt_.kernel_jitter > 0) f *= kernel_jitter_factor(opt_.kernel_jitter, opt_.jitter_seed, r.rank, op_index);
@@ -403,6 +437,7 @@ class Executor {
     for (const auto& v : slot_spans_) total += v.size();
     if (opt_.keep_spans) result_.spans.reserve(total);
     const double n = static_cast<double>(slots_.size());
+    result_.rank_compute_busy_s.assign(static_cast<size_t>(plan_.world_size), 0.0);
     for (uint32_t slot : order) {
       std::vector<SpanRecord>& spans = slot_spans_[slot];
       std::sort(spans.begin(), spans.end(), [](const SpanRecord& a, const SpanRecord& b) {
@@ -426,6 +461,7 @@ class Executor {
           const int64_t gap = s.end_ps > s.start_ps ? launch_gap_.picoseconds() : 0;
           compute.emplace_back(s.start_ps - gap, s.end_ps);
           result_.compute_busy_s += static_cast<double>(s.end_ps - s.start_ps + gap) * 1e-12 / n;
+          result_.rank_compute_busy_s[static_cast<size_t>(rank)] += static_cast<double>(s.end_ps - s.start_ps + gap) * 1e-12;
         }
       }
       auto merged = [](std::vector<std::pair<int64_t, int64_t>> v) {
@@ -480,6 +516,8 @@ class Executor {
       p2p_memo_;
   Simulation<Completion> sim_;
   std::vector<ProgramInfo> infos_;
+  std::vector<uint64_t> model_mask_;  // per simulated rank: the GPU models it stands for (mixed clusters)
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<SimTime>> mixed_compute_;
   std::vector<RankState> slots_;
   std::vector<uint32_t> group_expected_;
   std::vector<std::vector<int32_t>> group_gpus_;

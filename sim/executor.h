@@ -63,6 +63,7 @@ struct ExecResult {
   // Means over the simulated ranks: time each rank's compute stream was busy, and
   // communication time not hidden behind compute, in total and per group kind.
   double compute_busy_s = 0;
+  std::vector<double> rank_compute_busy_s;  // per rank (simulated ranks; zero for the rest)
   double exposed_comm_s = 0;
   // Time the compute stream was idle with no communication running either: waiting for
   // a pipeline neighbour (the bubble), or for a dependency.

@@ -93,7 +93,7 @@ double tokens_per_iteration(const Scenario& s, const TrainingPlan& p) {
 }
 
 double mfu_of(const Scenario& s, const TrainingPlan& p, double iter) {
-  return p.model_flops_per_rank / iter / s.cluster.node.gpu.peak_flops(s.model.dtype);
+  return p.model_flops_per_rank / iter / mean_peak_flops(s.cluster, s.model.dtype);
 }
 
 // A seed for the fault timeline of sample i (apart from its variability draw's).
@@ -197,6 +197,17 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"events", static_cast<double>(out.exec.events)},
   };
   if (s.model.moe.routing.dist != "even") out.metrics.emplace_back("moe_hot_rank_load", out.plan.moe_hot_rank_load);
+  if (!s.cluster.one_gpu_model()) {
+    // Mixed GPU models: each pipeline stage's compute, where the slower GPUs show.
+    const Plan& plan = out.plan.plan;
+    for (int64_t st = 0; st < l.pp; ++st) {
+      double busy = 0;
+      for (int32_t r : out.exec.simulated_ranks)
+        if (plan.rank_program[static_cast<size_t>(r)] == static_cast<uint32_t>(st))
+          busy = std::max(busy, out.exec.rank_compute_busy_s[static_cast<size_t>(r)]);
+      out.metrics.emplace_back("stage_" + std::to_string(st) + "_compute_busy_s", busy);
+    }
+  }
   if (s.variability.any()) {
     const auto& g = out.variability.gpu_slowdown;
     out.metrics.emplace_back("slowest_gpu_slowdown", g.empty() ? 1.0 : *std::max_element(g.begin(), g.end()));
@@ -428,7 +439,7 @@ std::string summary_table(const RunOutcome& run) {
       buf, sizeof buf,
       "scenario        %s\n"
       "model           %s (%.2fB parameters), seq %lld, %s\n"
-      "cluster         %d x %s (%d x %s), %s fabric\n"
+      "cluster         %s\n"
       "layout          dp %lld  tp %lld  pp %lld  cp %lld  ep %lld%s, %s, ZeRO %lld, micro-batch %lld x %lld, global "
       "batch %lld\n"
       "iteration       %.6f s   (%lld iteration(s): %.6f s)\n"
@@ -439,9 +450,8 @@ std::string summary_table(const RunOutcome& run) {
       "memory per GPU  %s (%s)\n"
       "simulated       %lld of %lld ranks (symmetry), %lld events\n",
       s.name.c_str(), s.model.name.c_str(), static_cast<double>(s.model.total_params()) / 1e9,
-      static_cast<long long>(s.model.seq_len), std::string(to_string(s.model.dtype)).c_str(), s.cluster.nodes,
-      s.cluster.node.preset.c_str(), s.cluster.node.gpus, s.cluster.node.gpu.name.c_str(),
-      std::string(to_string(s.cluster.fabric.kind)).c_str(), static_cast<long long>(l.dp), static_cast<long long>(l.tp),
+      static_cast<long long>(s.model.seq_len), std::string(to_string(s.model.dtype)).c_str(),
+      describe(s.cluster).c_str(), static_cast<long long>(l.dp), static_cast<long long>(l.tp),
       static_cast<long long>(l.pp), static_cast<long long>(l.cp), static_cast<long long>(l.ep),
       l.sequence_parallel ? " (SP)" : "",
       l.pp > 1 ? (l.schedule + (l.virtual_stages > 1 ? " x" + std::to_string(l.virtual_stages) : std::string())).c_str()
@@ -456,6 +466,30 @@ std::string summary_table(const RunOutcome& run) {
       static_cast<long long>(run.exec.simulated_ranks.size()), static_cast<long long>(s.gpus()),
       static_cast<long long>(run.exec.events));
   std::string out = buf;
+  if (!s.cluster.one_gpu_model() && s.chakra_dir.empty()) {
+    // Each stage's GPU models and its compute: the slowest stage sets the pace.
+    const Plan& plan = run.plan.plan;
+    std::vector<std::vector<std::string>> models(static_cast<size_t>(l.pp));
+    for (int32_t r = 0; r < plan.world_size; ++r) {
+      const auto st = static_cast<size_t>(plan.rank_program[static_cast<size_t>(r)]);
+      if (st >= models.size()) continue;
+      const std::string& name = run.topology->gpu_of(plan.rank_gpu[static_cast<size_t>(r)]).name;
+      if (std::find(models[st].begin(), models[st].end(), name) == models[st].end()) models[st].push_back(name);
+    }
+    double slowest = 0;
+    for (int64_t st = 0; st < l.pp; ++st)
+      slowest = std::max(slowest, get(("stage_" + std::to_string(st) + "_compute_busy_s").c_str()));
+    std::string line = "stages         ";
+    for (int64_t st = 0; st < l.pp; ++st) {
+      std::string names;
+      for (const std::string& m : models[static_cast<size_t>(st)]) names += (names.empty() ? "" : "+") + m;
+      const double busy = get(("stage_" + std::to_string(st) + "_compute_busy_s").c_str());
+      std::snprintf(buf, sizeof buf, "%s %lld: %s, compute %.6f s%s", st ? " |" : "", static_cast<long long>(st),
+                    names.c_str(), busy, busy == slowest && l.pp > 1 ? " (slowest)" : "");
+      line += buf;
+    }
+    out += line + "\n";
+  }
   if (!s.chakra_dir.empty()) {
     // A workload of Chakra traces has no model: say what it is instead.
     const size_t from = out.find("model           "), to = out.find('\n', from);
@@ -513,7 +547,9 @@ std::string summary_json_line(const RunOutcome& run) {
   return summary_json({{"name", s.name},
                        {"kind", "training"},
                        {"model", s.model.name},
-                       {"cluster", s.cluster.node.preset},
+                       {"cluster", s.cluster.topology_file.empty()
+                                       ? s.cluster.node.preset
+                                       : std::filesystem::path(s.cluster.topology_file).filename().string()},
                        {"network_model", s.network_model}},
                       run.metrics);
 }

@@ -248,6 +248,11 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
 }
 
 SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
+  // The search costs layers on clusters cut down from this one, node by node.
+  if (!s.cluster.uniform())
+    throw InputError(s.mark("cluster.topology_file"),
+                     "search on a topology file of mixed nodes or an explicit fabric is not modelled, expected nodes "
+                     "alike on a generated fabric (run or sweep the layouts instead)");
   if (s.inference)
     throw InputError(s.mark("inference"), "search finds training layouts, expected a scenario without inference:");
   if (s.training.global_batch <= 0)

@@ -10,6 +10,10 @@ constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 // Sources: NVIDIA A100 / H100 / H200 / B200 datasheets (dense, no sparsity).
 const std::vector<GpuSpec>& presets() {
   static const std::vector<GpuSpec> kPresets = {
+      // Tesla V100 SXM2 32 GB datasheet: FP32 15.7 TF, tensor (FP16) 125 TF, 900 GB/s HBM2,
+      // 80 SMs. No BF16 or TF32 paths: BF16 is listed at the FP16 tensor rate (the
+      // model's 16-bit type), TF32 at FP32.
+      {"v100-sxm2-32gb", 15.7 * T, 15.7 * T, 125 * T, 0, 62 * T, 32 * GiB, 900 * GB, 80},
       {"a100-sxm-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 80 * GiB, 2039 * GB, 108},
       {"a100-sxm-40gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 40 * GiB, 1555 * GB, 108},
       {"a100-pcie-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 80 * GiB, 1935 * GB, 108},

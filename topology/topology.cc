@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <queue>
@@ -37,11 +38,79 @@ std::string_view to_string(FabricKind f) {
   return "?";
 }
 
+namespace {
+bool same_gpu(const GpuSpec& a, const GpuSpec& b) {
+  return a.name == b.name && a.peak_fp32 == b.peak_fp32 && a.peak_tf32 == b.peak_tf32 && a.peak_bf16 == b.peak_bf16 &&
+         a.peak_fp8 == b.peak_fp8 && a.peak_int8 == b.peak_int8 && a.hbm_bytes == b.hbm_bytes &&
+         a.hbm_bandwidth == b.hbm_bandwidth && a.sm_count == b.sm_count;
+}
+}  // namespace
+
+bool ClusterSpec::uniform() const { return node_specs.empty() && switches.empty(); }
+
+bool ClusterSpec::one_gpu_model() const {
+  for (const NodeSpec& n : node_specs)
+    if (!same_gpu(n.gpu, node.gpu)) return false;
+  return true;
+}
+
+std::string describe(const ClusterSpec& c) {
+  auto group = [](int count, const NodeSpec& n) {
+    return std::to_string(count) + " x " + n.preset + " (" + std::to_string(n.gpus) + " x " + n.gpu.name + ")";
+  };
+  std::string out;
+  if (c.node_specs.empty()) {
+    out = group(c.nodes, c.node);
+  } else {
+    int groups = 0, rest = 0;
+    for (int n = 0; n < c.nodes;) {
+      int k = n + 1;
+      while (k < c.nodes && c.node_at(k).preset == c.node_at(n).preset && c.node_at(k).gpu.name == c.node_at(n).gpu.name)
+        ++k;
+      if (++groups <= 4)
+        out += (out.empty() ? "" : " + ") + group(k - n, c.node_at(n));
+      else
+        rest += k - n;
+      n = k;
+    }
+    if (rest > 0) out += " + " + std::to_string(rest) + " more nodes";
+  }
+  if (!c.switches.empty())
+    return out + ", " + std::to_string(c.switches.size()) + " switches, " + std::to_string(c.fabric_links.size()) +
+           " links";
+  return out + ", " + std::string(to_string(c.fabric.kind)) + " fabric";
+}
+
+double mean_peak_flops(const ClusterSpec& c, DType d) {
+  if (c.node_specs.empty()) return c.node.gpu.peak_flops(d);
+  double sum = 0;
+  for (const NodeSpec& n : c.node_specs) sum += n.gpu.peak_flops(d);
+  return sum / static_cast<double>(c.node_specs.size());
+}
+
 Topology::Topology(const ClusterSpec& spec) : spec_(spec) {
   if (spec.nodes < 1 || spec.node.gpus < 1) throw std::invalid_argument("topology: need at least one node and one GPU");
+  if (!spec.node_specs.empty()) {
+    if (spec.node_specs.size() != static_cast<size_t>(spec.nodes))
+      throw std::invalid_argument("topology: node_specs must give every node");
+    for (const NodeSpec& n : spec.node_specs)
+      if (n.gpus != spec.node.gpus) throw std::invalid_argument("topology: every node must have the same GPU count");
+  }
+  for (int n = 0; n < spec.nodes; ++n) {
+    const GpuSpec& g = spec.node_at(n).gpu;
+    size_t m = 0;
+    while (m < gpu_models_.size() && !same_gpu(gpu_models_[m], g)) ++m;
+    if (m == gpu_models_.size()) gpu_models_.push_back(g);
+    gpu_model_.push_back(static_cast<int>(m));
+  }
   std::vector<std::vector<uint32_t>> nics(static_cast<size_t>(spec.nodes));
   for (int n = 0; n < spec.nodes; ++n) build_node(n, nics[static_cast<size_t>(n)]);
-  if (spec.nodes > 1) build_fabric(nics);
+  if (spec.nodes > 1) {
+    if (spec.switches.empty())
+      build_fabric(nics);
+    else
+      build_explicit_fabric(nics);
+  }
 }
 
 uint32_t Topology::add_vertex(VertexKind kind, std::string name, int node, int local) {
@@ -58,7 +127,7 @@ void Topology::add_link(uint32_t a, uint32_t b, LinkClass cls, double bandwidth,
 }
 
 void Topology::build_node(int n, std::vector<uint32_t>& nics) {
-  const NodeSpec& ns = spec_.node;
+  const NodeSpec& ns = spec_.node_at(n);
   node_link_base_.push_back(static_cast<uint32_t>(links_.size()));
   const std::string prefix = "node" + std::to_string(n) + "/";
   std::vector<uint32_t> local;
@@ -73,6 +142,14 @@ void Topology::build_node(int n, std::vector<uint32_t>& nics) {
       add_link(g, sw, LinkClass::NvLink, ns.nvlink_bandwidth, ns.nvlink_latency);
       gpu_switch_links_.push_back({first, first + 1});
     }
+  } else {
+    gpu_switch_links_.insert(gpu_switch_links_.end(), static_cast<size_t>(ns.gpus), {kNoLink, kNoLink});
+  }
+  for (const NodeSpec::GpuLink& l : ns.gpu_links) {
+    if (l.a < 0 || l.b < 0 || l.a >= ns.gpus || l.b >= ns.gpus || l.a == l.b)
+      throw std::invalid_argument("topology: a GPU link must join two different GPUs of its node");
+    add_link(local[static_cast<size_t>(l.a)], local[static_cast<size_t>(l.b)], LinkClass::NvLink, l.bandwidth,
+             ns.nvlink_latency);
   }
   const int per_switch = std::max(1, ns.gpus_per_pcie_switch);
   const int switches = (ns.gpus + per_switch - 1) / per_switch;
@@ -96,9 +173,33 @@ void Topology::build_node(int n, std::vector<uint32_t>& nics) {
   }
 }
 
+void Topology::build_explicit_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node) {
+  std::unordered_map<std::string, uint32_t> by_name;
+  for (const std::string& name : spec_.switches) {
+    if (by_name.count(name)) throw std::invalid_argument("topology: switch '" + name + "' is named twice");
+    by_name[name] = add_vertex(VertexKind::Switch, name, -1);
+  }
+  auto end = [&](const std::string& name) -> uint32_t {
+    if (auto it = by_name.find(name); it != by_name.end()) return it->second;
+    // "nodeN/nicK"
+    int node = -1, nic = -1;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "node%d/nic%d%c", &node, &nic, &tail) == 2 && node >= 0 &&
+        node < static_cast<int>(nics_by_node.size()) && nic >= 0 &&
+        nic < static_cast<int>(nics_by_node[static_cast<size_t>(node)].size()))
+      return nics_by_node[static_cast<size_t>(node)][static_cast<size_t>(nic)];
+    throw std::invalid_argument("topology: no switch or NIC named '" + name + "'");
+  };
+  for (const FabricLink& l : spec_.fabric_links) add_link(end(l.a), end(l.b), LinkClass::Network, l.bandwidth, l.latency);
+}
+
 void Topology::build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node) {
   const FabricSpec& f = spec_.fabric;
-  const double bw = spec_.node.nic_bandwidth;
+  // Each NIC's cable runs at its own rate; links between switches at the fastest NIC's
+  // (a topology file may mix nodes whose NICs differ).
+  double bw = spec_.node.nic_bandwidth;
+  for (const NodeSpec& n : spec_.node_specs) bw = std::max(bw, n.nic_bandwidth);
+  auto nic_bw = [&](uint32_t nic) { return spec_.node_at(graph_[nic].node).nic_bandwidth; };
   const double lat = f.latency;
   const int nics_per_node = spec_.node.nics;
 
@@ -108,7 +209,7 @@ void Topology::build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_no
     std::vector<uint32_t> leaves;
     for (size_t l = 0; l < leaf_members.size(); ++l) {
       leaves.push_back(add_vertex(VertexKind::Switch, name + "leaf" + std::to_string(l), -1));
-      for (uint32_t nic : leaf_members[l]) add_link(nic, leaves.back(), LinkClass::Network, bw, lat);
+      for (uint32_t nic : leaf_members[l]) add_link(nic, leaves.back(), LinkClass::Network, nic_bw(nic), lat);
     }
     return leaves;
   };
@@ -125,7 +226,7 @@ void Topology::build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_no
     case FabricKind::Switch: {
       uint32_t sw = add_vertex(VertexKind::Switch, "switch", -1);
       for (const auto& nics : nics_by_node)
-        for (uint32_t nic : nics) add_link(nic, sw, LinkClass::Network, bw, lat);
+        for (uint32_t nic : nics) add_link(nic, sw, LinkClass::Network, nic_bw(nic), lat);
       break;
     }
     case FabricKind::FatTree: {
@@ -172,7 +273,7 @@ void Topology::build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_no
       for (int n = 0; n < nodes; ++n) {
         routers.push_back(add_vertex(VertexKind::Switch, "node" + std::to_string(n) + "/router", n));
         for (uint32_t nic : nics_by_node[static_cast<size_t>(n)])
-          add_link(nic, routers.back(), LinkClass::Network, bw, lat);
+          add_link(nic, routers.back(), LinkClass::Network, nic_bw(nic), lat);
       }
       const int neighbours = (dx > 2 ? 2 : dx - 1) + (dy > 2 ? 2 : dy - 1);
       const double link_bw = bw * nics_per_node / std::max(1, neighbours);
@@ -302,7 +403,7 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
     throw std::runtime_error("topology: no route from " + graph_[src].name + " to " + graph_[dst].name);
   std::vector<uint32_t> path;
   const uint64_t h = mix((static_cast<uint64_t>(src) << 32) | dst);
-  auto preferred_nic = [&](uint32_t gpu) { return preferred_nic_local(graph_[gpu].local); };
+  auto preferred_nic = [&](uint32_t gpu) { return preferred_nic_local(graph_[gpu].node, graph_[gpu].local); };
   std::vector<uint32_t> affine;
   for (uint32_t v = dst; v != src;) {
     const auto& p = pred[v];
@@ -405,14 +506,23 @@ Route Topology::route_info(int src, int dst) {
 }
 
 std::span<const uint32_t> Topology::switch_route(int gpu, bool to_switch) const {
-  if (!spec_.node.nvswitch) return {};
   const auto& pair = gpu_switch_links_[static_cast<size_t>(gpu)];
+  if (pair[0] == kNoLink) return {};
   return {&pair[to_switch ? 0 : 1], 1};
 }
 
 Route Topology::switch_route_info(int gpu, bool to_switch) const {
   const auto links = switch_route(gpu, to_switch);
   return Route{links, route_latency(links), route_class(links)};
+}
+
+double Topology::gpu_link_bandwidth(int a, int b) const {
+  const uint32_t va = gpu_vertex(a), vb = gpu_vertex(b);
+  for (auto [e, end] = boost::out_edges(va, graph_); e != end; ++e) {
+    const Link& l = links_[graph_[*e].link];
+    if (l.dst == vb) return l.bandwidth;
+  }
+  return 0;
 }
 
 LinkClass Topology::route_class(std::span<const uint32_t> r) const {
@@ -425,9 +535,10 @@ LinkClass Topology::route_class(std::span<const uint32_t> r) const {
   return c;
 }
 
-int Topology::preferred_nic_local(int local_gpu) const {
+int Topology::preferred_nic_local(int node, int local_gpu) const {
   // A GPU's own NIC when there is one per GPU, else the share of NICs it sits in.
-  return local_gpu * spec_.node.nics / std::max(1, spec_.node.gpus);
+  const NodeSpec& ns = spec_.node_at(node);
+  return local_gpu * ns.nics / std::max(1, ns.gpus);
 }
 
 std::vector<uint32_t> Topology::route_by_search(int src, int dst) const {
@@ -501,7 +612,8 @@ void Topology::prepare_fast_routing() {
       is_gpu_[v] = graph_[v].kind == VertexKind::Gpu;
     }
   }
-  if (spec_.nodes < 2) return;
+  // A topology file's nodes differ or its fabric is its own: the plain search, unpruned.
+  if (spec_.nodes < 2 || !spec_.uniform()) return;
   index_nics();
   prepare_two_tier();
   prepare_search_pruning();

@@ -76,6 +76,13 @@ struct NodeSpec {
   int gpus_per_pcie_switch = 2;
   int nics = 8;              // NICs per node, spread evenly over the PCIe switches
   double nic_bandwidth = 0;  // bytes/s per NIC per direction
+  // Direct GPU-to-GPU NVLinks (a topology file's mesh, as DGX-1's hybrid cube mesh),
+  // beside or instead of the NVSwitch: local GPU indices and the bandwidth each way.
+  struct GpuLink {
+    int a = 0, b = 0;
+    double bandwidth = 0;
+  };
+  std::vector<GpuLink> gpu_links;
 };
 
 enum class FabricKind : uint8_t { Switch, FatTree, RailOptimized, Ring, Torus };
@@ -88,18 +95,50 @@ struct FabricSpec {
   int nics_per_leaf = 32;         // leaf switch radix towards the hosts
 };
 
+// A scale-out link a topology file names: its ends are switches (by name) or NICs
+// ("node3/nic1"), both directions at one bandwidth.
+struct FabricLink {
+  std::string a, b;
+  double bandwidth = 0;  // bytes/s each way
+  double latency = 0.5e-6;
+};
+
 struct ClusterSpec {
-  NodeSpec node;
+  NodeSpec node;  // every node's, or node 0's when node_specs is set
   int nodes = 1;
   FabricSpec fabric;
+  // A topology file (`cluster.topology_file`, docs/topology-files.md): each node's own
+  // spec (one per node; every node has the same GPU count), and, when `switches` is not
+  // empty, the scale-out fabric as its switches and links instead of `fabric`.
+  std::vector<NodeSpec> node_specs;
+  std::vector<std::string> switches;
+  std::vector<FabricLink> fabric_links;
+  std::string topology_file;  // the file it came from, for outputs
+
+  const NodeSpec& node_at(int n) const { return node_specs.empty() ? node : node_specs[static_cast<size_t>(n)]; }
+  // Every node built alike on a generated fabric (what the structured routing needs).
+  bool uniform() const;
+  // Whether every GPU is the same model.
+  bool one_gpu_model() const;
 };
+
+// "8 x dgx-h100 (8 x h100-sxm), fat-tree fabric"; a topology file's node groups joined
+// by " + ", then its fabric ("3 switches, 18 links" when given link by link).
+std::string describe(const ClusterSpec& c);
+// The mean over the cluster's GPUs of their dense peak for `d` (MFU's denominator).
+double mean_peak_flops(const ClusterSpec& c, DType d);
 
 class Topology {
  public:
   explicit Topology(const ClusterSpec& spec);
 
   const ClusterSpec& spec() const { return spec_; }
+  // Node 0's GPU: every GPU's, unless a topology file mixes models (gpu_of).
   const GpuSpec& gpu() const { return spec_.node.gpu; }
+  const GpuSpec& gpu_of(int gpu) const { return spec_.node_at(node_of(gpu)).gpu; }
+  // The distinct GPU models, in node order, and each GPU's index among them.
+  const std::vector<GpuSpec>& gpu_models() const { return gpu_models_; }
+  int gpu_model_of(int gpu) const { return gpu_model_[static_cast<size_t>(node_of(gpu))]; }
   const ClusterGraph& graph() const { return graph_; }
   const std::vector<Link>& links() const { return links_; }
   // A link's bandwidth, changed in place (variability: a slow cable). Routes and the
@@ -133,6 +172,8 @@ class Topology {
   // empty when the node has none.
   std::span<const uint32_t> switch_route(int gpu, bool to_switch) const;
   Route switch_route_info(int gpu, bool to_switch) const;
+  // The bandwidth of a direct GPU-to-GPU link (a mesh node's NVLink), 0 when there is none.
+  double gpu_link_bandwidth(int a, int b) const;
   // The slowest class on a route (network over PCIe over NVLink).
   LinkClass route_class(std::span<const uint32_t> r) const;
   double route_latency(std::span<const uint32_t> r) const;
@@ -148,13 +189,18 @@ class Topology {
   bool fast_routing_applies() const;
   void prepare_fast_routing();
   std::vector<uint32_t> fast_route(int src, int dst);
-  int preferred_nic_local(int local_gpu) const;
+  int preferred_nic_local(int local_gpu) const { return preferred_nic_local(0, local_gpu); }
+  int preferred_nic_local(int node, int local_gpu) const;
+  void build_explicit_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
 
   ClusterSpec spec_;
+  std::vector<GpuSpec> gpu_models_;
+  std::vector<int> gpu_model_;  // per node
   ClusterGraph graph_;
   std::vector<Link> links_;
   std::vector<uint32_t> gpus_;
-  std::vector<std::array<uint32_t, 2>> gpu_switch_links_;  // per GPU: {to switch, from switch}
+  std::vector<std::array<uint32_t, 2>> gpu_switch_links_;  // per GPU: {to switch, from switch}; kNoLink without one
+  static constexpr uint32_t kNoLink = ~uint32_t{0};
   // Routes between GPUs, computed once: an open-addressing table on (src, dst) whose
   // slots point into chunks of links that never move, so a returned span stays valid
   // while routes are added (a node-based map cost two cache misses a lookup at scale).

@@ -1,0 +1,36 @@
+// Typed readers of YAML values: each checks a value's kind, form and range and throws
+// InputError at the value's position, naming the key and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "scenarios/yaml_tree.h"
+
+namespace clustersim {
+
+// Counts of hardware (nodes, GPUs, NICs): a million of anything is past every machine.
+inline constexpr int64_t kMaxCount = 1 << 20;
+// Model dimensions stay far below what would overflow FLOP and byte counts.
+inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;
+
+const std::string& scalar(const YNode& n, const std::string& key, const char* expected);
+int64_t as_int(const YNode& n, const std::string& key, int64_t min, int64_t max = INT64_MAX);
+std::vector<int64_t> int_list(const YNode& n, const std::string& key, int64_t min, int64_t max);
+int as_count(const YNode& n, const std::string& key);
+int64_t as_degree(const YNode& n, const std::string& key);
+double as_double(const YNode& n, const std::string& key, double min, bool exclusive);
+double as_number(const YNode& n, const std::string& key, double lo, double hi);  // in [lo, hi]
+bool as_bool(const YNode& n, const std::string& key);
+std::string join(const std::vector<std::string>& v);  // "a, b, c"
+std::string as_enum(const YNode& n, const std::string& key, const std::vector<std::string>& options);
+double as_time(const YNode& n, const std::string& key);
+double as_duration(const YNode& n, const std::string& key);
+double as_positive_duration(const YNode& n, const std::string& key);
+int64_t as_size(const YNode& n, const std::string& key);
+double as_bandwidth(const YNode& n, const std::string& key);
+DType as_dtype(const YNode& n, const std::string& key);
+
+}  // namespace clustersim

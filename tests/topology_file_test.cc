@@ -1,0 +1,209 @@
+// Topology files: parsing and its FILE:LINE:COL errors, mixed GPU models through the
+// planner and executor, mesh nodes' ring search.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include "cost_models/tuner.h"
+#include "scenarios/error.h"
+#include "scenarios/scenario.h"
+#include "scenarios/topology_file.h"
+#include "sim/run.h"
+#include "topology/topology.h"
+
+#ifndef CLUSTERSIM_SOURCE_DIR
+#define CLUSTERSIM_SOURCE_DIR "."
+#endif
+
+namespace clustersim {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TopologyFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path("/tmp") / ("clustersim_topofile_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string write(const std::string& rel, const std::string& text) {
+    const fs::path p = dir_ / rel;
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+  }
+  // The "FILE:LINE:COL: message" of the error loading `path` throws, or "".
+  static std::string topology_error(const std::string& path) {
+    try {
+      (void)load_topology_file(path, SourceMark{});
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path dir_;
+};
+
+const std::string kExamples = std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/clusters/";
+
+TEST_F(TopologyFile, MixedGenerationsKeepEachNodesGpu) {
+  const ClusterSpec c = load_topology_file(kExamples + "h100-beside-a100.topology.yaml", SourceMark{});
+  ASSERT_EQ(c.nodes, 8);
+  ASSERT_EQ(c.node_specs.size(), 8u);
+  EXPECT_FALSE(c.uniform());
+  EXPECT_FALSE(c.one_gpu_model());
+  const Topology topo(c);
+  ASSERT_EQ(topo.num_gpus(), 64);
+  EXPECT_EQ(topo.gpu_models().size(), 2u);
+  EXPECT_EQ(topo.gpu_of(31).name, "h100-sxm");
+  EXPECT_EQ(topo.gpu_of(32).name, "a100-sxm-80gb");
+  // Each NIC's cable at its own rate: NDR on the H100 nodes, HDR on the A100s.
+  std::set<double> nic_rates;
+  for (const Link& l : topo.links())
+    if (topo.vertex(l.src).kind == VertexKind::Nic && topo.vertex(l.dst).kind == VertexKind::Switch)
+      nic_rates.insert(l.bandwidth);
+  EXPECT_EQ(nic_rates, (std::set<double>{25e9, 50e9}));
+  EXPECT_EQ(describe(c), "4 x dgx-h100 (8 x h100-sxm) + 4 x dgx-a100 (8 x a100-sxm-80gb), fat-tree fabric");
+}
+
+TEST_F(TopologyFile, NodesAlikeKeepTheStructuredRouting) {
+  const ClusterSpec c = load_topology_file(write("t.yaml", "nodes:\n  - {preset: dgx-h100, count: 4}\n"), SourceMark{});
+  EXPECT_TRUE(c.uniform());
+  EXPECT_EQ(c.nodes, 4);
+  Topology topo(c);
+  (void)topo.route(0, 31);
+  EXPECT_TRUE(topo.pruned_search() || topo.two_tier_routing());
+}
+
+TEST_F(TopologyFile, ErrorsPointIntoTheFile) {
+  struct Case {
+    std::string text, where, what;
+  };
+  const std::vector<Case> cases = {
+      {"nodes:\n  - {preset: dgx-h100, colour: red}\n", ":2:24", "unknown key 'colour'"},
+      {"nodes:\n  - {preset: dgx-h100}\n  - {preset: dgx-gb200-nvl72}\n", ":3:5", "72 GPUs per node, expected 8"},
+      {"nodes:\n  - {preset: dgx-h100, count: 2}\nswitches: [s0]\nlinks:\n  - {between: [node0/nic0, s1], "
+       "bandwidth: 400Gbps}\n",
+       ":5:28", "no switch or NIC named 's1'"},
+      {"nodes:\n  - {preset: dgx-h100, count: 2}\nswitches: [s0]\nlinks:\n  - {between: [node0/nic9, s0], "
+       "bandwidth: 400Gbps}\n",
+       ":5:16", "node 0 has 8 NICs"},
+      {"nodes:\n  - {preset: dgx-h100, count: 3}\nswitches: [s0]\nlinks:\n  - {between: [node0/nic0, s0], "
+       "bandwidth: 400Gbps}\n  - {between: [node1/nic0, s0], bandwidth: 400Gbps}\n",
+       ":4:1", "node 2 is not joined to node 0"},
+      {"nodes:\n  - {preset: dgx-h100, count: 2}\nfabric: {topology: fat-tree}\nswitches: [s0]\nlinks: []\n", ":3:1",
+       "fabric: does not go with switches"},
+      {"nodes:\n  - gpus: 4\n    gpu_links:\n      - {between: [0, 4], bandwidth: 50GB/s}\n", ":4:23",
+       "expected at most 3"},
+      {"nodes:\n  - gpus: 4\n    gpu_links:\n      - {between: [0, 1], bandwidth: 50GB/s}\n      - {between: [1, 0], "
+       "bandwidth: 50GB/s}\n",
+       ":5:19", "linked twice"},
+      {"nodes: []\n", ":1:8", "nodes: is empty"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = write("bad.yaml", c.text);
+    const std::string err = topology_error(path);
+    EXPECT_NE(err.find(path + c.where), std::string::npos) << c.text << "\n -> " << err;
+    EXPECT_NE(err.find(c.what), std::string::npos) << c.text << "\n -> " << err;
+  }
+}
+
+TEST_F(TopologyFile, ScenarioRefusesPresetKeysBesideTheFile) {
+  write("t.yaml", "nodes:\n  - {preset: dgx-h100, count: 2}\n");
+  const std::string s = write("s.yaml",
+                              "cluster:\n  topology_file: t.yaml\n  nodes: 2\nmodel: {preset: gpt3-1.3b}\n"
+                              "parallel: {dp: 16}\ntraining: {global_batch: 16}\n");
+  try {
+    (void)load_scenario(s, {});
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(s + ":3:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not go with cluster.topology_file"), std::string::npos) << e.what();
+  }
+}
+
+// The slower GPUs' stages are the slow ones, and a data-parallel rank standing for an
+// H100 and an A100 runs at the A100's pace.
+TEST_F(TopologyFile, MixedClusterStagesAndMirrors) {
+  const Scenario mixed = load_scenario(kExamples + "llama3-70b-h100-beside-a100.yaml", {"parallel.pp=4", "parallel.dp=2"});
+  const RunOutcome run = run_training(mixed);
+  auto metric = [&](const RunOutcome& r, const std::string& k) {
+    for (const auto& [key, v] : r.metrics)
+      if (key == k) return v;
+    ADD_FAILURE() << "no metric " << k;
+    return 0.0;
+  };
+  const double h100 = metric(run, "stage_0_compute_busy_s"), a100 = metric(run, "stage_3_compute_busy_s");
+  EXPECT_GT(a100, 2.5 * h100);  // BF16 peaks 312 vs 989 TFLOP/s
+  EXPECT_LT(a100, 3.5 * h100);
+
+  // DP across the two generations: every rank waits for the A100s.
+  write("two.yaml", "nodes:\n  - {preset: dgx-h100}\n  - {preset: dgx-a100}\n");
+  write("a100s.yaml", "nodes:\n  - {preset: dgx-a100, count: 2}\n");
+  write("h100s.yaml", "nodes:\n  - {preset: dgx-h100, count: 2}\n");
+  auto step = [&](const std::string& topo, bool all_ranks) {
+    const std::string s = write("dp-" + topo, "cluster: {topology_file: " + topo +
+                                                  "}\nmodel: {preset: gpt3-1.3b}\nparallel: {dp: 16, micro_batch: 2}\n"
+                                                  "training: {global_batch: 64}\n");
+    RunOptions o;
+    o.simulate_all_ranks = all_ranks;
+    return metric(run_training(load_scenario(s, {}), o), "iteration_time_s");
+  };
+  const double both = step("two.yaml", false), a100s = step("a100s.yaml", false), h100s = step("h100s.yaml", false);
+  EXPECT_NEAR(both, a100s, 0.05 * a100s);
+  EXPECT_GT(both, 2.0 * h100s);
+  // Simulating every rank with its own GPU gives the same step: they meet at every all-reduce.
+  EXPECT_NEAR(step("two.yaml", true), both, 0.01 * both);
+}
+
+TEST_F(TopologyFile, MemoryIsCheckedOnEachRanksGpu) {
+  // Stage 1 on A100 40 GB: the layout that fits on H100s does not fit there.
+  write("t.yaml", "nodes:\n  - {preset: dgx-h100}\n  - {preset: dgx-a100, gpu: a100-sxm-40gb}\n");
+  const std::string s = write("s.yaml",
+                              "cluster: {topology_file: t.yaml}\nmodel: {preset: llama3-8b}\n"
+                              "parallel: {tp: 4, pp: 2, dp: 2, micro_batch: 4}\ntraining: {global_batch: 16}\n");
+  try {
+    (void)run_training(load_scenario(s, {}));
+    FAIL() << "expected the A100 40 GB stage to be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a100-sxm-40gb"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("stage 1"), std::string::npos) << e.what();
+  }
+}
+
+// DGX-1's hybrid cube mesh: rings over the 48 directed NVLink lanes, the first all
+// on double links, no hop without a link, no lane used twice.
+TEST_F(TopologyFile, MeshNodeRingsFollowTheLinks) {
+  const Topology topo(load_topology_file(kExamples + "dgx1-hybrid-cube-mesh.topology.yaml", SourceMark{}));
+  const std::vector<int32_t> gpus = {0, 1, 2, 3, 4, 5, 6, 7};
+  const GroupLayout l = layout_of(topo, gpus);
+  // The greedy packing finds five; a perfect one would find six (48 lanes / 8 hops).
+  ASSERT_EQ(l.mesh_rings.size(), 5u);
+  std::map<std::pair<int, int>, int> used;
+  for (const auto& ring : l.mesh_rings) {
+    ASSERT_EQ(ring.size(), 8u);
+    for (size_t i = 0; i < ring.size(); ++i) {
+      const int a = ring[i], b = ring[(i + 1) % ring.size()];
+      EXPECT_GT(topo.gpu_link_bandwidth(a, b), 0) << a << "->" << b;
+      ++used[{a, b}];
+    }
+  }
+  for (const auto& [hop, n] : used) EXPECT_LE(n, topo.gpu_link_bandwidth(hop.first, hop.second) / 25e9);
+  for (size_t i = 0; i < 8; ++i) {
+    const int a = l.mesh_rings[0][i], b = l.mesh_rings[0][(i + 1) % 8];
+    EXPECT_EQ(topo.gpu_link_bandwidth(a, b), 50e9) << a << "->" << b;
+  }
+}
+
+}  // namespace
+}  // namespace clustersim
