@@ -159,8 +159,11 @@ ClusterSpec load_topology_file(const std::string& path, const SourceMark& from) 
                                                std::to_string(spec.node_specs.front().gpus) +
                                                " as nodes[0] (every node of a topology file has the same GPU count)");
     total += count;
-    if (total > kMaxCount)
-      throw InputError(nodes->seq[i].mark, "more than " + std::to_string(kMaxCount) + " nodes, expected fewer");
+    // Each node keeps its own spec: a file stops at 65,536 nodes (presets go further).
+    constexpr int64_t kMaxNodes = 65536;
+    if (total > kMaxNodes)
+      throw InputError(nodes->seq[i].mark, "more than " + std::to_string(kMaxNodes) +
+                                               " nodes in a topology file, expected fewer (or cluster.preset)");
     spec.node_specs.insert(spec.node_specs.end(), static_cast<size_t>(count), node);
   }
   spec.nodes = static_cast<int>(total);

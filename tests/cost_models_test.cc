@@ -192,7 +192,7 @@ TEST(Collectives, ProtocolsTradeLatencyForBandwidth) {
 }
 
 TEST(Collectives, UnsupportedCombinationsSayWhy) {
-  GroupLayout six{{0, 0, 0, 0, 0, 0}, true, true};
+  GroupLayout six{{0, 0, 0, 0, 0, 0}, true, true, {}, {}};
   EXPECT_NE(unsupported_reason(CollectiveKind::AllReduce, Algorithm::HalvingDoubling, six).find("power-of-two"),
             std::string::npos);
   EXPECT_NE(unsupported_reason(CollectiveKind::AllGather, Algorithm::Tree, six).find("all-reduce only"),
@@ -202,7 +202,7 @@ TEST(Collectives, UnsupportedCombinationsSayWhy) {
   EXPECT_NE(unsupported_reason(CollectiveKind::AllToAll, Algorithm::Ring, six).find("direct"), std::string::npos);
   EXPECT_TRUE(unsupported_reason(CollectiveKind::AllReduce, Algorithm::Nvls, six).empty());
   // DGX A100's NVSwitch (second generation) has no in-switch reduction: NVLS is H100 and later.
-  GroupLayout a100{{0, 0, 0, 0, 0, 0, 0, 0}, true, false};
+  GroupLayout a100{{0, 0, 0, 0, 0, 0, 0, 0}, true, false, {}, {}};
   EXPECT_NE(unsupported_reason(CollectiveKind::AllReduce, Algorithm::Nvls, a100).find("in-switch"), std::string::npos);
   EXPECT_FALSE(find_node_preset("dgx-a100")->nvls);
   EXPECT_TRUE(find_node_preset("dgx-h100")->nvls);

@@ -14,6 +14,7 @@
 
 #include "scenarios/error.h"
 #include "scenarios/scenario.h"
+#include "scenarios/topology_file.h"
 #include "scenarios/yaml_tree.h"
 
 #ifndef CLUSTERSIM_SOURCE_DIR
@@ -706,12 +707,28 @@ void collect_keys(const YNode& n, const std::string& parent, std::set<std::strin
   }
 }
 
+// Topology files (cluster.topology_file) are named *.topology.yaml; they are not scenarios.
+bool is_topology_file(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return name.size() > 14 && name.compare(name.size() - 14, 14, ".topology.yaml") == 0;
+}
+
 std::vector<fs::path> example_files() {
   std::vector<fs::path> out;
   for (const auto& e : fs::recursive_directory_iterator(fs::path(CLUSTERSIM_SOURCE_DIR) / "scenarios" / "examples"))
-    if (e.is_regular_file() && e.path().extension() == ".yaml") out.push_back(e.path());
+    if (e.is_regular_file() && e.path().extension() == ".yaml" && !is_topology_file(e.path())) out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+TEST(ScenarioExamples, EveryTopologyFileLoads) {
+  int n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(CLUSTERSIM_SOURCE_DIR) / "scenarios" / "examples"))
+    if (e.is_regular_file() && is_topology_file(e.path())) {
+      ++n;
+      EXPECT_NO_THROW((void)load_topology_file(e.path().string(), SourceMark{})) << e.path();
+    }
+  EXPECT_GE(n, 2);
 }
 
 TEST(ScenarioKeyDocs, ListsEveryKeyUsedInTheShippedExamples) {
