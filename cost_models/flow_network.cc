@@ -92,6 +92,7 @@ void FlowNetwork::resolve(SimTime now) {
       close_interval(l, now);
       lr.rate = r;
     }
+  if (!closing_.empty()) keep_closings(now.picoseconds());
   // Flows whose rate changed: count their bytes up to now at the old rate, and
   // reschedule their end at the new one.
   for (MaxMinSystem::Id v : system_.changed_variables()) {
@@ -110,9 +111,27 @@ void FlowNetwork::resolve(SimTime now) {
 void FlowNetwork::close_interval(uint32_t l, SimTime now) {
   LinkRate& lr = link_rates_[l];
   if (lr.rate > 0 && now.picoseconds() > lr.since)
-    usage_.push_back(
-        LinkUsage{l, lr.since, now.picoseconds(), lr.rate * static_cast<double>(now.picoseconds() - lr.since) * 1e-12});
+    closing_.push_back(Closing{lr.since, lr.rate * static_cast<double>(now.picoseconds() - lr.since) * 1e-12, l});
   lr.since = now.picoseconds();
+}
+
+void FlowNetwork::keep_closings(int64_t end) {
+  // Intervals that close together and began together with the same bytes are one load
+  // (a collective phase's links), recorded once with its links in id order.
+  std::sort(closing_.begin(), closing_.end(), [](const Closing& a, const Closing& b) {
+    if (a.since != b.since) return a.since < b.since;
+    if (a.bytes != b.bytes) return a.bytes < b.bytes;
+    return a.link < b.link;
+  });
+  for (size_t i = 0; i < closing_.size();) {
+    size_t j = i;
+    group_.clear();
+    for (; j < closing_.size() && closing_[j].since == closing_[i].since && closing_[j].bytes == closing_[i].bytes; ++j)
+      group_.push_back(closing_[j].link);
+    usage_.add(closing_[i].since, end, closing_[i].bytes, group_);
+    i = j;
+  }
+  closing_.clear();
 }
 
 void FlowNetwork::drop_stale_ends() {
@@ -185,8 +204,9 @@ void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {
 }
 
 void FlowNetwork::flush_usage() {
-  if (record_usage_)
-    for (size_t l = 0; l < link_rates_.size(); ++l) close_interval(static_cast<uint32_t>(l), now_);
+  if (!record_usage_) return;
+  for (size_t l = 0; l < link_rates_.size(); ++l) close_interval(static_cast<uint32_t>(l), now_);
+  keep_closings(now_.picoseconds());
 }
 
 }  // namespace clustersim

@@ -41,7 +41,7 @@ class FlowNetwork {
   uint64_t flows_started() const { return flows_started_; }
   // Piecewise-constant link rates so far, as bytes carried per interval; flush()
   // closes the open intervals at the current time.
-  std::vector<LinkUsage>& usage() { return usage_; }
+  LinkLoads& usage() { return usage_; }
   void flush_usage();
   // Off: link-rate intervals are not kept (nothing asked for them); rates are the same.
   // Set before the first start().
@@ -108,7 +108,16 @@ class FlowNetwork {
     int64_t since = 0;
   };
   std::vector<LinkRate> link_rates_;
-  std::vector<LinkUsage> usage_;
+  LinkLoads usage_;
+  // Intervals closing at one instant, grouped into loads before they are kept.
+  struct Closing {
+    int64_t since;
+    double bytes;
+    uint32_t link;
+  };
+  std::vector<Closing> closing_;
+  std::vector<uint32_t> group_;
+  void keep_closings(int64_t end_ps);
   bool record_usage_ = true;
 };
 

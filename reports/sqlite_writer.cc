@@ -409,27 +409,24 @@ void insert_links(sqlite3* db, int64_t run_id, const Timeline& t) {
       bandwidth[l.id] = l.bandwidth_Bps;
     }
   }
-  // A collective phase loads many links with the same bytes over the same interval: the
-  // records (ordered by start, then link) run in groups, stored as one row each with the
-  // group's link ids; the link_usage view expands them (utilization from links).
+  // A collective phase loads many links with the same bytes over the same interval: one
+  // row per load with its link ids; the link_usage view expands them (utilization from
+  // links).
   Stmt s(db, "INSERT INTO link_loads (run_id, load_id, start_ps, end_ps, bytes, links) VALUES (?, ?, ?, ?, ?, ?)");
   int64_t load = 0;
   std::string ids;
-  const std::vector<LinkUsage>& usage = t.usage();
-  for (size_t i = 0; i < usage.size();) {
-    const LinkUsage& u = usage[i];
+  const LinkLoads& usage = t.usage();
+  for (const LinkLoad& u : usage.loads()) {
     ids = "[";
-    size_t j = i;
-    for (; j < usage.size(); ++j) {
-      const LinkUsage& v = usage[j];
-      if (v.start_ps != u.start_ps || v.end_ps != u.end_ps || v.bytes != u.bytes) break;
-      if (!bandwidth.count(v.link)) throw WriteError("link usage of unknown link " + std::to_string(v.link));
-      if (j > i) ids += ',';
-      ids += std::to_string(v.link);
+    bool first = true;
+    for (uint32_t k : usage.links(u)) {
+      if (!bandwidth.count(k)) throw WriteError("link usage of unknown link " + std::to_string(k));
+      if (!first) ids += ',';
+      first = false;
+      ids += std::to_string(k);
     }
     ids += ']';
     s.i(run_id).i(load++).i(u.start_ps).i(u.end_ps).d(u.bytes).text_copy(ids).insert();
-    i = j;
   }
 }
 

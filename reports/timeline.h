@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,12 +39,69 @@ struct SpanRecord {
   int64_t end_ps = 0;
 };
 
-// Bytes a link carried during [start, end): one row per link per collective phase.
+// Bytes a link carried during [start, end).
 struct LinkUsage {
   uint32_t link = 0;
   int64_t start_ps = 0;
   int64_t end_ps = 0;
   double bytes = 0;
+};
+
+// Link usage as it is recorded: a collective phase loads many links with the same bytes
+// over the same interval, so each load holds the interval, the bytes each of its links
+// carried, and the links (table link_loads; the view link_usage expands them).
+struct LinkLoad {
+  int64_t start_ps = 0;
+  int64_t end_ps = 0;
+  double bytes = 0;      // per link
+  uint32_t first = 0;    // its links: LinkLoads::links()[first .. first + count)
+  uint32_t count = 0;
+};
+
+class LinkLoads {
+ public:
+  LinkLoads() = default;
+  LinkLoads(std::initializer_list<LinkUsage> rows) {
+    for (const LinkUsage& u : rows) push_back(u);
+  }
+  void add(int64_t start_ps, int64_t end_ps, double bytes, std::span<const uint32_t> links) {
+    if (links.empty()) return;
+    loads_.push_back(LinkLoad{start_ps, end_ps, bytes, static_cast<uint32_t>(links_.size()),
+                              static_cast<uint32_t>(links.size())});
+    links_.insert(links_.end(), links.begin(), links.end());
+  }
+  // One link's record, joined to the last load when it has the same interval and bytes.
+  void push_back(const LinkUsage& u) {
+    if (!loads_.empty()) {
+      LinkLoad& last = loads_.back();
+      if (last.start_ps == u.start_ps && last.end_ps == u.end_ps && last.bytes == u.bytes &&
+          last.first + last.count == links_.size()) {
+        links_.push_back(u.link);
+        ++last.count;
+        return;
+      }
+    }
+    const uint32_t one[1] = {u.link};
+    add(u.start_ps, u.end_ps, u.bytes, one);
+  }
+  const std::vector<LinkLoad>& loads() const { return loads_; }
+  std::span<const uint32_t> links(const LinkLoad& l) const { return {links_.data() + l.first, l.count}; }
+  bool empty() const { return loads_.empty(); }
+  size_t records() const { return links_.size(); }  // (link, interval) pairs
+  void clear() {
+    loads_.clear();
+    links_.clear();
+  }
+  // Every (link, interval) record, load by load.
+  template <typename F>
+  void each(F&& f) const {
+    for (const LinkLoad& l : loads_)
+      for (uint32_t k : links(l)) f(LinkUsage{k, l.start_ps, l.end_ps, l.bytes});
+  }
+
+ private:
+  std::vector<LinkLoad> loads_;
+  std::vector<uint32_t> links_;
 };
 
 // One value of one seeded draw of `run --samples N` (table `samples`).
@@ -79,11 +138,11 @@ struct Timeline {
   std::vector<RankInfo> ranks;
   std::vector<LinkInfo> links;
   std::vector<SpanRecord> spans;
-  std::vector<LinkUsage> link_usage;
+  LinkLoads link_usage;
   // When set, the link usage is this (a run's own record, borrowed for as long as the
   // Timeline lives) instead of `link_usage`: millions of records need no copy.
-  const std::vector<LinkUsage>* borrowed_link_usage = nullptr;
-  const std::vector<LinkUsage>& usage() const { return borrowed_link_usage ? *borrowed_link_usage : link_usage; }
+  const LinkLoads* borrowed_link_usage = nullptr;
+  const LinkLoads& usage() const { return borrowed_link_usage ? *borrowed_link_usage : link_usage; }
 };
 
 }  // namespace clustersim

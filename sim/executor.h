@@ -58,7 +58,7 @@ struct ExecResult {
   uint64_t events = 0;
   std::vector<int32_t> simulated_ranks;
   std::vector<SpanRecord> spans;      // simulated ranks, ordered by (rank, start, stream)
-  std::vector<LinkUsage> link_usage;  // ordered by collective start, then link id
+  LinkLoads link_usage;  // ordered by collective start (flow: by when each load ended)
   std::vector<SimTime> rank_finish;   // per rank: when its last op ended (simulated ranks; zero for the rest)
   // Means over the simulated ranks: time each rank's compute stream was busy, and
   // communication time not hidden behind compute, in total and per group kind.

@@ -114,7 +114,7 @@ double job_iteration(const LoadedJob& j, const ExecResult& e) {
 // Mean bytes/s each link carried over the run.
 std::vector<double> mean_link_rates(const ExecResult& e, size_t links) {
   std::vector<double> bytes(links, 0.0);
-  for (const LinkUsage& u : e.link_usage) bytes[u.link] += u.bytes;
+  e.link_usage.each([&](const LinkUsage& u) { bytes[u.link] += u.bytes; });
   const double t = e.makespan.seconds();
   for (double& b : bytes) b = t > 0 ? b / t : 0;
   return bytes;

@@ -316,11 +316,11 @@ TEST(FlowNetwork, EveryByteSentIsCarriedAndNoLinkExceedsItsCapacity) {
       while (!net.idle()) net.advance(net.next_time(), done);
       net.flush_usage();
       double carried = 0;
-      for (const LinkUsage& u : net.usage()) {
+      net.usage().each([&](const LinkUsage& u) {
         carried += u.bytes;
         const double seconds = static_cast<double>(u.end_ps - u.start_ps) * 1e-12;
         EXPECT_LE(u.bytes, paths.capacity(u.link) * seconds * (1 + 1e-9) + 1e-3) << "link " << u.link;
-      }
+      });
       EXPECT_NEAR(carried, expected, 1e-6 * expected) << to_string(op) << " " << to_string(algo);
       EXPECT_EQ(done.size(), 1u);
       ++checked;
