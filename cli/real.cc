@@ -1,5 +1,6 @@
 // `clustersim real`: the scenario's plan executed on GPUs.
 #include "cli/output.h"
+#include "plan/chakra.h"
 #include "plan/training_planner.h"
 #include "reports/sqlite_writer.h"
 #include "reports/summary.h"
@@ -64,7 +65,20 @@ int cmd_real(const std::vector<std::string>& args) {
   check_output_paths(s);
   PlannerOptions po;
   po.use_symmetry = false;  // every rank runs on a GPU of its own
-  const TrainingPlan tp = build_training_plan(s, po);
+  TrainingPlan tp;
+  if (s.chakra_dir.empty()) {
+    tp = build_training_plan(s, po);
+  } else {
+    // Imported traces: kernels with shapes run as those kernels, compute nodes with only
+    // a recorded time as a kernel that holds the GPU that long.
+    tp.plan = plan_from_chakra(s.chakra_dir, s.cluster.node.gpu);
+    if (tp.plan.world_size > s.gpus())
+      throw InputError(s.mark("workload.chakra"), std::to_string(tp.plan.world_size) +
+                                                      " traces need as many GPUs, the cluster has " +
+                                                      std::to_string(s.gpus()));
+    tp.model_flops_per_rank = tp.hardware_flops_per_rank = chakra_flops_per_rank(tp.plan);
+    tp.layout.global_batch = 0;  // no tokens
+  }
 #ifndef CLUSTERSIM_HAVE_REAL
   (void)tp;
   (void)json;
@@ -112,7 +126,7 @@ int cmd_real(const std::vector<std::string>& args) {
                    {"tokens_per_s", tokens / iter},
                    {"tflops_per_gpu", tflops},
                    {"hardware_tflops_per_gpu", tp.hardware_flops_per_rank / iter / 1e12},
-                   {"mfu", tflops / (s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12)},
+                   {"mfu", tflops / (mean_peak_flops(s.cluster, s.model.dtype) / 1e12)},
                    {"gpus", static_cast<double>(tp.plan.world_size)}};
   for (size_t i = 0; i < rr.iteration_s.size(); ++i)
     t.run.metrics.emplace_back("iteration_" + std::to_string(i) + "_s", rr.iteration_s[i]);
@@ -133,7 +147,7 @@ int cmd_real(const std::vector<std::string>& args) {
         "scenario        %s\nsource          real: %d x %s\niteration       %.6f s (median of %zu after %d warm-up)\n"
         "throughput      %.1f tokens/s\nper GPU         %.1f TFLOP/s model, MFU %.1f%%\nops timed       %zu\n",
         s.name.c_str(), rr.devices, rr.device_name.c_str(), iter, rr.iteration_s.size(), warmup, tokens / iter, tflops,
-        100.0 * tflops / (s.cluster.node.gpu.peak_flops(s.model.dtype) / 1e12), rr.spans.size());
+        100.0 * tflops / (mean_peak_flops(s.cluster, s.model.dtype) / 1e12), rr.spans.size());
     if (const std::string c = clock_line(rr.clocks); !c.empty()) std::printf("GPUs            %s\n", c.c_str());
     if (!rr.attention_backend.empty()) std::printf("attention       %s\n", rr.attention_backend.c_str());
   }

@@ -145,13 +145,31 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
         n.bytes(10, attr_i32("comm_tag", seq[{src, dst, static_cast<int>(op.phase)}]++));
         n.bytes(10, attr_i64("comm_size", op.bytes));
       } else {
-        const double flops = op.flops > 0                      ? op.flops
-                             : op.kind == OpKind::Gemm         ? gemm_flops(op)
-                             : op.kind == OpKind::Attention    ? attention_flops(op)
-                                                               : 0.0;
+        const double flops = kernel_flops(op);
         n.bytes(10, attr_i64("num_ops", static_cast<int64_t>(std::llround(flops))));
         n.bytes(10, attr_u64("tensor_size", static_cast<uint64_t>(op.bytes_read + op.bytes_written)));
         n.bytes(10, attr_f64("duration_s", t));
+        // The kernel's shape, so an import costs it (and the real backend runs it) as the
+        // plan did, not by its recorded time alone.
+        if (op.fixed_seconds <= 0) {
+          n.bytes(10, attr_str("dtype", std::string(to_string(op.dtype))));
+          n.bytes(10, attr_i64("shape_m", op.m));
+          n.bytes(10, attr_i64("shape_n", op.n));
+          n.bytes(10, attr_i64("shape_k", op.k));
+          n.bytes(10, attr_i64("shape_batch", op.batch));
+          n.bytes(10, attr_i64("bytes_read", op.bytes_read));
+          n.bytes(10, attr_i64("bytes_written", op.bytes_written));
+          n.bytes(10, attr_i64("mem_access", static_cast<int64_t>(op.access)));
+          n.bytes(10, attr_f64("flops", op.flops));
+          if (op.kind == OpKind::Attention) {
+            n.bytes(10, attr_i64("heads", op.heads));
+            n.bytes(10, attr_i64("kv_heads", op.kv_heads));
+            n.bytes(10, attr_i64("q_len", op.q_len));
+            n.bytes(10, attr_i64("kv_len", op.kv_len));
+            n.bytes(10, attr_i64("head_dim", op.head_dim));
+            n.bytes(10, attr_bool("causal", op.causal));
+          }
+        }
       }
       append_delimited(out, n.str());
     }
@@ -169,6 +187,14 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
   json += "\n}\n";
   files.push_back({"comm_group.json", json});
   return files;
+}
+
+double chakra_flops_per_rank(const Plan& plan) {
+  if (plan.world_size <= 0) return 0;
+  double flops = 0;
+  for (int32_t r = 0; r < plan.world_size; ++r)
+    for (const Op& op : plan.programs[plan.rank_program[static_cast<size_t>(r)]].ops) flops += kernel_flops(op);
+  return flops / plan.world_size;
 }
 
 ChakraTrace decode_chakra(const std::string& bytes) {
@@ -250,6 +276,34 @@ ChakraTrace decode_chakra(const std::string& bytes) {
             n.phase = std::string(value.data);
           else if (name == "op_kind" && value.type == wire::kLength)
             n.op_kind = std::string(value.data);
+          else if (name == "dtype" && value.type == wire::kLength)
+            n.dtype = std::string(value.data);
+          else if (name == "flops" && value.type == wire::kFixed64)
+            n.shape.flops = value.as_double();
+          else if (name == "causal")
+            n.shape.causal = value.value != 0;
+          else if (name.rfind("shape_", 0) == 0 || name == "bytes_read" || name == "bytes_written" ||
+                   name == "mem_access" || name == "heads" || name == "kv_heads" || name == "q_len" ||
+                   name == "kv_len" || name == "head_dim") {
+            // Sizes past 2^50 are no kernel: the node keeps its recorded time instead.
+            if (i < 0 || i > (int64_t{1} << 50)) {
+              n.shape_invalid = true;
+              break;
+            }
+            Op& o = n.shape;
+            if (name == "shape_m") o.m = i;
+            else if (name == "shape_n") o.n = i;
+            else if (name == "shape_k") o.k = i;
+            else if (name == "shape_batch") o.batch = i;
+            else if (name == "bytes_read") o.bytes_read = i;
+            else if (name == "bytes_written") o.bytes_written = i;
+            else if (name == "mem_access") o.access = i <= 3 ? static_cast<MemAccess>(i) : MemAccess::Streaming;
+            else if (name == "heads") o.heads = i;
+            else if (name == "kv_heads") o.kv_heads = i;
+            else if (name == "q_len") o.q_len = i;
+            else if (name == "kv_len") o.kv_len = i;
+            else if (name == "head_dim") o.head_dim = i;
+          }
           break;
         }
         default:
@@ -263,6 +317,27 @@ ChakraTrace decode_chakra(const std::string& bytes) {
 }
 
 namespace {
+
+// Whether a compute node carries a whole kernel shape of its kind (and a dtype).
+bool has_shape(const ChakraNode& n, OpKind kind) {
+  DType d;
+  if (n.shape_invalid || n.dtype.empty() || !parse_dtype(n.dtype, d)) return false;
+  const Op& s = n.shape;
+  const int64_t limit = int64_t{1} << 24;  // a dimension past this is no kernel anyone runs
+  switch (kind) {
+    case OpKind::Gemm:
+      return s.m > 0 && s.n > 0 && s.k > 0 && s.batch > 0 && s.m <= limit && s.n <= limit && s.k <= limit &&
+             s.batch <= limit;
+    case OpKind::Attention:
+      return s.batch > 0 && s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.q_len > 0 &&
+             s.kv_len > 0 && s.head_dim > 0 && s.batch <= limit && s.heads <= limit && s.q_len <= limit &&
+             s.kv_len <= limit && s.head_dim <= 1024;
+    case OpKind::Memory:
+      return s.bytes_read + s.bytes_written > 0;
+    default:
+      return false;
+  }
+}
 
 template <typename E, size_t N>
 bool name_to(const std::string& s, const std::array<E, N>& all, E& out) {
@@ -423,6 +498,18 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
       switch (n.type) {
         case 4: {  // COMP_NODE (a GEMM or attention kernel keeps its kind: it sets how NCCL's kernels slow it)
           op.kind = n.op_kind == "gemm" ? OpKind::Gemm : n.op_kind == "attention" ? OpKind::Attention : OpKind::Memory;
+          if (has_shape(n, op.kind)) {
+            // A kernel of known shape (clustersim's own attributes): costed by the compute
+            // model on the cluster's GPU, and run as such by the real backend.
+            const Op& sh = n.shape;
+            parse_dtype(n.dtype, op.dtype);
+            op.m = sh.m, op.n = sh.n, op.k = sh.k, op.batch = sh.batch;
+            op.bytes_read = sh.bytes_read, op.bytes_written = sh.bytes_written, op.access = sh.access;
+            op.heads = sh.heads, op.kv_heads = sh.kv_heads, op.q_len = sh.q_len, op.kv_len = sh.kv_len;
+            op.head_dim = sh.head_dim, op.causal = sh.causal, op.flops = sh.flops;
+            stream = "compute";
+            break;
+          }
           op.flops = static_cast<double>(std::max<int64_t>(0, n.num_ops));
           op.bytes_read = static_cast<int64_t>(std::min<uint64_t>(n.tensor_size, uint64_t{1} << 50));
           double t_s = n.duration_s > 0 ? n.duration_s : static_cast<double>(n.duration_micros) * 1e-6;

@@ -47,6 +47,12 @@ struct ChakraNode {
   std::string pg_name;
   double duration_s = 0;  // clustersim's own exact time (attribute "duration_s"), 0 when absent
   std::string stream, group_kind, phase, op_kind;  // clustersim's own attributes, empty when absent
+  // A compute node's kernel shape (clustersim's own attributes dtype, shape_m/n/k/batch,
+  // bytes_read/written, mem_access, flops, and for attention heads, kv_heads, q_len,
+  // kv_len, head_dim, causal); used when whole for its kind, else its time is.
+  std::string dtype;
+  Op shape;
+  bool shape_invalid = false;
 };
 struct ChakraTrace {
   std::string version;
@@ -55,9 +61,16 @@ struct ChakraTrace {
 // Throws wire::ParseError (a std::runtime_error) on a malformed file.
 ChakraTrace decode_chakra(const std::string& bytes);
 
+// The FLOPs per rank of an imported plan: its kernels' (kernel_flops), the compute nodes'
+// num_ops where they have no shape. Traces carry no model, so model and hardware FLOPs
+// are the same.
+double chakra_flops_per_rank(const Plan& plan);
+
 // Plan from a directory of Chakra traces (`workload: {chakra: DIR}`): one rank per
 // `*.<rank>.et` file, in rank order. Nodes become ops in dependency order: compute nodes
-// take duration_micros (or a roofline of num_ops and tensor_size on `gpu` when it is 0),
+// with a whole kernel shape (clustersim's exports) become that kernel, costed by the
+// compute model; others take duration_micros (or a roofline of num_ops and tensor_size
+// on `gpu` when it is 0),
 // collectives their group from pg_name and comm_group.json (all ranks without one),
 // sends and receives their peers from comm_src / comm_dst. Throws InputError with the
 // file's name for what cannot be imported.

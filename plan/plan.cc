@@ -232,6 +232,12 @@ double gemm_flops(const Op& op) {
          static_cast<double>(op.batch);
 }
 
+double kernel_flops(const Op& op) {
+  if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) return 0;
+  if (op.flops > 0) return op.flops;
+  return op.kind == OpKind::Gemm ? gemm_flops(op) : op.kind == OpKind::Attention ? attention_flops(op) : 0.0;
+}
+
 double attention_flops(const Op& op) {
   // QK^T and PV: 2 GEMMs of 2·q·kv·d each per head; a causal mask skips about half.
   double f = 4.0 * static_cast<double>(op.batch) * static_cast<double>(op.heads) * static_cast<double>(op.q_len) *

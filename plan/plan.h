@@ -133,5 +133,8 @@ std::vector<P2pMatch> match_p2p(const Plan& plan);
 
 double gemm_flops(const Op& op);
 double attention_flops(const Op& op);  // forward FLOPs, causal halves the score work
+// A compute op's FLOPs: its own count where it has one, else its GEMM's or attention's
+// from the shape; 0 for memory kernels and communication.
+double kernel_flops(const Op& op);
 
 }  // namespace clustersim

@@ -131,11 +131,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
     out.plan.plan = plan_from_chakra(s.chakra_dir, s.cluster.node.gpu);
     if (out.plan.plan.world_size > s.gpus())
       throw InputError(s.mark("workload.chakra"), std::to_string(out.plan.plan.world_size) + " traces need as many GPUs, the cluster has " + std::to_string(s.gpus()));
-    double flops = 0;
-    for (int32_t r = 0; r < out.plan.plan.world_size; ++r)
-      for (const Op& op : out.plan.plan.programs[out.plan.plan.rank_program[static_cast<size_t>(r)]].ops)
-        flops += op.flops;  // the compute nodes' num_ops
-    out.plan.model_flops_per_rank = out.plan.hardware_flops_per_rank = flops / out.plan.plan.world_size;
+    out.plan.model_flops_per_rank = out.plan.hardware_flops_per_rank = chakra_flops_per_rank(out.plan.plan);
     out.plan.layout.dp = out.plan.plan.world_size;
     out.plan.layout.global_batch = 0;  // no tokens: tokens_per_s is 0
   }

@@ -17,6 +17,7 @@
 #include "plan/training_planner.h"
 #include "scenarios/error.h"
 #include "sim/run.h"
+#include "topology/presets.h"
 #include "support/temp_scenario.h"
 
 namespace clustersim {
@@ -133,6 +134,44 @@ TEST(Chakra, RoundTripRunsTheSameStep) {
     EXPECT_NEAR(metric(back, "exposed_comm_tp_s"), metric(original, "exposed_comm_tp_s"), 1e-9) << layout;
     EXPECT_EQ(metric(back, "simulated_ranks"), 16);
   }
+}
+
+// clustersim's own traces carry each kernel's shape: imported, the ops are the plan's
+// kernels again (not recorded times), so a run on another GPU costs them on that GPU.
+TEST(Chakra, ImportKeepsKernelShapes) {
+  const std::string dir = temp_dir("chakra-shape");
+  fs::remove_all(dir + "/traces");
+  fs::create_directories(dir + "/traces");
+  const Scenario s = scenario_from_text(
+      "name: sh\ncluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {tp: 2, dp: 4}\n"
+      "training: {global_batch: 8}\n",
+      "chakra-shape-s");
+  const TrainingPlan tp = build_training_plan(s);
+  for (const ChakraFile& f : plan_to_chakra(tp.plan, "sh", s.cluster.node.gpu, ComputeProfile{}))
+    std::ofstream(dir + "/traces/" + f.name, std::ios::binary) << f.bytes;
+  const Plan back = plan_from_chakra(dir + "/traces", s.cluster.node.gpu);
+  const Program& a = tp.plan.programs[0];
+  const Program& b = back.programs[back.rank_program[0]];
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  int kernels = 0;
+  for (size_t i = 0; i < a.ops.size(); ++i) {
+    const Op &x = a.ops[i], &y = b.ops[i];
+    if (x.kind != OpKind::Gemm && x.kind != OpKind::Attention && x.kind != OpKind::Memory) continue;
+    ++kernels;
+    EXPECT_EQ(y.kind, x.kind) << i;
+    EXPECT_EQ(y.fixed_seconds, 0) << i;
+    EXPECT_EQ(std::tie(y.m, y.n, y.k, y.batch, y.bytes_read, y.bytes_written), std::tie(x.m, x.n, x.k, x.batch, x.bytes_read, x.bytes_written)) << i;
+    EXPECT_EQ(std::tie(y.heads, y.kv_heads, y.q_len, y.kv_len, y.head_dim, y.causal), std::tie(x.heads, x.kv_heads, x.q_len, x.kv_len, x.head_dim, x.causal)) << i;
+    EXPECT_EQ(y.dtype, x.dtype) << i;
+    EXPECT_EQ(y.access, x.access) << i;
+  }
+  EXPECT_GT(kernels, 20);
+  // On A100s the imported step is the A100 step, not the H100's recorded times.
+  std::ofstream(dir + "/w.yaml") << "cluster: {preset: dgx-a100}\nworkload: {chakra: traces}\n";
+  const RunOutcome on_a100 = run_training(load_scenario(dir + "/w.yaml"));
+  Scenario direct = s;
+  direct.cluster.node = *find_node_preset("dgx-a100");
+  EXPECT_NEAR(metric(on_a100, "iteration_time_s") / metric(run_training(direct), "iteration_time_s"), 1.0, 1e-9);
 }
 
 // A message preceded by its length, as Chakra's encodeMessage writes it.
