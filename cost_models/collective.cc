@@ -359,9 +359,20 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
           shift_steps(steps, p, S / p, 1, p - 1);  // reduce-scatter
           shift_steps(steps, p, S / p, 1, p - 1);  // all-gather
           break;
+        case CK::AllToAll:
+          if (!l.mesh_rings.empty()) {
+            // Inside a mesh node every pair has its own link: the grouped sends of an
+            // all-to-all run at once, each on its pair's link.
+            CollectiveStep s;
+            for (int i = 0; i < p; ++i)
+              for (int k = 1; k < p; ++k) s.transfers.push_back(Transfer{i, (i + k) % p, S / p});
+            steps.push_back(std::move(s));
+            break;
+          }
+          shift_steps(steps, p, S / p, 1, p - 1);
+          break;
         case CK::AllGather:
         case CK::ReduceScatter:
-        case CK::AllToAll:
           shift_steps(steps, p, S / p, 1, p - 1);
           break;
         case CK::Broadcast:

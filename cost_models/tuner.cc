@@ -9,49 +9,16 @@ namespace clustersim {
 
 std::vector<std::vector<int32_t>> mesh_rings(const Topology& topo, std::span<const int32_t> gpus,
                                              const std::vector<int32_t>& members) {
-  const size_t k = members.size();
   std::vector<std::vector<int32_t>> rings;
-  if (k < 3 || k > 8) return rings;
-  // Each direction of each link, in lanes of the node's narrowest link (NVLink 2: one
-  // 25 GB/s brick); a ring takes one lane of each directed hop it uses.
-  std::vector<double> lanes(k * k, 0);
-  double lane = std::numeric_limits<double>::infinity();
-  for (size_t a = 0; a < k; ++a)
-    for (size_t b = 0; b < k; ++b) {
-      if (a == b) continue;
-      const double bw = topo.gpu_link_bandwidth(gpus[static_cast<size_t>(members[a])],
-                                                gpus[static_cast<size_t>(members[b])]);
-      lanes[a * k + b] = bw;
-      if (bw > 0) lane = std::min(lane, bw);
-    }
-  if (!std::isfinite(lane)) return rings;
-  for (double& c : lanes) c = std::floor(c / lane + 1e-9);
-  std::vector<size_t> order(k);
-  for (int channel = 0; channel < kMaxMeshRings; ++channel) {
-    // The ring whose directed hops have the most lanes left at their narrowest, then the
-    // most in all; the first member stays first (rotations are one ring).
-    for (size_t i = 0; i < k; ++i) order[i] = i;
-    std::vector<size_t> best;
-    double best_min = 0, best_sum = 0;
-    do {
-      double least = std::numeric_limits<double>::infinity(), sum = 0;
-      for (size_t i = 0; i < k && least > 0; ++i) {
-        const double c = lanes[order[i] * k + order[(i + 1) % k]];
-        least = std::min(least, c);
-        sum += c;
-      }
-      if (least > best_min || (least == best_min && least > 0 && sum > best_sum)) {
-        best_min = least;
-        best_sum = sum;
-        best = order;
-      }
-    } while (std::next_permutation(order.begin() + 1, order.end()));
-    if (best.empty()) break;
+  if (members.size() < 3 || members.size() > 8) return rings;
+  const int node = topo.node_of(gpus[static_cast<size_t>(members[0])]);
+  const int per = topo.gpus_per_node();
+  std::vector<int> locals;
+  for (int32_t m : members) locals.push_back(gpus[static_cast<size_t>(m)] % per);
+  for (const std::vector<int>& ring : topo.mesh_rings(node, locals)) {
     rings.emplace_back();
-    for (size_t i = 0; i < k; ++i) {
-      lanes[best[i] * k + best[(i + 1) % k]] -= 1;
-      rings.back().push_back(members[best[i]]);
-    }
+    for (int local : ring)
+      rings.back().push_back(members[static_cast<size_t>(std::find(locals.begin(), locals.end(), local) - locals.begin())]);
   }
   return rings;
 }

@@ -25,12 +25,9 @@ struct CollectiveChoice {
 GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus);
 
 // The rings NCCL's topology search would build over a mesh node's direct GPU links for
-// the group positions `members` (all in one node): one ring after another, each the
-// Hamiltonian cycle whose directed hops have the most link lanes left at their
-// narrowest, a lane being the node's narrowest link, until no ring finds a lane on
-// every hop (at most kMaxMeshRings). Exhaustive over orders, so only for 3 to 8 members;
-// otherwise none. Each ring is a channel carrying an equal share.
-inline constexpr int kMaxMeshRings = 16;
+// the group positions `members` (all in one node), as positions (Topology::mesh_rings:
+// packed one by one over the links' lanes, 3 to 8 members, else none). Each ring is a
+// channel carrying an equal share.
 std::vector<std::vector<int32_t>> mesh_rings(const Topology& topo, std::span<const int32_t> gpus,
                                              const std::vector<int32_t>& members);
 

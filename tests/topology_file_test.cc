@@ -9,11 +9,13 @@
 #include <set>
 #include <string>
 
+#include "cost_models/network.h"
 #include "cost_models/tuner.h"
 #include "scenarios/error.h"
 #include "scenarios/scenario.h"
 #include "scenarios/topology_file.h"
 #include "sim/run.h"
+#include "topology/presets.h"
 #include "topology/topology.h"
 
 #ifndef CLUSTERSIM_SOURCE_DIR
@@ -203,6 +205,37 @@ TEST_F(TopologyFile, MeshNodeRingsFollowTheLinks) {
     const int a = l.mesh_rings[0][i], b = l.mesh_rings[0][(i + 1) % 8];
     EXPECT_EQ(topo.gpu_link_bandwidth(a, b), 50e9) << a << "->" << b;
   }
+}
+
+// MI300X is a full mesh of 64 GB/s Infinity Fabric links: a pair moves at one link's
+// rate, eight GPUs' rings use all seven links of each GPU, and an all-to-all runs on
+// every link at once.
+TEST(MeshPresets, Mi300xIsAFullMesh) {
+  ClusterSpec c;
+  c.node = *find_node_preset("mi300x-8gpu");
+  Topology topo(c);
+  EXPECT_FALSE(c.node.nvswitch);
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b) {
+      if (a != b) {
+        EXPECT_EQ(topo.gpu_link_bandwidth(a, b), 64e9);
+      }
+    }
+  const std::vector<int32_t> gpus = {0, 1, 2, 3, 4, 5, 6, 7};
+  const GroupLayout l = layout_of(topo, gpus);
+  // 56 directed links, 8 a ring: seven would use them all (Tillson); the greedy packing finds six.
+  EXPECT_EQ(l.mesh_rings.size(), 6u);
+  NetworkProfile prof;
+  AnalyticNetwork net(topo, prof);
+  const double bytes = 256.0 * (1 << 20);
+  const double pair = net.run(expand_sendrecv(2, bytes, Protocol::Simple, prof), std::vector<int32_t>{0, 1}).seconds;
+  EXPECT_GE(pair, bytes / 64e9);
+  const double a2a =
+      net.run(expand_collective(CollectiveRequest{CollectiveKind::AllToAll, Algorithm::Direct, Protocol::Simple, bytes, 0},
+                                l, prof),
+              gpus)
+          .seconds;
+  EXPECT_LT(a2a, 2.0 * bytes * 7 / 8 / (7 * 64e9));  // the seven links at once, not one after another
 }
 
 }  // namespace

@@ -47,12 +47,16 @@ const std::vector<NodeSpec>& presets() {
         n.gpus = 72;
         return n;
       }(),
-      // MI300X platform: 8 GPUs, each with seven Infinity Fabric links of 64 GB/s each way
-      // to the others (896 GB/s bidirectional per GPU), modelled as a switch of the links'
-      // aggregate (448 GB/s each way): the RCCL rings of an 8-GPU collective use all
-      // seven links at once. A single pair's transfer (64 GB/s) is not bounded by this.
-      // PCIe Gen5 x16 to one 400 Gb/s NIC per GPU.
-      make("mi300x-8gpu", "mi300x", true, 448 * GBps, 64 * GBps, 2, 8, 50 * GBps),
+      // MI300X platform: 8 GPUs fully connected by Infinity Fabric, one link of 64 GB/s
+      // each way between every pair (seven per GPU, 896 GB/s bidirectional), no switch:
+      // a pair moves at one link's rate, and RCCL's rings of an 8-GPU collective use the
+      // seven links at once (Topology::mesh_rings). PCIe Gen5 x16 to one 400 Gb/s NIC per GPU.
+      [] {
+        NodeSpec n = make("mi300x-8gpu", "mi300x", false, 0, 64 * GBps, 2, 8, 50 * GBps);
+        for (int a = 0; a < n.gpus; ++a)
+          for (int b = a + 1; b < n.gpus; ++b) n.gpu_links.push_back({a, b, 64 * GBps});
+        return n;
+      }(),
   };
   return kPresets;
 }

@@ -103,6 +103,21 @@ Topology::Topology(const ClusterSpec& spec) : spec_(spec) {
     if (m == gpu_models_.size()) gpu_models_.push_back(g);
     gpu_model_.push_back(static_cast<int>(m));
   }
+  for (int n = 0; n < spec.nodes; ++n) {
+    int first = n;
+    auto same_wiring = [&](const NodeSpec& a, const NodeSpec& b) {
+      if (a.gpu_links.size() != b.gpu_links.size()) return false;
+      for (size_t i = 0; i < a.gpu_links.size(); ++i)
+        if (a.gpu_links[i].a != b.gpu_links[i].a || a.gpu_links[i].b != b.gpu_links[i].b ||
+            a.gpu_links[i].bandwidth != b.gpu_links[i].bandwidth)
+          return false;
+      return true;
+    };
+    if (!spec.node_specs.empty())
+      for (int m = 0; m < n && first == n; ++m)
+        if (node_build_[static_cast<size_t>(m)] == m && same_wiring(spec.node_at(m), spec.node_at(n))) first = m;
+    node_build_.push_back(spec.node_specs.empty() ? 0 : first);
+  }
   std::vector<std::vector<uint32_t>> nics(static_cast<size_t>(spec.nodes));
   for (int n = 0; n < spec.nodes; ++n) build_node(n, nics[static_cast<size_t>(n)]);
   if (spec.nodes > 1) {
@@ -146,7 +161,9 @@ void Topology::build_node(int n, std::vector<uint32_t>& nics) {
     gpu_switch_links_.insert(gpu_switch_links_.end(), static_cast<size_t>(ns.gpus), {kNoLink, kNoLink});
   }
   for (const NodeSpec::GpuLink& l : ns.gpu_links) {
-    if (l.a < 0 || l.b < 0 || l.a >= ns.gpus || l.b >= ns.gpus || l.a == l.b)
+    // A preset trimmed to fewer GPUs (gpus_per_node) keeps the links among those it keeps.
+    if (l.a >= ns.gpus || l.b >= ns.gpus) continue;
+    if (l.a < 0 || l.b < 0 || l.a == l.b)
       throw std::invalid_argument("topology: a GPU link must join two different GPUs of its node");
     add_link(local[static_cast<size_t>(l.a)], local[static_cast<size_t>(l.b)], LinkClass::NvLink, l.bandwidth,
              ns.nvlink_latency);
@@ -523,6 +540,53 @@ double Topology::gpu_link_bandwidth(int a, int b) const {
     if (l.dst == vb) return l.bandwidth;
   }
   return 0;
+}
+
+const std::vector<std::vector<int>>& Topology::mesh_rings(int node, const std::vector<int>& locals) const {
+  const int build = node_build_[static_cast<size_t>(node)];
+  auto [it, fresh] = mesh_rings_.try_emplace({build, locals});
+  if (!fresh) return it->second;
+  std::vector<std::vector<int>>& rings = it->second;
+  const size_t k = locals.size();
+  if (k < 3 || k > 8) return rings;
+  const int base = build * spec_.node.gpus;  // the build's own node: same wiring
+  std::vector<double> lanes(k * k, 0);
+  double lane = std::numeric_limits<double>::infinity();
+  for (size_t a = 0; a < k; ++a)
+    for (size_t b = 0; b < k; ++b) {
+      if (a == b) continue;
+      const double bw = gpu_link_bandwidth(base + locals[a], base + locals[b]);
+      lanes[a * k + b] = bw;
+      if (bw > 0) lane = std::min(lane, bw);
+    }
+  if (!std::isfinite(lane)) return rings;
+  for (double& c : lanes) c = std::floor(c / lane + 1e-9);
+  std::vector<size_t> order(k);
+  for (int channel = 0; channel < 16; ++channel) {
+    for (size_t i = 0; i < k; ++i) order[i] = i;
+    std::vector<size_t> best;
+    double best_min = 0, best_sum = 0;
+    do {
+      double least = std::numeric_limits<double>::infinity(), sum = 0;
+      for (size_t i = 0; i < k && least > 0; ++i) {
+        const double c = lanes[order[i] * k + order[(i + 1) % k]];
+        least = std::min(least, c);
+        sum += c;
+      }
+      if (least > best_min || (least == best_min && least > 0 && sum > best_sum)) {
+        best_min = least;
+        best_sum = sum;
+        best = order;
+      }
+    } while (std::next_permutation(order.begin() + 1, order.end()));
+    if (best.empty()) break;
+    rings.emplace_back();
+    for (size_t i = 0; i < k; ++i) {
+      lanes[best[i] * k + best[(i + 1) % k]] -= 1;
+      rings.back().push_back(locals[best[i]]);
+    }
+  }
+  return rings;
 }
 
 LinkClass Topology::route_class(std::span<const uint32_t> r) const {

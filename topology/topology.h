@@ -16,6 +16,7 @@
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -174,6 +175,13 @@ class Topology {
   Route switch_route_info(int gpu, bool to_switch) const;
   // The bandwidth of a direct GPU-to-GPU link (a mesh node's NVLink), 0 when there is none.
   double gpu_link_bandwidth(int a, int b) const;
+  // The rings NCCL's search would build over node `node`'s direct GPU links for its GPUs
+  // `locals` (local indices, the first kept first), as local indices: one ring after
+  // another, each the Hamiltonian cycle whose directed hops have the most link lanes
+  // left at their narrowest (a lane: the node's narrowest link), one lane taken per hop,
+  // until no cycle finds a lane on every hop (at most 16). Exhaustive, so for 3 to 8
+  // GPUs; none otherwise. Computed once per node build and set of GPUs.
+  const std::vector<std::vector<int>>& mesh_rings(int node, const std::vector<int>& locals) const;
   // The slowest class on a route (network over PCIe over NVLink).
   LinkClass route_class(std::span<const uint32_t> r) const;
   double route_latency(std::span<const uint32_t> r) const;
@@ -194,6 +202,8 @@ class Topology {
   void build_explicit_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
 
   ClusterSpec spec_;
+  std::vector<int> node_build_;  // per node: the first node wired as it is (mesh ring cache key)
+  mutable std::map<std::pair<int, std::vector<int>>, std::vector<std::vector<int>>> mesh_rings_;
   std::vector<GpuSpec> gpu_models_;
   std::vector<int> gpu_model_;  // per node
   ClusterGraph graph_;
