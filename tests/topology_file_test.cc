@@ -78,6 +78,25 @@ TEST_F(TopologyFile, MixedGenerationsKeepEachNodesGpu) {
   EXPECT_EQ(describe(c), "4 x dgx-h100 (8 x h100-sxm) + 4 x dgx-a100 (8 x a100-sxm-80gb), fat-tree fabric");
 }
 
+// Mixed nodes on a generated fabric take the pruned search; it finds the plain search's
+// routes, link for link, on every fabric kind.
+TEST_F(TopologyFile, MixedNodesPrunedSearchEqualsThePlainOne) {
+  for (const char* fabric : {"fat-tree", "rail-optimized", "switch", "ring", "torus"}) {
+    const std::string path = write("f.yaml", std::string("nodes:\n  - {preset: dgx-h100, count: 3}\n  - {preset: "
+                                                         "dgx-a100, count: 3}\nfabric: {topology: ") +
+                                                 fabric + ", nics_per_leaf: 8}\n");
+    Topology topo(load_topology_file(path, SourceMark{}));
+    for (int a = 0; a < topo.num_gpus(); a += 3)
+      for (int b = 1; b < topo.num_gpus(); b += 5) {
+        if (a == b) continue;
+        const auto fast = topo.route(a, b);
+        EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.end()), topo.route_by_search(a, b))
+            << fabric << " " << a << " -> " << b;
+      }
+    EXPECT_TRUE(topo.pruned_search()) << fabric;
+  }
+}
+
 TEST_F(TopologyFile, NodesAlikeKeepTheStructuredRouting) {
   const ClusterSpec c = load_topology_file(write("t.yaml", "nodes:\n  - {preset: dgx-h100, count: 4}\n"), SourceMark{});
   EXPECT_TRUE(c.uniform());

@@ -676,11 +676,16 @@ void Topology::prepare_fast_routing() {
       is_gpu_[v] = graph_[v].kind == VertexKind::Gpu;
     }
   }
-  // A topology file's nodes differ or its fabric is its own: the plain search, unpruned.
-  if (spec_.nodes < 2 || !spec_.uniform()) return;
+  // The search's pruning needs a generated fabric and one NIC count on every node (its
+  // NIC index is node · nics + k); a fabric given link by link keeps the plain search.
+  if (spec_.nodes < 2 || !spec_.switches.empty()) return;
+  for (const NodeSpec& n : spec_.node_specs)
+    if (n.nics != spec_.node.nics) return;
   index_nics();
   prepare_two_tier();
   prepare_search_pruning();
+  // The structured routes copy node 0's links: nodes built alike only.
+  if (!spec_.uniform()) return;
   // Rail-optimized two-tier fabrics: between two GPUs on one rail, every route leaves the
   // source node by some NIC and enters the destination's by some NIC, and the rail's own
   // leaf (or the equal spines to the rail's other leaf) is as short a fabric part as any:
