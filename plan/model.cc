@@ -81,7 +81,80 @@ int64_t ModelConfig::layer_params(int64_t layer) const {
   return attention_params() + mlp + norms;
 }
 
+std::string_view to_string(BlockSpec::Type t) {
+  switch (t) {
+    case BlockSpec::Type::Attention:
+      return "attention";
+    case BlockSpec::Type::Mlp:
+      return "mlp";
+    case BlockSpec::Type::Moe:
+      return "moe";
+    case BlockSpec::Type::Conv:
+      return "conv";
+    case BlockSpec::Type::Norm:
+      return "norm";
+    case BlockSpec::Type::Embedding:
+      return "embedding";
+  }
+  return "?";
+}
+
+int64_t BlockSpec::params() const {
+  switch (type) {
+    case Type::Attention:  // QKV and output projections with biases, the pre-norm
+      return 4 * hidden * hidden + 4 * hidden + 2 * hidden;
+    case Type::Mlp:
+      return 2 * hidden * ffn_hidden + ffn_hidden + hidden + 2 * hidden;
+    case Type::Moe:  // the router and every expert
+      return hidden * experts + experts * (2 * hidden * ffn_hidden + ffn_hidden + hidden) + 2 * hidden;
+    case Type::Conv:
+      return channels_out * channels_in * kernel * kernel + channels_out;
+    case Type::Norm:
+      return 2 * hidden;
+    case Type::Embedding:
+      return vocab * hidden;
+  }
+  return 0;
+}
+
+double BlockSpec::forward_flops() const {
+  const double rows = static_cast<double>(batch) * static_cast<double>(tokens);
+  const double h = static_cast<double>(hidden), f = static_cast<double>(ffn_hidden);
+  switch (type) {
+    case Type::Attention: {
+      const double scores = 4.0 * static_cast<double>(batch) * static_cast<double>(tokens) *
+                            static_cast<double>(tokens) * h * (causal ? 0.5 : 1.0);
+      return 2.0 * rows * h * 4.0 * h + scores;
+    }
+    case Type::Mlp:
+      return 4.0 * rows * h * f;
+    case Type::Moe:
+      return 2.0 * rows * h * static_cast<double>(experts) + static_cast<double>(top_k) * 4.0 * rows * h * f;
+    case Type::Conv: {
+      const double out = static_cast<double>(batch) * static_cast<double>(height / stride) *
+                         static_cast<double>(width / stride);
+      return 2.0 * out * static_cast<double>(channels_out) * static_cast<double>(channels_in * kernel * kernel);
+    }
+    case Type::Norm:
+    case Type::Embedding:
+      return 0;
+  }
+  return 0;
+}
+
+double BlockSpec::activation_elements() const {
+  if (type == Type::Conv)
+    return static_cast<double>(batch) * static_cast<double>(height) * static_cast<double>(width) *
+           static_cast<double>(channels_in);
+  return static_cast<double>(batch) * static_cast<double>(tokens) * static_cast<double>(hidden);
+}
+
 int64_t ModelConfig::total_params() const {
+  if (!blocks.empty()) {
+    int64_t sum = 0;
+    for (const BlockSpec& b : blocks) sum += b.count * b.params();
+    return sum;
+  }
   const int64_t embed = vocab * hidden * (tied_embeddings ? 1 : 2);
   const int64_t pos = learned_positions ? seq_len * hidden : 0;
   int64_t sum = 0;

@@ -33,8 +33,31 @@ struct MoeConfig {
   MoeRouting routing;
 };
 
+// One entry of a model given as a list of layer types (`model.blocks`, docs/model.md,
+// "Models as lists of blocks"): `count` layers of one type and shape. A sample is `batch`
+// rows of `tokens` positions of `hidden` features (AlphaFold's MSA: rows = sequences,
+// tokens = residues); convolutions take an image of height × width × channels_in.
+struct BlockSpec {
+  enum class Type : uint8_t { Attention, Mlp, Moe, Conv, Norm, Embedding };
+  Type type = Type::Mlp;
+  std::string name;
+  int64_t count = 1;
+  int64_t stage = -1;  // pipeline stage (a component); -1: split by FLOPs
+  bool frozen = false;  // no weight gradients (a diffusion model's text encoder and VAE)
+  bool column = false;  // tensors sharded along the other axis under parallel.tp (axial attention)
+  bool causal = false;
+  int64_t batch = 1, tokens = 1, hidden = 0, heads = 0, ffn_hidden = 0, experts = 0, top_k = 1, vocab = 0;
+  int64_t height = 0, width = 0, channels_in = 0, channels_out = 0, kernel = 1, stride = 1;
+
+  int64_t params() const;
+  double forward_flops() const;  // one sample
+  double activation_elements() const;  // the block's input, one sample
+};
+std::string_view to_string(BlockSpec::Type t);
+
 struct ModelConfig {
   std::string name;
+  std::vector<BlockSpec> blocks;  // a model as a list of blocks, instead of the transformer fields
   int64_t layers = 0;
   int64_t hidden = 0;
   int64_t heads = 0;

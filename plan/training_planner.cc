@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "plan/block_planner.h"
 #include "plan/moe_routing.h"
 
 namespace clustersim {
@@ -1361,6 +1362,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
 }
 
 TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
+  if (!s.model.blocks.empty()) return build_block_plan(s, opt);
   TrainingPlan tp;
   tp.layout = check_training_layout(s);
   const TrainingLayout& l = tp.layout;

@@ -22,6 +22,110 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// ---- model.blocks -----------------------------------------------------------------------
+
+void read_blocks_into(const YNode& n, const std::string& at, std::vector<BlockSpec>& out, int64_t& layers);
+
+std::vector<BlockSpec> read_blocks(const YNode& n) {
+  std::vector<BlockSpec> out;
+  int64_t layers = 0;
+  read_blocks_into(n, "model.blocks", out, layers);
+  return out;
+}
+
+void read_blocks_into(const YNode& n, const std::string& at, std::vector<BlockSpec>& out, int64_t& layers) {
+  if (n.kind != YNode::Kind::Seq || n.seq.empty())
+    throw InputError(n.mark, at + " must be a list of blocks, expected e.g. [{type: mlp, tokens: 1024, "
+                             "hidden: 512, ffn_hidden: 2048}]");
+  using T = BlockSpec::Type;
+  const std::vector<std::string> types = {"attention", "mlp", "moe", "conv", "norm", "embedding"};
+  // The shape keys each type takes; `required` must be given.
+  struct Shape {
+    std::vector<std::string> allowed, required;
+  };
+  const std::vector<Shape> shapes = {
+      {{"batch", "tokens", "hidden", "heads", "causal"}, {"tokens", "hidden", "heads"}},
+      {{"batch", "tokens", "hidden", "ffn_hidden"}, {"tokens", "hidden", "ffn_hidden"}},
+      {{"batch", "tokens", "hidden", "ffn_hidden", "experts", "top_k"}, {"tokens", "hidden", "ffn_hidden", "experts"}},
+      {{"batch", "height", "width", "channels_in", "channels_out", "kernel", "stride"},
+       {"height", "width", "channels_in", "channels_out"}},
+      {{"batch", "tokens", "hidden"}, {"tokens", "hidden"}},
+      {{"batch", "tokens", "hidden", "vocab"}, {"tokens", "hidden", "vocab"}},
+  };
+  for (size_t i = 0; i < n.seq.size(); ++i) {
+    const YNode& b = n.seq[i];
+    const std::string where = at + "[" + std::to_string(i) + "]";
+    if (b.kind != YNode::Kind::Map) throw InputError(b.mark, where + " must be a mapping, got " + b.kind_name());
+    if (const YNode* rep = b.find("repeat")) {
+      // A group of blocks repeated in order (an Evoformer or a transformer block's layers).
+      for (const auto& [k, v] : b.map)
+        if (k != "repeat" && k != "blocks")
+          throw InputError(v.key_mark.known() ? v.key_mark : v.mark,
+                           "'" + k + "' does not go with repeat:, expected {repeat: N, blocks: [...]}");
+      const YNode* inner = b.find("blocks");
+      if (!inner) throw InputError(b.mark, where + " needs blocks: beside repeat:, expected {repeat: N, blocks: [...]}");
+      const int64_t times = as_int(*rep, where + ".repeat", 1, 100000);
+      std::vector<BlockSpec> group;
+      int64_t group_layers = 0;
+      read_blocks_into(*inner, where + ".blocks", group, group_layers);
+      if (group_layers * times + layers > 100'000)
+        throw InputError(rep->mark, "model.blocks has more than 100,000 layers, expected fewer");
+      for (int64_t r = 0; r < times; ++r) out.insert(out.end(), group.begin(), group.end());
+      layers += group_layers * times;
+      continue;
+    }
+    const YNode* type = b.find("type");
+    if (!type) throw InputError(b.mark, where + " needs type:, expected one of: " + join(types));
+    BlockSpec spec;
+    const std::string t = as_enum(*type, where + ".type", types);
+    const size_t ti = static_cast<size_t>(std::find(types.begin(), types.end(), t) - types.begin());
+    spec.type = static_cast<T>(ti);
+    std::vector<std::string> allowed = {"type", "name", "count", "stage", "frozen", "axis"};
+    allowed.insert(allowed.end(), shapes[ti].allowed.begin(), shapes[ti].allowed.end());
+    for (const auto& [k, v] : b.map) {
+      const std::string key = where + "." + k;
+      if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
+        throw InputError(v.key_mark.known() ? v.key_mark : v.mark,
+                         "'" + k + "' does not apply to a " + t + " block, expected one of: " + join(allowed));
+      auto dim = [&](int64_t max = kMaxModelDim) { return as_int(v, key, 1, max); };
+      if (k == "name") spec.name = scalar(v, key, "a name");
+      if (k == "count") spec.count = dim(100000);
+      if (k == "stage") spec.stage = as_int(v, key, 0, kMaxCount);
+      if (k == "frozen") spec.frozen = as_bool(v, key);
+      if (k == "axis") spec.column = as_enum(v, key, {"row", "column"}) == "column";
+      if (k == "causal") spec.causal = as_bool(v, key);
+      if (k == "batch") spec.batch = dim();
+      if (k == "tokens") spec.tokens = dim();
+      if (k == "hidden") spec.hidden = dim();
+      if (k == "heads") spec.heads = dim();
+      if (k == "ffn_hidden") spec.ffn_hidden = dim();
+      if (k == "experts") spec.experts = dim(1 << 16);
+      if (k == "top_k") spec.top_k = dim(1 << 16);
+      if (k == "vocab") spec.vocab = dim();
+      if (k == "height") spec.height = dim();
+      if (k == "width") spec.width = dim();
+      if (k == "channels_in") spec.channels_in = dim();
+      if (k == "channels_out") spec.channels_out = dim();
+      if (k == "kernel") spec.kernel = dim(64);
+      if (k == "stride") spec.stride = dim(64);
+    }
+    for (const std::string& r : shapes[ti].required)
+      if (!b.find(r)) throw InputError(b.mark, where + " (" + t + ") needs " + r + ":, expected all of: " + join(shapes[ti].required));
+    if (spec.type == T::Attention && spec.hidden % spec.heads != 0)
+      throw InputError(b.find("heads")->mark, where + ".heads must divide hidden (" + std::to_string(spec.hidden) + ")");
+    if (spec.type == T::Moe && spec.top_k > spec.experts)
+      throw InputError(b.find("top_k")->mark, where + ".top_k must be at most experts (" + std::to_string(spec.experts) + ")");
+    if (spec.type == T::Conv && (spec.height % spec.stride != 0 || spec.width % spec.stride != 0))
+      throw InputError(b.find("stride")->mark, where + ".stride must divide height and width");
+    // Sizes that stay far inside the FLOP and byte arithmetic (one sample's tensors).
+    if (spec.activation_elements() * std::max<int64_t>({1, spec.ffn_hidden, spec.channels_out}) > 1e18)
+      throw InputError(b.mark, where + " is too large: one sample's tensors pass 10^18 elements");
+    layers += spec.count;
+    if (layers > 100'000) throw InputError(b.mark, "model.blocks has more than 100,000 layers, expected fewer");
+    out.push_back(spec);
+  }
+}
+
 // ---- the key table --------------------------------------------------------------------
 
 struct KeySpec {
@@ -127,6 +231,12 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.model.vocab = as_int(n, "model.vocab", 1, kMaxModelDim); }},
       {"model.seq_len", "integer", "preset's", "tokens per sequence",
        [](const N& n, S& s) { s.model.seq_len = as_int(n, "model.seq_len", 1, kMaxModelDim); }},
+      {"model.blocks", "list of blocks", "[]",
+       "the model as a list of layer types with their shapes, instead of the transformer fields: each "
+       "{type: attention|mlp|moe|conv|norm|embedding, count, stage, frozen, axis: row|column, batch, tokens, hidden, "
+       "heads, causal, ffn_hidden, experts, top_k, vocab, height, width, channels_in, channels_out, kernel, stride} "
+       "(docs/model.md, \"Models as lists of blocks\")",
+       [](const N& n, S& s) { s.model.blocks = read_blocks(n); }},
       {"model.dtype", "dtype", "bf16", "fp32 | bf16 | fp16 | fp8 | int8 | int4",
        [](const N& n, S& s) { s.model.dtype = as_dtype(n, "model.dtype"); }},
       {"model.tied_embeddings", "bool", "preset's", "output layer shares the token embedding",
@@ -951,6 +1061,15 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   ModelConfig& m = s.model;
   if (s.marks.count("model") == 0)
     throw InputError(SourceMark{path, 1, 1}, "model is required: a preset or its fields");
+  if (!m.blocks.empty()) {
+    // A model of blocks: the transformer's fields do not apply.
+    for (const auto& [key, mark] : s.marks)
+      if (key.rfind("model.", 0) == 0 && key != "model.blocks" && key != "model.dtype" && key != "model.name" &&
+          key.rfind("model.blocks.", 0) != 0)
+        throw InputError(mark, key + " does not go with model.blocks, expected the shapes in the blocks");
+    if (s.inference) throw InputError(s.mark("inference"), "inference: serves transformer models, not model.blocks");
+    if (m.name.empty()) m.name = "blocks";
+  } else {
   // kv_heads defaults to heads (MHA) unless a GQA preset set it: overriding the heads of
   // an MHA preset keeps it MHA.
   if (!s.marks.count("model.kv_heads") && (!have_model_preset || m.kv_heads == preset_heads)) m.kv_heads = m.heads;
@@ -970,6 +1089,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
     throw InputError(s.mark("model.kv_heads"), "model.kv_heads (" + std::to_string(m.kv_heads) +
                                                    ") must divide model.heads (" + std::to_string(m.heads) + ")");
+  }
   if (s.reference.set || s.marks.count("reference")) {
     if (s.reference.metric.empty())
       throw InputError(s.mark("reference"), "reference.metric is required, e.g. iteration_time_s");

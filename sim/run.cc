@@ -193,6 +193,8 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"events", static_cast<double>(out.exec.events)},
   };
   if (s.model.moe.routing.dist != "even") out.metrics.emplace_back("moe_hot_rank_load", out.plan.moe_hot_rank_load);
+  if (!s.model.blocks.empty())  // no tokens: samples (images, proteins) per second
+    out.metrics.emplace_back("samples_per_s", static_cast<double>(l.global_batch) / iter);
   if (!s.cluster.one_gpu_model()) {
     // Mixed GPU models: each pipeline stage's compute, where the slower GPUs show.
     const Plan& plan = out.plan.plan;
@@ -485,6 +487,20 @@ std::string summary_table(const RunOutcome& run) {
       line += buf;
     }
     out += line + "\n";
+  }
+  if (!s.model.blocks.empty()) {
+    // A model of blocks: its layers and samples instead of tokens.
+    int64_t layers = 0;
+    for (const BlockSpec& b : s.model.blocks) layers += b.count;
+    std::snprintf(buf, sizeof buf, "model           %s (%.3fB parameters, %lld layers in %zu blocks), %s",
+                  s.model.name.c_str(), static_cast<double>(s.model.total_params()) / 1e9,
+                  static_cast<long long>(layers), s.model.blocks.size(),
+                  std::string(to_string(s.model.dtype)).c_str());
+    const size_t from = out.find("model           "), to = out.find('\n', from);
+    out.replace(from, to - from, buf);
+    const size_t tf = out.find("throughput      "), tt = out.find('\n', tf);
+    std::snprintf(buf, sizeof buf, "throughput      %.3f samples/s", get("samples_per_s"));
+    out.replace(tf, tt - tf, buf);
   }
   if (!s.chakra_dir.empty()) {
     // A workload of Chakra traces has no model: say what it is instead.

@@ -248,6 +248,8 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
 }
 
 SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
+  if (!s.model.blocks.empty())
+    throw InputError(s.mark("model.blocks"), "search finds transformer layouts, not model.blocks (sweep its layouts instead)");
   // The search costs layers on clusters cut down from this one, node by node.
   if (!s.cluster.uniform())
     throw InputError(s.mark("cluster.topology_file"),
