@@ -20,6 +20,10 @@
 #include "topology/presets.h"
 #include "support/temp_scenario.h"
 
+#ifndef CLUSTERSIM_SOURCE_DIR
+#define CLUSTERSIM_SOURCE_DIR "."
+#endif
+
 namespace clustersim {
 namespace {
 
@@ -172,6 +176,22 @@ TEST(Chakra, ImportKeepsKernelShapes) {
   Scenario direct = s;
   direct.cluster.node = *find_node_preset("dgx-a100");
   EXPECT_NEAR(metric(on_a100, "iteration_time_s") / metric(run_training(direct), "iteration_time_s"), 1.0, 1e-9);
+}
+
+// The shipped Mixtral example (EP with all-to-alls, TP, PP, DP) round trips exactly too.
+TEST(Chakra, MixtralExampleRoundTrips) {
+  const std::string dir = temp_dir("chakra-mixtral");
+  fs::remove_all(dir + "/traces");
+  fs::create_directories(dir + "/traces");
+  const std::string src = std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/training/mixtral-8x7b-64xh100-ep.yaml";
+  const Scenario s = load_scenario(src);
+  const RunOutcome original = run_training(s);
+  for (const ChakraFile& f : plan_to_chakra(original.plan.plan, "mx", s.cluster.node.gpu, ComputeProfile{}))
+    std::ofstream(dir + "/traces/" + f.name, std::ios::binary) << f.bytes;
+  std::ofstream(dir + "/w.yaml") << "cluster: {preset: " << s.cluster.node.preset << ", nodes: " << s.cluster.nodes
+                                 << "}\nnetwork_model: " << s.network_model << "\nworkload: {chakra: traces}\n";
+  const RunOutcome back = run_training(load_scenario(dir + "/w.yaml"));
+  EXPECT_NEAR(metric(back, "iteration_time_s") / metric(original, "iteration_time_s"), 1.0, 1e-9);
 }
 
 // A message preceded by its length, as Chakra's encodeMessage writes it.

@@ -20,7 +20,10 @@ const std::vector<GpuSpec>& presets() {
       {"h100-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 80 * GiB, 3350 * GB, 132},
       {"h100-pcie", 51 * T, 378 * T, 756 * T, 1513 * T, 1513 * T, 80 * GiB, 2000 * GB, 114},
       {"h200-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 141 * GB, 4800 * GB, 132},
-      {"b200", 75 * T, 1100 * T, 2250 * T, 4500 * T, 4500 * T, 192 * GB, 8000 * GB, 148},
+      // B200 as DGX / HGX B200 carry it (datasheets, per GPU = the system's / 8): BF16 2.25,
+      // FP8 4.5 PFLOP/s dense (18 and 72 PF sparse for eight), 1,440 GB of HBM3e -> 180 GB
+      // at 8 TB/s (64 TB/s for eight). FP32 and TF32 dense as on the HGX B200 sheet.
+      {"b200", 75 * T, 1100 * T, 2250 * T, 4500 * T, 4500 * T, 180 * GB, 8000 * GB, 148},
       // GB200 NVL72 datasheet, per GPU (the rack's figures / 72, sparsity halved): TF32
       // 1.25 PF, BF16 2.5 PF, FP8 5 PF dense; 13.4 TB HBM3e at 576 TB/s -> 186 GB at
       // 8 TB/s. FP32 (not on the sheet) as B200's; 148 SMs as B200.
