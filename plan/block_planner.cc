@@ -359,6 +359,12 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
   // DAP splits each sample's rows over the tp GPUs.
   for (size_t i = 0; i < blocks.size(); ++i) {
     const BlockSpec& b = blocks[i];
+    // A micro-batch's tensors stay far inside the int64 shapes and byte counts.
+    if (b.activation_elements() * static_cast<double>(l.micro_batch) *
+            static_cast<double>(std::max<int64_t>({1, b.ffn_hidden, b.channels_out, b.experts, 4 * b.hidden})) >
+        1e18)
+      fail(s, "parallel.micro_batch", "model.blocks[" + std::to_string(i) + "] with micro_batch " +
+                                          std::to_string(l.micro_batch) + " passes 10^18 elements, expected smaller");
     const int64_t rows = b.type == BlockSpec::Type::Conv ? 0 : l.micro_batch * b.batch;
     if (l.tp > 1 && b.type == BlockSpec::Type::Conv)
       fail(s, "parallel.tp", "model.blocks[" + std::to_string(i) + "] is a convolution: splitting an image over "
