@@ -126,45 +126,37 @@ int cmd_collective(const std::vector<std::string>& args) {
                                                        std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
                                                        " ranks, the topology file has " + std::to_string(have) +
                                                        " GPUs");
-    if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
-    std::vector<CollectiveRow> rows;
-    try {
-      rows = run_collective_sweep(cfg);
-    } catch (const std::invalid_argument& e) {
-      throw InputError(SourceMark{"--algo", 0, 0}, e.what());
+  } else {
+    const NodeSpec* node = find_node_preset(preset);
+    if (!node) {
+      std::string names;
+      for (const auto& n : node_preset_names()) names += (names.empty() ? "" : ", ") + n;
+      throw InputError(SourceMark{"--cluster", 0, 0},
+                       "unknown cluster preset '" + preset + "', expected one of: " + names);
     }
-    std::cout << (json ? format_collective_json(cfg, rows) + "\n" : format_collective_table(cfg, rows));
-    return 0;
+    cfg.cluster.node = *node;
+    if (!parse_fabric(fabric, cfg.cluster.fabric.kind))
+      throw InputError(SourceMark{"--fabric", 0, 0},
+                       "unknown fabric '" + fabric + "', expected fat-tree, rail-optimized, switch, ring or torus");
+    cfg.cluster.fabric.oversubscription = oversub;
+    cfg.cluster.fabric.nics_per_leaf = nics_per_leaf;
+    if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > (int64_t{1} << (allow_large ? 24 : 20)))
+      throw InputError(SourceMark{"--concurrent", 0, 0}, "--gpus x --concurrent = " +
+                                                             std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
+                                                             " ranks is past the budget of " + std::to_string(int64_t{1} << (allow_large ? 24 : 20)) + (allow_large ? "" : " (--allow-large raises it to 16777216)") + ", expected fewer");
+    const int total = cfg.gpus * cfg.concurrent;
+    cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
+    if (total % cfg.nodes != 0)
+      throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(total) +
+                                                       " GPUs do not split evenly over " + std::to_string(cfg.nodes) +
+                                                       " nodes");
+    if (total / cfg.nodes > node->gpus)
+      throw InputError(SourceMark{"--gpus", 0, 0},
+                       std::to_string(total) + " GPUs on " + std::to_string(cfg.nodes) + " node(s) of " + preset +
+                           " need " + std::to_string(total / cfg.nodes) + " GPUs per node, the preset has " +
+                           std::to_string(node->gpus) + "; add --nodes");
+    if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, total / cfg.nodes);
   }
-  const NodeSpec* node = find_node_preset(preset);
-  if (!node) {
-    std::string names;
-    for (const auto& n : node_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    throw InputError(SourceMark{"--cluster", 0, 0},
-                     "unknown cluster preset '" + preset + "', expected one of: " + names);
-  }
-  cfg.cluster.node = *node;
-  if (!parse_fabric(fabric, cfg.cluster.fabric.kind))
-    throw InputError(SourceMark{"--fabric", 0, 0},
-                     "unknown fabric '" + fabric + "', expected fat-tree, rail-optimized, switch, ring or torus");
-  cfg.cluster.fabric.oversubscription = oversub;
-  cfg.cluster.fabric.nics_per_leaf = nics_per_leaf;
-  if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > (int64_t{1} << (allow_large ? 24 : 20)))
-    throw InputError(SourceMark{"--concurrent", 0, 0}, "--gpus x --concurrent = " +
-                                                           std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
-                                                           " ranks is past the budget of " + std::to_string(int64_t{1} << (allow_large ? 24 : 20)) + (allow_large ? "" : " (--allow-large raises it to 16777216)") + ", expected fewer");
-  const int total = cfg.gpus * cfg.concurrent;
-  cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
-  if (total % cfg.nodes != 0)
-    throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(total) +
-                                                     " GPUs do not split evenly over " + std::to_string(cfg.nodes) +
-                                                     " nodes");
-  if (total / cfg.nodes > node->gpus)
-    throw InputError(SourceMark{"--gpus", 0, 0},
-                     std::to_string(total) + " GPUs on " + std::to_string(cfg.nodes) + " node(s) of " + preset +
-                         " need " + std::to_string(total / cfg.nodes) + " GPUs per node, the preset has " +
-                         std::to_string(node->gpus) + "; add --nodes");
-  if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, total / cfg.nodes);
   if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
   std::vector<CollectiveRow> rows;
   try {

@@ -1,7 +1,6 @@
 // Topology files: parsing and its FILE:LINE:COL errors, mixed GPU models through the
 // planner and executor, mesh nodes' ring search.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +16,7 @@
 #include "sim/run.h"
 #include "topology/presets.h"
 #include "topology/topology.h"
+#include "support/temp_scenario.h"
 
 #ifndef CLUSTERSIM_SOURCE_DIR
 #define CLUSTERSIM_SOURCE_DIR "."
@@ -27,20 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Each test writes its files into a directory of its own (support/temp_scenario.h).
 class TopologyFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path("/tmp") / ("clustersim_topofile_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    dir_ = testing::temp_dir(std::string("topofile-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   std::string write(const std::string& rel, const std::string& text) {
-    const fs::path p = dir_ / rel;
+    const fs::path p = fs::path(dir_) / rel;
     std::ofstream(p, std::ios::binary) << text;
     return p.string();
   }
@@ -53,7 +47,7 @@ class TopologyFile : public ::testing::Test {
     }
     return "";
   }
-  fs::path dir_;
+  std::string dir_;
 };
 
 const std::string kExamples = std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/clusters/";
