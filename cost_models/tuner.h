@@ -26,7 +26,7 @@ GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus);
 
 // The rings NCCL's topology search would build over a mesh node's direct GPU links for
 // the group positions `members` (all in one node), as positions (Topology::mesh_rings:
-// packed one by one over the links' lanes, 3 to 8 members, else none). Each ring is a
+// the largest packing over the links' lanes, 3 to 8 members, else none). Each ring is a
 // channel carrying an equal share.
 std::vector<std::vector<int32_t>> mesh_rings(const Topology& topo, std::span<const int32_t> gpus,
                                              const std::vector<int32_t>& members);

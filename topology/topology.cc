@@ -560,31 +560,72 @@ const std::vector<std::vector<int>>& Topology::mesh_rings(int node, const std::v
       if (bw > 0) lane = std::min(lane, bw);
     }
   if (!std::isfinite(lane)) return rings;
-  for (double& c : lanes) c = std::floor(c / lane + 1e-9);
+  std::vector<int> cap(k * k, 0);
+  for (size_t e = 0; e < k * k; ++e) cap[e] = static_cast<int>(std::floor(lanes[e] / lane + 1e-9));
+  // Every directed Hamiltonian cycle over the links, the first GPU first (rotations are
+  // one ring), widest first: the most lanes on its narrowest hop, then in all.
+  std::vector<std::vector<size_t>> cycles;
   std::vector<size_t> order(k);
-  for (int channel = 0; channel < 16; ++channel) {
-    for (size_t i = 0; i < k; ++i) order[i] = i;
-    std::vector<size_t> best;
-    double best_min = 0, best_sum = 0;
-    do {
-      double least = std::numeric_limits<double>::infinity(), sum = 0;
-      for (size_t i = 0; i < k && least > 0; ++i) {
-        const double c = lanes[order[i] * k + order[(i + 1) % k]];
-        least = std::min(least, c);
-        sum += c;
-      }
-      if (least > best_min || (least == best_min && least > 0 && sum > best_sum)) {
-        best_min = least;
-        best_sum = sum;
-        best = order;
-      }
-    } while (std::next_permutation(order.begin() + 1, order.end()));
-    if (best.empty()) break;
-    rings.emplace_back();
+  for (size_t i = 0; i < k; ++i) order[i] = i;
+  do {
+    bool ok = true;
+    for (size_t i = 0; i < k && ok; ++i) ok = cap[order[i] * k + order[(i + 1) % k]] > 0;
+    if (ok) cycles.push_back(order);
+  } while (std::next_permutation(order.begin() + 1, order.end()));
+  auto width = [&](const std::vector<size_t>& c) {
+    int least = 1 << 30, sum = 0;
     for (size_t i = 0; i < k; ++i) {
-      lanes[best[i] * k + best[(i + 1) % k]] -= 1;
-      rings.back().push_back(locals[best[i]]);
+      const int v = cap[c[i] * k + c[(i + 1) % k]];
+      least = std::min(least, v);
+      sum += v;
     }
+    return std::pair{least, sum};
+  };
+  std::stable_sort(cycles.begin(), cycles.end(),
+                   [&](const auto& x, const auto& y) { return width(x) > width(y); });
+  // The most rings whose hops together take no more lanes than each link has: a
+  // depth-first search over the cycles (each may repeat where lanes allow), bounded by
+  // the fewest lanes any GPU has left to send on (every ring takes one from each), and
+  // cut off after 10^6 steps with the best packing found so far.
+  std::vector<int> left = cap;
+  std::vector<size_t> chosen, best;
+  int64_t steps = 0;
+  auto bound = [&] {
+    int least = 1 << 30;
+    for (size_t a = 0; a < k; ++a) {
+      int out = 0;
+      for (size_t b = 0; b < k; ++b) out += left[a * k + b];
+      least = std::min(least, out);
+    }
+    return least;
+  };
+  auto fits = [&](const std::vector<size_t>& c, int d) {
+    bool ok = true;
+    for (size_t i = 0; i < k; ++i) {
+      int& v = left[c[i] * k + c[(i + 1) % k]];
+      v -= d;
+      ok = ok && v >= 0;
+    }
+    return ok;
+  };
+  auto search = [&](auto&& self, size_t from) -> void {
+    if (chosen.size() > best.size()) best = chosen;
+    if (chosen.size() >= 16 || ++steps > 1'000'000) return;
+    if (chosen.size() + static_cast<size_t>(bound()) <= best.size()) return;
+    for (size_t i = from; i < cycles.size(); ++i) {
+      if (fits(cycles[i], 1)) {
+        chosen.push_back(i);
+        self(self, i);
+        chosen.pop_back();
+      }
+      fits(cycles[i], -1);
+      if (steps > 1'000'000) return;
+    }
+  };
+  search(search, 0);
+  for (size_t i : best) {
+    rings.emplace_back();
+    for (size_t g : cycles[i]) rings.back().push_back(locals[g]);
   }
   return rings;
 }

@@ -176,11 +176,11 @@ class Topology {
   // The bandwidth of a direct GPU-to-GPU link (a mesh node's NVLink), 0 when there is none.
   double gpu_link_bandwidth(int a, int b) const;
   // The rings NCCL's search would build over node `node`'s direct GPU links for its GPUs
-  // `locals` (local indices, the first kept first), as local indices: one ring after
-  // another, each the Hamiltonian cycle whose directed hops have the most link lanes
-  // left at their narrowest (a lane: the node's narrowest link), one lane taken per hop,
-  // until no cycle finds a lane on every hop (at most 16). Exhaustive, so for 3 to 8
-  // GPUs; none otherwise. Computed once per node build and set of GPUs.
+  // `locals` (local indices, the first kept first), as local indices: the largest set of
+  // directed Hamiltonian cycles (at most 16) that takes no more lanes of each link than
+  // it has (a lane: the node's narrowest link), widest cycles first, by a bounded
+  // depth-first search. Exhaustive, so for 3 to 8 GPUs; none otherwise. Computed once
+  // per node build and set of GPUs.
   const std::vector<std::vector<int>>& mesh_rings(int node, const std::vector<int>& locals) const;
   // The slowest class on a route (network over PCIe over NVLink).
   LinkClass route_class(std::span<const uint32_t> r) const;
