@@ -44,6 +44,8 @@ if [ "$fuzz" = 1 ]; then
   printf 'cluster: {preset: dgx-a100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4, seq_len: 1024}\nparallel: {tp: 2, pp: 2}\ntraining: {global_batch: 16, attention: unfused, recompute: selective}\n#--set\nparallel.zero_stage=1\nmodel.dropout=0.1\n' > "$corpus/run/pp2"
   printf 'cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2, dtype: fp8}\nparallel: {tp: 4, sequence_parallel: true, tp_comm_overlap: true}\n#--set\ntraining.global_batch=4\n' > "$corpus/run/fp8"
   printf 'cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b, layers: 2}\ninference: {requests: 16, scheduler: trtllm, arrivals: {process: closed, concurrency: 4}}\n' > "$corpus/run/serve"
+  printf 'cluster: {preset: dgx-h100, nodes: 1}\nmodel:\n  blocks:\n    - {type: attention, batch: 4, tokens: 64, hidden: 64, heads: 4}\n    - {type: mlp, axis: column, batch: 4, tokens: 64, hidden: 64, ffn_hidden: 128, stage: 1}\nparallel: {tp: 2, pp: 2}\ntraining: {global_batch: 4}\n' > "$corpus/run/blocks"
+  printf 'cluster: {topology_file: %s/scenarios/examples/clusters/h100-beside-a100.topology.yaml}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {tp: 8, pp: 2, dp: 4}\ntraining: {global_batch: 8}\n' "$root" > "$corpus/run/mixed"
   for u in 64MiB 1GiB 2us 5ms 400Gbps 450GB/s 0.5us 1e3B; do printf '%s' "$u" > "$corpus/units/$(printf '%s' "$u" | tr '/' '_')"; done
   (cd "$corpus" && "$root/build-fuzz/fuzz_scenario" -seed=1 -runs=100000 -max_total_time=120 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/" scenario)
   (cd "$corpus" && "$root/build-fuzz/fuzz_units" -seed=1 -runs=5000000 -max_total_time=120 -timeout=10 -artifact_prefix="$root/build-fuzz/" units)

@@ -312,7 +312,8 @@ std::vector<int64_t> block_stages(const std::vector<BlockSpec>& blocks, int64_t 
   bool given = false;
   for (const BlockSpec& b : blocks) given = given || b.stage >= 0;
   if (given) {
-    for (const BlockSpec& b : blocks) out.push_back(b.stage);
+    // A block without a stage goes where the block before it went (the first: stage 0).
+    for (const BlockSpec& b : blocks) out.push_back(b.stage >= 0 ? b.stage : out.empty() ? 0 : out.back());
     return out;
   }
   double total = 0;

@@ -11,7 +11,8 @@
 
 namespace clustersim {
 
-// The blocks' stage for pipeline stage count `pp`: each block's `stage` where given,
+// The blocks' stage for pipeline stage count `pp`: each block's `stage` where any block
+// gives one (a block without takes the stage of the block before it, the first stage 0),
 // else contiguous runs of about equal forward FLOPs.
 std::vector<int64_t> block_stages(const std::vector<BlockSpec>& blocks, int64_t pp);
 

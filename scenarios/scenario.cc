@@ -82,7 +82,9 @@ void read_blocks_into(const YNode& n, const std::string& at, std::vector<BlockSp
     spec.type = static_cast<T>(ti);
     std::vector<std::string> allowed = {"type", "name", "count", "stage", "frozen", "axis"};
     allowed.insert(allowed.end(), shapes[ti].allowed.begin(), shapes[ti].allowed.end());
-    for (const auto& [k, v] : b.map) {
+    for (const auto& member : b.map) {
+      const std::string& k = member.first;
+      const YNode& v = member.second;  // a plain reference: lambdas below capture it
       const std::string key = where + "." + k;
       if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
         throw InputError(v.key_mark.known() ? v.key_mark : v.mark,

@@ -129,6 +129,8 @@ TEST(BlockModel, StagesSplitByFlopsWhereNotGiven) {
   EXPECT_EQ(block_stages(blocks, 2), (std::vector<int64_t>{0, 0, 1, 1}));
   blocks[0].ffn_hidden = 24;  // as heavy as the other three
   EXPECT_EQ(block_stages(blocks, 2), (std::vector<int64_t>{0, 1, 1, 1}));
+  blocks[2].stage = 1;  // given for one: the others follow the block before them
+  EXPECT_EQ(block_stages(blocks, 2), (std::vector<int64_t>{0, 0, 1, 1}));
 }
 
 TEST(BlockModel, SearchAndUnsupportedKeysAreRefused) {

@@ -59,9 +59,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return 0;
       (void)clustersim::run_serving(s, false, false);
     } else {
-      const clustersim::TrainingLayout l = clustersim::check_training_layout(s);
-      if (l.micro_batches * l.virtual_stages > 64) return 0;
+      if (!s.model.blocks.empty()) {  // a model of blocks: its layers, and the micro-batches once planned
+        int64_t layers = 0;
+        for (const clustersim::BlockSpec& b : s.model.blocks) layers += b.count;
+        if (layers > 64) return 0;
+      } else {
+        const clustersim::TrainingLayout l = clustersim::check_training_layout(s);
+        if (l.micro_batches * l.virtual_stages > 64) return 0;
+      }
       const clustersim::TrainingPlan plan = clustersim::build_training_plan(s);
+      if (plan.layout.micro_batches > 64) return 0;
       if (plan.plan.total_ops() > 20000) return 0;
       clustersim::RunOptions o;
       o.keep_spans = false;
