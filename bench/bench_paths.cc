@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "calibrate/profile.h"
@@ -119,5 +120,34 @@ void BM_Llama3_405b_16384_Samples32(benchmark::State& state) {
   state.counters["iteration_p95_s"] = p95;
 }
 BENCHMARK(BM_Llama3_405b_16384_Samples32)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// A topology file of mixed nodes (the pruned route search, each GPU model's kernel
+// times): the shipped H100-beside-A100 example, and the same two generations at 512
+// nodes (Llama 3 70B, TP 8, PP 4, DP 128).
+void BM_MixedTopology(benchmark::State& state) {
+  Scenario s = example("clusters/llama3-70b-h100-beside-a100.yaml");
+  if (state.range(0) > 8) {
+    const std::string dir = std::filesystem::temp_directory_path() / ("clustersim-bench-mixed-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/t.yaml") << "nodes:\n  - {preset: dgx-h100, count: " << state.range(0) / 2
+                                   << "}\n  - {preset: dgx-a100, count: " << state.range(0) / 2 << "}\n";
+    std::ofstream(dir + "/s.yaml") << "cluster: {topology_file: t.yaml}\nmodel: {preset: llama3-70b}\n"
+                                      "parallel: {tp: 8, pp: 4, dp: " << state.range(0) / 4 << ", zero_stage: 1, "
+                                      "sequence_parallel: true}\ntraining: {global_batch: " << state.range(0) * 2
+                                   << ", recompute: full}\n";
+    s = load_scenario(dir + "/s.yaml");
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(run_training(s, no_outputs()).exec.makespan);
+}
+BENCHMARK(BM_MixedTopology)->Arg(8)->Arg(512)->Unit(benchmark::kMillisecond);
+
+// Models as lists of blocks: the AlphaFold-style trunk with DAP and the diffusion UNet
+// beside its frozen encoders.
+void BM_BlockModels(benchmark::State& state) {
+  const Scenario s = example(state.range(0) ? "blocks/sd-unet-components-16xh100.yaml"
+                                            : "blocks/alphafold-trunk-dap-32xa100.yaml");
+  for (auto _ : state) benchmark::DoNotOptimize(run_training(s, no_outputs()).exec.makespan);
+}
+BENCHMARK(BM_BlockModels)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
