@@ -1,6 +1,5 @@
 // `clustersim real`: the scenario's plan executed on GPUs.
 #include "cli/output.h"
-#include "plan/chakra.h"
 #include "plan/training_planner.h"
 #include "reports/sqlite_writer.h"
 #include "reports/summary.h"
@@ -65,20 +64,9 @@ int cmd_real(const std::vector<std::string>& args) {
   check_output_paths(s);
   PlannerOptions po;
   po.use_symmetry = false;  // every rank runs on a GPU of its own
-  TrainingPlan tp;
-  if (s.chakra_dir.empty()) {
-    tp = build_training_plan(s, po);
-  } else {
-    // Imported traces: kernels with shapes run as those kernels, compute nodes with only
-    // a recorded time as a kernel that holds the GPU that long.
-    tp.plan = plan_from_chakra(s.chakra_dir, s.cluster.node.gpu);
-    if (tp.plan.world_size > s.gpus())
-      throw InputError(s.mark("workload.chakra"), std::to_string(tp.plan.world_size) +
-                                                      " traces need as many GPUs, the cluster has " +
-                                                      std::to_string(s.gpus()));
-    tp.model_flops_per_rank = tp.hardware_flops_per_rank = chakra_flops_per_rank(tp.plan);
-    tp.layout.global_batch = 0;  // no tokens
-  }
+  // Imported traces run too: kernels with shapes as those kernels, compute nodes with
+  // only a recorded time as a kernel that holds the GPU that long.
+  const TrainingPlan tp = scenario_plan(s, po);
 #ifndef CLUSTERSIM_HAVE_REAL
   (void)tp;
   (void)json;

@@ -111,29 +111,6 @@ NodeSpec read_node(const YNode& n, const std::string& where, int& count) {
   return node;
 }
 
-bool same_build(const NodeSpec& a, const NodeSpec& b) {
-  auto links = [](const NodeSpec& n) {
-    std::vector<std::tuple<int, int, double>> v;
-    for (const auto& l : n.gpu_links) v.emplace_back(l.a, l.b, l.bandwidth);
-    return v;
-  };
-  const GpuSpec &g = a.gpu, &h = b.gpu;
-  return a.preset == b.preset && g.name == h.name && g.peak_fp32 == h.peak_fp32 && g.peak_tf32 == h.peak_tf32 &&
-         g.peak_bf16 == h.peak_bf16 && g.peak_fp8 == h.peak_fp8 && g.hbm_bytes == h.hbm_bytes &&
-         g.hbm_bandwidth == h.hbm_bandwidth && g.sm_count == h.sm_count && a.gpus == b.gpus &&
-         a.nvswitch == b.nvswitch && a.nvls == b.nvls && a.nvlink_bandwidth == b.nvlink_bandwidth &&
-         a.nvlink_latency == b.nvlink_latency && a.pcie_bandwidth == b.pcie_bandwidth &&
-         a.pcie_latency == b.pcie_latency && a.gpus_per_pcie_switch == b.gpus_per_pcie_switch && a.nics == b.nics &&
-         a.nic_bandwidth == b.nic_bandwidth && links(a) == links(b);
-}
-
-// "nodeN/nicK" -> (N, K); false for anything else.
-bool nic_name(const std::string& s, int& node, int& nic) {
-  char tail = 0;
-  return std::sscanf(s.c_str(), "node%d/nic%d%c", &node, &nic, &tail) == 2 && node >= 0 && nic >= 0 &&
-         s == "node" + std::to_string(node) + "/nic" + std::to_string(nic);
-}
-
 }  // namespace
 
 ClusterSpec load_topology_file(const std::string& path, const SourceMark& from) {
@@ -203,7 +180,7 @@ ClusterSpec load_topology_file(const std::string& path, const SourceMark& from) 
     for (const YNode& s : switches->seq) {
       const std::string& name = scalar(s, "switches[]", "a switch name");
       int a = 0, b = 0;
-      if (name.empty() || nic_name(name, a, b) || name.find('/') != std::string::npos)
+      if (name.empty() || parse_nic_name(name, a, b) || name.find('/') != std::string::npos)
         throw InputError(s.mark, "switch name '" + printable(name) + "' is not allowed, expected a name without '/'");
       if (!index.emplace(name, index.size()).second)
         throw InputError(s.mark, "switch '" + name + "' is named twice, expected each switch once");
@@ -240,7 +217,7 @@ ClusterSpec load_topology_file(const std::string& path, const SourceMark& from) 
         int node = 0, nic = 0;
         if (auto it = index.find(name); it != index.end()) {
           ends[e] = static_cast<size_t>(spec.nodes) + it->second;
-        } else if (nic_name(name, node, nic)) {
+        } else if (parse_nic_name(name, node, nic)) {
           if (node >= spec.nodes)
             throw InputError(end.mark, "'" + name + "': there are " + std::to_string(spec.nodes) +
                                            " nodes, expected node0 .. node" + std::to_string(spec.nodes - 1));
@@ -275,7 +252,7 @@ ClusterSpec load_topology_file(const std::string& path, const SourceMark& from) 
   // Nodes all alike on a generated fabric: a plain cluster, with its structured routing.
   if (spec.switches.empty()) {
     bool alike = true;
-    for (const NodeSpec& n : spec.node_specs) alike = alike && same_build(n, spec.node);
+    for (const NodeSpec& n : spec.node_specs) alike = alike && n == spec.node;
     if (alike) spec.node_specs.clear();
   }
   return spec;

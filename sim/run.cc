@@ -118,23 +118,28 @@ void add_goodput_metrics(Metrics& m, const GoodputReport& g) {
 
 }  // namespace
 
+TrainingPlan scenario_plan(const Scenario& s, const PlannerOptions& opt) {
+  if (s.chakra_dir.empty()) return build_training_plan(s, opt);
+  // A workload from Chakra traces: FLOPs are what its kernels and compute nodes declare;
+  // there is no model to count tokens or memory from.
+  TrainingPlan tp;
+  tp.plan = plan_from_chakra(s.chakra_dir, s.cluster.node.gpu);
+  if (tp.plan.world_size > s.gpus())
+    throw InputError(s.mark("workload.chakra"), std::to_string(tp.plan.world_size) +
+                                                    " traces need as many GPUs, the cluster has " +
+                                                    std::to_string(s.gpus()));
+  tp.model_flops_per_rank = tp.hardware_flops_per_rank = chakra_flops_per_rank(tp.plan);
+  tp.layout.dp = tp.plan.world_size;
+  tp.layout.global_batch = 0;  // no tokens: tokens_per_s is 0
+  return tp;
+}
+
 RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   RunOutcome out;
   out.scenario = s;
   ExecOptions eo = base_exec_options(s, opt);
   out.topology = std::make_unique<Topology>(s.cluster);
-  if (s.chakra_dir.empty()) {
-    out.plan = build_training_plan(s);
-  } else {
-    // A workload from Chakra traces: FLOPs are what its compute nodes declare; there is no
-    // model to count tokens or memory from.
-    out.plan.plan = plan_from_chakra(s.chakra_dir, s.cluster.node.gpu);
-    if (out.plan.plan.world_size > s.gpus())
-      throw InputError(s.mark("workload.chakra"), std::to_string(out.plan.plan.world_size) + " traces need as many GPUs, the cluster has " + std::to_string(s.gpus()));
-    out.plan.model_flops_per_rank = out.plan.hardware_flops_per_rank = chakra_flops_per_rank(out.plan.plan);
-    out.plan.layout.dp = out.plan.plan.world_size;
-    out.plan.layout.global_batch = 0;  // no tokens: tokens_per_s is 0
-  }
+  out.plan = scenario_plan(s);
   if (s.variability.any()) {
     out.variability = draw_variability(s, out.plan.plan, *out.topology, stream_seed(s.seed, 0), opt.simulate_all_ranks);
     apply_draw(out.variability, *out.topology, eo);

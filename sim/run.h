@@ -36,6 +36,8 @@ struct RunOutcome {
   std::vector<SampleValue> samples;      // run_samples
 };
 
+// The scenario's training plan: the planner's, or its Chakra traces' (workload.chakra).
+TrainingPlan scenario_plan(const Scenario& s, const PlannerOptions& opt = {});
 RunOutcome run_training(const Scenario& s, const RunOptions& opt = {});
 // Host and framework work per iteration that the GPUs wait for (training.step_overhead;
 // the default's derivation is in docs/model.md).

@@ -26,6 +26,7 @@ struct GpuSpec {
   // *not* assumed: FP32 means true FP32). Falls back to the next wider type when the
   // GPU lacks a path for `d` (e.g. FP8 on A100 runs as BF16).
   double peak_flops(DType d) const;
+  bool operator==(const GpuSpec&) const = default;
 };
 
 const GpuSpec* find_gpu_preset(std::string_view name);

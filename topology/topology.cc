@@ -38,19 +38,17 @@ std::string_view to_string(FabricKind f) {
   return "?";
 }
 
-namespace {
-bool same_gpu(const GpuSpec& a, const GpuSpec& b) {
-  return a.name == b.name && a.peak_fp32 == b.peak_fp32 && a.peak_tf32 == b.peak_tf32 && a.peak_bf16 == b.peak_bf16 &&
-         a.peak_fp8 == b.peak_fp8 && a.peak_int8 == b.peak_int8 && a.hbm_bytes == b.hbm_bytes &&
-         a.hbm_bandwidth == b.hbm_bandwidth && a.sm_count == b.sm_count;
+bool parse_nic_name(const std::string& s, int& node, int& nic) {
+  char tail = 0;
+  return std::sscanf(s.c_str(), "node%d/nic%d%c", &node, &nic, &tail) == 2 && node >= 0 && nic >= 0 &&
+         s == "node" + std::to_string(node) + "/nic" + std::to_string(nic);
 }
-}  // namespace
 
 bool ClusterSpec::uniform() const { return node_specs.empty() && switches.empty(); }
 
 bool ClusterSpec::one_gpu_model() const {
   for (const NodeSpec& n : node_specs)
-    if (!same_gpu(n.gpu, node.gpu)) return false;
+    if (n.gpu != node.gpu) return false;
   return true;
 }
 
@@ -99,24 +97,18 @@ Topology::Topology(const ClusterSpec& spec) : spec_(spec) {
   for (int n = 0; n < spec.nodes; ++n) {
     const GpuSpec& g = spec.node_at(n).gpu;
     size_t m = 0;
-    while (m < gpu_models_.size() && !same_gpu(gpu_models_[m], g)) ++m;
+    while (m < gpu_models_.size() && gpu_models_[m] != g) ++m;
     if (m == gpu_models_.size()) gpu_models_.push_back(g);
     gpu_model_.push_back(static_cast<int>(m));
   }
+  // Each node's build for the mesh-ring cache: the first node wired as it is, looked up
+  // among the distinct wirings only.
+  std::vector<int> wirings;
   for (int n = 0; n < spec.nodes; ++n) {
-    int first = n;
-    auto same_wiring = [&](const NodeSpec& a, const NodeSpec& b) {
-      if (a.gpu_links.size() != b.gpu_links.size()) return false;
-      for (size_t i = 0; i < a.gpu_links.size(); ++i)
-        if (a.gpu_links[i].a != b.gpu_links[i].a || a.gpu_links[i].b != b.gpu_links[i].b ||
-            a.gpu_links[i].bandwidth != b.gpu_links[i].bandwidth)
-          return false;
-      return true;
-    };
-    if (!spec.node_specs.empty())
-      for (int m = 0; m < n && first == n; ++m)
-        if (node_build_[static_cast<size_t>(m)] == m && same_wiring(spec.node_at(m), spec.node_at(n))) first = m;
-    node_build_.push_back(spec.node_specs.empty() ? 0 : first);
+    size_t w = 0;
+    while (w < wirings.size() && spec.node_at(wirings[w]).gpu_links != spec.node_at(n).gpu_links) ++w;
+    if (w == wirings.size()) wirings.push_back(n);
+    node_build_.push_back(wirings[w]);
   }
   std::vector<std::vector<uint32_t>> nics(static_cast<size_t>(spec.nodes));
   for (int n = 0; n < spec.nodes; ++n) build_node(n, nics[static_cast<size_t>(n)]);
@@ -198,11 +190,8 @@ void Topology::build_explicit_fabric(const std::vector<std::vector<uint32_t>>& n
   }
   auto end = [&](const std::string& name) -> uint32_t {
     if (auto it = by_name.find(name); it != by_name.end()) return it->second;
-    // "nodeN/nicK"
     int node = -1, nic = -1;
-    char tail = 0;
-    if (std::sscanf(name.c_str(), "node%d/nic%d%c", &node, &nic, &tail) == 2 && node >= 0 &&
-        node < static_cast<int>(nics_by_node.size()) && nic >= 0 &&
+    if (parse_nic_name(name, node, nic) && node < static_cast<int>(nics_by_node.size()) &&
         nic < static_cast<int>(nics_by_node[static_cast<size_t>(node)].size()))
       return nics_by_node[static_cast<size_t>(node)][static_cast<size_t>(nic)];
     throw std::invalid_argument("topology: no switch or NIC named '" + name + "'");

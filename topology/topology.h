@@ -82,8 +82,10 @@ struct NodeSpec {
   struct GpuLink {
     int a = 0, b = 0;
     double bandwidth = 0;
+    bool operator==(const GpuLink&) const = default;
   };
   std::vector<GpuLink> gpu_links;
+  bool operator==(const NodeSpec&) const = default;  // built alike, field for field
 };
 
 enum class FabricKind : uint8_t { Switch, FatTree, RailOptimized, Ring, Torus };
@@ -122,6 +124,9 @@ struct ClusterSpec {
   // Whether every GPU is the same model.
   bool one_gpu_model() const;
 };
+
+// "nodeN/nicK" (exactly: no leading zeros, nothing after) -> its node and NIC index.
+bool parse_nic_name(const std::string& s, int& node, int& nic);
 
 // "8 x dgx-h100 (8 x h100-sxm), fat-tree fabric"; a topology file's node groups joined
 // by " + ", then its fabric ("3 switches, 18 links" when given link by link).
