@@ -156,5 +156,33 @@ TEST(Topology, FastRoutingEqualsTheSearch) {
   }
 }
 
+TEST(Topology, RailPairsAcrossSpinesAreStructuredWhereNicsTie) {
+  // On a DGX board two NICs share each PCIe switch, so across the spines a GPU's own NIC
+  // ties with its neighbour's (four fabric links either way). The structured route follows
+  // the search's tie-break (the spine's equal leaves, chosen by the destination's NIC)
+  // instead of handing every such pair to the search.
+  for (int nics_per_leaf : {2, 4, 8}) {
+    ClusterSpec spec = cluster("dgx-h100", 24, FabricKind::RailOptimized);
+    spec.fabric.nics_per_leaf = nics_per_leaf;
+    Topology t(spec);
+    const int g = t.gpus_per_node();
+    int across = 0;
+    for (int a = 0; a < g; ++a)
+      for (int n = 1; n < spec.nodes; ++n) {
+        const int b = n * g + a;
+        auto fast = t.route(a, b);
+        const auto search = t.route_by_search(a, b);
+        EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.end()), search) << a << "->" << b;
+        EXPECT_TRUE(t.structured_route(a, b)) << nics_per_leaf << " " << a << "->" << b;
+        int fabric_links = 0;
+        for (uint32_t l : search) fabric_links += t.links()[l].cls == LinkClass::Network;
+        across += fabric_links == 4;
+      }
+    EXPECT_GT(across, 0) << nics_per_leaf;
+    // A pair on different rails keeps the search (a costlier exit can save fabric links).
+    EXPECT_FALSE(t.structured_route(0, g * 9 + 3));
+  }
+}
+
 }  // namespace
 }  // namespace clustersim

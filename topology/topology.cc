@@ -305,7 +305,7 @@ uint64_t mix(uint64_t x) {  // splitmix64 finalizer: a fixed, portable hash for 
 }
 }  // namespace
 
-std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool prune) const {
+std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool prune, bool* unique) const {
   // Dijkstra on integer serialization cost (attoseconds per byte) so equal-cost paths
   // compare exactly; every equal-cost predecessor edge is kept for ECMP.
   const size_t nv = boost::num_vertices(graph_);
@@ -415,6 +415,7 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
     const auto& p = pred[v];
     uint32_t link = p[0];
     if (p.size() > 1) {
+      if (unique) *unique = false;
       affine.clear();
       for (uint32_t l : p) {
         const VertexProps& a = graph_[links_[l].src];
@@ -471,7 +472,7 @@ Route Topology::route_info(int src, int dst) {
     }
   }
   if (fast_state_ == 0) prepare_fast_routing();
-  const bool fast = fast_state_ == 1 && node_of(src) != node_of(dst) && (!rail_pairs_only_ || rail_pair_is_fast(src, dst));
+  const bool fast = structured_route(src, dst);
   const std::vector<uint32_t> links =
       fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst), /*prune=*/true);
   // Store the header and links where they will not move.
@@ -733,29 +734,53 @@ void Topology::prepare_fast_routing() {
     return c;
   };
   const uint32_t n0_end = node_link_base_.size() > 1 ? node_link_base_[1] : static_cast<uint32_t>(links_.size());
+  auto in_node0 = [&](const std::vector<uint32_t>& path) {
+    return std::all_of(path.begin(), path.end(), [&](uint32_t l) { return l < n0_end; });
+  };
+  const int nics = spec_.node.nics;
   for (int a = 0; a < g; ++a) {
+    const uint32_t gpu = gpus_[static_cast<size_t>(a)];
     const size_t nic = static_cast<size_t>(preferred_nic_local(a));
-    std::vector<uint32_t> out = shortest_path(gpus_[static_cast<size_t>(a)], nic_vertex_[nic]);
-    std::vector<uint32_t> in = shortest_path(nic_vertex_[nic], gpus_[static_cast<size_t>(a)]);
-    int64_t best = std::numeric_limits<int64_t>::max();
-    int64_t other_out = std::numeric_limits<int64_t>::max(), other_in = std::numeric_limits<int64_t>::max();
-    for (int k = 0; k < spec_.node.nics; ++k) {
-      const int64_t c = cost(shortest_path(gpus_[static_cast<size_t>(a)], nic_vertex_[static_cast<size_t>(k)]));
-      best = std::min(best, c);
-      if (static_cast<size_t>(k) != nic && rails) {
-        other_out = std::min(other_out, c);
-        other_in = std::min(other_in, cost(shortest_path(nic_vertex_[static_cast<size_t>(k)], gpus_[static_cast<size_t>(a)])));
+    std::vector<std::vector<uint32_t>> out(static_cast<size_t>(nics)), in(static_cast<size_t>(nics));
+    std::vector<char> out_unique(static_cast<size_t>(nics), 1), in_unique(static_cast<size_t>(nics), 1);
+    int64_t best_out = std::numeric_limits<int64_t>::max(), best_in = best_out;
+    for (size_t k = 0; k < static_cast<size_t>(nics); ++k) {
+      bool u = true;
+      out[k] = shortest_path(gpu, nic_vertex_[k], false, &u);
+      out_unique[k] = u;
+      u = true;
+      in[k] = shortest_path(nic_vertex_[k], gpu, false, &u);
+      in_unique[k] = u;
+      best_out = std::min(best_out, cost(out[k]));
+      best_in = std::min(best_in, cost(in[k]));
+    }
+    if (cost(out[nic]) != best_out || !in_node0(out[nic]) || !in_node0(in[nic])) return;
+    // Where another NIC ties with the GPU's own, the search chooses among them at the
+    // fabric (the spine's equal-cost leaves), so each tied exit path must be the only one
+    // to its NIC; on the way in, the tied NICs must meet at one vertex next to them, where
+    // the search's affinity rule picks the GPU's own NIC.
+    std::vector<std::vector<uint32_t>> tied(static_cast<size_t>(nics));
+    bool follow_out = true, follow_in = cost(in[nic]) == best_in;
+    uint32_t before_nic = UINT32_MAX, after_nic = UINT32_MAX;
+    for (size_t k = 0; k < static_cast<size_t>(nics); ++k) {
+      if (rails && cost(out[k]) == best_out) {
+        const uint32_t v = links_[out[k].back()].src;
+        follow_out = follow_out && out_unique[k] && in_node0(out[k]) && (before_nic == UINT32_MAX || v == before_nic);
+        before_nic = v;
+        tied[k] = out[k];
+      }
+      if (rails && cost(in[k]) == best_in) {
+        const uint32_t v = links_[in[k].front()].dst;
+        follow_in = follow_in && in_unique[k] && (after_nic == UINT32_MAX || v == after_nic);
+        after_nic = v;
       }
     }
-    if (cost(out) != best) return;
-    strict_exit_.push_back(cost(out) < other_out);
-    strict_enter_.push_back(cost(in) < other_in);
-    for (uint32_t l : out)
-      if (l >= n0_end) return;
-    for (uint32_t l : in)
-      if (l >= n0_end) return;
-    exit_template_.push_back(std::move(out));
-    enter_template_.push_back(std::move(in));
+    tied[nic] = out[nic];
+    ties_followed_out_.push_back(follow_out);
+    ties_followed_in_.push_back(follow_in);
+    tied_exit_.push_back(std::move(tied));
+    exit_template_.push_back(std::move(out[nic]));
+    enter_template_.push_back(std::move(in[nic]));
   }
   rail_pairs_only_ = !fast_routing_applies();
   fast_state_ = 1;
@@ -766,14 +791,40 @@ bool Topology::rail_pair_is_fast(int src, int dst) const {
   const int la = src % g, lb = dst % g;
   if (preferred_nic_local(la) != preferred_nic_local(lb)) return false;
   // On one leaf the rail is two fabric links, shorter than any way through another NIC
-  // (another rail's leaf, a spine, back down: four). Across the spines it is four too,
-  // so another NIC as cheap as the GPU's own would tie, and the search's tie-break could
-  // take it.
+  // (another rail's leaf, a spine, back down: four).
   const size_t nics = static_cast<size_t>(spec_.node.nics);
   const size_t nic_a = static_cast<size_t>(node_of(src)) * nics + static_cast<size_t>(preferred_nic_local(la));
   const size_t nic_b = static_cast<size_t>(node_of(dst)) * nics + static_cast<size_t>(preferred_nic_local(lb));
-  return nic_switch_[nic_a] == nic_switch_[nic_b] ||
-         (strict_exit_[static_cast<size_t>(la)] && strict_enter_[static_cast<size_t>(lb)]);
+  return nic_switch_[nic_a] == nic_switch_[nic_b] || rail_exit_nic(src, dst) >= 0;
+}
+
+int Topology::rail_exit_nic(int src, int dst) const {
+  // Across the spines every route is four fabric links, so each NIC of the source's node
+  // as cheap as the GPU's own ties with it. The search walks back from the destination:
+  // into its GPU by its own NIC (affinity, where the tied NICs meet), down from the spine
+  // chosen by destination-mod-k, and up from one of the tied NICs' leaves, again chosen by
+  // the destination's NIC among those leaves in vertex order.
+  const int g = spec_.node.gpus;
+  const int la = src % g, lb = dst % g;
+  if (!ties_followed_out_[static_cast<size_t>(la)] || !ties_followed_in_[static_cast<size_t>(lb)]) return -1;
+  const size_t nics = static_cast<size_t>(spec_.node.nics);
+  const size_t base_a = static_cast<size_t>(node_of(src)) * nics;
+  const size_t nic_b = static_cast<size_t>(node_of(dst)) * nics + static_cast<size_t>(preferred_nic_local(lb));
+  const uint32_t leaf_b = nic_switch_[nic_b];
+  std::pair<uint32_t, int> leaves[64];
+  size_t count = 0;
+  const auto& tied = tied_exit_[static_cast<size_t>(la)];
+  for (size_t k = 0; k < nics; ++k) {
+    if (tied[k].empty()) continue;
+    const uint32_t leaf = nic_switch_[base_a + k];
+    if (leaf == leaf_b || count == std::size(leaves)) return -1;  // a shorter way, or too many to list
+    for (size_t i = 0; i < count; ++i)
+      if (leaves[i].first == leaf) return -1;  // two tied NICs on one leaf: left to the search
+    leaves[count++] = {leaf, static_cast<int>(k)};
+  }
+  if (count == 1) return leaves[0].second;
+  std::sort(leaves, leaves + count);
+  return leaves[nic_b % count].second;
 }
 
 void Topology::prepare_two_tier() {
@@ -829,11 +880,16 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
   const int g = spec_.node.gpus;
   const int na = node_of(src), nb = node_of(dst), la = src % g, lb = dst % g;
   const size_t nics = static_cast<size_t>(spec_.node.nics);
-  const size_t nic_a = static_cast<size_t>(na) * nics + static_cast<size_t>(preferred_nic_local(la));
   const size_t nic_b = static_cast<size_t>(nb) * nics + static_cast<size_t>(preferred_nic_local(lb));
+  size_t nic_a = static_cast<size_t>(na) * nics + static_cast<size_t>(preferred_nic_local(la));
+  const std::vector<uint32_t>* exit = &exit_template_[static_cast<size_t>(la)];
+  if (rail_pairs_only_ && nic_switch_[nic_a] != nic_switch_[nic_b]) {
+    const int k = rail_exit_nic(src, dst);
+    nic_a = static_cast<size_t>(na) * nics + static_cast<size_t>(k);
+    exit = &tied_exit_[static_cast<size_t>(la)][static_cast<size_t>(k)];
+  }
   std::vector<uint32_t> path;
-  for (uint32_t l : exit_template_[static_cast<size_t>(la)])
-    path.push_back(l + node_link_base_[static_cast<size_t>(na)]);
+  for (uint32_t l : *exit) path.push_back(l + node_link_base_[static_cast<size_t>(na)]);
   path.push_back(nic_up_[nic_a]);
   const uint32_t sa = nic_switch_[nic_a], sb = nic_switch_[nic_b];
   if (sa != sb && two_tier_) {

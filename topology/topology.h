@@ -171,6 +171,11 @@ class Topology {
   // Whether routes between nodes take the two-tier shortcut (no switch-level trees);
   // known once a route between nodes has been asked for.
   bool two_tier_routing() const { return two_tier_ && fast_state_ == 1; }
+  // Whether route(src, dst) is built from the structure (templates, leaf-spine choice)
+  // rather than searched; known once a route between nodes has been asked for.
+  bool structured_route(int src, int dst) const {
+    return fast_state_ == 1 && node_of(src) != node_of(dst) && (!rail_pairs_only_ || rail_pair_is_fast(src, dst));
+  }
   // Whether the search for routes between nodes is pruned (prepare_search_pruning);
   // known once a route between nodes has been asked for.
   bool pruned_search() const { return prune_third_nics_ || !spine_of_vertex_.empty(); }
@@ -198,7 +203,8 @@ class Topology {
   void build_node(int n, std::vector<uint32_t>& nics);
   void build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
   // `prune`: skip what no shortest path between two nodes can use (prepare_search_pruning).
-  std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst, bool prune = false) const;
+  // `unique`, when given, is cleared if the path passed a vertex with tied predecessors.
+  std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst, bool prune = false, bool* unique = nullptr) const;
   bool fast_routing_applies() const;
   void prepare_fast_routing();
   std::vector<uint32_t> fast_route(int src, int dst);
@@ -283,10 +289,17 @@ class Topology {
   std::vector<std::vector<SwitchEdge>> switch_edges_;  // per switch index: links to other switches
   int fast_state_ = 0;                                 // 0 not prepared, 1 usable, -1 not applicable
   // Rail-optimized: the fast path holds only between GPUs whose NICs share a rail, on one
-  // leaf, or across the spines where each GPU's own NIC is strictly its cheapest.
+  // leaf, or across the spines where the search's tie-break among the node's equally
+  // cheap NICs can be followed (rail_exit_nic).
   bool rail_pairs_only_ = false;
-  std::vector<char> strict_exit_, strict_enter_;  // per local GPU
+  // Per local GPU: the node-0 path to each NIC as cheap as the GPU's own (empty for the
+  // others), and whether the ties on each side have the shape rail_exit_nic follows.
+  std::vector<std::vector<std::vector<uint32_t>>> tied_exit_;
+  std::vector<char> ties_followed_out_, ties_followed_in_;
   bool rail_pair_is_fast(int src, int dst) const;
+  // The NIC (local index) the search leaves the source's node by, between GPUs of one rail
+  // on different leaves; -1 where the structured route does not hold.
+  int rail_exit_nic(int src, int dst) const;
   std::vector<uint32_t> node_link_base_;
   std::vector<std::vector<uint32_t>> exit_template_, enter_template_;  // per local GPU, node-0 link ids
   std::vector<uint32_t> nic_vertex_, nic_up_, nic_down_, nic_switch_;  // per global NIC
