@@ -86,7 +86,9 @@ TrainingLayout check_training_layout(const Scenario& s) {
     if (key) fail(s, key, std::string(key) + " > 1 with training.framework: pytorch-eager, expected 1 (plain PyTorch "
                                               "runs data parallel or FSDP; model parallelism is training.framework: megatron)");
     if (m.moe.experts > 0) fail(s, "training.framework", "training.framework: pytorch-eager models dense transformers, expected no model.moe");
-    if (l.fp8) fail(s, "training.framework", "training.framework: pytorch-eager runs autocast BF16/FP16, expected model.dtype bf16 or fp16");
+    if (l.fp8_attention)
+      fail(s, "training.fp8_attention", "training.framework: pytorch-eager calls scaled_dot_product_attention in BF16, "
+                                        "expected training.fp8_attention: false");
     if (p.zero_stage == 1 || p.zero_stage == 2)
       fail(s, "parallel.zero_stage", "training.framework: pytorch-eager shards with FSDP, expected zero_stage 0 (DDP) or 3 "
                                      "(FSDP; SHARD_GRAD_OP is zero_stage 3 with zero3_param_gather: forward)");
@@ -235,7 +237,8 @@ class StageBuilder {
     // transpose) and kept for every micro-batch.
     // (PyTorch's zero_grad sets the gradients to None: nothing to zero.)
     if (!l_.eager) prev_ = add_memory("zero-grad-buffer", Phase::Other, -1, 0, local * gb, 0, {});
-    if (l_.fp8) {
+    // (Eager PyTorch's te.Linear casts its weight at every forward instead: eager_linear_weight.)
+    if (l_.fp8 && !l_.eager) {
       const double linear = local - embedding_params_local();
       prev_ = add_memory("fp8-weight-cast", Phase::Forward, -1, linear * 2, linear * 2, linear * 2, deps(prev_));
     }
@@ -873,6 +876,22 @@ class StageBuilder {
     if (l_.zero_stage >= 3 && l_.fsdp_param_dtype != DType::FP32) return after;
     return add_memory(name, ph, L, 4.0 * params, static_cast<double>(e_) * params, 0, deps(after));
   }
+  // A linear layer's weight as its GEMM takes it. Under autocast, the FP32 weight's BF16
+  // copy (above). Under Transformer Engine's fp8_autocast (model.dtype fp8), te.Linear
+  // casts the weight to FP8 with its transpose for the dgrad at every forward (nothing
+  // tells it a later micro-batch could reuse the first one's cast), reading the weight in
+  // the type the layer holds it.
+  uint32_t eager_linear_weight(const char* autocast_name, const char* te_name, Phase ph, int32_t L, int64_t in,
+                               int64_t out, uint32_t after) {
+    if (!l_.fp8) return eager_weight_cast(autocast_name, ph, L, linear_params(in, out), after);
+    const double held = l_.zero_stage >= 3 ? dtype_bits(l_.fsdp_param_dtype) / 8.0 : 4.0;
+    const double w = static_cast<double>(in * out);
+    const uint32_t c = add_memory(te_name, ph, L, held * w, 2.0 * w, 2.0 * w, deps(after));
+    p_.ops[c].access = MemAccess::Fp8CastTranspose;
+    p_.ops[c].m = out;
+    p_.ops[c].n = in;
+    return c;
+  }
   uint32_t eager_grad_accumulate(const char* name, int32_t L, double params, uint32_t after) {
     const double cast_r = static_cast<double>(e_) * params, cast_w = 4.0 * params;
     const uint32_t op = mb_ == 0 ? add_memory(name, Phase::Backward, L, cast_r, cast_w, 0, deps(after))
@@ -899,6 +918,8 @@ class StageBuilder {
   // FP32 accumulation, which `acc` moves on to. Returns the input gradient.
   uint32_t eager_linear_backward(const std::string& name, int32_t L, int64_t in, int64_t out, uint32_t dy,
                                  uint32_t& acc) {
+    // te.Linear's backward casts the incoming gradient to FP8 with its transpose (wgrad).
+    dy = fp8_cast(("te-cast-" + name + "-grad").c_str(), Phase::Backward, L, tokens_, out, dy);
     const uint32_t dgrad = add_gemm((name + "-dgrad").c_str(), Phase::Backward, L, tokens_, in, out, deps(dy));
     uint32_t w = add_gemm((name + "-wgrad").c_str(), Phase::Backward, L, in, out, tokens_, deps(dy, acc));
     w = eager_bias_grad((name + "-bias-grad").c_str(), L, out, w);
@@ -931,19 +952,26 @@ class StageBuilder {
     const double a32 = eager_act32(), a16 = eager_act16();
     const int64_t attn_out = m_.heads * m_.head_dim();
     const int64_t f = m_.ffn_hidden;
-    const uint32_t n1 = eager_norm("layernorm-1", "autocast-cast-qkv-input", ph, L, x);
-    uint32_t qkv = add_gemm("qkv", ph, L, tokens_, qkv_, h, deps(eager_weight_cast("autocast-cast-qkv-weight", ph, L,
-                                                                                   linear_params(h, qkv_), n1)));
+    // Under model.dtype fp8 each linear is a te.Linear: its BF16 input is cast to FP8 with
+    // the transpose its wgrad reads (fp8_cast), and its weight as eager_linear_weight says.
+    uint32_t n1 = eager_norm("layernorm-1", "autocast-cast-qkv-input", ph, L, x);
+    n1 = fp8_cast("te-cast-qkv-input", ph, L, tokens_, h, n1);
+    uint32_t qkv = add_gemm("qkv", ph, L, tokens_, qkv_, h,
+                            deps(eager_linear_weight("autocast-cast-qkv-weight", "te-cast-qkv-weight", ph, L, h, qkv_, n1)));
     qkv = eager_rotary(ph, L, qkv);
     uint32_t at = add_attention("attention", ph, L, m_.seq_len, m_.seq_len, deps(qkv));
-    uint32_t proj = add_gemm("attn-proj", ph, L, tokens_, h, attn_out,
-                             deps(eager_weight_cast("autocast-cast-proj-weight", ph, L, linear_params(attn_out, h), at)));
+    at = fp8_cast("te-cast-proj-input", ph, L, tokens_, attn_out, at);
+    uint32_t proj = add_gemm(
+        "attn-proj", ph, L, tokens_, h, attn_out,
+        deps(eager_linear_weight("autocast-cast-proj-weight", "te-cast-proj-weight", ph, L, attn_out, h, at)));
     const double th = static_cast<double>(tokens_ * h);
     uint32_t r1 = accessed(add_memory("residual-add-attn", ph, L, a32 + a16, a32, th, deps(proj, x)),
                            MemAccess::DynamicCast, th);
-    const uint32_t n2 = eager_norm("layernorm-2", "autocast-cast-mlp-input", ph, L, r1);
-    uint32_t up = add_gemm("mlp-up", ph, L, tokens_, mlp_in_, h,
-                           deps(eager_weight_cast("autocast-cast-up-weight", ph, L, linear_params(h, mlp_in_), n2)));
+    uint32_t n2 = eager_norm("layernorm-2", "autocast-cast-mlp-input", ph, L, r1);
+    n2 = fp8_cast("te-cast-up-input", ph, L, tokens_, h, n2);
+    uint32_t up = add_gemm(
+        "mlp-up", ph, L, tokens_, mlp_in_, h,
+        deps(eager_linear_weight("autocast-cast-up-weight", "te-cast-up-weight", ph, L, h, mlp_in_, n2)));
     const double f16 = static_cast<double>(tokens_ * f * e_);
     uint32_t act;
     if (m_.ffn_type == FfnType::Swiglu) {
@@ -952,8 +980,10 @@ class StageBuilder {
     } else {
       act = add_memory("gelu", ph, L, f16, f16, 8.0 * f16 / static_cast<double>(e_), deps(up));
     }
-    uint32_t down = add_gemm("mlp-down", ph, L, tokens_, h, f,
-                             deps(eager_weight_cast("autocast-cast-down-weight", ph, L, linear_params(f, h), act)));
+    act = fp8_cast("te-cast-down-input", ph, L, tokens_, f, act);
+    uint32_t down = add_gemm(
+        "mlp-down", ph, L, tokens_, h, f,
+        deps(eager_linear_weight("autocast-cast-down-weight", "te-cast-down-weight", ph, L, f, h, act)));
     return accessed(add_memory("residual-add-mlp", ph, L, a32 + a16, a32, th, deps(down, r1)), MemAccess::DynamicCast,
                     th);
   }
