@@ -396,13 +396,15 @@ const std::vector<KeySpec>& key_table() {
        "softmax and dropout through HBM, as Megatron-LM before 2023)",
        [](const N& n, S& s) { s.training.attention = as_enum(n, "training.attention", {"flash", "flash2", "unfused"}); }},
       {"training.fp8_attention", "bool", "false",
-       "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked)",
+       "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked); "
+       "refused with training.framework: pytorch-eager (SDPA runs BF16)",
        [](const N& n, S& s) { s.training.fp8_attention = as_bool(n, "training.fp8_attention"); }},
       {"training.framework", "name", "megatron",
        "megatron (Megatron-Core / Transformer Engine: fused norms and bias-activations, BF16 weights with FP32 main "
        "grads) | pytorch-eager (plain PyTorch under torch.autocast(bfloat16): FP32 parameters cast at every "
        "linear, the residual stream, norms and loss in FP32, every elementwise op its own kernel, fused AdamW; "
-       "docs/model.md)",
+       "with model.dtype fp8 the linears are Transformer Engine's te.Linear under fp8_autocast, casting input, "
+       "weight and gradient to FP8 at every micro-batch; docs/model.md)",
        [](const N& n, S& s) {
          s.training.framework = as_enum(n, "training.framework", {"megatron", "pytorch-eager"});
        }},
