@@ -484,11 +484,13 @@ class StageBuilder {
   // linear layer's backward get a kernel of their own.
   // Transformer Engine's cast-transpose of a rows × cols activation or gradient: its FP8
   // copy and the transpose the next GEMM reads, and the tensor's amax.
-  uint32_t fp8_cast(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after) {
+  // `held`: bytes per element of the tensor read (the activations' type unless given).
+  uint32_t fp8_cast(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after,
+                    double held = 0) {
     if (!l_.fp8) return after;
     const double elements = static_cast<double>(rows) * static_cast<double>(cols);
-    const uint32_t c =
-        add_memory(name, ph, L, elements * static_cast<double>(e_), 2.0 * elements, 2.0 * elements, deps(after));
+    const double read = elements * (held > 0 ? held : static_cast<double>(e_));
+    const uint32_t c = add_memory(name, ph, L, read, 2.0 * elements, 2.0 * elements, deps(after));
     Op& op = p_.ops[c];
     op.access = MemAccess::Fp8CastTranspose;
     op.m = rows;
@@ -885,12 +887,7 @@ class StageBuilder {
                                int64_t out, uint32_t after) {
     if (!l_.fp8) return eager_weight_cast(autocast_name, ph, L, linear_params(in, out), after);
     const double held = l_.zero_stage >= 3 ? dtype_bits(l_.fsdp_param_dtype) / 8.0 : 4.0;
-    const double w = static_cast<double>(in * out);
-    const uint32_t c = add_memory(te_name, ph, L, held * w, 2.0 * w, 2.0 * w, deps(after));
-    p_.ops[c].access = MemAccess::Fp8CastTranspose;
-    p_.ops[c].m = out;
-    p_.ops[c].n = in;
-    return c;
+    return fp8_cast(te_name, ph, L, out, in, after, held);
   }
   uint32_t eager_grad_accumulate(const char* name, int32_t L, double params, uint32_t after) {
     const double cast_r = static_cast<double>(e_) * params, cast_w = 4.0 * params;

@@ -465,14 +465,15 @@ TEST(Fidelity, PytorchEagerRunsTheCastsAndUnfusedKernelsOfAutocast) {
 }
 
 TEST(Fidelity, PytorchEagerIsDataParallelOrFsdpOnly) {
-  for (const char* bad : {"parallel: {tp: 2}\n", "parallel: {zero_stage: 1}\n",
-                          "model: {preset: gpt3-1.3b, dtype: fp8}\ntraining: {fp8_attention: true, "}) {
-    const std::string b(bad);
-    const std::string y = std::string("name: t\ncluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 2}\n") +
-                          (b.rfind("model", 0) == 0 ? "" : "model: {preset: gpt3-1.3b, layers: 2}\n") + b +
-                          (b.find("training") != std::string::npos ? "framework: pytorch-eager}\n"
-                                                                    : "training: {framework: pytorch-eager}\n");
-    EXPECT_THROW(build_training_plan(scenario_from_text(y, "bad")), InputError) << bad;
+  const std::string model = "model: {preset: gpt3-1.3b, layers: 2}\n";
+  // Each case: the lines it changes, and what it adds to training:.
+  for (const auto& [lines, training] :
+       {std::pair<std::string, std::string>{model + "parallel: {tp: 2}\n", ""},
+        {model + "parallel: {zero_stage: 1}\n", ""},
+        {"model: {preset: gpt3-1.3b, layers: 2, dtype: fp8}\n", ", fp8_attention: true"}}) {
+    const std::string y = "name: t\ncluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 2}\n" + lines +
+                          "training: {framework: pytorch-eager" + training + "}\n";
+    EXPECT_THROW(build_training_plan(scenario_from_text(y, "bad")), InputError) << y;
   }
 }
 
