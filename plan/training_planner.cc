@@ -64,6 +64,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_grad_once = p.zero_stage >= 3 && p.zero3_grad_sync == "step";
   l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
   l.eager = s.training.framework == "pytorch-eager";
+  l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
   auto fsdp_dtype = [](const std::string& v, DType automatic) {
     return v == "fp32" ? DType::FP32 : v == "bf16" ? DType::BF16 : v == "fp16" ? DType::FP16 : automatic;
   };
@@ -477,6 +478,18 @@ class StageBuilder {
                       deps(last, arrived));
   }
 
+  // ---- Weight gradients into the main gradient buffer --------------------------------
+  // With --gradient-accumulation-fusion the wgrad GEMM adds into the main gradient in its
+  // epilogue (nothing more to run). Without it, the GEMM writes a 16-bit gradient and a
+  // hook adds it into the buffer: main_grad.add_(grad) at every micro-batch (Megatron-LM's
+  // DistributedDataParallel of 2021, megatron/model/distributed.py).
+  uint32_t main_grad_add(const char* name, int32_t L, int64_t in, int64_t out, uint32_t wgrad) {
+    if (l_.grad_accumulation_fusion || l_.eager) return wgrad;
+    const double params = static_cast<double>(in * out), g = dtype_bits(grad_dtype_) / 8.0;
+    const uint32_t op = add_memory(name, Phase::Backward, L, params * (e_ + g), params * g, params, deps(wgrad));
+    return dtype_bits(grad_dtype_) / 8 == e_ ? op : accessed(op, MemAccess::DynamicCast, params);
+  }
+
   // ---- Transformer Engine FP8: casts to FP8 (with amax) and the transposes wgrad reads --
   // A cast-transpose reads the BF16 tensor and writes it twice in FP8 (as is and
   // transposed). TE fuses the casts of the LayerNorm outputs (QKV, MLP up) and of the
@@ -760,8 +773,9 @@ class StageBuilder {
     if (!m_.moe_layer(L)) {
       const uint32_t g8 = fp8_cast("fp8-cast-mlp-grad", Phase::Backward, L, seq_tokens_, m_.hidden, g);
       uint32_t down_d = ag_then_gemm("allgather-mlp-grad", "mlp-down-dgrad", Phase::Backward, L, g8, m_.ffn_hidden / t_, h);
-      uint32_t down_w =
-          add_gemm("mlp-down-wgrad", Phase::Backward, L, m_.ffn_hidden / t_, h, tokens_, deps(gathered_));
+      uint32_t down_w = main_grad_add(
+          "grad-accumulate-mlp-down", L, m_.ffn_hidden / t_, h,
+          add_gemm("mlp-down-wgrad", Phase::Backward, L, m_.ffn_hidden / t_, h, tokens_, deps(gathered_)));
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
       uint32_t act_b =
           add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f,
@@ -1165,7 +1179,9 @@ class StageBuilder {
       g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 8, lg * (4.0 + static_cast<double>(e_)),
                      3.0 * lg, deps(prev_));
       uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
-      uint32_t wgrad = add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_);
+      uint32_t wgrad = main_grad_add(
+          "grad-accumulate-logits", -1, vocab_local_, h,
+          add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_));
       uint32_t d = tp_reduce("logits-grad-allreduce", "logits-grad-reduce-scatter", Phase::Backward, -1, dgrad);
       g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * act, act,
                      10.0 * act / static_cast<double>(e_), deps(d, wgrad));
@@ -1201,18 +1217,23 @@ class StageBuilder {
       uint32_t mlp_w = kNone;
       uint32_t red = mlp_backward(L, g, mlp_w);
       uint32_t x2 = tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
-      uint32_t up_w =
-          m_.moe_layer(L) ? mlp_w : add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_, tokens_, deps(x2, mlp_w));
+      uint32_t up_w = m_.moe_layer(L) ? mlp_w
+                                      : main_grad_add("grad-accumulate-mlp-up", L, h, mlp_in_,
+                                                      add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_,
+                                                               tokens_, deps(x2, mlp_w)));
       uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                                 12.0 * act / static_cast<double>(e_), deps(red, up_w));
       const int64_t attn_out = m_.heads * m_.head_dim() / t_;
       ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, seq_tokens_, m_.hidden, ln2);
       uint32_t proj_d = ag_then_gemm("allgather-attn-grad", "attn-proj-dgrad", Phase::Backward, L, ln2, attn_out, h);
-      uint32_t proj_w = add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_, deps(gathered_));
+      uint32_t proj_w = main_grad_add("grad-accumulate-attn-proj", L, h, attn_out,
+                                      add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_,
+                                               deps(gathered_)));
       uint32_t at = ring_attention(L, Phase::Backward, proj_d);
       at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
       uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at);
-      uint32_t qkv_w = add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w));
+      uint32_t qkv_w = main_grad_add("grad-accumulate-qkv", L, h, qkv_,
+                                     add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
       uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
                                        Phase::Backward, L, deps(at), h, qkv_);
       g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,

@@ -52,6 +52,7 @@ struct TrainingLayout {
   DType fsdp_reduce_dtype = DType::FP32; // ZeRO 3: reduce-scattered gradients
   bool zero3_grad_once = false;     // ZeRO 3: gradients accumulated unsharded, reduce-scattered once per step
   bool eager = false;               // training.framework: pytorch-eager
+  bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
 };
 
 struct TrainingPlan {

@@ -408,6 +408,13 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.framework = as_enum(n, "training.framework", {"megatron", "pytorch-eager"});
        }},
+      {"training.grad_accumulation_fusion", "bool", "true",
+       "megatron: each linear layer's weight-gradient GEMM accumulates into the main gradient buffer in place "
+       "(--gradient-accumulation-fusion, Megatron-LM since 2022-02); false: the GEMM writes a 16-bit gradient that "
+       "a separate kernel adds into the buffer at every micro-batch, as Megatron-LM of 2021 did",
+       [](const N& n, S& s) {
+         s.training.grad_accumulation_fusion = as_bool(n, "training.grad_accumulation_fusion");
+       }},
       {"training.step_overhead", "time", "3ms",
        "host and framework work per iteration that the GPUs wait for (scheduling, loss and grad-norm bookkeeping, "
        "logging); docs/model.md gives the source",

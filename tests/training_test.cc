@@ -522,6 +522,36 @@ TEST(Fidelity, PytorchEagerFp8RunsTeLinearsWithTheirCasts) {
   EXPECT_GT(t8, 0.5 * t16);
 }
 
+// Without gradient-accumulation fusion (Megatron-LM of 2021) every linear's wgrad is
+// followed, at every micro-batch, by main_grad.add_(grad): the 16-bit gradient and the
+// buffer read, the buffer written (FP16 main grads for an fp16 model, FP32 for bf16).
+TEST(Fidelity, UnfusedGradAccumulationAddsEachWgradIntoMainGrad) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 2}\nmodel: {preset: gpt3-1.3b, layers: 2, "
+      "dtype: DT}\nparallel: {tp: 2}\ntraining: {global_batch: 3, grad_accumulation_fusion: F}\n";
+  for (const char* dt : {"fp16", "bf16"}) {
+    const Scenario sc = scenario_from_text(filled(y, {{"DT", dt}, {"F", "false"}}), "unfused");
+    const TrainingPlan p = build_training_plan(sc);
+    const double h = static_cast<double>(sc.model.hidden), g = std::string(dt) == "fp16" ? 2.0 : 4.0;
+    int adds = 0, qkv = 0;
+    for (const Op& op : p.plan.programs[0].ops) {
+      const std::string& name = p.plan.names[op.name];
+      adds += name.rfind("grad-accumulate-", 0) == 0;
+      if (name != "grad-accumulate-qkv") continue;
+      ++qkv;
+      const double params = h * 3.0 * h / 2.0;  // this TP rank's half of the QKV weight
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_read), params * (2.0 + g)) << dt;
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_written), params * g) << dt;
+      EXPECT_EQ(op.access, g == 2.0 ? MemAccess::Streaming : MemAccess::DynamicCast) << dt;
+    }
+    EXPECT_EQ(qkv, 2 * 3) << dt;                // 2 layers x 3 micro-batches
+    EXPECT_EQ(adds, (2 * 4 + 1) * 3) << dt;     // 4 linears per layer and the logits, per micro-batch
+    const double fused = iteration_s(filled(y, {{"DT", dt}, {"F", "true"}}));
+    const double unfused = iteration_s(filled(y, {{"DT", dt}, {"F", "false"}}));
+    EXPECT_GT(unfused, fused) << dt;
+  }
+}
+
 // The timeline keeps one copy of identical ranks' spans: a rank whose spans equal an
 // earlier rank's of the same program becomes its mirror, and expanding the mirrors gives
 // back every simulated span exactly.
