@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
   --format=csv,noheader,nounits -lms 100 > "$O/step-smi.csv" &
 S=$!
 timeout 300 .device/clustersim-real $M/step-8b.yaml --iterations 150 --warmup 0 --json \
-  --set output.sqlite=/tmp/step8b.sqlite > "$O/step.json" 2> "$O/step.err"
+  --set output.sqlite="$O/step.sqlite" > "$O/step.json" 2> "$O/step.err"
 echo "rc=$?"
 kill $S
 tail -3 "$O/step.err"
