@@ -48,6 +48,7 @@ struct MemoryInputs {
   bool zero3_params_held = false;  // ZeRO 3 keeps gathered parameters from forward to backward (not re-gathered)
   bool zero3_grad_once = false;    // ZeRO 3 accumulates unsharded gradients until the last micro-batch
   double zero3_gather_bytes = 2;   // ZeRO 3: bytes of a gathered parameter
+  double grad_bytes = 0;           // the main gradient's bytes a parameter (0: 2 for fp16 models, else 4)
   int64_t micro_batch = 1;
   double in_flight_layers = 0;  // layer-activations held at the peak (layers × micro-batches)
   bool sequence_parallel = false;

@@ -36,6 +36,13 @@ std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int6
   return {first, base + (is_short(vs) ? 0 : 1)};
 }
 
+DType main_grad_dtype(const Scenario& s) {
+  const std::string& d = s.parallel.grad_reduce_dtype;
+  if (d == "fp32") return DType::FP32;
+  if (d == "bf16") return DType::BF16;
+  if (d == "fp16") return DType::FP16;
+  return s.model.dtype == DType::FP16 ? DType::FP16 : DType::FP32;
+}
 
 TrainingLayout check_training_layout(const Scenario& s) {
   const ParallelConfig& p = s.parallel;
@@ -65,6 +72,13 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
   l.eager = s.training.framework == "pytorch-eager";
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
+  l.grad_dtype = main_grad_dtype(s);
+  if (p.grad_reduce_dtype != "auto" && (p.zero_stage >= 3 || l.eager))
+    fail(s, "parallel.grad_reduce_dtype",
+         p.zero_stage >= 3 ? "parallel.grad_reduce_dtype shapes Megatron's ZeRO 0-2 gradient buffer, expected "
+                             "parallel.fsdp_reduce_dtype under zero_stage 3"
+                           : "parallel.grad_reduce_dtype shapes Megatron's gradient buffer, expected training.framework: "
+                             "megatron (PyTorch DDP reduces the FP32 .grad)");
   auto fsdp_dtype = [](const std::string& v, DType automatic) {
     return v == "fp32" ? DType::FP32 : v == "bf16" ? DType::BF16 : v == "fp16" ? DType::FP16 : automatic;
   };
@@ -223,7 +237,7 @@ class StageBuilder {
     mlp_in_ = m.mlp_matrices() == 3 ? 2 * m.ffn_hidden / t_ : m.ffn_hidden / t_;
     qkv_ = (m.heads + 2 * m.kv_heads) * m.head_dim() / t_;
 
-    grad_dtype_ = m.dtype == DType::FP16 ? DType::FP16 : DType::FP32;  // fp32 main grads for bf16 (Megatron)
+    grad_dtype_ = l.grad_dtype;  // fp32 main grads for bf16 unless asked (Megatron)
   }
 
   void build() {
@@ -294,6 +308,10 @@ class StageBuilder {
     if (t_ > 1)
       norm = add_coll("grad-norm-allreduce-tp", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Optimizer, -1,
                       4, deps(norm));
+    // A 16-bit gradient buffer is copied into the FP32 main gradients the optimizer reads
+    // (Megatron's _copy_model_grads_to_main_grads).
+    if (gb < 4)
+      norm = add_memory("main-grad-copy", Phase::Optimizer, -1, params * gb, params * 4, 0, deps(norm));
     uint32_t opt = add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state), params * (e_ + state),
                               params * 12, deps(norm));
     // ZeRO 1/2: the updated shards are all-gathered back into every replica (with
@@ -1372,6 +1390,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.zero3_params_held = l.zero3_keep_for_backward;  // step mode keeps them too
     mi.zero3_gather_bytes = dtype_bits(l.fsdp_param_dtype) / 8.0;
     mi.zero3_grad_once = l.zero3_grad_once;
+    if (l.zero_stage < 3 && !l.eager) mi.grad_bytes = dtype_bits(l.grad_dtype) / 8.0;
     mi.micro_batch = l.micro_batch;
     mi.sequence_parallel = l.sequence_parallel;
     mi.full_recompute = l.recompute == "full";

@@ -53,6 +53,7 @@ struct TrainingLayout {
   bool zero3_grad_once = false;     // ZeRO 3: gradients accumulated unsharded, reduce-scattered once per step
   bool eager = false;               // training.framework: pytorch-eager
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
+  DType grad_dtype = DType::FP32;   // ZeRO 0-2: the main-gradient buffer, reduced over DP in this type
 };
 
 struct TrainingPlan {
@@ -71,6 +72,10 @@ struct PlannerOptions {
 };
 
 TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt = {});
+
+// The main-gradient buffer's dtype (parallel.grad_reduce_dtype; auto: FP16 for fp16
+// models, else FP32).
+DType main_grad_dtype(const Scenario& s);
 
 // Rank strides of each parallel dimension from the placement order (innermost first);
 // rank r sits on GPU r. EP is carved out of DP (Megatron), so it has no stride of its own.

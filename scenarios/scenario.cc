@@ -352,6 +352,15 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.parallel.fsdp_reduce_dtype = as_enum(n, "parallel.fsdp_reduce_dtype", {"auto", "fp32", "bf16", "fp16"});
        }},
+      {"parallel.grad_reduce_dtype", "name", "auto",
+       "ZeRO 0-2 under training.framework megatron: the dtype of the main-gradient buffer the micro-batches "
+       "accumulate into and the DP all-reduce / reduce-scatter moves: auto (fp32 for bf16 and fp8 models, as "
+       "Megatron sets accumulate_allreduce_grads_in_fp32 for bf16; the model's type for fp16) | fp32 | bf16 "
+       "(Megatron-Core grad_reduce_in_fp32 False, NeMo's grad_sync_dtype bf16: 2 bytes a parameter, copied to "
+       "FP32 before the optimizer step) | fp16; ZeRO 3 reduces in parallel.fsdp_reduce_dtype",
+       [](const N& n, S& s) {
+         s.parallel.grad_reduce_dtype = as_enum(n, "parallel.grad_reduce_dtype", {"auto", "fp32", "bf16", "fp16"});
+       }},
       {"parallel.zero3_grad_sync", "name", "micro-batch",
        "ZeRO 3 / FSDP: micro-batch (each layer's gradients reduce-scattered in every micro-batch's backward) | step "
        "(accumulated unsharded and reduce-scattered in the last micro-batch's backward: FSDP's "

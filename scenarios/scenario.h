@@ -37,6 +37,7 @@ struct ParallelConfig {
   std::string zero3_grad_sync = "micro-batch";     // ZeRO 3: reduce-scatter per micro-batch, or once per step
   std::string fsdp_param_dtype = "auto";   // ZeRO 3: dtype parameters are gathered in (auto: the stack's)
   std::string fsdp_reduce_dtype = "auto";  // ZeRO 3: dtype gradients are reduce-scattered in
+  std::string grad_reduce_dtype = "auto";  // ZeRO 0-2: the main-gradient buffer's dtype, reduced in it
 };
 
 struct TrainingConfig {

@@ -49,6 +49,9 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
     c.parallel.zero3_grad_sync = defaults.zero3_grad_sync;
     c.parallel.fsdp_param_dtype = defaults.fsdp_param_dtype;
     c.parallel.fsdp_reduce_dtype = defaults.fsdp_reduce_dtype;
+  } else {
+    // Megatron's ZeRO 0-2 gradient buffer dtype shapes those layouts only.
+    c.parallel.grad_reduce_dtype = ParallelConfig{}.grad_reduce_dtype;
   }
   c.parallel.schedule = l.schedule;
   c.parallel.sequence_parallel = l.sequence_parallel;
@@ -210,7 +213,8 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   mi.output = l.pp == 1;
   const StageParams sp = stage_params(m, mi);
   const double params = sp.dense + sp.expert;
-  const double grad_bytes = params * (m.dtype == DType::FP16 ? 2.0 : 4.0);
+  const double grad_bytes =
+      params * (l.zero_stage < 3 ? dtype_bits(main_grad_dtype(s_)) / 8.0 : m.dtype == DType::FP16 ? 2.0 : 4.0);
   const double shard = l.zero_stage >= 1 ? static_cast<double>(l.dp * l.cp) : 1.0;
   if (dp_group.size() > 1) {
     const double reduce = collective_seconds(

@@ -552,6 +552,48 @@ TEST(Fidelity, UnfusedGradAccumulationAddsEachWgradIntoMainGrad) {
   }
 }
 
+// parallel.grad_reduce_dtype bf16 (Megatron-Core grad_reduce_in_fp32 False): the buffer
+// holds 2 bytes a parameter, the DP reduction moves half the bytes, and the optimizer
+// first copies the shard into FP32; ZeRO 3 and plain PyTorch refuse it.
+TEST(Fidelity, Bf16GradientBufferHalvesTheReductionAndIsCopiedBeforeTheStep) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+      "parallel: {dp: 8, zero_stage: 1, grad_reduce_dtype: G}\ntraining: {global_batch: 8}\n";
+  auto reduced = [](const TrainingPlan& p, double& copy_read, double& copy_written) {
+    double bytes = 0;
+    for (const Op& op : p.plan.programs[0].ops) {
+      const std::string& name = p.plan.names[op.name];
+      if (name == "dp-grad-reduce-scatter") bytes += static_cast<double>(op.bytes);
+      if (name == "main-grad-copy") {
+        copy_read = static_cast<double>(op.bytes_read);
+        copy_written = static_cast<double>(op.bytes_written);
+      }
+    }
+    return bytes;
+  };
+  const Scenario s32 = scenario_from_text(filled(y, {{"G", "auto"}}), "fp32");
+  const Scenario s16 = scenario_from_text(filled(y, {{"G", "bf16"}}), "bf16");
+  const TrainingPlan p32 = build_training_plan(s32), p16 = build_training_plan(s16);
+  double r32 = -1, w32 = -1, r16 = -1, w16 = -1;
+  const double b32 = reduced(p32, r32, w32), b16 = reduced(p16, r16, w16);
+  EXPECT_GT(b32, 0);
+  EXPECT_DOUBLE_EQ(b16, b32 / 2);
+  EXPECT_EQ(r32, -1);  // an FP32 buffer is the optimizer's main gradient: nothing to copy
+  ASSERT_GT(r16, 0);
+  EXPECT_DOUBLE_EQ(w16, 2 * r16);  // the shard's 2 bytes a parameter into 4
+  EXPECT_DOUBLE_EQ(p16.memory.gradients, p32.memory.gradients / 2);
+  for (const char* bad : {"zero_stage: 3", "zero_stage: 0, framework"}) {
+    std::string text = filled(y, {{"G", "bf16"}});
+    if (std::string(bad) == "zero_stage: 3") {
+      text.replace(text.find("zero_stage: 1"), 13, "zero_stage: 3");
+    } else {
+      text.replace(text.find("zero_stage: 1"), 13, "zero_stage: 0");
+      text.replace(text.find("global_batch: 8}"), 16, "global_batch: 8, framework: pytorch-eager}");
+    }
+    EXPECT_THROW(build_training_plan(scenario_from_text(text, "bad")), InputError) << bad;
+  }
+}
+
 // The timeline keeps one copy of identical ranks' spans: a rank whose spans equal an
 // earlier rank's of the same program becomes its mirror, and expanding the mirrors gives
 // back every simulated span exactly.
