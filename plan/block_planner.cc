@@ -65,15 +65,7 @@ class BlockStage {
 
  private:
   Op base(const char* name, OpKind kind, Phase ph, int32_t layer, uint8_t stream) {
-    Op op;
-    op.kind = kind;
-    op.name = plan_.intern(name);
-    op.phase = ph;
-    op.layer = layer;
-    op.micro_batch = mb_;
-    op.stream = stream;
-    op.dtype = s_.model.dtype;
-    return op;
+    return plan_.make_op(name, kind, ph, layer, mb_, stream, s_.model.dtype);
   }
   uint32_t add(const Op& op, std::vector<uint32_t> after) {
     after.erase(std::remove(after.begin(), after.end(), kNone), after.end());

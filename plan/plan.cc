@@ -170,6 +170,19 @@ uint32_t Plan::intern(std::string_view name) {
   return static_cast<uint32_t>(names.size() - 1);
 }
 
+Op Plan::make_op(std::string_view name, OpKind kind, Phase phase, int32_t layer, int32_t micro_batch, uint8_t stream,
+                 DType dtype) {
+  Op op;
+  op.kind = kind;
+  op.name = intern(name);
+  op.phase = phase;
+  op.layer = layer;
+  op.micro_batch = micro_batch;
+  op.stream = stream;
+  op.dtype = dtype;
+  return op;
+}
+
 int32_t Plan::add_group(GroupKind kind, std::vector<int32_t> ranks) {
   const auto id = static_cast<int32_t>(groups.size());
   for (int32_t r : ranks) rank_groups.at(static_cast<size_t>(r))[static_cast<size_t>(kind)] = id;

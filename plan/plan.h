@@ -108,6 +108,10 @@ struct Plan {
   std::vector<int32_t> mirror_of;                             // rank -> representative rank (itself if simulated)
 
   uint32_t intern(std::string_view name);  // index of an op name, added on first use
+  // An op of `kind` named `name` (interned), with the fields every planner sets; the
+  // caller fills in its shape and bytes.
+  Op make_op(std::string_view name, OpKind kind, Phase phase, int32_t layer, int32_t micro_batch, uint8_t stream,
+             DType dtype);
   int32_t group_of(int32_t rank, GroupKind kind) const {
     return rank_groups[static_cast<size_t>(rank)][static_cast<size_t>(kind)];
   }

@@ -339,15 +339,7 @@ class StageBuilder {
   }
 
   Op base(const char* name, OpKind kind, Phase phase, int32_t layer, uint8_t stream) {
-    Op op;
-    op.kind = kind;
-    op.name = plan_.intern(name);
-    op.phase = phase;
-    op.layer = layer;
-    op.micro_batch = mb_;
-    op.stream = stream;
-    op.dtype = act_dtype_;
-    return op;
+    return plan_.make_op(name, kind, phase, layer, mb_, stream, act_dtype_);
   }
 
   // A GEMM; `model_share` is the part of its FLOPs that counts as model FLOPs (recompute
