@@ -19,6 +19,11 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+// A dtype key's value (auto | fp32 | bf16 | fp16): the named type, or `automatic`.
+DType chosen_dtype(const std::string& v, DType automatic) {
+  return v == "fp32" ? DType::FP32 : v == "bf16" ? DType::BF16 : v == "fp16" ? DType::FP16 : automatic;
+}
+
 }  // namespace
 
 std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int64_t vs) {
@@ -37,11 +42,7 @@ std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int6
 }
 
 DType main_grad_dtype(const Scenario& s) {
-  const std::string& d = s.parallel.grad_reduce_dtype;
-  if (d == "fp32") return DType::FP32;
-  if (d == "bf16") return DType::BF16;
-  if (d == "fp16") return DType::FP16;
-  return s.model.dtype == DType::FP16 ? DType::FP16 : DType::FP32;
+  return chosen_dtype(s.parallel.grad_reduce_dtype, s.model.dtype == DType::FP16 ? DType::FP16 : DType::FP32);
 }
 
 TrainingLayout check_training_layout(const Scenario& s) {
@@ -79,13 +80,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
                              "parallel.fsdp_reduce_dtype under zero_stage 3"
                            : "parallel.grad_reduce_dtype shapes Megatron's gradient buffer, expected training.framework: "
                              "megatron (PyTorch DDP reduces the FP32 .grad)");
-  auto fsdp_dtype = [](const std::string& v, DType automatic) {
-    return v == "fp32" ? DType::FP32 : v == "bf16" ? DType::BF16 : v == "fp16" ? DType::FP16 : automatic;
-  };
   // Megatron's "ZeRO 3" gathers the 16-bit weights it computes with; plain PyTorch FSDP
   // without a mixed-precision policy gathers the FP32 parameters autocast then casts.
-  l.fsdp_param_dtype = fsdp_dtype(p.fsdp_param_dtype, l.eager ? DType::FP32 : (m.dtype == DType::FP8 ? DType::BF16 : m.dtype));
-  l.fsdp_reduce_dtype = fsdp_dtype(p.fsdp_reduce_dtype, m.dtype == DType::FP16 ? DType::FP16 : DType::FP32);
+  l.fsdp_param_dtype =
+      chosen_dtype(p.fsdp_param_dtype, l.eager ? DType::FP32 : (m.dtype == DType::FP8 ? DType::BF16 : m.dtype));
+  l.fsdp_reduce_dtype = chosen_dtype(p.fsdp_reduce_dtype, m.dtype == DType::FP16 ? DType::FP16 : DType::FP32);
   if (p.zero_stage < 3) {
     const char* key = p.zero3_param_gather != "micro-batch" ? "parallel.zero3_param_gather"
                       : p.zero3_grad_sync != "micro-batch"  ? "parallel.zero3_grad_sync"
