@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <stdexcept>
 
 namespace clustersim {
@@ -47,11 +46,16 @@ int GroupLayout::nodes() const {
 }
 
 int GroupLayout::per_node() const {
-  std::map<int32_t, int> count;
-  for (int32_t n : node) ++count[n];
-  int c = count.empty() ? 0 : count.begin()->second;
-  for (auto [n, k] : count)
-    if (k != c) return 0;
+  std::vector<int32_t> n = node;
+  std::sort(n.begin(), n.end());
+  int c = 0;
+  for (size_t i = 0, j = 0; i < n.size(); i = j) {
+    while (j < n.size() && n[j] == n[i]) ++j;
+    if (i == 0)
+      c = static_cast<int>(j - i);
+    else if (static_cast<int>(j - i) != c)
+      return 0;
+  }
   return c;
 }
 
@@ -61,14 +65,25 @@ bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
 
 // Members of each node, nodes in order of first appearance, members in group order.
 std::vector<std::vector<int32_t>> by_node(const GroupLayout& l) {
-  std::vector<std::vector<int32_t>> out;
-  std::map<int32_t, size_t> index;
-  for (int32_t j = 0; j < l.ranks(); ++j) {
-    const int32_t i = l.ring.empty() ? j : l.ring[static_cast<size_t>(j)];
-    auto [it, fresh] = index.emplace(l.node[static_cast<size_t>(i)], out.size());
-    if (fresh) out.emplace_back();
-    out[it->second].push_back(i);
+  // Sorted by (node, place in group order): each node's run lists its members in order,
+  // and the runs' first places order the nodes.
+  const auto n = static_cast<size_t>(l.ranks());
+  std::vector<std::pair<int32_t, int32_t>> at(n);
+  for (size_t j = 0; j < n; ++j) {
+    const int32_t i = l.ring.empty() ? static_cast<int32_t>(j) : l.ring[j];
+    at[j] = {l.node[static_cast<size_t>(i)], static_cast<int32_t>(j)};
   }
+  std::sort(at.begin(), at.end());
+  std::vector<std::pair<int32_t, size_t>> runs;  // (first place, start in `at`)
+  for (size_t k = 0; k < n; ++k)
+    if (k == 0 || at[k].first != at[k - 1].first) runs.emplace_back(at[k].second, k);
+  std::sort(runs.begin(), runs.end());
+  std::vector<std::vector<int32_t>> out(runs.size());
+  for (size_t r = 0; r < runs.size(); ++r)
+    for (size_t k = runs[r].second; k < n && at[k].first == at[runs[r].second].first; ++k) {
+      const auto j = static_cast<size_t>(at[k].second);
+      out[r].push_back(l.ring.empty() ? static_cast<int32_t>(j) : l.ring[j]);
+    }
   return out;
 }
 
@@ -77,10 +92,10 @@ std::vector<std::vector<int32_t>> by_node(const GroupLayout& l) {
 // different GPUs and spread the inter-node traffic over their NICs (as NCCL's rings
 // spread over rails). Otherwise one ring in group order.
 std::vector<std::vector<int32_t>> ring_orders(const GroupLayout& l) {
+  if (!l.mesh_rings.empty()) return l.mesh_rings;
   const auto nodes = by_node(l);
   const int g = l.per_node();
   std::vector<std::vector<int32_t>> rings;
-  if (!l.mesh_rings.empty()) return l.mesh_rings;
   if (nodes.size() < 2 || g < 2) {
     if (!l.ring.empty()) return {l.ring};
     rings.emplace_back();

@@ -30,6 +30,7 @@ class MaxMinSystem {
   using Id = uint32_t;
 
   Id add_constraint(double capacity);
+  void reserve_constraints(size_t n) { cons_.reserve(n); }
   Id add_variable(std::span<const Id> constraints, double weight = 1.0,
                   double bound = std::numeric_limits<double>::infinity());
   void remove_variable(Id v);
@@ -60,6 +61,13 @@ class MaxMinSystem {
     return used;
   }
   double capacity(Id c) const { return cons_[c].capacity; }
+  bool idle(Id c) const { return cons_[c].vars.empty(); }
+  // Calls f(c) for each constraint variable v crosses (once per crossing).
+  template <class F>
+  void for_each_link(Id v, F f) const {
+    const Var& var = vars_[v];
+    for (uint32_t j = 0; j < var.count(); ++j) f(var.con(j));
+  }
   size_t live_variables() const { return live_; }
   size_t constraints() const { return cons_.size(); }
 

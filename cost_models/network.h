@@ -33,11 +33,18 @@ class TransferPaths {
     if (t.src != kSwitch && t.dst != kSwitch)
       topo_.prefetch_route(gpus[static_cast<size_t>(t.src)], gpus[static_cast<size_t>(t.dst)]);
   }
+  // The transfer's links appended to `out`, its latency and class returned (links empty):
+  // see Topology::append_route.
+  Route append_path(const Transfer& t, std::span<const int32_t> gpus, std::vector<uint32_t>& out);
   // Routes for a step's transfers, in order, into `out` (cleared first).
   void paths(const std::vector<Transfer>& transfers, std::span<const int32_t> gpus, std::vector<Route>& out);
   // The transfer's step latency on route r: its hops plus the protocol's per-step latency
   // for its slowest class.
   double latency(const Route& r, const Expansion& e) const;
+  // The same for a route of `hops` links with that latency and class.
+  double latency(size_t hops, const Route& r, const Expansion& e) const {
+    return hops == 0 ? 0 : r.latency + profile_.hop(r.cls, e.family, e.proto);
+  }
   double wire_bytes(double payload, const Expansion& e) const {
     const double eff = profile_.protocol(e.proto).bandwidth_efficiency *
                        (e.family == LatencyFamily::Nvls ? profile_.nvls_efficiency : 1.0);
@@ -69,12 +76,24 @@ class AnalyticNetwork {
   CollectiveCost run(const Expansion& e, std::span<const int32_t> gpus, bool link_bytes = true);
 
  private:
+  // A step's routes and each transfer's bottleneck share, which follow from the group's
+  // GPUs and the transfers' ends alone (not their bytes or protocol): the tuner costs
+  // each algorithm under every protocol, and those expansions repeat their steps' shapes.
+  struct StepShape {
+    std::vector<int32_t> gpus;
+    std::vector<uint64_t> ends;  // per transfer: src, dst
+    std::vector<Route> routes;
+    std::vector<double> rate;    // per transfer: its narrowest link's capacity / the step's transfers on it
+    uint64_t hash = 0, used = 0;
+  };
+  const StepShape& shape(const CollectiveStep& step, std::span<const int32_t> gpus);
+  std::vector<StepShape> shapes_;  // the most recently used few
+  uint64_t clock_ = 0;
   TransferPaths paths_;
   std::vector<uint32_t> load_;  // transfers per link in the current step
   std::vector<double> bytes_;   // wire bytes per link over the collective
   std::vector<uint32_t> touched_;
   std::vector<double> lat_;
-  std::vector<Route> routes_;  // a step's transfers' routes, looked up once
 };
 
 }  // namespace clustersim

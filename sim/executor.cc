@@ -82,6 +82,7 @@ class Executor {
     if (opt.flow) {
       flow_ = std::make_unique<FlowNetwork>(topo, opt.network);
       flow_->set_record_usage(opt.record_link_usage);
+      flow_->set_solo_steps(opt.solo_steps);
     }
   }
 

@@ -41,6 +41,9 @@ struct ExecOptions {
   bool flow = false;                   // flow-level network (contention) instead of analytic
   bool simulate_all_ranks = false;
   bool record_link_usage = true;
+  // Flow network: steps alone on their links are solved apart (FlowNetwork, solo steps);
+  // false runs every step in the shared system (the plain path, for tests).
+  bool solo_steps = true;
   bool keep_spans = true;  // false: metrics only (ExecResult::spans left empty)
   // Variability (sim/variability.h): each simulated rank's kernels take rank_slowdown[rank]
   // times as long (empty: 1), and each kernel's time is multiplied by a lognormal draw of

@@ -71,6 +71,7 @@ ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   eo.simulate_all_ranks = opt.simulate_all_ranks;
   eo.record_link_usage = opt.record_link_usage;
   eo.keep_spans = opt.keep_spans;
+  eo.solo_steps = opt.solo_steps;
   return eo;
 }
 

@@ -23,6 +23,7 @@ struct RunOptions {
   bool progress = false;            // a progress bar on stderr for long runs
   bool record_link_usage = true;    // link utilization over time (for output.sqlite and reports)
   bool keep_spans = true;           // the op-by-op timeline (false: metrics only)
+  bool solo_steps = true;           // flow network: ExecOptions::solo_steps
 };
 
 struct RunOutcome {

@@ -240,6 +240,106 @@ std::vector<double> run_flow(Topology& topo, const NetworkProfile& prof, const s
   return done;
 }
 
+// Runs collectives that start at given times; returns each one's end, and the network's
+// solo steps and merges.
+struct Timed {
+  double start;
+  Expansion e;
+  std::vector<int32_t> gpus;
+};
+std::vector<int64_t> run_timed(Topology& topo, const NetworkProfile& prof, const std::vector<Timed>& jobs, bool solo,
+                               uint64_t* solos = nullptr, uint64_t* merged = nullptr) {
+  FlowNetwork net(topo, prof);
+  net.set_record_usage(false);
+  net.set_solo_steps(solo);
+  std::vector<int64_t> done(jobs.size(), -1);
+  std::vector<uint64_t> id_of, fin;  // network id -> job
+  size_t next = 0;
+  while (next < jobs.size() || !net.idle()) {
+    const SimTime start = next < jobs.size() ? SimTime::from_seconds(jobs[next].start) : SimTime::max();
+    const SimTime t = net.next_time();
+    if (start <= t) {
+      const uint64_t id = net.start(jobs[next].e, jobs[next].gpus, start);
+      id_of.resize(id + 1);
+      id_of[id] = next++;
+      continue;
+    }
+    fin.clear();
+    net.advance(t, fin);
+    for (uint64_t id : fin) done[id_of[id]] = t.picoseconds();
+  }
+  if (solos) *solos = net.solo_steps();
+  if (merged) *merged = net.solo_merged();
+  return done;
+}
+
+// A one-step collective whose links carry nothing else is solved apart from the shared
+// system, once per distinct step; a flow that later needs one of its links puts its
+// flows, as they stand, into the shared system. Mirrored pipeline sends (the same send
+// from every replica, replicas meeting on leaf up-links) started now alone, now over
+// one another and over ring all-reduces, end at the picosecond the shared system ends
+// them.
+TEST(FlowNetwork, SoloStepsEndWhenTheSharedSystemSaysTheyEnd) {
+  NetworkProfile prof;
+  for (FabricKind fabric : {FabricKind::FatTree, FabricKind::RailOptimized}) {
+    ClusterSpec spec = cluster("dgx-h100", 16);
+    spec.fabric.kind = fabric;
+    spec.fabric.nics_per_leaf = 16;
+    Topology topo(spec);
+    // Stage s is nodes 4s .. 4s + 3; the send s -> s + 1 goes from every GPU of stage s's
+    // first two nodes to the same GPU two stages' nodes on.
+    auto send = [&](int s, int dir, double bytes) {
+      Expansion e;
+      e.base_latency = 1e-6;
+      e.steps.emplace_back();
+      std::vector<int32_t> gpus;
+      for (int n = 0; n < 2; ++n)
+        for (int g = 0; g < 8; ++g) {
+          const int a = (4 * s + n) * 8 + g, b = (4 * (s + 1) + n) * 8 + g;
+          const auto k = static_cast<int32_t>(gpus.size());
+          gpus.push_back(dir > 0 ? a : b);
+          gpus.push_back(dir > 0 ? b : a);
+          e.steps.back().transfers.push_back(Transfer{k, k + 1, bytes});
+        }
+      return Timed{0, e, gpus};
+    };
+    std::vector<Timed> jobs;
+    double t = 0;
+    for (int round = 0; round < 6; ++round)
+      for (int s = 0; s < 3; ++s) {
+        Timed fwd = send(s, +1, round % 2 ? 32e6 : 8e6), bwd = send(s, -1, 8e6);
+        fwd.start = t;
+        bwd.start = t + (round % 3 == 0 ? 0.2e-3 : 5e-3);  // over the forward send, or after it
+        jobs.push_back(fwd);
+        jobs.push_back(bwd);
+        t += 2e-3;
+      }
+    // Ring all-reduces over one rail that start while sends run.
+    std::vector<int32_t> rail;
+    for (int n = 0; n < 16; ++n) rail.push_back(n * 8 + 3);
+    const GroupLayout layout = layout_of(topo, rail);
+    for (double at : {1.1e-3, 9.3e-3, 20.7e-3})
+      jobs.push_back(Timed{at, expand_collective({CollectiveKind::AllReduce, Algorithm::Ring, Protocol::Simple, 64e6, 0},
+                                                 layout, prof),
+                           rail});
+    std::stable_sort(jobs.begin(), jobs.end(), [](const Timed& a, const Timed& b) { return a.start < b.start; });
+    uint64_t solos = 0, merged = 0;
+    const auto shared = run_timed(topo, prof, jobs, false);
+    const auto apart = run_timed(topo, prof, jobs, true, &solos, &merged);
+    EXPECT_GT(solos, 10u) << to_string(fabric);
+    EXPECT_GT(merged, 2u) << to_string(fabric);
+    ASSERT_EQ(shared.size(), apart.size());
+    for (size_t i = 0; i < shared.size(); ++i) {
+      EXPECT_GT(shared[i], 0);
+      EXPECT_EQ(apart[i], shared[i]) << to_string(fabric) << " job " << i;
+    }
+    // And without solo steps the plain path ran every flow in the shared system.
+    uint64_t none = 1;
+    run_timed(topo, prof, jobs, false, &none);
+    EXPECT_EQ(none, 0u);
+  }
+}
+
 TEST(FlowNetwork, TwoTransfersOverOneLinkEachGetHalf) {
   Topology topo(cluster("dgx-h100", 1));
   NetworkProfile prof;

@@ -297,6 +297,31 @@ training: {global_batch: 16}
   EXPECT_GT(b.exec.makespan, a.exec.makespan);
 }
 
+// Pipeline stages over data-parallel replicas on a rail-optimized fabric, flow network:
+// the mirrored sends run as solo steps (FlowNetwork) and the iteration is the one the
+// shared system gives, to the picosecond, with every metric alike.
+TEST(Executor, SoloStepsGiveTheSharedSystemsIteration) {
+  Scenario s = scenario_from_text(R"(
+cluster: {preset: dgx-h100, nodes: 32, scale_out: {topology: rail-optimized, nics_per_leaf: 8}}
+model: {preset: gpt3-1.3b, layers: 8}
+parallel: {tp: 8, pp: 4, dp: 8}
+training: {global_batch: 64}
+)",
+                                  "solo");
+  s.network_model = "flow";
+  RunOptions quiet;
+  quiet.record_link_usage = false;
+  RunOptions plain = quiet;
+  plain.solo_steps = false;
+  const RunOutcome a = run_training(s, quiet), b = run_training(s, plain);
+  EXPECT_EQ(a.exec.makespan, b.exec.makespan);
+  ASSERT_EQ(a.metrics.size(), b.metrics.size());
+  for (size_t i = 0; i < a.metrics.size(); ++i) {
+    if (a.metrics[i].first == "events") continue;  // the solo steps' flows make no events
+    EXPECT_EQ(a.metrics[i].second, b.metrics[i].second) << a.metrics[i].first;
+  }
+}
+
 // Send/recv: a plan whose rank 0 sends to rank 1, which receives and then computes.
 TEST(Executor, SendMeetsRecv) {
   Topology topo(one_dgx());

@@ -141,6 +141,20 @@ TEST(Topology, FastRoutingEqualsTheSearch) {
         EXPECT_EQ(std::vector<uint32_t>(fast.begin(), fast.end()), t.route_by_search(a, n * g + a))
             << c.preset << " " << c.nodes << " " << a << "->" << n * g + a;
       }
+    // A route appended for a caller that keeps it (not kept by the topology when it is
+    // structured) is the same route, with route_info's latency and class.
+    Topology fresh(spec);
+    for (int a = 0; a < fresh.num_gpus(); a += 3)
+      for (int b = 0; b < fresh.num_gpus(); b += 7) {
+        std::vector<uint32_t> links = {7};  // appended after what is there
+        const Route r = fresh.append_route(a, b, links);
+        EXPECT_TRUE(r.links.empty());
+        links.erase(links.begin());
+        EXPECT_EQ(links, t.route_by_search(a, b)) << c.preset << " " << c.nodes << " " << a << "->" << b;
+        const Route kept = t.route_info(a, b);
+        EXPECT_EQ(r.latency, kept.latency);
+        EXPECT_EQ(r.cls, kept.cls);
+      }
     // Fat-trees of several leaves holding whole nodes (where the fast path applies) and
     // rail-optimized fabrics (between GPUs of one rail) take the two-tier shortcut, so the
     // comparisons above cover it; a single switch never leaves its switch, and fat-tree

@@ -111,7 +111,12 @@ Topology::Topology(const ClusterSpec& spec) : spec_(spec) {
     node_build_.push_back(wirings[w]);
   }
   std::vector<std::vector<uint32_t>> nics(static_cast<size_t>(spec.nodes));
-  for (int n = 0; n < spec.nodes; ++n) build_node(n, nics[static_cast<size_t>(n)]);
+  for (int n = 0; n < spec.nodes; ++n) {
+    build_node(n, nics[static_cast<size_t>(n)]);
+    // Room for every node's links and the fabric's (fewer than the nodes' own), so a
+    // large cluster's link table is not copied as it grows.
+    if (n == 0) links_.reserve(2 * links_.size() * static_cast<size_t>(spec.nodes));
+  }
   if (spec.nodes > 1) {
     if (spec.switches.empty())
       build_fabric(nics);
@@ -305,7 +310,8 @@ uint64_t mix(uint64_t x) {  // splitmix64 finalizer: a fixed, portable hash for 
 }
 }  // namespace
 
-std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool prune, bool* unique) const {
+std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool prune, bool* unique,
+                                             bool node_only) const {
   // Dijkstra on integer serialization cost (attoseconds per byte) so equal-cost paths
   // compare exactly; every equal-cost predecessor edge is kept for ECMP.
   const size_t nv = boost::num_vertices(graph_);
@@ -366,7 +372,9 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
       pred[w].push_back(l.id);
     }
   };
+  const int home = graph_[src].node;
   auto visit = [&](const Link& l, int64_t d) {
+    if (node_only && graph_[l.dst].node != home) return;
     if (third) {
       const int32_t n = nic_node_[l.dst];
       if (n >= 0 && n != na && n != nb) return;
@@ -405,6 +413,7 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
       for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) visit(links_[graph_[*e].link], d);
     }
   }
+  if (dist[dst] == kInf && node_only) return {};
   if (dist[dst] == kInf)
     throw std::runtime_error("topology: no route from " + graph_[src].name + " to " + graph_[dst].name);
   std::vector<uint32_t> path;
@@ -454,6 +463,33 @@ void Topology::prefetch_route(int src, int dst) const {
   __builtin_prefetch(&route_slots_[mix(key) & (route_slots_.size() - 1)]);
 }
 
+const Topology::RouteSlot* Topology::find_route(uint64_t key) const {
+  if (route_slots_.empty()) return nullptr;
+  const size_t mask = route_slots_.size() - 1;
+  for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+    const RouteSlot& s = route_slots_[i];
+    if (s.key == key) return &s;
+    if (s.key == ~uint64_t{0}) return nullptr;
+  }
+}
+
+Route Topology::append_route(int src, int dst, std::vector<uint32_t>& out) {
+  if (src == dst) return {};
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+  if (find_route(key) == nullptr) {
+    if (fast_state_ == 0) prepare_fast_routing();
+    if (structured_route(src, dst)) {
+      const std::vector<uint32_t> links = fast_route(src, dst);
+      out.insert(out.end(), links.begin(), links.end());
+      return Route{{}, route_latency(links), route_class(links)};
+    }
+  }
+  Route r = route_info(src, dst);
+  out.insert(out.end(), r.links.begin(), r.links.end());
+  r.links = {};
+  return r;
+}
+
 Route Topology::route_info(int src, int dst) {
   if (src == dst) return {};
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
@@ -463,14 +499,7 @@ Route Topology::route_info(int src, int dst) {
     std::memcpy(&r.latency, at - kRouteHeader, sizeof r.latency);
     return r;
   };
-  if (!route_slots_.empty()) {
-    const size_t mask = route_slots_.size() - 1;
-    for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
-      const RouteSlot& s = route_slots_[i];
-      if (s.key == key) return stored(s);
-      if (s.key == ~uint64_t{0}) break;
-    }
-  }
+  if (const RouteSlot* s = find_route(key)) return stored(*s);
   if (fast_state_ == 0) prepare_fast_routing();
   const bool fast = structured_route(src, dst);
   const std::vector<uint32_t> links =
@@ -737,6 +766,18 @@ void Topology::prepare_fast_routing() {
   auto in_node0 = [&](const std::vector<uint32_t>& path) {
     return std::all_of(path.begin(), path.end(), [&](uint32_t l) { return l < n0_end; });
   };
+  // A path that leaves the node and comes back crosses at least two fabric links, so a
+  // path inside the node cheaper than two of the cheapest is the search's, ties and all
+  // (the search over the whole graph floods the fabric first where PCIe is the slower).
+  int64_t fabric_least = std::numeric_limits<int64_t>::max() / 4;
+  for (const Link& l : links_)
+    if (graph_[l.src].node < 0 || graph_[l.dst].node < 0) fabric_least = std::min(fabric_least, l.cost);
+  auto template_path = [&](uint32_t from, uint32_t to, bool* u) {
+    std::vector<uint32_t> p = shortest_path(from, to, false, u, /*node_only=*/true);
+    if (!p.empty() && cost(p) < 2 * fabric_least) return p;
+    *u = true;
+    return shortest_path(from, to, false, u);
+  };
   const int nics = spec_.node.nics;
   for (int a = 0; a < g; ++a) {
     const uint32_t gpu = gpus_[static_cast<size_t>(a)];
@@ -746,10 +787,10 @@ void Topology::prepare_fast_routing() {
     int64_t best_out = std::numeric_limits<int64_t>::max(), best_in = best_out;
     for (size_t k = 0; k < static_cast<size_t>(nics); ++k) {
       bool u = true;
-      out[k] = shortest_path(gpu, nic_vertex_[k], false, &u);
+      out[k] = template_path(gpu, nic_vertex_[k], &u);
       out_unique[k] = u;
       u = true;
-      in[k] = shortest_path(nic_vertex_[k], gpu, false, &u);
+      in[k] = template_path(nic_vertex_[k], gpu, &u);
       in_unique[k] = u;
       best_out = std::min(best_out, cost(out[k]));
       best_in = std::min(best_in, cost(in[k]));

@@ -162,6 +162,11 @@ class Topology {
   std::span<const uint32_t> route(int src, int dst) { return route_info(src, dst).links; }
   // The same, with its latency and class.
   Route route_info(int src, int dst);
+  // The same route's links appended to `out`, its latency and class returned (links
+  // empty): for a caller that keeps its own copy. A structured route not yet kept is
+  // built from the structure and not stored, sparing the route table a route asked for
+  // once; a searched route is kept as route_info keeps it.
+  Route append_route(int src, int dst, std::vector<uint32_t>& out);
   // Asks the memory system for where route_info(src, dst) will look first (a caller
   // looking up many routes hides the cache misses of the later ones).
   void prefetch_route(int src, int dst) const;
@@ -204,7 +209,9 @@ class Topology {
   void build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
   // `prune`: skip what no shortest path between two nodes can use (prepare_search_pruning).
   // `unique`, when given, is cleared if the path passed a vertex with tied predecessors.
-  std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst, bool prune = false, bool* unique = nullptr) const;
+  // `node_only`: only vertices of src's node (empty when dst is not reached that way).
+  std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst, bool prune = false, bool* unique = nullptr,
+                                      bool node_only = false) const;
   bool fast_routing_applies() const;
   void prepare_fast_routing();
   std::vector<uint32_t> fast_route(int src, int dst);
@@ -231,6 +238,7 @@ class Topology {
     uint64_t key = ~uint64_t{0};  // empty
     uint32_t chunk = 0, offset = 0, length = 0;
   };
+  const RouteSlot* find_route(uint64_t key) const;  // the kept route (src << 32 | dst), or null
   static constexpr uint32_t kRouteHeader = 3;
   std::vector<RouteSlot> route_slots_;
   size_t route_count_ = 0;
