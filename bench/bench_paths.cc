@@ -84,6 +84,35 @@ BENCHMARK(BM_Llama3_405b_16384_Fabric)
     ->Args({1, 1})
     ->Unit(benchmark::kMillisecond);
 
+// The 405B layout on a rail-optimized fabric with the flow network at DP arg 0 (128:
+// 16,384 GPUs; 1,024: 131,072 GPUs), arg 1 whether one-step collectives alone on their
+// links run as solo steps (FlowNetwork; 0 is the plain path, for the before/after).
+void BM_Llama3_405b_RailFlow(benchmark::State& state) {
+  Scenario s = example("training/llama3-405b-16384xh100.yaml");
+  const int dp = static_cast<int>(state.range(0));
+  s.cluster.nodes = dp * s.parallel.tp * s.parallel.pp / s.cluster.node.gpus;
+  s.parallel.dp = dp;
+  s.training.global_batch = 16 * dp;
+  s.cluster.fabric.kind = FabricKind::RailOptimized;
+  s.network_model = "flow";
+  RunOptions o = no_outputs();
+  o.solo_steps = state.range(1) != 0;
+  RunOutcome out;
+  for (auto _ : state) {
+    out = run_training(s, o);
+    benchmark::DoNotOptimize(out.exec.makespan);
+  }
+  state.counters["events_per_s"] = benchmark::Counter(
+      static_cast<double>(out.exec.events) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Llama3_405b_RailFlow)
+    ->Args({128, 0})
+    ->Args({128, 1})
+    ->Args({1024, 0})
+    ->Args({1024, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
 // The shipped GPT-3 175B x 1,024 example with its own outputs: the SQLite timeline
 // (spans, link usage) and the trace, as `clustersim run` writes them.
 void BM_Gpt3_175b_1024_WithOutputs(benchmark::State& state) {

@@ -490,6 +490,7 @@ void FlowNetwork::advance(SimTime t, std::vector<uint64_t>& finished) {
         --active_;
         finished.push_back(c);
         std::vector<CollectiveStep>().swap(col.e.steps);
+        std::vector<int32_t>().swap(col.gpus);
         continue;
       }
       col.state = State::Moving;

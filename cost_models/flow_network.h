@@ -23,6 +23,7 @@
 // next_time(), then advance()s to it (or starts collectives at its current time).
 #pragma once
 
+#include "sim/huge_pages.h"
 #include <cstdint>
 #include <queue>
 #include <span>
@@ -145,7 +146,7 @@ class FlowNetwork {
   void close_interval(uint32_t link, SimTime now);
 
   TransferPaths paths_;
-  std::vector<uint32_t> step_load_;  // per link, transfers of the step being begun (zero between)
+  BigVector<uint32_t> step_load_;  // per link, transfers of the step being begun (zero between)
   std::vector<Route> routes_;        // the step being begun: its transfers' routes
   std::vector<double> lat_;          // and their step latencies
   MaxMinSystem system_;
@@ -178,7 +179,7 @@ class FlowNetwork {
   bool solo_on_ = true;
   // By link, while solo steps are on: the shared flows crossing it (each crossing), or
   // -(c + 1) while solo collective c holds it, or 0.
-  std::vector<int32_t> use_;
+  BigVector<int32_t> use_;
   std::vector<SoloStep> solo_steps_;
   std::unordered_multimap<uint64_t, uint32_t> solo_index_;  // hash -> entry
   size_t solo_bytes_ = 0;  // what the entries hold; past kSoloBytes steps go into the shared system

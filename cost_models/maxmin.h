@@ -17,6 +17,7 @@
 // exact because max-min allocations of disjoint components are independent.
 #pragma once
 
+#include "sim/huge_pages.h"
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -182,7 +183,7 @@ class MaxMinSystem {
   std::vector<Var> vars_;
   std::vector<double> rates_;  // by variable, apart from Var: dense, read by the flow network for each re-rated flow
   std::vector<uint32_t> var_mark_;
-  std::vector<Con> cons_;
+  BigVector<Con> cons_;
   std::vector<Id> free_vars_;
   std::vector<Id> dirty_;
   std::vector<Id> changed_, changed_vars_;

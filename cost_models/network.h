@@ -11,6 +11,7 @@
 // pipelined ring, pipelined tree); a collective costs its base latency plus its steps.
 #pragma once
 
+#include "sim/huge_pages.h"
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -58,7 +59,7 @@ class TransferPaths {
  private:
   Topology& topo_;
   const NetworkProfile& profile_;
-  std::vector<double> capacity_;  // by link: 8 bytes a link, not the link's whole record
+  BigVector<double> capacity_;  // by link: 8 bytes a link, not the link's whole record
 };
 
 struct CollectiveCost {

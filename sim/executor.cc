@@ -299,6 +299,8 @@ class Executor {
     // moment; their flows go in too, so links they share see the contention they cause.
     if (flow_ && !mirrors_.empty()) {
       const int32_t offset = dst - src;
+      gpus.reserve(2 + 2 * mirrors_[static_cast<size_t>(src)].size());
+      one.transfers.reserve(1 + mirrors_[static_cast<size_t>(src)].size());
       for (int32_t m : mirrors_[static_cast<size_t>(src)]) {
         const int32_t md = m + offset;
         if (md < 0 || md >= plan_.world_size || plan_.mirror_of[static_cast<size_t>(md)] != dst) continue;

@@ -115,7 +115,10 @@ Topology::Topology(const ClusterSpec& spec) : spec_(spec) {
     build_node(n, nics[static_cast<size_t>(n)]);
     // Room for every node's links and the fabric's (fewer than the nodes' own), so a
     // large cluster's link table is not copied as it grows.
-    if (n == 0) links_.reserve(2 * links_.size() * static_cast<size_t>(spec.nodes));
+    if (n == 0) {
+      links_.reserve(2 * links_.size() * static_cast<size_t>(spec.nodes));
+      graph_.m_vertices.reserve(2 * boost::num_vertices(graph_) * static_cast<size_t>(spec.nodes));
+    }
   }
   if (spec.nodes > 1) {
     if (spec.switches.empty())
@@ -123,6 +126,14 @@ Topology::Topology(const ClusterSpec& spec) : spec_(spec) {
     else
       build_explicit_fabric(nics);
   }
+  // Each vertex's out-links in id order, which is the order its edges were added.
+  const size_t nv = boost::num_vertices(graph_);
+  out_first_.assign(nv + 1, 0);
+  for (const Link& l : links_) ++out_first_[l.src + 1];
+  for (size_t v = 0; v < nv; ++v) out_first_[v + 1] += out_first_[v];
+  out_links_.resize(links_.size());
+  std::vector<uint32_t> fill(out_first_.begin(), out_first_.end() - 1);
+  for (const Link& l : links_) out_links_[fill[l.src]++] = l.id;
 }
 
 uint32_t Topology::add_vertex(VertexKind kind, std::string name, int node, int local) {
@@ -134,7 +145,7 @@ void Topology::add_link(uint32_t a, uint32_t b, LinkClass cls, double bandwidth,
   for (auto [s, d] : {std::pair{a, b}, std::pair{b, a}}) {
     auto id = static_cast<uint32_t>(links_.size());
     links_.push_back(Link{id, s, d, cls, bandwidth, latency, std::llround(1e18 / bandwidth)});
-    boost::add_edge(s, d, EdgeProps{id}, graph_);
+    boost::add_edge(s, d, graph_);
   }
 }
 
@@ -340,7 +351,6 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
   dist[src] = 0;
   reached.push_back(src);
   push({0, src});
-  const bool csr = out_first_.size() == nv + 1;
   const int na = graph_[src].node, nb = graph_[dst].node;
   const bool third = prune && prune_third_nics_ && na >= 0 && nb >= 0 && nic_node_.size() == nv;
   const bool spines = prune && !spine_of_vertex_.empty() && na >= 0 && nb >= 0;
@@ -387,7 +397,8 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
     heap.pop_back();
     if (d != dist[v]) continue;
     if (d > dist[dst]) break;
-    if (v != src && (csr ? is_gpu_[v] != 0 : graph_[v].kind == VertexKind::Gpu)) continue;  // GPUs do not forward
+    if (v != src && (is_gpu_.size() == nv ? is_gpu_[v] != 0 : graph_[v].kind == VertexKind::Gpu))
+      continue;  // GPUs do not forward
     if (spines && leaf_count != SIZE_MAX && spine_of_vertex_[v] >= 0) {
       for (size_t i = 0; i < leaf_count; ++i)
         relax(links_[leaf_down_[leaves[i] * spine_count_ + static_cast<size_t>(spine_of_vertex_[v])]], d);
@@ -407,11 +418,7 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
       }
       continue;
     }
-    if (csr) {
-      for (uint32_t i = out_first_[v]; i < out_first_[v + 1]; ++i) visit(links_[out_links_[i]], d);
-    } else {
-      for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) visit(links_[graph_[*e].link], d);
-    }
+    for (uint32_t l : out_links(v)) visit(links_[l], d);
   }
   if (dist[dst] == kInf && node_only) return {};
   if (dist[dst] == kInf)
@@ -479,7 +486,8 @@ Route Topology::append_route(int src, int dst, std::vector<uint32_t>& out) {
   if (find_route(key) == nullptr) {
     if (fast_state_ == 0) prepare_fast_routing();
     if (structured_route(src, dst)) {
-      const std::vector<uint32_t> links = fast_route(src, dst);
+      thread_local std::vector<uint32_t> links;
+      fast_route(src, dst, links);
       out.insert(out.end(), links.begin(), links.end());
       return Route{{}, route_latency(links), route_class(links)};
     }
@@ -501,9 +509,12 @@ Route Topology::route_info(int src, int dst) {
   };
   if (const RouteSlot* s = find_route(key)) return stored(*s);
   if (fast_state_ == 0) prepare_fast_routing();
-  const bool fast = structured_route(src, dst);
-  const std::vector<uint32_t> links =
-      fast ? fast_route(src, dst) : shortest_path(gpu_vertex(src), gpu_vertex(dst), /*prune=*/true);
+  thread_local std::vector<uint32_t> built;
+  if (structured_route(src, dst))
+    fast_route(src, dst, built);
+  else
+    built = shortest_path(gpu_vertex(src), gpu_vertex(dst), /*prune=*/true);
+  const std::vector<uint32_t>& links = built;
   // Store the header and links where they will not move.
   constexpr size_t kChunk = size_t{1} << 16;
   const size_t need = kRouteHeader + links.size();
@@ -523,7 +534,7 @@ Route Topology::route_info(int src, int dst) {
   chunk.insert(chunk.end(), links.begin(), links.end());
   // At most half full: grow (and re-place every slot) before adding.
   if (2 * (route_count_ + 1) > route_slots_.size()) {
-    std::vector<RouteSlot> old(std::max<size_t>(1024, 2 * route_slots_.size()));
+    BigVector<RouteSlot> old(std::max<size_t>(1024, 2 * route_slots_.size()));
     old.swap(route_slots_);
     const size_t mask = route_slots_.size() - 1;
     for (const RouteSlot& s : old)
@@ -554,8 +565,8 @@ Route Topology::switch_route_info(int gpu, bool to_switch) const {
 
 double Topology::gpu_link_bandwidth(int a, int b) const {
   const uint32_t va = gpu_vertex(a), vb = gpu_vertex(b);
-  for (auto [e, end] = boost::out_edges(va, graph_); e != end; ++e) {
-    const Link& l = links_[graph_[*e].link];
+  for (uint32_t id : out_links(va)) {
+    const Link& l = links_[id];
     if (l.dst == vb) return l.bandwidth;
   }
   return 0;
@@ -722,13 +733,6 @@ void Topology::prepare_fast_routing() {
   fast_state_ = -1;
   {
     const size_t nv = boost::num_vertices(graph_);
-    out_first_.assign(nv + 1, 0);
-    out_links_.clear();
-    out_links_.reserve(links_.size());
-    for (size_t v = 0; v < nv; ++v) {
-      for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) out_links_.push_back(graph_[*e].link);
-      out_first_[v + 1] = static_cast<uint32_t>(out_links_.size());
-    }
     nic_node_.assign(nv, -1);
     is_gpu_.assign(nv, 0);
     for (size_t v = 0; v < nv; ++v) {
@@ -766,32 +770,44 @@ void Topology::prepare_fast_routing() {
   auto in_node0 = [&](const std::vector<uint32_t>& path) {
     return std::all_of(path.begin(), path.end(), [&](uint32_t l) { return l < n0_end; });
   };
-  // A path that leaves the node and comes back crosses at least two fabric links, so a
-  // path inside the node cheaper than two of the cheapest is the search's, ties and all
-  // (the search over the whole graph floods the fabric first where PCIe is the slower).
+  // A path that leaves the node and comes back runs inside the node to some NIC, crosses
+  // at least two fabric links, and runs inside the node from some NIC: a path inside the
+  // node cheaper than the least such sum is the search's, ties and all (the search over
+  // the whole graph floods the fabric first where the way through PCIe costs more).
   int64_t fabric_least = std::numeric_limits<int64_t>::max() / 4;
   for (const Link& l : links_)
     if (graph_[l.src].node < 0 || graph_[l.dst].node < 0) fabric_least = std::min(fabric_least, l.cost);
-  auto template_path = [&](uint32_t from, uint32_t to, bool* u) {
-    std::vector<uint32_t> p = shortest_path(from, to, false, u, /*node_only=*/true);
-    if (!p.empty() && cost(p) < 2 * fabric_least) return p;
-    *u = true;
-    return shortest_path(from, to, false, u);
-  };
+  constexpr int64_t kFar = std::numeric_limits<int64_t>::max() / 4;
+  auto cost_or_far = [&](const std::vector<uint32_t>& p) { return p.empty() ? kFar : cost(p); };
   const int nics = spec_.node.nics;
   for (int a = 0; a < g; ++a) {
     const uint32_t gpu = gpus_[static_cast<size_t>(a)];
     const size_t nic = static_cast<size_t>(preferred_nic_local(a));
     std::vector<std::vector<uint32_t>> out(static_cast<size_t>(nics)), in(static_cast<size_t>(nics));
     std::vector<char> out_unique(static_cast<size_t>(nics), 1), in_unique(static_cast<size_t>(nics), 1);
+    int64_t near_out = kFar, near_in = kFar;  // inside the node: GPU to its nearest NIC, and back
+    for (size_t k = 0; k < static_cast<size_t>(nics); ++k) {
+      bool u = true;
+      out[k] = shortest_path(gpu, nic_vertex_[k], false, &u, /*node_only=*/true);
+      out_unique[k] = u;
+      u = true;
+      in[k] = shortest_path(nic_vertex_[k], gpu, false, &u, /*node_only=*/true);
+      in_unique[k] = u;
+      near_out = std::min(near_out, cost_or_far(out[k]));
+      near_in = std::min(near_in, cost_or_far(in[k]));
+    }
     int64_t best_out = std::numeric_limits<int64_t>::max(), best_in = best_out;
     for (size_t k = 0; k < static_cast<size_t>(nics); ++k) {
       bool u = true;
-      out[k] = template_path(gpu, nic_vertex_[k], &u);
-      out_unique[k] = u;
+      if (cost_or_far(out[k]) >= std::min(kFar, near_out + 2 * fabric_least)) {
+        out[k] = shortest_path(gpu, nic_vertex_[k], false, &u);
+        out_unique[k] = u;
+      }
       u = true;
-      in[k] = template_path(nic_vertex_[k], gpu, &u);
-      in_unique[k] = u;
+      if (cost_or_far(in[k]) >= std::min(kFar, 2 * fabric_least + near_in)) {
+        in[k] = shortest_path(nic_vertex_[k], gpu, false, &u);
+        in_unique[k] = u;
+      }
       best_out = std::min(best_out, cost(out[k]));
       best_in = std::min(best_in, cost(in[k]));
     }
@@ -917,7 +933,7 @@ void Topology::prepare_two_tier() {
   two_tier_ = true;
 }
 
-std::vector<uint32_t> Topology::fast_route(int src, int dst) {
+void Topology::fast_route(int src, int dst, std::vector<uint32_t>& path) {
   const int g = spec_.node.gpus;
   const int na = node_of(src), nb = node_of(dst), la = src % g, lb = dst % g;
   const size_t nics = static_cast<size_t>(spec_.node.nics);
@@ -929,7 +945,7 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
     nic_a = static_cast<size_t>(na) * nics + static_cast<size_t>(k);
     exit = &tied_exit_[static_cast<size_t>(la)][static_cast<size_t>(k)];
   }
-  std::vector<uint32_t> path;
+  path.clear();
   for (uint32_t l : *exit) path.push_back(l + node_link_base_[static_cast<size_t>(na)]);
   path.push_back(nic_up_[nic_a]);
   const uint32_t sa = nic_switch_[nic_a], sb = nic_switch_[nic_b];
@@ -950,8 +966,8 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
         switch_edges_.resize(switch_count_);
         for (size_t v = 0; v < switch_index_.size(); ++v) {
           if (switch_index_[v] < 0) continue;
-          for (auto [e, end] = boost::out_edges(v, graph_); e != end; ++e) {
-            const Link& l = links_[graph_[*e].link];
+          for (uint32_t id : out_links(static_cast<uint32_t>(v))) {
+            const Link& l = links_[id];
             if (switch_index_[l.dst] >= 0)
               switch_edges_[static_cast<size_t>(switch_index_[v])].push_back(
                   SwitchEdge{l.id, l.dst, switch_index_[l.dst], std::llround(1e18 / l.bandwidth)});
@@ -1035,7 +1051,6 @@ std::vector<uint32_t> Topology::fast_route(int src, int dst) {
   path.push_back(nic_down_[nic_b]);
   for (uint32_t l : enter_template_[static_cast<size_t>(lb)])
     path.push_back(l + node_link_base_[static_cast<size_t>(nb)]);
-  return path;
 }
 
 double Topology::route_latency(std::span<const uint32_t> r) const {

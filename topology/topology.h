@@ -13,6 +13,7 @@
 // to one run and is not shared between threads.
 #pragma once
 
+#include "sim/huge_pages.h"
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
@@ -45,9 +46,6 @@ struct Route {
   LinkClass cls = LinkClass::NvLink;  // the slowest class on it (network over PCIe over NVLink)
 };
 
-struct EdgeProps {
-  uint32_t link = 0;  // index into Topology::links()
-};
 
 struct Link {
   uint32_t id = 0;
@@ -58,7 +56,9 @@ struct Link {
   int64_t cost = 0;      // the search's integer cost: attoseconds per byte, llround(1e18 / bandwidth)
 };
 
-using ClusterGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps, EdgeProps>;
+// Edges carry no property (Boost keeps each edge's property on the heap): a vertex's
+// links are Topology::out_links(v), in the order its edges were added.
+using ClusterGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, VertexProps>;
 
 // How GPUs inside a node are connected and how the node reaches the fabric.
 struct NodeSpec {
@@ -146,7 +146,7 @@ class Topology {
   const std::vector<GpuSpec>& gpu_models() const { return gpu_models_; }
   int gpu_model_of(int gpu) const { return gpu_model_[static_cast<size_t>(node_of(gpu))]; }
   const ClusterGraph& graph() const { return graph_; }
-  const std::vector<Link>& links() const { return links_; }
+  const BigVector<Link>& links() const { return links_; }
   // A link's bandwidth, changed in place (variability: a slow cable). Routes and the
   // search's costs keep the nominal bandwidth, as a fabric's routing does not see it.
   void set_link_bandwidth(uint32_t id, double bandwidth) { links_[id].bandwidth = bandwidth; }
@@ -214,7 +214,7 @@ class Topology {
                                       bool node_only = false) const;
   bool fast_routing_applies() const;
   void prepare_fast_routing();
-  std::vector<uint32_t> fast_route(int src, int dst);
+  void fast_route(int src, int dst, std::vector<uint32_t>& path);  // into `path` (cleared first)
   int preferred_nic_local(int local_gpu) const { return preferred_nic_local(0, local_gpu); }
   int preferred_nic_local(int node, int local_gpu) const;
   void build_explicit_fabric(const std::vector<std::vector<uint32_t>>& nics_by_node);
@@ -225,7 +225,7 @@ class Topology {
   std::vector<GpuSpec> gpu_models_;
   std::vector<int> gpu_model_;  // per node
   ClusterGraph graph_;
-  std::vector<Link> links_;
+  BigVector<Link> links_;
   std::vector<uint32_t> gpus_;
   std::vector<std::array<uint32_t, 2>> gpu_switch_links_;  // per GPU: {to switch, from switch}; kNoLink without one
   static constexpr uint32_t kNoLink = ~uint32_t{0};
@@ -240,7 +240,7 @@ class Topology {
   };
   const RouteSlot* find_route(uint64_t key) const;  // the kept route (src << 32 | dst), or null
   static constexpr uint32_t kRouteHeader = 3;
-  std::vector<RouteSlot> route_slots_;
+  BigVector<RouteSlot> route_slots_;
   size_t route_count_ = 0;
   std::vector<std::vector<uint32_t>> route_chunks_;  // each at its reserved capacity, never grown past it
 
@@ -283,7 +283,10 @@ class Topology {
   void prepare_search_pruning();
   bool prune_third_nics_ = false;
   // Out-links per vertex in the graph's edge order (CSR), for the search's inner loop.
-  std::vector<uint32_t> out_first_, out_links_;
+  std::vector<uint32_t> out_first_, out_links_;  // each vertex's out-links (built with the graph)
+  std::span<const uint32_t> out_links(uint32_t v) const {
+    return {out_links_.data() + out_first_[v], out_first_[v + 1] - out_first_[v]};
+  }
   std::vector<int32_t> nic_node_;  // per vertex: its node if it is a NIC, else -1
   std::vector<uint8_t> is_gpu_;    // per vertex
   std::vector<int32_t> spine_of_vertex_;  // two-tier fabrics: vertex -> spine index, -1 otherwise
