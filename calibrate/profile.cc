@@ -297,13 +297,15 @@ void read_collective_points(const YNode& table, const std::string& key, std::vec
   }
 }
 
-// overlap_slowdown: {p2p: {gemm: x, attention: y, memory: z}, collective: {...}}, each >= 1.
+// overlap_slowdown: {p2p: {gemm: x, attention: y, memory: z}, collective: {...},
+// userbuffers: {...}}, each >= 1.
 void read_overlap(const YNode& node, const std::string& key, ComputeProfile& c) {
-  members(node, key, {"p2p", "collective"}, [&](const std::string& comm, const YNode& x, const std::string& xk) {
+  members(node, key, {"p2p", "collective", "userbuffers"}, [&](const std::string& comm, const YNode& x,
+                                                               const std::string& xk) {
     members(x, xk, {"gemm", "attention", "memory"},
             [&](const std::string& kern, const YNode& y, const std::string& yk) {
               const size_t k = kern == "gemm" ? 0 : kern == "attention" ? 1 : 2;
-              c.overlap_slowdown[comm == "p2p" ? 0 : 1][k] = number(y, yk, 1.0, 10.0);
+              c.overlap_slowdown[comm == "p2p" ? 0 : comm == "collective" ? 1 : 2][k] = number(y, yk, 1.0, 10.0);
             });
   });
 }

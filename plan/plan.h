@@ -65,6 +65,11 @@ struct Op {
   GroupKind group = GroupKind::World;
   bool causal = false;
   bool relative_peer = false;  // Send/Recv: peer is an offset from this rank's own group position
+  // Send/Recv: moved by a kernel that holds SMs beside the GEMM it overlaps, the GEMM told
+  // to leave them (Transformer Engine userbuffers' pipelined reduce-scatter, num_sm SMs
+  // with set_sm_margin); kernels starting beside it take compute.overlap_slowdown's
+  // `userbuffers` row.
+  bool holds_sms = false;
   MemAccess access = MemAccess::Streaming;  // Memory ops: how the kernel walks its bytes
   int32_t layer = -1;          // -1: not a transformer layer (embedding, loss, optimizer)
   int32_t micro_batch = -1;    // -1: not tied to one micro-batch

@@ -69,7 +69,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
     case OpKind::Send:
     case OpKind::Recv:
       out += ",\"group\":" + quote(to_string(op.group)) + ",\"peer\":" + std::to_string(op.peer) +
-             ",\"relative_peer\":" + (op.relative_peer ? "true" : "false") + ",\"bytes\":" + std::to_string(op.bytes);
+             ",\"relative_peer\":" + (op.relative_peer ? "true" : "false") +
+             (op.holds_sms ? ",\"holds_sms\":true" : "") + ",\"bytes\":" + std::to_string(op.bytes);
       break;
   }
   out += ",\"bytes_read\":" + std::to_string(op.bytes_read) + ",\"bytes_written\":" + std::to_string(op.bytes_written) +
@@ -260,6 +261,7 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       op.bytes_written = rd.i64(on, "bytes_written");
       if (on["causal"]) op.causal = on["causal"].as<bool>(false);
       if (on["relative_peer"]) op.relative_peer = on["relative_peer"].as<bool>(false);
+      if (on["holds_sms"]) op.holds_sms = on["holds_sms"].as<bool>(false);
       if (on["collective"])
         op.collective = rd.name_of<CollectiveKind>(on["collective"], parse_collective, "collective");
       if (on["group"]) op.group = rd.name_of<GroupKind>(on["group"], parse_group_kind, "group kind");

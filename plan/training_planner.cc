@@ -410,11 +410,13 @@ class StageBuilder {
   }
 
   uint32_t add_p2p(const char* name, OpKind kind, GroupKind group, int32_t peer, const char* stream, Phase ph,
-                   int32_t layer, double bytes, const std::vector<uint32_t>& after, bool relative = false) {
+                   int32_t layer, double bytes, const std::vector<uint32_t>& after, bool relative = false,
+                   bool holds_sms = false) {
     Op op = base(name, kind, ph, layer, p_.stream(stream));
     op.group = group;
     op.peer = peer;
     op.relative_peer = relative;
+    op.holds_sms = holds_sms;
     op.bytes = static_cast<int64_t>(bytes);
     return p_.add(op, after);
   }
@@ -466,7 +468,10 @@ class StageBuilder {
   // A row-parallel GEMM then its all-reduce (reduce-scatter under SP). Overlapped
   // (pipelined reduce-scatter): the GEMM runs chunk by chunk, each chunk's partial sums
   // leave for the ring successor as soon as they exist, and the last step adds the
-  // partials that arrived; tp - 1 sends of one chunk each.
+  // partials that arrived; tp - 1 sends of one chunk each. In the forward these are
+  // Transformer Engine's `pipeline` overlaps (proj_fprop, fc2_fprop), whose kernels hold
+  // SMs beside the chunks (Op::holds_sms); the backward's run as `bulk` overlaps of two to
+  // four SMs, which cost the GEMMs next to nothing.
   uint32_t gemm_then_reduce(const char* gemm, const char* ar, const char* rs, Phase ph, int32_t L,
                             const std::vector<uint32_t>& after, int64_t n, int64_t k) {
     if (!l_.tp_comm_overlap) {
@@ -478,9 +483,9 @@ class StageBuilder {
       last = add_gemm(gemm, ph, L, seq_tokens_, n, k, i == 0 ? after : deps(last));
       if (i + 1 < t_) {
         add_p2p("tp-overlap-send", OpKind::Send, GroupKind::TP, 1, "tp-send", ph, L, act_bytes(), deps(last, arrived),
-                true);
+                true, ph == Phase::Forward);
         arrived = add_p2p("tp-overlap-recv", OpKind::Recv, GroupKind::TP, static_cast<int32_t>(t_ - 1), "tp-recv", ph,
-                          L, act_bytes(), deps(arrived == kNone ? last : arrived), true);
+                          L, act_bytes(), deps(arrived == kNone ? last : arrived), true, ph == Phase::Forward);
       }
     }
     return add_memory(rs, ph, L, 2 * act_bytes(), act_bytes(), act_bytes() / static_cast<double>(e_),

@@ -37,6 +37,7 @@ struct RankState {
   std::array<uint32_t, kGroupKinds> coll_seq{};
   uint32_t done = 0;
   uint32_t waiting_p2p = 0, waiting_coll = 0;  // NCCL kernels on the GPU: reached, not finished
+  uint32_t waiting_sms = 0;                     // of those p2p, the ones that hold SMs (Op::holds_sms)
 };
 
 struct Completion {
@@ -234,6 +235,7 @@ class Executor {
       arrive(slot, op_index, op);
     } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
       ++r.waiting_p2p;
+      if (op.holds_sms) ++r.waiting_sms;
       arrive_p2p(slot, op_index, op);
     } else {
       // A kernel starts a launch gap after its stream became ready (joins have no kernel).
@@ -248,7 +250,8 @@ class Executor {
       if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {
         const size_t k = op.kind == OpKind::Gemm ? 0 : op.kind == OpKind::Attention ? 1 : 2;
         const auto& f = opt_.compute.overlap_slowdown;
-        const double slow = std::max(r.waiting_p2p > 0 ? f[0][k] : 1.0, r.waiting_coll > 0 ? f[1][k] : 1.0);
+        const double slow = std::max({r.waiting_p2p > 0 ? f[0][k] : 1.0, r.waiting_coll > 0 ? f[1][k] : 1.0,
+                                      r.waiting_sms > 0 ? f[2][k] : 1.0});
         if (slow != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * slow);
       }
       if (kernel > SimTime::zero()) r.stream_start[stream] = sim_.now() + launch_gap_;
@@ -415,6 +418,7 @@ class Executor {
     const uint32_t stream = op.stream;
     if (op.kind == OpKind::Collective) --r.waiting_coll;
     if (op.kind == OpKind::Send || op.kind == OpKind::Recv) --r.waiting_p2p;
+    if (op.holds_sms) --r.waiting_sms;
     slot_spans_[slot].push_back(
         SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
     r.busy[stream] = 0;

@@ -27,7 +27,7 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
   EXPECT_DOUBLE_EQ(p.compute.fp8_gemm_efficiency, c.fp8_gemm_efficiency);
   EXPECT_DOUBLE_EQ(p.compute.kernel_latency_s, c.kernel_latency_s);
   EXPECT_DOUBLE_EQ(p.compute.launch_overhead_s, c.launch_overhead_s);
-  for (size_t i = 0; i < 2; ++i)
+  for (size_t i = 0; i < 3; ++i)
     for (size_t j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(p.compute.overlap_slowdown[i][j], c.overlap_slowdown[i][j]);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_NEAR(p.network.link_efficiency[i], n.link_efficiency[i], 1e-12);

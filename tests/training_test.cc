@@ -403,6 +403,42 @@ TEST(Fidelity, SequenceParallelWithTpOverlapIsNoSlowerThanWithoutSp) {
   EXPECT_LT(sp_overlap, sp);
 }
 
+// Userbuffers' pipelined reduce-scatter (the forward's projection and FC2) holds SMs
+// beside the GEMM's chunks, the GEMM told to leave them; the all-gathers' ring exchange
+// moves by copy engines. So with TP overlap the projection's chunks after the first (a
+// send in flight beside them) take overlap_slowdown's userbuffers factor, 1.37 by
+// default, and the QKV GEMM's chunks each take the same time.
+TEST(Fidelity, UserbuffersReduceScatterSlowsTheGemmChunksBesideIt) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-70b, layers: 1, seq_len: 8192}\n"
+      "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true}\ntraining: {global_batch: 1}\n";
+  RunOptions o;
+  o.record_link_usage = false;
+  const RunOutcome out = run_training(scenario_from_text(y, "ub"), o);
+  const Plan& plan = out.plan.plan;
+  const Program& prog = plan.programs[plan.rank_program[0]];
+  std::map<std::string, std::vector<double>> took;  // forward GEMM chunks by name, in issue order
+  for (const SpanRecord& sp : out.exec.spans) {
+    const Op& op = prog.ops[sp.op];
+    if (sp.rank != 0 || op.kind != OpKind::Gemm || op.phase != Phase::Forward) continue;
+    took[plan.names[op.name]].push_back(static_cast<double>(sp.end_ps - sp.start_ps));
+  }
+  ASSERT_EQ(took["attn-proj"].size(), 8u);
+  ASSERT_EQ(took["qkv"].size(), 8u);
+  const double first = took["attn-proj"][0];
+  for (size_t i = 1; i < 8; ++i) EXPECT_NEAR(took["attn-proj"][i] / first, 1.37, 1e-6) << i;
+  for (size_t i = 1; i < 8; ++i) EXPECT_NEAR(took["qkv"][i], took["qkv"][0], 1.0) << i;
+  // The backward's row-parallel GEMMs (bulk overlaps) are not slowed.
+  bool checked = false;
+  for (const SpanRecord& sp : out.exec.spans) {
+    const Op& op = prog.ops[sp.op];
+    if (sp.rank != 0 || plan.names[op.name] != "qkv-dgrad") continue;
+    EXPECT_FALSE(op.holds_sms);
+    checked = true;
+  }
+  EXPECT_TRUE(checked);
+}
+
 // Unfused attention (scores through HBM) is slower than fused, and dropout slower still;
 // selective recompute costs the attention core's forward once more.
 TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
