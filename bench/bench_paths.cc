@@ -61,6 +61,17 @@ void BM_Serve_Llama3_70b_3000(benchmark::State& state) {
 }
 BENCHMARK(BM_Serve_Llama3_70b_3000)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
+// Runs the training scenario once per iteration; events per second as a counter.
+void time_training(benchmark::State& state, const Scenario& s, const RunOptions& o) {
+  RunOutcome out;
+  for (auto _ : state) {
+    out = run_training(s, o);
+    benchmark::DoNotOptimize(out.exec.makespan);
+  }
+  state.counters["events_per_s"] = benchmark::Counter(
+      static_cast<double>(out.exec.events) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 // Llama 3 405B on 16,384 H100 on each scale-out fabric: arg 0 the fabric (0 fat-tree,
 // 1 rail-optimized, 2 torus), arg 1 the network model (0 analytic, 1 flow).
 void BM_Llama3_405b_16384_Fabric(benchmark::State& state) {
@@ -68,13 +79,7 @@ void BM_Llama3_405b_16384_Fabric(benchmark::State& state) {
   static const FabricKind kinds[] = {FabricKind::FatTree, FabricKind::RailOptimized, FabricKind::Torus};
   s.cluster.fabric.kind = kinds[state.range(0)];
   s.network_model = state.range(1) ? "flow" : "analytic";
-  RunOutcome out;
-  for (auto _ : state) {
-    out = run_training(s, no_outputs());
-    benchmark::DoNotOptimize(out.exec.makespan);
-  }
-  state.counters["events_per_s"] = benchmark::Counter(
-      static_cast<double>(out.exec.events) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  time_training(state, s, no_outputs());
 }
 BENCHMARK(BM_Llama3_405b_16384_Fabric)
     ->Args({0, 0})
@@ -97,13 +102,7 @@ void BM_Llama3_405b_RailFlow(benchmark::State& state) {
   s.network_model = "flow";
   RunOptions o = no_outputs();
   o.solo_steps = state.range(1) != 0;
-  RunOutcome out;
-  for (auto _ : state) {
-    out = run_training(s, o);
-    benchmark::DoNotOptimize(out.exec.makespan);
-  }
-  state.counters["events_per_s"] = benchmark::Counter(
-      static_cast<double>(out.exec.events) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  time_training(state, s, o);
 }
 BENCHMARK(BM_Llama3_405b_RailFlow)
     ->Args({128, 0})
