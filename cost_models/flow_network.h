@@ -23,7 +23,6 @@
 // next_time(), then advance()s to it (or starts collectives at its current time).
 #pragma once
 
-#include "sim/huge_pages.h"
 #include <cstdint>
 #include <queue>
 #include <span>
@@ -34,6 +33,7 @@
 #include "cost_models/network.h"
 #include "reports/timeline.h"
 #include "sim/time.h"
+#include "topology/huge_pages.h"
 
 namespace clustersim {
 

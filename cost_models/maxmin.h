@@ -17,12 +17,13 @@
 // exact because max-min allocations of disjoint components are independent.
 #pragma once
 
-#include "sim/huge_pages.h"
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
 #include <vector>
+
+#include "topology/huge_pages.h"
 
 namespace clustersim {
 

@@ -11,7 +11,6 @@
 // pipelined ring, pipelined tree); a collective costs its base latency plus its steps.
 #pragma once
 
-#include "sim/huge_pages.h"
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -19,6 +18,7 @@
 
 #include "cost_models/collective.h"
 #include "cost_models/protocol.h"
+#include "topology/huge_pages.h"
 #include "topology/topology.h"
 
 namespace clustersim {

@@ -13,7 +13,6 @@
 // to one run and is not shared between threads.
 #pragma once
 
-#include "sim/huge_pages.h"
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "topology/gpu.h"
+#include "topology/huge_pages.h"
 
 namespace clustersim {
 
