@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,7 +71,11 @@ struct Gemm {
   const char* name;
 };
 
-int main() {
+// overlap_sm [70b|405b] [bf16|fp8]: the forward GEMMs of one layer at TP 8 and 8,192
+// tokens (FP8: E4M3 inputs, BF16 output, A transposed as cuBLASLt's FP8 kernels need).
+int main(int argc, char** argv) {
+  const std::string model = argc > 1 ? argv[1] : "70b";
+  const bool fp8 = argc > 2 && std::string(argv[2]) == "fp8";
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cublasLtHandle_t lt;
@@ -106,30 +111,46 @@ int main() {
 
   // Llama 3 70B at TP 8 with sequence parallelism, 8,192 tokens: the forward GEMMs of a
   // layer (QKV, projection, FC1, FC2); and 8192^3.
-  const std::vector<Gemm> gemms = {{1280, 8192, 8192, "qkv"},
-                                   {8192, 8192, 1024, "proj"},
-                                   {7168, 8192, 8192, "fc1"},
-                                   {8192, 8192, 3584, "fc2"},
-                                   {8192, 8192, 8192, "8192^3"}};
-  const std::vector<int> ks = {8, 16, 24, 32};
-  const std::vector<unsigned> pauses = {0, 4000};
+  std::vector<Gemm> gemms = {{1280, 8192, 8192, "qkv"},
+                             {8192, 8192, 1024, "proj"},
+                             {7168, 8192, 8192, "fc1"},
+                             {8192, 8192, 3584, "fc2"},
+                             {8192, 8192, 8192, "8192^3"}};
+  std::vector<int> ks = {8, 16, 24, 32};
+  std::vector<unsigned> pauses = {0, 4000};
+  if (model == "405b") {  // hidden 16,384, FFN 53,248, 128 heads of 128, 8 KV heads
+    gemms = {{2304, 8192, 16384, "qkv"}, {16384, 8192, 2048, "proj"}, {13312, 8192, 16384, "fc1"},
+             {16384, 8192, 6656, "fc2"}};
+  }
+  if (model == "405b" || fp8) {
+    ks = {16, 24};
+    pauses = {0};
+  }
+  const size_t eb = fp8 ? 1 : 2;  // input bytes per element
   std::printf("sms %d\n", sms);
   std::printf("shape,k,pause_ns,mode,ms_median,tflops,copy_GBps\n");
   for (const Gemm& g : gemms) {
     __nv_bfloat16 *a, *b, *c;
-    CK(cudaMalloc(&a, size_t(g.m) * g.k * 2));
-    CK(cudaMalloc(&b, size_t(g.k) * g.n * 2));
+    CK(cudaMalloc(&a, size_t(g.m) * g.k * eb));
+    CK(cudaMalloc(&b, size_t(g.k) * g.n * eb));
     CK(cudaMalloc(&c, size_t(g.m) * g.n * 2));
-    CK(cudaMemset(a, 0x3c, size_t(g.m) * g.k * 2));  // ~1.0 in bf16 bytes
-    CK(cudaMemset(b, 0x3c, size_t(g.k) * g.n * 2));
+    CK(cudaMemset(a, fp8 ? 0x38 : 0x3c, size_t(g.m) * g.k * eb));  // ~1.0 (bf16) / 1.0 (e4m3)
+    CK(cudaMemset(b, fp8 ? 0x38 : 0x3c, size_t(g.k) * g.n * eb));
     // One plan per SM target (0: none).
     auto plan = [&](int target, cublasLtMatmulDesc_t& desc, cublasLtMatrixLayout_t* lay,
                     cublasLtMatmulAlgo_t& algo) {
       CL(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       if (target > 0)
         CL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof target));
-      CL(cublasLtMatrixLayoutCreate(&lay[0], CUDA_R_16BF, g.m, g.k, g.m));
-      CL(cublasLtMatrixLayoutCreate(&lay[1], CUDA_R_16BF, g.k, g.n, g.k));
+      if (fp8) {
+        const cublasOperation_t t = CUBLAS_OP_T;
+        CL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+        CL(cublasLtMatrixLayoutCreate(&lay[0], CUDA_R_8F_E4M3, g.k, g.m, g.k));
+        CL(cublasLtMatrixLayoutCreate(&lay[1], CUDA_R_8F_E4M3, g.k, g.n, g.k));
+      } else {
+        CL(cublasLtMatrixLayoutCreate(&lay[0], CUDA_R_16BF, g.m, g.k, g.m));
+        CL(cublasLtMatrixLayoutCreate(&lay[1], CUDA_R_16BF, g.k, g.n, g.k));
+      }
       CL(cublasLtMatrixLayoutCreate(&lay[2], CUDA_R_16BF, g.m, g.n, g.m));
       cublasLtMatmulPreference_t pref;
       CL(cublasLtMatmulPreferenceCreate(&pref));
