@@ -37,30 +37,36 @@ SimTime FlowNetwork::next_time() const {
   return t;
 }
 
-void FlowNetwork::route_step(uint32_t c) {
-  Collective& col = colls_[c];
+template <class LinksOf>
+double FlowNetwork::pipelined_latency(const Collective& col, LinksOf links_of) {
   const CollectiveStep& step = col.e.steps[col.step];
-  const bool lockstep = step.latency == StepLatency::Max;
-  paths_.paths(step.transfers, col.gpus, routes_);
+  if (step.latency == StepLatency::Max) return 0.0;
   // One round's data on the slowest route, its links shared by this step's transfers
-  // alone (as the analytic network counts it).
-  // (Only a Path step's latency depends on it.)
+  // alone (as the analytic network counts it). (Only a Path step's latency depends on it.)
   double round_data = 0;
   if (step.latency == StepLatency::Path) {
-    for (const Route& r : routes_)
-      for (uint32_t l : r.links) ++step_load_[l];
-    for (size_t i = 0; i < step.transfers.size(); ++i) {
+    const size_t n = step.transfers.size();
+    for (size_t i = 0; i < n; ++i)
+      for (uint32_t l : links_of(i)) ++step_load_[l];
+    for (size_t i = 0; i < n; ++i) {
       double rate = std::numeric_limits<double>::infinity();
-      for (uint32_t l : routes_[i].links) rate = std::min(rate, paths_.capacity(l) / step_load_[l]);
+      for (uint32_t l : links_of(i)) rate = std::min(rate, paths_.capacity(l) / step_load_[l]);
       if (rate < std::numeric_limits<double>::infinity())
         round_data = std::max(round_data, paths_.wire_bytes(step.transfers[i].bytes, col.e) / rate);
     }
-    for (const Route& r : routes_)
-      for (uint32_t l : r.links) step_load_[l] = 0;
+    for (size_t i = 0; i < n; ++i)
+      for (uint32_t l : links_of(i)) step_load_[l] = 0;
   }
+  return step_latency(step, lat_, round_data);
+}
+
+void FlowNetwork::route_step(uint32_t c) {
+  Collective& col = colls_[c];
+  const CollectiveStep& step = col.e.steps[col.step];
+  paths_.paths(step.transfers, col.gpus, routes_);
   lat_.assign(step.transfers.size(), 0.0);
   for (size_t i = 0; i < step.transfers.size(); ++i) lat_[i] = paths_.latency(routes_[i], col.e);
-  col.extra_latency = lockstep ? 0.0 : step_latency(step, lat_, round_data);
+  col.extra_latency = pipelined_latency(col, [&](size_t i) { return routes_[i].links; });
 }
 
 void FlowNetwork::begin_step(uint32_t c, SimTime now) {
@@ -139,8 +145,9 @@ uint32_t FlowNetwork::step_entry(uint32_t c) {
   key.push_back(static_cast<uint32_t>(step.latency) << 16 | static_cast<uint32_t>(col.e.proto) << 8 |
                 static_cast<uint32_t>(col.e.family));
   key.insert(key.end(), step.path.begin(), step.path.end());
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
-  for (uint32_t w : key) h = (h ^ w) * 1099511628211ull;
+  WordHash hash;
+  for (uint32_t w : key) hash.add(w);
+  const uint64_t h = hash.value;
   auto [lo, hi] = solo_index_.equal_range(h);
   for (auto it = lo; it != hi; ++it)
     if (solo_steps_[it->second].key == key) return it->second;
@@ -158,22 +165,11 @@ uint32_t FlowNetwork::step_entry(uint32_t c) {
     lat_[i] = paths_.latency(at_[i + 1] - at_[i], r, col.e);
   }
   auto links_of = [&](size_t i) { return std::span<const uint32_t>(all.data() + at_[i], at_[i + 1] - at_[i]); };
-  double round_data = 0;  // as route_step
-  if (step.latency == StepLatency::Path) {
-    for (uint32_t l : all) ++step_load_[l];
-    for (size_t i = 0; i < n; ++i) {
-      double rate = std::numeric_limits<double>::infinity();
-      for (uint32_t l : links_of(i)) rate = std::min(rate, paths_.capacity(l) / step_load_[l]);
-      if (rate < std::numeric_limits<double>::infinity())
-        round_data = std::max(round_data, paths_.wire_bytes(step.transfers[i].bytes, col.e) / rate);
-    }
-    for (uint32_t l : all) step_load_[l] = 0;
-  }
   const double rep = static_cast<double>(step.repeat);
   const bool lockstep = step.latency == StepLatency::Max;
   SoloStep s;
   s.key = key;
-  s.extra_latency = lockstep ? 0.0 : step_latency(step, lat_, round_data);
+  s.extra_latency = pipelined_latency(col, links_of);
   s.at.push_back(0);
   for (size_t i = 0; i < n; ++i) {
     const Transfer& t = step.transfers[i];
@@ -198,13 +194,13 @@ uint32_t FlowNetwork::step_entry(uint32_t c) {
     local.push_back(step_load_[l] - 1);
   }
   for (uint32_t l : s.distinct) step_load_[l] = 0;
-  uint64_t hs = 1469598103934665603ull;
-  auto mix = [&hs](uint64_t x) { hs = (hs ^ x) * 1099511628211ull; };
-  for (uint32_t k : local) mix(k);
-  for (uint32_t a : s.at) mix(a);
-  for (uint32_t l : s.distinct) mix(std::bit_cast<uint64_t>(paths_.capacity(l)));
-  for (double b : s.bytes) mix(std::bit_cast<uint64_t>(b));
-  for (double b : s.latency) mix(std::bit_cast<uint64_t>(b));
+  WordHash shape;
+  for (uint32_t k : local) shape.add(k);
+  for (uint32_t a : s.at) shape.add(a);
+  for (uint32_t l : s.distinct) shape.add(std::bit_cast<uint64_t>(paths_.capacity(l)));
+  for (double b : s.bytes) shape.add(std::bit_cast<uint64_t>(b));
+  for (double b : s.latency) shape.add(std::bit_cast<uint64_t>(b));
+  const uint64_t hs = shape.value;
   auto same_shape = [&](const SoloStep& o) {
     if (o.at != s.at || o.bytes != s.bytes || o.latency != s.latency || o.distinct.size() != s.distinct.size())
       return false;

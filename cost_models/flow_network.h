@@ -129,6 +129,10 @@ class FlowNetwork {
   // The current step's routes into routes_, their latencies into lat_, and its pipelined
   // latency into the collective.
   void route_step(uint32_t c);
+  // The step's latency paid once its bytes are through (0 for a lock-step step), from
+  // lat_ and each transfer's links (links_of(i)).
+  template <class LinksOf>
+  double pipelined_latency(const Collective& col, LinksOf links_of);
   void add_flow(uint32_t c, std::span<const uint32_t> links, double bytes, double latency, SimTime now);
   // A one-step collective's step, described once per distinct step (kNone past kSoloBytes).
   uint32_t step_entry(uint32_t c);

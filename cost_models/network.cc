@@ -43,13 +43,13 @@ double TransferPaths::latency(const Route& r, const Expansion& e) const {
 }
 
 const AnalyticNetwork::StepShape& AnalyticNetwork::shape(const CollectiveStep& step, std::span<const int32_t> gpus) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the GPUs and the transfers' ends
-  auto mix = [&h](uint64_t x) { h = (h ^ x) * 1099511628211ull; };
-  mix(gpus.size());
-  for (int32_t g : gpus) mix(static_cast<uint32_t>(g));
-  mix(step.transfers.size());
+  WordHash hash;  // over the GPUs and the transfers' ends
+  hash.add(gpus.size());
+  for (int32_t g : gpus) hash.add(static_cast<uint32_t>(g));
+  hash.add(step.transfers.size());
   for (const Transfer& t : step.transfers)
-    mix(static_cast<uint64_t>(static_cast<uint32_t>(t.src)) << 32 | static_cast<uint32_t>(t.dst));
+    hash.add(static_cast<uint64_t>(static_cast<uint32_t>(t.src)) << 32 | static_cast<uint32_t>(t.dst));
+  const uint64_t h = hash.value;
   ++clock_;
   auto same = [&](const StepShape& s) {
     if (s.hash != h || s.gpus.size() != gpus.size() || s.ends.size() != step.transfers.size()) return false;

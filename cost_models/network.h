@@ -23,6 +23,13 @@
 
 namespace clustersim {
 
+// FNV-1a taken a word at a time (not byte by byte): a fixed, portable hash for the
+// networks' memo keys, each hit confirmed by comparing the whole key.
+struct WordHash {
+  uint64_t value = 14695981039346656037ull;
+  void add(uint64_t word) { value = (value ^ word) * 1099511628211ull; }
+};
+
 // Turns transfers between group positions into links, latencies and capacities; shared
 // by the analytic and the flow network so that both see the same physics.
 class TransferPaths {

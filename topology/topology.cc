@@ -313,6 +313,10 @@ void Topology::build_fabric(const std::vector<std::vector<uint32_t>>& nics_by_no
 }
 
 namespace {
+// A pair's key in the route table.
+uint64_t route_key(int src, int dst) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+}
 uint64_t mix(uint64_t x) {  // splitmix64 finalizer: a fixed, portable hash for ECMP
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -466,7 +470,7 @@ std::vector<uint32_t> Topology::shortest_path(uint32_t src, uint32_t dst, bool p
 
 void Topology::prefetch_route(int src, int dst) const {
   if (route_slots_.empty()) return;
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+  const uint64_t key = route_key(src, dst);
   __builtin_prefetch(&route_slots_[mix(key) & (route_slots_.size() - 1)]);
 }
 
@@ -482,7 +486,7 @@ const Topology::RouteSlot* Topology::find_route(uint64_t key) const {
 
 Route Topology::append_route(int src, int dst, std::vector<uint32_t>& out) {
   if (src == dst) return {};
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+  const uint64_t key = route_key(src, dst);
   if (find_route(key) == nullptr) {
     if (fast_state_ == 0) prepare_fast_routing();
     if (structured_route(src, dst)) {
@@ -500,7 +504,7 @@ Route Topology::append_route(int src, int dst, std::vector<uint32_t>& out) {
 
 Route Topology::route_info(int src, int dst) {
   if (src == dst) return {};
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+  const uint64_t key = route_key(src, dst);
   auto stored = [&](const RouteSlot& s) {
     const uint32_t* at = route_chunks_[s.chunk].data() + s.offset;
     Route r{std::span<const uint32_t>(at, s.length), 0, static_cast<LinkClass>(at[-1])};
