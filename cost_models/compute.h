@@ -99,6 +99,16 @@ struct ComputeProfile {
   std::array<std::array<double, 3>, 3> overlap_slowdown{{{1.0, 1.0, 1.0}, {1.0, 1.0, 1.0}, {1.37, 1.0, 1.0}}};
   int gemm_tile_m = 128;
   int gemm_tile_n = 256;
+  // Clocks under the board's power cap (docs/model.md, "Clocks under the power cap"):
+  // off, every kernel runs at its burst rate (the rate tables and efficiencies are timed
+  // at). The share of a math-bound kernel's burst time that scales with the SM clock, as
+  // measured at the cap on one H200: GEMMs 0.46-0.57, fused attention 0.71-0.88. Fused
+  // attention spends more energy per tensor FLOP than a GEMM (the softmax's exponentials
+  // and rescaling beside the products): forward 1.28x, backward 1.60x (cuDNN's kernels).
+  bool power_cap = true;
+  double clock_share_gemm = 0.5;
+  double clock_share_attention = 0.75;
+  std::array<double, 2> attention_energy_ratio{1.28, 1.60};  // [forward, backward]
   std::shared_ptr<const MeasuredTables> measured;  // from a calibration profile, or none
 };
 
@@ -109,5 +119,14 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
 // Collectives and p2p are the network's business and return 0 here.
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
+
+// The power cap on a program's kernels: `seconds[i]` is op i's burst-rate kernel time (0
+// where it has no kernel), `gap_s` the launch gap after each kernel. Each phase (forward,
+// backward, optimizer, other) is one window: the board's controller settles within 0.1 s,
+// quicker than a phase lasts, so each phase runs at the clock its own mix allows. The
+// clock-bound share of each math-bound kernel's time is stretched in place; returns the
+// lowest clock of the windows as a fraction of the boost clock (1: the cap never binds).
+double apply_power_cap(const std::vector<Op>& ops, std::vector<double>& seconds, double gap_s, const GpuSpec& gpu,
+                       const ComputeProfile& profile);
 
 }  // namespace clustersim

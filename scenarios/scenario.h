@@ -175,6 +175,7 @@ struct Scenario {
   std::vector<int64_t> trace_ranks, trace_stages;
   uint64_t seed = 1;
   Reference reference;
+  bool power_cap = true;  // cluster.power_cap: clocks under the board's power limit
   int64_t memory_reserve_bytes = -1;  // per GPU, kept from the model by the stack; -1: the default
   bool allow_large = false;           // loaded past the work budgets (--allow-large)
 

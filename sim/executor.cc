@@ -133,12 +133,11 @@ class Executor {
       const Program& prog = plan_.programs[p];
       ProgramInfo& info = infos_[p];
       const size_t n = prog.ops.size();
-      info.compute_time.resize(n);
+      info.compute_time = kernel_times(prog, topo_.gpu());
       std::vector<uint32_t> count(n + 1, 0);
       info.stream_ops.resize(prog.streams.size());
       for (size_t i = 0; i < n; ++i) {
         const Op& op = prog.ops[i];
-        info.compute_time[i] = SimTime::from_seconds(compute_seconds(op, topo_.gpu(), opt_.compute));
         info.stream_ops[op.stream].push_back(static_cast<uint32_t>(i));
         for (uint32_t d = 0; d < op.dep_count; ++d) ++count[prog.deps[op.dep_begin + d] + 1];
       }
@@ -212,12 +211,23 @@ class Executor {
       it->second.assign(prog.ops.size(), SimTime::zero());
       for (size_t k = 0; k < models.size(); ++k) {
         if (!(mask >> k & 1)) continue;
-        for (size_t i = 0; i < prog.ops.size(); ++i)
-          it->second[i] =
-              std::max(it->second[i], SimTime::from_seconds(compute_seconds(prog.ops[i], models[k], opt_.compute)));
+        const std::vector<SimTime> t = kernel_times(prog, models[k]);
+        for (size_t i = 0; i < prog.ops.size(); ++i) it->second[i] = std::max(it->second[i], t[i]);
       }
     }
     return it->second;
+  }
+
+  // Each op's kernel time on `gpu`: its burst-rate cost, then the clock the board's power
+  // cap leaves each phase's mix of kernels (cost_models/compute.h, apply_power_cap).
+  std::vector<SimTime> kernel_times(const Program& prog, const GpuSpec& gpu) {
+    std::vector<double> s(prog.ops.size());
+    for (size_t i = 0; i < s.size(); ++i) s[i] = compute_seconds(prog.ops[i], gpu, opt_.compute);
+    result_.power_clock =
+        std::min(result_.power_clock, apply_power_cap(prog.ops, s, opt_.compute.launch_overhead_s, gpu, opt_.compute));
+    std::vector<SimTime> out(s.size());
+    for (size_t i = 0; i < s.size(); ++i) out[i] = SimTime::from_seconds(s[i]);
+    return out;
   }
 
   void try_start(uint32_t slot, uint32_t stream) {

@@ -72,6 +72,9 @@ struct ExecResult {
   // a pipeline neighbour (the bubble), or for a dependency.
   double bubble_s = 0;
   std::array<double, kGroupKinds> exposed_comm_by_kind{};
+  // The lowest SM clock, as a fraction of boost, that the board's power cap leaves any
+  // phase of any program (1: the cap never binds; docs/model.md, "Clocks under the power cap").
+  double power_clock = 1.0;
 };
 
 // Send/Recv: the k-th send from rank a to rank b meets the k-th receive on b from a;

@@ -56,6 +56,7 @@ void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfil
     network = prof.network;
   }
   compute.flash2 = s.training.attention == "flash2";
+  compute.power_cap = s.power_cap;
 }
 
 double step_overhead_seconds(const Scenario& s) {
@@ -178,6 +179,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"exposed_comm_cp_s", ex[static_cast<size_t>(GroupKind::CP)]},
       {"exposed_comm_ep_s", ex[static_cast<size_t>(GroupKind::EP)]},
       {"compute_busy_s", out.exec.compute_busy_s},
+      {"power_clock", out.exec.power_clock},
       {"peak_memory_per_gpu_bytes", out.plan.memory.total()},
       {"memory_weights_bytes", out.plan.memory.weights},
       {"memory_gradients_bytes", out.plan.memory.gradients},

@@ -328,5 +328,153 @@ TEST(Compute, Fp8FallsBackToBf16WhereTheGpuHasNoFp8) {
   EXPECT_DOUBLE_EQ(find_gpu_preset("h100-sxm")->peak_flops(DType::FP8), 1979e12);
 }
 
+
+// ---- clocks under the power cap (docs/model.md, "Clocks under the power cap") ----------
+Op power_gemm(int64_t m, int64_t n, int64_t k, DType d = DType::BF16, Phase ph = Phase::Forward) {
+  Op g;
+  g.kind = OpKind::Gemm;
+  g.phase = ph;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.dtype = d;
+  g.flops = gemm_flops(g);
+  const int64_t e = d == DType::FP8 ? 1 : 2;
+  g.bytes_read = (m * k + k * n) * e;
+  g.bytes_written = m * n * 2;
+  return g;
+}
+Op power_stream(int64_t bytes, Phase ph = Phase::Forward) {
+  Op c;
+  c.kind = OpKind::Memory;
+  c.phase = ph;
+  c.bytes_read = c.bytes_written = bytes / 2;
+  return c;
+}
+std::vector<double> burst(const std::vector<Op>& ops, const GpuSpec& gpu, const ComputeProfile& p) {
+  std::vector<double> t;
+  for (const Op& op : ops) t.push_back(compute_seconds(op, gpu, p));
+  return t;
+}
+
+// Back to back, every GEMM shape whose burst rate is above it settles at the capped FLOP
+// rate: the energy per FLOP is one, so E = e·F and T = E / (P_limit − P_idle) = F / R_capped.
+TEST(PowerCap, BackToBackGemmsSettleAtTheCappedRate) {
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  ComputeProfile prof;
+  for (const Op& g : {power_gemm(8192, 8192, 8192), power_gemm(8192, 28672, 4096), power_gemm(4096, 8192, 2048)}) {
+    std::vector<Op> ops(10, g);
+    std::vector<double> t = burst(ops, h200, prof);
+    const double burst_rate = g.flops / t[0];
+    ASSERT_GT(burst_rate, 660e12);
+    const double x = apply_power_cap(ops, t, 0.0, h200, prof);
+    EXPECT_NEAR(10 * g.flops / std::accumulate(t.begin(), t.end(), 0.0), 660e12, 1e6) << g.m << "x" << g.n;
+    // The clock the window settles at stretches the clock-bound half: t/t0 = 0.5/x + 0.5.
+    EXPECT_NEAR(t[0] * burst_rate / g.flops, 0.5 / x + 0.5, 1e-9);
+    EXPECT_LT(x, 0.9);
+  }
+  // FP8 FLOPs cost 0.55 of BF16's: FP8 8192^3 back to back settles at 660 / 0.55 = 1,200.
+  std::vector<Op> fp8(4, power_gemm(8192, 8192, 8192, DType::FP8));
+  std::vector<double> t8 = burst(fp8, h200, prof);
+  if (fp8[0].flops / t8[0] > 1200e12) {
+    apply_power_cap(fp8, t8, 0.0, h200, prof);
+    EXPECT_NEAR(4 * fp8[0].flops / std::accumulate(t8.begin(), t8.end(), 0.0), 660e12 / 0.55, 1e6);
+  }
+}
+
+// Below the cap nothing changes: streams (640 W < 700 W), GEMMs whose burst rate is under
+// the capped one, GPUs without a power model, and runs that turn the cap off.
+TEST(PowerCap, KernelsUnderTheLimitKeepTheirBurstRates) {
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  ComputeProfile prof;
+  std::vector<Op> streams(5, power_stream(1LL << 30));
+  std::vector<double> t = burst(streams, h200, prof);
+  const std::vector<double> t0 = t;
+  EXPECT_EQ(apply_power_cap(streams, t, 1e-6, h200, prof), 1.0);
+  EXPECT_EQ(t, t0);
+  std::vector<Op> shallow(5, power_gemm(4096, 4096, 256));  // k = 256: 2/3 of the tile's rate
+  t = burst(shallow, h200, prof);
+  ASSERT_LT(shallow[0].flops / t[0], 660e12);
+  const std::vector<double> s0 = t;
+  EXPECT_EQ(apply_power_cap(shallow, t, 0.0, h200, prof), 1.0);
+  EXPECT_EQ(t, s0);
+  std::vector<Op> big(5, power_gemm(8192, 8192, 8192));
+  for (const char* name : {"a100-sxm-80gb", "b200"}) {
+    const GpuSpec& g = *find_gpu_preset(name);
+    t = burst(big, g, prof);
+    const std::vector<double> b0 = t;
+    EXPECT_EQ(apply_power_cap(big, t, 0.0, g, prof), 1.0) << name;
+    EXPECT_EQ(t, b0) << name;
+  }
+  ComputeProfile off;
+  off.power_cap = false;
+  t = burst(big, h200, off);
+  const std::vector<double> o0 = t;
+  EXPECT_EQ(apply_power_cap(big, t, 0.0, h200, off), 1.0);
+  EXPECT_EQ(t, o0);
+}
+
+// A mix: memory-bound kernels and launch gaps draw less than the limit, so the GEMMs
+// beside them may draw more. T(x) = t_g·(a/x + 1 − a) + t_m + gaps meets
+// T = (e·F + (P_stream − P_idle)·t_bytes) / (P_limit − P_idle). Measured on an H200:
+// 8192^3 then a 1 GiB add, 517 TFLOP/s over the pair (model 521).
+TEST(PowerCap, MemoryKernelsAndGapsLetTheGemmsBesideThemDrawMore) {
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  ComputeProfile prof;
+  const Op g = power_gemm(8192, 8192, 8192);
+  const Op add = power_stream(2LL << 30);
+  const std::vector<Op> ops = {g, add, g, add};
+  std::vector<double> t = burst(ops, h200, prof);
+  const double tg = t[0], tm = t[1], gap = 2e-6;
+  const double x = apply_power_cap(ops, t, gap, h200, prof);
+  const double e = (700.0 - 124.0) / 660e12;
+  const double t_bytes = static_cast<double>(add.bytes_read + add.bytes_written) / (4800e9 * prof.memory_efficiency);
+  const double need = (e * g.flops + (640.0 - 124.0) * t_bytes) / (700.0 - 124.0);  // per pair
+  EXPECT_NEAR(t[0] + t[1] + 2 * gap, need, 1e-12);
+  EXPECT_NEAR(x, 0.5 * tg / (need - 0.5 * tg - tm - 2 * gap), 1e-12);
+  EXPECT_EQ(t[1], tm);  // the stream keeps its time
+  // Alone, the GEMMs settle lower: the mix runs them faster than back to back.
+  std::vector<Op> alone(2, g);
+  std::vector<double> ta = burst(alone, h200, prof);
+  apply_power_cap(alone, ta, gap, h200, prof);
+  EXPECT_LT(t[0], ta[0]);
+  EXPECT_GT(t[0], tg);
+}
+
+// Each phase is its own window: a memory-bound optimizer step does not cool the forward
+// pass's GEMMs, and the forward's GEMMs do not slow the optimizer's streams.
+TEST(PowerCap, EachPhaseRunsAtItsOwnClock) {
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  ComputeProfile prof;
+  const Op g = power_gemm(8192, 8192, 8192);
+  std::vector<Op> fwd(4, g);
+  std::vector<double> tf = burst(fwd, h100, prof);
+  apply_power_cap(fwd, tf, 0.0, h100, prof);
+  std::vector<Op> both = fwd;
+  for (int i = 0; i < 8; ++i) both.push_back(power_stream(4LL << 30, Phase::Optimizer));
+  std::vector<double> tb = burst(both, h100, prof);
+  const double opt0 = tb.back();
+  apply_power_cap(both, tb, 0.0, h100, prof);
+  EXPECT_DOUBLE_EQ(tb[0], tf[0]);
+  EXPECT_DOUBLE_EQ(tb.back(), opt0);
+  // Attention spends more energy per FLOP, the backward's most: at one burst rate a
+  // backward attention window settles lower than a forward one.
+  Op a;
+  a.kind = OpKind::Attention;
+  a.q_len = a.kv_len = 8192;
+  a.head_dim = 128;
+  a.heads = a.kv_heads = 32;
+  a.flops = 4.0 * 32 * 8192.0 * 8192 * 128;
+  a.bytes_read = 3LL * 32 * 8192 * 128 * 2;
+  a.bytes_written = 32LL * 8192 * 128 * 2;
+  std::vector<Op> af(4, a), ab(4, a);
+  for (Op& o : ab) o.phase = Phase::Backward;
+  std::vector<double> t1(4, a.flops / 600e12), t2(4, a.flops / 600e12);  // cuDNN forward: ~600 TFLOP/s burst
+  const double xf = apply_power_cap(af, t1, 0.0, h100, prof);
+  const double xb = apply_power_cap(ab, t2, 0.0, h100, prof);
+  EXPECT_LT(xb, xf);
+  EXPECT_LT(xf, 1.0);
+}
+
 }  // namespace
 }  // namespace clustersim

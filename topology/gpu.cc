@@ -17,9 +17,18 @@ const std::vector<GpuSpec>& presets() {
       {"a100-sxm-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 80 * GiB, 2039 * GB, 108},
       {"a100-sxm-40gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 40 * GiB, 1555 * GB, 108},
       {"a100-pcie-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 80 * GiB, 1935 * GB, 108},
-      {"h100-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 80 * GiB, 3350 * GB, 132},
+      // Power (H100 and H200 SXM: the same GH100 die on a 700 W board), measured on one
+      // H200 (calibrate/measurements/power-h200-2026-12-02, sustained-h200-2026-12-02,
+      // clock-sensitivity-h200-2026-12-02): 122-125 W busy between kernels; ten BF16 GEMM
+      // shapes from 2048^3 to 8192 x 28672 x 4096 all settle at 644-685 TFLOP/s at the cap
+      // whatever their burst rate or clock (1,440-1,740 MHz); FP8 8192^3 at 1,199, so an
+      // FP8 FLOP costs 0.55 of a BF16 one; 1 GiB streams (add, copy) draw 627-651 W at
+      // 1,980 MHz, below the cap.
+      {"h100-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 80 * GiB, 3350 * GB, 132, 700, 124, 640,
+       660 * T, 0.55},
       {"h100-pcie", 51 * T, 378 * T, 756 * T, 1513 * T, 1513 * T, 80 * GiB, 2000 * GB, 114},
-      {"h200-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 141 * GB, 4800 * GB, 132},
+      {"h200-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 141 * GB, 4800 * GB, 132, 700, 124, 640,
+       660 * T, 0.55},
       // B200 as DGX / HGX B200 carry it (datasheets, per GPU = the system's / 8): BF16 2.25,
       // FP8 4.5 PFLOP/s dense (18 and 72 PF sparse for eight), 1,440 GB of HBM3e -> 180 GB
       // at 8 TB/s (64 TB/s for eight). FP32 and TF32 dense as on the HGX B200 sheet.

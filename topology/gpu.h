@@ -21,6 +21,13 @@ struct GpuSpec {
   double hbm_bytes = 0;
   double hbm_bandwidth = 0;  // bytes/s
   int sm_count = 0;
+  // The board's power cap (docs/model.md, "Clocks under the power cap"); 0 where the
+  // preset has no measurement: every kernel then runs at its burst rate.
+  double power_limit_w = 0;       // board power limit
+  double idle_power_w = 0;        // the board busy but between kernels (clocks up)
+  double stream_power_w = 0;      // the board while a memory-bound kernel streams at full rate
+  double capped_bf16_flops = 0;   // FLOP/s of BF16 tensor work alone at the cap (all GEMM shapes alike)
+  double fp8_energy_ratio = 0.5;  // energy of an FP8 tensor FLOP over a BF16 one
 
   // Peak for a GEMM whose inputs are `d` (FP32 GEMMs run on TF32 tensor cores is
   // *not* assumed: FP32 means true FP32). Falls back to the next wider type when the
