@@ -440,6 +440,13 @@ std::string summary_table(const RunOutcome& run) {
       if (key == k) return v;
     return 0.0;
   };
+  // The power cap's clock, where it binds (docs/model.md, "Clocks under the power cap").
+  std::string clock;
+  if (get("power_clock") < 1.0) {
+    char c[96];
+    std::snprintf(c, sizeof c, "; power-capped clock %.0f%% of boost at the lowest", 100.0 * get("power_clock"));
+    clock = c;
+  }
   char buf[2048];
   std::snprintf(
       buf, sizeof buf,
@@ -450,7 +457,7 @@ std::string summary_table(const RunOutcome& run) {
       "batch %lld\n"
       "iteration       %.6f s   (%lld iteration(s): %.6f s)\n"
       "throughput      %.1f tokens/s\n"
-      "per GPU         %.1f TFLOP/s model, %.1f TFLOP/s hardware, MFU %.1f%%\n"
+      "per GPU         %.1f TFLOP/s model, %.1f TFLOP/s hardware, MFU %.1f%%%s\n"
       "communication   exposed %.6f s (tp %.6f, dp %.6f, pp %.6f, cp %.6f, ep %.6f); compute busy %.6f s\n"
       "pipeline bubble %.6f s (%.1f%%)\n"
       "memory per GPU  %s (%s)\n"
@@ -465,7 +472,7 @@ std::string summary_table(const RunOutcome& run) {
       static_cast<long long>(l.zero_stage), static_cast<long long>(l.micro_batch),
       static_cast<long long>(l.micro_batches), static_cast<long long>(l.global_batch), get("iteration_time_s"),
       static_cast<long long>(s.training.iterations), get("total_time_s"), get("tokens_per_s"), get("tflops_per_gpu"),
-      get("hardware_tflops_per_gpu"), 100.0 * get("mfu"), get("exposed_comm_s"), get("exposed_comm_tp_s"),
+      get("hardware_tflops_per_gpu"), 100.0 * get("mfu"), clock.c_str(), get("exposed_comm_s"), get("exposed_comm_tp_s"),
       get("exposed_comm_dp_s"), get("exposed_comm_pp_s"), get("exposed_comm_cp_s"), get("exposed_comm_ep_s"),
       get("compute_busy_s"), get("bubble_s"), 100.0 * get("bubble_fraction"),
       format_size(static_cast<int64_t>(get("peak_memory_per_gpu_bytes"))).c_str(), run.plan.memory.describe().c_str(),

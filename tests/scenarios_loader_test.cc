@@ -136,6 +136,35 @@ TEST_F(LoaderTest, FieldsOverridePresetsWrittenAfterThem) {
   EXPECT_EQ(s.model.heads, 16);
 }
 
+// A GPU's power model comes from its preset, or whole from gpu_spec's power keys; a partial
+// one (a limit without the capped rate, or an idle floor above the limit) is refused where
+// it was written.
+TEST_F(LoaderTest, GpuPowerModelIsWholeOrAbsent) {
+  auto text = [](const std::string& cluster_extra) {
+    return "cluster:\n  preset: dgx-h100\n  nodes: 1\n" + cluster_extra + "model:\n  preset: gpt3-1.3b\n  layers: 2\n";
+  };
+  Scenario h100 = load_scenario(write("h100.yaml", text("")));
+  EXPECT_EQ(h100.cluster.node.gpu.power_limit_w, 700);
+  EXPECT_EQ(h100.cluster.node.gpu.capped_bf16_flops, 660e12);
+  EXPECT_TRUE(h100.power_cap);
+  Scenario a100 = load_scenario(write("a100.yaml", text("  gpu: a100-sxm-80gb\n")));
+  EXPECT_EQ(a100.cluster.node.gpu.power_limit_w, 0);  // no measured power model: burst rates
+  Scenario custom = load_scenario(
+      write("custom.yaml", text("  gpu_spec:\n    power_limit: 1000\n    capped_bf16_tflops: 1400\n"
+                                "    idle_power: 200\n    stream_power: 800\n    fp8_energy_ratio: 0.6\n"
+                                "  power_cap: false\n")));
+  EXPECT_EQ(custom.cluster.node.gpu.power_limit_w, 1000);
+  EXPECT_EQ(custom.cluster.node.gpu.capped_bf16_flops, 1400e12);
+  EXPECT_EQ(custom.cluster.node.gpu.fp8_energy_ratio, 0.6);
+  EXPECT_FALSE(custom.power_cap);
+  const std::string e =
+      load_error(write("partial.yaml", text("  gpu_spec:\n    power_limit: 1000\n    capped_bf16_tflops: 0\n")));
+  EXPECT_NE(e.find("partial.yaml:5:"), std::string::npos) << e;
+  EXPECT_NE(e.find("power model is incomplete"), std::string::npos) << e;
+  const std::string idle = load_error(write("idle.yaml", text("  gpu_spec:\n    idle_power: 800\n")));
+  EXPECT_NE(idle.find("idle_power < power_limit"), std::string::npos) << idle;
+}
+
 TEST_F(LoaderTest, FieldsOverridePresetsWrittenBeforeThem) {
   const std::string p = write("s.yaml",
                               "model:\n"
