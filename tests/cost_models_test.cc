@@ -251,22 +251,26 @@ TEST(Collectives, AllToAllvMovesEachPairsBytes) {
 //   of 132 SMs: wave efficiency 2048/(16·132) = 0.97)
 // Uncalibrated kernels by shape: a floor t0 = 4.4 us plus the longer of the math (whole
 // waves of padded tiles at eff · kk / (kk + 128)) and the bytes at 0.88 of HBM bandwidth.
+// A forward GEMM m x n x k of `d` inputs (FP8 one byte, else two) writing 16-bit output.
+Op gemm_op(int64_t m, int64_t n, int64_t k, DType d = DType::BF16) {
+  Op g;
+  g.kind = OpKind::Gemm;
+  g.phase = Phase::Forward;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.dtype = d;
+  g.flops = gemm_flops(g);
+  const int64_t e = d == DType::FP8 ? 1 : 2;
+  g.bytes_read = (m * k + k * n) * e;
+  g.bytes_written = m * n * 2;
+  return g;
+}
+
 TEST(Compute, GemmsAsWavesOfPaddedTilesAndMemoryOpsOnAFloor) {
   const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
   ComputeProfile prof;
-  auto gemm = [](int64_t m, int64_t n, int64_t k, DType d = DType::BF16) {
-    Op g;
-    g.kind = OpKind::Gemm;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.dtype = d;
-    g.flops = gemm_flops(g);
-    const int64_t e = d == DType::FP8 ? 1 : 2;
-    g.bytes_read = (m * k + k * n) * e;
-    g.bytes_written = m * n * 2;
-    return g;
-  };
+  auto gemm = [](int64_t m, int64_t n, int64_t k, DType d = DType::BF16) { return gemm_op(m, n, k, d); };
   // 8192^3: 128x256 tiles, 64 x 32 = 2048 tiles = 15.5 waves of 132 -> 16 waves; each
   // wave 2·128·256·8192 FLOPs per SM at 0.8 · 989.5 TFLOP/s · 8192 / (8192 + 128).
   const Op big = gemm(8192, 8192, 8192);
@@ -330,20 +334,7 @@ TEST(Compute, Fp8FallsBackToBf16WhereTheGpuHasNoFp8) {
 
 
 // ---- clocks under the power cap (docs/model.md, "Clocks under the power cap") ----------
-Op power_gemm(int64_t m, int64_t n, int64_t k, DType d = DType::BF16, Phase ph = Phase::Forward) {
-  Op g;
-  g.kind = OpKind::Gemm;
-  g.phase = ph;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.dtype = d;
-  g.flops = gemm_flops(g);
-  const int64_t e = d == DType::FP8 ? 1 : 2;
-  g.bytes_read = (m * k + k * n) * e;
-  g.bytes_written = m * n * 2;
-  return g;
-}
+Op power_gemm(int64_t m, int64_t n, int64_t k, DType d = DType::BF16) { return gemm_op(m, n, k, d); }
 Op power_stream(int64_t bytes, Phase ph = Phase::Forward) {
   Op c;
   c.kind = OpKind::Memory;
