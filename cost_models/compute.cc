@@ -428,70 +428,83 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
   return p.kernel_latency_s + best;
 }
 
+bool power_model_active(const GpuSpec& gpu, const ComputeProfile& p) {
+  return p.power_cap && gpu.power_limit_w > gpu.idle_power_w && gpu.capped_bf16_flops > 0;
+}
+
+// Board power over a window of busy time T: the idle floor, plus each kernel's energy. A
+// math-bound kernel spends a fixed energy per tensor FLOP, whatever its shape or clock
+// (the measured GEMMs all settle at one FLOP rate at the cap); a memory-bound one draws
+// the streaming power for its bytes' time. The SM clock x (a fraction of boost) settles
+// where the average meets the limit: E + P_idle·T(x) = P_limit·T(x), with
+// T(x) = Σ t_i·(a_i/x + 1 − a_i) + gaps, a_i the clock-bound share of kernel i.
+double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, const ComputeProfile& p) {
+  if (t <= 0 || op.fixed_seconds > 0 || !power_model_active(gpu, p)) return 0;
+  const double joule_per_flop = (gpu.power_limit_w - gpu.idle_power_w) / gpu.capped_bf16_flops;
+  const double stream_w = std::max(0.0, gpu.stream_power_w - gpu.idle_power_w);
+  const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+  const double t_bytes = bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
+  double t_math = 0, a = 0, e_flop = joule_per_flop;
+  if (op.kind == OpKind::Gemm || op.kind == OpKind::Attention) {
+    const bool fp8 = (op.dtype == DType::FP8 && gpu.peak_fp8 > 0) || op.dtype == DType::INT8;
+    const double peak = gpu.peak_flops(op.dtype);
+    const double eff = op.kind == OpKind::Attention ? p.attention_efficiency
+                       : fp8                         ? p.fp8_gemm_efficiency
+                                                     : p.gemm_efficiency;
+    t_math = op.flops / (peak * eff);
+    a = op.kind == OpKind::Attention ? p.clock_share_attention : p.clock_share_gemm;
+    // Energy per FLOP follows the tensor cores' rate: FP8 measured apart, other types by
+    // their peak against BF16's.
+    e_flop *= fp8 ? gpu.fp8_energy_ratio : gpu.peak_bf16 / peak;
+    if (op.kind == OpKind::Attention) e_flop *= p.attention_energy_ratio[op.phase == Phase::Backward ? 1 : 0];
+  }
+  if (t_math > 0 && t_math >= t_bytes) {
+    energy += e_flop * op.flops;  // math-bound: its clock-bound share stretches
+  } else {
+    energy += stream_w * std::min(t, t_bytes);  // memory-bound: HBM sets its pace, not the clock
+    a = 0;
+  }
+  bound += t * a;
+  fixed += t * (1 - a) + gap_s;
+  return a;
+}
+
+PowerMix& PowerMix::operator+=(const PowerMix& o) {
+  energy += o.energy;
+  bound += o.bound;
+  fixed += o.fixed;
+  return *this;
+}
+
+PowerMix PowerMix::scaled(double k) const { return PowerMix{energy * k, bound * k, fixed * k}; }
+
+double power_clock(const PowerMix& mix, const GpuSpec& gpu, const ComputeProfile& p) {
+  if (!power_model_active(gpu, p) || mix.bound <= 0) return 1.0;
+  const double need = mix.energy / (gpu.power_limit_w - gpu.idle_power_w);  // busy time the energy needs
+  if (need <= mix.bound + mix.fixed) return 1.0;
+  return std::max(0.2, mix.bound / (need - mix.fixed));  // T(x) = bound/x + fixed = need
+}
+
+double power_capped_seconds(double burst_s, const PowerMix& mix, const GpuSpec& gpu, const ComputeProfile& p) {
+  return burst_s + mix.bound * (1.0 / power_clock(mix, gpu, p) - 1.0);
+}
+
 double apply_power_cap(const std::vector<Op>& ops, std::vector<double>& seconds, double gap_s, const GpuSpec& gpu,
                        const ComputeProfile& p) {
-  if (!p.power_cap || gpu.power_limit_w <= gpu.idle_power_w || gpu.capped_bf16_flops <= 0) return 1.0;
-  // Board power over a window of busy time T: the idle floor, plus each kernel's energy.
-  // A math-bound kernel spends a fixed energy per tensor FLOP, whatever its shape or clock
-  // (the measured GEMMs all settle at one FLOP rate at the cap); a memory-bound one draws
-  // the streaming power for its bytes' time. The SM clock x (a fraction of boost) settles
-  // where the average meets the limit: E + P_idle·T(x) = P_limit·T(x), with
-  // T(x) = Σ t_i·(a_i/x + 1 − a_i) + gaps, a_i the clock-bound share of kernel i.
-  const double budget = gpu.power_limit_w - gpu.idle_power_w;
-  const double joule_per_flop = budget / gpu.capped_bf16_flops;
-  const double stream_w = std::max(0.0, gpu.stream_power_w - gpu.idle_power_w);
-  constexpr int kWindows = 4;
-  std::array<double, kWindows> energy{}, bound{}, fixed{};
+  if (!power_model_active(gpu, p)) return 1.0;
+  constexpr size_t kWindows = 4;  // one per Phase
+  std::array<PowerMix, kWindows> mix{};
   std::vector<double> share(ops.size(), 0.0);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    const double t = seconds[i];
-    if (t <= 0 || op.fixed_seconds > 0) continue;
-    const auto w = static_cast<size_t>(op.phase);
-    const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
-    const double t_bytes = bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
-    double t_math = 0, a = 0, e_flop = joule_per_flop;
-    if (op.kind == OpKind::Gemm || op.kind == OpKind::Attention) {
-      const bool fp8 = (op.dtype == DType::FP8 && gpu.peak_fp8 > 0) || op.dtype == DType::INT8;
-      const double peak = gpu.peak_flops(op.dtype);
-      const double eff = op.kind == OpKind::Attention ? p.attention_efficiency
-                         : fp8                         ? p.fp8_gemm_efficiency
-                                                       : p.gemm_efficiency;
-      t_math = op.flops / (peak * eff);
-      a = op.kind == OpKind::Attention ? p.clock_share_attention : p.clock_share_gemm;
-      // Energy per FLOP follows the tensor cores' rate: FP8 measured apart, other types
-      // by their peak against BF16's.
-      e_flop *= fp8 ? gpu.fp8_energy_ratio : gpu.peak_bf16 / peak;
-      if (op.kind == OpKind::Attention) e_flop *= p.attention_energy_ratio[op.phase == Phase::Backward ? 1 : 0];
-    }
-    double e = 0;
-    if (t_math > 0 && t_math >= t_bytes) {
-      e = e_flop * op.flops;  // math-bound: its clock-bound share stretches
-    } else {
-      e = stream_w * std::min(t, t_bytes);  // memory-bound: HBM sets its pace, not the clock
-      a = 0;
-    }
-    share[i] = a;
-    energy[w] += e;
-    bound[w] += t * a;
-    fixed[w] += t * (1 - a) + gap_s;
-  }
-  std::array<double, kWindows> stretch{};
+  for (size_t i = 0; i < ops.size(); ++i)
+    share[i] = mix[static_cast<size_t>(ops[i].phase)].add(ops[i], seconds[i], gap_s, gpu, p);
+  std::array<double, kWindows> clock{};
   double lowest = 1.0;
-  for (int w = 0; w < kWindows; ++w) {
-    stretch[static_cast<size_t>(w)] = 1.0;
-    const double need = energy[static_cast<size_t>(w)] / budget;  // busy time the window's energy needs
-    const double a = bound[static_cast<size_t>(w)], c = fixed[static_cast<size_t>(w)];
-    if (a <= 0 || need <= a + c) continue;
-    const double x = std::max(0.2, a / (need - c));  // T(x) = a/x + c = need
-    lowest = std::min(lowest, x);
-    stretch[static_cast<size_t>(w)] = 1.0 / x;
+  for (size_t w = 0; w < kWindows; ++w) {
+    clock[w] = power_clock(mix[w], gpu, p);
+    lowest = std::min(lowest, clock[w]);
   }
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (share[i] <= 0) continue;
-    const double s = stretch[static_cast<size_t>(ops[i].phase)];
-    seconds[i] *= share[i] * s + 1 - share[i];
-  }
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (share[i] > 0) seconds[i] *= share[i] / clock[static_cast<size_t>(ops[i].phase)] + 1 - share[i];
   return lowest;
 }
 

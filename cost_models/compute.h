@@ -120,6 +120,24 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 
+// Clocks under the power cap (docs/model.md, "Clocks under the power cap"). A window of
+// kernels as the board's controller sees it: their energy above the idle floor (J), the
+// clock-bound share of their burst time (s) and the rest, launch gaps included (s).
+struct PowerMix {
+  double energy = 0, bound = 0, fixed = 0;
+  // Adds kernel `op` of burst time `t` and the launch gap after it; returns the share of
+  // its time that scales with the clock (0 for memory-bound kernels, or without a power model).
+  double add(const Op& op, double t, double gap_s, const GpuSpec& gpu, const ComputeProfile& profile);
+  PowerMix& operator+=(const PowerMix& o);
+  PowerMix scaled(double k) const;  // the same mix k times over
+};
+bool power_model_active(const GpuSpec& gpu, const ComputeProfile& profile);
+// The SM clock, as a fraction of boost, at which the window's average power meets the
+// board's limit (1 where it stays under it).
+double power_clock(const PowerMix& mix, const GpuSpec& gpu, const ComputeProfile& profile);
+// A serial window's time at that clock: its burst time plus the clock-bound part's stretch.
+double power_capped_seconds(double burst_s, const PowerMix& mix, const GpuSpec& gpu, const ComputeProfile& profile);
+
 // The power cap on a program's kernels: `seconds[i]` is op i's burst-rate kernel time (0
 // where it has no kernel), `gap_s` the launch gap after each kernel. Each phase (forward,
 // backward, optimizer, other) is one window: the board's controller settles within 0.1 s,

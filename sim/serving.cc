@@ -133,6 +133,19 @@ std::vector<Arrival> make_arrivals(const Scenario& s) {
 // the attention kernels, which depend on each request's context, are costed per batch
 // by the same compute model and added (every kernel of an iteration runs on one
 // stream, so the sum is the plan's time — a test checks it against the whole plan).
+// A part of an iteration at burst rates, and its kernels as the power controller sees
+// them: an iteration is one window, so its clock comes from all its parts together.
+struct IterCost {
+  double burst = 0;
+  PowerMix mix;
+  IterCost& operator+=(const IterCost& o) {
+    burst += o.burst;
+    mix += o.mix;
+    return *this;
+  }
+  IterCost scaled(double k) const { return IterCost{burst * k, mix.scaled(k)}; }
+};
+
 class IterationCost {
  public:
   IterationCost(const Scenario& s, const ModelConfig& model, Topology& topo, ExecOptions opt)
@@ -147,6 +160,10 @@ class IterationCost {
     opt_.flow = false;
     opt_.record_link_usage = false;
     gap_ = opt_.compute.launch_overhead_s;
+    // The executor runs the dense part at burst rates; the iteration's clock is applied
+    // to the whole iteration (seconds()), attention included.
+    capped_ = opt_.compute;
+    opt_.compute.power_cap = false;
     tp_symmetric_ = s.cluster.node.gpus % shape_.tp == 0;
   }
 
@@ -166,7 +183,7 @@ class IterationCost {
   }
 
   // Everything but attention, for `tokens` rows of which `emitting` reach the logits.
-  double dense(int64_t tokens, int64_t emitting) {
+  IterCost dense(int64_t tokens, int64_t emitting) {
     const uint64_t key = static_cast<uint64_t>(tokens) << 20 | static_cast<uint64_t>(emitting);
     auto it = memo_.find(key);
     if (it != memo_.end()) {
@@ -177,45 +194,57 @@ class IterationCost {
     IterationBatch b;
     b.tokens = tokens;
     b.emitting = emitting;
-    const double t =
-        execute_plan(build_iteration_plan(shape_, b, false, 0, tp_symmetric_), topo_, opt_).makespan.seconds();
-    memo_.emplace(key, t);
-    return t;
+    const Plan plan = build_iteration_plan(shape_, b, false, 0, tp_symmetric_);
+    IterCost c;
+    c.burst = execute_plan(plan, topo_, opt_).makespan.seconds();
+    // One program per pipeline stage, run one after another within the iteration: their
+    // kernels together are the window (stages alike in their mix settle at one clock, and
+    // each stretches its own clock-bound time), as the attention kernels of all layers are.
+    for (const Program& prog : plan.programs)
+      for (const Op& op : prog.ops)
+        c.mix.add(op, SimTime::from_seconds(compute_seconds(op, gpu_, opt_.compute)).seconds(), gap_, gpu_, capped_);
+    memo_.emplace(key, c);
+    return c;
   }
 
   // A prefill chunk of `q` tokens appended to a context of `past` tokens, all layers.
-  double prefill_attention(int64_t q, int64_t past) {
+  IterCost prefill_attention(int64_t q, int64_t past) {
     IterationBatch b;
     b.prefill.push_back({q, past});
     return attention(b);
   }
   // One paged decode-attention kernel per layer reading `context_tokens` tokens of KV.
-  double decode_attention(int64_t context_tokens) {
+  IterCost decode_attention(int64_t context_tokens) {
     IterationBatch b;
     b.decode_context = context_tokens;
     return attention(b);
   }
+  // An iteration's seconds: its parts' burst time, with the clock-bound kernels at the
+  // clock the power cap leaves their mix (cost_models/compute.h, power_capped_seconds).
+  double seconds(const IterCost& c) const { return power_capped_seconds(c.burst, c.mix, gpu_, capped_); }
 
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
 
  private:
-  double attention(const IterationBatch& b) const {
-    double t = 0;
+  IterCost attention(const IterationBatch& b) const {
+    IterCost c;
     for (const Op& op : iteration_attention_ops(shape_, b)) {
       const double k = SimTime::from_seconds(compute_seconds(op, gpu_, opt_.compute)).seconds();
-      if (k > 0) t += k + SimTime::from_seconds(gap_).seconds();
+      if (k > 0) c.burst += k + SimTime::from_seconds(gap_).seconds();
+      c.mix.add(op, k, gap_, gpu_, capped_);
     }
-    return static_cast<double>(shape_.model.layers) * t;
+    return c.scaled(static_cast<double>(shape_.model.layers));
   }
 
   const GpuSpec& gpu_;
   Topology& topo_;
   ExecOptions opt_;
+  ComputeProfile capped_;  // the scenario's compute profile, its power cap as set
   ServingShape shape_;
   double gap_ = 0;
   bool tp_symmetric_ = false;
-  std::unordered_map<uint64_t, double> memo_;
+  std::unordered_map<uint64_t, IterCost> memo_;
   int64_t hits_ = 0, misses_ = 0;
 };
 
@@ -700,7 +729,7 @@ class Engine {
   double cost_of(const std::vector<Work>& w, int rep) {
     if (w.empty()) return 0;
     int64_t tokens = 0, emitting = 0, context = 0, decodes = 0, prefill_tokens = 0;
-    double attn = 0, draft_attn = 0;
+    IterCost attn, draft_attn;
     for (const Work& x : w) {
       const Req& rq = reqs_[static_cast<size_t>(x.req)];
       tokens += x.tokens;
@@ -715,14 +744,24 @@ class Engine {
         if (rq.kv + x.tokens >= rq.target) ++emitting;
       }
     }
-    double t = cost_.dense(tokens, emitting) + attn + cost_.decode_attention(context);
+    IterCost it = cost_.dense(tokens, emitting);
+    it += attn;
+    it += cost_.decode_attention(context);
     if (draft_) {
       // The draft model prefills what the target prefills, then proposes `lookahead`
-      // tokens one decode step at a time for every decoding request.
-      if (prefill_tokens > 0) t += draft_->dense(prefill_tokens, 0) + draft_attn;
-      if (decodes > 0)
-        t += static_cast<double>(c_.lookahead) * (draft_->dense(decodes, decodes) + draft_->decode_attention(context));
+      // tokens one decode step at a time for every decoding request, on the same GPUs:
+      // one window for the power cap.
+      if (prefill_tokens > 0) {
+        it += draft_->dense(prefill_tokens, 0);
+        it += draft_attn;
+      }
+      if (decodes > 0) {
+        IterCost step = draft_->dense(decodes, decodes);
+        step += draft_->decode_attention(context);
+        it += step.scaled(static_cast<double>(c_.lookahead));
+      }
     }
+    double t = cost_.seconds(it);
     if (!slow_.empty()) t *= slow_[static_cast<size_t>(rep / s_.parallel.pp)];
     // The engine's host work per step (scheduling, sampling, detokenization, launch):
     // the GPUs wait for it between iterations.
@@ -831,9 +870,10 @@ double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch)
   collective_options(s, eo);
   Topology topo(s.cluster);
   IterationCost cost(s, s.model, topo, eo);
-  double t = cost.dense(batch.tokens, batch.emitting) + cost.decode_attention(batch.decode_context);
-  for (const PrefillChunk& c : batch.prefill) t += cost.prefill_attention(c.tokens, c.past);
-  return t;
+  IterCost it = cost.dense(batch.tokens, batch.emitting);
+  it += cost.decode_attention(batch.decode_context);
+  for (const PrefillChunk& c : batch.prefill) it += cost.prefill_attention(c.tokens, c.past);
+  return cost.seconds(it);
 }
 
 ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress, int64_t sample) {
