@@ -440,6 +440,9 @@ bool power_model_active(const GpuSpec& gpu, const ComputeProfile& p) {
 // T(x) = Σ t_i·(a_i/x + 1 − a_i) + gaps, a_i the clock-bound share of kernel i.
 double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, const ComputeProfile& p) {
   if (t <= 0 || op.fixed_seconds > 0 || !power_model_active(gpu, p)) return 0;
+  // A GEMM planned beside an SM-holding kernel runs its FLOPs (the same energy) over the
+  // userbuffers slowdown's longer time: the window's power is the lower for it.
+  const double t_run = op.beside_sms && op.kind == OpKind::Gemm ? t * p.overlap_slowdown[2][0] : t;
   const double joule_per_flop = (gpu.power_limit_w - gpu.idle_power_w) / gpu.capped_bf16_flops;
   const double stream_w = std::max(0.0, gpu.stream_power_w - gpu.idle_power_w);
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
@@ -464,8 +467,8 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
     energy += stream_w * std::min(t, t_bytes);  // memory-bound: HBM sets its pace, not the clock
     a = 0;
   }
-  bound += t * a;
-  fixed += t * (1 - a) + gap_s;
+  bound += t_run * a;
+  fixed += t_run * (1 - a) + gap_s;
   return a;
 }
 

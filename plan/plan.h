@@ -70,6 +70,10 @@ struct Op {
   // with set_sm_margin); kernels starting beside it take compute.overlap_slowdown's
   // `userbuffers` row.
   bool holds_sms = false;
+  // GEMMs: planned to run beside such a kernel (the forward's pipelined reduce-scatter
+  // chunks after the first). The power cap's window counts its time at that slowdown: on
+  // fewer SMs it draws less, and the clock its window settles at is higher for it.
+  bool beside_sms = false;
   MemAccess access = MemAccess::Streaming;  // Memory ops: how the kernel walks its bytes
   int32_t layer = -1;          // -1: not a transformer layer (embedding, loss, optimizer)
   int32_t micro_batch = -1;    // -1: not tied to one micro-batch

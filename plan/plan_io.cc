@@ -46,7 +46,7 @@ void write_op(std::string& out, const Program& p, const Op& op) {
   switch (op.kind) {
     case OpKind::Gemm:
       out += ",\"m\":" + std::to_string(op.m) + ",\"n\":" + std::to_string(op.n) + ",\"k\":" + std::to_string(op.k) +
-             ",\"batch\":" + std::to_string(op.batch);
+             ",\"batch\":" + std::to_string(op.batch) + (op.beside_sms ? ",\"beside_sms\":true" : "");
       break;
     case OpKind::Attention:
       out += ",\"batch\":" + std::to_string(op.batch) + ",\"heads\":" + std::to_string(op.heads) +
@@ -262,6 +262,7 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       if (on["causal"]) op.causal = on["causal"].as<bool>(false);
       if (on["relative_peer"]) op.relative_peer = on["relative_peer"].as<bool>(false);
       if (on["holds_sms"]) op.holds_sms = on["holds_sms"].as<bool>(false);
+      if (on["beside_sms"]) op.beside_sms = on["beside_sms"].as<bool>(false);
       if (on["collective"])
         op.collective = rd.name_of<CollectiveKind>(on["collective"], parse_collective, "collective");
       if (on["group"]) op.group = rd.name_of<GroupKind>(on["group"], parse_group_kind, "group kind");

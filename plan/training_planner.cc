@@ -481,6 +481,8 @@ class StageBuilder {
     uint32_t last = kNone, arrived = kNone;
     for (int64_t i = 0; i < t_; ++i) {
       last = add_gemm(gemm, ph, L, seq_tokens_, n, k, i == 0 ? after : deps(last));
+      // Every chunk after the first runs beside the previous chunk's send.
+      if (i > 0 && ph == Phase::Forward) p_.ops[last].beside_sms = true;
       if (i + 1 < t_) {
         add_p2p("tp-overlap-send", OpKind::Send, GroupKind::TP, 1, "tp-send", ph, L, act_bytes(), deps(last, arrived),
                 true, ph == Phase::Forward);

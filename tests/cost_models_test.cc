@@ -432,6 +432,30 @@ TEST(PowerCap, MemoryKernelsAndGapsLetTheGemmsBesideThemDrawMore) {
   EXPECT_GT(t[0], tg);
 }
 
+// A GEMM chunk planned beside userbuffers' SM-holding kernel spends its energy over the
+// slowdown's longer time (1.37 x its burst time): the window draws less and settles at
+// a higher clock, T(x) = Σ t_run·(a/x + 1 − a) with t_run = 1.37·t for the chunks beside.
+TEST(PowerCap, GemmsBesideHeldSmsDrawLessAndRaiseTheClock) {
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  ComputeProfile prof;
+  std::vector<Op> plain(8, power_gemm(8192, 8192, 8192));
+  std::vector<Op> beside = plain;
+  beside[1].beside_sms = beside[3].beside_sms = true;  // as a pipelined reduce-scatter's chunks
+  std::vector<double> tp = burst(plain, h100, prof), tb = burst(beside, h100, prof);
+  const double t = tp[0];
+  const double xp = apply_power_cap(plain, tp, 0.0, h100, prof);
+  const double xb = apply_power_cap(beside, tb, 0.0, h100, prof);
+  EXPECT_GT(xb, xp);
+  ASSERT_LT(xb, 1.0);  // still capped: the equation below holds
+  const double e = (700.0 - 124.0) / 660e12;
+  const double need = 8 * e * plain[0].flops / (700.0 - 124.0);
+  const double run = (6 + 2 * 1.37) * t;  // the window's burst-clock time
+  EXPECT_NEAR(run * (0.5 / xb + 0.5), need, 1e-12);
+  // The kernels' own times stretch by the clock alone; the executor applies the 1.37
+  // when they start beside the held SMs.
+  EXPECT_NEAR(tb[1], t * (0.5 / xb + 0.5), 1e-15);
+}
+
 // Each phase is its own window: a memory-bound optimizer step does not cool the forward
 // pass's GEMMs, and the forward's GEMMs do not slow the optimizer's streams.
 TEST(PowerCap, EachPhaseRunsAtItsOwnClock) {

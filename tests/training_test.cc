@@ -428,6 +428,16 @@ TEST(Fidelity, UserbuffersReduceScatterSlowsTheGemmChunksBesideIt) {
   const double first = took["attn-proj"][0];
   for (size_t i = 1; i < 8; ++i) EXPECT_NEAR(took["attn-proj"][i] / first, 1.37, 1e-6) << i;
   for (size_t i = 1; i < 8; ++i) EXPECT_NEAR(took["qkv"][i], took["qkv"][0], 1.0) << i;
+  // The plan marks the same chunks for the power cap's window (Op::beside_sms): every
+  // forward projection chunk but the first, no QKV chunk.
+  std::vector<bool> beside;
+  for (const Op& op : prog.ops) {
+    if (op.phase == Phase::Forward && plan.names[op.name] == "attn-proj") beside.push_back(op.beside_sms);
+    if (plan.names[op.name] == "qkv") {
+      EXPECT_FALSE(op.beside_sms);
+    }
+  }
+  EXPECT_EQ(beside, (std::vector<bool>{false, true, true, true, true, true, true, true}));
   // The backward's row-parallel GEMMs (bulk overlaps) are not slowed.
   bool checked = false;
   for (const SpanRecord& sp : out.exec.spans) {
