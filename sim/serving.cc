@@ -128,11 +128,6 @@ std::vector<Arrival> make_arrivals(const Scenario& s) {
 }
 
 // ---- iteration cost --------------------------------------------------------------------
-// An iteration's time is its Plan's (plan/serving_plan.h): the attention-free part runs
-// on the executor over the replica's GPUs, once per distinct (tokens, emitting rows);
-// the attention kernels, which depend on each request's context, are costed per batch
-// by the same compute model and added (every kernel of an iteration runs on one
-// stream, so the sum is the plan's time — a test checks it against the whole plan).
 // A part of an iteration at burst rates, and its kernels as the power controller sees
 // them: an iteration is one window, so its clock comes from all its parts together.
 struct IterCost {
@@ -146,6 +141,11 @@ struct IterCost {
   IterCost scaled(double k) const { return IterCost{burst * k, mix.scaled(k)}; }
 };
 
+// An iteration's time is its Plan's (plan/serving_plan.h): the attention-free part runs
+// on the executor over the replica's GPUs, once per distinct (tokens, emitting rows);
+// the attention kernels, which depend on each request's context, are costed per batch
+// by the same compute model and added (every kernel of an iteration runs on one
+// stream, so the sum is the plan's time — a test checks it against the whole plan).
 class IterationCost {
  public:
   IterationCost(const Scenario& s, const ModelConfig& model, Topology& topo, ExecOptions opt)
