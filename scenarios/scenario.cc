@@ -1060,20 +1060,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   for (const char* k : {"cluster.gpu_spec.power_limit", "cluster.gpu_spec.idle_power", "cluster.gpu_spec.stream_power",
                         "cluster.gpu_spec.capped_bf16_tflops", "cluster.gpu_spec.fp8_energy_ratio"}) {
     if (!s.marks.count(k)) continue;
-    const GpuSpec& g = s.cluster.node.gpu;
-    auto format_number = [](double v) {
-      char b[32];
-      std::snprintf(b, sizeof b, "%g", v);
-      return std::string(b);
-    };
-    if (g.power_limit_w > 0 && (g.capped_bf16_flops <= 0 || g.idle_power_w >= g.power_limit_w ||
-                                g.stream_power_w < g.idle_power_w))
-      throw InputError(s.mark(k), "the GPU's power model is incomplete (power_limit " + format_number(g.power_limit_w) +
-                                      " W, idle_power " + format_number(g.idle_power_w) + " W, stream_power " +
-                                      format_number(g.stream_power_w) + " W, capped_bf16_tflops " +
-                                      format_number(g.capped_bf16_flops / 1e12) +
-                                      "), expected idle_power <= stream_power, idle_power < power_limit and "
-                                      "capped_bf16_tflops > 0 (power_limit 0: no power model)");
+    if (const std::string why = power_model_problem(s.cluster.node.gpu); !why.empty())
+      throw InputError(s.mark(k), why);
     break;
   }
   // A node trimmed to fewer GPUs keeps one NIC per GPU at most, unless told otherwise.

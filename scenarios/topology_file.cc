@@ -32,7 +32,8 @@ void only_keys(const YNode& n, const std::string& where, const std::vector<std::
 void read_gpu_spec(const YNode& n, const std::string& where, GpuSpec& g, NodeSpec& node) {
   mapping(n, where);
   only_keys(n, where, {"name", "bf16_tflops", "fp8_tflops", "tf32_tflops", "fp32_tflops", "hbm", "hbm_bandwidth",
-                       "sm_count", "nvlink_bandwidth"});
+                       "sm_count", "nvlink_bandwidth", "power_limit", "idle_power", "stream_power",
+                       "capped_bf16_tflops", "fp8_energy_ratio"});
   g.name = "custom";
   for (const auto& [k, v] : n.map) {
     const std::string key = where + "." + k;
@@ -45,7 +46,14 @@ void read_gpu_spec(const YNode& n, const std::string& where, GpuSpec& g, NodeSpe
     if (k == "hbm_bandwidth") g.hbm_bandwidth = as_bandwidth(v, key);
     if (k == "sm_count") g.sm_count = static_cast<int>(as_int(v, key, 1, 100000));
     if (k == "nvlink_bandwidth") node.nvlink_bandwidth = as_bandwidth(v, key);
+    // The power model (docs/model.md, "Clocks under the power cap"), as cluster.gpu_spec's keys.
+    if (k == "power_limit") g.power_limit_w = as_number(v, key, 0, 1e5);
+    if (k == "idle_power") g.idle_power_w = as_number(v, key, 0, 1e5);
+    if (k == "stream_power") g.stream_power_w = as_number(v, key, 0, 1e5);
+    if (k == "capped_bf16_tflops") g.capped_bf16_flops = 1e12 * as_number(v, key, 0, 1e6);
+    if (k == "fp8_energy_ratio") g.fp8_energy_ratio = as_number(v, key, 0.01, 10);
   }
+  if (const std::string why = power_model_problem(g); !why.empty()) throw InputError(n.mark, where + ": " + why);
 }
 
 // One entry of `nodes:`: `count` nodes of one build.

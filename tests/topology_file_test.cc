@@ -124,6 +124,8 @@ TEST_F(TopologyFile, ErrorsPointIntoTheFile) {
        "bandwidth: 50GB/s}\n",
        ":5:19", "linked twice"},
       {"nodes: []\n", ":1:8", "nodes: is empty"},
+      {"nodes:\n  - preset: dgx-h100\n    gpu_spec: {power_limit: 900, capped_bf16_tflops: 0}\n", ":3:15",
+       "power model is incomplete"},
   };
   for (const Case& c : cases) {
     const std::string path = write("bad.yaml", c.text);
@@ -131,6 +133,21 @@ TEST_F(TopologyFile, ErrorsPointIntoTheFile) {
     EXPECT_NE(err.find(path + c.where), std::string::npos) << c.text << "\n -> " << err;
     EXPECT_NE(err.find(c.what), std::string::npos) << c.text << "\n -> " << err;
   }
+}
+
+// A node's GPU carries its preset's power model; gpu_spec's power keys amend it, as
+// cluster.gpu_spec's do (docs/model.md, "Clocks under the power cap").
+TEST_F(TopologyFile, GpuSpecCarriesAPowerModel) {
+  const ClusterSpec c = load_topology_file(
+      write("power.yaml",
+            "nodes:\n  - {preset: dgx-h100, count: 1}\n  - preset: dgx-a100\n    count: 1\n"
+            "    gpu_spec: {power_limit: 400, idle_power: 60, stream_power: 300, capped_bf16_tflops: 257}\n"),
+      SourceMark{});
+  ASSERT_EQ(c.node_specs.size(), 2u);
+  EXPECT_EQ(c.node_specs[0].gpu.power_limit_w, 700);  // the h100-sxm preset's
+  EXPECT_EQ(c.node_specs[1].gpu.power_limit_w, 400);
+  EXPECT_EQ(c.node_specs[1].gpu.capped_bf16_flops, 257e12);
+  EXPECT_EQ(c.node_specs[1].gpu.stream_power_w, 300);
 }
 
 TEST_F(TopologyFile, ScenarioRefusesPresetKeysBesideTheFile) {

@@ -1,5 +1,7 @@
 #include "topology/gpu.h"
 
+#include <cstdio>
+
 namespace clustersim {
 namespace {
 
@@ -61,6 +63,21 @@ double GpuSpec::peak_flops(DType d) const {
       return peak_int8 > 0 ? peak_int8 : peak_bf16;  // int4 weights dequantize into int8/bf16 math
   }
   return peak_bf16;
+}
+
+std::string power_model_problem(const GpuSpec& g) {
+  if (g.power_limit_w <= 0) return "";
+  if (g.capped_bf16_flops > 0 && g.idle_power_w < g.power_limit_w && g.stream_power_w >= g.idle_power_w) return "";
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  return "the GPU's power model is incomplete (power_limit " + num(g.power_limit_w) + " W, idle_power " +
+         num(g.idle_power_w) + " W, stream_power " + num(g.stream_power_w) + " W, capped_bf16_tflops " +
+         num(g.capped_bf16_flops / 1e12) +
+         "), expected idle_power <= stream_power, idle_power < power_limit and capped_bf16_tflops > 0 (power_limit "
+         "0: no power model)";
 }
 
 const GpuSpec* find_gpu_preset(std::string_view name) {

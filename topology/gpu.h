@@ -36,6 +36,9 @@ struct GpuSpec {
   bool operator==(const GpuSpec&) const = default;
 };
 
+// Why `g`'s power model cannot be used ("" when it is whole, or absent: power_limit 0).
+std::string power_model_problem(const GpuSpec& g);
+
 const GpuSpec* find_gpu_preset(std::string_view name);
 std::vector<std::string> gpu_preset_names();
 
