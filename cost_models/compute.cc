@@ -390,6 +390,15 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
 }
 }  // namespace
 
+double beside_collective(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile) {
+  const size_t k = kind == OpKind::Gemm ? 0 : kind == OpKind::Attention ? 1 : 2;
+  if (profile.overlap_slowdown[1][k] > 0) return profile.overlap_slowdown[1][k];
+  if (k == 2 || gpu.sm_count <= 1 || profile.nccl_channels <= 0) return 1.0;
+  const int span = k == 0 ? std::max(1, gpu.gemm_cluster_sms) : 1;
+  const int64_t lost = std::min<int64_t>(gpu.sm_count - 1, int64_t{profile.nccl_channels} * span);
+  return static_cast<double>(gpu.sm_count) / static_cast<double>(gpu.sm_count - lost);
+}
+
 double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   // A GEMM runs as output tiles (tm x tn) over the SMs in waves; each tile's main loop
   // streams k in steps, and short loops spend a larger share in prologue and epilogue:

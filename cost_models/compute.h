@@ -93,10 +93,17 @@ struct ComputeProfile {
   double flash2_hopper_efficiency = 0.35;
   // A kernel's time while a communication kernel runs on the same GPU, over its time
   // alone: [waiting p2p | waiting collective | userbuffers][gemm | attention | memory].
-  // NCCL's thread blocks hold SMs: 1 = no effect until `calibrate --suite overlap`
-  // measures it. Userbuffers' pipelined reduce-scatter holds 16-24 SMs beside GEMMs told
-  // to leave them: 1.37 (docs/model.md, "Kernels beside communication").
-  std::array<std::array<double, 3>, 3> overlap_slowdown{{{1.0, 1.0, 1.0}, {1.0, 1.0, 1.0}, {1.37, 1.0, 1.0}}};
+  // A measured profile (`calibrate --suite overlap`) sets them; 0 (the collective row's
+  // default) derives the factor from the SMs NCCL's channels hold (beside_collective).
+  // Sends and receives stay 1 until measured: Megatron's pipeline sends block the compute
+  // stream unless the schedule overlaps them. Userbuffers' pipelined reduce-scatter holds
+  // 16-24 SMs beside GEMMs told to leave them: 1.37 (docs/model.md, "Kernels beside
+  // communication").
+  std::array<std::array<double, 3>, 3> overlap_slowdown{{{1.0, 1.0, 1.0}, {0.0, 0.0, 0.0}, {1.37, 1.0, 1.0}}};
+  // Channels of an NCCL collective, one thread block on one SM each for as long as it
+  // runs: 16 on 8-GPU NVSwitch nodes, alone and across nodes (NCCL's "16 coll channels"
+  // on 8 x H800, "Channel 00/16" on 2 x 8 H100; NVIDIA/nccl issues 892, 1538).
+  int nccl_channels = 16;
   int gemm_tile_m = 128;
   int gemm_tile_n = 256;
   // Clocks under the board's power cap (docs/model.md, "Clocks under the power cap"):
@@ -111,6 +118,14 @@ struct ComputeProfile {
   std::array<double, 2> attention_energy_ratio{1.28, 1.60};  // [forward, backward]
   std::shared_ptr<const MeasuredTables> measured;  // from a calibration profile, or none
 };
+
+// A kernel's time beside a running NCCL collective over its time alone: the profile's
+// measured factor, else derived from the SMs the collective's channels hold. A GEMM of
+// thread-block clusters (gpu.gemm_cluster_sms SMs each) loses a whole cluster to every
+// block placed among them; attention kernels (one-CTA blocks) lose one SM per channel;
+// memory-bound kernels keep HBM's rate on the SMs left (docs/model.md, "Kernels beside
+// communication").
+double beside_collective(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile);
 
 // The uncalibrated GEMM model: the fastest of the tile shapes and split-K factors a
 // library would pick, each costed as whole waves of padded tiles.

@@ -40,6 +40,8 @@ struct RankState {
   uint32_t waiting_sms = 0;                     // of those p2p, the ones that hold SMs (Op::holds_sms)
 };
 
+bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
+
 struct Completion {
   uint32_t slot;
   uint32_t op;
@@ -187,6 +189,32 @@ class Executor {
     }
   }
 
+  // The factor a GEMM, attention or memory kernel takes beside a collective on rank r's
+  // GPU (cost_models/compute.h, beside_collective), per GPU model.
+  const std::array<double, 3>& beside_collective_of(int32_t r) {
+    const auto& models = topo_.gpu_models();
+    if (beside_coll_.empty()) {
+      for (const GpuSpec& g : models)
+        beside_coll_.push_back({beside_collective(OpKind::Gemm, g, opt_.compute),
+                                beside_collective(OpKind::Attention, g, opt_.compute),
+                                beside_collective(OpKind::Memory, g, opt_.compute)});
+      if (beside_coll_.empty()) {
+        const GpuSpec& g = topo_.gpu();
+        beside_coll_.push_back({beside_collective(OpKind::Gemm, g, opt_.compute),
+                                beside_collective(OpKind::Attention, g, opt_.compute),
+                                beside_collective(OpKind::Memory, g, opt_.compute)});
+      }
+    }
+    if (beside_coll_.size() < 2) return beside_coll_[0];
+    // A rank standing for several models runs at the slowest one's kernel times
+    // (compute_times_for): it takes that model's factor too.
+    size_t m = static_cast<size_t>(topo_.gpu_model_of(plan_.rank_gpu[static_cast<size_t>(r)]));
+    const uint64_t mask = model_mask_.empty() ? 0 : model_mask_[static_cast<size_t>(r)];
+    for (size_t k = 0; k < models.size() && k < 64; ++k)
+      if ((mask >> k & 1) && models[k].peak_bf16 < models[m].peak_bf16) m = k;
+    return beside_coll_[m];
+  }
+
   // Kernel times for rank `r` of program `p`. Every GPU the same model: the program's
   // own. A topology file that mixes models: costed on each model the rank stands for
   // (itself and, unless every rank is simulated, the ranks mirroring it), kernel by
@@ -256,11 +284,13 @@ class Executor {
         if (f != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * f);
       }
       // An NCCL kernel on the GPU (waiting or moving data) holds SMs: the kernel starting
-      // beside it runs at the profile's measured slowdown.
+      // beside it runs at the profile's measured slowdown, or for a collective the one its
+      // channels' SMs imply on this GPU (beside_collective).
       if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {
         const size_t k = op.kind == OpKind::Gemm ? 0 : op.kind == OpKind::Attention ? 1 : 2;
         const auto& f = opt_.compute.overlap_slowdown;
-        const double slow = std::max({r.waiting_p2p > 0 ? f[0][k] : 1.0, r.waiting_coll > 0 ? f[1][k] : 1.0,
+        const double slow = std::max({r.waiting_p2p > 0 ? f[0][k] : 1.0,
+                                      r.waiting_coll > 0 ? beside_collective_of(r.rank)[k] : 1.0,
                                       r.waiting_sms > 0 ? f[2][k] : 1.0});
         if (slow != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * slow);
       }
@@ -435,10 +465,19 @@ class Executor {
     ++r.cursor[stream];
     if (++r.done == r.program->ops.size()) result_.rank_finish[static_cast<size_t>(r.rank)] = sim_.now();
     if ((++completed_ & 0xFFFF) == 0 && opt_.progress) opt_.progress(completed_, total_ops_);
+    // Communication that this completion releases starts before the kernels it releases:
+    // an NCCL kernel and a GEMM launched at the same instant run side by side, so the GEMM
+    // takes the slowdown whatever order the plan lists them in (a Chakra round trip
+    // reorders them).
     const ProgramInfo& info = *r.info;
-    for (uint32_t i = info.dependents_begin[op_index]; i < info.dependents_begin[op_index + 1]; ++i) {
+    const uint32_t begin = info.dependents_begin[op_index], end = info.dependents_begin[op_index + 1];
+    for (uint32_t i = begin; i < end; ++i) {
       const uint32_t d = info.dependents[i];
-      if (--r.pending[d] == 0) try_start(slot, r.program->ops[d].stream);
+      if (--r.pending[d] == 0 && is_comm(r.program->ops[d].kind)) try_start(slot, r.program->ops[d].stream);
+    }
+    for (uint32_t i = begin; i < end; ++i) {
+      const uint32_t d = info.dependents[i];
+      if (r.pending[d] == 0 && !is_comm(r.program->ops[d].kind)) try_start(slot, r.program->ops[d].stream);
     }
     try_start(slot, stream);
   }
@@ -533,7 +572,8 @@ class Executor {
       p2p_memo_;
   Simulation<Completion> sim_;
   std::vector<ProgramInfo> infos_;
-  std::vector<uint64_t> model_mask_;  // per simulated rank: the GPU models it stands for (mixed clusters)
+  std::vector<uint64_t> model_mask_;
+  std::vector<std::array<double, 3>> beside_coll_;  // beside_collective_of, per GPU model  // per simulated rank: the GPU models it stands for (mixed clusters)
   std::map<std::pair<uint32_t, uint64_t>, std::vector<SimTime>> mixed_compute_;
   std::vector<RankState> slots_;
   std::vector<uint32_t> group_expected_;

@@ -491,5 +491,31 @@ TEST(PowerCap, EachPhaseRunsAtItsOwnClock) {
   EXPECT_LT(xf, 1.0);
 }
 
+// A kernel beside an NCCL collective loses the SMs its channels hold (beside_collective):
+//   GEMM N / (N - c·s), attention N / (N - c), memory-bound 1
+// with c = 16 channels and s = 2 SMs per GEMM cluster on Hopper, 1 on A100; a measured
+// factor in the profile wins; the SMs lost never reach N.
+TEST(ComputeModel, CollectiveChannelsHoldSms) {
+  const ComputeProfile p;
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  const GpuSpec& a100 = *find_gpu_preset("a100-sxm-80gb");
+  EXPECT_EQ(p.nccl_channels, 16);
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, p), 132.0 / 100.0);
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Attention, h100, p), 132.0 / 116.0);
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Memory, h100, p), 1.0);
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, a100, p), 108.0 / 92.0);
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Attention, a100, p), 108.0 / 92.0);
+  ComputeProfile eight = p;
+  eight.nccl_channels = 8;  // the measurement's 8-block row: 1.14-1.16 for GEMMs
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, eight), 132.0 / 116.0);
+  ComputeProfile measured = p;
+  measured.overlap_slowdown[1] = {1.25, 1.1, 1.05};
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, measured), 1.25);
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Memory, h100, measured), 1.05);
+  ComputeProfile many = p;
+  many.nccl_channels = 100;  // more blocks than SMs: one SM is left, never none
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, many), 132.0);
+}
+
 }  // namespace
 }  // namespace clustersim

@@ -112,6 +112,57 @@ TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
   EXPECT_EQ(slow.at({1, 2}), base.at({1, 2}));  // starts once the collective is done
 }
 
+// The same with a GEMM beside the waiting all-reduce and no measured factor: it takes the
+// factor NCCL's channels imply on the GPU, N / (N - c·s) = 132 / (132 - 16·2) on an H100
+// (cost_models/compute.h, beside_collective); the GEMM before the collective keeps its time.
+TEST(Executor, GemmBesideACollectiveLosesTheSmsItsChannelsHold) {
+  Plan p = two_ranks_in_a_tp_group();
+  for (int r = 0; r < 2; ++r) {
+    Program prog;
+    prog.name = "r" + std::to_string(r);
+    const uint8_t compute = prog.stream("compute");
+    const uint8_t comm = prog.stream("tp");
+    Op first;
+    first.kind = OpKind::Gemm;
+    first.stream = compute;
+    first.dtype = DType::BF16;
+    first.m = r == 0 ? 1024 : 8192;
+    first.n = 8192;
+    first.k = 8192;
+    first.name = p.intern("first");
+    const uint32_t i0 = prog.add(first);
+    Op c;
+    c.kind = OpKind::Collective;
+    c.stream = comm;
+    c.group = GroupKind::TP;
+    c.collective = CollectiveKind::AllReduce;
+    c.bytes = 1'000'000;
+    c.name = p.intern("ar");
+    const uint32_t i1 = r == 0 ? prog.add(c) : prog.add(c, {i0});
+    Op second = first;
+    second.m = 4096;
+    second.name = p.intern("second");
+    prog.add(second, {r == 0 ? i0 : i1});
+    p.programs.push_back(prog);
+    p.rank_program.push_back(static_cast<uint32_t>(r));
+  }
+  Topology topo(one_dgx());
+  ASSERT_EQ(topo.gpu().sm_count, 132);
+  ASSERT_EQ(topo.gpu().gemm_cluster_sms, 2);
+  auto durations = [&](bool measured_one) {
+    ExecOptions opt;
+    opt.compute.power_cap = false;
+    if (measured_one) opt.compute.overlap_slowdown[1].fill(1.0);
+    std::map<std::pair<int32_t, uint32_t>, int64_t> d;
+    for (const SpanRecord& s : execute_plan(p, topo, opt).spans) d[{s.rank, s.op}] = s.end_ps - s.start_ps;
+    return d;
+  };
+  const auto alone = durations(true), beside = durations(false);
+  EXPECT_NEAR(static_cast<double>(beside.at({0, 2})) / static_cast<double>(alone.at({0, 2})), 132.0 / 100.0, 1e-6);
+  EXPECT_EQ(beside.at({0, 0}), alone.at({0, 0}));  // before the collective was reached
+  EXPECT_EQ(beside.at({1, 2}), alone.at({1, 2}));  // after the collective ended
+}
+
 // A collective starts when its last member arrives and ends for all members at once:
 //   end(ar) = max(t_a(rank0), t_a(rank1)) + T_ring(2 GPUs, 90 MB)
 TEST(Executor, CollectiveWaitsForTheLastMember) {

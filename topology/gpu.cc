@@ -9,9 +9,18 @@ constexpr double T = 1e12;
 constexpr double GB = 1e9;
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
+// Hopper and Blackwell GEMMs run as 2-CTA clusters on SM pairs (cuBLAS's sm90 / sm100
+// kernels; calibrate/measurements/overlap-sm-h200-2026-12-02 shows the pairs lost).
+std::vector<GpuSpec> with_clusters(std::vector<GpuSpec> v) {
+  for (GpuSpec& g : v)
+    if (g.name.starts_with("h100") || g.name.starts_with("h200") || g.name == "b200" || g.name == "gb200")
+      g.gemm_cluster_sms = 2;
+  return v;
+}
+
 // Sources: NVIDIA A100 / H100 / H200 / B200 datasheets (dense, no sparsity).
 const std::vector<GpuSpec>& presets() {
-  static const std::vector<GpuSpec> kPresets = {
+  static const std::vector<GpuSpec> kPresets = with_clusters({
       // Tesla V100 SXM2 32 GB datasheet: FP32 15.7 TF, tensor (FP16) 125 TF, 900 GB/s HBM2,
       // 80 SMs. No BF16 or TF32 paths: BF16 is listed at the FP16 tensor rate (the
       // model's 16-bit type), TF32 at FP32.
@@ -42,7 +51,7 @@ const std::vector<GpuSpec>& presets() {
       // AMD Instinct MI300X datasheet, dense matrix rates: FP32 163.4 TF, TF32 653.7,
       // BF16 1,307.4, FP8 2,614.9, INT8 2,614.9 TOPS; 192 GB HBM3 at 5.3 TB/s; 304 CUs.
       {"mi300x", 163.4 * T, 653.7 * T, 1307.4 * T, 2614.9 * T, 2614.9 * T, 192 * GB, 5300 * GB, 304},
-  };
+  });
   return kPresets;
 }
 

@@ -28,6 +28,10 @@ struct GpuSpec {
   double stream_power_w = 0;      // the board while a memory-bound kernel streams at full rate
   double capped_bf16_flops = 0;   // FLOP/s of BF16 tensor work alone at the cap (all GEMM shapes alike)
   double fp8_energy_ratio = 0.5;  // energy of an FP8 tensor FLOP over a BF16 one
+  // SMs one thread-block cluster of the library's GEMM kernels spans: 2 on Hopper and
+  // Blackwell (cuBLAS runs 2-CTA clusters on SM pairs), 1 before. A block of another
+  // kernel on one SM of a pair leaves the pair to the GEMM unused.
+  int gemm_cluster_sms = 1;
 
   // Peak for a GEMM whose inputs are `d` (FP32 GEMMs run on TF32 tensor cores is
   // *not* assumed: FP32 means true FP32). Falls back to the next wider type when the
