@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 
 #include "plan/training_planner.h"
@@ -61,22 +62,20 @@ Plan tiny_plan(int64_t first_bytes_rank1) {
   return p;
 }
 
-// Rank 0 reaches its all-reduce at once; rank 1 joins after a long kernel. Rank 0's next
-// compute kernel runs beside the waiting NCCL kernel, at the profile's slowdown for a
-// waiting collective; kernels with no NCCL kernel beside them keep their time.
-TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
+// Two ranks of a TP group: `first[r]` on rank r, then an all-reduce, then `second`. Rank 0
+// reaches its all-reduce at once and runs `second` beside it while it waits; rank 1
+// joins after its longer first kernel and runs `second` once the all-reduce is done.
+Plan kernel_beside_an_all_reduce(const std::array<Op, 2>& first, const Op& second) {
   Plan p = two_ranks_in_a_tp_group();
   for (int r = 0; r < 2; ++r) {
     Program prog;
     prog.name = "r" + std::to_string(r);
     const uint8_t compute = prog.stream("compute");
     const uint8_t comm = prog.stream("tp");
-    Op first;
-    first.kind = OpKind::Memory;
-    first.stream = compute;
-    first.bytes_read = r == 0 ? 1'000'000 : 1'000'000'000;
-    first.name = p.intern("first");
-    const uint32_t i0 = prog.add(first);
+    Op a = first[static_cast<size_t>(r)];
+    a.stream = compute;
+    a.name = p.intern("first");
+    const uint32_t i0 = prog.add(a);
     Op c;
     c.kind = OpKind::Collective;
     c.stream = comm;
@@ -85,16 +84,35 @@ TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
     c.bytes = 1'000'000;
     c.name = p.intern("ar");
     const uint32_t i1 = r == 0 ? prog.add(c) : prog.add(c, {i0});
-    Op second = first;
-    second.bytes_read = 100'000'000;
-    second.name = p.intern("second");
-    if (r == 0)
-      prog.add(second, {i0});  // beside the waiting all-reduce
-    else
-      prog.add(second, {i1});  // after it
+    Op b = second;
+    b.stream = compute;
+    b.name = p.intern("second");
+    prog.add(b, {r == 0 ? i0 : i1});  // rank 0: beside the waiting all-reduce; rank 1: after it
     p.programs.push_back(prog);
     p.rank_program.push_back(static_cast<uint32_t>(r));
   }
+  return p;
+}
+
+Op memory_op(int64_t bytes) {
+  Op o;
+  o.kind = OpKind::Memory;
+  o.bytes_read = bytes;
+  return o;
+}
+
+Op gemm_op(int64_t m, int64_t n, int64_t k) {
+  Op o;
+  o.kind = OpKind::Gemm;
+  o.dtype = DType::BF16;
+  o.m = m, o.n = n, o.k = k;
+  return o;
+}
+
+// Rank 0's second kernel runs beside the waiting NCCL kernel, at the profile's slowdown
+// for a waiting collective; kernels with no NCCL kernel beside them keep their time.
+TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
+  const Plan p = kernel_beside_an_all_reduce({memory_op(1'000'000), memory_op(1'000'000'000)}, memory_op(100'000'000));
   Topology topo(one_dgx());
   auto durations = [&](double coll, double p2p) {
     ExecOptions opt;
@@ -116,36 +134,8 @@ TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
 // factor NCCL's channels imply on the GPU, N / (N - c·s) = 132 / (132 - 16·2) on an H100
 // (cost_models/compute.h, beside_collective); the GEMM before the collective keeps its time.
 TEST(Executor, GemmBesideACollectiveLosesTheSmsItsChannelsHold) {
-  Plan p = two_ranks_in_a_tp_group();
-  for (int r = 0; r < 2; ++r) {
-    Program prog;
-    prog.name = "r" + std::to_string(r);
-    const uint8_t compute = prog.stream("compute");
-    const uint8_t comm = prog.stream("tp");
-    Op first;
-    first.kind = OpKind::Gemm;
-    first.stream = compute;
-    first.dtype = DType::BF16;
-    first.m = r == 0 ? 1024 : 8192;
-    first.n = 8192;
-    first.k = 8192;
-    first.name = p.intern("first");
-    const uint32_t i0 = prog.add(first);
-    Op c;
-    c.kind = OpKind::Collective;
-    c.stream = comm;
-    c.group = GroupKind::TP;
-    c.collective = CollectiveKind::AllReduce;
-    c.bytes = 1'000'000;
-    c.name = p.intern("ar");
-    const uint32_t i1 = r == 0 ? prog.add(c) : prog.add(c, {i0});
-    Op second = first;
-    second.m = 4096;
-    second.name = p.intern("second");
-    prog.add(second, {r == 0 ? i0 : i1});
-    p.programs.push_back(prog);
-    p.rank_program.push_back(static_cast<uint32_t>(r));
-  }
+  const Plan p = kernel_beside_an_all_reduce({gemm_op(1024, 8192, 8192), gemm_op(8192, 8192, 8192)},
+                                             gemm_op(4096, 8192, 8192));
   Topology topo(one_dgx());
   ASSERT_EQ(topo.gpu().sm_count, 132);
   ASSERT_EQ(topo.gpu().gemm_cluster_sms, 2);
