@@ -67,6 +67,8 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.fp8_attention = l.fp8 && s.training.fp8_attention;
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
   l.overlap_grad_reduce = p.overlap_grad_reduce;
+  l.overlap_p2p = p.overlap_p2p_comm == "true" || (p.overlap_p2p_comm == "auto" && p.schedule == "interleaved-1f1b");
+  l.pp_scatter_gather = p.pp_scatter_gather;
   l.overlap_param_gather = p.overlap_param_gather;
   l.zero3_gather_once = p.zero_stage >= 3 && p.zero3_param_gather == "step";
   l.zero3_grad_once = p.zero_stage >= 3 && p.zero3_grad_sync == "step";
@@ -266,6 +268,7 @@ class StageBuilder {
         backward_block(b.chunk, b.micro_batch == last_mb_[static_cast<size_t>(b.chunk)]);
     }
     mb_ = -1;
+    prev_ = after_sends();
     flush_buckets(prev_);
     // Without --overlap-grad-reduce the buckets are reduced after the whole backward.
     defer_grads_ = false;
@@ -422,6 +425,15 @@ class StageBuilder {
   }
 
   double act_bytes() const { return static_cast<double>(seq_tokens_ * m_.hidden * e_); }
+  // Pipeline activations and gradients: without SP every TP rank holds the whole tensor;
+  // Megatron's scatter-gather (parallel.pp_scatter_gather) sends each rank's 1/tp slice
+  // over its own NIC and all-gathers the slices on the receiving stage over NVLink.
+  bool pp_scatter() const { return l_.pp_scatter_gather && !l_.sequence_parallel && t_ > 1; }
+  double pp_bytes() const { return pp_scatter() ? act_bytes() / static_cast<double>(t_) : act_bytes(); }
+  uint32_t pp_gather(const char* name, Phase ph, int32_t layer, uint32_t recv) {
+    if (!pp_scatter()) return recv;
+    return add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(recv));
+  }
   double full_act_bytes() const { return static_cast<double>(tokens_ * m_.hidden * e_); }
 
   // Activations leaving a row-parallel layer: all-reduce, or reduce-scatter under SP.
@@ -1056,6 +1068,7 @@ class StageBuilder {
   void forward_block(int64_t chunk) {
     uint32_t x = prev_;
     if (first_virtual(chunk)) {
+      prev_ = x = after_sends();
       // Vocab-parallel embedding: each TP rank looks up its slice, then partial sums meet.
       const uint32_t pg = mb_ == 0 ? param_gather_for(-1) : kNone;
       if (l_.eager) {
@@ -1072,8 +1085,9 @@ class StageBuilder {
     } else {
       const uint32_t recv =
           add_p2p("pp-recv-activation", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
-                  "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), act_bytes(), {});
-      x = add_memory("pp-activation-in", Phase::Forward, layer_of(chunk, 0), 0, 0, 0, deps(recv, prev_));
+                  "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), pp_bytes(), p2p_posted());
+      const uint32_t in = pp_gather("pp-activation-allgather", Phase::Forward, layer_of(chunk, 0), recv);
+      x = add_memory("pp-activation-in", Phase::Forward, layer_of(chunk, 0), 0, 0, 0, deps(in, after_sends()));
     }
     for (int64_t i = 0; i < chunk_layers(chunk); ++i) {
       const int32_t L = layer_of(chunk, i);
@@ -1113,10 +1127,31 @@ class StageBuilder {
         x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
                      3.0 * static_cast<double>(tokens_) * 4, deps(x));
     } else {
-      add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
-              "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), act_bytes(), deps(x));
+      sent(add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
+                   "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), deps(x)));
     }
     prev_ = x;
+  }
+
+  // Pipeline sends and receives (parallel.overlap_p2p_comm). Overlapped, a receive is
+  // posted ahead on its own stream and a send runs beside the next chunk. Blocking (Megatron's
+  // p2p_communication with wait_on_reqs): the stage posts a block's receive together with
+  // the previous block's send once its compute reaches them, as one batch, and computes on
+  // only when both are done, so a send also waits for its receiver to reach the matching
+  // receive. The interleaved schedule batches up to four transfers of two chunks at once
+  // (send_forward_backward_recv_forward_backward), which block-by-block posting cannot
+  // pair without a cycle: there the receives stay posted ahead and only the sends block.
+  std::vector<uint32_t> p2p_posted() const {
+    if (l_.overlap_p2p || l_.virtual_stages > 1 || prev_ == kNone) return {};
+    return deps(prev_);
+  }
+  void sent(uint32_t send) {
+    if (!l_.overlap_p2p) pending_send_ = join(pending_send_, send);
+  }
+  uint32_t after_sends() {
+    const uint32_t s = pending_send_;
+    pending_send_ = kNone;
+    return s == kNone ? prev_ : join(prev_, s);
   }
 
   uint32_t join(uint32_t a, uint32_t b) {
@@ -1204,9 +1239,10 @@ class StageBuilder {
     } else {
       const uint32_t recv =
           add_p2p("pp-recv-grad", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
-                  "pp-recv-bwd", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), act, {});
+                  "pp-recv-bwd", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), p2p_posted());
+      const uint32_t in = pp_gather("pp-grad-allgather", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), recv);
       g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), 0, 0, 0,
-                     deps(recv, prev_));
+                     deps(in, after_sends()));
     }
     for (int64_t i = chunk_layers(chunk) - 1; i >= 0; --i) {
       const int32_t L = layer_of(chunk, i);
@@ -1274,8 +1310,8 @@ class StageBuilder {
       g = add_memory("embedding-backward", Phase::Backward, -1, 2 * full_act_bytes() + table * (e_ + ge),
                      full_act_bytes() + table * (e_ + ge), 0, deps(g));
     } else {
-      add_p2p("pp-send-grad", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
-              "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), act, deps(g));
+      sent(add_p2p("pp-send-grad", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
+                   "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), pp_bytes(), deps(g)));
     }
     if (last_micro_batch && (first_virtual(chunk) || last_virtual(chunk)))
       add_grads(-1, embedding_params(first_virtual(chunk), last_virtual(chunk)), 0, g);
@@ -1314,6 +1350,7 @@ class StageBuilder {
   double load_sum_ = 0;  // the hot EP rank's load over the forward MoE layers built
   int64_t load_count_ = 0;
   uint32_t prev_ = kNone;
+  uint32_t pending_send_ = kNone;  // blocking pipeline p2p: the send the next compute waits for
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;
   std::vector<int64_t> last_mb_;

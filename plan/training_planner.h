@@ -46,6 +46,8 @@ struct TrainingLayout {
   bool tp_comm_overlap = false;     // SP collectives chunked around the ring beside their GEMMs
   bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
   bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
+  bool overlap_p2p = false;         // pipeline p2p posted ahead; false: each blocks the compute stream
+  bool pp_scatter_gather = true;    // without SP: pipeline tensors sent as 1/tp slices, all-gathered on arrival
   bool zero3_gather_once = false;   // ZeRO 3: parameters gathered once per step and kept
   bool zero3_keep_for_backward = false;  // ZeRO 3: no re-gather before the backward (SHARD_GRAD_OP)
   DType fsdp_param_dtype = DType::BF16;  // ZeRO 3: gathered parameters

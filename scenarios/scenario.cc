@@ -337,6 +337,19 @@ const std::vector<KeySpec>& key_table() {
        "reduce each gradient bucket as soon as its layers' gradients are final (--overlap-grad-reduce); false: all "
        "buckets after the backward",
        [](const N& n, S& s) { s.parallel.overlap_grad_reduce = as_bool(n, "parallel.overlap_grad_reduce"); }},
+      {"parallel.overlap_p2p_comm", "name", "auto",
+       "pipeline sends and receives: true (posted ahead, overlapped with the forward and backward chunks: "
+       "Megatron's interleaved schedule, --overlap-p2p-communication, the default since 2023-10) | false (each "
+       "send and receive blocks the compute stream until done, as Megatron's non-interleaved 1F1B always does and "
+       "its interleaved schedule did before 2023-05) | auto (true for interleaved-1f1b, else false)",
+       [](const N& n, S& s) {
+         s.parallel.overlap_p2p_comm = as_enum(n, "parallel.overlap_p2p_comm", {"auto", "true", "false"});
+       }},
+      {"parallel.pp_scatter_gather", "bool", "true",
+       "without sequence parallelism, each TP rank sends its 1/tp slice of a pipeline activation or gradient and the "
+       "receiving stage all-gathers the slices over its TP group (Megatron's scatter-gather optimization, on by "
+       "default since 2021-02: Narayanan et al. 2021, Section 4.1); false: every TP rank sends the whole tensor",
+       [](const N& n, S& s) { s.parallel.pp_scatter_gather = as_bool(n, "parallel.pp_scatter_gather"); }},
       {"parallel.overlap_param_gather", "bool", "true",
        "ZeRO 1/2 (distributed optimizer): all-gather each bucket's updated parameters ahead of its layers in the next "
        "forward (--overlap-param-gather); false: after the optimizer step",

@@ -33,6 +33,8 @@ struct ParallelConfig {
   bool tp_comm_overlap = false;        // Megatron-Core --tp-comm-overlap (TE userbuffers)
   bool overlap_grad_reduce = true;     // gradient buckets reduced during the backward
   bool overlap_param_gather = true;    // distributed optimizer: parameter gathers during the next forward
+  std::string overlap_p2p_comm = "auto";  // pipeline p2p posted ahead (true) or blocking (false)
+  bool pp_scatter_gather = true;           // without SP: pipeline tensors as 1/tp slices, gathered on arrival
   std::string zero3_param_gather = "micro-batch";  // ZeRO 3: gather per micro-batch, or once per step
   std::string zero3_grad_sync = "micro-batch";     // ZeRO 3: reduce-scatter per micro-batch, or once per step
   std::string fsdp_param_dtype = "auto";   // ZeRO 3: dtype parameters are gathered in (auto: the stack's)

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <array>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -285,6 +286,81 @@ TEST(Pipeline, SendsAndReceivesPairUp) {
       EXPECT_TRUE(seen.insert({m.recv_rank, m.recv_op}).second);
     }
   }
+}
+
+// Pipeline sends and receives (parallel.overlap_p2p_comm). Blocking (auto under 1F1B, as
+// Megatron's non-interleaved schedule always runs): each receive is posted when the
+// stage's compute reaches it, and the compute after a send waits for that send. Overlapped:
+// receives are posted ahead (no dependencies) and nothing waits for a send. Blocking costs
+// time: the sender waits for the transfer and for its receiver to post the receive.
+TEST(Pipeline, BlockingSendsWaitForTheirReceiver) {
+  const std::string base =
+      "cluster: {preset: dgx-h100, nodes: 2, scale_out: {nic_bandwidth: 10Gbps}}\nmodel: {preset: gpt3-1.3b, "
+      "layers: 8}\ntraining: {global_batch: 16}\nparallel: {pp: 2, dp: 8, micro_batch: 1, placement: "
+      "tp-cp-ep-dp-pp";
+  auto plan = [&](const std::string& extra) {
+    return build_training_plan(scenario_from_text(base + extra + "}\n", "p2p-block"));
+  };
+  auto waited_sends_and_posted_recvs = [](const TrainingPlan& tp) {
+    const Program& prog = tp.plan.programs[tp.plan.rank_program[0]];
+    std::set<uint32_t> depended;
+    for (const Op& op : prog.ops)
+      for (uint32_t d = 0; d < op.dep_count; ++d) depended.insert(prog.deps[op.dep_begin + d]);
+    size_t waited = 0, posted_late = 0, sends = 0, recvs = 0;
+    for (uint32_t i = 0; i < prog.ops.size(); ++i) {
+      if (prog.ops[i].group != GroupKind::PP) continue;
+      if (prog.ops[i].kind == OpKind::Send) sends += 1, waited += depended.count(i);
+      if (prog.ops[i].kind == OpKind::Recv) recvs += 1, posted_late += prog.ops[i].dep_count > 0;
+    }
+    return std::array<size_t, 4>{sends, waited, recvs, posted_late};
+  };
+  const auto blocking = waited_sends_and_posted_recvs(plan(""));
+  ASSERT_GT(blocking[0], 0u);
+  EXPECT_EQ(blocking[1], blocking[0]);  // every send waited for
+  EXPECT_EQ(blocking[3], blocking[2]);  // every receive posted at its point in the schedule
+  const auto ahead = waited_sends_and_posted_recvs(plan(", overlap_p2p_comm: true"));
+  EXPECT_EQ(ahead[1], 0u);
+  EXPECT_EQ(ahead[3], 0u);
+  const double t_block = run_training(scenario_from_text(base + "}\n", "p2p-block")).exec.makespan.seconds();
+  const double t_ahead =
+      run_training(scenario_from_text(base + ", overlap_p2p_comm: true}\n", "p2p-ahead")).exec.makespan.seconds();
+  EXPECT_GT(t_block, t_ahead);
+  // Interleaved without overlap: receives stay posted ahead, sends are waited for.
+  const auto inter = waited_sends_and_posted_recvs(
+      plan(", schedule: interleaved-1f1b, virtual_stages: 2, overlap_p2p_comm: false"));
+  EXPECT_EQ(inter[1], inter[0]);
+  EXPECT_EQ(inter[3], 0u);
+  EXPECT_EQ(waited_sends_and_posted_recvs(plan(", schedule: interleaved-1f1b, virtual_stages: 2"))[1], 0u);
+}
+
+// Without sequence parallelism every TP rank holds the whole activation; Megatron's
+// scatter-gather sends each rank's 1/tp slice (b·s·h·e / tp bytes) and all-gathers the
+// slices on the receiving stage (b·s·h·e over the TP group). With SP the activation is
+// already 1/tp per rank: nothing to gather. Off: the whole tensor from every rank.
+TEST(Volumes, PipelineScatterGather) {
+  const std::string base = std::string(kTiny) + "training: {global_batch: 32}\nparallel: {pp: 2, tp: 2, dp: 4";
+  auto volumes = [&](const std::string& extra) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(base + extra + "}\n", "pp-sg"));
+    const Program& prog = tp.plan.programs[tp.plan.rank_program[0]];  // stage 0: sends activations
+    double send = 0, gathers = 0;
+    for (const Op& op : prog.ops) {
+      if (op.kind == OpKind::Send && op.group == GroupKind::PP && op.phase == Phase::Forward)
+        send = static_cast<double>(op.bytes);
+      if (op.kind == OpKind::Collective && op.collective == CollectiveKind::AllGather &&
+          tp.plan.names[op.name].starts_with("pp-")) gathers += static_cast<double>(op.bytes);
+    }
+    return std::pair{send, gathers};
+  };
+  const double act = 2048.0 * 2048 * 2;  // seq 2048, hidden 2048, bf16, micro-batch 1
+  const auto sg = volumes("");
+  EXPECT_DOUBLE_EQ(sg.first, act / 2);
+  EXPECT_DOUBLE_EQ(sg.second, 8 * act);  // stage 0 receives 8 gradients (32 sequences over DP 4), each gathered
+  const auto whole = volumes(", pp_scatter_gather: false");
+  EXPECT_DOUBLE_EQ(whole.first, act);
+  EXPECT_DOUBLE_EQ(whole.second, 0.0);
+  const auto sp = volumes(", sequence_parallel: true");
+  EXPECT_DOUBLE_EQ(sp.first, act / 2);
+  EXPECT_DOUBLE_EQ(sp.second, 0.0);
 }
 
 TEST(Volumes, ContextParallelRing) {
