@@ -126,6 +126,15 @@ int main(int argc, char** argv) {
     ks = {16, 24};
     pauses = {0};
   }
+  if (argc > 3) {  // a list of block counts, e.g. "1,2,4": the SMs an NCCL send or receive holds
+    ks.clear();
+    for (std::string list = argv[3]; !list.empty();) {
+      const size_t comma = list.find(',');
+      ks.push_back(std::stoi(list.substr(0, comma)));
+      list = comma == std::string::npos ? "" : list.substr(comma + 1);
+    }
+    pauses = {0};
+  }
   const size_t eb = fp8 ? 1 : 2;  // input bytes per element
   std::printf("sms %d\n", sms);
   std::printf("shape,k,pause_ns,mode,ms_median,tflops,copy_GBps\n");
