@@ -97,8 +97,13 @@ class Executor {
       total_ops_ += slots_[i].program->ops.size();
       slot_spans_[i].reserve(slots_[i].program->ops.size());
     }
+    // Streams whose first op is communication start first, as complete() releases them.
     for (uint32_t s = 0; s < slots_.size(); ++s)
-      for (uint32_t st = 0; st < slots_[s].cursor.size(); ++st) try_start(s, st);
+      for (const bool comm : {true, false})
+        for (uint32_t st = 0; st < slots_[s].cursor.size(); ++st) {
+          const auto& list = slots_[s].info->stream_ops[st];
+          if (!list.empty() && is_comm(slots_[s].program->ops[list[0]].kind) == comm) try_start(s, st);
+        }
     Simulation<Completion>::Event ev;
     while (sim_.next(ev)) {
       if (ev.payload.slot == kWake) {

@@ -63,8 +63,9 @@ Plan tiny_plan(int64_t first_bytes_rank1) {
 }
 
 // Two ranks of a TP group: `first[r]` on rank r, then an all-reduce, then `second`. Rank 0
-// reaches its all-reduce at once and runs `second` beside it while it waits; rank 1
-// joins after its longer first kernel and runs `second` once the all-reduce is done.
+// reaches its all-reduce after its short first kernel and runs `second` beside it while
+// it waits; rank 1 joins after its longer first kernel and runs `second` once the
+// all-reduce is done.
 Plan kernel_beside_an_all_reduce(const std::array<Op, 2>& first, const Op& second) {
   Plan p = two_ranks_in_a_tp_group();
   for (int r = 0; r < 2; ++r) {
@@ -83,7 +84,7 @@ Plan kernel_beside_an_all_reduce(const std::array<Op, 2>& first, const Op& secon
     c.collective = CollectiveKind::AllReduce;
     c.bytes = 1'000'000;
     c.name = p.intern("ar");
-    const uint32_t i1 = r == 0 ? prog.add(c) : prog.add(c, {i0});
+    const uint32_t i1 = prog.add(c, {i0});
     Op b = second;
     b.stream = compute;
     b.name = p.intern("second");
