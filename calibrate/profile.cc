@@ -336,7 +336,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
               members(v, key,
                       {"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_efficiency",
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
-                       "overlap_slowdown", "nccl_channels", "gemm_backend", "attention_backend",
+                       "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
@@ -345,10 +345,12 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           (c == "gemm_backend" ? p.gemm_backend : p.attention_backend) = cv.scalar;
                         } else if (c == "dynamic_cast_ops_per_element") {
                           p.compute.dynamic_cast_ops_per_element = number(cv, ck, 0, 1e6);
-                        } else if (c == "nccl_channels") {
-                          p.compute.nccl_channels = static_cast<int>(number(cv, ck, 1, 64));
-                          if (p.compute.nccl_channels != number(cv, ck, 1, 64))
+                        } else if (c == "nccl_channels" || c == "nccl_net_peer_channels") {
+                          const double n = number(cv, ck, 1, 64);
+                          if (n != static_cast<int>(n))
                             throw InputError(cv.mark, ck + " must be a whole number of channels, expected 1 to 64");
+                          (c == "nccl_channels" ? p.compute.nccl_channels : p.compute.nccl_net_peer_channels) =
+                              static_cast<int>(n);
                         } else if (c == "overlap_slowdown")
                           read_overlap(cv, ck, p.compute);
                         else if (c == "launch_overhead")

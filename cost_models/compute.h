@@ -93,17 +93,20 @@ struct ComputeProfile {
   double flash2_hopper_efficiency = 0.35;
   // A kernel's time while a communication kernel runs on the same GPU, over its time
   // alone: [waiting p2p | waiting collective | userbuffers][gemm | attention | memory].
-  // A measured profile (`calibrate --suite overlap`) sets them; 0 (the collective row's
-  // default) derives the factor from the SMs NCCL's channels hold (beside_collective).
-  // Sends and receives stay 1 until measured: Megatron's pipeline sends block the compute
-  // stream unless the schedule overlaps them. Userbuffers' pipelined reduce-scatter holds
-  // 16-24 SMs beside GEMMs told to leave them: 1.37 (docs/model.md, "Kernels beside
-  // communication").
-  std::array<std::array<double, 3>, 3> overlap_slowdown{{{1.0, 1.0, 1.0}, {0.0, 0.0, 0.0}, {1.37, 1.0, 1.0}}};
+  // A measured profile (`calibrate --suite overlap`) sets them; 0 (the p2p and collective
+  // rows' default) derives the factor from the SMs NCCL's channels hold (beside_blocks). The
+  // p2p row applies to sends and receives posted ahead of compute (Op::overlaps_compute):
+  // Megatron's blocking pipeline p2p holds no SMs beside compute. Userbuffers' pipelined
+  // reduce-scatter holds 16-24 SMs beside GEMMs told to leave them: 1.37 (docs/model.md,
+  // "Kernels beside communication").
+  std::array<std::array<double, 3>, 3> overlap_slowdown{{{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {1.37, 1.0, 1.0}}};
   // Channels of an NCCL collective, one thread block on one SM each for as long as it
   // runs: 16 on 8-GPU NVSwitch nodes, alone and across nodes (NCCL's "16 coll channels"
-  // on 8 x H800, "Channel 00/16" on 2 x 8 H100; NVIDIA/nccl issues 892, 1538).
+  // on 8 x H800, "Channel 00/16" on 2 x 8 H100; NVIDIA/nccl issues 892, 1538). A send or
+  // receive to a GPU of the same node uses as many ("16 p2p channels per peer"), one to a
+  // network peer two (ncclTopoGetNchannels: 2 per NIC; NCCL_NCHANNELS_PER_NET_PEER).
   int nccl_channels = 16;
+  int nccl_net_peer_channels = 2;
   int gemm_tile_m = 128;
   int gemm_tile_n = 256;
   // Clocks under the board's power cap (docs/model.md, "Clocks under the power cap"):
@@ -119,13 +122,20 @@ struct ComputeProfile {
   std::shared_ptr<const MeasuredTables> measured;  // from a calibration profile, or none
 };
 
-// A kernel's time beside a running NCCL collective over its time alone: the profile's
-// measured factor, else derived from the SMs the collective's channels hold. A GEMM of
-// thread-block clusters (gpu.gemm_cluster_sms SMs each) loses a whole cluster to every
-// block placed among them; attention kernels (one-CTA blocks) lose one SM per channel;
-// memory-bound kernels keep HBM's rate on the SMs left (docs/model.md, "Kernels beside
+// A kernel's time beside `blocks` one-per-SM thread blocks of another kernel (an NCCL
+// kernel's channels), over its time alone. GEMMs of 2-SM clusters (gpu.gemm_cluster_sms,
+// Hopper and Blackwell) lose SMs in steps, as measured on one H200 (the median of four
+// large GEMMs; calibrate/measurements/overlap-sm-h200-2026-12-02 and
+// flash2-h200-2026-12-03): 1-2 blocks 1.077, 3-8 1.145, 9-24 1.29, 25-32 1.45, then
+// N / (N - 2·blocks); other GEMMs and attention kernels (one-CTA blocks) N / (N - blocks);
+// memory-bound kernels keep HBM's rate on the SMs left: 1 (docs/model.md, "Kernels beside
 // communication").
+double beside_blocks(OpKind kind, const GpuSpec& gpu, int blocks);
+// The same beside an NCCL collective (the profile's measured `collective` row, else
+// nccl_channels blocks) and beside a send or receive posted ahead (the `p2p` row, else
+// nccl_channels blocks to a peer in the node, nccl_net_peer_channels across the network).
 double beside_collective(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile);
+double beside_p2p(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile, bool network_peer);
 
 // The uncalibrated GEMM model: the fastest of the tile shapes and split-K factors a
 // library would pick, each costed as whole waves of padded tiles.

@@ -147,6 +147,8 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
         n.bytes(10, attr_i32("comm_dst", dst));
         n.bytes(10, attr_i32("comm_tag", seq[{src, dst, static_cast<int>(op.phase)}]++));
         n.bytes(10, attr_i64("comm_size", op.bytes));
+        if (op.holds_sms) n.bytes(10, attr_bool("holds_sms", true));
+        if (op.overlaps_compute) n.bytes(10, attr_bool("overlaps_compute", true));
       } else {
         const double flops = kernel_flops(op);
         n.bytes(10, attr_i64("num_ops", static_cast<int64_t>(std::llround(flops))));
@@ -267,6 +269,10 @@ ChakraTrace decode_chakra(const std::string& bytes) {
             n.comm_dst = static_cast<int32_t>(i);
           else if (name == "comm_tag")
             n.comm_tag = static_cast<int32_t>(i);
+          else if (name == "holds_sms")
+            n.holds_sms = value.value != 0;
+          else if (name == "overlaps_compute")
+            n.overlaps_compute = value.value != 0;
           else if (name == "pg_name" && value.type == wire::kLength)
             n.pg_name = std::string(value.data);
           else if (name == "duration_s" && value.type == wire::kFixed64)
@@ -554,6 +560,8 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
           op.group = GroupKind::World;
           op.peer = peer;
           op.bytes = std::max<int64_t>(0, n.comm_size);
+          op.holds_sms = n.holds_sms;
+          op.overlaps_compute = n.overlaps_compute;
           stream = "p2p";
           break;
         }

@@ -44,6 +44,7 @@ struct ChakraNode {
   int64_t num_ops = 0, comm_size = 0, comm_type = 0;
   uint64_t tensor_size = 0;
   int32_t comm_src = -1, comm_dst = -1, comm_tag = 0;
+  bool holds_sms = false, overlaps_compute = false;  // clustersim's own attributes of a send or receive
   std::string pg_name;
   double duration_s = 0;  // clustersim's own exact time (attribute "duration_s"), 0 when absent
   std::string stream, group_kind, phase, op_kind;  // clustersim's own attributes, empty when absent

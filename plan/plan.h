@@ -70,6 +70,11 @@ struct Op {
   // with set_sm_margin); kernels starting beside it take compute.overlap_slowdown's
   // `userbuffers` row.
   bool holds_sms = false;
+  // Send/Recv: an NCCL send or receive posted ahead of the compute it overlaps (the
+  // interleaved schedule's --overlap-p2p-communication, context parallelism's ring), so its
+  // kernel's channels hold SMs beside that compute. A blocking send or receive, which the
+  // compute waits for, holds none beside it.
+  bool overlaps_compute = false;
   // GEMMs: planned to run beside such a kernel (the forward's pipelined reduce-scatter
   // chunks after the first). The power cap's window counts its time at that slowdown: on
   // fewer SMs it draws less, and the clock its window settles at is higher for it.

@@ -70,7 +70,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
     case OpKind::Recv:
       out += ",\"group\":" + quote(to_string(op.group)) + ",\"peer\":" + std::to_string(op.peer) +
              ",\"relative_peer\":" + (op.relative_peer ? "true" : "false") +
-             (op.holds_sms ? ",\"holds_sms\":true" : "") + ",\"bytes\":" + std::to_string(op.bytes);
+             (op.holds_sms ? ",\"holds_sms\":true" : "") + (op.overlaps_compute ? ",\"overlaps_compute\":true" : "") +
+             ",\"bytes\":" + std::to_string(op.bytes);
       break;
   }
   out += ",\"bytes_read\":" + std::to_string(op.bytes_read) + ",\"bytes_written\":" + std::to_string(op.bytes_written) +
@@ -262,6 +263,7 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       if (on["causal"]) op.causal = on["causal"].as<bool>(false);
       if (on["relative_peer"]) op.relative_peer = on["relative_peer"].as<bool>(false);
       if (on["holds_sms"]) op.holds_sms = on["holds_sms"].as<bool>(false);
+      if (on["overlaps_compute"]) op.overlaps_compute = on["overlaps_compute"].as<bool>(false);
       if (on["beside_sms"]) op.beside_sms = on["beside_sms"].as<bool>(false);
       if (on["collective"])
         op.collective = rd.name_of<CollectiveKind>(on["collective"], parse_collective, "collective");

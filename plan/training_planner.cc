@@ -414,12 +414,13 @@ class StageBuilder {
 
   uint32_t add_p2p(const char* name, OpKind kind, GroupKind group, int32_t peer, const char* stream, Phase ph,
                    int32_t layer, double bytes, const std::vector<uint32_t>& after, bool relative = false,
-                   bool holds_sms = false) {
+                   bool holds_sms = false, bool overlaps_compute = false) {
     Op op = base(name, kind, ph, layer, p_.stream(stream));
     op.group = group;
     op.peer = peer;
     op.relative_peer = relative;
     op.holds_sms = holds_sms;
+    op.overlaps_compute = overlaps_compute;
     op.bytes = static_cast<int64_t>(bytes);
     return p_.add(op, after);
   }
@@ -705,9 +706,10 @@ class StageBuilder {
     uint32_t have = fwd ? input : at;
     for (int64_t i = 1; i < l_.cp; ++i) {
       add_p2p(fwd ? "cp-kv-send" : "cp-dkv-send", OpKind::Send, GroupKind::CP, 1, "cp-send", ph, L, kv, deps(have),
-              true);
+              true, false, true);
       const uint32_t recv = add_p2p(fwd ? "cp-kv-recv" : "cp-dkv-recv", OpKind::Recv, GroupKind::CP,
-                                    static_cast<int32_t>(l_.cp - 1), "cp-recv", ph, L, kv, deps(have), true);
+                                    static_cast<int32_t>(l_.cp - 1), "cp-recv", ph, L, kv, deps(have), true, false,
+                                    true);
       at = add_attention(block, ph, L, q, q, deps(recv, at));
       have = fwd ? recv : at;
     }
@@ -1085,7 +1087,8 @@ class StageBuilder {
     } else {
       const uint32_t recv =
           add_p2p("pp-recv-activation", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
-                  "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), pp_bytes(), p2p_posted());
+                  "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), pp_bytes(), p2p_posted(), false, false,
+                  l_.overlap_p2p);
       const uint32_t in = pp_gather("pp-activation-allgather", Phase::Forward, layer_of(chunk, 0), recv);
       x = add_memory("pp-activation-in", Phase::Forward, layer_of(chunk, 0), 0, 0, 0, deps(in, after_sends()));
     }
@@ -1128,7 +1131,8 @@ class StageBuilder {
                      3.0 * static_cast<double>(tokens_) * 4, deps(x));
     } else {
       sent(add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
-                   "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), deps(x)));
+                   "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), deps(x), false,
+                   false, l_.overlap_p2p));
     }
     prev_ = x;
   }
@@ -1239,7 +1243,8 @@ class StageBuilder {
     } else {
       const uint32_t recv =
           add_p2p("pp-recv-grad", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
-                  "pp-recv-bwd", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), p2p_posted());
+                  "pp-recv-bwd", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), p2p_posted(),
+                  false, false, l_.overlap_p2p);
       const uint32_t in = pp_gather("pp-grad-allgather", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), recv);
       g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), 0, 0, 0,
                      deps(in, after_sends()));
@@ -1311,7 +1316,8 @@ class StageBuilder {
                      full_act_bytes() + table * (e_ + ge), 0, deps(g));
     } else {
       sent(add_p2p("pp-send-grad", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
-                   "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), pp_bytes(), deps(g)));
+                   "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), pp_bytes(), deps(g), false, false,
+                   l_.overlap_p2p));
     }
     if (last_micro_batch && (first_virtual(chunk) || last_virtual(chunk)))
       add_grads(-1, embedding_params(first_virtual(chunk), last_virtual(chunk)), 0, g);

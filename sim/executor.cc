@@ -38,9 +38,15 @@ struct RankState {
   uint32_t done = 0;
   uint32_t waiting_p2p = 0, waiting_coll = 0;  // NCCL kernels on the GPU: reached, not finished
   uint32_t waiting_sms = 0;                     // of those p2p, the ones that hold SMs (Op::holds_sms)
+  uint32_t waiting_p2p_node = 0, waiting_p2p_net = 0;  // and those posted ahead of compute (Op::overlaps_compute)
 };
 
 bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
+
+// Factors [gemm, attention, memory] beside NCCL's kernels (cost_models/compute.h).
+struct BesideNccl {
+  std::array<double, 3> collective{}, p2p_node{}, p2p_net{};
+};
 
 struct Completion {
   uint32_t slot;
@@ -194,30 +200,41 @@ class Executor {
     }
   }
 
-  // The factor a GEMM, attention or memory kernel takes beside a collective on rank r's
-  // GPU (cost_models/compute.h, beside_collective), per GPU model.
-  const std::array<double, 3>& beside_collective_of(int32_t r) {
+  // The factors a GEMM, attention or memory kernel takes beside NCCL's kernels on rank r's
+  // GPU (cost_models/compute.h, beside_collective and beside_p2p), per GPU model.
+  const BesideNccl& beside_nccl_of(int32_t r) {
     const auto& models = topo_.gpu_models();
-    if (beside_coll_.empty()) {
-      for (const GpuSpec& g : models)
-        beside_coll_.push_back({beside_collective(OpKind::Gemm, g, opt_.compute),
-                                beside_collective(OpKind::Attention, g, opt_.compute),
-                                beside_collective(OpKind::Memory, g, opt_.compute)});
-      if (beside_coll_.empty()) {
-        const GpuSpec& g = topo_.gpu();
-        beside_coll_.push_back({beside_collective(OpKind::Gemm, g, opt_.compute),
-                                beside_collective(OpKind::Attention, g, opt_.compute),
-                                beside_collective(OpKind::Memory, g, opt_.compute)});
-      }
+    if (beside_nccl_.empty()) {
+      auto factors = [&](const GpuSpec& g) {
+        BesideNccl b;
+        for (const OpKind k : {OpKind::Gemm, OpKind::Attention, OpKind::Memory}) {
+          const size_t i = k == OpKind::Gemm ? 0 : k == OpKind::Attention ? 1 : 2;
+          b.collective[i] = beside_collective(k, g, opt_.compute);
+          b.p2p_node[i] = beside_p2p(k, g, opt_.compute, false);
+          b.p2p_net[i] = beside_p2p(k, g, opt_.compute, true);
+        }
+        return b;
+      };
+      for (const GpuSpec& g : models) beside_nccl_.push_back(factors(g));
+      if (beside_nccl_.empty()) beside_nccl_.push_back(factors(topo_.gpu()));
     }
-    if (beside_coll_.size() < 2) return beside_coll_[0];
+    if (beside_nccl_.size() < 2) return beside_nccl_[0];
     // A rank standing for several models runs at the slowest one's kernel times
-    // (compute_times_for): it takes that model's factor too.
+    // (compute_times_for): it takes that model's factors too.
     size_t m = static_cast<size_t>(topo_.gpu_model_of(plan_.rank_gpu[static_cast<size_t>(r)]));
     const uint64_t mask = model_mask_.empty() ? 0 : model_mask_[static_cast<size_t>(r)];
     for (size_t k = 0; k < models.size() && k < 64; ++k)
       if ((mask >> k & 1) && models[k].peak_bf16 < models[m].peak_bf16) m = k;
-    return beside_coll_[m];
+    return beside_nccl_[m];
+  }
+
+  // A send or receive posted ahead of compute whose peer is on another node (its channels:
+  // nccl_net_peer_channels, not nccl_channels).
+  bool network_peer(int32_t rank, const Op& op) const {
+    const int32_t peer = p2p_peer(plan_, rank, op);
+    if (peer < 0) return false;
+    return topo_.node_of(plan_.rank_gpu[static_cast<size_t>(rank)]) !=
+           topo_.node_of(plan_.rank_gpu[static_cast<size_t>(peer)]);
   }
 
   // Kernel times for rank `r` of program `p`. Every GPU the same model: the program's
@@ -279,6 +296,7 @@ class Executor {
     } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
       ++r.waiting_p2p;
       if (op.holds_sms) ++r.waiting_sms;
+      if (op.overlaps_compute) ++(network_peer(r.rank, op) ? r.waiting_p2p_net : r.waiting_p2p_node);
       arrive_p2p(slot, op_index, op);
     } else {
       // A kernel starts a launch gap after its stream became ready (joins have no kernel).
@@ -294,9 +312,10 @@ class Executor {
       if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {
         const size_t k = op.kind == OpKind::Gemm ? 0 : op.kind == OpKind::Attention ? 1 : 2;
         const auto& f = opt_.compute.overlap_slowdown;
-        const double slow = std::max({r.waiting_p2p > 0 ? f[0][k] : 1.0,
-                                      r.waiting_coll > 0 ? beside_collective_of(r.rank)[k] : 1.0,
-                                      r.waiting_sms > 0 ? f[2][k] : 1.0});
+        const BesideNccl& b = beside_nccl_of(r.rank);
+        const double slow = std::max({r.waiting_p2p_node > 0 ? b.p2p_node[k] : 1.0,
+                                      r.waiting_p2p_net > 0 ? b.p2p_net[k] : 1.0,
+                                      r.waiting_coll > 0 ? b.collective[k] : 1.0, r.waiting_sms > 0 ? f[2][k] : 1.0});
         if (slow != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * slow);
       }
       if (kernel > SimTime::zero()) r.stream_start[stream] = sim_.now() + launch_gap_;
@@ -464,6 +483,7 @@ class Executor {
     if (op.kind == OpKind::Collective) --r.waiting_coll;
     if (op.kind == OpKind::Send || op.kind == OpKind::Recv) --r.waiting_p2p;
     if (op.holds_sms) --r.waiting_sms;
+    if (op.overlaps_compute) --(network_peer(r.rank, op) ? r.waiting_p2p_net : r.waiting_p2p_node);
     slot_spans_[slot].push_back(
         SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
     r.busy[stream] = 0;
@@ -577,8 +597,8 @@ class Executor {
       p2p_memo_;
   Simulation<Completion> sim_;
   std::vector<ProgramInfo> infos_;
-  std::vector<uint64_t> model_mask_;
-  std::vector<std::array<double, 3>> beside_coll_;  // beside_collective_of, per GPU model  // per simulated rank: the GPU models it stands for (mixed clusters)
+  std::vector<uint64_t> model_mask_;  // per simulated rank: the GPU models it stands for (mixed clusters)
+  std::vector<BesideNccl> beside_nccl_;  // beside_nccl_of, per GPU model
   std::map<std::pair<uint32_t, uint64_t>, std::vector<SimTime>> mixed_compute_;
   std::vector<RankState> slots_;
   std::vector<uint32_t> group_expected_;

@@ -491,30 +491,39 @@ TEST(PowerCap, EachPhaseRunsAtItsOwnClock) {
   EXPECT_LT(xf, 1.0);
 }
 
-// A kernel beside an NCCL collective loses the SMs its channels hold (beside_collective):
-//   GEMM N / (N - c·s), attention N / (N - c), memory-bound 1
-// with c = 16 channels and s = 2 SMs per GEMM cluster on Hopper, 1 on A100; a measured
+// A kernel beside an NCCL kernel of c channels (one thread block on one SM each):
+// GEMMs of 2-SM clusters (Hopper) at the measured steps 1.077 (1-2), 1.145 (3-8),
+// 1.29 (9-24), 1.45 (25-32), then N / (N - 2c); other GEMMs and attention N / (N - c);
+// memory-bound kernels 1. Collectives hold nccl_channels (16), sends and receives to a
+// network peer nccl_net_peer_channels (2), to a GPU of the node nccl_channels; a measured
 // factor in the profile wins; the SMs lost never reach N.
-TEST(ComputeModel, CollectiveChannelsHoldSms) {
+TEST(ComputeModel, NcclChannelsHoldSms) {
   const ComputeProfile p;
   const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
   const GpuSpec& a100 = *find_gpu_preset("a100-sxm-80gb");
   EXPECT_EQ(p.nccl_channels, 16);
-  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, p), 132.0 / 100.0);
-  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Attention, h100, p), 132.0 / 116.0);
-  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Memory, h100, p), 1.0);
-  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, a100, p), 108.0 / 92.0);
-  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Attention, a100, p), 108.0 / 92.0);
-  ComputeProfile eight = p;
-  eight.nccl_channels = 8;  // the measurement's 8-block row: 1.14-1.16 for GEMMs
-  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, eight), 132.0 / 116.0);
+  EXPECT_EQ(p.nccl_net_peer_channels, 2);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, h100, 1), 1.077);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, h100, 2), 1.077);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, h100, 4), 1.145);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, h100, 16), 1.29);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, h100, 32), 1.45);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, h100, 40), 132.0 / 52.0);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, h100, 100), 132.0);  // one SM left, never none
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Attention, h100, 16), 132.0 / 116.0);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Memory, h100, 16), 1.0);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, a100, 16), 108.0 / 92.0);
+  EXPECT_DOUBLE_EQ(beside_blocks(OpKind::Gemm, h100, 0), 1.0);
+  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, p), 1.29);
+  EXPECT_DOUBLE_EQ(beside_p2p(OpKind::Gemm, h100, p, true), 1.077);
+  EXPECT_DOUBLE_EQ(beside_p2p(OpKind::Gemm, h100, p, false), 1.29);
+  EXPECT_DOUBLE_EQ(beside_p2p(OpKind::Attention, h100, p, true), 132.0 / 130.0);
   ComputeProfile measured = p;
   measured.overlap_slowdown[1] = {1.25, 1.1, 1.05};
+  measured.overlap_slowdown[0] = {1.5, 1.2, 1.0};
   EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, measured), 1.25);
   EXPECT_DOUBLE_EQ(beside_collective(OpKind::Memory, h100, measured), 1.05);
-  ComputeProfile many = p;
-  many.nccl_channels = 100;  // more blocks than SMs: one SM is left, never none
-  EXPECT_DOUBLE_EQ(beside_collective(OpKind::Gemm, h100, many), 132.0);
+  EXPECT_DOUBLE_EQ(beside_p2p(OpKind::Gemm, h100, measured, true), 1.5);
 }
 
 }  // namespace

@@ -132,8 +132,8 @@ TEST(Executor, KernelsBesideAWaitingNcclKernelRunAtTheMeasuredSlowdown) {
 }
 
 // The same with a GEMM beside the waiting all-reduce and no measured factor: it takes the
-// factor NCCL's channels imply on the GPU, N / (N - c·s) = 132 / (132 - 16·2) on an H100
-// (cost_models/compute.h, beside_collective); the GEMM before the collective keeps its time.
+// factor NCCL's 16 channels imply on the GPU, 1.29 on an H100 as measured beside 16 held
+// SMs (cost_models/compute.h, beside_blocks); the GEMM before the collective keeps its time.
 TEST(Executor, GemmBesideACollectiveLosesTheSmsItsChannelsHold) {
   const Plan p = kernel_beside_an_all_reduce({gemm_op(1024, 8192, 8192), gemm_op(8192, 8192, 8192)},
                                              gemm_op(4096, 8192, 8192));
@@ -149,7 +149,7 @@ TEST(Executor, GemmBesideACollectiveLosesTheSmsItsChannelsHold) {
     return d;
   };
   const auto alone = durations(true), beside = durations(false);
-  EXPECT_NEAR(static_cast<double>(beside.at({0, 2})) / static_cast<double>(alone.at({0, 2})), 132.0 / 100.0, 1e-6);
+  EXPECT_NEAR(static_cast<double>(beside.at({0, 2})) / static_cast<double>(alone.at({0, 2})), 1.29, 1e-6);
   EXPECT_EQ(beside.at({0, 0}), alone.at({0, 0}));  // before the collective was reached
   EXPECT_EQ(beside.at({1, 2}), alone.at({1, 2}));  // after the collective ended
 }
@@ -233,7 +233,9 @@ TEST(Executor, SymmetryShortcutMatchesSimulatingEveryRankOnTheFlowNetwork) {
   const RunOutcome slow = run_training(s, all);
   EXPECT_LT(fast.exec.simulated_ranks.size(), slow.exec.simulated_ranks.size());
   EXPECT_EQ(fast.exec.makespan, slow.exec.makespan);
-  EXPECT_DOUBLE_EQ(fast.exec.exposed_comm_s, slow.exec.exposed_comm_s);
+  // The mean over ranks is summed over the representatives in one case, over every rank in
+  // the other: equal up to the last bits of the sum.
+  EXPECT_NEAR(fast.exec.exposed_comm_s, slow.exec.exposed_comm_s, 1e-12 * slow.exec.exposed_comm_s);
   std::map<int32_t, std::vector<std::tuple<uint8_t, uint32_t, int64_t, int64_t>>> by_rank;
   for (const SpanRecord& sp : slow.exec.spans) by_rank[sp.rank].emplace_back(sp.stream, sp.op, sp.start_ps, sp.end_ps);
   for (int32_t r = 0; r < 32; ++r)

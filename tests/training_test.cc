@@ -306,21 +306,24 @@ TEST(Pipeline, BlockingSendsWaitForTheirReceiver) {
     std::set<uint32_t> depended;
     for (const Op& op : prog.ops)
       for (uint32_t d = 0; d < op.dep_count; ++d) depended.insert(prog.deps[op.dep_begin + d]);
-    size_t waited = 0, posted_late = 0, sends = 0, recvs = 0;
+    size_t waited = 0, posted_late = 0, sends = 0, recvs = 0, beside = 0;
     for (uint32_t i = 0; i < prog.ops.size(); ++i) {
       if (prog.ops[i].group != GroupKind::PP) continue;
       if (prog.ops[i].kind == OpKind::Send) sends += 1, waited += depended.count(i);
       if (prog.ops[i].kind == OpKind::Recv) recvs += 1, posted_late += prog.ops[i].dep_count > 0;
+      beside += prog.ops[i].overlaps_compute;  // its kernel's SMs held beside compute
     }
-    return std::array<size_t, 4>{sends, waited, recvs, posted_late};
+    return std::array<size_t, 5>{sends, waited, recvs, posted_late, beside};
   };
   const auto blocking = waited_sends_and_posted_recvs(plan(""));
   ASSERT_GT(blocking[0], 0u);
   EXPECT_EQ(blocking[1], blocking[0]);  // every send waited for
   EXPECT_EQ(blocking[3], blocking[2]);  // every receive posted at its point in the schedule
+  EXPECT_EQ(blocking[4], 0u);
   const auto ahead = waited_sends_and_posted_recvs(plan(", overlap_p2p_comm: true"));
   EXPECT_EQ(ahead[1], 0u);
   EXPECT_EQ(ahead[3], 0u);
+  EXPECT_EQ(ahead[4], ahead[0] + ahead[2]);
   const double t_block = run_training(scenario_from_text(base + "}\n", "p2p-block")).exec.makespan.seconds();
   const double t_ahead =
       run_training(scenario_from_text(base + ", overlap_p2p_comm: true}\n", "p2p-ahead")).exec.makespan.seconds();
@@ -330,6 +333,7 @@ TEST(Pipeline, BlockingSendsWaitForTheirReceiver) {
       plan(", schedule: interleaved-1f1b, virtual_stages: 2, overlap_p2p_comm: false"));
   EXPECT_EQ(inter[1], inter[0]);
   EXPECT_EQ(inter[3], 0u);
+  EXPECT_EQ(inter[4], 0u);  // Megatron's batched blocking p2p: nothing beside compute
   EXPECT_EQ(waited_sends_and_posted_recvs(plan(", schedule: interleaved-1f1b, virtual_stages: 2"))[1], 0u);
 }
 
