@@ -307,8 +307,9 @@ class Executor {
         if (f != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * f);
       }
       // An NCCL kernel on the GPU (waiting or moving data) holds SMs: the kernel starting
-      // beside it runs at the profile's measured slowdown, or for a collective the one its
-      // channels' SMs imply on this GPU (beside_collective).
+      // beside a collective, a send or receive posted ahead of compute, or a userbuffers
+      // kernel runs at the profile's measured slowdown, else at the one the NCCL kernel's
+      // channels imply on this GPU (beside_collective, beside_p2p).
       if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {
         const size_t k = op.kind == OpKind::Gemm ? 0 : op.kind == OpKind::Attention ? 1 : 2;
         const auto& f = opt_.compute.overlap_slowdown;
