@@ -369,15 +369,22 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
     case OpKind::Attention: {
       // Fused attention: query tiles of 128 rows walk the keys; short sequences spend
       // more of each tile in its prologue and epilogue (and, causal, in its ragged
-      // diagonal), so the rate rises as L / (L + L½). Head dim 64 moves half the bytes
-      // per FLOP of 128 through the same pipeline at a lower rate ((d/128)^0.6). The
-      // backward pass runs its 2.5x FLOPs at 0.86 of the forward rate (measured
-      // backward/forward time 2.5-3.3x). Sources: docs/model.md.
+      // diagonal), so the rate rises as L / (L + L½); and the SMs finish their last,
+      // uneven tiles at different times, so with n tiles per SM the rate is n / (n + tail)
+      // of the plateau. Head dim 64 moves half the bytes per FLOP of 128 through the same
+      // pipeline at a lower rate ((d/128)^0.6). The backward runs its 2.5x FLOPs at 0.87
+      // of the forward's plateau. Sources: docs/model.md.
       const double seq = std::sqrt(static_cast<double>(op.q_len) * static_cast<double>(op.kv_len));
       const bool fa2_on_hopper = p.flash2 && gpu.peak_fp8 > 0;  // Hopper and later have FP8 tensor cores
-      double eff = (fa2_on_hopper ? p.flash2_hopper_efficiency : p.attention_efficiency) * seq / (seq + p.attention_seq_half);
+      const size_t pass = op.phase == Phase::Backward ? 1 : 0;
+      const double tiles = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
+                           std::ceil(static_cast<double>(std::max<int64_t>(1, op.q_len)) / 128.0);
+      const double n = tiles / static_cast<double>(std::max(1, gpu.sm_count));
+      const double tail = fa2_on_hopper && pass == 0 ? p.flash2_tail_tiles : p.attention_tail_tiles[pass];
+      double eff = (fa2_on_hopper ? p.flash2_hopper_efficiency : p.attention_efficiency) * seq /
+                   (seq + p.attention_seq_half[pass]) * n / (n + tail);
       if (op.head_dim > 0 && op.head_dim < 128) eff *= std::pow(static_cast<double>(op.head_dim) / 128.0, 0.6);
-      if (op.phase == Phase::Backward) eff *= 0.86;
+      if (pass == 1) eff *= 0.87;
       return p.kernel_latency_s + std::max(op.flops / (gpu.peak_flops(op.dtype) * eff), mem);
     }
     case OpKind::Memory:

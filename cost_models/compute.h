@@ -71,7 +71,7 @@ struct MeasuredTables {
 struct ComputeProfile {
   double gemm_efficiency = 0.80;       // large bf16 GEMMs: ~790 of 989 TFLOP/s on H200
   double fp8_gemm_efficiency = 0.66;   // large fp8 GEMMs (per-tensor scaling): ~1,300 of 1,979 TFLOP/s on H200
-  double attention_efficiency = 0.66;  // fused attention at long sequences (cuDNN / FlashAttention on H200: ~630)
+  double attention_efficiency = 0.71;  // fused attention's forward plateau: long sequences, many tiles (cuDNN on H200)
   double memory_efficiency = 0.88;     // device copy at GiB sizes: ~4.25 of 4.8 TB/s on H200
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap
   // PyTorch's elementwise kernels (docs/model.md, "PyTorch eager"), measured on an H200
@@ -85,12 +85,20 @@ struct ComputeProfile {
   // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):
   double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
   double gemm_k_half = 128;          // 16-bit k at which a tile's main loop runs at half speed (fp8: twice)
-  double attention_seq_half = 1024;  // sequence at which a fused attention kernel runs at half its peak rate
+  // Fused attention (docs/model.md, "Fused attention"), [forward, backward]: the sequence
+  // at which a kernel runs at half its plateau, and the query tiles per SM its last, uneven
+  // tiles leave idle (the rate scales by n / (n + tail)). Fitted to cuDNN's and
+  // FlashAttention-2's kernels over sequence and batch x heads on one H200
+  // (calibrate/measurements/attention-tiles-h200-2026-12-03).
+  std::array<double, 2> attention_seq_half{430, 820};
+  std::array<double, 2> attention_tail_tiles{1.3, 1.0};
   // FlashAttention-2 (training.attention: flash2): the 2023 kernel, which uses neither
-  // wgmma nor TMA. On Hopper-class GPUs it reaches flash2_hopper_efficiency of peak
-  // (FlashAttention-3 paper: FA2 at ~350 of 989 TFLOP/s); elsewhere it is the fused kernel.
+  // wgmma nor TMA. On Hopper-class GPUs its forward plateau is flash2_hopper_efficiency of
+  // peak (measured 0.36 on an H200) and its forward tail longer; elsewhere it is the fused
+  // kernel.
   bool flash2 = false;
-  double flash2_hopper_efficiency = 0.35;
+  double flash2_hopper_efficiency = 0.376;
+  double flash2_tail_tiles = 2.0;
   // A kernel's time while a communication kernel runs on the same GPU, over its time
   // alone: [waiting p2p | waiting collective | userbuffers][gemm | attention | memory].
   // A measured profile (`calibrate --suite overlap`) sets them; 0 (the p2p and collective
