@@ -412,17 +412,15 @@ double beside_blocks(OpKind kind, const GpuSpec& gpu, int blocks) {
   return static_cast<double>(gpu.sm_count) / static_cast<double>(gpu.sm_count - lost);
 }
 
-namespace {
-size_t kind_index(OpKind kind) { return kind == OpKind::Gemm ? 0 : kind == OpKind::Attention ? 1 : 2; }
-}  // namespace
+size_t overlap_kind_index(OpKind kind) { return kind == OpKind::Gemm ? 0 : kind == OpKind::Attention ? 1 : 2; }
 
 double beside_collective(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile) {
-  const double measured = profile.overlap_slowdown[1][kind_index(kind)];
+  const double measured = profile.overlap_slowdown[1][overlap_kind_index(kind)];
   return measured > 0 ? measured : beside_blocks(kind, gpu, profile.nccl_channels);
 }
 
 double beside_p2p(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile, bool network_peer) {
-  const double measured = profile.overlap_slowdown[0][kind_index(kind)];
+  const double measured = profile.overlap_slowdown[0][overlap_kind_index(kind)];
   if (measured > 0) return measured;
   return beside_blocks(kind, gpu, network_peer ? profile.nccl_net_peer_channels : profile.nccl_channels);
 }

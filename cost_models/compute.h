@@ -139,6 +139,8 @@ struct ComputeProfile {
 // memory-bound kernels keep HBM's rate on the SMs left: 1 (docs/model.md, "Kernels beside
 // communication").
 double beside_blocks(OpKind kind, const GpuSpec& gpu, int blocks);
+// The column of overlap_slowdown a kernel reads: 0 GEMM, 1 attention, 2 anything else.
+size_t overlap_kind_index(OpKind kind);
 // The same beside an NCCL collective (the profile's measured `collective` row, else
 // nccl_channels blocks) and beside a send or receive posted ahead (the `p2p` row, else
 // nccl_channels blocks to a peer in the node, nccl_net_peer_channels across the network).

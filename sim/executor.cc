@@ -208,15 +208,14 @@ class Executor {
       auto factors = [&](const GpuSpec& g) {
         BesideNccl b;
         for (const OpKind k : {OpKind::Gemm, OpKind::Attention, OpKind::Memory}) {
-          const size_t i = k == OpKind::Gemm ? 0 : k == OpKind::Attention ? 1 : 2;
+          const size_t i = overlap_kind_index(k);
           b.collective[i] = beside_collective(k, g, opt_.compute);
           b.p2p_node[i] = beside_p2p(k, g, opt_.compute, false);
           b.p2p_net[i] = beside_p2p(k, g, opt_.compute, true);
         }
         return b;
       };
-      for (const GpuSpec& g : models) beside_nccl_.push_back(factors(g));
-      if (beside_nccl_.empty()) beside_nccl_.push_back(factors(topo_.gpu()));
+      for (const GpuSpec& g : models) beside_nccl_.push_back(factors(g));  // a topology has one model at least
     }
     if (beside_nccl_.size() < 2) return beside_nccl_[0];
     // A rank standing for several models runs at the slowest one's kernel times
@@ -311,7 +310,7 @@ class Executor {
       // kernel runs at the profile's measured slowdown, else at the one the NCCL kernel's
       // channels imply on this GPU (beside_collective, beside_p2p).
       if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {
-        const size_t k = op.kind == OpKind::Gemm ? 0 : op.kind == OpKind::Attention ? 1 : 2;
+        const size_t k = overlap_kind_index(op.kind);
         const auto& f = opt_.compute.overlap_slowdown;
         const BesideNccl& b = beside_nccl_of(r.rank);
         const double slow = std::max({r.waiting_p2p_node > 0 ? b.p2p_node[k] : 1.0,
