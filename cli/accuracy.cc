@@ -82,7 +82,18 @@ AccuracyCase run_case(const std::string& file) {
     RunOptions opt;
     opt.record_link_usage = false;
     opt.keep_spans = false;
+    // One GPU model: the time is predicted whatever the memory check says, which is
+    // reported beside it. A mixed cluster keeps the planner's check, stage by stage.
+    opt.check_memory = !s.cluster.one_gpu_model();
     metrics = run_training(s, opt).metrics;
+    if (!opt.check_memory) {
+      const auto need = std::find_if(metrics.begin(), metrics.end(),
+                                     [](const auto& kv) { return kv.first == "peak_memory_per_gpu_bytes"; });
+      if (need != metrics.end() && need->second > 0) {
+        c.memory_need_bytes = need->second;
+        c.memory_have_bytes = s.cluster.node.gpu.hbm_bytes;
+      }
+    }
   }
   auto it = std::find_if(metrics.begin(), metrics.end(), [&](const auto& kv) { return kv.first == c.metric; });
   if (it == metrics.end()) {
@@ -180,13 +191,20 @@ std::string accuracy_table(const AccuracyReport& r) {
     << "error\n";
   for (const AccuracyCase& c : r.cases)
     o << pad(c.name, w + 2) << pad(c.kind, 10) << pad(c.metric, 26) << pad(format_number(c.reference), 14)
-      << pad(format_number(c.predicted), 14) << (c.error_pct >= 0 ? "+" : "") << fixed(c.error_pct, 1) << " %\n";
+      << pad(format_number(c.predicted), 14) << (c.error_pct >= 0 ? "+" : "") << fixed(c.error_pct, 1) << " %"
+      << (c.memory_fits() ? "" : "  (memory check: " + fixed(c.memory_need_bytes / (1 << 30), 1) + " of " +
+                                     fixed(c.memory_have_bytes / (1 << 30), 1) + " GiB)")
+      << "\n";
   o << "\n" << r.cases.size() << " cases: MAPE " << fixed(r.mape_pct, 2) << " %, worst " << fixed(r.max_abs_error_pct, 1)
     << " %\n";
   o << "  training " << r.training_cases << ": MAPE " << fixed(r.training_mape_pct, 2) << " %, worst "
     << fixed(r.training_max_abs_error_pct, 1) << " %\n";
   o << "  serving  " << r.serving_cases << ": MAPE " << fixed(r.serving_mape_pct, 2) << " %, worst "
     << fixed(r.serving_max_abs_error_pct, 1) << " %\n";
+  int refused = 0;
+  for (const AccuracyCase& c : r.cases) refused += !c.memory_fits();
+  if (refused > 0)
+    o << "  memory: the check would refuse " << refused << " of these runs, which ran on their GPUs\n";
   for (const std::string& f : r.failed) o << "not run: " << f << "\n";
   return o.str();
 }
@@ -198,7 +216,12 @@ std::string accuracy_json(const AccuracyReport& r) {
     o += std::string(i ? ", " : "") + "{\"name\": \"" + json_escape(c.name) + "\", \"file\": \"" + json_escape(c.file) +
          "\", \"kind\": \"" + c.kind + "\", \"source\": \"" + json_escape(c.source) + "\", \"metric\": \"" +
          json_escape(c.metric) + "\", \"reference\": " + format_number(c.reference) +
-         ", \"predicted\": " + format_number(c.predicted) + ", \"error_pct\": " + format_number(c.error_pct) + "}";
+         ", \"predicted\": " + format_number(c.predicted) + ", \"error_pct\": " + format_number(c.error_pct);
+    if (c.memory_have_bytes > 0)
+      o += ", \"memory_need_bytes\": " + format_number(c.memory_need_bytes) +
+           ", \"memory_have_bytes\": " + format_number(c.memory_have_bytes) +
+           ", \"memory_fits\": " + (c.memory_fits() ? "true" : "false");
+    o += "}";
   }
   o += "], \"mape_pct\": " + format_number(r.mape_pct) + ", \"max_abs_error_pct\": " + format_number(r.max_abs_error_pct);
   o += ", \"training\": {\"cases\": " + std::to_string(r.training_cases) +
@@ -207,7 +230,14 @@ std::string accuracy_json(const AccuracyReport& r) {
   o += ", \"serving\": {\"cases\": " + std::to_string(r.serving_cases) +
        ", \"mape_pct\": " + format_number(r.serving_mape_pct) +
        ", \"max_abs_error_pct\": " + format_number(r.serving_max_abs_error_pct) + "}";
-  o += ", \"failed\": [";
+  o += ", \"memory_refused\": [";
+  bool first = true;
+  for (const AccuracyCase& c : r.cases)
+    if (!c.memory_fits()) {
+      o += std::string(first ? "" : ", ") + "\"" + json_escape(c.name) + "\"";
+      first = false;
+    }
+  o += "], \"failed\": [";
   for (size_t i = 0; i < r.failed.size(); ++i) o += std::string(i ? ", " : "") + "\"" + json_escape(r.failed[i]) + "\"";
   return o + "]}\n";
 }

@@ -15,6 +15,11 @@ struct AccuracyCase {
   double reference = 0;  // in the metric's own unit (seconds, fractions, ...)
   double predicted = 0;
   double error_pct = 0;  // (predicted - reference) / reference, in %
+  // Training on one GPU model: the memory the model says a GPU needs and has. A published
+  // run that the memory check would refuse is the memory model's own miss, reported
+  // beside the time rather than in place of it.
+  double memory_need_bytes = 0, memory_have_bytes = 0;
+  bool memory_fits() const { return memory_have_bytes <= 0 || memory_need_bytes <= memory_have_bytes; }
 };
 
 struct AccuracyReport {

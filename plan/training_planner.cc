@@ -141,10 +141,14 @@ TrainingLayout check_training_layout(const Scenario& s) {
   if (m.moe.experts > 0 && m.moe.expert_ffn_hidden % p.tp != 0)
     fail(s, "parallel.tp",
          "tp = " + str(p.tp) + " does not divide model.moe.expert_ffn_hidden = " + str(m.moe.expert_ffn_hidden));
-  if (m.layers < p.pp * p.virtual_stages)
+  // The embedding and the output layer with the loss may each stand in for a layer of the
+  // first and the last chunk (Megatron-Core's account_for_embedding_in_pipeline_split and
+  // account_for_loss_in_pipeline_split; Llama 3 405B's 126 layers in 16 × 8 chunks, the
+  // first holding only the embedding, the last only the output, Dubey et al. 2024 §3.3.2).
+  if (m.layers + 2 < p.pp * p.virtual_stages)
     fail(s, p.virtual_stages > 1 ? "parallel.virtual_stages" : "parallel.pp",
-         "pp·virtual_stages = " + str(p.pp * p.virtual_stages) + " is more than model.layers = " + str(m.layers) +
-             ": every model chunk needs a layer");
+         "pp·virtual_stages = " + str(p.pp * p.virtual_stages) + " is more than model.layers + 2 = " +
+             str(m.layers + 2) + ": every model chunk needs a layer, the embedding or the output layer");
   if (p.virtual_stages > 1 && (p.schedule != "interleaved-1f1b" || p.pp < 2))
     fail(s, "parallel.virtual_stages", "virtual_stages > 1 needs schedule: interleaved-1f1b and pp > 1");
   if (p.schedule == "interleaved-1f1b" && p.virtual_stages < 2 && p.pp > 1)
@@ -1438,12 +1442,15 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.adam = adam;
     mi.fp8 = l.fp8;
     mi.unfused_scores = !l.flash_attention && l.recompute == "none";
+    // Counted in layers, chunk by chunk: with an uneven split a chunk may hold a layer
+    // fewer, or none (only the embedding or the output layer).
     int64_t live = 0, peak = 0;
     for (const PipelineBlock& b : pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st)) {
-      live += b.forward ? 1 : -1;
+      const int64_t layers = virtual_stage_layers(m.layers, chunks, b.chunk * l.pp + st).second;
+      live += b.forward ? layers : -layers;
       peak = std::max(peak, live);
     }
-    mi.in_flight_layers = static_cast<double>(peak * virtual_stage_layers(m.layers, chunks, st).second);
+    mi.in_flight_layers = static_cast<double>(peak);
     MemoryBreakdown total;
     for (int64_t c = 0; c < l.virtual_stages; ++c) {
       MemoryInputs ci = mi;

@@ -141,7 +141,9 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   out.scenario = s;
   ExecOptions eo = base_exec_options(s, opt);
   out.topology = std::make_unique<Topology>(s.cluster);
-  out.plan = scenario_plan(s);
+  PlannerOptions po;
+  po.check_memory = opt.check_memory;
+  out.plan = scenario_plan(s, po);
   if (s.variability.any()) {
     out.variability = draw_variability(s, out.plan.plan, *out.topology, stream_seed(s.seed, 0), opt.simulate_all_ranks);
     apply_draw(out.variability, *out.topology, eo);

@@ -24,6 +24,7 @@ struct RunOptions {
   bool record_link_usage = true;    // link utilization over time (for output.sqlite and reports)
   bool keep_spans = true;           // the op-by-op timeline (false: metrics only)
   bool solo_steps = true;           // flow network: ExecOptions::solo_steps
+  bool check_memory = true;         // refuse a layout that does not fit (accuracy reports it instead)
 };
 
 struct RunOutcome {

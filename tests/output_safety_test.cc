@@ -223,6 +223,26 @@ TEST_F(AccuracyTest, ReportsEveryCaseWithItsErrorAndTheMape) {
   EXPECT_NE(table.out.find("2 cases: MAPE"), std::string::npos) << table;
 }
 
+// A published run that the memory check would refuse is still predicted; the check's
+// verdict is reported beside it (the memory model's miss), where `run` refuses it.
+TEST_F(AccuracyTest, ARunTheMemoryCheckRefusesIsPredictedAndFlagged) {
+  const std::string big =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, seq_len: 16384}\nparallel: {dp: 8, micro_batch: 8}\n"
+      "training: {global_batch: 64}\n";
+  write("cases/big.yaml", big + "reference: {metric: mfu, value: 50, unit: \"%\", source: \"A\"}\n");
+  write("cases/small.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                            "parallel: {tp: 8}\nreference: {metric: mfu, value: 50, unit: \"%\", source: \"B\"}\n");
+  EXPECT_NE(cli("run cases/big.yaml").err.find("does not fit in memory"), std::string::npos);
+  const CliResult r = cli("accuracy cases --json");
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.out.find("\"memory_fits\": false"), std::string::npos) << r;
+  EXPECT_NE(r.out.find("\"memory_fits\": true"), std::string::npos) << r;
+  EXPECT_NE(r.out.find("\"memory_refused\": [\"big\"]"), std::string::npos) << r;
+  const CliResult table = cli("accuracy cases");
+  EXPECT_NE(table.out.find("memory check: "), std::string::npos) << table;
+  EXPECT_NE(table.out.find("the check would refuse 1 of these runs"), std::string::npos) << table;
+}
+
 TEST_F(AccuracyTest, ABadReferenceIsAnInputErrorAtItsLine) {
   const std::string train = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
   write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 3\n  unit: s\n  source: x\n");

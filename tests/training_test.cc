@@ -249,6 +249,32 @@ TEST(Pipeline, UnevenSplitShortensTheEndStagesFirst) {
   EXPECT_EQ(sizes(3, 5), (std::vector<int64_t>{0, 1, 1, 1, 0}));
 }
 
+// The embedding and the output layer may each stand in for a chunk's layer (Megatron-Core's
+// account_for_embedding/loss_in_pipeline_split, Llama 3 405B's 126 layers in 16 × 8 chunks):
+// 6 layers in 2 × 4 chunks leave the first chunk and the last without layers; 5 is refused.
+// Held activations are counted chunk by chunk, so the stage whose first chunk is only the
+// embedding holds fewer layer-activations than the one beside it.
+TEST(Pipeline, EmbeddingAndOutputMayTakeAChunkEach) {
+  auto scenario = [](int layers) {
+    return scenario_from_text("cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: " +
+                                  std::to_string(layers) +
+                                  "}\nparallel: {pp: 2, dp: 8, schedule: interleaved-1f1b, virtual_stages: 4}\n"
+                                  "training: {global_batch: 64}\n",
+                              "chunks");
+  };
+  const TrainingPlan tp = build_training_plan(scenario(6));
+  EXPECT_EQ(virtual_stage_layers(6, 8, 0).second, 0);
+  EXPECT_EQ(virtual_stage_layers(6, 8, 7).second, 0);
+  ASSERT_EQ(tp.stage_memory.size(), 2u);
+  // 8 micro-batches. Stage 0 warms up with 8 blocks over chunks 0,0,1,1,2,2,3,3, then
+  // runs a forward (chunk 0 again) before the first backward. Of 0,1,1,1 layers that is
+  // 6 layer-activations at the peak; with 8 layers, one per chunk, 9.
+  const TrainingPlan even = build_training_plan(scenario(8));
+  EXPECT_NEAR(tp.stage_memory[0].activations, 6.0 / 9.0 * even.stage_memory[0].activations,
+              1e-12 * even.stage_memory[0].activations);
+  EXPECT_THROW(build_training_plan(scenario(5)), InputError);
+}
+
 // Ring attention: per layer forward, cp-1 K/V blocks of 2·b·(s/cp)·kv_heads/t·d elements
 // pass to the next CP rank; backward passes K, V and their gradients (twice that).
 // Every send meets one receive on its peer, in the same phase with the same bytes, the
