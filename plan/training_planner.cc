@@ -194,10 +194,25 @@ TrainingLayout check_training_layout(const Scenario& s) {
          str(l.micro_batches) + " micro-batches per pipeline is past the budget of 65536 per iteration, expected a "
                                 "larger parallel.micro_batch or a smaller training.global_batch (--allow-large runs "
                                 "it anyway)");
-  if (p.schedule == "interleaved-1f1b" && p.pp > 1 && l.micro_batches % p.pp != 0)
-    fail(s, "training.global_batch",
-         "interleaved-1f1b needs the " + str(l.micro_batches) +
-             " micro-batches per pipeline to be a multiple of pp = " + str(p.pp));
+  // Megatron-Core's rule for N contiguous micro-batches per chunk: pp <= N <= M, and a
+  // last, shorter group of at least pp (a shorter one would stall on its own sends).
+  const bool interleaved = p.schedule == "interleaved-1f1b" && p.pp > 1;
+  if (p.microbatch_group > 0 && !interleaved)
+    fail(s, "parallel.microbatch_group", "microbatch_group needs schedule: interleaved-1f1b and pp > 1");
+  l.microbatch_group = p.microbatch_group > 0 ? p.microbatch_group : p.pp;
+  if (interleaved && p.microbatch_group > 0 && (l.microbatch_group < p.pp || l.microbatch_group > l.micro_batches))
+    fail(s, "parallel.microbatch_group",
+         "microbatch_group = " + str(l.microbatch_group) + " is outside [pp, micro-batches per pipeline] = [" +
+             str(p.pp) + ", " + str(l.micro_batches) + "]");
+  if (interleaved) {
+    const int64_t last = l.micro_batches % l.microbatch_group;
+    if (last != 0 && last < p.pp)
+      fail(s, p.microbatch_group > 0 ? "parallel.microbatch_group" : "training.global_batch",
+           "interleaved-1f1b needs the " + str(l.micro_batches) + " micro-batches per pipeline to be a multiple of " +
+               (p.microbatch_group > 0 ? "microbatch_group = " + str(l.microbatch_group) + ", or to leave at least pp = " +
+                                             str(p.pp) + " in the last group"
+                                       : "pp = " + str(p.pp)));
+  }
   return l;
 }
 
@@ -246,7 +261,8 @@ class StageBuilder {
   }
 
   void build() {
-    const auto order = pipeline_schedule(l_.schedule, l_.pp, l_.virtual_stages, l_.micro_batches, stage_);
+    const auto order =
+        pipeline_schedule(l_.schedule, l_.pp, l_.virtual_stages, l_.micro_batches, stage_, l_.microbatch_group);
     last_mb_.assign(static_cast<size_t>(l_.virtual_stages), -1);
     for (const PipelineBlock& b : order)
       last_mb_[static_cast<size_t>(b.chunk)] = std::max(last_mb_[static_cast<size_t>(b.chunk)], b.micro_batch);
@@ -1375,7 +1391,8 @@ class StageBuilder {
 
 }  // namespace
 
-std::vector<PipelineBlock> pipeline_schedule(const std::string& schedule, int64_t pp, int64_t v, int64_t M, int64_t s) {
+std::vector<PipelineBlock> pipeline_schedule(const std::string& schedule, int64_t pp, int64_t v, int64_t M, int64_t s,
+                                             int64_t group) {
   std::vector<PipelineBlock> out;
   if (pp <= 1) {
     for (int64_t m = 0; m < M; ++m) {
@@ -1399,16 +1416,20 @@ std::vector<PipelineBlock> pipeline_schedule(const std::string& schedule, int64_
     for (int64_t m = M - warm; m < M; ++m) out.push_back({false, m, 0});
     return out;
   }
-  // Interleaved 1F1B (Megatron-LM): forward order over (micro-batch, chunk) in groups of
-  // pp micro-batches per chunk; backward runs the chunks in reverse.
+  // Interleaved 1F1B (Megatron-Core's get_schedule_table): forward order over (micro-batch,
+  // chunk) in groups of N micro-batches per chunk (N = pp unless given; the last group
+  // takes what is left); backward runs the chunks in reverse.
+  const int64_t n = group > 0 ? group : pp;
   const int64_t total = M * v;
   auto block = [&](int64_t k, bool fwd) {
-    const int64_t in_group = k % (pp * v);
-    int64_t chunk = in_group / pp;
+    const int64_t start = (k / (n * v)) * n;  // first micro-batch of k's group
+    const int64_t size = std::min(n, M - start);
+    const int64_t in_group = k - start * v;
+    int64_t chunk = in_group / size;
     if (!fwd) chunk = v - 1 - chunk;
-    return PipelineBlock{fwd, (k / (pp * v)) * pp + k % pp, chunk};
+    return PipelineBlock{fwd, start + in_group % size, chunk};
   };
-  const int64_t warm = std::min((pp - s - 1) * 2 + (v - 1) * pp, total);
+  const int64_t warm = std::min((pp - s - 1) * 2 + (v - 1) * n, total);
   for (int64_t k = 0; k < warm; ++k) out.push_back(block(k, true));
   for (int64_t i = 0; i < total - warm; ++i) {
     out.push_back(block(warm + i, true));
@@ -1445,7 +1466,8 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     // Counted in layers, chunk by chunk: with an uneven split a chunk may hold a layer
     // fewer, or none (only the embedding or the output layer).
     int64_t live = 0, peak = 0;
-    for (const PipelineBlock& b : pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st)) {
+    for (const PipelineBlock& b :
+         pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st, l.microbatch_group)) {
       const int64_t layers = virtual_stage_layers(m.layers, chunks, b.chunk * l.pp + st).second;
       live += b.forward ? layers : -layers;
       peak = std::max(peak, live);

@@ -32,6 +32,7 @@ namespace clustersim {
 struct TrainingLayout {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
   int64_t virtual_stages = 1;
+  int64_t microbatch_group = 1;  // interleaved: micro-batches run back to back on one chunk (N)
   int64_t micro_batch = 1;
   int64_t micro_batches = 1;  // per DP rank per iteration
   int64_t global_batch = 1;
@@ -104,6 +105,6 @@ struct PipelineBlock {
   int64_t chunk = 0;
 };
 std::vector<PipelineBlock> pipeline_schedule(const std::string& schedule, int64_t pp, int64_t virtual_stages,
-                                             int64_t micro_batches, int64_t stage);
+                                             int64_t micro_batches, int64_t stage, int64_t microbatch_group = 0);
 
 }  // namespace clustersim

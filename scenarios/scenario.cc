@@ -324,6 +324,11 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"parallel.virtual_stages", "integer", "1", "model chunks per pipeline rank",
        [](const N& n, S& s) { s.parallel.virtual_stages = as_degree(n, "parallel.virtual_stages"); }},
+      {"parallel.microbatch_group", "integer", "pp",
+       "interleaved-1f1b: micro-batches each model chunk runs back to back before the next chunk (Megatron-Core's "
+       "--microbatch-group-size-per-virtual-pipeline-stage, from pp to the micro-batches per pipeline; pp is the "
+       "depth-first schedule; more holds more activations and leaves the pipeline sends more time)",
+       [](const N& n, S& s) { s.parallel.microbatch_group = as_degree(n, "parallel.microbatch_group"); }},
       {"parallel.micro_batch", "integer", "1", "sequences per micro-batch",
        [](const N& n, S& s) { s.parallel.micro_batch = as_degree(n, "parallel.micro_batch"); }},
       {"parallel.bucket_size", "integer", "40000000",

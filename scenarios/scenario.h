@@ -27,6 +27,7 @@ struct ParallelConfig {
   int64_t zero_stage = 0;
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;
+  int64_t microbatch_group = 0;  // interleaved: contiguous micro-batches per chunk (0: pp)
   int64_t micro_batch = 1;
   std::string placement = "tp-cp-ep-dp-pp";
   int64_t bucket_params = 40'000'000;  // DP gradient bucket (Megatron's default 40M parameters)

@@ -249,6 +249,47 @@ TEST(Pipeline, UnevenSplitShortensTheEndStagesFirst) {
   EXPECT_EQ(sizes(3, 5), (std::vector<int64_t>{0, 1, 1, 1, 0}));
 }
 
+// Megatron-Core's microbatch_group_size_per_vp_stage (N): each chunk runs N micro-batches
+// back to back. Its docstring's example, pp 2, v 2, N 3, M 5: forward order on rank 0 is
+// 0 1 2 0 1 2 3 4 3 4 (chunks 0 0 0 1 1 1 0 0 1 1); N = pp is the default schedule; a
+// larger N warms up (v − 1)·N blocks and so holds more activations; N outside [pp, M],
+// or a last group shorter than pp, is refused.
+TEST(Pipeline, MicrobatchGroupRunsNMicroBatchesPerChunk) {
+  std::vector<int64_t> mb, chunk;
+  for (const PipelineBlock& b : pipeline_schedule("interleaved-1f1b", 2, 2, 5, 0, 3))
+    if (b.forward) {
+      mb.push_back(b.micro_batch);
+      chunk.push_back(b.chunk);
+    }
+  EXPECT_EQ(mb, (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 3, 4, 3, 4}));
+  EXPECT_EQ(chunk, (std::vector<int64_t>{0, 0, 0, 1, 1, 1, 0, 0, 1, 1}));
+  for (int64_t st = 0; st < 4; ++st) {
+    const auto a = pipeline_schedule("interleaved-1f1b", 4, 2, 8, st);
+    const auto b = pipeline_schedule("interleaved-1f1b", 4, 2, 8, st, 4);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(a[i].forward == b[i].forward && a[i].micro_batch == b[i].micro_batch && a[i].chunk == b[i].chunk);
+  }
+  auto scenario = [](const std::string& group) {
+    return scenario_from_text(std::string(kTiny) +
+                                  "parallel: {pp: 2, dp: 8, schedule: interleaved-1f1b, virtual_stages: 2" + group +
+                                  "}\ntraining: {global_batch: 64}\n",
+                              "group");
+  };
+  const TrainingPlan base = build_training_plan(scenario(""));
+  const TrainingPlan wide = build_training_plan(scenario(", microbatch_group: 8"));
+  // 8 micro-batches on chunks of two layers: stage 0 warms up 2 + (v − 1)·N blocks, 4 by
+  // default and 10 with N = 8, and runs one more forward before its first backward.
+  EXPECT_NEAR(wide.stage_memory[0].activations / base.stage_memory[0].activations, 11.0 / 5.0, 1e-9);
+  EXPECT_THROW(build_training_plan(scenario(", microbatch_group: 1")), InputError);   // below pp
+  EXPECT_THROW(build_training_plan(scenario(", microbatch_group: 9")), InputError);   // above M
+  EXPECT_NO_THROW(build_training_plan(scenario(", microbatch_group: 3")));            // 8 = 3 + 3 + 2 (2 >= pp)
+  EXPECT_THROW(build_training_plan(scenario(", microbatch_group: 7")), InputError);   // 8 = 7 + 1 (1 < pp)
+  EXPECT_THROW(build_training_plan(scenario_from_text(std::string(kTiny) + "parallel: {pp: 2, dp: 8, microbatch_group: 2}\n"
+                                                      "training: {global_batch: 64}\n", "group")),
+               InputError);  // 1f1b has no chunks to group
+}
+
 // The embedding and the output layer may each stand in for a chunk's layer (Megatron-Core's
 // account_for_embedding/loss_in_pipeline_split, Llama 3 405B's 126 layers in 16 × 8 chunks):
 // 6 layers in 2 × 4 chunks leave the first chunk and the last without layers; 5 is refused.
