@@ -1465,10 +1465,13 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.unfused_scores = !l.flash_attention && l.recompute == "none";
     // Counted in layers, chunk by chunk: with an uneven split a chunk may hold a layer
     // fewer, or none (only the embedding or the output layer).
+    std::vector<int64_t> chunk_layers(static_cast<size_t>(l.virtual_stages));
+    for (int64_t c = 0; c < l.virtual_stages; ++c)
+      chunk_layers[static_cast<size_t>(c)] = virtual_stage_layers(m.layers, chunks, c * l.pp + st).second;
     int64_t live = 0, peak = 0;
     for (const PipelineBlock& b :
          pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st, l.microbatch_group)) {
-      const int64_t layers = virtual_stage_layers(m.layers, chunks, b.chunk * l.pp + st).second;
+      const int64_t layers = chunk_layers[static_cast<size_t>(b.chunk)];
       live += b.forward ? layers : -layers;
       peak = std::max(peak, live);
     }
