@@ -54,6 +54,10 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
     c.parallel.grad_reduce_dtype = ParallelConfig{}.grad_reduce_dtype;
   }
   c.parallel.schedule = l.schedule;
+  // The micro-batch group a layout was checked with (the scenario's own, or pp); the
+  // layouts search builds carry none and take the default.
+  c.parallel.microbatch_group =
+      l.schedule == "interleaved-1f1b" && l.pp > 1 && l.microbatch_group >= l.pp ? l.microbatch_group : 0;
   c.parallel.sequence_parallel = l.sequence_parallel;
   c.training.recompute = l.recompute;
   c.training.global_batch = l.global_batch;

@@ -177,5 +177,22 @@ TEST(Search, Zero3KeysShapeOnlyZero3Layouts) {
   EXPECT_TRUE(other_stage);
 }
 
+// A scenario's micro-batch group is its own layout's: the baseline keeps it, and the
+// layouts search builds (1F1B, other pp) take the default instead of being refused.
+TEST(Search, MicrobatchGroupShapesOnlyTheScenariosLayout) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 8}\n"
+      "parallel: {pp: 2, dp: 8, schedule: interleaved-1f1b, virtual_stages: 2, microbatch_group: 4}\n"
+      "training: {global_batch: 64}\n",
+      "search-group");
+  const SearchResult r = quiet_search(s, 4);
+  ASSERT_GE(r.best, 0);
+  ASSERT_GE(r.baseline, 0) << r.baseline_reason;
+  EXPECT_EQ(r.top[static_cast<size_t>(r.baseline)].layout.microbatch_group, 4);
+  bool other_schedule = false;
+  for (const SearchCandidate& c : r.top) other_schedule |= c.layout.schedule != "interleaved-1f1b";
+  EXPECT_TRUE(other_schedule);
+}
+
 }  // namespace
 }  // namespace clustersim
