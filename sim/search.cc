@@ -72,6 +72,8 @@ std::string describe_layout(const TrainingLayout& l) {
   if (l.ep > 1) out += " ep " + std::to_string(l.ep);
   out += ", mb " + std::to_string(l.micro_batch);
   if (l.pp > 1) out += ", " + l.schedule + (l.virtual_stages > 1 ? " v" + std::to_string(l.virtual_stages) : "");
+  if (l.pp > 1 && l.virtual_stages > 1 && l.microbatch_group > l.pp)
+    out += " N" + std::to_string(l.microbatch_group);  // micro-batches per chunk, when not the default pp
   if (l.zero_stage > 0) out += ", zero " + std::to_string(l.zero_stage);
   if (l.sequence_parallel) out += ", sp";
   if (l.recompute != "none") out += ", recompute " + l.recompute;

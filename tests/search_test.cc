@@ -189,6 +189,8 @@ TEST(Search, MicrobatchGroupShapesOnlyTheScenariosLayout) {
   ASSERT_GE(r.best, 0);
   ASSERT_GE(r.baseline, 0) << r.baseline_reason;
   EXPECT_EQ(r.top[static_cast<size_t>(r.baseline)].layout.microbatch_group, 4);
+  EXPECT_NE(describe_layout(r.top[static_cast<size_t>(r.baseline)].layout).find("interleaved-1f1b v2 N4"),
+            std::string::npos);
   bool other_schedule = false;
   for (const SearchCandidate& c : r.top) other_schedule |= c.layout.schedule != "interleaved-1f1b";
   EXPECT_TRUE(other_schedule);
