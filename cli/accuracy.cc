@@ -86,23 +86,20 @@ AccuracyCase run_case(const std::string& file) {
     // reported beside it. A mixed cluster keeps the planner's check, stage by stage.
     opt.check_memory = !s.cluster.one_gpu_model();
     metrics = run_training(s, opt).metrics;
-    if (!opt.check_memory) {
-      const auto need = std::find_if(metrics.begin(), metrics.end(),
-                                     [](const auto& kv) { return kv.first == "peak_memory_per_gpu_bytes"; });
-      if (need != metrics.end() && need->second > 0) {
-        c.memory_need_bytes = need->second;
-        c.memory_have_bytes = s.cluster.node.gpu.hbm_bytes;
-      }
+    const double* need = find_metric(metrics, "peak_memory_per_gpu_bytes");
+    if (!opt.check_memory && need && *need > 0) {
+      c.memory_need_bytes = *need;
+      c.memory_have_bytes = s.cluster.node.gpu.hbm_bytes;
     }
   }
-  auto it = std::find_if(metrics.begin(), metrics.end(), [&](const auto& kv) { return kv.first == c.metric; });
-  if (it == metrics.end()) {
+  const double* predicted = find_metric(metrics, c.metric);
+  if (!predicted) {
     std::string names;
     for (const auto& [k, v] : metrics) names += (names.empty() ? "" : ", ") + k;
     throw InputError(s.mark("reference.metric"),
                      "reference.metric '" + c.metric + "' is not a metric of this run, expected one of: " + names);
   }
-  c.predicted = it->second;
+  c.predicted = *predicted;
   c.error_pct = 100.0 * (c.predicted - c.reference) / c.reference;
   return c;
 }

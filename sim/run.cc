@@ -438,9 +438,8 @@ std::string summary_table(const RunOutcome& run) {
   const Scenario& s = run.scenario;
   const TrainingLayout& l = run.plan.layout;
   auto get = [&](const char* k) {
-    for (const auto& [key, v] : run.metrics)
-      if (key == k) return v;
-    return 0.0;
+    const double* v = find_metric(run.metrics, k);
+    return v ? *v : 0.0;
   };
   // The power cap's clock, where it binds (docs/model.md, "Clocks under the power cap").
   std::string clock;

@@ -35,13 +35,9 @@ std::string value_text(const YNode& v) {
 const Metrics* metrics_of(const SweepPointResult& r) { return r.status == "ok" ? &r.metrics : nullptr; }
 
 double metric_value(const Metrics& m, const std::string& name, bool& found) {
-  for (const auto& [k, v] : m)
-    if (k == name) {
-      found = true;
-      return v;
-    }
-  found = false;
-  return 0;
+  const double* v = find_metric(m, name);
+  found = v != nullptr;
+  return v ? *v : 0.0;
 }
 
 std::string objective_for(const std::string& rank_by, bool inference) {
