@@ -15,6 +15,10 @@ struct AccuracyCase {
   double reference = 0;  // in the metric's own unit (seconds, fractions, ...)
   double predicted = 0;
   double error_pct = 0;  // (predicted - reference) / reference, in %
+  // reference.attention_flops: the source's count of attention FLOPs, and its model FLOPs
+  // over the simulator's (1 for "causal"); `predicted` is in the source's count.
+  std::string attention_flops = "causal";
+  double flops_count_factor = 1;
   // Training on one GPU model: the memory the model says a GPU needs and has. A published
   // run that the memory check would refuse is the memory model's own miss, reported
   // beside the time rather than in place of it.

@@ -62,6 +62,7 @@ class BlockStage {
   }
 
   double model_flops() const { return model_flops_; }
+  double causal_attention_flops() const { return causal_attention_flops_; }
 
  private:
   Op base(const char* name, OpKind kind, Phase ph, int32_t layer, uint8_t stream) {
@@ -100,6 +101,7 @@ class BlockStage {
     op.bytes_read = ph == Phase::Forward ? 3 * q : 5 * q;
     op.bytes_written = ph == Phase::Forward ? q : 3 * q;
     model_flops_ += ph == Phase::Forward ? fwd : 2.0 * fwd;
+    if (op.causal) causal_attention_flops_ += ph == Phase::Forward ? fwd : 2.0 * fwd;
     return add(op, std::move(after));
   }
   uint32_t coll(const char* name, CollectiveKind kind, GroupKind g, uint8_t stream, Phase ph, int32_t layer,
@@ -295,6 +297,7 @@ class BlockStage {
   int32_t mb_ = -1;
   uint32_t last_ = kNone;
   double model_flops_ = 0;
+  double causal_attention_flops_ = 0;
 };
 
 }  // namespace
@@ -456,7 +459,7 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
       for (int64_t st = 0; st < l.pp; ++st) g.push_back(rank_of(t, d, st));
       plan.add_group(GroupKind::PP, std::move(g));
     }
-  double flops = 0;
+  double flops = 0, causal_attention = 0;
   for (int64_t st = 0; st < l.pp; ++st) {
     bool before = false;
     for (int64_t o = 0; o < st; ++o)
@@ -467,8 +470,10 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
     BlockStage b(plan, prog, s, l, st, stages[static_cast<size_t>(st)], before);
     b.build();
     flops += b.model_flops() * static_cast<double>(l.dp * l.tp);
+    causal_attention += b.causal_attention_flops() * static_cast<double>(l.dp * l.tp);
   }
   tp.model_flops_per_rank = tp.hardware_flops_per_rank = flops / static_cast<double>(world);
+  tp.causal_attention_flops_per_rank = causal_attention / static_cast<double>(world);
   if (opt.check_memory) {
     for (int64_t r = 0; r < world; ++r) {
       const uint32_t st = plan.rank_program[static_cast<size_t>(r)];

@@ -346,6 +346,7 @@ class StageBuilder {
   }
 
   double model_flops() const { return model_flops_; }
+  double causal_attention_flops() const { return causal_attention_flops_; }
   // The hot EP rank's load summed over this stage's forward MoE layers, and their count.
   double moe_load_sum() const { return load_sum_; }
   int64_t moe_load_count() const { return load_count_; }
@@ -381,6 +382,8 @@ class StageBuilder {
     op.bytes_read = (m * k + k * n) * (dtype_bits(op.dtype) / 8) * batch;
     op.bytes_written = m * n * e_ * batch;
     model_flops_ += op.flops * (recomputing_ ? 0.0 : model_share);
+    // model_share < 1: an unfused attention product over the whole square under a causal mask.
+    if (model_share < 1.0 && !recomputing_) causal_attention_flops_ += op.flops * model_share;
     return p_.add(op, after);
   }
 
@@ -412,6 +415,7 @@ class StageBuilder {
       op.bytes_read = q + 2 * kv;
       op.bytes_written = q;
       model_flops_ += recomputing_ ? 0.0 : fwd;
+      if (op.causal && !recomputing_) causal_attention_flops_ += fwd;
     } else {
       // FlashAttention backward: five GEMM-sized products against the forward's two
       // (2.5x), of which the recomputed QK^T (0.5x) is not model FLOPs.
@@ -419,6 +423,7 @@ class StageBuilder {
       op.bytes_read = 3 * q + 2 * kv;
       op.bytes_written = q + 2 * kv;
       model_flops_ += 2.0 * fwd;
+      if (op.causal) causal_attention_flops_ += 2.0 * fwd;
     }
     return p_.add(op, after);
   }
@@ -1387,6 +1392,7 @@ class StageBuilder {
   int32_t bucket_layer_ = -1;
   double params_dense_ = 0, params_expert_ = 0;
   double model_flops_ = 0;
+  double causal_attention_flops_ = 0;
 };
 
 }  // namespace
@@ -1613,7 +1619,7 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
           plan.mirror_of[static_cast<size_t>(rank_of(t, c, d, p))] =
               symmetric ? rank_of(t, c, 0, p) : rank_of(t, c, d, p);
 
-  double model_flops = 0, load_sum = 0;
+  double model_flops = 0, causal_attention = 0, load_sum = 0;
   int64_t load_count = 0;
   for (int64_t p = 0; p < l.pp; ++p) {
     plan.programs.emplace_back();
@@ -1622,6 +1628,7 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
     StageBuilder b(plan, prog, m, l, p, adam);
     b.build();
     model_flops += b.model_flops();
+    causal_attention += b.causal_attention_flops();
     load_sum += b.moe_load_sum();
     load_count += b.moe_load_count();
     for (const Op& op : prog.ops)
@@ -1629,6 +1636,7 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
         tp.hardware_flops_per_rank += op.flops / static_cast<double>(l.pp);
   }
   tp.model_flops_per_rank = model_flops / static_cast<double>(l.pp);
+  tp.causal_attention_flops_per_rank = causal_attention / static_cast<double>(l.pp);
   if (load_count > 0) tp.moe_hot_rank_load = load_sum / static_cast<double>(load_count);
   return tp;
 }

@@ -66,6 +66,10 @@ struct TrainingPlan {
   std::vector<MemoryBreakdown> stage_memory;
   double model_flops_per_rank = 0;     // one iteration, mean over ranks, no recompute (MFU numerator)
   double hardware_flops_per_rank = 0;  // everything the GPUs execute, mean over ranks
+  // The causal attention products' share of model_flops_per_rank (QK^T and PV under a
+  // causal mask, counted as half the square). A source that counts the whole square
+  // (Megatron-LM's num_floating_point_operations until 2025-03) counts these twice.
+  double causal_attention_flops_per_rank = 0;
   double moe_hot_rank_load = 1;        // skewed MoE routing: the most-loaded EP rank's tokens / an even share (mean)
 };
 

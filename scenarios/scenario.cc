@@ -764,6 +764,12 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"reference.source", "string", "(required)", "where the value was published (citation)",
        [](const N& n, S& s) { s.reference.source = scalar(n, "reference.source", "text"); }},
+      {"reference.attention_flops", "name", "causal",
+       "causal | full: how the source's tflops_per_gpu or mfu counts attention's products (full: the whole square, "
+       "Megatron-LM's count until 2025-03); accuracy predicts in the source's count",
+       [](const N& n, S& s) {
+         s.reference.attention_flops = as_enum(n, "reference.attention_flops", {"causal", "full"});
+       }},
       {"output", "mapping", "", "where results go", nullptr},
       {"output.sqlite", "path", "none", "SQLite timeline database (a run is appended)",
        [](const N& n, S& s) { s.output_sqlite = scalar(n, "output.sqlite", "a path"); }},
@@ -1158,6 +1164,17 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       throw InputError(s.mark("reference"), "reference.value is required, expected the published number");
     if (s.reference.source.empty())
       throw InputError(s.mark("reference"), "reference.source is required, expected a citation");
+    if (s.reference.attention_flops == "full" && s.reference.metric != "tflops_per_gpu" && s.reference.metric != "mfu")
+      throw InputError(s.mark("reference.attention_flops"),
+                       "reference.attention_flops: full converts a model-FLOP figure, expected reference.metric "
+                       "tflops_per_gpu or mfu (not " + s.reference.metric + ")");
+    if (s.reference.attention_flops == "full" && s.inference)
+      throw InputError(s.mark("reference.attention_flops"),
+                       "reference.attention_flops applies to training runs, not to inference:");
+    if (s.reference.attention_flops == "full" && !s.chakra_dir.empty())
+      throw InputError(s.mark("reference.attention_flops"),
+                       "reference.attention_flops: full needs the planner's attention FLOPs, which Chakra traces "
+                       "(workload.chakra) do not carry");
     s.reference.set = true;
   }
   // Keys that would be silently ignored are errors.

@@ -111,6 +111,11 @@ struct Reference {
   double value = 0;    // in `unit`
   std::string unit;    // s | ms | us | % | fraction | tokens/s | TFLOP/s | requests/s | GiB | bytes
   std::string source;
+  // How the source counts attention's FLOPs in a tflops_per_gpu or mfu figure: "causal"
+  // (half the QK^T and PV square under a causal mask, the simulator's own count) or
+  // "full" (the whole square, as Megatron-LM's num_floating_point_operations did until
+  // 2025-03); `accuracy` converts the prediction to the source's count.
+  std::string attention_flops = "causal";
 };
 
 struct LengthDist {

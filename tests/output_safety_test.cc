@@ -243,6 +243,44 @@ TEST_F(AccuracyTest, ARunTheMemoryCheckRefusesIsPredictedAndFlagged) {
   EXPECT_NE(table.out.find("the check would refuse 1 of these runs"), std::string::npos) << table;
 }
 
+// A source that counts attention over the whole square (Megatron-LM's FLOP count until
+// 2025-03) reports the same step as a higher FLOP rate: the prediction is converted to its
+// count. For a GPT layer the two counts differ only in the s/h term of
+// 12·l·h²·(1 + kv/heads + s/h + ffn/h + V/(2·l·h)) per token: causal halves it.
+TEST_F(AccuracyTest, AFullSquareFlopCountIsPredictedInTheSourcesCount) {
+  const std::string train =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2, seq_len: 4096}\n"
+      "parallel: {tp: 8}\n";
+  write("cases/causal.yaml", train + "reference: {metric: tflops_per_gpu, value: 400, source: \"A\"}\n");
+  write("cases/full.yaml",
+        train + "reference: {metric: tflops_per_gpu, value: 400, source: \"A\", attention_flops: full}\n");
+  const CliResult r = cli("accuracy cases --json");
+  ASSERT_EQ(r.code, 0) << r;
+  auto number_after = [&](const std::string& key, size_t from) {
+    const size_t at = r.out.find(key, from);
+    EXPECT_NE(at, std::string::npos) << key << "\n" << r;
+    return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + key.size()));
+  };
+  const size_t causal = r.out.find("\"name\": \"causal\""), full = r.out.find("\"name\": \"full\"");
+  ASSERT_NE(causal, std::string::npos);
+  ASSERT_NE(full, std::string::npos);
+  const double factor = number_after("\"flops_count_factor\": ", full);
+  EXPECT_NEAR(number_after("\"predicted\": ", full) / number_after("\"predicted\": ", causal), factor, 1e-9);
+  // gpt3-1.3b: h 2048, 16 heads (MHA), ffn 4h, vocab 50,257 padded to 50,304 at tp 8.
+  const double h = 2048, s = 4096, l = 2, v = 50304;
+  const double megatron = 1 + 1 + s / h + 4 + v / (2 * l * h), ours = megatron - s / (2 * h);
+  EXPECT_NEAR(factor, megatron / ours, 0.005 * factor) << r;
+  // Only a model-FLOP figure of a training run has a count to convert.
+  write("cases/full.yaml",
+        train + "reference: {metric: iteration_time_s, value: 1, source: \"A\", attention_flops: full}\n");
+  const CliResult bad = cli("accuracy cases");
+  EXPECT_EQ(bad.code, 1) << bad;
+  EXPECT_NE(bad.err.find("reference.attention_flops: full converts a model-FLOP figure, expected reference.metric "
+                         "tflops_per_gpu or mfu"),
+            std::string::npos)
+      << bad;
+}
+
 TEST_F(AccuracyTest, ABadReferenceIsAnInputErrorAtItsLine) {
   const std::string train = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
   write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 3\n  unit: s\n  source: x\n");
