@@ -337,12 +337,20 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                       {"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_efficiency",
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
-                       "dynamic_cast_ops_per_element", "multi_tensor_efficiency"},
+                       "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
                           if (cv.kind != YNode::Kind::Scalar)
                             throw InputError(cv.mark, ck + " must be a string naming the kernels' library");
                           (c == "gemm_backend" ? p.gemm_backend : p.attention_backend) = cv.scalar;
+                        } else if (c == "attention_dropout_ops" || c == "flash2_dropout_ops") {
+                          // {forward: x, backward: y}: ALU operations per score element
+                          auto& ops = c == "attention_dropout_ops" ? p.compute.attention_dropout_ops
+                                                                   : p.compute.flash2_dropout_ops;
+                          members(cv, ck, {"forward", "backward"},
+                                  [&](const std::string& pass, const YNode& pv, const std::string& pk) {
+                                    ops[pass == "forward" ? 0 : 1] = number(pv, pk, 0, 1e4);
+                                  });
                         } else if (c == "dynamic_cast_ops_per_element") {
                           p.compute.dynamic_cast_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "nccl_channels" || c == "nccl_net_peer_channels") {

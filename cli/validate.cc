@@ -227,6 +227,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   // The simulator, every rank simulated so each real rank has its twin.
   RunOptions ro;
   ro.simulate_all_ranks = true;
+  ro.attention_dropout = false;  // the real backend's attention draws no dropout mask (real_backend/README.md)
   const RunOutcome sim = run_training(s, ro);
   if (real_from.empty()) real_run = hooks.run_training(tp.plan, iterations, warmup);
 

@@ -336,9 +336,18 @@ namespace {
 double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const ComputeProfile& p);
 }
 
+double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
+  if (op.kind != OpKind::Attention || !op.dropout || gpu.peak_fp32 <= 0) return 0;
+  const double scores = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
+                        static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * (op.causal ? 0.5 : 1.0);
+  const size_t pass = op.phase == Phase::Backward ? 1 : 0;
+  return scores * (p.flash2 ? p.flash2_dropout_ops[pass] : p.attention_dropout_ops[pass]) / gpu.peak_fp32;
+}
+
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.fixed_seconds > 0) return op.fixed_seconds;
   const double t = compute_seconds_streaming(op, gpu, p);
+  if (op.kind == OpKind::Attention) return t > 0 ? t + attention_dropout_seconds(op, gpu, p) : t;
   if (op.kind != OpKind::Memory || t == 0) return t;
   switch (op.access) {
     case MemAccess::Streaming:

@@ -91,6 +91,15 @@ struct ComputeProfile {
   // FlashAttention-2's kernels over sequence and batch x heads on one H200
   // (calibrate/measurements/attention-tiles-h200-2026-12-03).
   std::array<double, 2> attention_seq_half{430, 820};
+  // Dropout inside a fused attention kernel (model.dropout > 0): the mask is drawn per score
+  // element by Philox in the forward and drawn again in the backward, integer work beside the
+  // tensor cores' that does not overlap them. [forward, backward] ALU operations per score
+  // element (under the causal mask, half the square), at the GPU's FP32 (ALU) rate: pooled
+  // over six shapes of cuDNN's fused kernel and FlashAttention-2's, each with and without
+  // dropout 0.1, on one H200 (calibrate/measurements/attention-dropout-h200-2026-12-03;
+  // docs/model.md). cuDNN's forward doubles; FlashAttention-2's pays in its backward.
+  std::array<double, 2> attention_dropout_ops{82, 32};
+  std::array<double, 2> flash2_dropout_ops{28, 52};
   std::array<double, 2> attention_tail_tiles{1.3, 1.0};
   // FlashAttention-2 (training.attention: flash2): the 2023 kernel, which uses neither
   // wgmma nor TMA. On Hopper-class GPUs its forward plateau is flash2_hopper_efficiency of
@@ -153,6 +162,8 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
 // Kernel seconds for a GEMM, attention or memory op on one GPU (no launch gap).
 // Collectives and p2p are the network's business and return 0 here.
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
+// What drawing a dropout mask adds to a fused attention kernel (0 without dropout).
+double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 
 // Clocks under the power cap (docs/model.md, "Clocks under the power cap"). A window of

@@ -173,6 +173,7 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
             n.bytes(10, attr_i64("kv_len", op.kv_len));
             n.bytes(10, attr_i64("head_dim", op.head_dim));
             n.bytes(10, attr_bool("causal", op.causal));
+            if (op.dropout) n.bytes(10, attr_bool("dropout", true));
           }
         }
       }
@@ -291,6 +292,8 @@ ChakraTrace decode_chakra(const std::string& bytes) {
             n.shape.flops = value.as_double();
           else if (name == "causal")
             n.shape.causal = value.value != 0;
+          else if (name == "dropout")
+            n.shape.dropout = value.value != 0;
           else if (name.rfind("shape_", 0) == 0 || name == "bytes_read" || name == "bytes_written" ||
                    name == "mem_access" || name == "heads" || name == "kv_heads" || name == "q_len" ||
                    name == "kv_len" || name == "head_dim") {
@@ -515,7 +518,7 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
             op.m = sh.m, op.n = sh.n, op.k = sh.k, op.batch = sh.batch;
             op.bytes_read = sh.bytes_read, op.bytes_written = sh.bytes_written, op.access = sh.access;
             op.heads = sh.heads, op.kv_heads = sh.kv_heads, op.q_len = sh.q_len, op.kv_len = sh.kv_len;
-            op.head_dim = sh.head_dim, op.causal = sh.causal, op.flops = sh.flops;
+            op.head_dim = sh.head_dim, op.causal = sh.causal, op.dropout = sh.dropout, op.flops = sh.flops;
             stream = "compute";
             break;
           }

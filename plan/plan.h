@@ -64,6 +64,9 @@ struct Op {
   CollectiveKind collective = CollectiveKind::AllReduce;
   GroupKind group = GroupKind::World;
   bool causal = false;
+  // Attention: the fused kernel applies dropout to the probabilities, drawing its mask
+  // inside the kernel (Philox, per score element) in the forward and again in the backward.
+  bool dropout = false;
   bool relative_peer = false;  // Send/Recv: peer is an offset from this rank's own group position
   // Send/Recv: moved by a kernel that holds SMs beside the GEMM it overlaps, the GEMM told
   // to leave them (Transformer Engine userbuffers' pipelined reduce-scatter, num_sm SMs

@@ -406,6 +406,7 @@ class StageBuilder {
     op.kv_len = kv_len;
     op.head_dim = m_.head_dim();
     op.causal = true;
+    op.dropout = m_.dropout > 0 && !l_.eager;  // eager: the reference stack runs no dropout
     op.dtype = attn_dtype_;
     const double fwd = attention_flops(op);
     const int64_t q = l_.micro_batch * q_len * op.heads * op.head_dim * e_;

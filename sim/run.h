@@ -25,6 +25,9 @@ struct RunOptions {
   bool keep_spans = true;           // the op-by-op timeline (false: metrics only)
   bool solo_steps = true;           // flow network: ExecOptions::solo_steps
   bool check_memory = true;         // refuse a layout that does not fit (accuracy reports it instead)
+  // false: fused attention is costed without drawing its dropout mask (validate against the
+  // real backend, whose attention kernels draw none).
+  bool attention_dropout = true;
 };
 
 struct RunOutcome {

@@ -615,6 +615,17 @@ TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
   EXPECT_NEAR(run("flash", "0", "selective"), flash, 1e-12);  // nothing to recompute with a fused kernel
   // FlashAttention-2 is the fused kernel on an A100 (no Hopper features to miss)...
   EXPECT_NEAR(run("flash2", "0", "none"), flash, 1e-12);
+  // A fused kernel with dropout draws its mask in-kernel, forward and backward: slower than
+  // without, by the mask draws of 4 layers' attention (one sequence of 4,096 a GPU at DP 8,
+  // 16 heads, the causal half) at the A100's ALU rate, plus the hidden dropouts' 1-byte masks.
+  const double flash_dropout = run("flash", "0.1", "none");
+  EXPECT_GT(flash_dropout, flash);
+  const ComputeProfile prof;
+  const double draws = 4.0 * 16 * 4096.0 * 4096 / 2 *
+                       (prof.attention_dropout_ops[0] + prof.attention_dropout_ops[1]) /
+                       find_gpu_preset("a100-sxm-80gb")->peak_fp32;
+  EXPECT_GT(flash_dropout - flash, 0.9 * draws);
+  EXPECT_LT(flash_dropout - flash, 1.3 * draws);
 }
 
 // ... and on Hopper its forward plateau is ~36 % of peak against cuDNN's 71 %: a step at
@@ -622,7 +633,7 @@ TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
 TEST(Fidelity, FlashAttention2IsSlowerOnHopper) {
   const std::string y =
       "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1, power_cap: CAP}\nmodel: {preset: gpt3-1.3b, "
-      "layers: 4, seq_len: 16384}\ntraining: {global_batch: 1, attention: ATT, step_overhead: 0s}\n";
+      "layers: 4, seq_len: 16384, dropout: 0}\ntraining: {global_batch: 1, attention: ATT, step_overhead: 0s}\n";
   auto run = [&](const std::string& att, const std::string& cap) {
     return iteration_s(filled(y, {{"ATT", att}, {"CAP", cap}}));
   };
