@@ -74,6 +74,10 @@ struct ComputeProfile {
   double attention_efficiency = 0.71;  // fused attention's forward plateau: long sequences, many tiles (cuDNN on H200)
   double memory_efficiency = 0.88;     // device copy at GiB sizes: ~4.25 of 4.8 TB/s on H200
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap
+  // A kernel's start after the host issues it when launches block (CUDA_LAUNCH_BLOCKING=1,
+  // training.launch_blocking): the eager framework's dispatch of the op and the launch's
+  // return, with no queue ahead to hide them (docs/model.md, "Blocking launches").
+  double blocking_launch_s = 0;
   // PyTorch's elementwise kernels (docs/model.md, "PyTorch eager"), measured on an H200
   // (calibrate/measurements/pytorch/run4/microbench.jsonl): operands of mixed dtypes run
   // a dynamic-cast loop that costs ~94 FP32-op slots per element beyond its streaming

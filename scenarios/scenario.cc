@@ -452,6 +452,11 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.grad_accumulation_fusion = as_bool(n, "training.grad_accumulation_fusion");
        }},
+      {"training.launch_blocking", "bool", "false",
+       "true: the job ran with CUDA_LAUNCH_BLOCKING=1, so each op is issued only after every earlier op of its rank "
+       "finished (no kernel queue, no overlap of streams) and each kernel waits for its own dispatch "
+       "(compute.blocking_launch, docs/model.md)",
+       [](const N& n, S& s) { s.training.launch_blocking = as_bool(n, "training.launch_blocking"); }},
       {"training.step_overhead", "time", "3ms",
        "host and framework work per iteration that the GPUs wait for (scheduling, loss and grad-norm bookkeeping, "
        "logging); docs/model.md gives the source",

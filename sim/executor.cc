@@ -39,6 +39,10 @@ struct RankState {
   uint32_t waiting_p2p = 0, waiting_coll = 0;  // NCCL kernels on the GPU: reached, not finished
   uint32_t waiting_sms = 0;                     // of those p2p, the ones that hold SMs (Op::holds_sms)
   uint32_t waiting_p2p_node = 0, waiting_p2p_net = 0;  // and those posted ahead of compute (Op::overlaps_compute)
+  // Blocking launches (ExecOptions::blocking_launch_s): ops finished, and the first op in
+  // program order that has not, which alone may be issued.
+  std::vector<uint8_t> finished, issued;
+  uint32_t first_open = 0;
 };
 
 bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
@@ -87,7 +91,8 @@ class Executor {
         topo_(topo),
         opt_(opt),
         net_(topo, opt.network),
-        launch_gap_(SimTime::from_seconds(opt.compute.launch_overhead_s)) {
+        launch_gap_(SimTime::from_seconds(opt.compute.launch_overhead_s)),
+        blocking_gap_(SimTime::from_seconds(std::max(0.0, opt.blocking_launch_s))) {
     if (opt.flow) {
       flow_ = std::make_unique<FlowNetwork>(topo, opt.network);
       flow_->set_record_usage(opt.record_link_usage);
@@ -177,6 +182,10 @@ class Executor {
       st.cursor.assign(st.program->streams.size(), 0);
       st.busy.assign(st.program->streams.size(), 0);
       st.stream_start.assign(st.program->streams.size(), SimTime::zero());
+      if (opt_.blocking_launch_s >= 0) {
+        st.finished.assign(st.program->ops.size(), 0);
+        st.issued.assign(st.program->ops.size(), 0);
+      }
       slots_.push_back(std::move(st));
       result_.simulated_ranks.push_back(r);
     }
@@ -286,17 +295,32 @@ class Executor {
     if (r.cursor[stream] >= list.size()) return;
     const uint32_t op_index = list[r.cursor[stream]];
     if (r.pending[op_index] != 0) return;
+    const bool blocking = opt_.blocking_launch_s >= 0;
+    // Blocking launches: the host is still waiting on an earlier op, unless this is
+    // communication and everything it waits on is communication issued before it in one
+    // run (NCCL group calls: batched sends and receives are posted together).
+    if (blocking && op_index != r.first_open) {
+      if (!is_comm(r.program->ops[op_index].kind)) return;
+      for (uint32_t j = r.first_open; j < op_index; ++j)
+        if (!is_comm(r.program->ops[j].kind) || (!r.finished[j] && !r.issued[j])) return;
+    }
+    if (blocking) r.issued[op_index] = 1;
     r.busy[stream] = 1;
     r.stream_start[stream] = sim_.now();
     const Op& op = r.program->ops[op_index];
-    if (op.kind == OpKind::Collective) {
-      ++r.waiting_coll;
-      arrive(slot, op_index, op);
-    } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
-      ++r.waiting_p2p;
-      if (op.holds_sms) ++r.waiting_sms;
-      if (op.overlaps_compute) ++(network_peer(r.rank, op) ? r.waiting_p2p_net : r.waiting_p2p_node);
-      arrive_p2p(slot, op_index, op);
+    if (is_comm(op.kind)) {
+      if (op.kind == OpKind::Collective) {
+        ++r.waiting_coll;
+        arrive(slot, op_index, op);
+      } else {
+        ++r.waiting_p2p;
+        if (op.holds_sms) ++r.waiting_sms;
+        if (op.overlaps_compute) ++(network_peer(r.rank, op) ? r.waiting_p2p_net : r.waiting_p2p_node);
+        arrive_p2p(slot, op_index, op);
+      }
+      // Blocking launches: the next communication op of the same run goes out with this one.
+      if (blocking && op_index + 1 < r.program->ops.size() && is_comm(r.program->ops[op_index + 1].kind))
+        try_start(slot, r.program->ops[op_index + 1].stream);
     } else {
       // A kernel starts a launch gap after its stream became ready (joins have no kernel).
       SimTime kernel = (*r.compute_time)[op_index];
@@ -318,8 +342,9 @@ class Executor {
                                       r.waiting_coll > 0 ? b.collective[k] : 1.0, r.waiting_sms > 0 ? f[2][k] : 1.0});
         if (slow != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * slow);
       }
-      if (kernel > SimTime::zero()) r.stream_start[stream] = sim_.now() + launch_gap_;
-      sim_.schedule_in(kernel > SimTime::zero() ? kernel + launch_gap_ : kernel, Completion{slot, op_index});
+      const SimTime gap = blocking ? blocking_gap_ : launch_gap_;
+      if (kernel > SimTime::zero()) r.stream_start[stream] = sim_.now() + gap;
+      sim_.schedule_in(kernel > SimTime::zero() ? kernel + gap : kernel, Completion{slot, op_index});
     }
   }
 
@@ -488,6 +513,10 @@ class Executor {
         SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
     r.busy[stream] = 0;
     ++r.cursor[stream];
+    if (!r.finished.empty()) {
+      r.finished[op_index] = 1;
+      while (r.first_open < r.finished.size() && r.finished[r.first_open]) ++r.first_open;
+    }
     if (++r.done == r.program->ops.size()) result_.rank_finish[static_cast<size_t>(r.rank)] = sim_.now();
     if ((++completed_ & 0xFFFF) == 0 && opt_.progress) opt_.progress(completed_, total_ops_);
     // Communication that this completion releases starts before the kernels it releases:
@@ -505,6 +534,9 @@ class Executor {
       if (r.pending[d] == 0 && !is_comm(r.program->ops[d].kind)) try_start(slot, r.program->ops[d].stream);
     }
     try_start(slot, stream);
+    // Blocking launches: the host goes on to the next op in program order, on whichever stream.
+    if (!r.finished.empty() && r.first_open < r.finished.size())
+      try_start(slot, r.program->ops[r.first_open].stream);
   }
 
   // Exposed communication: comm time during which the compute stream was idle.
@@ -585,6 +617,7 @@ class Executor {
   const ExecOptions& opt_;
   AnalyticNetwork net_;
   SimTime launch_gap_;
+  SimTime blocking_gap_;  // a kernel's start after its issue when launches block
   uint64_t completed_ = 0, total_ops_ = 0;
   std::unique_ptr<FlowNetwork> flow_;
   uint32_t wake_version_ = 0;

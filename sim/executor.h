@@ -51,6 +51,11 @@ struct ExecOptions {
   std::vector<double> rank_slowdown;
   double kernel_jitter = 0;
   uint64_t jitter_seed = 0;
+  // CUDA_LAUNCH_BLOCKING=1 (training.launch_blocking): < 0, launches are asynchronous; >= 0,
+  // a rank issues each op only once every op before it (program order, any stream) has
+  // finished, and a kernel then starts this many seconds later (the host's dispatch of the
+  // op and the launch's return, no longer hidden behind a queue of kernels).
+  double blocking_launch_s = -1;
   std::shared_ptr<CollectiveCache> collective_cache;  // empty: each execution costs its own
   // Called now and then with (ops done, ops in all) over the simulated ranks.
   std::function<void(uint64_t, uint64_t)> progress;

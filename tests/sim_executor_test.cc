@@ -154,6 +154,37 @@ TEST(Executor, GemmBesideACollectiveLosesTheSmsItsChannelsHold) {
   EXPECT_EQ(beside.at({1, 2}), alone.at({1, 2}));  // after the collective ended
 }
 
+// CUDA_LAUNCH_BLOCKING=1: the host issues each op only once every earlier op of its rank
+// has finished, whatever the stream, and a kernel starts blocking_launch_s after its
+// issue. Rank 0's second kernel, which ran beside the all-reduce, now follows it:
+//   start(second) = end(ar) + g,  start(first) = g.
+TEST(Executor, BlockingLaunchesSerializeARanksStreams) {
+  const Plan p = kernel_beside_an_all_reduce({memory_op(1'000'000), memory_op(1'000'000'000)}, memory_op(100'000'000));
+  Topology topo(one_dgx());
+  auto spans = [&](double blocking) {
+    ExecOptions opt;
+    opt.compute.power_cap = false;
+    opt.compute.overlap_slowdown[1].fill(1.0);
+    opt.blocking_launch_s = blocking;
+    std::map<std::pair<int32_t, uint32_t>, SpanRecord> d;
+    for (const SpanRecord& s : execute_plan(p, topo, opt).spans) d[{s.rank, s.op}] = s;
+    return d;
+  };
+  const auto async = spans(-1);
+  EXPECT_LT(async.at({0, 2}).start_ps, async.at({0, 1}).end_ps);  // beside the waiting all-reduce
+  const double g = 40e-6;
+  const auto blocked = spans(g);
+  const int64_t gp = static_cast<int64_t>(g * 1e12);
+  EXPECT_EQ(blocked.at({0, 0}).start_ps, gp);
+  EXPECT_EQ(blocked.at({0, 2}).start_ps, blocked.at({0, 1}).end_ps + gp);
+  EXPECT_EQ(blocked.at({1, 2}).start_ps, blocked.at({1, 1}).end_ps + gp);
+  // Each kernel keeps its own time; only where it starts moves.
+  for (const auto& [key, sp] : async) {
+    if (key.second == 1) continue;  // the all-reduce: its span is its wait as well
+    EXPECT_EQ(sp.end_ps - sp.start_ps, blocked.at(key).end_ps - blocked.at(key).start_ps);
+  }
+}
+
 // A collective starts when its last member arrives and ends for all members at once:
 //   end(ar) = max(t_a(rank0), t_a(rank1)) + T_ring(2 GPUs, 90 MB)
 TEST(Executor, CollectiveWaitsForTheLastMember) {
