@@ -65,6 +65,9 @@ double step_overhead_seconds(const Scenario& s) {
 
 namespace {
 
+// A kernel's start after its issue when launches block (docs/model.md, "Blocking launches").
+constexpr double kBlockingLaunchS = 0;
+
 ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   ExecOptions eo;
   apply_calibration(s, eo.compute, eo.network);
@@ -74,7 +77,8 @@ ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   eo.keep_spans = opt.keep_spans;
   eo.solo_steps = opt.solo_steps;
   if (!opt.attention_dropout) eo.compute.attention_dropout_ops = eo.compute.flash2_dropout_ops = {0, 0};
-  if (s.training.launch_blocking) eo.blocking_launch_s = eo.compute.blocking_launch_s;
+  if (s.training.launch_blocking)
+    eo.blocking_launch_s = eo.compute.blocking_launch_s >= 0 ? eo.compute.blocking_launch_s : kBlockingLaunchS;
   return eo;
 }
 
