@@ -65,8 +65,10 @@ double step_overhead_seconds(const Scenario& s) {
 
 namespace {
 
-// A kernel's start after its issue when launches block (docs/model.md, "Blocking launches").
-constexpr double kBlockingLaunchS = 0;
+// A kernel's start after its issue when launches block: an eager layer's step with
+// CUDA_LAUNCH_BLOCKING=1 over the same step without, per kernel, on one H200
+// (calibrate/measurements/launch-blocking-h200-2026-12-03; docs/model.md, "Blocking launches").
+constexpr double kBlockingLaunchS = 43e-6;
 
 ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   ExecOptions eo;

@@ -1,6 +1,7 @@
 // The training layouts against their documented formulas.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <array>
 #include <set>
@@ -626,6 +627,30 @@ TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
                        find_gpu_preset("a100-sxm-80gb")->peak_fp32;
   EXPECT_GT(flash_dropout - flash, 0.9 * draws);
   EXPECT_LT(flash_dropout - flash, 1.3 * draws);
+}
+
+// CUDA_LAUNCH_BLOCKING=1 (training.launch_blocking): the rank issues its ops one at a time,
+// so its DP gradient reduction no longer hides behind the backward, and every kernel waits
+// for its own dispatch (43 us, measured): the step is longer than without by at least the
+// kernels' dispatch, and a profile's compute.blocking_launch replaces the default.
+TEST(Fidelity, BlockingLaunchesSerializeTheStepAndExposeEachDispatch) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+      "parallel: {dp: 8}\ntraining: {global_batch: 16, launch_blocking: BLOCK}\n";
+  const double async = iteration_s(filled(y, {{"BLOCK", "false"}}));
+  const double blocking = iteration_s(filled(y, {{"BLOCK", "true"}}));
+  const TrainingPlan tp = build_training_plan(scenario_from_text(filled(y, {{"BLOCK", "true"}}), "fidelity"));
+  int kernels = 0;
+  for (const Op& op : tp.plan.programs[0].ops)
+    kernels += op.kind == OpKind::Gemm || op.kind == OpKind::Attention ||
+               (op.kind == OpKind::Memory && op.bytes_read + op.bytes_written > 0);
+  ASSERT_GT(kernels, 50);
+  EXPECT_GT(blocking - async, kernels * (43e-6 - 2e-6));  // the dispatch replaces the 2 us queued gap
+  const std::string profile = testing::temp_dir("blocking") + "/profile.yaml";
+  std::ofstream(profile) << "compute: {blocking_launch: 10us}\n";
+  const double cheaper = iteration_s(filled(y, {{"BLOCK", "true"}}) + "calibration: " + profile + "\n");
+  EXPECT_LT(cheaper, blocking);
+  EXPECT_GT(cheaper, async);
 }
 
 // ... and on Hopper its forward plateau is ~36 % of peak against cuDNN's 71 %: a step at
