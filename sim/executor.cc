@@ -135,6 +135,10 @@ class Executor {
             const Op& op = r.program->ops[r.info->stream_ops[st][r.cursor[st]]];
             where += " " + r.program->streams[st] + ":" + plan_.names[op.name];
           }
+        if (!r.finished.empty())
+          where += "; with blocking launches (training.launch_blocking, CUDA_LAUNCH_BLOCKING=1) a rank issues one op "
+                   "at a time in program order, and this plan's ranks wait on each other's sends and receives in a "
+                   "cycle: a real job would hang as well";
         throw std::runtime_error("plan cannot finish: rank " + std::to_string(r.rank) + " is stuck at" + where);
       }
     }

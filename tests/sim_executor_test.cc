@@ -185,6 +185,23 @@ TEST(Executor, BlockingLaunchesSerializeARanksStreams) {
   }
 }
 
+// Under blocking launches a plan whose ranks wait on each other in a cycle cannot finish:
+// an interleaved schedule with overlapped pipeline transfers and TP overlap, as a real job
+// with CUDA_LAUNCH_BLOCKING=1 would hang; the error says why.
+TEST(Executor, BlockingLaunchesThatWouldHangAreReported) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: llama3-8b, layers: 8}\n"
+      "parallel: {tp: 4, pp: 4, schedule: interleaved-1f1b, virtual_stages: 2, overlap_p2p_comm: true, "
+      "sequence_parallel: true, tp_comm_overlap: true}\n"
+      "training: {global_batch: 8, launch_blocking: true}\n";
+  try {
+    run_training(scenario_from_text(y, "blocking-hang"));
+    ADD_FAILURE() << "the plan finished";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a real job would hang as well"), std::string::npos) << e.what();
+  }
+}
+
 // A collective starts when its last member arrives and ends for all members at once:
 //   end(ar) = max(t_a(rank0), t_a(rank1)) + T_ring(2 GPUs, 90 MB)
 TEST(Executor, CollectiveWaitsForTheLastMember) {
