@@ -76,9 +76,10 @@ struct ComputeProfile {
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap
   // A kernel's start after the host issues it when launches block (CUDA_LAUNCH_BLOCKING=1,
   // training.launch_blocking): the eager framework's dispatch of the op and the launch's
-  // return, with no queue ahead to hide them (docs/model.md, "Blocking launches"). < 0: the
-  // default, kBlockingLaunchS in sim/run.cc.
-  double blocking_launch_s = -1;
+  // return, with no queue ahead to hide them. An eager layer's step with blocking launches
+  // over the same step without, per kernel, on one H200
+  // (calibrate/measurements/launch-blocking-h200-2026-12-03; docs/model.md, "Blocking launches").
+  double blocking_launch_s = 43e-6;
   // PyTorch's elementwise kernels (docs/model.md, "PyTorch eager"), measured on an H200
   // (calibrate/measurements/pytorch/run4/microbench.jsonl): operands of mixed dtypes run
   // a dynamic-cast loop that costs ~94 FP32-op slots per element beyond its streaming

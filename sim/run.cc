@@ -65,11 +65,6 @@ double step_overhead_seconds(const Scenario& s) {
 
 namespace {
 
-// A kernel's start after its issue when launches block: an eager layer's step with
-// CUDA_LAUNCH_BLOCKING=1 over the same step without, per kernel, on one H200
-// (calibrate/measurements/launch-blocking-h200-2026-12-03; docs/model.md, "Blocking launches").
-constexpr double kBlockingLaunchS = 43e-6;
-
 ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   ExecOptions eo;
   apply_calibration(s, eo.compute, eo.network);
@@ -79,8 +74,7 @@ ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   eo.keep_spans = opt.keep_spans;
   eo.solo_steps = opt.solo_steps;
   if (!opt.attention_dropout) eo.compute.attention_dropout_ops = eo.compute.flash2_dropout_ops = {0, 0};
-  if (s.training.launch_blocking)
-    eo.blocking_launch_s = eo.compute.blocking_launch_s >= 0 ? eo.compute.blocking_launch_s : kBlockingLaunchS;
+  if (s.training.launch_blocking) eo.blocking_launch_s = eo.compute.blocking_launch_s;
   return eo;
 }
 
