@@ -337,7 +337,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                       {"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_efficiency",
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
-                       "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch"},
+                       "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
+                       "triton_attention_factor"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
                           if (cv.kind != YNode::Kind::Scalar)
@@ -367,6 +368,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.kernel_latency_s = seconds(cv, ck);
                         else if (c == "blocking_launch")
                           p.compute.blocking_launch_s = seconds(cv, ck);
+                        else if (c == "triton_attention_factor")
+                          p.compute.triton_attention_factor = number(cv, ck, 0.1, 100);
                         else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
                           read_table(c, cv, ck, tables);
                         else {

@@ -347,7 +347,10 @@ double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const Compute
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.fixed_seconds > 0) return op.fixed_seconds;
   const double t = compute_seconds_streaming(op, gpu, p);
-  if (op.kind == OpKind::Attention) return t > 0 ? t + attention_dropout_seconds(op, gpu, p) : t;
+  if (op.kind == OpKind::Attention) {
+    if (t <= 0) return t;
+    return t * (p.triton_attention ? p.triton_attention_factor : 1.0) + attention_dropout_seconds(op, gpu, p);
+  }
   if (op.kind != OpKind::Memory || t == 0) return t;
   switch (op.access) {
     case MemAccess::Streaming:
@@ -392,7 +395,9 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       const double tail = fa2_on_hopper && pass == 0 ? p.flash2_tail_tiles : p.attention_tail_tiles[pass];
       double eff = (fa2_on_hopper ? p.flash2_hopper_efficiency : p.attention_efficiency) * seq /
                    (seq + p.attention_seq_half[pass]) * n / (n + tail);
-      if (op.head_dim > 0 && op.head_dim < 128) eff *= std::pow(static_cast<double>(op.head_dim) / 128.0, 0.6);
+      // The Triton kernel runs head dim 64 at 128's rate (docs/model.md, "FlashAttention in Triton").
+      if (op.head_dim > 0 && op.head_dim < 128 && !p.triton_attention)
+        eff *= std::pow(static_cast<double>(op.head_dim) / 128.0, 0.6);
       if (pass == 1) eff *= 0.87;
       return p.kernel_latency_s + std::max(op.flops / (gpu.peak_flops(op.dtype) * eff), mem);
     }

@@ -114,6 +114,15 @@ struct ComputeProfile {
   bool flash2 = false;
   double flash2_hopper_efficiency = 0.376;
   double flash2_tail_tiles = 2.0;
+  // FlashAttention in Triton (training.attention: triton): the 2022-23 Triton kernel of
+  // flash_attn_triton.py that MPT / LLM Foundry ran by default (attn_impl: triton), compiled
+  // by Triton's pre-MLIR backend: FlashAttention-2's work (flash2 is set with it) at
+  // triton_attention_factor its time at head dim 128, forward and backward alike, and at
+  // head dim 64 the same FLOP rate as at 128 (docs/model.md, "FlashAttention in Triton").
+  // 1.9: the kernel's share of LLM Foundry's published 16K- and 32K-token MPT-1B steps, on
+  // A100 and H100 alike.
+  bool triton_attention = false;
+  double triton_attention_factor = 1.9;
   // A kernel's time while a communication kernel runs on the same GPU, over its time
   // alone: [waiting p2p | waiting collective | userbuffers][gemm | attention | memory].
   // A measured profile (`calibrate --suite overlap`) sets them; 0 (the p2p and collective

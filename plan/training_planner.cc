@@ -62,7 +62,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.schedule = p.schedule;
   l.recompute = s.training.recompute;
   l.sequence_parallel = p.sequence_parallel && p.tp > 1;
-  l.flash_attention = s.training.attention != "unfused";  // flash and flash2 are both fused kernels
+  l.flash_attention = s.training.attention != "unfused";  // flash, flash2 and triton are fused kernels
   l.fp8 = m.dtype == DType::FP8;
   l.fp8_attention = l.fp8 && s.training.fp8_attention;
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
@@ -109,8 +109,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
       fail(s, "parallel.zero_stage", "training.framework: pytorch-eager shards with FSDP, expected zero_stage 0 (DDP) or 3 "
                                      "(FSDP; SHARD_GRAD_OP is zero_stage 3 with zero3_param_gather: forward)");
     if (s.training.attention == "unfused")
-      fail(s, "training.attention", "training.framework: pytorch-eager calls scaled_dot_product_attention, expected training.attention: flash or flash2");
+      fail(s, "training.attention", "training.framework: pytorch-eager calls a fused attention kernel, expected training.attention: flash, flash2 or triton");
   }
+  if (s.training.attention == "triton" && m.dropout > 0)
+    fail(s, "training.attention", "the Triton FlashAttention kernel has no dropout (flash_attn_triton.py), expected model.dropout: 0 "
+                                  "or training.attention: flash or flash2");
   if (s.training.fp8_attention && !l.fp8)
     fail(s, "training.fp8_attention", "training.fp8_attention needs model.dtype: fp8");
   if (p.tp_comm_overlap && !l.sequence_parallel && p.tp > 1)

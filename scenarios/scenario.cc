@@ -430,8 +430,12 @@ const std::vector<KeySpec>& key_table() {
       {"training.attention", "name", "flash",
        "flash (fused, IO-aware: cuDNN / FlashAttention-3 on Hopper) | flash2 (FlashAttention-2: no wgmma or TMA, "
        "~35 % of Hopper's peak; the fused kernel elsewhere) | unfused (QK^T and PV as batched GEMMs, the scores, "
-       "softmax and dropout through HBM, as Megatron-LM before 2023)",
-       [](const N& n, S& s) { s.training.attention = as_enum(n, "training.attention", {"flash", "flash2", "unfused"}); }},
+       "softmax and dropout through HBM, as Megatron-LM before 2023) | triton (FlashAttention in Triton, flash_attn_triton.py "
+       "on Triton's pre-MLIR backend: MPT / LLM Foundry's attn_impl: triton of 2023; FlashAttention-2's work at "
+       "compute.triton_attention_factor its time; no dropout)",
+       [](const N& n, S& s) {
+         s.training.attention = as_enum(n, "training.attention", {"flash", "flash2", "unfused", "triton"});
+       }},
       {"training.fp8_attention", "bool", "false",
        "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked); "
        "refused with training.framework: pytorch-eager (SDPA runs BF16)",

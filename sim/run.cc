@@ -55,7 +55,9 @@ void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfil
     compute = prof.compute;
     network = prof.network;
   }
-  compute.flash2 = s.training.attention == "flash2";
+  // The Triton kernel does FlashAttention-2's work at its own rate (ComputeProfile::triton_attention).
+  compute.flash2 = s.training.attention == "flash2" || s.training.attention == "triton";
+  compute.triton_attention = s.training.attention == "triton";
   compute.power_cap = s.power_cap;
 }
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "cost_models/collective.h"
@@ -532,6 +533,48 @@ TEST(ComputeModel, FusedAttentionDropoutDrawsItsMaskPerScoreElement) {
   g.kind = OpKind::Gemm;
   g.dropout = true;
   EXPECT_EQ(attention_dropout_seconds(g, h200, p), 0.0);
+}
+
+// FlashAttention in Triton (training.attention: triton): FlashAttention-2's work at
+// triton_attention_factor its time, forward and backward, at head dim 128; at head dim 64 the
+// same FLOP rate as at 128, where FlashAttention-2 runs (64/128)^0.6 slower
+// (docs/model.md, "FlashAttention in Triton").
+TEST(ComputeModel, TritonAttentionIsFlashAttention2AtItsFactorWhateverTheHeadDim) {
+  for (const char* name : {"a100-sxm-80gb", "h100-sxm"}) {
+    const GpuSpec& gpu = *find_gpu_preset(name);
+    ComputeProfile fa2;
+    fa2.power_cap = false;
+    fa2.flash2 = true;
+    ComputeProfile triton = fa2;
+    triton.triton_attention = true;
+    for (const Phase phase : {Phase::Forward, Phase::Backward}) {
+      Op a;
+      a.kind = OpKind::Attention;
+      a.dtype = DType::BF16;
+      a.phase = phase;
+      a.batch = 3;
+      a.heads = a.kv_heads = 16;
+      a.q_len = a.kv_len = 8192;
+      a.head_dim = 128;
+      a.causal = true;
+      a.flops = attention_flops(a) * (phase == Phase::Backward ? 2.5 : 1.0);
+      a.bytes_read = 3LL * 3 * 16 * 8192 * 128 * 2;
+      a.bytes_written = 3LL * 16 * 8192 * 128 * 2;
+      const double k = triton.triton_attention_factor;
+      EXPECT_NEAR(compute_seconds(a, gpu, triton), k * compute_seconds(a, gpu, fa2), 1e-12) << name;
+      // Head dim 64, twice the heads: the same FLOPs; FlashAttention-2's rate is (1/2)^0.6 of
+      // its rate at 128 (the tiles double with the heads, so the comparison is at the plateau),
+      // the Triton kernel's is its rate at 128.
+      Op h = a;
+      h.heads = h.kv_heads = 32;
+      h.head_dim = 64;
+      h.flops = a.flops;
+      const double floor = fa2.kernel_latency_s;
+      const double fa2_64 = compute_seconds(h, gpu, fa2);
+      EXPECT_NEAR((compute_seconds(h, gpu, triton) / k - floor) / (fa2_64 - floor), std::pow(0.5, 0.6), 1e-9) << name;
+      EXPECT_GT(fa2_64, 1.4 * compute_seconds(a, gpu, fa2)) << name;
+    }
+  }
 }
 
 // A kernel beside an NCCL kernel of c channels (one thread block on one SM each):

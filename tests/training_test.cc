@@ -616,6 +616,19 @@ TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
   EXPECT_NEAR(run("flash", "0", "selective"), flash, 1e-12);  // nothing to recompute with a fused kernel
   // FlashAttention-2 is the fused kernel on an A100 (no Hopper features to miss)...
   EXPECT_NEAR(run("flash2", "0", "none"), flash, 1e-12);
+  // ... the Triton kernel does its work slower (a profile's factor 1 makes it that kernel),
+  // and it has no dropout to run.
+  EXPECT_GT(run("triton", "0", "none"), 1.02 * flash);
+  const std::string profile = testing::temp_dir("triton") + "/profile.yaml";
+  std::ofstream(profile) << "compute: {triton_attention_factor: 1}\n";
+  EXPECT_NEAR(iteration_s(filled(base, {{"DROP", "0"}, {"ATT", "triton"}, {"REC", "none"}}) + "calibration: " + profile + "\n"),
+              flash, 1e-12);
+  try {
+    run("triton", "0.1", "none");
+    ADD_FAILURE() << "dropout with the Triton kernel was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.dropout: 0"), std::string::npos) << e.what();
+  }
   // A fused kernel with dropout draws its mask in-kernel, forward and backward: slower than
   // without, by the mask draws of 4 layers' attention (one sequence of 4,096 a GPU at DP 8,
   // 16 heads, the causal half) at the A100's ALU rate, plus the hidden dropouts' 1-byte masks.
