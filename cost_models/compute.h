@@ -119,8 +119,8 @@ struct ComputeProfile {
   // by Triton's pre-MLIR backend: FlashAttention-2's work (flash2 is set with it) at
   // triton_attention_factor its time at head dim 128, forward and backward alike, and at
   // head dim 64 the same FLOP rate as at 128 (docs/model.md, "FlashAttention in Triton").
-  // 1.9: the kernel's share of LLM Foundry's published 16K- and 32K-token MPT-1B steps, on
-  // A100 and H100 alike.
+  // 1.9: the kernel's share of LLM Foundry's published 16K- and 32K-token MPT-1B steps
+  // (1.89-1.99 on A100 and H100 alike).
   bool triton_attention = false;
   double triton_attention_factor = 1.9;
   // A kernel's time while a communication kernel runs on the same GPU, over its time

@@ -94,7 +94,8 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   }
   const double per_layer = in.full_recompute ? 2.0 * sbh / (in.sequence_parallel ? t : 1.0) : full_layer;
   b.activations = per_layer * in.in_flight_layers + (in.full_recompute ? full_layer : 0.0);
-  if (in.output) b.activations += tokens * static_cast<double>(padded_vocab(m, in.tp)) / t * (e + 4.0);
+  if (in.output)
+    b.activations += tokens * static_cast<double>(padded_vocab(m, in.tp)) / t * (in.fused_cross_entropy ? e : e + 4.0);
   if (in.pp > 1) b.buffers += 2.0 * 2.0 * sbh * e / (in.sequence_parallel ? t : 1.0);
   if (in.zero_stage >= 3 && !in.zero3_params_held) {
     // Two layers gathered at a time (one in use, one prefetched).

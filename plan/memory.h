@@ -56,6 +56,7 @@ struct MemoryInputs {
   bool adam = true;
   bool fp8 = false;               // Transformer Engine FP8 linear layers
   bool unfused_scores = false;    // unfused attention whose scores are kept for the backward
+  bool fused_cross_entropy = false;  // the loss keeps only the 16-bit logits (no FP32 softmax)
   int64_t first_layer = 0, end_layer = -1;  // the stage's layers; end -1: all
   bool embedding = true;                    // the stage holds the token embedding
   bool output = true;                       // the stage holds the output layer and loss

@@ -111,6 +111,10 @@ TrainingLayout check_training_layout(const Scenario& s) {
     if (s.training.attention == "unfused")
       fail(s, "training.attention", "training.framework: pytorch-eager calls a fused attention kernel, expected training.attention: flash, flash2 or triton");
   }
+  l.fused_cross_entropy = s.training.cross_entropy == "fused";
+  if (l.fused_cross_entropy && !l.eager)
+    fail(s, "training.cross_entropy", "training.cross_entropy: fused models the eager stacks' fused loss kernel, expected "
+                                      "training.framework: pytorch-eager (Megatron's loss is its vocab-parallel one)");
   if (s.training.attention == "triton" && m.dropout > 0)
     fail(s, "training.attention", "the Triton FlashAttention kernel has no dropout (flash_attn_triton.py), expected model.dropout: 0 "
                                   "or training.attention: flash or flash2");
@@ -1135,13 +1139,21 @@ class StageBuilder {
       uint32_t logits = add_gemm("logits", Phase::Forward, -1, tokens_, vocab_local_, m_.hidden, deps(ln), 1, 1.0,
                                  act_dtype_);
       const double lg = static_cast<double>(tokens_ * vocab_local_);
-      x = accessed(add_memory("logits-float", Phase::Forward, -1, lg * static_cast<double>(e_), lg * 4, 0, deps(logits)),
-                   MemAccess::DynamicCast, lg);
-      // A vocabulary row is longer than a thread block holds: log_softmax reads it once
-      // per pass (max, sum of exponentials, output), its backward twice and the output
-      // once (PyTorch's cunn_SoftMaxForward / cunn_SoftMaxBackward).
-      x = add_memory("log-softmax", Phase::Forward, -1, lg * 12, lg * 4, 5.0 * lg, deps(x));
-      x = add_memory("nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
+      if (l_.fused_cross_entropy) {
+        // One kernel on the 16-bit logits (FlashAttention's xentropy, after apex's): per row
+        // a pass for the max and one for the sum of exponentials; the loss and the
+        // log-sum-exp out, 8 bytes a row.
+        x = add_memory("cross-entropy-fused", Phase::Forward, -1, lg * 2 * static_cast<double>(e_) + tokens_ * 8.0,
+                       tokens_ * 8.0, 3.0 * lg, deps(logits));
+      } else {
+        x = accessed(add_memory("logits-float", Phase::Forward, -1, lg * static_cast<double>(e_), lg * 4, 0, deps(logits)),
+                     MemAccess::DynamicCast, lg);
+        // A vocabulary row is longer than a thread block holds: log_softmax reads it once
+        // per pass (max, sum of exponentials, output), its backward twice and the output
+        // once (PyTorch's cunn_SoftMaxForward / cunn_SoftMaxBackward).
+        x = add_memory("log-softmax", Phase::Forward, -1, lg * 12, lg * 4, 5.0 * lg, deps(x));
+        x = add_memory("nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
+      }
     } else if (last_virtual(chunk)) {
       const double act = act_bytes();
       uint32_t ln =
@@ -1247,9 +1259,16 @@ class StageBuilder {
       // the logits' GEMMs; the logits' weight gradient is cast and accumulated in FP32.
       const double lg = static_cast<double>(tokens_ * vocab_local_);
       const double a32 = eager_act32();
-      g = add_memory("nll-loss-backward", Phase::Backward, -1, static_cast<double>(tokens_) * 8, lg * 4, 0, deps(prev_));
-      g = add_memory("log-softmax-backward", Phase::Backward, -1, lg * 12, lg * 4, 3.0 * lg, deps(g));
-      g = add_memory("logits-grad-cast", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 0, deps(g));
+      if (l_.fused_cross_entropy) {
+        // The gradient softmax − one-hot, from the logits and the saved log-sum-exp, written
+        // in the logits' type: one read and one write.
+        g = add_memory("cross-entropy-fused-backward", Phase::Backward, -1,
+                       lg * static_cast<double>(e_) + tokens_ * 12.0, lg * static_cast<double>(e_), 3.0 * lg, deps(prev_));
+      } else {
+        g = add_memory("nll-loss-backward", Phase::Backward, -1, static_cast<double>(tokens_) * 8, lg * 4, 0, deps(prev_));
+        g = add_memory("log-softmax-backward", Phase::Backward, -1, lg * 12, lg * 4, 3.0 * lg, deps(g));
+        g = add_memory("logits-grad-cast", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 0, deps(g));
+      }
       uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
       uint32_t wgrad = add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_);
       wgrad = eager_grad_accumulate("grad-accumulate-logits", -1, static_cast<double>(vocab_local_ * h), wgrad);
@@ -1473,6 +1492,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.adam = adam;
     mi.fp8 = l.fp8;
     mi.unfused_scores = !l.flash_attention && l.recompute == "none";
+    mi.fused_cross_entropy = l.fused_cross_entropy;
     // Counted in layers, chunk by chunk: with an uneven split a chunk may hold a layer
     // fewer, or none (only the embedding or the output layer).
     std::vector<int64_t> chunk_layers(static_cast<size_t>(l.virtual_stages));

@@ -461,6 +461,12 @@ const std::vector<KeySpec>& key_table() {
        "finished (no kernel queue, no overlap of streams) and each kernel waits for its own dispatch "
        "(compute.blocking_launch, docs/model.md)",
        [](const N& n, S& s) { s.training.launch_blocking = as_bool(n, "training.launch_blocking"); }},
+      {"training.cross_entropy", "name", "unfused",
+       "unfused (the framework's own loss: F.cross_entropy on logits.float(), or Megatron's vocab-parallel one: the FP32 "
+       "copy, log_softmax and their backwards through HBM) | fused (with training.framework: pytorch-eager, one kernel "
+       "each way on the 16-bit logits: FlashAttention's xentropy loss, MPT / LLM Foundry's loss_fn default); "
+       "docs/model.md",
+       [](const N& n, S& s) { s.training.cross_entropy = as_enum(n, "training.cross_entropy", {"unfused", "fused"}); }},
       {"training.step_overhead", "time", "3ms",
        "host and framework work per iteration that the GPUs wait for (scheduling, loss and grad-norm bookkeeping, "
        "logging); docs/model.md gives the source",

@@ -712,6 +712,41 @@ TEST(Fidelity, PytorchEagerRunsTheCastsAndUnfusedKernelsOfAutocast) {
   EXPECT_EQ(multi, 3);  // grad norm, clip scale, fused AdamW
 }
 
+// training.cross_entropy: fused (MPT / LLM Foundry's loss_fn default, FlashAttention's
+// xentropy kernel): the loss reads the 16-bit logits twice in its forward (the max, the sum
+// of exponentials) and once in its backward, where it writes the gradient in their type;
+// F.cross_entropy on logits.float() moves 48 bytes a logit through HBM (the FP32 copy,
+// log_softmax and their backwards). The loss keeps no FP32 softmax for the backward.
+TEST(Fidelity, FusedCrossEntropyReadsTheLogitsThreeTimes) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+      "parallel: {micro_batch: 2}\ntraining: {global_batch: 2, framework: FW, cross_entropy: CE}\n";
+  auto plan = [&](const std::string& fw, const std::string& ce) {
+    return build_training_plan(scenario_from_text(filled(y, {{"FW", fw}, {"CE", ce}}), "ce"));
+  };
+  const TrainingPlan unfused = plan("pytorch-eager", "unfused"), fused = plan("pytorch-eager", "fused");
+  const Scenario s = scenario_from_text(filled(y, {{"FW", "pytorch-eager"}, {"CE", "fused"}}), "ce");
+  const double tokens = 2.0 * static_cast<double>(s.model.seq_len);
+  const double logits = tokens * static_cast<double>(s.model.vocab);
+  auto loss_bytes = [&](const TrainingPlan& tp) {
+    double bytes = 0;
+    for (const Op& op : tp.plan.programs[0].ops) {
+      const std::string& name = tp.plan.names[op.name];
+      if (name == "cross-entropy-fused" || name == "cross-entropy-fused-backward" || name == "logits-float" ||
+          name == "log-softmax" || name == "nll-loss" || name == "nll-loss-backward" || name == "log-softmax-backward" ||
+          name == "logits-grad-cast")
+        bytes += static_cast<double>(op.bytes_read + op.bytes_written);
+    }
+    return bytes;
+  };
+  EXPECT_NEAR(loss_bytes(fused) / logits, 4 * 2.0, 0.01);      // 2 + 1 reads, 1 write of 2 bytes
+  EXPECT_NEAR(loss_bytes(unfused) / logits, 48.0, 0.01);  // cast 2+4, log_softmax 12+4, nll grad 4, its backward 12+4, cast 4+2
+  EXPECT_LT(iteration_s(filled(y, {{"FW", "pytorch-eager"}, {"CE", "fused"}})),
+            iteration_s(filled(y, {{"FW", "pytorch-eager"}, {"CE", "unfused"}})));
+  EXPECT_NEAR((unfused.memory.activations - fused.memory.activations) / logits, 4.0, 1e-6);
+  EXPECT_THROW(plan("megatron", "fused"), InputError);
+}
+
 TEST(Fidelity, PytorchEagerIsDataParallelOrFsdpOnly) {
   const std::string model = "model: {preset: gpt3-1.3b, layers: 2}\n";
   // Each case: the lines it changes, and what it adds to training:.
