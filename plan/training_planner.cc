@@ -112,9 +112,6 @@ TrainingLayout check_training_layout(const Scenario& s) {
       fail(s, "training.attention", "training.framework: pytorch-eager calls a fused attention kernel, expected training.attention: flash, flash2 or triton");
   }
   l.fused_cross_entropy = s.training.cross_entropy == "fused";
-  if (l.fused_cross_entropy && !l.eager)
-    fail(s, "training.cross_entropy", "training.cross_entropy: fused models the eager stacks' fused loss kernel, expected "
-                                      "training.framework: pytorch-eager (Megatron's loss is its vocab-parallel one)");
   if (s.training.attention == "triton" && m.dropout > 0)
     fail(s, "training.attention", "the Triton FlashAttention kernel has no dropout (flash_attn_triton.py), expected model.dropout: 0 "
                                   "or training.attention: flash or flash2");
@@ -1164,9 +1161,15 @@ class StageBuilder {
                                  pg == kNone ? deps(in) : deps(in, pg), 1, 1.0, act_dtype_);
       const double lg = static_cast<double>(tokens_ * vocab_local_);
       // Megatron's vocab-parallel cross-entropy on logits.float(): the cast, max, shift,
-      // exp, sum and softmax passes over the FP32 logits.
-      x = add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + 20.0), lg * 16, 5.0 * lg,
-                     deps(logits));
+      // exp, sum and softmax passes over the FP32 logits. Fused (--cross-entropy-loss-fusion,
+      // NeMo's and Megatron-Bridge's default), its three jit-fused steps: the cast with the
+      // max (reads e, writes 4), the shift, exponential and sum (reads and writes 4), the
+      // division into the softmax it keeps (reads and writes 4).
+      x = l_.fused_cross_entropy
+              ? add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + 8.0), lg * 12, 5.0 * lg,
+                           deps(logits))
+              : add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + 20.0), lg * 16, 5.0 * lg,
+                           deps(logits));
       if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
         x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
                      3.0 * static_cast<double>(tokens_) * 4, deps(x));
@@ -1279,8 +1282,12 @@ class StageBuilder {
       g = add_memory("final-layernorm-weight-grad", Phase::Backward, -1, 2 * a32, 0, 0, deps(g, wgrad));
     } else if (last_virtual(chunk)) {
       const double lg = static_cast<double>(tokens_ * vocab_local_);
-      g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 8, lg * (4.0 + static_cast<double>(e_)),
-                     3.0 * lg, deps(prev_));
+      // Fused: the saved softmax read once, the gradient written in the logits' type.
+      g = l_.fused_cross_entropy
+              ? add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 3.0 * lg,
+                           deps(prev_))
+              : add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 8, lg * (4.0 + static_cast<double>(e_)),
+                           3.0 * lg, deps(prev_));
       uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
       uint32_t wgrad = main_grad_add(
           "grad-accumulate-logits", -1, vocab_local_, h,
@@ -1492,7 +1499,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.adam = adam;
     mi.fp8 = l.fp8;
     mi.unfused_scores = !l.flash_attention && l.recompute == "none";
-    mi.fused_cross_entropy = l.fused_cross_entropy;
+    mi.fused_cross_entropy = l.fused_cross_entropy && l.eager;  // Megatron's fused loss keeps its FP32 softmax
     // Counted in layers, chunk by chunk: with an uneven split a chunk may hold a layer
     // fewer, or none (only the embedding or the output layer).
     std::vector<int64_t> chunk_layers(static_cast<size_t>(l.virtual_stages));

@@ -55,7 +55,7 @@ struct TrainingLayout {
   DType fsdp_reduce_dtype = DType::FP32; // ZeRO 3: reduce-scattered gradients
   bool zero3_grad_once = false;     // ZeRO 3: gradients accumulated unsharded, reduce-scattered once per step
   bool eager = false;               // training.framework: pytorch-eager
-  bool fused_cross_entropy = false; // training.cross_entropy: fused (eager): one loss kernel each way
+  bool fused_cross_entropy = false; // training.cross_entropy: fused: the stack's fused loss kernels
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
   DType grad_dtype = DType::FP32;   // ZeRO 0-2: the main-gradient buffer, reduced over DP in this type
 };

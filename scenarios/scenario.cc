@@ -462,10 +462,10 @@ const std::vector<KeySpec>& key_table() {
        "(compute.blocking_launch, docs/model.md)",
        [](const N& n, S& s) { s.training.launch_blocking = as_bool(n, "training.launch_blocking"); }},
       {"training.cross_entropy", "name", "unfused",
-       "unfused (the framework's own loss: F.cross_entropy on logits.float(), or Megatron's vocab-parallel one: the FP32 "
-       "copy, log_softmax and their backwards through HBM) | fused (with training.framework: pytorch-eager, one kernel "
-       "each way on the 16-bit logits: FlashAttention's xentropy loss, MPT / LLM Foundry's loss_fn default); "
-       "docs/model.md",
+       "unfused (F.cross_entropy on logits.float(), or Megatron's vocab-parallel loss: the FP32 copy, log_softmax or its "
+       "max, exp and softmax passes, and their backwards through HBM; Megatron-LM's default) | fused (pytorch-eager: one "
+       "kernel each way on the 16-bit logits, FlashAttention's xentropy, MPT / LLM Foundry's loss_fn default; megatron: "
+       "--cross-entropy-loss-fusion, three jit-fused passes, NeMo's and Megatron-Bridge's default); docs/model.md",
        [](const N& n, S& s) { s.training.cross_entropy = as_enum(n, "training.cross_entropy", {"unfused", "fused"}); }},
       {"training.step_overhead", "time", "3ms",
        "host and framework work per iteration that the GPUs wait for (scheduling, loss and grad-norm bookkeeping, "

@@ -53,7 +53,7 @@ struct TrainingConfig {
   std::string framework = "megatron";  // megatron (fused kernels, BF16 weights) | pytorch-eager
   bool grad_accumulation_fusion = true;  // wgrad GEMMs accumulate into the main gradient in place
   bool launch_blocking = false;     // CUDA_LAUNCH_BLOCKING=1: each launch returns when its kernel ends
-  std::string cross_entropy = "unfused";  // unfused (F.cross_entropy on logits.float()) | fused (one kernel each way)
+  std::string cross_entropy = "unfused";  // unfused (the FP32 loss passes) | fused (the stack's fused loss kernels)
   double step_overhead_s = 0;       // host work per iteration the GPUs wait for
   bool step_overhead_set = false;   // false: the default
   double duration_s = 86400;        // wall-clock time of the job: goodput under faults: is over it
