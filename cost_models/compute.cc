@@ -202,7 +202,7 @@ double attention_measured(const Op& op, const GpuSpec& gpu, const MeasuredTables
   // sizes around the op's, then linear in log group size between them (clamped at the
   // grid's edges). Batch × heads matters: the kernel's thread blocks are batch × heads ×
   // query tiles, and how they fill the SMs' waves moves the rate by ±20 %.
-  const bool bwd = op.phase == Phase::Backward;
+  const bool bwd = backward_kernel(op);
   const std::string key = std::string("attention|") + (bwd ? "b|" : "f|") + std::to_string(op.head_dim) +
                           (op.causal ? "|c|" : "|n|") + gpu_key(gpu, op.dtype);
   const auto ix = index_of<AttentionIndex>(tables, key, [&] {
@@ -306,7 +306,7 @@ double measured_seconds(const Op& op, const GpuSpec& gpu, const MeasuredTables& 
   } k{};
   k.v[0] = static_cast<int64_t>(op.kind);
   k.v[1] = static_cast<int64_t>(op.dtype);
-  k.v[2] = static_cast<int64_t>(op.phase == Phase::Backward);
+  k.v[2] = static_cast<int64_t>(backward_kernel(op));
   k.v[3] = op.m, k.v[4] = op.n, k.v[5] = op.k, k.v[6] = op.batch;
   k.v[7] = op.heads, k.v[8] = op.kv_heads, k.v[9] = op.q_len, k.v[10] = op.kv_len, k.v[11] = op.head_dim;
   k.v[12] = op.bytes_read * 2 + static_cast<int64_t>(op.causal);
@@ -340,7 +340,7 @@ double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const Compute
   if (op.kind != OpKind::Attention || !op.dropout || gpu.peak_fp32 <= 0) return 0;
   const double scores = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
                         static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * (op.causal ? 0.5 : 1.0);
-  const size_t pass = op.phase == Phase::Backward ? 1 : 0;
+  const size_t pass = backward_kernel(op) ? 1 : 0;
   return scores * (p.flash2 ? p.flash2_dropout_ops[pass] : p.attention_dropout_ops[pass]) / gpu.peak_fp32;
 }
 
@@ -388,7 +388,7 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       // of the forward's plateau. Sources: docs/model.md.
       const double seq = std::sqrt(static_cast<double>(op.q_len) * static_cast<double>(op.kv_len));
       const bool fa2_on_hopper = p.flash2 && gpu.peak_fp8 > 0;  // Hopper and later have FP8 tensor cores
-      const size_t pass = op.phase == Phase::Backward ? 1 : 0;
+      const size_t pass = backward_kernel(op) ? 1 : 0;
       const double tiles = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
                            std::ceil(static_cast<double>(std::max<int64_t>(1, op.q_len)) / 128.0);
       const double n = tiles / static_cast<double>(std::max(1, gpu.sm_count));
@@ -508,7 +508,7 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
     // Energy per FLOP follows the tensor cores' rate: FP8 measured apart, other types by
     // their peak against BF16's.
     e_flop *= fp8 ? gpu.fp8_energy_ratio : gpu.peak_bf16 / peak;
-    if (op.kind == OpKind::Attention) e_flop *= p.attention_energy_ratio[op.phase == Phase::Backward ? 1 : 0];
+    if (op.kind == OpKind::Attention) e_flop *= p.attention_energy_ratio[backward_kernel(op) ? 1 : 0];
   }
   if (t_math > 0 && t_math >= t_bytes) {
     energy += e_flop * op.flops;  // math-bound: its clock-bound share stretches

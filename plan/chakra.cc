@@ -166,6 +166,7 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
           n.bytes(10, attr_i64("bytes_written", op.bytes_written));
           n.bytes(10, attr_i64("mem_access", static_cast<int64_t>(op.access)));
           n.bytes(10, attr_f64("flops", op.flops));
+          if (op.recompute) n.bytes(10, attr_bool("recompute", true));
           if (op.kind == OpKind::Attention) {
             n.bytes(10, attr_i64("heads", op.heads));
             n.bytes(10, attr_i64("kv_heads", op.kv_heads));
@@ -294,6 +295,8 @@ ChakraTrace decode_chakra(const std::string& bytes) {
             n.shape.causal = value.value != 0;
           else if (name == "dropout")
             n.shape.dropout = value.value != 0;
+          else if (name == "recompute")
+            n.shape.recompute = value.value != 0;
           else if (name.rfind("shape_", 0) == 0 || name == "bytes_read" || name == "bytes_written" ||
                    name == "mem_access" || name == "heads" || name == "kv_heads" || name == "q_len" ||
                    name == "kv_len" || name == "head_dim") {
@@ -519,6 +522,7 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
             op.bytes_read = sh.bytes_read, op.bytes_written = sh.bytes_written, op.access = sh.access;
             op.heads = sh.heads, op.kv_heads = sh.kv_heads, op.q_len = sh.q_len, op.kv_len = sh.kv_len;
             op.head_dim = sh.head_dim, op.causal = sh.causal, op.dropout = sh.dropout, op.flops = sh.flops;
+            op.recompute = sh.recompute;
             stream = "compute";
             break;
           }

@@ -67,6 +67,9 @@ struct Op {
   // Attention: the fused kernel applies dropout to the probabilities, drawing its mask
   // inside the kernel (Philox, per score element) in the forward and again in the backward.
   bool dropout = false;
+  // A forward op run again in the backward (activation recompute): its phase is the
+  // backward's, its kernel the forward's (an attention op: the forward kernel's work and rate).
+  bool recompute = false;
   bool relative_peer = false;  // Send/Recv: peer is an offset from this rank's own group position
   // Send/Recv: moved by a kernel that holds SMs beside the GEMM it overlaps, the GEMM told
   // to leave them (Transformer Engine userbuffers' pipelined reduce-scatter, num_sm SMs
@@ -96,6 +99,9 @@ struct Op {
   uint32_t dep_begin = 0;  // dependencies: Program::deps[dep_begin, dep_begin + dep_count)
   uint32_t dep_count = 0;
 };
+
+// The kernel an op runs is the backward's: in the backward phase and not a recomputed forward.
+inline bool backward_kernel(const Op& op) { return op.phase == Phase::Backward && !op.recompute; }
 
 struct Program {
   std::string name;

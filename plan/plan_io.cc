@@ -52,7 +52,7 @@ void write_op(std::string& out, const Program& p, const Op& op) {
       out += ",\"batch\":" + std::to_string(op.batch) + ",\"heads\":" + std::to_string(op.heads) +
              ",\"kv_heads\":" + std::to_string(op.kv_heads) + ",\"q_len\":" + std::to_string(op.q_len) +
              ",\"kv_len\":" + std::to_string(op.kv_len) + ",\"head_dim\":" + std::to_string(op.head_dim) +
-             ",\"causal\":" + (op.causal ? "true" : "false");
+             ",\"causal\":" + (op.causal ? "true" : "false") + (op.dropout ? ",\"dropout\":true" : "");
       break;
     case OpKind::Memory:
       if (op.access == MemAccess::DynamicCast)
@@ -74,8 +74,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
              ",\"bytes\":" + std::to_string(op.bytes);
       break;
   }
-  out += ",\"bytes_read\":" + std::to_string(op.bytes_read) + ",\"bytes_written\":" + std::to_string(op.bytes_written) +
-         ",\"flops\":" + number(op.flops) +
+  out += std::string(op.recompute ? ",\"recompute\":true" : "") + ",\"bytes_read\":" + std::to_string(op.bytes_read) +
+         ",\"bytes_written\":" + std::to_string(op.bytes_written) + ",\"flops\":" + number(op.flops) +
          (op.fixed_seconds > 0 ? ",\"fixed_seconds\":" + number(op.fixed_seconds) : std::string()) + ",\"deps\":[";
   for (uint32_t d = 0; d < op.dep_count; ++d) out += (d ? "," : "") + std::to_string(p.deps[op.dep_begin + d]);
   out += "]}";
@@ -265,6 +265,8 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       if (on["holds_sms"]) op.holds_sms = on["holds_sms"].as<bool>(false);
       if (on["overlaps_compute"]) op.overlaps_compute = on["overlaps_compute"].as<bool>(false);
       if (on["beside_sms"]) op.beside_sms = on["beside_sms"].as<bool>(false);
+      if (on["dropout"]) op.dropout = on["dropout"].as<bool>(false);
+      if (on["recompute"]) op.recompute = on["recompute"].as<bool>(false);
       if (on["collective"])
         op.collective = rd.name_of<CollectiveKind>(on["collective"], parse_collective, "collective");
       if (on["group"]) op.group = rd.name_of<GroupKind>(on["group"], parse_group_kind, "group kind");

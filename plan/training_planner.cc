@@ -366,7 +366,9 @@ class StageBuilder {
   }
 
   Op base(const char* name, OpKind kind, Phase phase, int32_t layer, uint8_t stream) {
-    return plan_.make_op(name, kind, phase, layer, mb_, stream, act_dtype_);
+    Op op = plan_.make_op(name, kind, phase, layer, mb_, stream, act_dtype_);
+    op.recompute = recomputing_;
+    return op;
   }
 
   // A GEMM; `model_share` is the part of its FLOPs that counts as model FLOPs (recompute
@@ -415,7 +417,8 @@ class StageBuilder {
     const double fwd = attention_flops(op);
     const int64_t q = l_.micro_batch * q_len * op.heads * op.head_dim * e_;
     const int64_t kv = l_.micro_batch * kv_len * op.kv_heads * op.head_dim * e_;
-    if (ph == Phase::Forward) {
+    // A recomputed forward (Op::recompute) runs the forward kernel inside the backward.
+    if (ph == Phase::Forward || recomputing_) {
       op.flops = fwd;
       op.bytes_read = q + 2 * kv;
       op.bytes_written = q;

@@ -303,7 +303,7 @@ class Runner {
     switch (op.kind) {
       case OpKind::Gemm:
         // Transformer Engine's recipe: fast FP8 accumulation in the forward, split in dgrad and wgrad.
-        gemm.run(op.dtype, op.m, op.n, op.k, op.batch, b.a, b.b, b.c, st, op.phase == Phase::Backward);
+        gemm.run(op.dtype, op.m, op.n, op.k, op.batch, b.a, b.b, b.c, st, backward_kernel(op));
         break;
       case OpKind::Attention: {
         AttentionShape s{static_cast<int>(op.batch),
@@ -321,7 +321,7 @@ class Runner {
         // cuDNN's fused attention where it runs the shape, else the own kernel
         // (cudnn_attention.h; one backend per shape, forward and backward alike).
         AttentionBackend ran;
-        if (op.phase != Phase::Backward) {
+        if (!backward_kernel(op)) {
           ran = run_attention_forward(e, s, b.a, b.b, static_cast<char*>(b.b) + l.kv, c, b.f + l.lse, st);
         } else {
           ran = run_attention_backward(e, s, b.a, b.b, static_cast<char*>(b.b) + l.kv, c, c + qn, b.f + l.lse,

@@ -755,6 +755,41 @@ TEST(Fidelity, FusedCrossEntropyMovesFewerBytesPerLogit) {
   EXPECT_EQ(plan("megatron", "fused").memory.activations, plan("megatron", "unfused").memory.activations);
 }
 
+// Full recompute runs each layer's forward again in the backward: its attention is the
+// forward kernel (the forward's FLOPs, bytes and rate), marked as recomputed, not a second
+// backward; the recompute adds one forward attention's time per layer and micro-batch.
+TEST(Fidelity, FullRecomputeRunsTheForwardAttentionKernelAgain) {
+  for (const std::string fw : {"megatron", "pytorch-eager"}) {
+    const std::string y = "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1, power_cap: false}\n"
+                          "model: {preset: gpt3-1.3b, layers: 2, seq_len: 8192, dropout: 0}\n"
+                          "training: {global_batch: 1, framework: " + fw + ", recompute: REC}\n";
+    const TrainingPlan tp = build_training_plan(scenario_from_text(filled(y, {{"REC", "full"}}), "rc"));
+    const Program& prog = tp.plan.programs[0];
+    std::vector<const Op*> fwd, recomputed, bwd;
+    for (const Op& op : prog.ops) {
+      if (op.kind != OpKind::Attention) continue;
+      (op.recompute ? recomputed : op.phase == Phase::Forward ? fwd : bwd).push_back(&op);
+    }
+    ASSERT_EQ(fwd.size(), 2u) << fw;
+    ASSERT_EQ(recomputed.size(), 2u) << fw;
+    ASSERT_EQ(bwd.size(), 2u) << fw;
+    const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+    ComputeProfile p;
+    p.power_cap = false;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(recomputed[i]->phase, Phase::Backward) << fw;
+      EXPECT_DOUBLE_EQ(recomputed[i]->flops, fwd[i]->flops) << fw;
+      EXPECT_DOUBLE_EQ(bwd[i]->flops, 2.5 * fwd[i]->flops) << fw;
+      EXPECT_DOUBLE_EQ(compute_seconds(*recomputed[i], h100, p), compute_seconds(*fwd[i], h100, p)) << fw;
+      EXPECT_FALSE(backward_kernel(*recomputed[i])) << fw;
+      EXPECT_TRUE(backward_kernel(*bwd[i])) << fw;
+    }
+    // Hardware FLOPs count the recomputed forward once more, model FLOPs do not.
+    const TrainingPlan none = build_training_plan(scenario_from_text(filled(y, {{"REC", "none"}}), "rc"));
+    EXPECT_DOUBLE_EQ(tp.model_flops_per_rank, none.model_flops_per_rank) << fw;
+  }
+}
+
 TEST(Fidelity, PytorchEagerIsDataParallelOrFsdpOnly) {
   const std::string model = "model: {preset: gpt3-1.3b, layers: 2}\n";
   // Each case: the lines it changes, and what it adds to training:.
