@@ -179,6 +179,22 @@ TEST(PlanIo, RoundTripsExactly) {
   EXPECT_EQ(back.rank_groups, tp.plan.rank_groups);
   ASSERT_EQ(back.programs[0].ops.size(), tp.plan.programs[0].ops.size());
   EXPECT_EQ(back.programs[0].deps, tp.plan.programs[0].deps);
+  // Recomputed ops and in-kernel dropout travel with the plan.
+  const TrainingPlan rc = build_training_plan(scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2, dropout: 0.1}\n"
+      "training: {recompute: full}\n", "plan-io-rc"));
+  const Plan rb = plan_from_json(plan_to_json(rc.plan), "plan.json");
+  int recomputed = 0, dropout = 0;
+  for (size_t i = 0; i < rc.plan.programs[0].ops.size(); ++i) {
+    const Op& a = rc.plan.programs[0].ops[i];
+    const Op& b = rb.programs[0].ops[i];
+    EXPECT_EQ(a.recompute, b.recompute) << i;
+    EXPECT_EQ(a.dropout, b.dropout) << i;
+    recomputed += b.recompute;
+    dropout += b.dropout;
+  }
+  EXPECT_GT(recomputed, 10);
+  EXPECT_EQ(dropout, 3 * 2);  // forward, recomputed forward and backward of two layers
 }
 
 std::string plan_error(const std::string& json) {
