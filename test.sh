@@ -21,7 +21,11 @@ jobs="$(nproc)"
 (cd build && ctest --output-on-failure -j"$jobs")
 
 if [ "$sanitize" = 1 ]; then
+  # -O1, as AddressSanitizer recommends: the suite runs ~4x faster than at -O0. GCC's
+  # (maybe-)uninitialized analysis misfires on instrumented std::regex and boost::optional
+  # at -O1, so those two warnings are off in this build only; the release build keeps them.
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCLUSTERSIM_WERROR="$werror" \
+    "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1 -Wno-maybe-uninitialized -Wno-uninitialized" \
     -DCLUSTERSIM_SANITIZE=address,undefined -DCLUSTERSIM_BUILD_BENCH=OFF -DCLUSTERSIM_REAL_BACKEND=OFF
   cmake --build build-asan -j"$jobs"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
@@ -47,7 +51,7 @@ if [ "$fuzz" = 1 ]; then
   printf 'cluster: {preset: dgx-h100, nodes: 1}\nmodel:\n  blocks:\n    - {type: attention, batch: 4, tokens: 64, hidden: 64, heads: 4}\n    - {type: mlp, axis: column, batch: 4, tokens: 64, hidden: 64, ffn_hidden: 128, stage: 1}\nparallel: {tp: 2, pp: 2}\ntraining: {global_batch: 4}\n' > "$corpus/run/blocks"
   printf 'cluster: {topology_file: %s/scenarios/examples/clusters/h100-beside-a100.topology.yaml}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {tp: 8, pp: 2, dp: 4}\ntraining: {global_batch: 8}\n' "$root" > "$corpus/run/mixed"
   for u in 64MiB 1GiB 2us 5ms 400Gbps 450GB/s 0.5us 1e3B; do printf '%s' "$u" > "$corpus/units/$(printf '%s' "$u" | tr '/' '_')"; done
-  (cd "$corpus" && "$root/build-fuzz/fuzz_scenario" -seed=1 -runs=100000 -max_total_time=120 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/" scenario)
-  (cd "$corpus" && "$root/build-fuzz/fuzz_units" -seed=1 -runs=5000000 -max_total_time=120 -timeout=10 -artifact_prefix="$root/build-fuzz/" units)
+  (cd "$corpus" && "$root/build-fuzz/fuzz_scenario" -seed=1 -runs=100000 -max_total_time=60 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/" scenario)
+  (cd "$corpus" && "$root/build-fuzz/fuzz_units" -seed=1 -runs=2000000 -max_total_time=60 -timeout=10 -artifact_prefix="$root/build-fuzz/" units)
   (cd "$corpus" && "$root/build-fuzz/fuzz_run" -seed=1 -runs=100000 -max_total_time=180 -timeout=20 -rss_limit_mb=2048 -artifact_prefix="$root/build-fuzz/" run)
 fi
