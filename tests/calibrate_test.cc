@@ -8,6 +8,7 @@
 
 #include "calibrate/profile.h"
 #include "cost_models/compute.h"
+#include "support/attention_op.h"
 #include "support/temp_scenario.h"
 #include "topology/gpu.h"
 
@@ -63,15 +64,7 @@ TEST(Profile, AttentionTablesInterpolateLengthHeadsAndGroups) {
                                                  (g == 4 ? 2.0 : 1.0) * r * ideal(at.first, at.second), g});
   ComputeProfile prof;
   prof.measured = tables;
-  Op op;
-  op.kind = OpKind::Attention;
-  op.phase = Phase::Forward;
-  op.batch = 1;
-  op.heads = op.kv_heads = 32;
-  op.q_len = op.kv_len = 2048;
-  op.head_dim = 128;
-  op.causal = true;
-  op.flops = attention_flops(op);
+  Op op = testing::causal_attention(1, 32, 2048, 128);
   const double t_ideal = op.flops / gpu.peak_flops(DType::BF16);
   EXPECT_NEAR(compute_seconds(op, gpu, prof) / t_ideal, std::pow(2.0 * 3 * 4 * 6, 0.25), 1e-9);
   op.kv_heads = 16;  // group 2: halfway (in log) between the group-1 and group-4 grids

@@ -8,6 +8,7 @@
 #include "cost_models/flow_network.h"
 #include "cost_models/network.h"
 #include "cost_models/tuner.h"
+#include "support/attention_op.h"
 #include "support/clusters.h"
 #include "topology/presets.h"
 
@@ -501,17 +502,7 @@ TEST(ComputeModel, FusedAttentionDropoutDrawsItsMaskPerScoreElement) {
   const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
   ComputeProfile p;
   p.power_cap = false;
-  Op a;
-  a.kind = OpKind::Attention;
-  a.dtype = DType::BF16;
-  a.batch = 1;
-  a.heads = a.kv_heads = 16;
-  a.q_len = a.kv_len = 4096;
-  a.head_dim = 128;
-  a.causal = true;
-  a.flops = attention_flops(a);
-  a.bytes_read = 3LL * 16 * 4096 * 128 * 2;
-  a.bytes_written = 16LL * 4096 * 128 * 2;
+  Op a = testing::causal_attention(1, 16, 4096, 128);
   const double plain = compute_seconds(a, h200, p);
   Op d = a;
   d.dropout = true;
@@ -548,18 +539,7 @@ TEST(ComputeModel, TritonAttentionIsFlashAttention2AtItsFactorWhateverTheHeadDim
     ComputeProfile triton = fa2;
     triton.triton_attention = true;
     for (const Phase phase : {Phase::Forward, Phase::Backward}) {
-      Op a;
-      a.kind = OpKind::Attention;
-      a.dtype = DType::BF16;
-      a.phase = phase;
-      a.batch = 3;
-      a.heads = a.kv_heads = 16;
-      a.q_len = a.kv_len = 8192;
-      a.head_dim = 128;
-      a.causal = true;
-      a.flops = attention_flops(a) * (phase == Phase::Backward ? 2.5 : 1.0);
-      a.bytes_read = 3LL * 3 * 16 * 8192 * 128 * 2;
-      a.bytes_written = 3LL * 16 * 8192 * 128 * 2;
+      const Op a = testing::causal_attention(3, 16, 8192, 128, phase);
       const double k = triton.triton_attention_factor;
       EXPECT_NEAR(compute_seconds(a, gpu, triton), k * compute_seconds(a, gpu, fa2), 1e-12) << name;
       // Head dim 64, twice the heads: the same FLOPs; FlashAttention-2's rate is (1/2)^0.6 of
