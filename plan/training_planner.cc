@@ -1168,11 +1168,9 @@ class StageBuilder {
       // NeMo's and Megatron-Bridge's default), its three jit-fused steps: the cast with the
       // max (reads e, writes 4), the shift, exponential and sum (reads and writes 4), the
       // division into the softmax it keeps (reads and writes 4).
-      x = l_.fused_cross_entropy
-              ? add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + 8.0), lg * 12, 5.0 * lg,
-                           deps(logits))
-              : add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + 20.0), lg * 16, 5.0 * lg,
-                           deps(logits));
+      const bool fused = l_.fused_cross_entropy;
+      x = add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + (fused ? 8.0 : 20.0)),
+                     lg * (fused ? 12.0 : 16.0), 5.0 * lg, deps(logits));
       if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
         x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
                      3.0 * static_cast<double>(tokens_) * 4, deps(x));
@@ -1286,11 +1284,9 @@ class StageBuilder {
     } else if (last_virtual(chunk)) {
       const double lg = static_cast<double>(tokens_ * vocab_local_);
       // Fused: the saved softmax read once, the gradient written in the logits' type.
-      g = l_.fused_cross_entropy
-              ? add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 3.0 * lg,
-                           deps(prev_))
-              : add_memory("cross-entropy-backward", Phase::Backward, -1, lg * 8, lg * (4.0 + static_cast<double>(e_)),
-                           3.0 * lg, deps(prev_));
+      const bool fused = l_.fused_cross_entropy;
+      g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * (fused ? 4.0 : 8.0),
+                     lg * ((fused ? 0.0 : 4.0) + static_cast<double>(e_)), 3.0 * lg, deps(prev_));
       uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
       uint32_t wgrad = main_grad_add(
           "grad-accumulate-logits", -1, vocab_local_, h,
