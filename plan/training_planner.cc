@@ -65,6 +65,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.flash_attention = s.training.attention != "unfused";  // flash, flash2 and triton are fused kernels
   l.fp8 = m.dtype == DType::FP8;
   l.fp8_attention = l.fp8 && s.training.fp8_attention;
+  l.fp8_current_scaling = l.fp8 && s.training.fp8_recipe == "tensorwise";
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
   l.overlap_grad_reduce = p.overlap_grad_reduce;
   l.overlap_p2p = p.overlap_p2p_comm == "true" || (p.overlap_p2p_comm == "auto" && p.schedule == "interleaved-1f1b");
@@ -117,6 +118,8 @@ TrainingLayout check_training_layout(const Scenario& s) {
                                   "or training.attention: flash or flash2");
   if (s.training.fp8_attention && !l.fp8)
     fail(s, "training.fp8_attention", "training.fp8_attention needs model.dtype: fp8");
+  if (s.training.fp8_recipe != "delayed" && !l.fp8)
+    fail(s, "training.fp8_recipe", "training.fp8_recipe: " + s.training.fp8_recipe + " needs model.dtype: fp8");
   if (p.tp_comm_overlap && !l.sequence_parallel && p.tp > 1)
     fail(s, "parallel.tp_comm_overlap",
          "parallel.tp_comm_overlap overlaps the sequence-parallel all-gathers and reduce-scatters: it needs "
@@ -280,7 +283,10 @@ class StageBuilder {
     // (Eager PyTorch's te.Linear casts its weight at every forward instead: eager_linear_weight.)
     if (l_.fp8 && !l_.eager) {
       const double linear = local - embedding_params_local();
-      prev_ = add_memory("fp8-weight-cast", Phase::Forward, -1, linear * 2, linear * 2, linear * 2, deps(prev_));
+      // Current scaling reads each weight once more for its amax before the cast.
+      const double amax_read = l_.fp8_current_scaling ? linear * 2 : 0;
+      prev_ = add_memory("fp8-weight-cast", Phase::Forward, -1, linear * 2 + amax_read, linear * 2, linear * 2,
+                         deps(prev_));
     }
     plan_param_gathers();
     defer_grads_ = !l_.overlap_grad_reduce;
@@ -560,12 +566,49 @@ class StageBuilder {
   // Transformer Engine's cast-transpose of a rows × cols activation or gradient: its FP8
   // copy and the transpose the next GEMM reads, and the tensor's amax.
   // `held`: bytes per element of the tensor read (the activations' type unless given).
+  //
+  // Under current scaling (training.fp8_recipe: tensorwise, TE's Float8CurrentScalingQuantizer)
+  // the scale comes from the tensor itself: a kernel reads it for its amax first
+  // (nvte_compute_amax), the amax of a sequence-parallel shard is all-reduced over TP
+  // (`amax_over_tp`), then the cast reads it again. Delayed scaling takes the scale from the
+  // amax history and records the new amax as the cast writes: one pass.
   uint32_t fp8_cast(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after,
-                    double held = 0) {
+                    double held = 0, bool amax_over_tp = false) {
     if (!l_.fp8) return after;
     const double elements = static_cast<double>(rows) * static_cast<double>(cols);
     const double read = elements * (held > 0 ? held : static_cast<double>(e_));
+    if (l_.fp8_current_scaling) {
+      after = add_memory((std::string(name) + "-amax").c_str(), ph, L, read, 4, elements, deps(after));
+      if (amax_over_tp) after = amax_allreduce(name, ph, L, after);
+    }
     const uint32_t c = add_memory(name, ph, L, read, 2.0 * elements, 2.0 * elements, deps(after));
+    Op& op = p_.ops[c];
+    op.access = MemAccess::Fp8CastTranspose;
+    op.m = rows;
+    op.n = cols;
+    return c;
+  }
+
+  // The 4-byte MAX all-reduce of a sequence-parallel tensor's amax over the TP group, on
+  // the compute stream (TE's amax reduction group: the column-parallel inputs and the
+  // row-parallel output gradients under sequence parallelism).
+  uint32_t amax_allreduce(const char* name, Phase ph, int32_t L, uint32_t after) {
+    if (!l_.sequence_parallel) return after;
+    return add_coll((std::string(name) + "-amax-allreduce").c_str(), CollectiveKind::AllReduce, GroupKind::TP, tp_,
+                    ph, L, 4, deps(after));
+  }
+
+  // Current scaling cannot scale inside the kernel that produces a tensor: TE's norms and
+  // activations then write it in BF16 with its amax (Impl::FUSED_NORM_AMAX_FP8 in
+  // normalization.cpp), and a quantize kernel reads it and writes the FP8 copy and its
+  // transpose. Under delayed scaling the norm or activation writes FP8 itself: nothing here.
+  uint32_t fp8_quantize_fused(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after,
+                              bool amax_over_tp = false) {
+    if (!l_.fp8_current_scaling || l_.eager) return after;
+    if (amax_over_tp) after = amax_allreduce(name, ph, L, after);
+    const double elements = static_cast<double>(rows) * static_cast<double>(cols);
+    const uint32_t c = add_memory(name, ph, L, elements * static_cast<double>(e_), 2.0 * elements, 2.0 * elements,
+                                  deps(after));
     Op& op = p_.ops[c];
     op.access = MemAccess::Fp8CastTranspose;
     op.m = rows;
@@ -761,6 +804,7 @@ class StageBuilder {
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
       uint32_t a = add_memory(swiglu ? "swiglu" : "bias-gelu", ph, L, swiglu ? 2 * f : f, f,
                               8.0 * f / static_cast<double>(e_), deps(up));
+      a = fp8_quantize_fused("fp8-quantize-mlp-act", ph, L, tokens_, m_.ffn_hidden / t_, a);
       return gemm_then_reduce("mlp-down", "tp-allreduce-mlp", "reduce-scatter-mlp", ph, L, deps(a), h,
                               m_.ffn_hidden / t_);
     }
@@ -834,7 +878,7 @@ class StageBuilder {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     if (!m_.moe_layer(L)) {
-      const uint32_t g8 = fp8_cast("fp8-cast-mlp-grad", Phase::Backward, L, seq_tokens_, m_.hidden, g);
+      const uint32_t g8 = fp8_cast("fp8-cast-mlp-grad", Phase::Backward, L, seq_tokens_, m_.hidden, g, 0, true);
       uint32_t down_d = ag_then_gemm("allgather-mlp-grad", "mlp-down-dgrad", Phase::Backward, L, g8, m_.ffn_hidden / t_, h);
       uint32_t down_w = main_grad_add(
           "grad-accumulate-mlp-down", L, m_.ffn_hidden / t_, h,
@@ -913,6 +957,7 @@ class StageBuilder {
     const double mask = m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
     uint32_t ln = add_memory("layernorm-1", ph, L, act, act, 8.0 * act / static_cast<double>(e_),
                              pg == kNone ? deps(x) : deps(x, pg));
+    ln = fp8_quantize_fused("fp8-quantize-qkv-input", ph, L, seq_tokens_, h, ln, true);
     uint32_t qkv = ag_then_gemm("allgather-qkv-input", "qkv", ph, L, ln, qkv_, h);
     const int64_t q = m_.seq_len / l_.cp;
     uint32_t at;
@@ -928,6 +973,7 @@ class StageBuilder {
                                     attn_out);
     uint32_t ln2 = add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act + mask,
                               10.0 * act / static_cast<double>(e_), deps(red));
+    if (!m_.moe_layer(L)) ln2 = fp8_quantize_fused("fp8-quantize-mlp-input", ph, L, seq_tokens_, h, ln2, true);
     uint32_t red2 = mlp_forward(L, ph, ln2);
     return add_memory("residual-add", ph, L, 2 * act, act + mask, act / static_cast<double>(e_), deps(red2));
   }
@@ -1335,7 +1381,7 @@ class StageBuilder {
       uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                                 12.0 * act / static_cast<double>(e_), deps(red, up_w));
       const int64_t attn_out = m_.heads * m_.head_dim() / t_;
-      ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, seq_tokens_, m_.hidden, ln2);
+      ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, seq_tokens_, m_.hidden, ln2, 0, true);
       uint32_t proj_d = ag_then_gemm("allgather-attn-grad", "attn-proj-dgrad", Phase::Backward, L, ln2, attn_out, h);
       uint32_t proj_w = main_grad_add("grad-accumulate-attn-proj", L, h, attn_out,
                                       add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_,

@@ -440,6 +440,13 @@ const std::vector<KeySpec>& key_table() {
        "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked); "
        "refused with training.framework: pytorch-eager (SDPA runs BF16)",
        [](const N& n, S& s) { s.training.fp8_attention = as_bool(n, "training.fp8_attention"); }},
+      {"training.fp8_recipe", "name", "delayed",
+       "with model.dtype fp8, Transformer Engine's scaling recipe (Megatron-Core's --fp8-recipe): delayed (DelayedScaling: "
+       "each cast scales by an amax history and records the new amax as it writes, so norms and activations write FP8 "
+       "directly) | tensorwise (Float8CurrentScaling, 'FP8-CS': each tensor's own amax before its cast, a read pass of "
+       "its own; norms and activations write BF16 with the amax, then a quantize kernel; amaxes of sequence-parallel "
+       "tensors all-reduced over TP); docs/model.md",
+       [](const N& n, S& s) { s.training.fp8_recipe = as_enum(n, "training.fp8_recipe", {"delayed", "tensorwise"}); }},
       {"training.framework", "name", "megatron",
        "megatron (Megatron-Core / Transformer Engine: fused norms and bias-activations, BF16 weights with FP32 main "
        "grads) | pytorch-eager (plain PyTorch under torch.autocast(bfloat16): FP32 parameters cast at every "

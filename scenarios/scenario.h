@@ -50,6 +50,7 @@ struct TrainingConfig {
   std::string optimizer = "adam";
   std::string attention = "flash";  // flash (fused, IO-aware) | unfused (scores and softmax through HBM)
   bool fp8_attention = false;       // with model.dtype fp8: the attention core in FP8 too
+  std::string fp8_recipe = "delayed";  // with model.dtype fp8: delayed | tensorwise (current per-tensor scaling)
   std::string framework = "megatron";  // megatron (fused kernels, BF16 weights) | pytorch-eager
   bool grad_accumulation_fusion = true;  // wgrad GEMMs accumulate into the main gradient in place
   bool launch_blocking = false;     // CUDA_LAUNCH_BLOCKING=1: each launch returns when its kernel ends

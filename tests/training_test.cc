@@ -755,6 +755,61 @@ TEST(Fidelity, FusedCrossEntropyMovesFewerBytesPerLogit) {
   EXPECT_EQ(plan("megatron", "fused").memory.activations, plan("megatron", "unfused").memory.activations);
 }
 
+// training.fp8_recipe: tensorwise (Transformer Engine's Float8CurrentScaling, Megatron-Bridge's
+// "FP8-CS"): a cast takes its scale from the tensor it casts, so every standalone cast reads its
+// input once more for the amax, and the norms and activations that wrote FP8 under delayed
+// scaling write BF16 with the amax and leave the cast to a quantize kernel (2 bytes read, 2
+// written an element). Under sequence parallelism the amax of each sharded tensor (the QKV and
+// FC1 inputs, the output gradients of the projection and FC2) is all-reduced over TP.
+TEST(Fidelity, CurrentScalingReadsEachCastInputForItsAmax) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: GPUS}\n"
+      "model: {preset: llama3-8b, layers: 2, seq_len: 4096, dtype: fp8}\n"
+      "parallel: {tp: TP, sequence_parallel: SP}\ntraining: {global_batch: 1, fp8_recipe: RECIPE}\n";
+  auto text = [&](const std::string& recipe, const std::string& tp) {
+    return filled(y, {{"GPUS", tp}, {"TP", tp}, {"SP", tp == "1" ? "false" : "true"}, {"RECIPE", recipe}});
+  };
+  auto plan = [&](const std::string& recipe, const std::string& tp = "1") {
+    return build_training_plan(scenario_from_text(text(recipe, tp), "cs"));
+  };
+  const TrainingPlan delayed = plan("delayed"), current = plan("tensorwise");
+  const Scenario s = scenario_from_text(text("delayed", "1"), "cs");
+  const double tokens = static_cast<double>(s.model.seq_len), h = static_cast<double>(s.model.hidden);
+  const double f = static_cast<double>(s.model.ffn_hidden);
+  const double qkv = h + 2.0 * static_cast<double>(s.model.kv_heads) * (h / static_cast<double>(s.model.heads));
+  auto bytes = [](const TrainingPlan& tp, const std::string& part) {
+    double b = 0;
+    for (const Op& op : tp.plan.programs[0].ops)
+      if (tp.plan.names[op.name].find(part) != std::string::npos)
+        b += static_cast<double>(op.bytes_read + op.bytes_written);
+    return b;
+  };
+  // Per layer: the amax passes read the forward's attention output and the backward's four
+  // gradients (FC2 and projection outputs h, FC1 outputs 2f for SwiGLU, QKV outputs qkv) once;
+  // the quantize kernels after the two norms (h) and the activation (f) move 4 bytes each.
+  const double layers = 2, e = 2;
+  EXPECT_NEAR(bytes(current, "-amax") / layers, tokens * e * (h + h + h + 2 * f + qkv) + 4 * 5, 1.0);
+  EXPECT_EQ(bytes(delayed, "-amax"), 0);
+  EXPECT_NEAR(bytes(current, "fp8-quantize-") / layers, tokens * 4 * (h + h + f), 1.0);
+  EXPECT_EQ(bytes(delayed, "fp8-quantize-"), 0);
+  EXPECT_GT(iteration_s(text("tensorwise", "1")), iteration_s(text("delayed", "1")));
+  // Sequence parallel at TP 2: four 4-byte amax all-reduces over TP per layer and pass
+  // (forward: QKV and FC1 inputs; backward: projection and FC2 output gradients).
+  const TrainingPlan sp = plan("tensorwise", "2");
+  int amax_reductions = 0;
+  for (const Op& op : sp.plan.programs[0].ops)
+    if (op.kind == OpKind::Collective && sp.plan.names[op.name].find("amax-allreduce") != std::string::npos) {
+      EXPECT_EQ(op.bytes, 4);
+      EXPECT_EQ(op.group, GroupKind::TP);
+      ++amax_reductions;
+    }
+  EXPECT_EQ(amax_reductions, 4 * 2);
+  EXPECT_THROW(build_training_plan(scenario_from_text(
+                   "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b, "
+                   "layers: 2}\ntraining: {global_batch: 1, fp8_recipe: tensorwise}\n", "cs")),
+               InputError);
+}
+
 // Full recompute runs each layer's forward again in the backward: its attention is the
 // forward kernel (the forward's FLOPs, bytes and rate), marked as recomputed, not a second
 // backward; the recompute adds one forward attention's time per layer and micro-batch.
