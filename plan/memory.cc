@@ -62,7 +62,8 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   // Weights kept unsharded are held as gathered (FSDP: its param dtype) besides the shard.
   b.weights = in.zero_stage >= 3 && in.zero3_params_held
                   ? bytes(in.zero3_gather_bytes, 4) + (in.fp8 ? 1.0 : 0.0) * (sp.dense + sp.expert)
-                  : bytes(in.fp8 ? 3.0 : e, 3);  // FP8: the BF16 weight and its cached FP8 copy
+                  : bytes(in.fp8_params ? 2.0 : in.fp8 ? 3.0 : e, 3);  // FP8: the BF16 weight and its cached FP8 copy;
+                                                                         // FP8 weights: the FP8 data and its transpose
   b.gradients = bytes(in.grad_bytes > 0 ? in.grad_bytes : m.dtype == DType::FP16 ? 2.0 : 4.0, grad_stage);
   b.optimizer = bytes(in.adam ? (m.dtype == DType::FP32 ? 8.0 : 12.0) : (m.dtype == DType::FP32 ? 4.0 : 8.0), 1);
 

@@ -55,6 +55,7 @@ struct MemoryInputs {
   bool full_recompute = false;
   bool adam = true;
   bool fp8 = false;               // Transformer Engine FP8 linear layers
+  bool fp8_params = false;  // parallel.fp8_param_gather: FP8 weights (and their transpose), no 16-bit copy
   bool unfused_scores = false;    // unfused attention whose scores are kept for the backward
   bool fused_cross_entropy = false;  // the loss keeps only the 16-bit logits (no FP32 softmax)
   int64_t first_layer = 0, end_layer = -1;  // the stage's layers; end -1: all

@@ -66,6 +66,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.fp8 = m.dtype == DType::FP8;
   l.fp8_attention = l.fp8 && s.training.fp8_attention;
   l.fp8_current_scaling = l.fp8 && s.training.fp8_recipe == "tensorwise";
+  l.fp8_params = l.fp8 && p.fp8_param_gather;
+  if (p.fp8_param_gather && (!l.fp8 || s.training.framework != "megatron" || p.zero_stage < 1))
+    fail(s, "parallel.fp8_param_gather",
+         "parallel.fp8_param_gather keeps Transformer Engine's FP8 weights in Megatron's distributed optimizer or FSDP, "
+         "expected model.dtype: fp8, training.framework: megatron and parallel.zero_stage >= 1");
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
   l.overlap_grad_reduce = p.overlap_grad_reduce;
   l.overlap_p2p = p.overlap_p2p_comm == "true" || (p.overlap_p2p_comm == "auto" && p.schedule == "interleaved-1f1b");
@@ -86,7 +91,10 @@ TrainingLayout check_training_layout(const Scenario& s) {
   // Megatron's "ZeRO 3" gathers the 16-bit weights it computes with; plain PyTorch FSDP
   // without a mixed-precision policy gathers the FP32 parameters autocast then casts.
   l.fsdp_param_dtype =
-      chosen_dtype(p.fsdp_param_dtype, l.eager ? DType::FP32 : (m.dtype == DType::FP8 ? DType::BF16 : m.dtype));
+      chosen_dtype(p.fsdp_param_dtype, l.eager                ? DType::FP32
+                                       : m.dtype != DType::FP8 ? m.dtype
+                                       : p.fp8_param_gather    ? DType::FP8
+                                                               : DType::BF16);
   l.fsdp_reduce_dtype = chosen_dtype(p.fsdp_reduce_dtype, m.dtype == DType::FP16 ? DType::FP16 : DType::FP32);
   if (p.zero_stage < 3) {
     const char* key = p.zero3_param_gather != "micro-batch" ? "parallel.zero3_param_gather"
@@ -281,12 +289,19 @@ class StageBuilder {
     // (PyTorch's zero_grad sets the gradients to None: nothing to zero.)
     if (!l_.eager) prev_ = add_memory("zero-grad-buffer", Phase::Other, -1, 0, local * gb, 0, {});
     // (Eager PyTorch's te.Linear casts its weight at every forward instead: eager_linear_weight.)
-    if (l_.fp8 && !l_.eager) {
+    if (l_.fp8 && !l_.eager && !l_.fp8_params) {
       const double linear = local - embedding_params_local();
       // Current scaling reads each weight once more for its amax before the cast.
       const double amax_read = l_.fp8_current_scaling ? linear * 2 : 0;
       prev_ = add_memory("fp8-weight-cast", Phase::Forward, -1, linear * 2 + amax_read, linear * 2, linear * 2,
                          deps(prev_));
+    }
+    // FP8 weights (parallel.fp8_param_gather) arrive from the gather without the transpose
+    // the backward's data-gradient GEMM reads: TE builds it once per step
+    // (post_all_gather_processing), 1 byte read and 1 written a weight.
+    if (l_.fp8_params) {
+      const double linear = local - embedding_params_local();
+      prev_ = add_memory("fp8-weight-transpose", Phase::Forward, -1, linear, linear, 0, deps(prev_));
     }
     plan_param_gathers();
     defer_grads_ = !l_.overlap_grad_reduce;
@@ -306,6 +321,7 @@ class StageBuilder {
       bucket_dense_ = b.dense;
       bucket_expert_ = b.expert;
       bucket_layer_ = b.layer;
+      bucket_gather_ = b.gather_bytes;
       flush_buckets(prev_);
     }
     std::vector<uint32_t> after = grad_ops_;
@@ -344,8 +360,26 @@ class StageBuilder {
     // (Megatron's _copy_model_grads_to_main_grads).
     if (gb < 4)
       norm = add_memory("main-grad-copy", Phase::Optimizer, -1, params * gb, params * 4, 0, deps(norm));
-    uint32_t opt = add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state), params * (e_ + state),
-                              params * 12, deps(norm));
+    // FP8 weights: the step writes the FP32 master shard, and the linear weights' shard is
+    // cast to FP8 into the parameter buffer (Megatron's quantize_param_shard: 4 bytes read,
+    // 1 written; current scaling reads the shard once more for its amaxes and all-reduces
+    // them, one per weight tensor, over DP), in place of the 16-bit copy.
+    const double fp8_shard = l_.fp8_params ? (local_params(false) + local_params(true) - embedding_params_local()) / shard : 0;
+    uint32_t opt = add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state),
+                              params * (e_ + state) - fp8_shard * static_cast<double>(e_), params * 12, deps(norm));
+    if (l_.fp8_params) {
+      if (l_.fp8_current_scaling) {
+        opt = add_memory("fp8-param-shard-amax", Phase::Optimizer, -1, fp8_shard * 4, 0, fp8_shard, deps(opt));
+        // One amax a weight tensor: about seven a layer (QKV, projection, FC1, FC2 and
+        // their biases or gates), counted as eight.
+        int64_t layers = 0;
+        for (int64_t c = 0; c < l_.virtual_stages; ++c) layers += chunk_layers(c);
+        if (l_.dp * l_.cp > 1)
+          opt = add_coll("fp8-param-amax-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Optimizer,
+                         -1, 4.0 * 8.0 * static_cast<double>(layers), deps(opt));
+      }
+      opt = add_memory("fp8-param-shard-cast", Phase::Optimizer, -1, fp8_shard * 4, fp8_shard, fp8_shard, deps(opt));
+    }
     // ZeRO 1/2: the updated shards are all-gathered back into every replica (with
     // --overlap-param-gather, ahead of the next forward instead: plan_param_gathers).
     if (l_.zero_stage >= 1 && l_.zero_stage <= 2 && l_.dp * l_.cp > 1 && !l_.overlap_param_gather) {
@@ -723,6 +757,7 @@ class StageBuilder {
       return;
     }
     bucket_dense_ += dense;
+    bucket_gather_ += dense * gathered_bytes(L);
     bucket_expert_ += expert;
     bucket_ready_ = ready;
     bucket_layer_ = L;
@@ -742,8 +777,9 @@ class StageBuilder {
 
   void flush_buckets(uint32_t ready) {
     if (defer_grads_) {
-      if (bucket_dense_ + bucket_expert_ > 0) deferred_.push_back(Bucket{bucket_dense_, bucket_expert_, bucket_layer_});
-      bucket_dense_ = bucket_expert_ = 0;
+      if (bucket_dense_ + bucket_expert_ > 0)
+        deferred_.push_back(Bucket{bucket_dense_, bucket_expert_, bucket_layer_, bucket_gather_});
+      bucket_dense_ = bucket_expert_ = bucket_gather_ = 0;
       return;
     }
     if (ready == kNone) ready = bucket_ready_;
@@ -753,13 +789,13 @@ class StageBuilder {
     if (bucket_dense_ > 0 && l_.dp * l_.cp > 1) {
       grad_ops_.push_back(add_grad_coll(sharded ? "dp-grad-reduce-scatter" : "dp-grad-allreduce", kind, GroupKind::DP,
                                         bucket_layer_, bucket_dense_ * gb, ready));
-      if (sharded && !l_.overlap_param_gather) gather_buckets_.push_back(bucket_dense_ * static_cast<double>(e_));
+      if (sharded && !l_.overlap_param_gather) gather_buckets_.push_back(bucket_gather_);
     }
     if (bucket_expert_ > 0 && l_.dp * l_.cp / l_.ep > 1) {
       grad_ops_.push_back(add_grad_coll(sharded ? "expert-grad-reduce-scatter" : "expert-grad-allreduce", kind,
                                         GroupKind::EDP, bucket_layer_, bucket_expert_ * gb, ready));
     }
-    bucket_dense_ = bucket_expert_ = 0;
+    bucket_dense_ = bucket_expert_ = bucket_gather_ = 0;
   }
 
   // ---- attention, with ring attention across the CP group ----------------------------
@@ -1278,23 +1314,32 @@ class StageBuilder {
   // step, and a layer's first forward op waits for its bucket.
   void plan_param_gathers() {
     if (!(l_.zero_stage >= 1 && l_.zero_stage <= 2 && l_.dp * l_.cp > 1 && l_.overlap_param_gather)) return;
-    std::vector<std::pair<double, std::vector<int32_t>>> buckets(1);
+    struct Gather {
+      double params = 0, bytes = 0;
+      std::vector<int32_t> layers;
+    };
+    std::vector<Gather> buckets(1);
     auto add = [&](int32_t L, double params) {
-      buckets.back().first += params;
-      buckets.back().second.push_back(L);
-      if (buckets.back().first >= static_cast<double>(l_.bucket_params)) buckets.emplace_back();
+      buckets.back().params += params;
+      buckets.back().bytes += params * gathered_bytes(L);
+      buckets.back().layers.push_back(L);
+      if (buckets.back().params >= static_cast<double>(l_.bucket_params)) buckets.emplace_back();
     };
     for (int64_t c = l_.virtual_stages - 1; c >= 0; --c) {
       for (int64_t i = chunk_layers(c) - 1; i >= 0; --i) add(layer_of(c, i), layer_dense_params(layer_of(c, i)));
       if (first_virtual(c) || last_virtual(c)) add(-1, embedding_params(first_virtual(c), last_virtual(c)));
     }
     for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
-      if (it->first <= 0) continue;
+      if (it->params <= 0) continue;
       const uint32_t g = add_coll("zero-param-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_,
-                                  Phase::Forward, -1, it->first * static_cast<double>(e_), {});
-      for (int32_t L : it->second) param_gather_[L] = g;
+                                  Phase::Forward, -1, it->bytes, {});
+      for (int32_t L : it->layers) param_gather_[L] = g;
     }
   }
+  // Bytes a parameter of layer L (-1: the embedding and output layer) moves in the ZeRO 1/2
+  // parameter all-gather: FP8 weights (parallel.fp8_param_gather) 1, else the model's type.
+  // (A layer's norm weights, a few thousandths of it, count with its FP8 weights.)
+  double gathered_bytes(int32_t L) const { return l_.fp8_params && L >= 0 ? 1.0 : static_cast<double>(e_); }
   uint32_t param_gather_for(int32_t L) const {
     auto it = param_gather_.find(L);
     return it == param_gather_.end() ? kNone : it->second;
@@ -1447,6 +1492,7 @@ class StageBuilder {
   struct Bucket {
     double dense, expert;
     int32_t layer;
+    double gather_bytes;  // the ZeRO 1/2 all-gather of the bucket's updated parameters
   };
   bool defer_grads_ = false;
   std::vector<Bucket> deferred_;
@@ -1462,7 +1508,7 @@ class StageBuilder {
   std::vector<int64_t> last_mb_;
   std::vector<uint32_t> grad_ops_;
   std::vector<double> gather_buckets_;
-  double bucket_dense_ = 0, bucket_expert_ = 0;
+  double bucket_dense_ = 0, bucket_expert_ = 0, bucket_gather_ = 0;
   uint32_t bucket_ready_ = kNone;
   int32_t bucket_layer_ = -1;
   double params_dense_ = 0, params_expert_ = 0;
@@ -1543,6 +1589,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.full_recompute = l.recompute == "full";
     mi.adam = adam;
     mi.fp8 = l.fp8;
+    mi.fp8_params = l.fp8_params;
     mi.unfused_scores = !l.flash_attention && l.recompute == "none";
     mi.fused_cross_entropy = l.fused_cross_entropy && l.eager;  // Megatron's fused loss keeps its FP32 softmax
     // Counted in layers, chunk by chunk: with an uneven split a chunk may hold a layer

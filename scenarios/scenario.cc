@@ -359,6 +359,12 @@ const std::vector<KeySpec>& key_table() {
        "ZeRO 1/2 (distributed optimizer): all-gather each bucket's updated parameters ahead of its layers in the next "
        "forward (--overlap-param-gather); false: after the optimizer step",
        [](const N& n, S& s) { s.parallel.overlap_param_gather = as_bool(n, "parallel.overlap_param_gather"); }},
+      {"parallel.fp8_param_gather", "bool", "false",
+       "with model.dtype fp8 under training.framework megatron and zero_stage >= 1: the linear layers' weights are "
+       "FP8 tensors (Megatron-Core's --fp8-param-gather, TE's fp8_model_init): the optimizer casts its FP32 shard "
+       "to FP8, the DP all-gather moves 1 byte a weight, no BF16 copy is kept (ZeRO 3 gathers FP8 unless "
+       "parallel.fsdp_param_dtype says otherwise); docs/model.md",
+       [](const N& n, S& s) { s.parallel.fp8_param_gather = as_bool(n, "parallel.fp8_param_gather"); }},
       {"parallel.zero3_param_gather", "name", "micro-batch",
        "ZeRO 3 / FSDP: micro-batch (each layer's parameters all-gathered before its forward and again before its "
        "backward, every micro-batch) | forward (before each forward only, kept through that micro-batch's backward: "

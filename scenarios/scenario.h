@@ -34,6 +34,7 @@ struct ParallelConfig {
   bool tp_comm_overlap = false;        // Megatron-Core --tp-comm-overlap (TE userbuffers)
   bool overlap_grad_reduce = true;     // gradient buckets reduced during the backward
   bool overlap_param_gather = true;    // distributed optimizer: parameter gathers during the next forward
+  bool fp8_param_gather = false;       // FP8 models: FP8 weights, gathered in FP8 (Megatron's --fp8-param-gather)
   std::string overlap_p2p_comm = "auto";  // pipeline p2p posted ahead (true) or blocking (false)
   bool pp_scatter_gather = true;           // without SP: pipeline tensors as 1/tp slices, gathered on arrival
   std::string zero3_param_gather = "micro-batch";  // ZeRO 3: gather per micro-batch, or once per step

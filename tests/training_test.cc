@@ -810,6 +810,54 @@ TEST(Fidelity, CurrentScalingReadsEachCastInputForItsAmax) {
                InputError);
 }
 
+// parallel.fp8_param_gather (Megatron-Core's --fp8-param-gather; Megatron-Bridge's FP8 recipes set
+// it): the linear weights are FP8 tensors, so the distributed optimizer's parameter all-gather
+// moves 1 byte a weight (the embedding and output layer keep their 16 bits), the optimizer casts
+// its FP32 shard to FP8 (4 bytes read, 1 written) in place of the 16-bit copy, the once-a-step
+// 16-bit-to-FP8 weight cast is gone (TE builds each gathered weight's transpose: 1 + 1 bytes),
+// and a weight takes 2 bytes of memory (FP8 and its transpose) instead of 3 (BF16 and FP8).
+TEST(Volumes, Fp8ParamGatherMovesOneByteAWeight) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2, dtype: fp8}\n"
+      "parallel: {dp: 8, zero_stage: 1, overlap_param_gather: OVERLAP, fp8_param_gather: FP8P}\n"
+      "training: {global_batch: 8}\n";
+  auto plan = [&](const std::string& fp8p, const std::string& overlap = "true") {
+    return build_training_plan(scenario_from_text(filled(y, {{"OVERLAP", overlap}, {"FP8P", fp8p}}), "fp8p"));
+  };
+  const TrainingPlan bf16 = plan("false"), fp8 = plan("true");
+  const Scenario s = scenario_from_text(filled(y, {{"OVERLAP", "true"}, {"FP8P", "false"}}), "fp8p");
+  const double all = static_cast<double>(s.model.total_params());
+  const double layers = static_cast<double>(s.model.layers * s.model.layer_params());
+  const double emb = all - layers;  // the embedding, the untied output layer and the final norm
+  const double tol = all * 1e-5;
+  auto named = [](const TrainingPlan& tp, const std::string& name, bool coll) {
+    double b = 0;
+    for (const Op& op : tp.plan.programs[0].ops)
+      if (tp.plan.names[op.name] == name)
+        b += coll ? static_cast<double>(op.bytes) : static_cast<double>(op.bytes_read + op.bytes_written);
+    return b;
+  };
+  for (const std::string overlap : {"true", "false"}) {
+    EXPECT_NEAR(named(plan("false", overlap), "zero-param-allgather", true), 2 * all, tol) << overlap;
+    EXPECT_NEAR(named(plan("true", overlap), "zero-param-allgather", true), layers + 2 * emb, tol) << overlap;
+  }
+  EXPECT_GT(named(bf16, "fp8-weight-cast", false), 0);
+  EXPECT_EQ(named(fp8, "fp8-weight-cast", false), 0);
+  EXPECT_NEAR(named(fp8, "fp8-weight-transpose", false), 2 * layers, tol);
+  EXPECT_NEAR(named(fp8, "fp8-param-shard-cast", false), 5 * layers / 8, tol);
+  EXPECT_NEAR((bf16.memory.weights - fp8.memory.weights) / all, 1.0, 1e-6);  // 3 -> 2 bytes a weight
+  // Refused where there are no FP8 weights to gather: a BF16 model, or no sharded optimizer.
+  EXPECT_THROW(build_training_plan(scenario_from_text(
+                   "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
+                   "parallel: {dp: 8, zero_stage: 1, fp8_param_gather: true}\ntraining: {global_batch: 8}\n", "fp8p")),
+               InputError);
+  EXPECT_THROW(build_training_plan(scenario_from_text(
+                   "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2, dtype: fp8}\n"
+                   "parallel: {dp: 8, fp8_param_gather: true}\ntraining: {global_batch: 8}\n", "fp8p")),
+               InputError);
+}
+
+
 // Full recompute runs each layer's forward again in the backward: its attention is the
 // forward kernel (the forward's FLOPs, bytes and rate), marked as recomputed, not a second
 // backward; the recompute adds one forward attention's time per layer and micro-batch.
