@@ -53,6 +53,8 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
     // Megatron's ZeRO 0-2 gradient buffer dtype shapes those layouts only.
     c.parallel.grad_reduce_dtype = ParallelConfig{}.grad_reduce_dtype;
   }
+  // FP8 weights live in a sharded optimizer: the ZeRO 0 layouts keep 16-bit weights.
+  if (l.zero_stage < 1) c.parallel.fp8_param_gather = false;
   c.parallel.schedule = l.schedule;
   // The micro-batch group a layout was checked with (the scenario's own, or pp); the
   // layouts search builds carry none and take the default.

@@ -177,6 +177,24 @@ TEST(Search, Zero3KeysShapeOnlyZero3Layouts) {
   EXPECT_TRUE(other_stage);
 }
 
+// FP8 weights (parallel.fp8_param_gather) need a sharded optimizer: the ZeRO 0 candidates
+// are searched with 16-bit weights instead of being refused.
+TEST(Search, Fp8ParamGatherShapesOnlyShardedLayouts) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4, dtype: fp8}\n"
+      "parallel: {dp: 16, zero_stage: 1, fp8_param_gather: true}\ntraining: {global_batch: 64}\n",
+      "search-fp8p");
+  const SearchResult r = quiet_search(s, 4);
+  ASSERT_GE(r.best, 0);
+  EXPECT_GE(r.baseline, 0) << r.baseline_reason;
+  TrainingLayout l = r.top[static_cast<size_t>(r.baseline)].layout;
+  EXPECT_TRUE(with_layout(s, l).parallel.fp8_param_gather);
+  l.zero_stage = 0;
+  const Scenario z0 = with_layout(s, l);
+  EXPECT_FALSE(z0.parallel.fp8_param_gather);
+  EXPECT_NO_THROW(build_training_plan(z0));
+}
+
 // A scenario's micro-batch group is its own layout's: the baseline keeps it, and the
 // layouts search builds (1F1B, other pp) take the default instead of being refused.
 TEST(Search, MicrobatchGroupShapesOnlyTheScenariosLayout) {
