@@ -72,6 +72,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
          "parallel.fp8_param_gather keeps Transformer Engine's FP8 weights in Megatron's distributed optimizer or FSDP, "
          "expected model.dtype: fp8, training.framework: megatron and parallel.zero_stage >= 1");
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
+  l.tp_overlap_rs_ring = l.tp_comm_overlap && p.tp_overlap_reduce_scatter == "ring-exchange";
+  if (p.tp_overlap_reduce_scatter != "pipeline" && !p.tp_comm_overlap)
+    fail(s, "parallel.tp_overlap_reduce_scatter",
+         "parallel.tp_overlap_reduce_scatter chooses how the TP overlap runs its reduce-scatters, expected "
+         "parallel.tp_comm_overlap: true");
   l.overlap_grad_reduce = p.overlap_grad_reduce;
   l.overlap_p2p = p.overlap_p2p_comm == "true" || (p.overlap_p2p_comm == "auto" && p.schedule == "interleaved-1f1b");
   l.pp_scatter_gather = p.pp_scatter_gather;
@@ -564,16 +569,19 @@ class StageBuilder {
       const uint32_t g = add_gemm(gemm, ph, L, tokens_, n, k, after);
       return tp_reduce(ar, rs, ph, L, g);
     }
+    // The forward's `pipeline` kernels hold their SMs; a `ring_exchange` reduce-scatter
+    // (parallel.tp_overlap_reduce_scatter) sends by copy engine and holds none.
+    const bool held = ph == Phase::Forward && !l_.tp_overlap_rs_ring;
     uint32_t last = kNone, arrived = kNone;
     for (int64_t i = 0; i < t_; ++i) {
       last = add_gemm(gemm, ph, L, seq_tokens_, n, k, i == 0 ? after : deps(last));
       // Every chunk after the first runs beside the previous chunk's send.
-      if (i > 0 && ph == Phase::Forward) p_.ops[last].beside_sms = true;
+      if (i > 0 && held) p_.ops[last].beside_sms = true;
       if (i + 1 < t_) {
         add_p2p("tp-overlap-send", OpKind::Send, GroupKind::TP, 1, "tp-send", ph, L, act_bytes(), deps(last, arrived),
-                true, ph == Phase::Forward);
+                true, held);
         arrived = add_p2p("tp-overlap-recv", OpKind::Recv, GroupKind::TP, static_cast<int32_t>(t_ - 1), "tp-recv", ph,
-                          L, act_bytes(), deps(arrived == kNone ? last : arrived), true, ph == Phase::Forward);
+                          L, act_bytes(), deps(arrived == kNone ? last : arrived), true, held);
       }
     }
     return add_memory(rs, ph, L, 2 * act_bytes(), act_bytes(), act_bytes() / static_cast<double>(e_),

@@ -338,6 +338,15 @@ const std::vector<KeySpec>& key_table() {
        "Megatron-Core --tp-comm-overlap: with sequence_parallel, each TP all-gather / reduce-scatter is split into tp "
        "chunks exchanged around the ring while the GEMM it feeds (or drains) runs chunk by chunk",
        [](const N& n, S& s) { s.parallel.tp_comm_overlap = as_bool(n, "parallel.tp_comm_overlap"); }},
+      {"parallel.tp_overlap_reduce_scatter", "name", "pipeline",
+       "with tp_comm_overlap, how Transformer Engine's userbuffers overlap the forward's reduce-scatters (proj_fprop, "
+       "fc2_fprop): pipeline (a reduce-scatter kernel of num_sm SMs beside the GEMM's chunks, TE's default and NeMo's "
+       "BF16 configurations) | ring-exchange (the chunks' partial sums sent over the ring by copy engines and added at "
+       "the end, the GEMM leaving one SM: Megatron-Bridge's FP8 configurations); docs/model.md",
+       [](const N& n, S& s) {
+         s.parallel.tp_overlap_reduce_scatter =
+             as_enum(n, "parallel.tp_overlap_reduce_scatter", {"pipeline", "ring-exchange"});
+       }},
       {"parallel.overlap_grad_reduce", "bool", "true",
        "reduce each gradient bucket as soon as its layers' gradients are final (--overlap-grad-reduce); false: all "
        "buckets after the backward",

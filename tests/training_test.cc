@@ -595,6 +595,27 @@ TEST(Fidelity, UserbuffersReduceScatterSlowsTheGemmChunksBesideIt) {
     checked = true;
   }
   EXPECT_TRUE(checked);
+  // parallel.tp_overlap_reduce_scatter: ring-exchange (Megatron-Bridge's FP8 userbuffers
+  // configurations): the partial sums go by copy engine, no SMs are held, so every
+  // projection chunk takes the first one's time and none is marked for the power cap.
+  std::string ring = y;
+  ring.replace(ring.find("tp_comm_overlap: true"), 21, "tp_comm_overlap: true, tp_overlap_reduce_scatter: ring-exchange");
+  const RunOutcome r = run_training(scenario_from_text(ring, "ub-ring"), o);
+  const Plan& rp = r.plan.plan;
+  const Program& rprog = rp.programs[rp.rank_program[0]];
+  std::vector<double> proj;
+  for (const SpanRecord& sp : r.exec.spans) {
+    const Op& op = rprog.ops[sp.op];
+    if (sp.rank == 0 && op.phase == Phase::Forward && rp.names[op.name] == "attn-proj")
+      proj.push_back(static_cast<double>(sp.end_ps - sp.start_ps));
+    if (op.kind == OpKind::Send) {
+      EXPECT_FALSE(op.holds_sms);
+    }
+    EXPECT_FALSE(op.beside_sms);
+  }
+  ASSERT_EQ(proj.size(), 8u);
+  for (size_t i = 1; i < 8; ++i) EXPECT_NEAR(proj[i], proj[0], 1.0) << i;
+  EXPECT_LT(r.exec.makespan, out.exec.makespan);
 }
 
 // Unfused attention (scores through HBM) is slower than fused, and dropout slower still;
