@@ -631,8 +631,8 @@ class StageBuilder {
     return c;
   }
 
-  // The 4-byte MAX all-reduce of a sequence-parallel tensor's amax over the TP group, on
-  // the compute stream (TE's amax reduction group: the column-parallel inputs and the
+  // The 4-byte MAX all-reduce of a sequence-parallel tensor's amax over the TP group, which
+  // the cast waits for (TE's amax reduction group: the column-parallel inputs and the
   // row-parallel output gradients under sequence parallelism).
   uint32_t amax_allreduce(const char* name, Phase ph, int32_t L, uint32_t after) {
     if (!l_.sequence_parallel) return after;
