@@ -439,6 +439,22 @@ double beside_p2p(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile
   return beside_blocks(kind, gpu, network_peer ? profile.nccl_net_peer_channels : profile.nccl_channels);
 }
 
+double beside_userbuffers(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile, int held_sms,
+                          bool sm_margin) {
+  const double measured = profile.overlap_slowdown[2][overlap_kind_index(kind)];
+  if (measured > 0) return measured;
+  const int blocks = held_sms > 0 ? held_sms : 16;
+  if (kind != OpKind::Gemm || !sm_margin) return beside_blocks(kind, gpu, blocks);
+  if (gpu.gemm_cluster_sms >= 2 && blocks <= 32) {
+    // Measured steps (H200, copy blocks beside cuBLASLt GEMMs planned for the SMs left:
+    // calibrate/measurements/overlap-sm-h200-2026-12-02, sm-margin-h200-2026-12-03).
+    constexpr std::array<std::pair<int, double>, 5> kSteps{{{1, 1.00}, {8, 1.05}, {16, 1.37}, {24, 1.38}, {32, 1.58}}};
+    for (const auto& [upto, factor] : kSteps)
+      if (blocks <= upto) return factor;
+  }
+  return beside_blocks(kind, gpu, blocks);
+}
+
 double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   // A GEMM runs as output tiles (tm x tn) over the SMs in waves; each tile's main loop
   // streams k in steps, and short loops spend a larger share in prologue and epilogue:
@@ -491,7 +507,9 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
   if (t <= 0 || op.fixed_seconds > 0 || !power_model_active(gpu, p)) return 0;
   // A GEMM planned beside an SM-holding kernel runs its FLOPs (the same energy) over the
   // userbuffers slowdown's longer time: the window's power is the lower for it.
-  const double t_run = op.beside_sms && op.kind == OpKind::Gemm ? t * p.overlap_slowdown[2][0] : t;
+  const double t_run = op.beside_sms && op.kind == OpKind::Gemm
+                           ? t * beside_userbuffers(op.kind, gpu, p, op.held_sms, op.sm_margin)
+                           : t;
   const double joule_per_flop = (gpu.power_limit_w - gpu.idle_power_w) / gpu.capped_bf16_flops;
   const double stream_w = std::max(0.0, gpu.stream_power_w - gpu.idle_power_w);
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);

@@ -131,7 +131,7 @@ struct ComputeProfile {
   // Megatron's blocking pipeline p2p holds no SMs beside compute. Userbuffers' pipelined
   // reduce-scatter holds 16-24 SMs beside GEMMs told to leave them: 1.37 (docs/model.md,
   // "Kernels beside communication").
-  std::array<std::array<double, 3>, 3> overlap_slowdown{{{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {1.37, 1.0, 1.0}}};
+  std::array<std::array<double, 3>, 3> overlap_slowdown{{{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 1.0, 1.0}}};
   // Channels of an NCCL collective, one thread block on one SM each for as long as it
   // runs: 16 on 8-GPU NVSwitch nodes, alone and across nodes (NCCL's "16 coll channels"
   // on 8 x H800, "Channel 00/16" on 2 x 8 H100; NVIDIA/nccl issues 892, 1538). A send or
@@ -170,6 +170,14 @@ size_t overlap_kind_index(OpKind kind);
 // nccl_channels blocks to a peer in the node, nccl_net_peer_channels across the network).
 double beside_collective(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile);
 double beside_p2p(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile, bool network_peer);
+// The same beside a userbuffers kernel of `held_sms` blocks (Transformer Engine's pipelined
+// reduce-scatter, num_sm; 0: TE's default 16), the GEMM told to leave them (`sm_margin`,
+// set_sm_margin) or not: the profile's measured `userbuffers` row where it has one, else
+// for a GEMM on 2-SM clusters the steps measured on an H200 with the margin (1 block 1.00,
+// up to 8 1.05, 16 1.37, 24 1.38, 32 1.58, then N / (N - 2·blocks)) and beside_blocks
+// without it (docs/model.md, "Kernels beside communication").
+double beside_userbuffers(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile, int held_sms,
+                          bool sm_margin);
 
 // The uncalibrated GEMM model: the fastest of the tile shapes and split-K factors a
 // library would pick, each costed as whole waves of padded tiles.

@@ -148,6 +148,8 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
         n.bytes(10, attr_i32("comm_tag", seq[{src, dst, static_cast<int>(op.phase)}]++));
         n.bytes(10, attr_i64("comm_size", op.bytes));
         if (op.holds_sms) n.bytes(10, attr_bool("holds_sms", true));
+        if (op.held_sms > 0) n.bytes(10, attr_i32("held_sms", op.held_sms));
+        if (op.sm_margin) n.bytes(10, attr_bool("sm_margin", true));
         if (op.overlaps_compute) n.bytes(10, attr_bool("overlaps_compute", true));
       } else {
         const double flops = kernel_flops(op);
@@ -273,6 +275,10 @@ ChakraTrace decode_chakra(const std::string& bytes) {
             n.comm_tag = static_cast<int32_t>(i);
           else if (name == "holds_sms")
             n.holds_sms = value.value != 0;
+          else if (name == "held_sms")
+            n.held_sms = static_cast<uint16_t>(std::clamp<int64_t>(i, 0, 4096));
+          else if (name == "sm_margin")
+            n.sm_margin = value.value != 0;
           else if (name == "overlaps_compute")
             n.overlaps_compute = value.value != 0;
           else if (name == "pg_name" && value.type == wire::kLength)
@@ -568,6 +574,8 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
           op.peer = peer;
           op.bytes = std::max<int64_t>(0, n.comm_size);
           op.holds_sms = n.holds_sms;
+          op.held_sms = n.held_sms;
+          op.sm_margin = n.sm_margin;
           op.overlaps_compute = n.overlaps_compute;
           stream = "p2p";
           break;

@@ -45,6 +45,8 @@ struct ChakraNode {
   uint64_t tensor_size = 0;
   int32_t comm_src = -1, comm_dst = -1, comm_tag = 0;
   bool holds_sms = false, overlaps_compute = false;  // clustersim's own attributes of a send or receive
+  uint16_t held_sms = 0;                             // with holds_sms: the kernel's SMs (Op::held_sms)
+  bool sm_margin = false;                            // and the GEMMs' margin (Op::sm_margin)
   std::string pg_name;
   double duration_s = 0;  // clustersim's own exact time (attribute "duration_s"), 0 when absent
   std::string stream, group_kind, phase, op_kind;  // clustersim's own attributes, empty when absent

@@ -76,6 +76,11 @@ struct Op {
   // with set_sm_margin); kernels starting beside it take compute.overlap_slowdown's
   // `userbuffers` row.
   bool holds_sms = false;
+  // With holds_sms (and on the GEMM chunks marked beside_sms): the SMs that kernel holds
+  // (TE's num_sm; 0: its default 16) and whether the GEMMs beside it are told to leave them
+  // (set_sm_margin).
+  uint16_t held_sms = 0;
+  bool sm_margin = false;
   // Send/Recv: an NCCL send or receive posted ahead of the compute it overlaps (the
   // interleaved schedule's --overlap-p2p-communication, context parallelism's ring), so its
   // kernel's channels hold SMs beside that compute. A blocking send or receive, which the

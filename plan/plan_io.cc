@@ -25,6 +25,12 @@ std::string quote(std::string_view s) {
   return out + "\"";
 }
 
+// A userbuffers kernel's SMs and the margin of the GEMMs beside it (Op::held_sms, sm_margin).
+std::string userbuffers(const Op& op) {
+  return (op.held_sms > 0 ? ",\"held_sms\":" + std::to_string(op.held_sms) : std::string()) +
+         (op.sm_margin ? ",\"sm_margin\":true" : "");
+}
+
 std::string number(double v) {
   char buf[64];
   auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
@@ -46,7 +52,7 @@ void write_op(std::string& out, const Program& p, const Op& op) {
   switch (op.kind) {
     case OpKind::Gemm:
       out += ",\"m\":" + std::to_string(op.m) + ",\"n\":" + std::to_string(op.n) + ",\"k\":" + std::to_string(op.k) +
-             ",\"batch\":" + std::to_string(op.batch) + (op.beside_sms ? ",\"beside_sms\":true" : "");
+             ",\"batch\":" + std::to_string(op.batch) + (op.beside_sms ? ",\"beside_sms\":true" : "") + userbuffers(op);
       break;
     case OpKind::Attention:
       out += ",\"batch\":" + std::to_string(op.batch) + ",\"heads\":" + std::to_string(op.heads) +
@@ -70,7 +76,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
     case OpKind::Recv:
       out += ",\"group\":" + quote(to_string(op.group)) + ",\"peer\":" + std::to_string(op.peer) +
              ",\"relative_peer\":" + (op.relative_peer ? "true" : "false") +
-             (op.holds_sms ? ",\"holds_sms\":true" : "") + (op.overlaps_compute ? ",\"overlaps_compute\":true" : "") +
+             (op.holds_sms ? ",\"holds_sms\":true" : "") + userbuffers(op) +
+             (op.overlaps_compute ? ",\"overlaps_compute\":true" : "") +
              ",\"bytes\":" + std::to_string(op.bytes);
       break;
   }
@@ -265,6 +272,8 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       if (on["holds_sms"]) op.holds_sms = on["holds_sms"].as<bool>(false);
       if (on["overlaps_compute"]) op.overlaps_compute = on["overlaps_compute"].as<bool>(false);
       if (on["beside_sms"]) op.beside_sms = on["beside_sms"].as<bool>(false);
+      if (on["held_sms"]) op.held_sms = rd.integer<uint16_t>(on["held_sms"], 0, 4096, "held_sms");
+      if (on["sm_margin"]) op.sm_margin = on["sm_margin"].as<bool>(false);
       if (on["dropout"]) op.dropout = on["dropout"].as<bool>(false);
       if (on["recompute"]) op.recompute = on["recompute"].as<bool>(false);
       if (on["collective"])

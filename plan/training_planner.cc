@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <string_view>
 #include <tuple>
 
 #include "plan/block_planner.h"
@@ -73,10 +74,13 @@ TrainingLayout check_training_layout(const Scenario& s) {
          "expected model.dtype: fp8, training.framework: megatron and parallel.zero_stage >= 1");
   l.tp_comm_overlap = p.tp_comm_overlap && l.sequence_parallel;
   l.tp_overlap_rs_ring = l.tp_comm_overlap && p.tp_overlap_reduce_scatter == "ring-exchange";
-  if (p.tp_overlap_reduce_scatter != "pipeline" && !p.tp_comm_overlap)
-    fail(s, "parallel.tp_overlap_reduce_scatter",
-         "parallel.tp_overlap_reduce_scatter chooses how the TP overlap runs its reduce-scatters, expected "
-         "parallel.tp_comm_overlap: true");
+  l.tp_overlap_proj_sms = static_cast<int>(p.tp_overlap_proj_sms);
+  l.tp_overlap_fc2_sms = static_cast<int>(p.tp_overlap_fc2_sms);
+  l.tp_overlap_sm_margin = p.tp_overlap_sm_margin;
+  for (const char* key : {"parallel.tp_overlap_reduce_scatter", "parallel.tp_overlap_proj_sms",
+                          "parallel.tp_overlap_fc2_sms", "parallel.tp_overlap_sm_margin"})
+    if (s.marks.count(key) && !p.tp_comm_overlap)
+      fail(s, key, std::string(key) + " shapes the TP overlap's reduce-scatters, expected parallel.tp_comm_overlap: true");
   l.overlap_grad_reduce = p.overlap_grad_reduce;
   l.overlap_p2p = p.overlap_p2p_comm == "true" || (p.overlap_p2p_comm == "auto" && p.schedule == "interleaved-1f1b");
   l.pp_scatter_gather = p.pp_scatter_gather;
@@ -572,16 +576,28 @@ class StageBuilder {
     // The forward's `pipeline` kernels hold their SMs; a `ring_exchange` reduce-scatter
     // (parallel.tp_overlap_reduce_scatter) sends by copy engine and holds none.
     const bool held = ph == Phase::Forward && !l_.tp_overlap_rs_ring;
+    // The kernel's SMs (TE's num_sm for proj_fprop or fc2_fprop) and the GEMMs' margin.
+    const auto sms = static_cast<uint16_t>(std::string_view(gemm) == "attn-proj" ? l_.tp_overlap_proj_sms
+                                                                                 : l_.tp_overlap_fc2_sms);
+    auto mark = [&](uint32_t op) {
+      p_.ops[op].held_sms = sms;
+      p_.ops[op].sm_margin = l_.tp_overlap_sm_margin;
+      return op;
+    };
     uint32_t last = kNone, arrived = kNone;
     for (int64_t i = 0; i < t_; ++i) {
       last = add_gemm(gemm, ph, L, seq_tokens_, n, k, i == 0 ? after : deps(last));
       // Every chunk after the first runs beside the previous chunk's send.
-      if (i > 0 && held) p_.ops[last].beside_sms = true;
+      if (i > 0 && held) p_.ops[mark(last)].beside_sms = true;
       if (i + 1 < t_) {
-        add_p2p("tp-overlap-send", OpKind::Send, GroupKind::TP, 1, "tp-send", ph, L, act_bytes(), deps(last, arrived),
-                true, held);
+        const uint32_t send = add_p2p("tp-overlap-send", OpKind::Send, GroupKind::TP, 1, "tp-send", ph, L, act_bytes(),
+                                      deps(last, arrived), true, held);
         arrived = add_p2p("tp-overlap-recv", OpKind::Recv, GroupKind::TP, static_cast<int32_t>(t_ - 1), "tp-recv", ph,
                           L, act_bytes(), deps(arrived == kNone ? last : arrived), true, held);
+        if (held) {
+          mark(send);
+          mark(arrived);
+        }
       }
     }
     return add_memory(rs, ph, L, 2 * act_bytes(), act_bytes(), act_bytes() / static_cast<double>(e_),

@@ -48,6 +48,8 @@ struct TrainingLayout {
   bool fp8_params = false;          // parallel.fp8_param_gather: FP8 weights, cast on the shard, gathered in FP8
   bool tp_comm_overlap = false;     // SP collectives chunked around the ring beside their GEMMs
   bool tp_overlap_rs_ring = false;  // the forward's overlapped reduce-scatters by ring exchange (no SMs held)
+  int tp_overlap_proj_sms = 16, tp_overlap_fc2_sms = 16;  // SMs the pipelined ones hold (TE's num_sm)
+  bool tp_overlap_sm_margin = false;  // the GEMMs beside them planned for the SMs left (set_sm_margin)
   bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
   bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
   bool overlap_p2p = false;         // pipeline p2p posted ahead; false: each blocks the compute stream

@@ -347,6 +347,19 @@ const std::vector<KeySpec>& key_table() {
          s.parallel.tp_overlap_reduce_scatter =
              as_enum(n, "parallel.tp_overlap_reduce_scatter", {"pipeline", "ring-exchange"});
        }},
+      {"parallel.tp_overlap_proj_sms", "integer", "16",
+       "with tp_comm_overlap and pipelined reduce-scatters: the SMs the forward projection's reduce-scatter kernel "
+       "holds beside its GEMM's chunks (TE userbuffers' num_sm for proj_fprop; TE's default 16, NeMo's Llama 3.1 "
+       "configurations 24); docs/model.md",
+       [](const N& n, S& s) { s.parallel.tp_overlap_proj_sms = as_int(n, "parallel.tp_overlap_proj_sms", 1, 1024); }},
+      {"parallel.tp_overlap_fc2_sms", "integer", "16",
+       "the same for FC2's reduce-scatter (fc2_fprop: TE's default 16, NeMo's Llama 3.1 70B 16, 405B 8)",
+       [](const N& n, S& s) { s.parallel.tp_overlap_fc2_sms = as_int(n, "parallel.tp_overlap_fc2_sms", 1, 1024); }},
+      {"parallel.tp_overlap_sm_margin", "bool", "false",
+       "with tp_comm_overlap: the GEMMs beside those kernels are planned for the SMs they leave (TE's set_sm_margin; "
+       "off in TE's defaults, on in NeMo's and Megatron-Bridge's configurations); the slowdown measured either way "
+       "is in docs/model.md",
+       [](const N& n, S& s) { s.parallel.tp_overlap_sm_margin = as_bool(n, "parallel.tp_overlap_sm_margin"); }},
       {"parallel.overlap_grad_reduce", "bool", "true",
        "reduce each gradient bucket as soon as its layers' gradients are final (--overlap-grad-reduce); false: all "
        "buckets after the backward",

@@ -38,6 +38,9 @@ struct RankState {
   uint32_t done = 0;
   uint32_t waiting_p2p = 0, waiting_coll = 0;  // NCCL kernels on the GPU: reached, not finished
   uint32_t waiting_sms = 0;                     // of those p2p, the ones that hold SMs (Op::holds_sms)
+  // Their factors [gemm, attention, memory] (beside_userbuffers), by op: a kernel starting
+  // beside them takes the largest.
+  std::vector<std::pair<uint32_t, std::array<double, 3>>> sms_factors;
   uint32_t waiting_p2p_node = 0, waiting_p2p_net = 0;  // and those posted ahead of compute (Op::overlaps_compute)
   // Blocking launches (ExecOptions::blocking_launch_s): ops finished, and the first op in
   // program order that has not, which alone may be issued.
@@ -318,7 +321,15 @@ class Executor {
         arrive(slot, op_index, op);
       } else {
         ++r.waiting_p2p;
-        if (op.holds_sms) ++r.waiting_sms;
+        if (op.holds_sms) {
+          ++r.waiting_sms;
+          const GpuSpec& g = topo_.gpu_models()[static_cast<size_t>(
+              topo_.gpu_model_of(plan_.rank_gpu[static_cast<size_t>(r.rank)]))];
+          std::array<double, 3> f{};
+          for (const OpKind k : {OpKind::Gemm, OpKind::Attention, OpKind::Memory})
+            f[overlap_kind_index(k)] = beside_userbuffers(k, g, opt_.compute, op.held_sms, op.sm_margin);
+          r.sms_factors.emplace_back(op_index, f);
+        }
         if (op.overlaps_compute) ++(network_peer(r.rank, op) ? r.waiting_p2p_net : r.waiting_p2p_node);
         arrive_p2p(slot, op_index, op);
       }
@@ -339,11 +350,12 @@ class Executor {
       // channels imply on this GPU (beside_collective, beside_p2p).
       if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {
         const size_t k = overlap_kind_index(op.kind);
-        const auto& f = opt_.compute.overlap_slowdown;
         const BesideNccl& b = beside_nccl_of(r.rank);
+        double ub = 1.0;
+        for (const auto& [held, f] : r.sms_factors) ub = std::max(ub, f[k]);
         const double slow = std::max({r.waiting_p2p_node > 0 ? b.p2p_node[k] : 1.0,
                                       r.waiting_p2p_net > 0 ? b.p2p_net[k] : 1.0,
-                                      r.waiting_coll > 0 ? b.collective[k] : 1.0, r.waiting_sms > 0 ? f[2][k] : 1.0});
+                                      r.waiting_coll > 0 ? b.collective[k] : 1.0, ub});
         if (slow != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * slow);
       }
       const SimTime gap = blocking ? blocking_gap_ : launch_gap_;
@@ -511,7 +523,14 @@ class Executor {
     const uint32_t stream = op.stream;
     if (op.kind == OpKind::Collective) --r.waiting_coll;
     if (op.kind == OpKind::Send || op.kind == OpKind::Recv) --r.waiting_p2p;
-    if (op.holds_sms) --r.waiting_sms;
+    if (op.holds_sms) {
+      --r.waiting_sms;
+      for (size_t i = 0; i < r.sms_factors.size(); ++i)
+        if (r.sms_factors[i].first == op_index) {
+          r.sms_factors.erase(r.sms_factors.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+    }
     if (op.overlaps_compute) --(network_peer(r.rank, op) ? r.waiting_p2p_net : r.waiting_p2p_node);
     slot_spans_[slot].push_back(
         SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});

@@ -442,7 +442,11 @@ TEST(PowerCap, GemmsBesideHeldSmsDrawLessAndRaiseTheClock) {
   ComputeProfile prof;
   std::vector<Op> plain(8, power_gemm(8192, 8192, 8192));
   std::vector<Op> beside = plain;
-  beside[1].beside_sms = beside[3].beside_sms = true;  // as a pipelined reduce-scatter's chunks
+  for (const size_t i : {size_t{1}, size_t{3}}) {  // as a pipelined reduce-scatter's chunks (NeMo's 16 SMs, margin set)
+    beside[i].beside_sms = true;
+    beside[i].held_sms = 16;
+    beside[i].sm_margin = true;
+  }
   std::vector<double> tp = burst(plain, h100, prof), tb = burst(beside, h100, prof);
   const double t = tp[0];
   const double xp = apply_power_cap(plain, tp, 0.0, h100, prof);
