@@ -195,6 +195,21 @@ TEST(PlanIo, RoundTripsExactly) {
   }
   EXPECT_GT(recomputed, 10);
   EXPECT_EQ(dropout, 3 * 2);  // forward, recomputed forward and backward of two layers
+  // So do userbuffers kernels' SMs and the GEMMs' margin (Op::held_sms, Op::sm_margin).
+  const TrainingPlan ub = build_training_plan(scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 1}\n"
+      "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, tp_overlap_fc2_sms: 8, "
+      "tp_overlap_sm_margin: true}\n", "plan-io-ub"));
+  const Plan ubb = plan_from_json(plan_to_json(ub.plan), "plan.json");
+  int held = 0;
+  for (size_t i = 0; i < ub.plan.programs[0].ops.size(); ++i) {
+    const Op& a = ub.plan.programs[0].ops[i];
+    const Op& b = ubb.programs[0].ops[i];
+    EXPECT_EQ(a.held_sms, b.held_sms) << i;
+    EXPECT_EQ(a.sm_margin, b.sm_margin) << i;
+    held += b.held_sms == 8 && b.sm_margin;
+  }
+  EXPECT_GT(held, 0);
 }
 
 std::string plan_error(const std::string& json) {
