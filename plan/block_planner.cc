@@ -329,7 +329,9 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
   for (const char* key : {"parallel.cp", "parallel.ep", "parallel.sequence_parallel", "parallel.virtual_stages",
                           "parallel.tp_comm_overlap", "parallel.zero3_param_gather", "parallel.zero3_grad_sync",
                           "parallel.fsdp_param_dtype", "parallel.fsdp_reduce_dtype", "parallel.fp8_param_gather",
-                          "training.fp8_attention", "training.fp8_recipe"})
+                          "parallel.tp_overlap_reduce_scatter", "parallel.tp_overlap_proj_sms",
+                          "parallel.tp_overlap_fc2_sms", "parallel.tp_overlap_sm_margin", "training.fp8_attention",
+                          "training.fp8_recipe"})
     if (s.marks.count(key)) fail(s, key, std::string(key) + " does not apply to model.blocks, expected it left out");
   if (p.zero_stage != 0) fail(s, "parallel.zero_stage", "model.blocks trains with plain data parallelism, expected zero_stage 0");
   if (s.training.recompute != "none") fail(s, "training.recompute", "model.blocks keeps its activations, expected recompute none");

@@ -139,6 +139,10 @@ TEST(BlockModel, SearchAndUnsupportedKeysAreRefused) {
   EXPECT_THROW(search_layouts(scenario_from_text(base, "blocks-search"), SearchOptions{}), InputError);
   EXPECT_THROW(build_training_plan(scenario_from_text(base + "parallel: {zero_stage: 1}\n", "blocks-z")), InputError);
   EXPECT_THROW(build_training_plan(scenario_from_text(base + "parallel: {cp: 2}\n", "blocks-cp")), InputError);
+  // The transformer planner's FP8 and TP-overlap shapes have no meaning here.
+  for (const std::string extra : {"parallel: {tp_overlap_fc2_sms: 8}\n", "parallel: {fp8_param_gather: true}\n",
+                                  "training: {fp8_recipe: tensorwise}\n"})
+    EXPECT_THROW(build_training_plan(scenario_from_text(base + extra, "blocks-keys")), InputError) << extra;
 }
 
 }  // namespace
