@@ -1,5 +1,5 @@
 #!/bin/sh
-# One device call: ../overlap-sm-h200-2026-12-02/overlap_sm.cu at one and two SMs, for the
+# On one H200 (27 s): ../overlap-sm-h200-2026-12-02/overlap_sm.cu at one and two SMs, for the
 # GEMMs of Transformer Engine's `ring_exchange` reduce-scatter overlap (num_sm 1,
 # set_sm_margin: the GEMM planned for the SMs less one, the partial sums sent by copy
 # engine): the 70B and 405B layers' forward GEMMs at TP 8, in FP8 and in BF16.
