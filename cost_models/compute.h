@@ -128,9 +128,9 @@ struct ComputeProfile {
   // A measured profile (`calibrate --suite overlap`) sets them; 0 (the p2p and collective
   // rows' default) derives the factor from the SMs NCCL's channels hold (beside_blocks). The
   // p2p row applies to sends and receives posted ahead of compute (Op::overlaps_compute):
-  // Megatron's blocking pipeline p2p holds no SMs beside compute. Userbuffers' pipelined
-  // reduce-scatter holds 16-24 SMs beside GEMMs told to leave them: 1.37 (docs/model.md,
-  // "Kernels beside communication").
+  // Megatron's blocking pipeline p2p holds no SMs beside compute. The userbuffers row's GEMM
+  // entry 0 likewise derives the factor from the SMs the pipelined reduce-scatter holds and
+  // the GEMM's margin (beside_userbuffers; docs/model.md, "Kernels beside communication").
   std::array<std::array<double, 3>, 3> overlap_slowdown{{{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 1.0, 1.0}}};
   // Channels of an NCCL collective, one thread block on one SM each for as long as it
   // runs: 16 on 8-GPU NVSwitch nodes, alone and across nodes (NCCL's "16 coll channels"

@@ -639,6 +639,13 @@ class StageBuilder {
       after = add_memory((std::string(name) + "-amax").c_str(), ph, L, read, 4, elements, deps(after));
       if (amax_over_tp) after = amax_allreduce(name, ph, L, after);
     }
+    return cast_transpose(name, ph, L, rows, cols, read, after);
+  }
+
+  // The cast-transpose kernel itself: `read` bytes in, the FP8 copy and its transpose out.
+  uint32_t cast_transpose(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, double read,
+                          uint32_t after) {
+    const double elements = static_cast<double>(rows) * static_cast<double>(cols);
     const uint32_t c = add_memory(name, ph, L, read, 2.0 * elements, 2.0 * elements, deps(after));
     Op& op = p_.ops[c];
     op.access = MemAccess::Fp8CastTranspose;
@@ -665,13 +672,7 @@ class StageBuilder {
     if (!l_.fp8_current_scaling || l_.eager) return after;
     if (amax_over_tp) after = amax_allreduce(name, ph, L, after);
     const double elements = static_cast<double>(rows) * static_cast<double>(cols);
-    const uint32_t c = add_memory(name, ph, L, elements * static_cast<double>(e_), 2.0 * elements, 2.0 * elements,
-                                  deps(after));
-    Op& op = p_.ops[c];
-    op.access = MemAccess::Fp8CastTranspose;
-    op.m = rows;
-    op.n = cols;
-    return c;
+    return cast_transpose(name, ph, L, rows, cols, elements * static_cast<double>(e_), after);
   }
 
   // ---- unfused attention: QK^T and PV as batched GEMMs, scores through HBM ------------
