@@ -375,6 +375,26 @@ TEST(PowerCap, BackToBackGemmsSettleAtTheCappedRate) {
   }
 }
 
+// Blackwell: the B200's 8192^3 at the measured plateau (1,420 TFLOP/s at 1,000 W); the
+// GB200, the same dies on a 1,200 W board, at the rate its extra watts buy at B200's
+// energy per FLOP: 1,420 · (1,200 − 177) / (1,000 − 177) = 1,765.
+TEST(PowerCap, BlackwellBoardsShareOneEnergyPerFlop) {
+  ComputeProfile prof;
+  const GpuSpec& b200 = *find_gpu_preset("b200");
+  const GpuSpec& gb200 = *find_gpu_preset("gb200");
+  EXPECT_NEAR((b200.power_limit_w - b200.idle_power_w) / b200.capped_bf16_flops,
+              (gb200.power_limit_w - gb200.idle_power_w) / gb200.capped_bf16_flops, 1e-3 * 0.58e-12);
+  for (const GpuSpec* g : {&b200, &gb200}) {
+    std::vector<Op> ops(10, power_gemm(8192, 8192, 8192));
+    std::vector<double> t = burst(ops, *g, prof);
+    ASSERT_GT(ops[0].flops / t[0], g->capped_bf16_flops) << g->name;  // burst above the cap
+    EXPECT_LT(apply_power_cap(ops, t, 0.0, *g, prof), 1.0) << g->name;
+    EXPECT_NEAR(10 * ops[0].flops / std::accumulate(t.begin(), t.end(), 0.0), g->capped_bf16_flops, 1e6)
+        << g->name;
+  }
+  EXPECT_NEAR(gb200.capped_bf16_flops / b200.capped_bf16_flops, (1200.0 - 177) / (1000.0 - 177), 2e-3);
+}
+
 // Below the cap nothing changes: streams (640 W < 700 W), GEMMs whose burst rate is under
 // the capped one, GPUs without a power model, and runs that turn the cap off.
 TEST(PowerCap, KernelsUnderTheLimitKeepTheirBurstRates) {
@@ -392,13 +412,11 @@ TEST(PowerCap, KernelsUnderTheLimitKeepTheirBurstRates) {
   EXPECT_EQ(apply_power_cap(shallow, t, 0.0, h200, prof), 1.0);
   EXPECT_EQ(t, s0);
   std::vector<Op> big(5, power_gemm(8192, 8192, 8192));
-  for (const char* name : {"a100-sxm-80gb", "b200"}) {
-    const GpuSpec& g = *find_gpu_preset(name);
-    t = burst(big, g, prof);
-    const std::vector<double> b0 = t;
-    EXPECT_EQ(apply_power_cap(big, t, 0.0, g, prof), 1.0) << name;
-    EXPECT_EQ(t, b0) << name;
-  }
+  const GpuSpec& a100 = *find_gpu_preset("a100-sxm-80gb");
+  t = burst(big, a100, prof);
+  const std::vector<double> b0 = t;
+  EXPECT_EQ(apply_power_cap(big, t, 0.0, a100, prof), 1.0);
+  EXPECT_EQ(t, b0);
   ComputeProfile off;
   off.power_cap = false;
   t = burst(big, h200, off);

@@ -43,11 +43,24 @@ const std::vector<GpuSpec>& presets() {
       // B200 as DGX / HGX B200 carry it (datasheets, per GPU = the system's / 8): BF16 2.25,
       // FP8 4.5 PFLOP/s dense (18 and 72 PF sparse for eight), 1,440 GB of HBM3e -> 180 GB
       // at 8 TB/s (64 TB/s for eight). FP32 and TF32 dense as on the HGX B200 sheet.
-      {"b200", 75 * T, 1100 * T, 2250 * T, 4500 * T, 4500 * T, 180 * GB, 8000 * GB, 148},
+      // Power: the HGX B200 board's 1,000 W. BF16 GEMMs from 4096^3 to 8192^3 reach one rate
+      // whatever their shape, 1.41-1.45 PFLOP/s (pytorch/ao #2427, benchmarks/float8/bench_matmul.py
+      // on a B200; XLA's measured sm_100 table, matmul_interpolator_data.h, 4096^3 at 1,417),
+      // where 256 x 256 tiles on 74 SM pairs leave 4096^3 at 86 % of 8192^3's wave efficiency:
+      // a flat rate over shapes is the cap's signature, as on the H200 (644-685 over ten shapes).
+      // An FP8 FLOP at Hopper's measured 0.55 of a BF16 one (the same sources bracket it:
+      // XLA's FP8 4096^3 at 2,765, 0.51; TE.Linear's FP8 8192^3 at 2,377 with its casts,
+      // TransformerEngine #1747, 0.60). Idle and streaming power: no Blackwell measurement;
+      // the H200's 124 and 640 W scaled by the board limit (177, 914 W).
+      {"b200", 75 * T, 1100 * T, 2250 * T, 4500 * T, 4500 * T, 180 * GB, 8000 * GB, 148, 1000, 177, 914,
+       1420 * T, 0.55},
       // GB200 NVL72 datasheet, per GPU (the rack's figures / 72, sparsity halved): TF32
       // 1.25 PF, BF16 2.5 PF, FP8 5 PF dense; 13.4 TB HBM3e at 576 TB/s -> 186 GB at
       // 8 TB/s. FP32 (not on the sheet) as B200's; 148 SMs as B200.
-      {"gb200", 75 * T, 1250 * T, 2500 * T, 5000 * T, 5000 * T, 186 * GB, 8000 * GB, 148},
+      // Power: the same dies and HBM as B200 on a 1,200 W board, so B200's energy per FLOP,
+      // (1,000 - 177) W / 1,420 TFLOP/s, gives (1,200 - 177) / 0.580 pJ = 1,765 TFLOP/s at the cap.
+      {"gb200", 75 * T, 1250 * T, 2500 * T, 5000 * T, 5000 * T, 186 * GB, 8000 * GB, 148, 1200, 177, 914,
+       1765 * T, 0.55},
       // AMD Instinct MI300X datasheet, dense matrix rates: FP32 163.4 TF, TF32 653.7,
       // BF16 1,307.4, FP8 2,614.9, INT8 2,614.9 TOPS; 192 GB HBM3 at 5.3 TB/s; 304 CUs.
       {"mi300x", 163.4 * T, 653.7 * T, 1307.4 * T, 2614.9 * T, 2614.9 * T, 192 * GB, 5300 * GB, 304},
