@@ -828,8 +828,9 @@ class StageBuilder {
   // predecessor while the block at hand is computed (load-balanced causal split). Forward
   // passes K and V on as they arrive; backward passes K, V and their gradients (twice the
   // bytes) once each block's gradients are done.
-  uint32_t ring_attention(int32_t L, Phase ph, uint32_t input) {
-    const bool fwd = ph == Phase::Forward;
+  // `fwd`: the forward's kernels, also in the backward phase when recomputed there.
+  uint32_t ring_attention(int32_t L, Phase ph, uint32_t input) { return ring_attention(L, ph, input, ph == Phase::Forward); }
+  uint32_t ring_attention(int32_t L, Phase ph, uint32_t input, bool fwd) {
     const int64_t q = m_.seq_len / l_.cp;
     const char* block = fwd ? "attention-block" : "attention-block-backward";
     if (l_.cp == 1) {
@@ -1456,6 +1457,14 @@ class StageBuilder {
       uint32_t proj_w = main_grad_add("grad-accumulate-attn-proj", L, h, attn_out,
                                       add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_,
                                                deps(gathered_)));
+      // Selective recompute under a fused kernel: Megatron-Core checkpoints the core
+      // attention (`checkpoint_core_attention`), so its forward kernel, ring exchange
+      // included, runs again once the output gradient arrives, before its backward.
+      if (l_.recompute == "selective" && l_.flash_attention) {
+        recomputing_ = true;
+        proj_d = join(proj_d, ring_attention(L, Phase::Backward, proj_d, true));
+        recomputing_ = false;
+      }
       uint32_t at = ring_attention(L, Phase::Backward, proj_d);
       at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
       uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at);

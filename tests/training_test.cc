@@ -659,7 +659,7 @@ TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
   EXPECT_GT(unfused, 1.05 * flash);
   EXPECT_GT(unfused_dropout, unfused);
   EXPECT_GT(selective, unfused_dropout);
-  EXPECT_NEAR(run("flash", "0", "selective"), flash, 1e-12);  // nothing to recompute with a fused kernel
+  EXPECT_GT(run("flash", "0", "selective"), flash);  // Megatron-Core re-runs the fused forward
   // FlashAttention-2 is the fused kernel on an A100 (no Hopper features to miss)...
   EXPECT_NEAR(run("flash2", "0", "none"), flash, 1e-12);
   // ... the Triton kernel does its work slower (a profile's factor 1 makes it that kernel),
@@ -937,6 +937,52 @@ TEST(Fidelity, FullRecomputeRunsTheForwardAttentionKernelAgain) {
     const TrainingPlan none = build_training_plan(scenario_from_text(filled(y, {{"REC", "none"}}), "rc"));
     EXPECT_DOUBLE_EQ(tp.model_flops_per_rank, none.model_flops_per_rank) << fw;
   }
+}
+
+// Selective recompute under a fused kernel: Megatron-Core checkpoints the core attention
+// (`checkpoint_core_attention`), so each layer's attention forward runs once more in the
+// backward, after the output gradient and before the attention backward; nothing else is
+// recomputed, and with context parallelism the ring's K/V exchange runs again with it.
+TEST(Fidelity, SelectiveRecomputeRunsTheFusedAttentionForwardAgain) {
+  for (const std::string cp : {"1", "2"}) {
+    const std::string y = "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: GPUS, power_cap: false}\n"
+                          "model: {preset: gpt3-1.3b, layers: 2, seq_len: 8192, dropout: 0}\n"
+                          "parallel: {cp: CP}\ntraining: {global_batch: 1, recompute: REC}\n";
+    const TrainingPlan sel = build_training_plan(scenario_from_text(filled(y, {{"REC", "selective"}, {"CP", cp}, {"GPUS", cp}}), "s"));
+    const TrainingPlan none = build_training_plan(scenario_from_text(filled(y, {{"REC", "none"}, {"CP", cp}, {"GPUS", cp}}), "n"));
+    auto count = [](const TrainingPlan& t, bool recomputed, OpKind kind) {
+      int n = 0;
+      for (const Op& op : t.plan.programs[0].ops) n += op.kind == kind && op.recompute == recomputed;
+      return n;
+    };
+    const int blocks = cp == "1" ? 1 : 2;  // attention kernels a layer's forward runs
+    EXPECT_EQ(count(sel, true, OpKind::Attention), 2 * blocks) << cp;
+    EXPECT_EQ(count(none, true, OpKind::Attention), 0) << cp;
+    EXPECT_EQ(count(sel, true, OpKind::Gemm), 0) << cp;  // only the attention core
+    EXPECT_EQ(count(sel, false, OpKind::Attention), count(none, false, OpKind::Attention)) << cp;
+    if (cp == "2") {
+      EXPECT_EQ(count(sel, true, OpKind::Send), 2) << cp;  // a K/V send per layer, again
+      EXPECT_EQ(count(sel, false, OpKind::Send), count(none, false, OpKind::Send)) << cp;
+    }
+    // Every recomputed kernel is the forward's, in the backward phase.
+    const Program& prog = sel.plan.programs[0];
+    for (size_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      if (op.kind != OpKind::Attention || !op.recompute) continue;
+      EXPECT_EQ(op.phase, Phase::Backward);
+      EXPECT_FALSE(backward_kernel(op));
+    }
+    EXPECT_DOUBLE_EQ(sel.model_flops_per_rank, none.model_flops_per_rank) << cp;
+    EXPECT_GT(sel.hardware_flops_per_rank, none.hardware_flops_per_rank) << cp;
+  }
+  // Unfused attention keeps its own selective recompute (QK^T, softmax, dropout, PV).
+  const std::string u = "name: t\ncluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 1}\n"
+                        "model: {preset: gpt3-1.3b, layers: 2}\ntraining: {global_batch: 1, attention: unfused, "
+                        "recompute: selective}\n";
+  int recomputed_scores = 0;
+  for (const Op& op : build_training_plan(scenario_from_text(u, "u")).plan.programs[0].ops)
+    recomputed_scores += op.recompute && op.kind == OpKind::Gemm;
+  EXPECT_EQ(recomputed_scores, 4);  // attn-scores and attn-context, two layers
 }
 
 TEST(Fidelity, PytorchEagerIsDataParallelOrFsdpOnly) {
