@@ -140,6 +140,8 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
         n.bytes(10, attr_i64("comm_size", op.bytes));
         n.bytes(10, attr_str("pg_name", std::to_string(g)));
         n.bytes(10, attr_str("group_kind", std::string(to_string(op.group))));
+        if (op.holds_sms) n.bytes(10, attr_bool("holds_sms", true));
+        if (op.held_sms > 0) n.bytes(10, attr_i32("held_sms", op.held_sms));
       } else if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
         const int32_t peer = p2p_peer(plan, r, op);
         const int32_t src = op.kind == OpKind::Send ? r : peer, dst = op.kind == OpKind::Send ? peer : r;
@@ -560,6 +562,8 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
           op.group = plan.groups[static_cast<size_t>(g)].kind;
           if (std::find(plan.groups[static_cast<size_t>(g)].ranks.begin(), plan.groups[static_cast<size_t>(g)].ranks.end(), static_cast<int32_t>(rank)) == plan.groups[static_cast<size_t>(g)].ranks.end())
             bad(file, "node " + std::to_string(n.id) + ": rank " + std::to_string(rank) + " is not in its group '" + n.pg_name + "'");
+          op.holds_sms = n.holds_sms;
+          op.held_sms = n.held_sms;
           stream = "comm";
           break;
         }

@@ -70,7 +70,7 @@ void write_op(std::string& out, const Program& p, const Op& op) {
       break;
     case OpKind::Collective:
       out += ",\"collective\":" + quote(to_string(op.collective)) + ",\"group\":" + quote(to_string(op.group)) +
-             ",\"bytes\":" + std::to_string(op.bytes);
+             (op.holds_sms ? ",\"holds_sms\":true" : "") + userbuffers(op) + ",\"bytes\":" + std::to_string(op.bytes);
       break;
     case OpKind::Send:
     case OpKind::Recv:

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -77,10 +78,18 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.tp_overlap_proj_sms = static_cast<int>(p.tp_overlap_proj_sms);
   l.tp_overlap_fc2_sms = static_cast<int>(p.tp_overlap_fc2_sms);
   l.tp_overlap_sm_margin = p.tp_overlap_sm_margin;
+  l.tp_async_grad_reduce = p.tp_async_grad_reduce;
+  if (!p.tp_async_grad_reduce && p.tp_comm_overlap)
+    fail(s, "parallel.tp_async_grad_reduce",
+         "the TP overlap (Transformer Engine's userbuffers) reduces beside the weight-gradient GEMMs, expected "
+         "parallel.tp_async_grad_reduce left true with parallel.tp_comm_overlap");
+  l.tp_overlap_qkv_dgrad_sms = static_cast<int>(p.tp_overlap_qkv_dgrad_sms);
+  l.tp_overlap_fc1_dgrad_sms = static_cast<int>(p.tp_overlap_fc1_dgrad_sms);
   for (const char* key : {"parallel.tp_overlap_reduce_scatter", "parallel.tp_overlap_proj_sms",
-                          "parallel.tp_overlap_fc2_sms", "parallel.tp_overlap_sm_margin"})
+                          "parallel.tp_overlap_fc2_sms", "parallel.tp_overlap_sm_margin",
+                          "parallel.tp_overlap_qkv_dgrad_sms", "parallel.tp_overlap_fc1_dgrad_sms"})
     if (s.marks.count(key) && !p.tp_comm_overlap)
-      fail(s, key, std::string(key) + " shapes the TP overlap's reduce-scatters, expected parallel.tp_comm_overlap: true");
+      fail(s, key, std::string(key) + " shapes the TP overlap's kernels, expected parallel.tp_comm_overlap: true");
   l.overlap_grad_reduce = p.overlap_grad_reduce;
   l.overlap_p2p = p.overlap_p2p_comm == "true" || (p.overlap_p2p_comm == "auto" && p.schedule == "interleaved-1f1b");
   l.pp_scatter_gather = p.pp_scatter_gather;
@@ -527,9 +536,19 @@ class StageBuilder {
                     tp_, ph, layer, full_act_bytes(), deps(after));
   }
   // Activations entering a column-parallel layer under SP: all-gather the sequence.
-  uint32_t tp_gather(const char* name, Phase ph, int32_t layer, uint32_t after) {
+  // `bulk_sms`: under the TP overlap, the backward's all-gather of a weight gradient's input
+  // is a userbuffers bulk overlap whose kernel holds that many SMs beside the data-gradient
+  // GEMM (TE's qkv_dgrad / fc1_dgrad num_sm, no margin), not an NCCL collective's channels.
+  uint32_t tp_gather(const char* name, Phase ph, int32_t layer, uint32_t after, int bulk_sms = 0) {
     if (t_ == 1 || !l_.sequence_parallel) return after;
-    return add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(after));
+    const uint32_t op =
+        add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(after));
+    if (l_.tp_comm_overlap && bulk_sms > 0) {
+      p_.ops[op].holds_sms = true;
+      p_.ops[op].held_sms = static_cast<uint16_t>(bulk_sms);
+      p_.ops[op].sm_margin = false;
+    }
+    return op;
   }
 
   // ---- TP communication overlap (Megatron-Core --tp-comm-overlap, TE userbuffers) ----
@@ -567,14 +586,27 @@ class StageBuilder {
   // Transformer Engine's `pipeline` overlaps (proj_fprop, fc2_fprop), whose kernels hold
   // SMs beside the chunks (Op::holds_sms); the backward's run as `bulk` overlaps of two to
   // four SMs, which cost the GEMMs next to nothing.
+  // `then`, when given, adds the backward's weight-gradient GEMM after the data-gradient
+  // GEMM in the compute stream's order and returns the op it ends with. Megatron's and
+  // Transformer Engine's linear layers reduce the data gradient while computing the
+  // weights' (parallel.tp_async_grad_reduce); Megatron-LM before 2021-09 reduced it in the
+  // backward of the identity before the layer, once both GEMMs were done.
   uint32_t gemm_then_reduce(const char* gemm, const char* ar, const char* rs, Phase ph, int32_t L,
-                            const std::vector<uint32_t>& after, int64_t n, int64_t k) {
+                            const std::vector<uint32_t>& after, int64_t n, int64_t k,
+                            const std::function<uint32_t()>& then = {}) {
     if (!l_.tp_comm_overlap) {
       const uint32_t g = add_gemm(gemm, ph, L, tokens_, n, k, after);
-      return tp_reduce(ar, rs, ph, L, g);
+      if (!then) return tp_reduce(ar, rs, ph, L, g);
+      if (!l_.tp_async_grad_reduce) return tp_reduce(ar, rs, ph, L, join(g, then()));
+      const uint32_t red = tp_reduce(ar, rs, ph, L, g);
+      then();
+      return red;
     }
     // The forward's `pipeline` kernels hold their SMs; a `ring_exchange` reduce-scatter
-    // (parallel.tp_overlap_reduce_scatter) sends by copy engine and holds none.
+    // (parallel.tp_overlap_reduce_scatter) sends by copy engine and holds none. The
+    // backward's (the QKV and MLP-up input gradients) are TE's bulk reduce-scatters beside
+    // the weight-gradient GEMMs; their SMs are not charged (docs/model.md, "Megatron-Core
+    // overlap").
     const bool held = ph == Phase::Forward && !l_.tp_overlap_rs_ring;
     // The kernel's SMs (TE's num_sm for proj_fprop or fc2_fprop) and the GEMMs' margin.
     const auto sms = static_cast<uint16_t>(std::string_view(gemm) == "attn-proj" ? l_.tp_overlap_proj_sms
@@ -600,6 +632,7 @@ class StageBuilder {
         }
       }
     }
+    if (then) then();
     return add_memory(rs, ph, L, 2 * act_bytes(), act_bytes(), act_bytes() / static_cast<double>(e_),
                       deps(last, arrived));
   }
@@ -936,7 +969,10 @@ class StageBuilder {
 
   // The MLP's backward from the output gradient (sequence-parallel) to the reduced input
   // gradient; `wgrad` is set to the op the up projection's weight gradient waits for.
-  uint32_t mlp_backward(int32_t L, uint32_t g, uint32_t& wgrad) {
+  // Dense: `up_wgrad` is set to the up projection's weight-gradient op, which runs beside
+  // the input gradient's reduction (gemm_then_reduce), its input all-gathered beside the
+  // data-gradient GEMM.
+  uint32_t mlp_backward(int32_t L, uint32_t g, uint32_t& wgrad, uint32_t& up_wgrad) {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     if (!m_.moe_layer(L)) {
@@ -952,8 +988,15 @@ class StageBuilder {
       act_b = fp8_cast("fp8-cast-mlp-act-grad", Phase::Backward, L, tokens_, mlp_in_, act_b);
       mlp_input_ready_ = act_b;
       wgrad = down_w;
+      const uint32_t x2 =
+          tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, act_b, l_.tp_overlap_fc1_dgrad_sms);
       return gemm_then_reduce("mlp-up-dgrad", "tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L,
-                              deps(act_b), h, mlp_in_);
+                              deps(act_b), h, mlp_in_, [&] {
+                                up_wgrad = main_grad_add("grad-accumulate-mlp-up", L, h, mlp_in_,
+                                                         add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_,
+                                                                  tokens_, deps(x2, down_w)));
+                                return up_wgrad;
+                              });
     }
     const uint32_t out = moe_backward(L, tp_gather("allgather-mlp-grad", Phase::Backward, L, g), wgrad);
     return tp_reduce("tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L, out);
@@ -1442,13 +1485,12 @@ class StageBuilder {
       // MLP: row-parallel down projection, then column-parallel up projection whose
       // input-gradient reduction overlaps its weight-gradient GEMM.
       const double mask = m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
-      uint32_t mlp_w = kNone;
-      uint32_t red = mlp_backward(L, g, mlp_w);
-      uint32_t x2 = tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
-      uint32_t up_w = m_.moe_layer(L) ? mlp_w
-                                      : main_grad_add("grad-accumulate-mlp-up", L, h, mlp_in_,
-                                                      add_gemm("mlp-up-wgrad", Phase::Backward, L, h, mlp_in_,
-                                                               tokens_, deps(x2, mlp_w)));
+      uint32_t mlp_w = kNone, up_w = kNone;
+      uint32_t red = mlp_backward(L, g, mlp_w, up_w);
+      if (m_.moe_layer(L)) {
+        tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
+        up_w = mlp_w;
+      }
       uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                                 12.0 * act / static_cast<double>(e_), deps(red, up_w));
       const int64_t attn_out = m_.heads * m_.head_dim() / t_;
@@ -1467,11 +1509,22 @@ class StageBuilder {
       }
       uint32_t at = ring_attention(L, Phase::Backward, proj_d);
       at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
-      uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at);
-      uint32_t qkv_w = main_grad_add("grad-accumulate-qkv", L, h, qkv_,
-                                     add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
+      // The input's all-gather (for the weight gradient) runs beside the data-gradient GEMM,
+      // the data gradient's reduce-scatter beside the weight-gradient GEMM: Megatron's
+      // LinearWithGradAccumulationAndAsyncCommunication and TE's bulk overlaps alike.
+      // Without TP there is nothing to overlap, and the weight gradient goes first, as the
+      // real backend's recorded runs of one GPU have it.
+      uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at, l_.tp_overlap_qkv_dgrad_sms);
+      uint32_t qkv_w = kNone;
+      auto qkv_wgrad = [&] {
+        qkv_w = main_grad_add("grad-accumulate-qkv", L, h, qkv_,
+                              add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
+        return qkv_w;
+      };
+      if (t_ == 1) qkv_wgrad();
       uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
-                                       Phase::Backward, L, deps(at), h, qkv_);
+                                       Phase::Backward, L, deps(at), h, qkv_,
+                                       t_ == 1 ? std::function<uint32_t()>() : qkv_wgrad);
       g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                      12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
       if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);

@@ -50,6 +50,10 @@ struct TrainingLayout {
   bool tp_overlap_rs_ring = false;  // the forward's overlapped reduce-scatters by ring exchange (no SMs held)
   int tp_overlap_proj_sms = 16, tp_overlap_fc2_sms = 16;  // SMs the pipelined ones hold (TE's num_sm)
   bool tp_overlap_sm_margin = false;  // the GEMMs beside them planned for the SMs left (set_sm_margin)
+  bool tp_async_grad_reduce = true;  // the backward's TP reductions beside the weight-gradient GEMMs
+  // The SMs of the backward's bulk all-gathers beside the data-gradient GEMMs (TE's
+  // qkv_dgrad and fc1_dgrad num_sm).
+  int tp_overlap_qkv_dgrad_sms = 16, tp_overlap_fc1_dgrad_sms = 16;
   bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
   bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
   bool overlap_p2p = false;         // pipeline p2p posted ahead; false: each blocks the compute stream

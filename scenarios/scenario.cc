@@ -360,6 +360,26 @@ const std::vector<KeySpec>& key_table() {
        "off in TE's defaults, on in NeMo's and Megatron-Bridge's configurations); the slowdown measured either way "
        "is in docs/model.md",
        [](const N& n, S& s) { s.parallel.tp_overlap_sm_margin = as_bool(n, "parallel.tp_overlap_sm_margin"); }},
+      {"parallel.tp_async_grad_reduce", "bool", "true",
+       "the backward of a column-parallel layer (QKV, MLP up) reduces its input gradient (all-reduce, or "
+       "reduce-scatter under SP) beside its weight-gradient GEMM and all-gathers the weight gradient's input beside "
+       "its data-gradient GEMM (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication since 2021-09, "
+       "Transformer Engine's layers); false: Megatron-LM before, whose reduction ran once both GEMMs were done (the "
+       "backward of copy_to_tensor_model_parallel_region); docs/model.md",
+       [](const N& n, S& s) { s.parallel.tp_async_grad_reduce = as_bool(n, "parallel.tp_async_grad_reduce"); }},
+      {"parallel.tp_overlap_qkv_dgrad_sms", "integer", "16",
+       "with tp_comm_overlap: the SMs of the backward's bulk all-gather of the QKV input (for its weight gradient) "
+       "beside the QKV data-gradient GEMM (TE userbuffers' num_sm for qkv_dgrad, no margin; TE's default 16, NeMo's "
+       "and Megatron-Bridge's configurations 2-8); docs/model.md",
+       [](const N& n, S& s) {
+         s.parallel.tp_overlap_qkv_dgrad_sms = as_int(n, "parallel.tp_overlap_qkv_dgrad_sms", 1, 1024);
+       }},
+      {"parallel.tp_overlap_fc1_dgrad_sms", "integer", "16",
+       "the same for the MLP's first layer: its input's bulk all-gather beside its data-gradient GEMM (fc1_dgrad: TE's "
+       "default 16, the configurations 2)",
+       [](const N& n, S& s) {
+         s.parallel.tp_overlap_fc1_dgrad_sms = as_int(n, "parallel.tp_overlap_fc1_dgrad_sms", 1, 1024);
+       }},
       {"parallel.overlap_grad_reduce", "bool", "true",
        "reduce each gradient bucket as soon as its layers' gradients are final (--overlap-grad-reduce); false: all "
        "buckets after the backward",

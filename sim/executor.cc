@@ -37,7 +37,7 @@ struct RankState {
   std::array<uint32_t, kGroupKinds> coll_seq{};
   uint32_t done = 0;
   uint32_t waiting_p2p = 0, waiting_coll = 0;  // NCCL kernels on the GPU: reached, not finished
-  uint32_t waiting_sms = 0;                     // of those p2p, the ones that hold SMs (Op::holds_sms)
+  uint32_t waiting_sms = 0;  // userbuffers kernels (Op::holds_sms: p2p, or bulk collectives not counted above)
   // Their factors [gemm, attention, memory] (beside_userbuffers), by op: a kernel starting
   // beside them takes the largest.
   std::vector<std::pair<uint32_t, std::array<double, 3>>> sms_factors;
@@ -316,20 +316,23 @@ class Executor {
     r.stream_start[stream] = sim_.now();
     const Op& op = r.program->ops[op_index];
     if (is_comm(op.kind)) {
+      // A userbuffers kernel (Op::holds_sms) holds the SMs its configuration gives it, so
+      // the kernels starting beside it take the factor measured for that many; an NCCL
+      // kernel holds its channels' (below).
+      if (op.holds_sms) {
+        ++r.waiting_sms;
+        const GpuSpec& g = topo_.gpu_models()[static_cast<size_t>(
+            topo_.gpu_model_of(plan_.rank_gpu[static_cast<size_t>(r.rank)]))];
+        std::array<double, 3> f{};
+        for (const OpKind k : {OpKind::Gemm, OpKind::Attention, OpKind::Memory})
+          f[overlap_kind_index(k)] = beside_userbuffers(k, g, opt_.compute, op.held_sms, op.sm_margin);
+        r.sms_factors.emplace_back(op_index, f);
+      }
       if (op.kind == OpKind::Collective) {
-        ++r.waiting_coll;
+        if (!op.holds_sms) ++r.waiting_coll;
         arrive(slot, op_index, op);
       } else {
         ++r.waiting_p2p;
-        if (op.holds_sms) {
-          ++r.waiting_sms;
-          const GpuSpec& g = topo_.gpu_models()[static_cast<size_t>(
-              topo_.gpu_model_of(plan_.rank_gpu[static_cast<size_t>(r.rank)]))];
-          std::array<double, 3> f{};
-          for (const OpKind k : {OpKind::Gemm, OpKind::Attention, OpKind::Memory})
-            f[overlap_kind_index(k)] = beside_userbuffers(k, g, opt_.compute, op.held_sms, op.sm_margin);
-          r.sms_factors.emplace_back(op_index, f);
-        }
         if (op.overlaps_compute) ++(network_peer(r.rank, op) ? r.waiting_p2p_net : r.waiting_p2p_node);
         arrive_p2p(slot, op_index, op);
       }
@@ -348,7 +351,7 @@ class Executor {
       // beside a collective, a send or receive posted ahead of compute, or a userbuffers
       // kernel runs at the profile's measured slowdown, else at the one the NCCL kernel's
       // channels imply on this GPU (beside_collective, beside_p2p).
-      if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0)) {
+      if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0 || r.waiting_sms > 0)) {
         const size_t k = overlap_kind_index(op.kind);
         const BesideNccl& b = beside_nccl_of(r.rank);
         double ub = 1.0;
@@ -521,7 +524,7 @@ class Executor {
     RankState& r = slots_[slot];
     const Op& op = r.program->ops[op_index];
     const uint32_t stream = op.stream;
-    if (op.kind == OpKind::Collective) --r.waiting_coll;
+    if (op.kind == OpKind::Collective && !op.holds_sms) --r.waiting_coll;
     if (op.kind == OpKind::Send || op.kind == OpKind::Recv) --r.waiting_p2p;
     if (op.holds_sms) {
       --r.waiting_sms;

@@ -611,15 +611,24 @@ TEST(Fidelity, UserbuffersReduceScatterSlowsTheGemmChunksBesideIt) {
     }
   }
   EXPECT_EQ(beside, (std::vector<bool>{false, true, true, true, true, true, true, true}));
-  // The backward's row-parallel GEMMs (bulk overlaps) are not slowed.
-  bool checked = false;
-  for (const SpanRecord& sp : out.exec.spans) {
-    const Op& op = prog.ops[sp.op];
-    if (sp.rank != 0 || plan.names[op.name] != "qkv-dgrad") continue;
-    EXPECT_FALSE(op.holds_sms);
-    checked = true;
+  // The backward's all-gathers of the weight gradients' inputs are TE's bulk overlaps: they
+  // hold their configured SMs (TE's default 16 here), no margin, in place of NCCL's
+  // channels; its reduce-scatters hold none; the GEMMs never hold any.
+  int bulk_ag = 0;
+  for (const Op& op : prog.ops) {
+    if (op.phase != Phase::Backward) continue;
+    const std::string& name = plan.names[op.name];
+    if (op.kind == OpKind::Gemm || op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+      EXPECT_FALSE(op.holds_sms) << name;
+    }
+    if (op.kind == OpKind::Collective && (name == "allgather-qkv-input-wgrad" || name == "allgather-mlp-input-wgrad")) {
+      EXPECT_TRUE(op.holds_sms) << name;
+      EXPECT_EQ(op.held_sms, 16) << name;
+      EXPECT_FALSE(op.sm_margin) << name;
+      ++bulk_ag;
+    }
   }
-  EXPECT_TRUE(checked);
+  EXPECT_EQ(bulk_ag, 2);
   // parallel.tp_overlap_reduce_scatter: ring-exchange (Megatron-Bridge's FP8 userbuffers
   // configurations): the partial sums go by copy engine, no SMs are held, so every
   // projection chunk takes the first one's time and none is marked for the power cap.
@@ -633,6 +642,7 @@ TEST(Fidelity, UserbuffersReduceScatterSlowsTheGemmChunksBesideIt) {
     const Op& op = rprog.ops[sp.op];
     if (sp.rank == 0 && op.phase == Phase::Forward && rp.names[op.name] == "attn-proj")
       proj.push_back(static_cast<double>(sp.end_ps - sp.start_ps));
+    if (op.phase != Phase::Forward) continue;  // the backward's bulk overlaps are unchanged
     if (op.kind == OpKind::Send) {
       EXPECT_FALSE(op.holds_sms);
     }
@@ -641,6 +651,91 @@ TEST(Fidelity, UserbuffersReduceScatterSlowsTheGemmChunksBesideIt) {
   ASSERT_EQ(proj.size(), 8u);
   for (size_t i = 1; i < 8; ++i) EXPECT_NEAR(proj[i], proj[0], 1.0) << i;
   EXPECT_LT(r.exec.makespan, out.exec.makespan);
+}
+
+// The backward's bulk all-gathers hold the SMs their configuration gives them, so the
+// data-gradient GEMMs beside them slow as the forward's do: NeMo's and Megatron-Bridge's
+// configurations give them 2-8 SMs (a GEMM 1.077 beside 1-2), TE's default 16 (1.29).
+TEST(Fidelity, BulkAllGathersHoldTheirSmsBesideTheDataGradientGemms) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1, power_cap: false}\nmodel: {preset: llama3-70b, layers: 2, "
+      "seq_len: 8192}\nparallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, SMS}\n"
+      "training: {global_batch: 1}\n";
+  auto dgrad_s = [&](const std::string& sms) {
+    RunOptions o;
+    o.record_link_usage = false;
+    const RunOutcome r = run_training(scenario_from_text(filled(y, {{"SMS", sms}}), "bulk"), o);
+    const Plan& plan = r.plan.plan;
+    const Program& prog = plan.programs[plan.rank_program[0]];
+    double t = 0;
+    for (const SpanRecord& sp : r.exec.spans) {
+      const std::string& name = plan.names[prog.ops[sp.op].name];
+      if (sp.rank == 0 && (name == "qkv-dgrad" || name == "mlp-up-dgrad"))
+        t += static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12;
+    }
+    return t;
+  };
+  const double few = dgrad_s("tp_overlap_qkv_dgrad_sms: 2, tp_overlap_fc1_dgrad_sms: 2");
+  const double te = dgrad_s("tp_overlap_qkv_dgrad_sms: 16, tp_overlap_fc1_dgrad_sms: 16");
+  EXPECT_GT(te, few);                     // 1.29 against 1.077 beside the same all-gathers
+  EXPECT_LE(te, few * 1.29 / 1.077 + 1e-9);  // only the chunks that start beside them
+  // The keys need the overlap they shape.
+  std::string off = filled(y, {{"SMS", "tp_overlap_qkv_dgrad_sms: 8"}});
+  off.replace(off.find("tp_comm_overlap: true"), 21, "tp_comm_overlap: false");
+  EXPECT_THROW(build_training_plan(scenario_from_text(off, "bulk-off")), std::exception);
+}
+
+// A column-parallel layer's backward (Megatron's LinearWithGradAccumulationAndAsyncCommunication,
+// TE's layers): the input's all-gather runs beside the data-gradient GEMM and the input
+// gradient's reduction beside the weight-gradient GEMM, so on the compute stream the data
+// gradient comes first. Megatron-LM before 2021-09 (parallel.tp_async_grad_reduce: false)
+// reduced after both GEMMs, so the reduction waits for the weight gradient.
+TEST(Fidelity, BackwardReducesTheInputGradientBesideTheWeightGradient) {
+  for (const std::string sp : {"true", "false"}) {
+    const std::string y = "name: t\ncluster: {preset: dgx-h100, nodes: 1, power_cap: false}\nmodel: {preset: "
+                          "llama3-70b, layers: 1, seq_len: 4096}\nparallel: {tp: 8, sequence_parallel: SP, ASYNC}\n"
+                          "training: {global_batch: 1}\n";
+    for (const std::string async : {"tp_async_grad_reduce: true", "tp_async_grad_reduce: false"}) {
+      const TrainingPlan tp = build_training_plan(scenario_from_text(filled(y, {{"SP", sp}, {"ASYNC", async}}), "bw"));
+      const Program& prog = tp.plan.programs[0];
+      auto index = [&](const std::string& name) {
+        for (size_t i = 0; i < prog.ops.size(); ++i)
+          if (prog.ops[i].phase == Phase::Backward && tp.plan.names[prog.ops[i].name] == name) return i;
+        return prog.ops.size();
+      };
+      const bool is_async = async.find("true") != std::string::npos;
+      for (const auto& [dgrad, wgrad, red] :
+           {std::tuple<std::string, std::string, std::string>{"qkv-dgrad", "qkv-wgrad",
+                                                              sp == "true" ? "reduce-scatter-qkv-grad"
+                                                                           : "tp-allreduce-qkv-grad"},
+            {"mlp-up-dgrad", "mlp-up-wgrad", sp == "true" ? "reduce-scatter-mlp-grad" : "tp-allreduce-mlp-grad"}}) {
+        const size_t d = index(dgrad), w = index(wgrad), r = index(red);
+        ASSERT_LT(r, prog.ops.size()) << red;
+        EXPECT_LT(d, w) << dgrad << " " << sp << " " << async;
+        // The reduction waits for the weight gradient only in the synchronous code.
+        std::vector<size_t> todo{r};
+        std::vector<bool> seen(prog.ops.size(), false);
+        bool waits = false;
+        while (!todo.empty() && !waits) {
+          const size_t o = todo.back();
+          todo.pop_back();
+          for (uint32_t k = 0; k < prog.ops[o].dep_count; ++k) {
+            const size_t dep = prog.deps[prog.ops[o].dep_begin + k];
+            waits |= dep == w;
+            if (!seen[dep]) seen[dep] = true, todo.push_back(dep);
+          }
+        }
+        EXPECT_EQ(waits, !is_async) << red << " " << sp << " " << async;
+      }
+    }
+  }
+  // With the TP overlap the reduction is Transformer Engine's, always beside the weight gradient.
+  EXPECT_THROW(build_training_plan(scenario_from_text(
+                   "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-70b, layers: 1}\n"
+                   "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, tp_async_grad_reduce: false}\n"
+                   "training: {global_batch: 1}\n",
+                   "bw-ub")),
+               std::exception);
 }
 
 // Unfused attention (scores through HBM) is slower than fused, and dropout slower still;
