@@ -584,8 +584,7 @@ class StageBuilder {
   // leave for the ring successor as soon as they exist, and the last step adds the
   // partials that arrived; tp - 1 sends of one chunk each. In the forward these are
   // Transformer Engine's `pipeline` overlaps (proj_fprop, fc2_fprop), whose kernels hold
-  // SMs beside the chunks (Op::holds_sms); the backward's run as `bulk` overlaps of two to
-  // four SMs, which cost the GEMMs next to nothing.
+  // SMs beside the chunks (Op::holds_sms); the backward's are its `bulk` overlaps.
   // `then`, when given, adds the backward's weight-gradient GEMM after the data-gradient
   // GEMM in the compute stream's order and returns the op it ends with. Megatron's and
   // Transformer Engine's linear layers reduce the data gradient while computing the
@@ -862,7 +861,9 @@ class StageBuilder {
   // passes K and V on as they arrive; backward passes K, V and their gradients (twice the
   // bytes) once each block's gradients are done.
   // `fwd`: the forward's kernels, also in the backward phase when recomputed there.
-  uint32_t ring_attention(int32_t L, Phase ph, uint32_t input) { return ring_attention(L, ph, input, ph == Phase::Forward); }
+  uint32_t ring_attention(int32_t L, Phase ph, uint32_t input) {
+    return ring_attention(L, ph, input, ph == Phase::Forward);
+  }
   uint32_t ring_attention(int32_t L, Phase ph, uint32_t input, bool fwd) {
     const int64_t q = m_.seq_len / l_.cp;
     const char* block = fwd ? "attention-block" : "attention-block-backward";

@@ -1075,8 +1075,8 @@ TEST(Fidelity, SelectiveRecomputeRunsTheFusedAttentionForwardAgain) {
                         "model: {preset: gpt3-1.3b, layers: 2}\ntraining: {global_batch: 1, attention: unfused, "
                         "recompute: selective}\n";
   int recomputed_scores = 0;
-  for (const Op& op : build_training_plan(scenario_from_text(u, "u")).plan.programs[0].ops)
-    recomputed_scores += op.recompute && op.kind == OpKind::Gemm;
+  const TrainingPlan unfused = build_training_plan(scenario_from_text(u, "u"));
+  for (const Op& op : unfused.plan.programs[0].ops) recomputed_scores += op.recompute && op.kind == OpKind::Gemm;
   EXPECT_EQ(recomputed_scores, 4);  // attn-scores and attn-context, two layers
 }
 
