@@ -332,7 +332,8 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
                           "parallel.tp_overlap_reduce_scatter", "parallel.tp_overlap_proj_sms",
                           "parallel.tp_overlap_fc2_sms", "parallel.tp_overlap_sm_margin",
                           "parallel.tp_overlap_qkv_dgrad_sms", "parallel.tp_overlap_fc1_dgrad_sms",
-                          "parallel.tp_async_grad_reduce", "training.fp8_attention",
+                          "parallel.tp_async_grad_reduce", "training.defer_embedding_wgrad",
+                          "training.wgrad_deferral_limit", "training.fp8_attention",
                           "training.fp8_recipe"})
     if (s.marks.count(key)) fail(s, key, std::string(key) + " does not apply to model.blocks, expected it left out");
   if (p.zero_stage != 0) fail(s, "parallel.zero_stage", "model.blocks trains with plain data parallelism, expected zero_stage 0");

@@ -99,6 +99,14 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
   l.eager = s.training.framework == "pytorch-eager";
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
+  l.defer_embedding_wgrad = s.training.defer_embedding_wgrad;
+  l.wgrad_deferral_limit = s.training.wgrad_deferral_limit;
+  if (l.defer_embedding_wgrad && l.eager)
+    fail(s, "training.defer_embedding_wgrad",
+         "training.defer_embedding_wgrad is Megatron-Core's, expected training.framework: megatron");
+  if (s.marks.count("training.wgrad_deferral_limit") && !l.defer_embedding_wgrad)
+    fail(s, "training.wgrad_deferral_limit",
+         "training.wgrad_deferral_limit bounds the deferral, expected training.defer_embedding_wgrad: true");
   l.grad_dtype = main_grad_dtype(s);
   if (p.grad_reduce_dtype != "auto" && (p.zero_stage >= 3 || l.eager))
     fail(s, "parallel.grad_reduce_dtype",
@@ -332,6 +340,7 @@ class StageBuilder {
     }
     mb_ = -1;
     prev_ = after_sends();
+    drain_deferred_wgrads();
     flush_buckets(prev_);
     // Without --overlap-grad-reduce the buckets are reduced after the whole backward.
     defer_grads_ = false;
@@ -800,6 +809,23 @@ class StageBuilder {
   }
 
   // ---- data-parallel gradient buckets -------------------------------------------------
+  // Megatron-Core's finish_embedding_wgrad_compute: after the last backward, the output
+  // layer's deferred weight gradients, one GEMM per deferred micro-batch, each on its
+  // input all-gathered again under SP; then its gradient joins the buckets.
+  void drain_deferred_wgrads() {
+    if (deferred_wgrads_ == 0) return;
+    const int64_t h = m_.hidden;
+    for (int64_t i = 0; i < deferred_wgrads_; ++i) {
+      const uint32_t x = tp_gather("allgather-logits-input-wgrad", Phase::Backward, -1, prev_);
+      prev_ = main_grad_add("grad-accumulate-logits", -1, vocab_local_, h,
+                            add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(x, prev_), 1,
+                                     1.0, act_dtype_));
+    }
+    if (deferred_embedding_params_ > 0) add_grads(-1, deferred_embedding_params_, 0, prev_);
+    deferred_wgrads_ = 0;
+    deferred_embedding_params_ = 0;
+  }
+
   void add_grads(int32_t L, double dense, double expert, uint32_t ready) {
     const double gb = dtype_bits(l_.zero_stage >= 3 ? l_.fsdp_reduce_dtype : grad_dtype_) / 8.0;
     if (l_.zero_stage >= 3) {
@@ -1449,9 +1475,17 @@ class StageBuilder {
       g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * (fused ? 4.0 : 8.0),
                      lg * ((fused ? 0.0 : 4.0) + static_cast<double>(e_)), 3.0 * lg, deps(prev_));
       uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
-      uint32_t wgrad = main_grad_add(
-          "grad-accumulate-logits", -1, vocab_local_, h,
-          add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_));
+      // Deferred (training.defer_embedding_wgrad): the weight gradient waits for the end of
+      // the step (drain_deferred_wgrads); the first wgrad_deferral_limit micro-batches' only.
+      uint32_t wgrad = kNone;
+      if (l_.defer_embedding_wgrad &&
+          (l_.wgrad_deferral_limit == 0 || deferred_wgrads_ < l_.wgrad_deferral_limit)) {
+        ++deferred_wgrads_;
+      } else {
+        wgrad = main_grad_add(
+            "grad-accumulate-logits", -1, vocab_local_, h,
+            add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_));
+      }
       uint32_t d = tp_reduce("logits-grad-allreduce", "logits-grad-reduce-scatter", Phase::Backward, -1, dgrad);
       g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * act, act,
                      10.0 * act / static_cast<double>(e_), deps(d, wgrad));
@@ -1552,8 +1586,14 @@ class StageBuilder {
                    "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), pp_bytes(), deps(g), false, false,
                    l_.overlap_p2p));
     }
-    if (last_micro_batch && (first_virtual(chunk) || last_virtual(chunk)))
-      add_grads(-1, embedding_params(first_virtual(chunk), last_virtual(chunk)), 0, g);
+    if (last_micro_batch && (first_virtual(chunk) || last_virtual(chunk))) {
+      // With deferred output-layer weight gradients, its gradient is final only once they
+      // are drained at the end of the step.
+      if (last_virtual(chunk) && deferred_wgrads_ > 0 && !l_.eager)
+        deferred_embedding_params_ = embedding_params(first_virtual(chunk), last_virtual(chunk));
+      else
+        add_grads(-1, embedding_params(first_virtual(chunk), last_virtual(chunk)), 0, g);
+    }
     if (last_micro_batch) flush_buckets(g);
     // Parameters the optimizer updates on this stage.
     if (last_micro_batch) {
@@ -1593,6 +1633,8 @@ class StageBuilder {
   uint32_t pending_send_ = kNone;  // blocking pipeline p2p: the send the next compute waits for
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;
+  int64_t deferred_wgrads_ = 0;             // output-layer weight gradients awaiting the drain
+  double deferred_embedding_params_ = 0;    // and the parameters whose gradient they complete
   std::vector<int64_t> last_mb_;
   std::vector<uint32_t> grad_ops_;
   std::vector<double> gather_buckets_;

@@ -511,6 +511,17 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.grad_accumulation_fusion = as_bool(n, "training.grad_accumulation_fusion");
        }},
+      {"training.defer_embedding_wgrad", "bool", "false",
+       "megatron: the output layer's weight-gradient GEMMs are deferred from each micro-batch's backward to after "
+       "the last one (Megatron-Core's defer_embedding_wgrad_compute, drained by finish_embedding_wgrad_compute at "
+       "the schedule's end), so on the last pipeline stage they run in the pipeline's flush; docs/model.md",
+       [](const N& n, S& s) { s.training.defer_embedding_wgrad = as_bool(n, "training.defer_embedding_wgrad"); }},
+      {"training.wgrad_deferral_limit", "integer", "0",
+       "with defer_embedding_wgrad: how many micro-batches' output-layer weight gradients are deferred, the first "
+       "ones of the step (Megatron-Core's wgrad_deferral_limit; 0: all)",
+       [](const N& n, S& s) {
+         s.training.wgrad_deferral_limit = as_int(n, "training.wgrad_deferral_limit", 0, 1 << 30);
+       }},
       {"training.launch_blocking", "bool", "false",
        "true: the job ran with CUDA_LAUNCH_BLOCKING=1, so each op is issued only after every earlier op of its rank "
        "finished (no kernel queue, no overlap of streams) and each kernel waits for its own dispatch "

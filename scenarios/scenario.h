@@ -60,6 +60,8 @@ struct TrainingConfig {
   std::string fp8_recipe = "delayed";  // with model.dtype fp8: delayed | tensorwise (current per-tensor scaling)
   std::string framework = "megatron";  // megatron (fused kernels, BF16 weights) | pytorch-eager
   bool grad_accumulation_fusion = true;  // wgrad GEMMs accumulate into the main gradient in place
+  bool defer_embedding_wgrad = false;    // the output layer's weight gradients run after the last backward
+  int64_t wgrad_deferral_limit = 0;      // of the first this many micro-batches (0: all)
   bool launch_blocking = false;     // CUDA_LAUNCH_BLOCKING=1: each launch returns when its kernel ends
   std::string cross_entropy = "unfused";  // unfused (the FP32 loss passes) | fused (the stack's fused loss kernels)
   double step_overhead_s = 0;       // host work per iteration the GPUs wait for

@@ -738,6 +738,39 @@ TEST(Fidelity, BackwardReducesTheInputGradientBesideTheWeightGradient) {
                std::exception);
 }
 
+// Megatron-Core's defer_embedding_wgrad_compute: the last stage computes the output
+// layer's weight gradients of the first wgrad_deferral_limit micro-batches (0: all) after
+// its last backward, where the pipeline's flush leaves it idle, and reduces that gradient
+// only then; the same work, so the step is no longer.
+TEST(Fidelity, DeferredEmbeddingWgradRunsAfterTheLastBackward) {
+  const std::string y = "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 2, power_cap: false}\n"
+                        "model: {preset: llama3-8b, layers: 4, seq_len: 2048}\nparallel: {pp: 2, dp: 1}\n"
+                        "training: {global_batch: 8DEFER}\n";
+  const TrainingPlan none = build_training_plan(scenario_from_text(filled(y, {{"DEFER", ""}}), "d0"));
+  for (const auto& [defer, deferred] : {std::pair<std::string, int>{", defer_embedding_wgrad: true", 8},
+                                        {", defer_embedding_wgrad: true, wgrad_deferral_limit: 3", 3}}) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(filled(y, {{"DEFER", defer}}), "d"));
+    const Plan& plan = tp.plan;
+    const Program& last = plan.programs[plan.rank_program[1]];  // the stage with the output layer
+    size_t last_dgrad = 0, wgrads = 0, after = 0;
+    for (size_t i = 0; i < last.ops.size(); ++i) {
+      const std::string& name = plan.names[last.ops[i].name];
+      if (name == "final-layernorm-backward") last_dgrad = i;  // the last backward through the output layer
+    }
+    for (size_t i = 0; i < last.ops.size(); ++i)
+      if (plan.names[last.ops[i].name] == "logits-wgrad") {
+        ++wgrads;
+        after += i > last_dgrad;
+      }
+    EXPECT_EQ(wgrads, 8u) << defer;  // every micro-batch's, once
+    EXPECT_EQ(after, static_cast<size_t>(deferred)) << defer;
+    EXPECT_DOUBLE_EQ(tp.hardware_flops_per_rank, none.hardware_flops_per_rank) << defer;
+    EXPECT_LE(iteration_s(filled(y, {{"DEFER", defer}})), iteration_s(filled(y, {{"DEFER", ""}})) + 1e-9) << defer;
+  }
+  EXPECT_THROW(build_training_plan(scenario_from_text(filled(y, {{"DEFER", ", wgrad_deferral_limit: 3"}}), "dl")),
+               std::exception);
+}
+
 // Unfused attention (scores through HBM) is slower than fused, and dropout slower still;
 // selective recompute costs the attention core's forward once more.
 TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
