@@ -332,6 +332,7 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
                           "parallel.tp_overlap_reduce_scatter", "parallel.tp_overlap_proj_sms",
                           "parallel.tp_overlap_fc2_sms", "parallel.tp_overlap_sm_margin",
                           "parallel.tp_overlap_qkv_dgrad_sms", "parallel.tp_overlap_fc1_dgrad_sms",
+                          "parallel.tp_overlap_qkv_wgrad_sms", "parallel.tp_overlap_fc1_wgrad_sms",
                           "parallel.tp_async_grad_reduce", "training.defer_embedding_wgrad",
                           "training.wgrad_deferral_limit", "training.fp8_attention",
                           "training.fp8_recipe"})

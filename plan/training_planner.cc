@@ -85,9 +85,12 @@ TrainingLayout check_training_layout(const Scenario& s) {
          "parallel.tp_async_grad_reduce left true with parallel.tp_comm_overlap");
   l.tp_overlap_qkv_dgrad_sms = static_cast<int>(p.tp_overlap_qkv_dgrad_sms);
   l.tp_overlap_fc1_dgrad_sms = static_cast<int>(p.tp_overlap_fc1_dgrad_sms);
+  l.tp_overlap_qkv_wgrad_sms = static_cast<int>(p.tp_overlap_qkv_wgrad_sms);
+  l.tp_overlap_fc1_wgrad_sms = static_cast<int>(p.tp_overlap_fc1_wgrad_sms);
   for (const char* key : {"parallel.tp_overlap_reduce_scatter", "parallel.tp_overlap_proj_sms",
                           "parallel.tp_overlap_fc2_sms", "parallel.tp_overlap_sm_margin",
-                          "parallel.tp_overlap_qkv_dgrad_sms", "parallel.tp_overlap_fc1_dgrad_sms"})
+                          "parallel.tp_overlap_qkv_dgrad_sms", "parallel.tp_overlap_fc1_dgrad_sms",
+                          "parallel.tp_overlap_qkv_wgrad_sms", "parallel.tp_overlap_fc1_wgrad_sms"})
     if (s.marks.count(key) && !p.tp_comm_overlap)
       fail(s, key, std::string(key) + " shapes the TP overlap's kernels, expected parallel.tp_comm_overlap: true");
   l.overlap_grad_reduce = p.overlap_grad_reduce;
@@ -610,12 +613,24 @@ class StageBuilder {
       then();
       return red;
     }
+    // The backward's (the QKV and MLP-up input gradients) are TE's bulk overlaps: the data
+    // gradient's GEMM whole, then one reduce-scatter kernel holding its configured SMs (no
+    // margin) beside the weight-gradient GEMM, which runs at the factor for those SMs while
+    // the reduce-scatter lasts (the executor retimes it when that ends).
+    if (ph == Phase::Backward) {
+      const uint32_t g = add_gemm(gemm, ph, L, tokens_, n, k, after);
+      const uint32_t red = add_coll(rs, CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L, full_act_bytes(),
+                                    deps(g));
+      p_.ops[red].holds_sms = true;
+      p_.ops[red].held_sms = static_cast<uint16_t>(std::string_view(gemm) == "qkv-dgrad" ? l_.tp_overlap_qkv_wgrad_sms
+                                                                                          : l_.tp_overlap_fc1_wgrad_sms);
+      p_.ops[red].sm_margin = false;
+      if (then) then();
+      return red;
+    }
     // The forward's `pipeline` kernels hold their SMs; a `ring_exchange` reduce-scatter
-    // (parallel.tp_overlap_reduce_scatter) sends by copy engine and holds none. The
-    // backward's (the QKV and MLP-up input gradients) are TE's bulk reduce-scatters beside
-    // the weight-gradient GEMMs; their SMs are not charged (docs/model.md, "Megatron-Core
-    // overlap").
-    const bool held = ph == Phase::Forward && !l_.tp_overlap_rs_ring;
+    // (parallel.tp_overlap_reduce_scatter) sends by copy engine and holds none.
+    const bool held = !l_.tp_overlap_rs_ring;
     // The kernel's SMs (TE's num_sm for proj_fprop or fc2_fprop) and the GEMMs' margin.
     const auto sms = static_cast<uint16_t>(std::string_view(gemm) == "attn-proj" ? l_.tp_overlap_proj_sms
                                                                                  : l_.tp_overlap_fc2_sms);

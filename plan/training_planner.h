@@ -54,6 +54,8 @@ struct TrainingLayout {
   // The SMs of the backward's bulk all-gathers beside the data-gradient GEMMs (TE's
   // qkv_dgrad and fc1_dgrad num_sm).
   int tp_overlap_qkv_dgrad_sms = 16, tp_overlap_fc1_dgrad_sms = 16;
+  // And of its bulk reduce-scatters beside the weight-gradient GEMMs (qkv_wgrad, fc1_wgrad).
+  int tp_overlap_qkv_wgrad_sms = 16, tp_overlap_fc1_wgrad_sms = 16;
   bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
   bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
   bool overlap_p2p = false;         // pipeline p2p posted ahead; false: each blocks the compute stream

@@ -380,6 +380,19 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.parallel.tp_overlap_fc1_dgrad_sms = as_int(n, "parallel.tp_overlap_fc1_dgrad_sms", 1, 1024);
        }},
+      {"parallel.tp_overlap_qkv_wgrad_sms", "integer", "16",
+       "with tp_comm_overlap: the SMs of the backward's bulk reduce-scatter of the QKV input gradient beside the QKV "
+       "weight-gradient GEMM (TE userbuffers' num_sm for qkv_wgrad, no margin; TE's default 16, NeMo's and "
+       "Megatron-Bridge's configurations 24-32)",
+       [](const N& n, S& s) {
+         s.parallel.tp_overlap_qkv_wgrad_sms = as_int(n, "parallel.tp_overlap_qkv_wgrad_sms", 1, 1024);
+       }},
+      {"parallel.tp_overlap_fc1_wgrad_sms", "integer", "16",
+       "the same for the MLP's first layer's input gradient beside its weight-gradient GEMM (fc1_wgrad: TE's default "
+       "16, the configurations 2-8)",
+       [](const N& n, S& s) {
+         s.parallel.tp_overlap_fc1_wgrad_sms = as_int(n, "parallel.tp_overlap_fc1_wgrad_sms", 1, 1024);
+       }},
       {"parallel.overlap_grad_reduce", "bool", "true",
        "reduce each gradient bucket as soon as its layers' gradients are final (--overlap-grad-reduce); false: all "
        "buckets after the backward",

@@ -36,8 +36,10 @@ struct ParallelConfig {
   int64_t tp_overlap_proj_sms = 16, tp_overlap_fc2_sms = 16;  // SMs of those pipelined kernels (TE's num_sm)
   bool tp_overlap_sm_margin = false;   // their GEMMs told to leave those SMs (TE's set_sm_margin)
   bool tp_async_grad_reduce = true;  // the backward's TP reductions beside the weight-gradient GEMMs
-  // SMs of the backward's bulk all-gathers (TE's num_sm for qkv_dgrad, fc1_dgrad)
+  // SMs of the backward's bulk overlaps (TE's num_sm for qkv_dgrad, fc1_dgrad: all-gathers;
+  // qkv_wgrad, fc1_wgrad: reduce-scatters)
   int64_t tp_overlap_qkv_dgrad_sms = 16, tp_overlap_fc1_dgrad_sms = 16;
+  int64_t tp_overlap_qkv_wgrad_sms = 16, tp_overlap_fc1_wgrad_sms = 16;
   bool overlap_grad_reduce = true;     // gradient buckets reduced during the backward
   bool overlap_param_gather = true;    // distributed optimizer: parameter gathers during the next forward
   bool fp8_param_gather = false;       // FP8 models: FP8 weights, gathered in FP8 (Megatron's --fp8-param-gather)

@@ -42,6 +42,15 @@ struct RankState {
   // beside them takes the largest.
   std::vector<std::pair<uint32_t, std::array<double, 3>>> sms_factors;
   uint32_t waiting_p2p_node = 0, waiting_p2p_net = 0;  // and those posted ahead of compute (Op::overlaps_compute)
+  // The kernel in flight on each stream and its progress: a bulk userbuffers kernel (a
+  // collective that holds SMs) can start or end while it runs, and its rest then runs at
+  // the new factor (retime()).
+  struct Running {
+    uint32_t op = ~0u;
+    SimTime seg_start, end;            // since seg_start at factor f; its completion event's time
+    double base = 0, done = 0, f = 1;  // seconds alone; fraction done before seg_start
+  };
+  std::vector<Running> running;
   // Blocking launches (ExecOptions::blocking_launch_s): ops finished, and the first op in
   // program order that has not, which alone may be issued.
   std::vector<uint8_t> finished, issued;
@@ -189,6 +198,7 @@ class Executor {
       st.cursor.assign(st.program->streams.size(), 0);
       st.busy.assign(st.program->streams.size(), 0);
       st.stream_start.assign(st.program->streams.size(), SimTime::zero());
+      st.running.assign(st.program->streams.size(), RankState::Running{});
       if (opt_.blocking_launch_s >= 0) {
         st.finished.assign(st.program->ops.size(), 0);
         st.issued.assign(st.program->ops.size(), 0);
@@ -330,6 +340,7 @@ class Executor {
       }
       if (op.kind == OpKind::Collective) {
         if (!op.holds_sms) ++r.waiting_coll;
+        if (op.holds_sms) retime(slot);
         arrive(slot, op_index, op);
       } else {
         ++r.waiting_p2p;
@@ -347,23 +358,20 @@ class Executor {
         if (opt_.kernel_jitter > 0) f *= kernel_jitter_factor(opt_.kernel_jitter, opt_.jitter_seed, r.rank, op_index);
         if (f != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * f);
       }
-      // An NCCL kernel on the GPU (waiting or moving data) holds SMs: the kernel starting
-      // beside a collective, a send or receive posted ahead of compute, or a userbuffers
-      // kernel runs at the profile's measured slowdown, else at the one the NCCL kernel's
-      // channels imply on this GPU (beside_collective, beside_p2p).
-      if (kernel > SimTime::zero() && (r.waiting_p2p > 0 || r.waiting_coll > 0 || r.waiting_sms > 0)) {
-        const size_t k = overlap_kind_index(op.kind);
-        const BesideNccl& b = beside_nccl_of(r.rank);
-        double ub = 1.0;
-        for (const auto& [held, f] : r.sms_factors) ub = std::max(ub, f[k]);
-        const double slow = std::max({r.waiting_p2p_node > 0 ? b.p2p_node[k] : 1.0,
-                                      r.waiting_p2p_net > 0 ? b.p2p_net[k] : 1.0,
-                                      r.waiting_coll > 0 ? b.collective[k] : 1.0, ub});
-        if (slow != 1.0) kernel = SimTime::from_seconds(kernel.seconds() * slow);
-      }
       const SimTime gap = blocking ? blocking_gap_ : launch_gap_;
-      if (kernel > SimTime::zero()) r.stream_start[stream] = sim_.now() + gap;
-      sim_.schedule_in(kernel > SimTime::zero() ? kernel + gap : kernel, Completion{slot, op_index});
+      if (kernel > SimTime::zero()) {
+        r.stream_start[stream] = sim_.now() + gap;
+        RankState::Running& k = r.running[stream];
+        k.op = op_index;
+        k.seg_start = sim_.now() + gap;
+        k.base = kernel.seconds();
+        k.done = 0;
+        k.f = beside(r, op);
+        k.end = k.seg_start + (k.f == 1.0 ? kernel : SimTime::from_seconds(k.base * k.f));
+        sim_.schedule_at(k.end, Completion{slot, op_index});
+      } else {
+        sim_.schedule_in(kernel, Completion{slot, op_index});
+      }
     }
   }
 
@@ -520,10 +528,57 @@ class Executor {
     return r;
   }
 
+  // An NCCL kernel on the GPU (waiting or moving data) holds SMs: a kernel beside a
+  // collective, a send or receive posted ahead of compute, or a userbuffers kernel runs at
+  // the profile's measured slowdown, else at the one the NCCL kernel's channels imply on
+  // this GPU (beside_collective, beside_p2p); the largest of those in flight.
+  double beside(RankState& r, const Op& op) {
+    if (r.waiting_p2p == 0 && r.waiting_coll == 0 && r.waiting_sms == 0) return 1.0;
+    const size_t k = overlap_kind_index(op.kind);
+    const BesideNccl& b = beside_nccl_of(r.rank);
+    double ub = 1.0;
+    for (const auto& [held, f] : r.sms_factors) ub = std::max(ub, f[k]);
+    return std::max({r.waiting_p2p_node > 0 ? b.p2p_node[k] : 1.0, r.waiting_p2p_net > 0 ? b.p2p_net[k] : 1.0,
+                     r.waiting_coll > 0 ? b.collective[k] : 1.0, ub});
+  }
+
+  // A bulk userbuffers kernel started or ended on the slot's GPU: each kernel in flight runs
+  // the rest of its work at the factor that holds from now on (its completion event moves;
+  // complete() drops the old one).
+  void retime(uint32_t slot) {
+    RankState& r = slots_[slot];
+    const SimTime now = sim_.now();
+    for (RankState::Running& k : r.running) {
+      if (k.op == ~0u) continue;
+      const double f = beside(r, r.program->ops[k.op]);
+      if (f == k.f) continue;
+      if (now > k.seg_start) {
+        k.done = std::min(1.0, k.done + (now - k.seg_start).seconds() / (k.base * k.f));
+        k.seg_start = now;
+      }
+      k.f = f;
+      const SimTime end = k.seg_start + SimTime::from_seconds((1.0 - k.done) * k.base * f);
+      if (end == k.end) continue;
+      k.end = end;
+      sim_.schedule_at(end, Completion{slot, k.op});
+    }
+  }
+
   void complete(uint32_t slot, uint32_t op_index) {
     RankState& r = slots_[slot];
     const Op& op = r.program->ops[op_index];
     const uint32_t stream = op.stream;
+    if (!is_comm(op.kind)) {
+      // A kernel's completion event that retime() replaced: the op is done already, or its
+      // end has moved.
+      const auto& list = r.info->stream_ops[stream];
+      if (!r.busy[stream] || r.cursor[stream] >= list.size() || list[r.cursor[stream]] != op_index) return;
+      RankState::Running& k = r.running[stream];
+      if (k.op == op_index) {
+        if (sim_.now() != k.end) return;
+        k.op = ~0u;
+      }
+    }
     if (op.kind == OpKind::Collective && !op.holds_sms) --r.waiting_coll;
     if (op.kind == OpKind::Send || op.kind == OpKind::Recv) --r.waiting_p2p;
     if (op.holds_sms) {
@@ -535,6 +590,7 @@ class Executor {
         }
     }
     if (op.overlaps_compute) --(network_peer(r.rank, op) ? r.waiting_p2p_net : r.waiting_p2p_node);
+    if (op.kind == OpKind::Collective && op.holds_sms) retime(slot);
     slot_spans_[slot].push_back(
         SpanRecord{r.rank, op.stream, op_index, r.stream_start[stream].picoseconds(), sim_.now().picoseconds()});
     r.busy[stream] = 0;

@@ -685,6 +685,60 @@ TEST(Fidelity, BulkAllGathersHoldTheirSmsBesideTheDataGradientGemms) {
   EXPECT_THROW(build_training_plan(scenario_from_text(off, "bulk-off")), std::exception);
 }
 
+// The backward's bulk reduce-scatters (TE's qkv_wgrad, fc1_wgrad): one kernel holding its
+// configured SMs after the whole data-gradient GEMM, beside the weight-gradient GEMM, which
+// runs at the factor for those SMs only while the reduce-scatter lasts: never slower than
+// the whole GEMM at that factor, never faster than alone.
+TEST(Fidelity, BulkReduceScatterSlowsTheWeightGradientWhileItLasts) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1, power_cap: false}\nmodel: {preset: llama3-70b, layers: 1, "
+      "seq_len: 8192}\nparallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, SMS}\n"
+      "training: {global_batch: 1}\n";
+  struct Seen {
+    double wgrad = 0, rs = 0, alone = 0;
+    int rs_ops = 0, dgrads = 0;
+  };
+  auto look = [&](const std::string& sms) {
+    RunOptions o;
+    o.record_link_usage = false;
+    const RunOutcome r = run_training(scenario_from_text(filled(y, {{"SMS", sms}}), "bulk-rs"), o);
+    const Plan& plan = r.plan.plan;
+    const Program& prog = plan.programs[plan.rank_program[0]];
+    Seen s;
+    for (const Op& op : prog.ops)
+      if (plan.names[op.name] == "reduce-scatter-mlp-grad") {
+        EXPECT_EQ(op.kind, OpKind::Collective);
+        EXPECT_TRUE(op.holds_sms);
+        EXPECT_FALSE(op.sm_margin);
+        ++s.rs_ops;
+      }
+    for (const SpanRecord& sp : r.exec.spans) {
+      if (sp.rank != 0) continue;
+      const std::string& name = plan.names[prog.ops[sp.op].name];
+      const double t = static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12;
+      if (name == "mlp-up-wgrad") s.wgrad = t;
+      if (name == "reduce-scatter-mlp-grad") s.rs = t;
+      if (name == "mlp-up-dgrad") ++s.dgrads;
+      if (name == "mlp-up-wgrad") s.alone = compute_seconds(prog.ops[sp.op], *find_gpu_preset("h100-sxm"), [] {
+        ComputeProfile p;
+        p.power_cap = false;
+        return p;
+      }());
+    }
+    return s;
+  };
+  const Seen few = look("tp_overlap_fc1_wgrad_sms: 2");
+  const Seen te = look("tp_overlap_fc1_wgrad_sms: 16");
+  EXPECT_EQ(te.rs_ops, 1);   // one bulk kernel
+  EXPECT_EQ(te.dgrads, 1);   // beside a whole data-gradient GEMM, not chunks
+  EXPECT_GT(te.wgrad, few.wgrad);
+  EXPECT_GE(te.wgrad, te.alone * (1 - 1e-9));
+  EXPECT_LE(te.wgrad, te.alone * 1.29 * (1 + 1e-9));
+  // The slowdown covers the reduce-scatter's span only: (1.29 - 1) of the overlapped part.
+  EXPECT_LT(te.rs, te.wgrad);  // the MLP's weight gradient outlasts its input gradient's reduce-scatter
+  EXPECT_LT(te.wgrad, te.alone * 1.29 * (1 - 1e-3));
+}
+
 // A column-parallel layer's backward (Megatron's LinearWithGradAccumulationAndAsyncCommunication,
 // TE's layers): the input's all-gather runs beside the data-gradient GEMM and the input
 // gradient's reduction beside the weight-gradient GEMM, so on the compute stream the data
