@@ -555,11 +555,14 @@ class StageBuilder {
     if (t_ == 1 || !l_.sequence_parallel) return after;
     const uint32_t op =
         add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(after));
-    if (l_.tp_comm_overlap && bulk_sms > 0) {
-      p_.ops[op].holds_sms = true;
-      p_.ops[op].held_sms = static_cast<uint16_t>(bulk_sms);
-      p_.ops[op].sm_margin = false;
-    }
+    return l_.tp_comm_overlap && bulk_sms > 0 ? bulk(op, bulk_sms) : op;
+  }
+  // A TE userbuffers bulk overlap: one comm kernel holding `sms` SMs, no margin (TE's
+  // default and every configuration's set_sm_margin for bulk overlaps).
+  uint32_t bulk(uint32_t op, int sms) {
+    p_.ops[op].holds_sms = true;
+    p_.ops[op].held_sms = static_cast<uint16_t>(sms);
+    p_.ops[op].sm_margin = false;
     return op;
   }
 
@@ -597,7 +600,7 @@ class StageBuilder {
   // partials that arrived; tp - 1 sends of one chunk each. In the forward these are
   // Transformer Engine's `pipeline` overlaps (proj_fprop, fc2_fprop), whose kernels hold
   // SMs beside the chunks (Op::holds_sms); the backward's are its `bulk` overlaps.
-  // `then`, when given, adds the backward's weight-gradient GEMM after the data-gradient
+  // `then` (the backward only), when given, adds the weight-gradient GEMM after the data-gradient
   // GEMM in the compute stream's order and returns the op it ends with. Megatron's and
   // Transformer Engine's linear layers reduce the data gradient while computing the
   // weights' (parallel.tp_async_grad_reduce); Megatron-LM before 2021-09 reduced it in the
@@ -619,12 +622,9 @@ class StageBuilder {
     // the reduce-scatter lasts (the executor retimes it when that ends).
     if (ph == Phase::Backward) {
       const uint32_t g = add_gemm(gemm, ph, L, tokens_, n, k, after);
-      const uint32_t red = add_coll(rs, CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L, full_act_bytes(),
-                                    deps(g));
-      p_.ops[red].holds_sms = true;
-      p_.ops[red].held_sms = static_cast<uint16_t>(std::string_view(gemm) == "qkv-dgrad" ? l_.tp_overlap_qkv_wgrad_sms
-                                                                                          : l_.tp_overlap_fc1_wgrad_sms);
-      p_.ops[red].sm_margin = false;
+      const uint32_t red =
+          bulk(add_coll(rs, CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L, full_act_bytes(), deps(g)),
+               std::string_view(gemm) == "qkv-dgrad" ? l_.tp_overlap_qkv_wgrad_sms : l_.tp_overlap_fc1_wgrad_sms);
       if (then) then();
       return red;
     }
@@ -655,7 +655,6 @@ class StageBuilder {
         }
       }
     }
-    if (then) then();
     return add_memory(rs, ph, L, 2 * act_bytes(), act_bytes(), act_bytes() / static_cast<double>(e_),
                       deps(last, arrived));
   }
