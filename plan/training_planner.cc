@@ -102,6 +102,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
   l.eager = s.training.framework == "pytorch-eager";
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
+  l.rope_fusion = s.training.rope_fusion;
   l.defer_embedding_wgrad = s.training.defer_embedding_wgrad;
   l.wgrad_deferral_limit = s.training.wgrad_deferral_limit;
   if (l.defer_embedding_wgrad && l.eager)
@@ -930,6 +931,40 @@ class StageBuilder {
                       4.0 * act_bytes() / static_cast<double>(e_), deps(at));
   }
 
+  // The rotary embedding (models without a learned position table) on each TP rank's
+  // query and key heads, as Megatron-Core's SelfAttention applies it between the QKV GEMM
+  // and the attention kernel (docs/model.md, "Rotary embedding"). Transformer Engine's
+  // fused kernel (training.rope_fusion) reads and writes each element once;
+  // apply_rotary_pos_emb's unfused chain (t·cos, rotate_half's negation and concatenation,
+  // ·sin, the sum, the concatenation with the unrotated part) about 5.5 reads and 4.5
+  // writes. Under GQA the query's reshape out of the grouped QKV layout cannot be a view,
+  // so it is copied first. In the backward the same passes run on the gradients, and the
+  // split of the QKV output is undone by concatenating the three gradients (TE's
+  // SplitAlongDim: they come from separate buffers, so a copy).
+  double rope_reads() const { return l_.rope_fusion ? 1.0 : 5.5; }
+  double rope_writes() const { return l_.rope_fusion ? 1.0 : 4.5; }
+  double rope_elements() const {
+    return static_cast<double>(tokens_ * (m_.heads / t_ + std::max<int64_t>(1, m_.kv_heads / t_)) * m_.head_dim());
+  }
+  uint32_t rope_forward(Phase ph, int32_t L, uint32_t after) {
+    if (m_.learned_positions) return after;
+    uint32_t x = after;
+    if (m_.kv_heads < m_.heads) {
+      const double q = static_cast<double>(tokens_ * (m_.heads / t_) * m_.head_dim() * e_);
+      x = add_memory("query-reshape", ph, L, q, q, 0, deps(x));
+    }
+    const double n = rope_elements();
+    return add_memory("rotary", ph, L, rope_reads() * n * e_, rope_writes() * n * e_, 3.0 * n, deps(x));
+  }
+  uint32_t rope_backward(int32_t L, uint32_t after) {
+    if (m_.learned_positions) return after;
+    const double n = rope_elements();
+    const uint32_t r = add_memory("rotary-backward", Phase::Backward, L, rope_reads() * n * e_,
+                                  rope_writes() * n * e_, 3.0 * n, deps(after));
+    const double qkv = static_cast<double>(tokens_ * qkv_ * e_);
+    return add_memory("qkv-grad-cat", Phase::Backward, L, qkv, qkv, 0, deps(r));
+  }
+
   // ---- the MLP: dense, or router + experts (+ shared experts) -------------------------
   // The MLP from its (sequence-parallel) input to its reduced output.
   uint32_t mlp_forward(int32_t L, Phase ph, uint32_t ln) {
@@ -1104,7 +1139,7 @@ class StageBuilder {
     uint32_t ln = add_memory("layernorm-1", ph, L, act, act, 8.0 * act / static_cast<double>(e_),
                              pg == kNone ? deps(x) : deps(x, pg));
     ln = fp8_quantize_fused("fp8-quantize-qkv-input", ph, L, seq_tokens_, h, ln, true);
-    uint32_t qkv = ag_then_gemm("allgather-qkv-input", "qkv", ph, L, ln, qkv_, h);
+    uint32_t qkv = rope_forward(ph, L, ag_then_gemm("allgather-qkv-input", "qkv", ph, L, ln, qkv_, h));
     const int64_t q = m_.seq_len / l_.cp;
     uint32_t at;
     if (!recomputing_)
@@ -1556,7 +1591,7 @@ class StageBuilder {
         proj_d = join(proj_d, ring_attention(L, Phase::Backward, proj_d, true));
         recomputing_ = false;
       }
-      uint32_t at = ring_attention(L, Phase::Backward, proj_d);
+      uint32_t at = rope_backward(L, ring_attention(L, Phase::Backward, proj_d));
       at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
       // The input's all-gather (for the weight gradient) runs beside the data-gradient GEMM,
       // the data gradient's reduce-scatter beside the weight-gradient GEMM: Megatron's

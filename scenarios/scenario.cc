@@ -524,6 +524,13 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.grad_accumulation_fusion = as_bool(n, "training.grad_accumulation_fusion");
        }},
+      {"training.rope_fusion", "bool", "true",
+       "megatron, rotary models: Megatron-Core applies the rotary embedding to the query and key with Transformer "
+       "Engine's fused kernel, one read and one write of each (Megatron-LM's --no-rope-fusion off by default; NeMo's "
+       "and Megatron-Bridge's Llama configs apply_rope_fusion: true); false: apply_rotary_pos_emb's unfused "
+       "elementwise chain (TransformerConfig's own default), about 5.5 reads and 4.5 writes an element each way; "
+       "docs/model.md",
+       [](const N& n, S& s) { s.training.rope_fusion = as_bool(n, "training.rope_fusion"); }},
       {"training.defer_embedding_wgrad", "bool", "false",
        "megatron: the output layer's weight-gradient GEMMs are deferred from each micro-batch's backward to after "
        "the last one (Megatron-Core's defer_embedding_wgrad_compute, drained by finish_embedding_wgrad_compute at "

@@ -1292,6 +1292,67 @@ TEST(Fidelity, Bf16GradientBufferHalvesTheReductionAndIsCopiedBeforeTheStep) {
     EXPECT_THROW(build_training_plan(scenario_from_text(bad, "bad")), InputError) << bad;
 }
 
+// Rotary models run the rotary embedding between the QKV GEMM and attention on each TP
+// rank's query and key heads: Transformer Engine's fused kernel reads and writes each
+// element once, the unfused chain 5.5 and 4.5 times; GQA copies the query out of the
+// grouped layout first; the backward runs the same passes on the gradients and then
+// concatenates the three QKV gradients. A learned position table runs none of it.
+TEST(Fidelity, RotaryEmbeddingRunsOnTheQueryAndKeyHeads) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: M, layers: 2, seq_len: 4096}\n"
+      "parallel: {tp: 4, dp: 2}\ntraining: {global_batch: 2, rope_fusion: F}\n";
+  struct Seen {
+    double rotary_read = 0, rotary_written = 0, backward_read = 0, reshape = 0, cat = 0;
+    int rotary = 0, backward = 0;
+  };
+  auto seen = [](const TrainingPlan& p) {
+    Seen s;
+    for (const Op& op : p.plan.programs[0].ops) {
+      if (op.layer != 0) continue;
+      const std::string& name = p.plan.names[op.name];
+      if (name == "rotary") {
+        ++s.rotary;
+        s.rotary_read = static_cast<double>(op.bytes_read);
+        s.rotary_written = static_cast<double>(op.bytes_written);
+      }
+      if (name == "rotary-backward") {
+        ++s.backward;
+        s.backward_read = static_cast<double>(op.bytes_read);
+      }
+      if (name == "query-reshape") s.reshape = static_cast<double>(op.bytes_written);
+      if (name == "qkv-grad-cat") s.cat = static_cast<double>(op.bytes_written);
+    }
+    return s;
+  };
+  // Llama 3 70B: 64 query heads and 8 K/V heads of 128, 16 and 2 on each of 4 TP ranks;
+  // 4,096 tokens a micro-batch in BF16.
+  const double tokens = 4096, d = 128, q = tokens * 16 * d * 2, k = tokens * 2 * d * 2;
+  const Scenario fused = scenario_from_text(filled(y, {{"M", "llama3-70b"}, {"F", "true"}}), "fused");
+  const Seen f = seen(build_training_plan(fused));
+  EXPECT_EQ(f.rotary, 1);
+  EXPECT_EQ(f.backward, 1);
+  EXPECT_DOUBLE_EQ(f.rotary_read, q + k);
+  EXPECT_DOUBLE_EQ(f.rotary_written, q + k);
+  EXPECT_DOUBLE_EQ(f.backward_read, q + k);
+  EXPECT_DOUBLE_EQ(f.reshape, q);          // GQA: the query copied out of the grouped layout
+  EXPECT_DOUBLE_EQ(f.cat, q + 2 * k);      // dQ, dK, dV into one QKV gradient
+  const Seen u = seen(build_training_plan(scenario_from_text(filled(y, {{"M", "llama3-70b"}, {"F", "false"}}), "u")));
+  EXPECT_DOUBLE_EQ(u.rotary_read, 5.5 * (q + k));
+  EXPECT_DOUBLE_EQ(u.rotary_written, 4.5 * (q + k));
+  EXPECT_DOUBLE_EQ(u.backward_read, 5.5 * (q + k));
+  // Full recompute runs the forward's rotary again in the backward.
+  const Seen r = seen(build_training_plan(scenario_from_text(
+      filled(y, {{"M", "llama3-70b"}, {"F", "true"}, {"global_batch: 2", "global_batch: 2, recompute: full"}}), "r")));
+  EXPECT_EQ(r.rotary, 2);
+  // Multi-head attention needs no reshape copy; a learned position table, no rotary.
+  const Seen mha = seen(build_training_plan(scenario_from_text(filled(y, {{"M", "llama3-8b, kv_heads: 32"}, {"F", "true"}}), "m")));
+  EXPECT_EQ(mha.rotary, 1);
+  EXPECT_EQ(mha.reshape, 0);
+  const Seen gpt = seen(build_training_plan(scenario_from_text(filled(y, {{"M", "gpt3-1.3b"}, {"F", "true"}}), "g")));
+  EXPECT_EQ(gpt.rotary + gpt.backward, 0);
+  EXPECT_EQ(gpt.cat, 0);
+}
+
 // The timeline keeps one copy of identical ranks' spans: a rank whose spans equal an
 // earlier rank's of the same program becomes its mirror, and expanding the mirrors gives
 // back every simulated span exactly.
