@@ -936,13 +936,20 @@ class StageBuilder {
   // and the attention kernel (docs/model.md, "Rotary embedding"). Transformer Engine's
   // fused kernel (training.rope_fusion) reads and writes each element once;
   // apply_rotary_pos_emb's unfused chain (t·cos, rotate_half's negation and concatenation,
-  // ·sin, the sum, the concatenation with the unrotated part) about 5.5 reads and 4.5
-  // writes. Under GQA the query's reshape out of the grouped QKV layout cannot be a view,
-  // so it is copied first. In the backward the same passes run on the gradients, and the
+  // ·sin, the sum, the concatenation with the unrotated part) as measured below. Under GQA
+  // the query's reshape out of the grouped QKV layout cannot be a view, so it is copied
+  // first: a strided gather, measured at 2.3 times a copy's time (the same measurement).
+  // In the backward the same passes run on the gradients, and the
   // split of the QKV output is undone by concatenating the three gradients (TE's
   // SplitAlongDim: they come from separate buffers, so a copy).
-  double rope_reads() const { return l_.rope_fusion ? 1.0 : 5.5; }
-  double rope_writes() const { return l_.rope_fusion ? 1.0 : 4.5; }
+  // The unfused chain's ten kernels a tensor (two of them on the [s, 1, 1, d] angles) run
+  // below copy rate: the broadcast multiplies and the half-width negation are strided, so
+  // TensorIterator does not vectorize them, and the concatenations copy strided halves.
+  // Timed as their kernels' sum on one H200, they take what a copy of 28.5 (forward) and
+  // 30 (backward) elements per element would (calibrate/measurements/rope-h200-2026-12-03),
+  // where their tensors' bytes alone would be 12; the op carries those copy-rate passes.
+  double rope_reads(bool backward) const { return l_.rope_fusion ? 1.0 : backward ? 16.5 : 15.5; }
+  double rope_writes(bool backward) const { return l_.rope_fusion ? 1.0 : backward ? 13.5 : 13.0; }
   double rope_elements() const {
     return static_cast<double>(tokens_ * (m_.heads / t_ + std::max<int64_t>(1, m_.kv_heads / t_)) * m_.head_dim());
   }
@@ -951,16 +958,16 @@ class StageBuilder {
     uint32_t x = after;
     if (m_.kv_heads < m_.heads) {
       const double q = static_cast<double>(tokens_ * (m_.heads / t_) * m_.head_dim() * e_);
-      x = add_memory("query-reshape", ph, L, q, q, 0, deps(x));
+      x = add_memory("query-reshape", ph, L, 2.3 * q, 2.3 * q, 0, deps(x));
     }
     const double n = rope_elements();
-    return add_memory("rotary", ph, L, rope_reads() * n * e_, rope_writes() * n * e_, 3.0 * n, deps(x));
+    return add_memory("rotary", ph, L, rope_reads(false) * n * e_, rope_writes(false) * n * e_, 3.0 * n, deps(x));
   }
   uint32_t rope_backward(int32_t L, uint32_t after) {
     if (m_.learned_positions) return after;
     const double n = rope_elements();
-    const uint32_t r = add_memory("rotary-backward", Phase::Backward, L, rope_reads() * n * e_,
-                                  rope_writes() * n * e_, 3.0 * n, deps(after));
+    const uint32_t r = add_memory("rotary-backward", Phase::Backward, L, rope_reads(true) * n * e_,
+                                  rope_writes(true) * n * e_, 3.0 * n, deps(after));
     const double qkv = static_cast<double>(tokens_ * qkv_ * e_);
     return add_memory("qkv-grad-cat", Phase::Backward, L, qkv, qkv, 0, deps(r));
   }
@@ -1238,14 +1245,17 @@ class StageBuilder {
     x = add_memory(weight, Phase::Backward, L, 2 * a32, 0, 0, deps(x));
     return add_memory(residual, Phase::Backward, L, 2 * a32, a32, th, deps(x, also, also2));
   }
-  // Rotary embedding as the reference writes it (x·cos + cat(-x2, x1)·sin): five
-  // elementwise kernels over q and over k, ~20 bytes per BF16 element; the backward
-  // about the same.
+  // Rotary embedding as the reference writes it (x·cos + cat(-x2, x1)·sin) on [b, h, s, d]
+  // views of the QKV output: five kernels over q and over k, strided and broadcast, so not
+  // vectorized. Their kernels' sum on one H200 is what a copy of 29 elements per element
+  // takes forward and 33.5 backward (calibrate/measurements/rope-h200-2026-12-03), where
+  // their bytes alone would be about 10; the op carries those copy-rate passes.
   uint32_t eager_rotary(Phase ph, int32_t L, uint32_t after) {
     if (m_.learned_positions) return after;
     const double elems = static_cast<double>(tokens_ * (m_.heads + m_.kv_heads) * m_.head_dim());
-    return add_memory(ph == Phase::Backward && !recomputing_ ? "rotary-backward" : "rotary", ph, L, 5.5 * elems * e_,
-                      4.5 * elems * e_, 3.0 * elems, deps(after));
+    const bool backward = ph == Phase::Backward && !recomputing_;
+    return add_memory(backward ? "rotary-backward" : "rotary", ph, L, (backward ? 18.5 : 16.0) * elems * e_,
+                      (backward ? 15.0 : 13.0) * elems * e_, 3.0 * elems, deps(after));
   }
 
   uint32_t layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
