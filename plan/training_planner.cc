@@ -1606,8 +1606,7 @@ class StageBuilder {
       // The input's all-gather (for the weight gradient) runs beside the data-gradient GEMM,
       // the data gradient's reduce-scatter beside the weight-gradient GEMM: Megatron's
       // LinearWithGradAccumulationAndAsyncCommunication and TE's bulk overlaps alike.
-      // Without TP there is nothing to overlap, and the weight gradient goes first, as the
-      // real backend's recorded runs of one GPU have it.
+      // Without TP the order stays: TE's _Linear.backward runs the data gradient first.
       uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at, l_.tp_overlap_qkv_dgrad_sms);
       uint32_t qkv_w = kNone;
       auto qkv_wgrad = [&] {
@@ -1615,10 +1614,8 @@ class StageBuilder {
                               add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
         return qkv_w;
       };
-      if (t_ == 1) qkv_wgrad();
       uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
-                                       Phase::Backward, L, deps(at), h, qkv_,
-                                       t_ == 1 ? std::function<uint32_t()>() : qkv_wgrad);
+                                       Phase::Backward, L, deps(at), h, qkv_, qkv_wgrad);
       g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                      12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
       if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
