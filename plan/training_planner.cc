@@ -103,6 +103,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.eager = s.training.framework == "pytorch-eager";
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
   l.rope_fusion = s.training.rope_fusion;
+  l.cp_allgather = s.parallel.cp_comm == "all-gather";
   l.defer_embedding_wgrad = s.training.defer_embedding_wgrad;
   l.wgrad_deferral_limit = s.training.wgrad_deferral_limit;
   if (l.defer_embedding_wgrad && l.eager)
@@ -913,10 +914,24 @@ class StageBuilder {
         return fwd ? unfused_attention_forward(ph, L, q, q, input) : unfused_attention_backward(L, q, q, input);
       return add_attention(fwd ? "attention" : "attention-backward", ph, L, q, q, deps(input));
     }
+    if (l_.cp_allgather) return allgather_attention(L, ph, input, fwd);
     const double kv =
         (fwd ? 2.0 : 4.0) * static_cast<double>(l_.micro_batch * q * (m_.kv_heads / t_) * m_.head_dim() * e_);
-    uint32_t at = add_attention(block, ph, L, q, q, deps(input));
-    uint32_t have = fwd ? input : at;
+    // Transformer Engine's AttnFuncWithCPAndKVP2P around the blocks (docs/model.md,
+    // "Context parallelism"): K and V packed into one send buffer; at each step after the
+    // first the half of the query, or of K/V, that the load-balanced split leaves the rank
+    // copied contiguous; the forward's per-step outputs corrected into one by their
+    // log-sum-exps; in the backward each block's dK, dV concatenated and, with its dQ,
+    // accumulated. Bytes in units of the rank's query (Q) and K+V (KV) tensors, each
+    // step's averaged over the ring's ranks (a step's halves fall to different ranks).
+    const double Q = static_cast<double>(l_.micro_batch * q * (m_.heads / t_) * m_.head_dim() * e_);
+    const double KV = kv / (fwd ? 1.0 : 2.0);
+    const double c = static_cast<double>(l_.cp - 1);
+    uint32_t pack = add_memory("cp-kv-pack", ph, L, KV + (fwd ? 0.25 * c * (Q + KV) : 0.0),
+                               KV + (fwd ? 0.25 * c * (Q + KV) : 0.0), 0, deps(input));
+    uint32_t at = add_attention(block, ph, L, q, q, deps(pack));
+    if (!fwd) at = add_memory("cp-grad-accumulate", ph, L, 2 * KV + Q, 2 * KV + Q, 0, deps(at));
+    uint32_t have = fwd ? pack : at;
     for (int64_t i = 1; i < l_.cp; ++i) {
       add_p2p(fwd ? "cp-kv-send" : "cp-dkv-send", OpKind::Send, GroupKind::CP, 1, "cp-send", ph, L, kv, deps(have),
               true, false, true);
@@ -924,11 +939,43 @@ class StageBuilder {
                                     static_cast<int32_t>(l_.cp - 1), "cp-recv", ph, L, kv, deps(have), true, false,
                                     true);
       at = add_attention(block, ph, L, q, q, deps(recv, at));
+      if (!fwd)
+        at = add_memory("cp-grad-accumulate", ph, L, 2.5 * KV + 2.25 * Q, 1.75 * KV + 1.5 * Q,
+                        0.75 * (KV + Q) / static_cast<double>(e_), deps(at));
       have = fwd ? recv : at;
     }
     if (!fwd) return at;
-    return add_memory("attention-merge", ph, L, 2 * act_bytes(), act_bytes(),
-                      4.0 * act_bytes() / static_cast<double>(e_), deps(at));
+    // The corrections: out zero-filled, then each step's output read with out and added
+    // into it, over the whole query at steps the rank computes whole and over its second
+    // half at the others: 1 + 3c/4 whole-query corrections on average.
+    const double corr = 1.0 + 0.75 * c;
+    return add_memory("attention-merge", ph, L, 2 * corr * Q, (corr + 1) * Q, 4.0 * corr * Q / static_cast<double>(e_),
+                      deps(at));
+  }
+
+  // All-gather context parallelism (parallel.cp_comm: all-gather; Transformer Engine's
+  // AttnFuncWithCPAndKVAllGather, Megatron-Core's --cp-comm-type all_gather, and Llama 3's
+  // training as Dubey et al. 2024 describe it, section 3.3.2): the rank's K and V
+  // all-gathered over the CP group and put back in sequence order (the load-balanced split
+  // holds chunks i and 2·cp − 1 − i), then the rank's s/cp queries attend over the keys
+  // before them: s²/(2·cp) score pairs, as one causal kernel of s/cp queries over s keys.
+  // The backward gathers K and V again (only the local ones are saved), and the K/V
+  // gradients, computed over the whole gathered length, are reordered and
+  // reduce-scattered back to their ranks. The all-gathers sit in the attention's path.
+  uint32_t allgather_attention(int32_t L, Phase ph, uint32_t input, bool fwd) {
+    const int64_t q = m_.seq_len / l_.cp;
+    const double kv = 2.0 * static_cast<double>(l_.micro_batch * q * (m_.kv_heads / t_) * m_.head_dim() * e_);
+    const double gathered = kv * static_cast<double>(l_.cp);
+    if (cp_ == 0xff) cp_ = p_.stream("cp");
+    const uint32_t ag = add_coll(fwd ? "cp-kv-allgather" : "cp-kv-allgather-backward", CollectiveKind::AllGather,
+                                 GroupKind::CP, cp_, ph, L, gathered, deps(input));
+    const uint32_t order = add_memory("cp-kv-reorder", ph, L, gathered, gathered, 0, deps(ag));
+    const uint32_t at = add_attention(fwd ? "attention" : "attention-backward", ph, L, q, m_.seq_len, deps(order));
+    if (fwd) return at;
+    const uint32_t back = add_memory("cp-dkv-reorder", ph, L, gathered, gathered, 0, deps(at));
+    const uint32_t rs = add_coll("cp-dkv-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::CP, cp_, ph, L,
+                                 gathered, deps(back));
+    return join(at, rs);
   }
 
   // The rotary embedding (models without a learned position table) on each TP rank's
@@ -1669,7 +1716,7 @@ class StageBuilder {
   const TrainingLayout& l_;
   int64_t stage_;
   bool adam_;
-  uint8_t compute_ = 0, tp_ = 0, dp_ = 0, ep_ = 0xff;
+  uint8_t compute_ = 0, tp_ = 0, dp_ = 0, ep_ = 0xff, cp_ = 0xff;
   DType act_dtype_ = DType::BF16, lin_dtype_ = DType::BF16, attn_dtype_ = DType::BF16;
   uint32_t gathered_ = kNone;  // the op after which the last all-gathered input is whole
   std::map<int32_t, uint32_t> param_gather_;  // layer (-1: embedding, output) -> its bucket's gather

@@ -68,6 +68,7 @@ struct TrainingLayout {
   bool eager = false;               // training.framework: pytorch-eager
   bool fused_cross_entropy = false; // training.cross_entropy: fused: the stack's fused loss kernels
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
+  bool cp_allgather = false;             // parallel.cp_comm all-gather: K/V gathered over CP, no ring
   bool rope_fusion = true;                // megatron: the rotary embedding in TE's fused kernel
   bool defer_embedding_wgrad = false;     // megatron: the output layer's wgrad GEMMs after the last backward
   int64_t wgrad_deferral_limit = 0;       // of the first this many micro-batches (0: all)

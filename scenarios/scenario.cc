@@ -308,6 +308,12 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.parallel.pp = as_degree(n, "parallel.pp"); }},
       {"parallel.cp", "integer", "1", "context-parallel degree",
        [](const N& n, S& s) { s.parallel.cp = as_degree(n, "parallel.cp"); }},
+      {"parallel.cp_comm", "name", "p2p",
+       "how context parallelism exchanges K and V (Megatron-Core's --cp-comm-type): p2p (Transformer Engine's ring: "
+       "cp attention blocks, each beside the send of the next K/V block) | all-gather (K and V all-gathered over the "
+       "CP group before one attention over the whole sequence, and the K/V gradients reduce-scattered after the "
+       "backward; the all-gather in the attention's path, as Llama 3's training ran it); docs/model.md",
+       [](const N& n, S& s) { s.parallel.cp_comm = as_enum(n, "parallel.cp_comm", {"p2p", "all-gather"}); }},
       {"parallel.ep", "integer", "1", "expert-parallel degree",
        [](const N& n, S& s) { s.parallel.ep = as_degree(n, "parallel.ep"); }},
       {"parallel.sequence_parallel", "bool", "false", "Megatron SP: all-gather / reduce-scatter instead of all-reduce",

@@ -30,6 +30,7 @@ struct ParallelConfig {
   int64_t microbatch_group = 0;  // interleaved: contiguous micro-batches per chunk (0: pp)
   int64_t micro_batch = 1;
   std::string placement = "tp-cp-ep-dp-pp";
+  std::string cp_comm = "p2p";  // p2p (TE's ring) | all-gather (K/V gathered over CP)
   int64_t bucket_params = 40'000'000;  // DP gradient bucket (Megatron's default 40M parameters)
   bool tp_comm_overlap = false;        // Megatron-Core --tp-comm-overlap (TE userbuffers)
   std::string tp_overlap_reduce_scatter = "pipeline";  // the forward's overlapped reduce-scatters: pipeline | ring-exchange

@@ -1353,6 +1353,86 @@ TEST(Fidelity, RotaryEmbeddingRunsOnTheQueryAndKeyHeads) {
   EXPECT_EQ(gpt.cat, 0);
 }
 
+// Context parallelism as Transformer Engine's P2P ring runs it: K and V packed for the ring
+// (and, forward, the halves the load-balanced split leaves each step copied), the
+// per-step outputs corrected into one, and in the backward each block's gradients
+// concatenated and accumulated before the next send. Bytes in the rank's Q and K+V units.
+TEST(Fidelity, ContextParallelRingPacksCorrectsAndAccumulates) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2, seq_len: 8192}\n"
+      "parallel: {tp: 2, cp: 4, dp: 1}\ntraining: {global_batch: 1}\n",
+      "cp");
+  const TrainingPlan p = build_training_plan(s);
+  // 2,048 tokens a rank; 16 query heads and 4 K/V heads of 128 a TP rank; BF16.
+  const double Q = 2048.0 * 16 * 128 * 2, KV = 2 * 2048.0 * 4 * 128 * 2, c = 3;
+  std::vector<std::pair<double, double>> pack, acc;
+  double merge_read = -1, merge_written = -1;
+  for (const Op& op : p.plan.programs[0].ops) {
+    if (op.layer != 0) continue;
+    const std::string& name = p.plan.names[op.name];
+    const auto rw = std::make_pair(static_cast<double>(op.bytes_read), static_cast<double>(op.bytes_written));
+    if (name == "cp-kv-pack") pack.push_back(rw);
+    if (name == "cp-grad-accumulate") acc.push_back(rw);
+    if (name == "attention-merge") merge_read = rw.first, merge_written = rw.second;
+  }
+  ASSERT_EQ(pack.size(), 2u);  // forward and backward
+  EXPECT_NEAR(pack[0].first, KV + 0.25 * c * (Q + KV), 1);
+  EXPECT_NEAR(pack[1].first, KV, 1);
+  const double corr = 1 + 0.75 * c;  // whole-query corrections
+  EXPECT_NEAR(merge_read, 2 * corr * Q, 1);
+  EXPECT_NEAR(merge_written, (corr + 1) * Q, 1);
+  ASSERT_EQ(acc.size(), 4u);  // one per block of the backward ring
+  EXPECT_NEAR(acc[0].first, 2 * KV + Q, 1);
+  for (size_t i = 1; i < acc.size(); ++i) {
+    EXPECT_NEAR(acc[i].first, 2.5 * KV + 2.25 * Q, 1);
+    EXPECT_NEAR(acc[i].second, 1.75 * KV + 1.5 * Q, 1);
+  }
+}
+
+// parallel.cp_comm: all-gather gathers K and V over the CP group and runs one attention
+// of the rank's s/cp queries over all s keys, with the same score pairs as the ring's cp
+// blocks; the backward gathers again and reduce-scatters the K/V gradients. No ring sends.
+TEST(Fidelity, AllGatherContextParallelGathersKvOnceAndMatchesTheRingsWork) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2, seq_len: 8192}\n"
+      "parallel: {tp: 2, cp: 4, dp: 1, cp_comm: C}\ntraining: {global_batch: 1}\n";
+  struct Seen {
+    double attention_flops = 0, gathered = 0, scattered = 0;
+    int attention = 0, sends = 0, gathers = 0;
+  };
+  auto seen = [](const TrainingPlan& p) {
+    Seen s;
+    for (const Op& op : p.plan.programs[0].ops) {
+      if (op.layer != 0) continue;
+      const std::string& name = p.plan.names[op.name];
+      if (op.kind == OpKind::Attention && op.phase == Phase::Forward) {
+        ++s.attention;
+        s.attention_flops += op.flops;
+      }
+      if (op.kind == OpKind::Send) ++s.sends;
+      if (op.kind == OpKind::Collective && op.group == GroupKind::CP && op.collective == CollectiveKind::AllGather) {
+        ++s.gathers;
+        s.gathered = static_cast<double>(op.bytes);
+      }
+      if (name == "cp-dkv-reduce-scatter") s.scattered = static_cast<double>(op.bytes);
+    }
+    return s;
+  };
+  const Seen ring = seen(build_training_plan(scenario_from_text(filled(y, {{"C", "p2p"}}), "ring")));
+  const Seen ag = seen(build_training_plan(scenario_from_text(filled(y, {{"C", "all-gather"}}), "ag")));
+  EXPECT_EQ(ring.attention, 4);  // cp blocks
+  EXPECT_GT(ring.sends, 0);
+  EXPECT_EQ(ring.gathers, 0);
+  EXPECT_EQ(ag.attention, 1);
+  EXPECT_EQ(ag.sends, 0);
+  EXPECT_EQ(ag.gathers, 2);  // forward, and again in the backward
+  EXPECT_NEAR(ag.attention_flops, ring.attention_flops, 1e-6 * ring.attention_flops);
+  const double kv = 2.0 * 2048 * 4 * 128 * 2;  // a rank's K and V: 2,048 tokens, 4 K/V heads of 128, BF16
+  EXPECT_DOUBLE_EQ(ag.gathered, 4 * kv);
+  EXPECT_DOUBLE_EQ(ag.scattered, 4 * kv);
+  EXPECT_THROW(build_training_plan(scenario_from_text(filled(y, {{"C", "ulysses"}}), "bad")), InputError);
+}
+
 // The timeline keeps one copy of identical ranks' spans: a rank whose spans equal an
 // earlier rank's of the same program becomes its mirror, and expanding the mirrors gives
 // back every simulated span exactly.
