@@ -338,6 +338,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
+                       "dropout_rng_ops_per_element",
                        "triton_attention_factor"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
@@ -354,6 +355,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                                   });
                         } else if (c == "dynamic_cast_ops_per_element") {
                           p.compute.dynamic_cast_ops_per_element = number(cv, ck, 0, 1e6);
+                        } else if (c == "dropout_rng_ops_per_element") {
+                          p.compute.dropout_rng_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "nccl_channels" || c == "nccl_net_peer_channels") {
                           const double n = number(cv, ck, 1, 64);
                           if (n != static_cast<int>(n))

@@ -360,6 +360,8 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
       return t + static_cast<double>(op.m) * p.dynamic_cast_ops_per_element / gpu.peak_fp32;
     case MemAccess::MultiTensor:
       return t / p.multi_tensor_efficiency;
+    case MemAccess::RandomMask:
+      return t + static_cast<double>(op.m) * p.dropout_rng_ops_per_element / gpu.peak_fp32;
   }
   return t;
 }

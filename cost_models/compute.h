@@ -88,6 +88,11 @@ struct ComputeProfile {
   // 0.77 of a plain copy (3.37-3.39 against 4.39 TB/s).
   double dynamic_cast_ops_per_element = 94;
   double multi_tensor_efficiency = 0.77;
+  // PyTorch's dropout forward (native_dropout: Philox draws, the output and a 1-byte mask)
+  // runs at 1.38x its stream time on an H200 whatever the size and 16-bit type, ~31 FP32-op
+  // slots per element beyond the stream; its backward streams
+  // (calibrate/measurements/dropout-h200-2026-12-03; docs/model.md, "Unfused attention").
+  double dropout_rng_ops_per_element = 31;
   // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):
   double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
   double gemm_k_half = 128;          // 16-bit k at which a tile's main loop runs at half speed (fp8: twice)

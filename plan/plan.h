@@ -44,7 +44,7 @@ enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
 // element, op.m elements); a multi-tensor-apply kernel over a list of tensors (foreach
 // ops, fused optimizers); or Transformer Engine's FP8 cast-transpose of an op.m × op.n
 // BF16 matrix (the FP8 copy and its transpose, and the tensor's amax), costed as a stream.
-enum class MemAccess : uint8_t { Streaming, DynamicCast, MultiTensor, Fp8CastTranspose };
+enum class MemAccess : uint8_t { Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask };
 std::string_view to_string(Phase p);
 
 // One operation of a program. Field use by kind:

@@ -67,6 +67,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
         out += ",\"access\":\"multi-tensor\"";
       else if (op.access == MemAccess::Fp8CastTranspose)
         out += ",\"access\":\"fp8-cast-transpose\",\"m\":" + std::to_string(op.m) + ",\"n\":" + std::to_string(op.n);
+      else if (op.access == MemAccess::RandomMask)
+        out += ",\"access\":\"random-mask\",\"m\":" + std::to_string(op.m);
       break;
     case OpKind::Collective:
       out += ",\"collective\":" + quote(to_string(op.collective)) + ",\"group\":" + quote(to_string(op.group)) +
@@ -252,9 +254,11 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
           op.access = MemAccess::MultiTensor;
         else if (a == "fp8-cast-transpose")
           op.access = MemAccess::Fp8CastTranspose;
+        else if (a == "random-mask")
+          op.access = MemAccess::RandomMask;
         else if (a != "streaming")
-          throw InputError(rd.at(on["access"]),
-                           "access must be streaming, dynamic-cast, multi-tensor or fp8-cast-transpose, got '" + a + "'");
+          throw InputError(rd.at(on["access"]), "access must be streaming, dynamic-cast, multi-tensor, "
+                                                "fp8-cast-transpose or random-mask, got '" + a + "'");
       }
       op.n = rd.i64(on, "n");
       op.k = rd.i64(on, "k");

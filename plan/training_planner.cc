@@ -744,7 +744,10 @@ class StageBuilder {
     const double s_e = static_cast<double>(e_);
     uint32_t x = add_gemm("attn-scores", ph, L, q, kv, d, deps(in), bh, 0.5, attn_dtype_);
     x = add_memory("softmax", ph, L, scores * s_e, scores * s_e, 5.0 * scores, deps(x));
-    if (m_.dropout > 0) x = add_memory("attention-dropout", ph, L, scores * s_e, scores * (s_e + 1), scores, deps(x));
+    // PyTorch's dropout kernel draws its Philox numbers per element (MemAccess::RandomMask).
+    if (m_.dropout > 0)
+      x = accessed(add_memory("attention-dropout", ph, L, scores * s_e, scores * (s_e + 1), scores, deps(x)),
+                   MemAccess::RandomMask, scores);
     return add_gemm("attn-context", ph, L, q, d, kv, deps(x), bh, 0.5, attn_dtype_);
   }
   uint32_t unfused_attention_backward(int32_t L, int64_t q, int64_t kv, uint32_t dout) {

@@ -1433,6 +1433,40 @@ TEST(Fidelity, AllGatherContextParallelGathersKvOnceAndMatchesTheRingsWork) {
   EXPECT_THROW(build_training_plan(scenario_from_text(filled(y, {{"C", "ulysses"}}), "bad")), InputError);
 }
 
+// Unfused attention's dropout is PyTorch's native_dropout: its forward draws Philox
+// numbers per score element, 31 FP32-op slots each beyond its stream (measured on an
+// H200), so on an A100 it takes its bytes' time plus the draws at the A100's FP32 rate;
+// the backward only streams.
+TEST(Fidelity, UnfusedAttentionDropoutDrawsItsRandomNumbersPerElement) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, "
+      "dtype: fp16}\ntraining: {global_batch: 1, attention: unfused}\n",
+      "d");
+  const TrainingPlan p = build_training_plan(s);
+  const GpuSpec& a100 = *find_gpu_preset("a100-sxm-80gb");
+  const ComputeProfile prof;
+  int forward = 0, backward = 0;
+  for (const Op& op : p.plan.programs[0].ops) {
+    const std::string& name = p.plan.names[op.name];
+    if (name == "attention-dropout") {
+      ++forward;
+      const double scores = 16.0 * 2048 * 2048;  // one sequence, 16 heads, 2,048 x 2,048
+      EXPECT_EQ(op.access, MemAccess::RandomMask);
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.m), scores);
+      Op stream = op;
+      stream.access = MemAccess::Streaming;
+      EXPECT_NEAR(compute_seconds(op, a100, prof) - compute_seconds(stream, a100, prof),
+                  scores * prof.dropout_rng_ops_per_element / a100.peak_fp32, 1e-12);
+    }
+    if (name == "attention-dropout-backward") {
+      ++backward;
+      EXPECT_EQ(op.access, MemAccess::Streaming);
+    }
+  }
+  EXPECT_EQ(forward, 1);
+  EXPECT_EQ(backward, 1);
+}
+
 // The timeline keeps one copy of identical ranks' spans: a rank whose spans equal an
 // earlier rank's of the same program becomes its mirror, and expanding the mirrors gives
 // back every simulated span exactly.
