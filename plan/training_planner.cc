@@ -1191,8 +1191,10 @@ class StageBuilder {
     const double act = act_bytes();
     const int64_t h = m_.hidden;
     const uint32_t pg = ph == Phase::Forward && mb_ == 0 ? param_gather_for(L) : kNone;
-    // Hidden dropout (fused with the bias and residual adds) writes a 1-byte mask.
+    // Hidden dropout (fused with the bias and residual adds) writes a 1-byte mask and draws
+    // a Philox number per element, as PyTorch's dropout does (MemAccess::RandomMask).
     const double mask = m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
+    auto drawn = [&](uint32_t op) { return mask > 0 ? accessed(op, MemAccess::RandomMask, mask) : op; };
     uint32_t ln = add_memory("layernorm-1", ph, L, act, act, 8.0 * act / static_cast<double>(e_),
                              pg == kNone ? deps(x) : deps(x, pg));
     ln = fp8_quantize_fused("fp8-quantize-qkv-input", ph, L, seq_tokens_, h, ln, true);
@@ -1209,11 +1211,11 @@ class StageBuilder {
     at = fp8_cast("fp8-cast-attn-out", ph, L, tokens_, attn_out, at);
     uint32_t red = gemm_then_reduce("attn-proj", "tp-allreduce-attn", "reduce-scatter-attn", ph, L, deps(at), h,
                                     attn_out);
-    uint32_t ln2 = add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act + mask,
-                              10.0 * act / static_cast<double>(e_), deps(red));
+    uint32_t ln2 = drawn(add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act + mask,
+                                    10.0 * act / static_cast<double>(e_), deps(red)));
     if (!m_.moe_layer(L)) ln2 = fp8_quantize_fused("fp8-quantize-mlp-input", ph, L, seq_tokens_, h, ln2, true);
     uint32_t red2 = mlp_forward(L, ph, ln2);
-    return add_memory("residual-add", ph, L, 2 * act, act + mask, act / static_cast<double>(e_), deps(red2));
+    return drawn(add_memory("residual-add", ph, L, 2 * act, act + mask, act / static_cast<double>(e_), deps(red2)));
   }
 
   // ---- plain PyTorch under torch.autocast(bfloat16) (training.framework: pytorch-eager) ----

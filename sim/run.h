@@ -25,8 +25,9 @@ struct RunOptions {
   bool keep_spans = true;           // the op-by-op timeline (false: metrics only)
   bool solo_steps = true;           // flow network: ExecOptions::solo_steps
   bool check_memory = true;         // refuse a layout that does not fit (accuracy reports it instead)
-  // false: fused attention is costed without drawing its dropout mask (validate against the
-  // real backend, whose attention kernels draw none).
+  // false: dropout is costed without its random draws, in fused attention and in the
+  // standalone and fused dropout kernels alike (validate against the real backend, whose
+  // kernels draw none).
   bool attention_dropout = true;
 };
 

@@ -1465,6 +1465,23 @@ TEST(Fidelity, UnfusedAttentionDropoutDrawsItsRandomNumbersPerElement) {
   }
   EXPECT_EQ(forward, 1);
   EXPECT_EQ(backward, 1);
+  // The hidden dropouts, fused into the residual adds, draw theirs too: one per element of
+  // the layer's 2,048 x 2,048 activations, twice a layer.
+  int hidden = 0;
+  for (const Op& op : p.plan.programs[0].ops) {
+    const std::string& name = p.plan.names[op.name];
+    if (name != "residual-layernorm-2" && name != "residual-add") continue;
+    ++hidden;
+    EXPECT_EQ(op.access, MemAccess::RandomMask) << name;
+    EXPECT_DOUBLE_EQ(static_cast<double>(op.m), 2048.0 * 2048) << name;
+  }
+  EXPECT_EQ(hidden, 2);
+  // Without dropout nothing is drawn.
+  const Scenario none = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, "
+      "dtype: fp16, dropout: 0}\ntraining: {global_batch: 1, attention: unfused}\n",
+      "n");
+  for (const Op& op : build_training_plan(none).plan.programs[0].ops) EXPECT_NE(op.access, MemAccess::RandomMask);
 }
 
 // The timeline keeps one copy of identical ranks' spans: a rank whose spans equal an
