@@ -91,7 +91,7 @@ struct ComputeProfile {
   // PyTorch's dropout forward (native_dropout: Philox draws, the output and a 1-byte mask)
   // runs at 1.38x its stream time on an H200 whatever the size and 16-bit type, ~31 FP32-op
   // slots per element beyond the stream; its backward streams
-  // (calibrate/measurements/dropout-h200-2026-12-03; docs/model.md, "Unfused attention").
+  // (calibrate/measurements/dropout-h200-2026-12-03; docs/model.md, "Attention implementation").
   double dropout_rng_ops_per_element = 31;
   // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):
   double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
