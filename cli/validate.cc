@@ -111,12 +111,11 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
         // A memory op's m annotates its cost class (elements cast or drawn for), not a shape
         // the real backend runs, except for the FP8 cast-transpose, whose m x n it transposes.
         const bool m_is_shape = op.kind != OpKind::Memory || op.access == MemAccess::Fp8CastTranspose;
-        const int64_t m_want = m_is_shape ? op.m : sqlite3_column_int64(st, 4);
-        const int64_t want[] = {m_want,   op.n,      op.k,        op.batch,      op.heads,         op.kv_heads,
+        const int64_t want[] = {op.m,     op.n,      op.k,        op.batch,      op.heads,         op.kv_heads,
                                 op.q_len, op.kv_len, op.head_dim, op.bytes_read, op.bytes_written, op.bytes};
         static const char* const field[] = {"m",     "n",      "k",        "batch",      "heads",         "kv_heads",
                                             "q_len", "kv_len", "head_dim", "bytes_read", "bytes_written", "bytes"};
-        for (int f = 0; f < 12; ++f)
+        for (int f = m_is_shape ? 0 : 1; f < 12; ++f)
           if (sqlite3_column_int64(st, 4 + f) != want[f])
             throw other_plan(p, i,
                              "'" + name + "' has " + field[f] + " " + std::to_string(sqlite3_column_int64(st, 4 + f)) +

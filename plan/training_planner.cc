@@ -918,8 +918,8 @@ class StageBuilder {
       return add_attention(fwd ? "attention" : "attention-backward", ph, L, q, q, deps(input));
     }
     if (l_.cp_allgather) return allgather_attention(L, ph, input, fwd);
-    const double kv =
-        (fwd ? 2.0 : 4.0) * static_cast<double>(l_.micro_batch * q * (m_.kv_heads / t_) * m_.head_dim() * e_);
+    const double KV = cp_kv_bytes();
+    const double kv = fwd ? KV : 2.0 * KV;  // a step's send: K and V, and in the backward their gradients too
     // Transformer Engine's AttnFuncWithCPAndKVP2P around the blocks (docs/model.md,
     // "Context parallelism"): K and V packed into one send buffer; at each step after the
     // first the half of the query, or of K/V, that the load-balanced split leaves the rank
@@ -928,7 +928,6 @@ class StageBuilder {
     // accumulated. Bytes in units of the rank's query (Q) and K+V (KV) tensors, each
     // step's averaged over the ring's ranks (a step's halves fall to different ranks).
     const double Q = static_cast<double>(l_.micro_batch * q * (m_.heads / t_) * m_.head_dim() * e_);
-    const double KV = kv / (fwd ? 1.0 : 2.0);
     const double c = static_cast<double>(l_.cp - 1);
     uint32_t pack = add_memory("cp-kv-pack", ph, L, KV + (fwd ? 0.25 * c * (Q + KV) : 0.0),
                                KV + (fwd ? 0.25 * c * (Q + KV) : 0.0), 0, deps(input));
@@ -956,6 +955,11 @@ class StageBuilder {
                       deps(at));
   }
 
+  // A CP rank's K and V: its s/cp tokens of the TP rank's K/V heads.
+  double cp_kv_bytes() const {
+    return 2.0 * static_cast<double>(l_.micro_batch * (m_.seq_len / l_.cp) * (m_.kv_heads / t_) * m_.head_dim() * e_);
+  }
+
   // All-gather context parallelism (parallel.cp_comm: all-gather; Transformer Engine's
   // AttnFuncWithCPAndKVAllGather, Megatron-Core's --cp-comm-type all_gather, and Llama 3's
   // training as Dubey et al. 2024 describe it, section 3.3.2): the rank's K and V
@@ -967,8 +971,7 @@ class StageBuilder {
   // reduce-scattered back to their ranks. The all-gathers sit in the attention's path.
   uint32_t allgather_attention(int32_t L, Phase ph, uint32_t input, bool fwd) {
     const int64_t q = m_.seq_len / l_.cp;
-    const double kv = 2.0 * static_cast<double>(l_.micro_batch * q * (m_.kv_heads / t_) * m_.head_dim() * e_);
-    const double gathered = kv * static_cast<double>(l_.cp);
+    const double gathered = cp_kv_bytes() * static_cast<double>(l_.cp);
     if (cp_ == 0xff) cp_ = p_.stream("cp");
     const uint32_t ag = add_coll(fwd ? "cp-kv-allgather" : "cp-kv-allgather-backward", CollectiveKind::AllGather,
                                  GroupKind::CP, cp_, ph, L, gathered, deps(input));
