@@ -20,6 +20,22 @@
 namespace clustersim {
 namespace {
 
+// The analytic network costs each transfer alone on its route. That is exact where every
+// GPU owns its NIC on a non-blocking fabric, as in DGX nodes on a rail-optimized or full
+// fat-tree. Where GPUs share a NIC, or leaves share an oversubscribed uplink, the DP
+// groups of one node's TP and PP ranks reduce at the same time through the same link, and
+// only the flow network, which shares links among concurrent transfers, sees it.
+std::string auto_network_model(const ClusterSpec& c) {
+  if (c.nodes < 2) return "analytic";
+  if (c.fabric.oversubscription > 1.0) return "flow";
+  for (int n = 0; n < c.nodes; ++n) {
+    const NodeSpec& node = c.node_at(n);
+    if (node.nics < node.gpus) return "flow";
+    if (c.node_specs.empty()) break;  // every node built alike
+  }
+  return "analytic";
+}
+
 namespace fs = std::filesystem;
 
 // ---- model.blocks -----------------------------------------------------------------------
@@ -832,10 +848,12 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.protocol = as_enum(n, "collectives.protocol", {"auto", "LL", "LL128", "Simple"});
        }},
-      {"network_model", "name", "analytic",
-       "analytic (each collective alone on the network) | flow (max-min shared links: concurrent transfers contend)",
+      {"network_model", "name", "auto",
+       "auto (flow where concurrent transfers must share a link: nodes with fewer NICs than GPUs, or an "
+       "oversubscribed fabric; analytic otherwise) | analytic (each collective alone on the network) | flow "
+       "(max-min shared links: concurrent transfers contend)",
        [](const N& n, S& s) {
-         s.network_model = as_enum(n, "network_model", {"analytic", "flow"});
+         s.network_model = as_enum(n, "network_model", {"auto", "analytic", "flow"});
        }},
       {"calibration", "path", "none",
        "calibration profile YAML (calibrate/profiles/*.yaml; relative to this file); else the built-in defaults",
@@ -1199,6 +1217,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   // A node trimmed to fewer GPUs keeps one NIC per GPU at most, unless told otherwise.
   if (s.marks.count("cluster.gpus_per_node") && !s.marks.count("cluster.scale_out.nics_per_node"))
     s.cluster.node.nics = std::min(s.cluster.node.nics, s.cluster.node.gpus);
+  if (!s.marks.count("network_model") || s.network_model == "auto") s.network_model = auto_network_model(s.cluster);
 
   if (!s.chakra_dir.empty()) {
     // The traces are the workload: the model and layout are what they recorded.

@@ -873,4 +873,22 @@ sweep:
 }
 
 }  // namespace
+// network_model: auto (the default) takes the flow network where concurrent transfers
+// must share a link, and the analytic one where every GPU owns its NIC.
+TEST_F(LoaderTest, NetworkModelAutoIsFlowWhereGpusShareALink) {
+  int files = 0;
+  const auto model_of = [&](const std::string& cluster, const std::string& extra = "") {
+    const std::string text = "cluster: " + cluster + "\nmodel: {preset: gpt3-1.3b, layers: 2}\n" + extra;
+    return load_scenario(write("net" + std::to_string(files++) + ".yaml", text)).network_model;
+  };
+  EXPECT_EQ(model_of("{preset: dgx-h100, nodes: 2}"), "analytic");
+  EXPECT_EQ(model_of("{preset: dgx-h100, nodes: 2, scale_out: {nics_per_node: 4}}"), "flow");
+  EXPECT_EQ(model_of("{preset: dgx-h100, nodes: 2, scale_out: {oversubscription: 2}}"), "flow");
+  EXPECT_EQ(model_of("{preset: dgx-h100, nodes: 1, scale_out: {nics_per_node: 4}}"), "analytic");
+  EXPECT_EQ(model_of("{preset: dgx-h100, nodes: 2, scale_out: {nics_per_node: 4}}", "network_model: analytic\n"),
+            "analytic");
+  EXPECT_EQ(model_of("{preset: dgx-h100, nodes: 2}", "network_model: auto\n"), "analytic");
+  EXPECT_EQ(model_of("{preset: dgx-h100, nodes: 2}", "network_model: flow\n"), "flow");
+}
+
 }  // namespace clustersim

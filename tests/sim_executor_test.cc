@@ -378,6 +378,7 @@ cluster: {preset: dgx-h100, nodes: 16, scale_out: {nics_per_leaf: 8, oversubscri
 model: {preset: gpt3-1.3b, layers: 4}
 parallel: {tp: 8, dp: 16}
 training: {global_batch: 16}
+network_model: analytic
 )",
                                         "flow-contend");
   Scenario f = s;

@@ -525,6 +525,37 @@ double iteration_s(const std::string& yaml) {
   return 0;
 }
 
+// Four NICs for eight GPUs: with TP 4 each node holds two ranks of each of four DP groups,
+// and the four groups reduce at once, so every NIC carries two GPUs' traffic. The flow
+// network (the default there) halves each group's bandwidth, and the exposed reduction
+// (after the backward, nothing to hide behind) doubles against eight NICs; the analytic
+// model, each collective alone, sees no difference.
+TEST(Fidelity, DpGroupsSharingANicReduceAtHalfItsBandwidth) {
+  const auto dp_exposed = [](int nics, const std::string& network) {
+    const std::string yaml = "cluster: {preset: dgx-a100, nodes: 2, scale_out: {nics_per_node: " +
+                             std::to_string(nics) +
+                             "}}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+                             "parallel: {tp: 4, dp: 4, zero_stage: 1, overlap_grad_reduce: false, "
+                             "overlap_param_gather: false}\ntraining: {global_batch: 16}\n" +
+                             (network.empty() ? "" : "network_model: " + network + "\n");
+    const Scenario s = scenario_from_text(yaml, "nic-share");
+    RunOptions o;
+    o.keep_spans = false;
+    o.record_link_usage = false;
+    const RunOutcome out = run_training(s, o);
+    return std::make_pair(s.network_model, out.exec.exposed_comm_by_kind[static_cast<size_t>(GroupKind::DP)]);
+  };
+  const auto [shared_model, shared] = dp_exposed(4, "");
+  const auto [own_model, own] = dp_exposed(8, "");
+  const auto [analytic_model, analytic] = dp_exposed(4, "analytic");
+  EXPECT_EQ(shared_model, "flow");
+  EXPECT_EQ(own_model, "analytic");
+  EXPECT_EQ(analytic_model, "analytic");
+  ASSERT_GT(own, 0);
+  EXPECT_NEAR(shared / own, 2.0, 0.1);
+  EXPECT_NEAR(analytic / own, 1.0, 0.01);
+}
+
 // Transformer Engine's FP8 speeds up the linear layers' GEMMs only (at FP8's own
 // efficiency, plus casts); attention, norms and communication stay BF16. A Llama 3 70B
 // step on H100 comes out 1.2-1.6x faster in FP8, as published FP8 runs measure, not 2x.
