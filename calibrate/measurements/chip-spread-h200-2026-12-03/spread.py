@@ -3,7 +3,7 @@
 the board's identity (UUID, serial), then an 8192^3 BF16 product back to back for 30 s
 after a 10 s idle, timed per 100 products by CUDA events, with nvidia-smi sampling clock,
 power and temperature every 100 ms; then the same for a 1 GiB bf16 copy (memory-bound,
-not capped). Reports the burst rate (the first 20 products), the sustained rate (median
+not capped), then the product again (the same board's repeatability). Reports the burst rate (the first 20 products), the sustained rate (median
 of the last 20 s) and the median clock, power and temperature over that window."""
 import json, statistics, subprocess, sys, time, torch
 
@@ -55,7 +55,9 @@ def window_smi(t0, t1):
 
 cases = []
 for name, fn, work, unit, batch in [("gemm-8192-bf16", lambda: torch.mm(a, b, out=c), 2.0 * n ** 3 / 1e12, "TFLOP/s", 20),
-                                    ("copy-1GiB-bf16", lambda: yb.copy_(xb), 2.0 * xb.numel() * 2 / 1e9, "GB/s", 20)]:
+                                    ("copy-1GiB-bf16", lambda: yb.copy_(xb), 2.0 * xb.numel() * 2 / 1e9, "GB/s", 20),
+                                    ("gemm-8192-bf16-again", lambda: torch.mm(a, b, out=c), 2.0 * n ** 3 / 1e12, "TFLOP/s",
+                                     20)]:
     torch.cuda.synchronize()
     time.sleep(10)
     burst = series(fn, work, 0.0, batch)  # one batch at full clocks
