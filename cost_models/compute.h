@@ -153,6 +153,12 @@ struct ComputeProfile {
   // attention spends more energy per tensor FLOP than a GEMM (the softmax's exponentials
   // and rescaling beside the products): forward 1.28x, backward 1.60x (cuDNN's kernels).
   bool power_cap = true;
+  // The job's slowest board, as a factor on the capped FLOP rate (1: every board the
+  // nominal one). Boards of one SKU at one power limit settle at different rates under the
+  // cap, and a synchronous step runs at its slowest board's pace: apply_calibration sets
+  // 1 - cluster.board_spread * E[max of n standard normals] for the n GPUs that meet at
+  // the job's collectives (docs/model.md, "Clocks under the power cap").
+  double slowest_board = 1.0;
   double clock_share_gemm = 0.5;
   double clock_share_attention = 0.75;
   std::array<double, 2> attention_energy_ratio{1.28, 1.60};  // [forward, backward]
@@ -206,6 +212,10 @@ struct PowerMix {
   PowerMix scaled(double k) const;  // the same mix k times over
 };
 bool power_model_active(const GpuSpec& gpu, const ComputeProfile& profile);
+
+// E[max of n independent standard normals] (0 for n <= 1): the slowest of n boards, in
+// standard deviations below their mean.
+double expected_max_normal(int64_t n);
 // The SM clock, as a fraction of boost, at which the window's average power meets the
 // board's limit (1 where it stays under it).
 double power_clock(const PowerMix& mix, const GpuSpec& gpu, const ComputeProfile& profile);

@@ -862,6 +862,11 @@ const std::vector<KeySpec>& key_table() {
        "run each phase's kernels at the SM clock the board's power limit leaves their mix (GPUs with a power "
        "model: h100-sxm, h200-sxm, or gpu_spec's power keys; docs/model.md); false: every kernel at its burst rate",
        [](const N& n, S& s) { s.power_cap = as_bool(n, "cluster.power_cap"); }},
+      {"cluster.board_spread", "number", "0.0148",
+       "coefficient of variation of the boards' FLOP rate under the power cap; a synchronous job runs at its "
+       "expected slowest board's (default: seven H200 boards measured, docs/model.md; acts only through the "
+       "power model; 0: every board alike)",
+       [](const N& n, S& s) { s.board_spread = as_number(n, "cluster.board_spread", 0, 0.5); }},
       {"cluster.memory_reserve", "size", "auto",
        "GPU memory per GPU the model cannot use: CUDA context, NCCL buffers, allocator fragmentation (auto: see "
        "docs/model.md)",

@@ -200,6 +200,7 @@ struct Scenario {
   uint64_t seed = 1;
   Reference reference;
   bool power_cap = true;  // cluster.power_cap: clocks under the board's power limit
+  double board_spread = 0.0148;  // cluster.board_spread: boards' capped-rate coefficient of variation
   int64_t memory_reserve_bytes = -1;  // per GPU, kept from the model by the stack; -1: the default
   bool allow_large = false;           // loaded past the work budgets (--allow-large)
 

@@ -59,6 +59,11 @@ void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfil
   compute.flash2 = s.training.attention == "flash2" || s.training.attention == "triton";
   compute.triton_attention = s.training.attention == "triton";
   compute.power_cap = s.power_cap;
+  // The GPUs that meet at the job's collectives: a serving replica's, or every GPU of a
+  // training job (its DP, TP, PP and CP groups chain them all within a step; a Chakra
+  // workload's ranks are the cluster's).
+  const int64_t meet = s.inference ? s.parallel.tp * s.parallel.pp : s.gpus();
+  compute.slowest_board = std::max(0.05, 1.0 - s.board_spread * expected_max_normal(meet));
 }
 
 double step_overhead_seconds(const Scenario& s) {

@@ -13,6 +13,7 @@
 
 #include "scenarios/error.h"
 #include "sim/executor.h"
+#include "sim/run.h"
 #include "support/temp_scenario.h"
 #include "topology/topology.h"
 
@@ -559,6 +560,7 @@ TEST(Serving, IterationTimeIsThePlansTime) {
     sh.weight_dtype = sh.kv_dtype = s.model.dtype;
     Topology topo(s.cluster);
     ExecOptions eo;
+    apply_calibration(s, eo.compute, eo.network);  // the engine's profile: its replica's slowest board
     const ExecResult r = execute_plan(build_iteration_plan(sh, b, true), topo, eo);
     const double whole = r.makespan.seconds();
     const double engine = serving_iteration_seconds(s, b);
