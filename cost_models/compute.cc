@@ -508,7 +508,8 @@ double expected_max_normal(int64_t n) {
     const double z = lo + h * i;
     const double cdf = 0.5 * std::erfc(-z / std::sqrt(2.0));
     if (cdf <= 0) continue;
-    const double log_f = log_n - 0.5 * z * z - 0.5 * std::log(2 * std::numbers::pi) + static_cast<double>(n - 1) * std::log(cdf);
+    const double log_f =
+        log_n - 0.5 * z * z - 0.5 * std::log(2 * std::numbers::pi) + static_cast<double>(n - 1) * std::log(cdf);
     sum += (i == 0 || i == kSteps ? 0.5 : 1.0) * z * std::exp(log_f);
   }
   return sum * h;
@@ -533,7 +534,8 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
                            : t;
   // The job's slowest board sets the pace: its capped rate, the nominal one times
   // slowest_board, is a higher energy per FLOP under the same limit.
-  const double joule_per_flop = (gpu.power_limit_w - gpu.idle_power_w) / (gpu.capped_bf16_flops * p.slowest_board);
+  const double joule_per_flop =
+      (gpu.power_limit_w - gpu.idle_power_w) / (gpu.capped_bf16_flops * p.slowest_board);
   const double stream_w = std::max(0.0, gpu.stream_power_w - gpu.idle_power_w);
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   const double t_bytes = bytes / (gpu.hbm_bandwidth * p.memory_efficiency);

@@ -393,7 +393,8 @@ TEST(PowerCap, AJobRunsAtItsSlowestBoardsCappedRate) {
     std::vector<Op> ops(10, power_gemm(8192, 8192, 8192));
     std::vector<double> t = burst(ops, h200, prof);
     apply_power_cap(ops, t, 0.0, h200, prof);
-    EXPECT_NEAR(10 * ops[0].flops / std::accumulate(t.begin(), t.end(), 0.0), 660e12 * prof.slowest_board, 1e6) << n;
+    EXPECT_NEAR(10 * ops[0].flops / std::accumulate(t.begin(), t.end(), 0.0), 660e12 * prof.slowest_board, 1e6)
+        << n;
   }
   // Kernels under the limit keep their burst rates on any board.
   ComputeProfile slow;
