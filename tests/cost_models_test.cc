@@ -3,7 +3,6 @@
 #include <cmath>
 #include <numbers>
 #include <numeric>
-#include <numbers>
 
 #include "cost_models/collective.h"
 #include "cost_models/compute.h"
