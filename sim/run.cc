@@ -59,11 +59,15 @@ void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfil
   compute.flash2 = s.training.attention == "flash2" || s.training.attention == "triton";
   compute.triton_attention = s.training.attention == "triton";
   compute.power_cap = s.power_cap;
+  compute.slowest_board = slowest_board(s);
+}
+
+double slowest_board(const Scenario& s) {
   // The GPUs that meet at the job's collectives: a serving replica's, or every GPU of a
   // training job (its DP, TP, PP and CP groups chain them all within a step; a Chakra
   // workload's ranks are the cluster's).
   const int64_t meet = s.inference ? s.parallel.tp * s.parallel.pp : s.gpus();
-  compute.slowest_board = std::max(0.05, 1.0 - s.board_spread * expected_max_normal(meet));
+  return std::max(0.05, 1.0 - s.board_spread * expected_max_normal(meet));
 }
 
 double step_overhead_seconds(const Scenario& s) {
@@ -194,6 +198,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"exposed_comm_ep_s", ex[static_cast<size_t>(GroupKind::EP)]},
       {"compute_busy_s", out.exec.compute_busy_s},
       {"power_clock", out.exec.power_clock},
+      {"slowest_board", slowest_board(s)},
       {"peak_memory_per_gpu_bytes", out.plan.memory.total()},
       {"memory_weights_bytes", out.plan.memory.weights},
       {"memory_gradients_bytes", out.plan.memory.gradients},
@@ -456,8 +461,9 @@ std::string summary_table(const RunOutcome& run) {
   // The power cap's clock, where it binds (docs/model.md, "Clocks under the power cap").
   std::string clock;
   if (get("power_clock") < 1.0) {
-    char c[96];
-    std::snprintf(c, sizeof c, "; power-capped clock %.0f%% of boost at the lowest", 100.0 * get("power_clock"));
+    char c[160];
+    std::snprintf(c, sizeof c, "; power-capped clock %.0f%% of boost at the lowest (slowest board: capped rate x%.3f)",
+                  100.0 * get("power_clock"), get("slowest_board"));
     clock = c;
   }
   char buf[2048];

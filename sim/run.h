@@ -54,6 +54,11 @@ double step_overhead_seconds(const Scenario& s);
 std::string scenario_relative_path(const Scenario& s, const std::string& path);
 // Loads the scenario's calibration profile, when it names one, over the defaults.
 void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network);
+
+// The capped FLOP rate of the job's expected slowest board against the nominal one:
+// 1 − cluster.board_spread · E[max of n standard normals], n the GPUs that meet at the
+// job's collectives (a serving replica's tp × pp); ComputeProfile::slowest_board.
+double slowest_board(const Scenario& s);
 // The scenario's collective algorithm, protocol and network model, as executor options.
 void collective_options(const Scenario& s, ExecOptions& eo);
 // Runs `n` seeded draws of the scenario's variability: the first is `run` itself (seed
