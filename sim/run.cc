@@ -471,7 +471,7 @@ std::string summary_table(const RunOutcome& run) {
       buf, sizeof buf,
       "scenario        %s\n"
       "model           %s (%.2fB parameters), seq %lld, %s\n"
-      "cluster         %s\n"
+      "cluster         %s, %s network\n"
       "layout          dp %lld  tp %lld  pp %lld  cp %lld  ep %lld%s, %s, ZeRO %lld, micro-batch %lld x %lld, global "
       "batch %lld\n"
       "iteration       %.6f s   (%lld iteration(s): %.6f s)\n"
@@ -483,7 +483,7 @@ std::string summary_table(const RunOutcome& run) {
       "simulated       %lld of %lld ranks (symmetry), %lld events\n",
       s.name.c_str(), s.model.name.c_str(), static_cast<double>(s.model.total_params()) / 1e9,
       static_cast<long long>(s.model.seq_len), std::string(to_string(s.model.dtype)).c_str(),
-      describe(s.cluster).c_str(), static_cast<long long>(l.dp), static_cast<long long>(l.tp),
+      describe(s.cluster).c_str(), s.network_model.c_str(), static_cast<long long>(l.dp), static_cast<long long>(l.tp),
       static_cast<long long>(l.pp), static_cast<long long>(l.cp), static_cast<long long>(l.ep),
       l.sequence_parallel ? " (SP)" : "",
       l.pp > 1 ? (l.schedule + (l.virtual_stages > 1 ? " x" + std::to_string(l.virtual_stages) : std::string())).c_str()
