@@ -338,7 +338,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
-                       "dropout_rng_ops_per_element",
+                       "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element", "host_sync",
                        "triton_attention_factor"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
@@ -357,6 +357,10 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.dynamic_cast_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "dropout_rng_ops_per_element") {
                           p.compute.dropout_rng_ops_per_element = number(cv, ck, 0, 1e6);
+                        } else if (c == "scatter_ops_per_element") {
+                          p.compute.scatter_ops_per_element = number(cv, ck, 0, 1e6);
+                        } else if (c == "index_put_ops_per_element") {
+                          p.compute.index_put_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "nccl_channels" || c == "nccl_net_peer_channels") {
                           const double n = number(cv, ck, 1, 64);
                           if (n != static_cast<int>(n))
@@ -371,6 +375,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.kernel_latency_s = seconds(cv, ck);
                         else if (c == "blocking_launch")
                           p.compute.blocking_launch_s = seconds(cv, ck);
+                        else if (c == "host_sync")
+                          p.compute.host_sync_s = seconds(cv, ck);
                         else if (c == "triton_attention_factor")
                           p.compute.triton_attention_factor = number(cv, ck, 0.1, 100);
                         else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")

@@ -347,6 +347,7 @@ double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const Compute
 
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.fixed_seconds > 0) return op.fixed_seconds;
+  if (op.kind == OpKind::Memory && op.access == MemAccess::HostSync) return static_cast<double>(op.m) * p.host_sync_s;
   const double t = compute_seconds_streaming(op, gpu, p);
   if (op.kind == OpKind::Attention) {
     if (t <= 0) return t;
@@ -363,6 +364,12 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
       return t / p.multi_tensor_efficiency;
     case MemAccess::RandomMask:
       return t + static_cast<double>(op.m) * p.dropout_rng_ops_per_element / gpu.peak_fp32;
+    case MemAccess::Scatter:
+      return t + static_cast<double>(op.m) * p.scatter_ops_per_element / gpu.peak_fp32;
+    case MemAccess::IndexPut:
+      return t + static_cast<double>(op.m) * p.index_put_ops_per_element / gpu.peak_fp32;
+    case MemAccess::HostSync:
+      return t;
   }
   return t;
 }

@@ -93,6 +93,15 @@ struct ComputeProfile {
   // slots per element beyond the stream; its backward streams
   // (calibrate/measurements/dropout-h200-2026-12-03; docs/model.md, "Attention implementation").
   double dropout_rng_ops_per_element = 31;
+  // Indexed writes along the first axis with a row index (flash-attn's bert_padding, which
+  // MPT's flash path runs; docs/model.md, "Padding around the kernel"), beyond their stream:
+  // `scatter_` 148 and `index_put_` 266 FP32-op slots per element; and the GPU time of one host
+  // synchronization inside a step (`nonzero`, `.item()`) with the small mask kernels around
+  // it, 55 us: bert_padding.unpad_input costs 110 us beyond its row gather, two of them. All on
+  // one H200 at MPT-1B's shape (calibrate/measurements/mpt-unpad-h200-2026-12-04).
+  double scatter_ops_per_element = 148;
+  double index_put_ops_per_element = 266;
+  double host_sync_s = 55e-6;
   // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):
   double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
   double gemm_k_half = 128;          // 16-bit k at which a tile's main loop runs at half speed (fp8: twice)

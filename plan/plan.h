@@ -43,8 +43,13 @@ enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
 // stream; PyTorch's dynamic-cast loop (operands of different dtypes: an extra cost per
 // element, op.m elements); a multi-tensor-apply kernel over a list of tensors (foreach
 // ops, fused optimizers); or Transformer Engine's FP8 cast-transpose of an op.m × op.n
-// BF16 matrix (the FP8 copy and its transpose, and the tensor's amax), costed as a stream.
-enum class MemAccess : uint8_t { Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask };
+// BF16 matrix (the FP8 copy and its transpose, and the tensor's amax), costed as a stream;
+// PyTorch's dropout draws (RandomMask, op.m elements); an indexed write along the first axis,
+// `scatter_` or `index_put_` (an index computation per element, op.m elements); the GPU's time
+// through op.m host synchronizations inside the step (HostSync: `.item()`, `nonzero`).
+enum class MemAccess : uint8_t {
+  Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask, Scatter, IndexPut, HostSync
+};
 std::string_view to_string(Phase p);
 
 // One operation of a program. Field use by kind:

@@ -69,6 +69,12 @@ void write_op(std::string& out, const Program& p, const Op& op) {
         out += ",\"access\":\"fp8-cast-transpose\",\"m\":" + std::to_string(op.m) + ",\"n\":" + std::to_string(op.n);
       else if (op.access == MemAccess::RandomMask)
         out += ",\"access\":\"random-mask\",\"m\":" + std::to_string(op.m);
+      else if (op.access == MemAccess::Scatter)
+        out += ",\"access\":\"scatter\",\"m\":" + std::to_string(op.m);
+      else if (op.access == MemAccess::IndexPut)
+        out += ",\"access\":\"index-put\",\"m\":" + std::to_string(op.m);
+      else if (op.access == MemAccess::HostSync)
+        out += ",\"access\":\"host-sync\",\"m\":" + std::to_string(op.m);
       break;
     case OpKind::Collective:
       out += ",\"collective\":" + quote(to_string(op.collective)) + ",\"group\":" + quote(to_string(op.group)) +
@@ -256,9 +262,16 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
           op.access = MemAccess::Fp8CastTranspose;
         else if (a == "random-mask")
           op.access = MemAccess::RandomMask;
+        else if (a == "scatter")
+          op.access = MemAccess::Scatter;
+        else if (a == "index-put")
+          op.access = MemAccess::IndexPut;
+        else if (a == "host-sync")
+          op.access = MemAccess::HostSync;
         else if (a != "streaming")
           throw InputError(rd.at(on["access"]), "access must be streaming, dynamic-cast, multi-tensor, "
-                                                "fp8-cast-transpose or random-mask, got '" + a + "'");
+                                                "fp8-cast-transpose, random-mask, scatter, index-put or host-sync, got '" +
+                                                    a + "'");
       }
       op.n = rd.i64(on, "n");
       op.k = rd.i64(on, "k");

@@ -155,6 +155,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
   if (s.training.attention == "triton" && m.dropout > 0)
     fail(s, "training.attention", "the Triton FlashAttention kernel has no dropout (flash_attn_triton.py), expected model.dropout: 0 "
                                   "or training.attention: flash or flash2");
+  l.attention_unpad = s.training.attention_padding == "unpad";
+  if (l.attention_unpad && (!l.eager || (s.training.attention != "flash" && s.training.attention != "flash2")))
+    fail(s, "training.attention_padding",
+         "unpad is flash-attn's bert_padding around its variable-length kernel, called from PyTorch: expected "
+         "training.framework: pytorch-eager with training.attention: flash or flash2, or training.attention_padding: none");
   if (s.training.fp8_attention && !l.fp8)
     fail(s, "training.fp8_attention", "training.fp8_attention needs model.dtype: fp8");
   if (s.training.fp8_recipe != "delayed" && !l.fp8)
@@ -1313,6 +1318,27 @@ class StageBuilder {
                       (backward ? 15.0 : 13.0) * elems * e_, 3.0 * elems, deps(after));
   }
 
+  // flash-attn's bert_padding around its variable-length kernel, as MPT's flash path calls
+  // it (docs/model.md, "Padding around the kernel"). unpad_input on q, k and v: the mask's
+  // sum, nonzero and max().item(), two host synchronizations a call, then a row gather
+  // (index_first_axis); pad_input on the output: zeros, then index_put of the rows. Their
+  // backwards: zeros and a scatter_ of each gradient, a row gather of the output's.
+  double unpad_qkv_bytes() const {
+    return static_cast<double>(tokens_ * (m_.heads + 2 * m_.kv_heads) * m_.head_dim() * e_);
+  }
+  double pad_out_bytes() const { return static_cast<double>(tokens_ * m_.heads * m_.head_dim() * e_); }
+  uint32_t unpad_qkv(Phase ph, int32_t L, uint32_t after) {
+    if (!l_.attention_unpad) return after;
+    const uint32_t mask = accessed(add_memory("unpad-mask", ph, L, 0, 0, 0, deps(after)), MemAccess::HostSync, 6);
+    return add_memory("unpad-qkv", ph, L, unpad_qkv_bytes(), unpad_qkv_bytes(), 0, deps(mask));
+  }
+  uint32_t pad_output(Phase ph, int32_t L, uint32_t after) {
+    if (!l_.attention_unpad) return after;
+    const double o = pad_out_bytes();
+    return accessed(add_memory("pad-output", ph, L, o, 2 * o, 0, deps(after)), MemAccess::IndexPut,
+                    o / static_cast<double>(e_));
+  }
+
   uint32_t layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
     const int64_t h = m_.hidden;
     const double a32 = eager_act32(), a16 = eager_act16();
@@ -1324,8 +1350,8 @@ class StageBuilder {
     n1 = fp8_cast("te-cast-qkv-input", ph, L, tokens_, h, n1);
     uint32_t qkv = add_gemm("qkv", ph, L, tokens_, qkv_, h,
                             deps(eager_linear_weight("autocast-cast-qkv-weight", "te-cast-qkv-weight", ph, L, h, qkv_, n1)));
-    qkv = eager_rotary(ph, L, qkv);
-    uint32_t at = add_attention("attention", ph, L, m_.seq_len, m_.seq_len, deps(qkv));
+    qkv = unpad_qkv(ph, L, eager_rotary(ph, L, qkv));
+    uint32_t at = pad_output(ph, L, add_attention("attention", ph, L, m_.seq_len, m_.seq_len, deps(qkv)));
     at = fp8_cast("te-cast-proj-input", ph, L, tokens_, attn_out, at);
     uint32_t proj = add_gemm(
         "attn-proj", ph, L, tokens_, h, attn_out,
@@ -1380,8 +1406,14 @@ class StageBuilder {
                                            "layernorm-2-weight-grad", "residual-grad-add-mlp", L, ud, kNone);
     // Attention.
     c = add_memory("autocast-cast-attn-grad", Phase::Backward, L, a32, a16, 0, deps(r));
-    const uint32_t pd = eager_linear_backward("attn-proj", L, attn_out, h, c, acc);
+    uint32_t pd = eager_linear_backward("attn-proj", L, attn_out, h, c, acc);
+    if (l_.attention_unpad)
+      pd = add_memory("pad-output-backward", Phase::Backward, L, pad_out_bytes(), pad_out_bytes(), 0, deps(pd));
     uint32_t at = add_attention("attention-backward", Phase::Backward, L, m_.seq_len, m_.seq_len, deps(pd));
+    if (l_.attention_unpad)
+      at = accessed(add_memory("unpad-qkv-backward", Phase::Backward, L, unpad_qkv_bytes(), 2 * unpad_qkv_bytes(), 0,
+                               deps(at)),
+                    MemAccess::Scatter, unpad_qkv_bytes() / static_cast<double>(e_));
     at = eager_rotary(Phase::Backward, L, at);
     const double qkv16 = static_cast<double>(tokens_ * qkv_ * e_);
     at = add_memory("qkv-grad-cat", Phase::Backward, L, qkv16, qkv16, 0, deps(at));

@@ -67,6 +67,7 @@ struct TrainingLayout {
   bool zero3_grad_once = false;     // ZeRO 3: gradients accumulated unsharded, reduce-scattered once per step
   bool eager = false;               // training.framework: pytorch-eager
   bool fused_cross_entropy = false; // training.cross_entropy: fused: the stack's fused loss kernels
+  bool attention_unpad = false;     // training.attention_padding: unpad (bert_padding around the kernel)
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
   bool cp_allgather = false;             // parallel.cp_comm all-gather: K/V gathered over CP, no ring
   bool rope_fusion = true;                // megatron: the rotary embedding in TE's fused kernel

@@ -338,6 +338,9 @@ class Runner {
             op.m * op.n * 2 <= op.bytes_written) {
           CS_CUDA(cudaMemsetAsync(b.amax(), 0, sizeof(float), st));
           fp8_cast_transpose_amax(b.a, op.m, op.n, 1.f, b.c, static_cast<char*>(b.c) + op.m * op.n, b.amax(), st);
+        } else if (op.access == MemAccess::HostSync) {
+          // The host waits for its stream, as `.item()` or `nonzero` does, op.m times.
+          for (int64_t k = 0; k < op.m; ++k) CS_CUDA(cudaStreamSynchronize(st));
         } else {
           memory_op(b.a, b.c, op.bytes_read, op.bytes_written, st);
         }

@@ -519,6 +519,14 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.attention = as_enum(n, "training.attention", {"flash", "flash2", "unfused", "triton"});
        }},
+      {"training.attention_padding", "name", "none",
+       "none | unpad (training.framework pytorch-eager with a FlashAttention kernel: flash-attn's bert_padding around "
+       "a variable-length kernel, as MPT's flash path runs it: unpad_input gathers q, k and v row by row, its mask "
+       "arithmetic synchronizing the host twice a call, and pad_input scatters the output back into zeros; their "
+       "backwards scatter and gather; docs/model.md, \"Padding around the kernel\")",
+       [](const N& n, S& s) {
+         s.training.attention_padding = as_enum(n, "training.attention_padding", {"none", "unpad"});
+       }},
       {"training.fp8_attention", "bool", "false",
        "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked); "
        "refused with training.framework: pytorch-eager (SDPA runs BF16)",

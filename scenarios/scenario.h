@@ -59,6 +59,8 @@ struct TrainingConfig {
   std::string recompute = "none";
   std::string optimizer = "adam";
   std::string attention = "flash";  // flash (fused, IO-aware) | unfused (scores and softmax through HBM)
+  // none | unpad (flash-attn's bert_padding around a variable-length kernel: MPT's flash path)
+  std::string attention_padding = "none";
   bool fp8_attention = false;       // with model.dtype fp8: the attention core in FP8 too
   std::string fp8_recipe = "delayed";  // with model.dtype fp8: delayed | tensorwise (current per-tensor scaling)
   std::string framework = "megatron";  // megatron (fused kernels, BF16 weights) | pytorch-eager

@@ -1522,6 +1522,63 @@ TEST(Fidelity, UnfusedAttentionDropoutDrawsItsRandomNumbersPerElement) {
   for (const Op& op : quiet.plan.programs[0].ops) EXPECT_NE(op.access, MemAccess::RandomMask);
 }
 
+// MPT's flash path wraps the variable-length kernel in flash-attn's bert_padding: three
+// unpad_input calls (two host synchronizations each, then a row gather of q, k and v),
+// pad_input on the output (zeros, index_put), and in the backward a row gather of the
+// output's gradient and zeros + scatter_ of q, k and v's. At MPT-1B's shape on an H200
+// (12 x 2,048 tokens, 16 heads of 128) the parts measured 1.39 ms a layer, forward and
+// backward, and the layer step grew by 1.36 ms (calibrate/measurements/mpt-unpad-h200-2026-12-04).
+TEST(Fidelity, UnpadAroundFlashAttentionGathersScattersAndSynchronizes) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, "
+      "hidden: 2048, heads: 16, ffn_hidden: 8192, seq_len: 2048, dropout: 0}\nparallel: {micro_batch: 12}\n"
+      "training: {global_batch: 12, framework: F, attention: A, attention_padding: P}\n";
+  const TrainingPlan p = build_training_plan(
+      scenario_from_text(filled(y, {{"F", "pytorch-eager"}, {"A", "flash2"}, {"P", "unpad"}}), "unpad"));
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  const ComputeProfile prof;
+  const double u = 12.0 * 2048 * 2048 * 2;  // one of q, k, v or the output: 100.7 MB in BF16
+  std::map<std::string, const Op*> ops;
+  double added = 0;
+  for (const Op& op : p.plan.programs[0].ops) {
+    const std::string& name = p.plan.names[op.name];
+    if (name.rfind("unpad-", 0) != 0 && name.rfind("pad-output", 0) != 0) continue;
+    EXPECT_EQ(ops.count(name), 0u) << name;
+    ops[name] = &op;
+    added += compute_seconds(op, h200, prof);
+  }
+  ASSERT_EQ(ops.size(), 5u);
+  EXPECT_EQ(ops["unpad-mask"]->access, MemAccess::HostSync);
+  EXPECT_EQ(ops["unpad-mask"]->m, 6);
+  EXPECT_DOUBLE_EQ(compute_seconds(*ops["unpad-mask"], h200, prof), 6 * prof.host_sync_s);
+  EXPECT_DOUBLE_EQ(static_cast<double>(ops["unpad-qkv"]->bytes_read), 3 * u);
+  EXPECT_DOUBLE_EQ(static_cast<double>(ops["unpad-qkv"]->bytes_written), 3 * u);
+  EXPECT_EQ(ops["pad-output"]->access, MemAccess::IndexPut);
+  EXPECT_DOUBLE_EQ(static_cast<double>(ops["pad-output"]->bytes_written), 2 * u);
+  EXPECT_DOUBLE_EQ(static_cast<double>(ops["pad-output"]->m), u / 2);
+  EXPECT_DOUBLE_EQ(static_cast<double>(ops["pad-output-backward"]->bytes_read), u);
+  EXPECT_EQ(ops["unpad-qkv-backward"]->access, MemAccess::Scatter);
+  EXPECT_DOUBLE_EQ(static_cast<double>(ops["unpad-qkv-backward"]->bytes_written), 6 * u);
+  EXPECT_DOUBLE_EQ(static_cast<double>(ops["unpad-qkv-backward"]->m), 3 * u / 2);
+  EXPECT_NEAR(added, 1.36e-3, 0.15 * 1.36e-3);
+  // The step grows by the added ops' time: they sit on the layer's one stream. (On an A100,
+  // which has no power model: on an H200 the host's waits also let the capped clock rise.)
+  const std::string a100 = filled(y, {{"dgx-h200", "dgx-a100"}, {"F", "pytorch-eager"}, {"A", "flash2"}});
+  const TrainingPlan pa = build_training_plan(scenario_from_text(filled(a100, {{"P", "unpad"}}), "a100"));
+  double added_a100 = 0;
+  for (const Op& op : pa.plan.programs[0].ops) {
+    const std::string& name = pa.plan.names[op.name];
+    if (name.rfind("unpad-", 0) == 0 || name.rfind("pad-output", 0) == 0)
+      added_a100 += compute_seconds(op, *find_gpu_preset("a100-sxm-80gb"), prof);
+  }
+  const double grown = iteration_s(filled(a100, {{"P", "unpad"}})) - iteration_s(filled(a100, {{"P", "none"}}));
+  EXPECT_NEAR(grown, added_a100, 0.01 * added_a100);
+  // bert_padding is called from PyTorch around a FlashAttention kernel, nowhere else.
+  for (auto [f, a] : {std::pair{"megatron", "flash"}, std::pair{"pytorch-eager", "unfused"}})
+    EXPECT_THROW(build_training_plan(scenario_from_text(filled(y, {{"F", f}, {"A", a}, {"P", "unpad"}}), "bad")),
+                 InputError);
+}
+
 // The timeline keeps one copy of identical ranks' spans: a rank whose spans equal an
 // earlier rank's of the same program becomes its mirror, and expanding the mirrors gives
 // back every simulated span exactly.
