@@ -339,6 +339,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
                        "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element", "host_sync",
+                       "mixed_softmax_ops_per_element",
                        "triton_attention_factor"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
@@ -361,6 +362,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.scatter_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "index_put_ops_per_element") {
                           p.compute.index_put_ops_per_element = number(cv, ck, 0, 1e6);
+                        } else if (c == "mixed_softmax_ops_per_element") {
+                          p.compute.mixed_softmax_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "nccl_channels" || c == "nccl_net_peer_channels") {
                           const double n = number(cv, ck, 1, 64);
                           if (n != static_cast<int>(n))

@@ -370,6 +370,8 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
       return t + static_cast<double>(op.m) * p.index_put_ops_per_element / gpu.peak_fp32;
     case MemAccess::HostSync:
       return t;
+    case MemAccess::MixedSoftmax:
+      return t + static_cast<double>(op.m) * p.mixed_softmax_ops_per_element / gpu.peak_fp32;
   }
   return t;
 }

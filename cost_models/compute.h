@@ -102,6 +102,10 @@ struct ComputeProfile {
   double scatter_ops_per_element = 148;
   double index_put_ops_per_element = 266;
   double host_sync_s = 55e-6;
+  // log_softmax over 16-bit rows with an FP32 output (autocast's cross_entropy on BF16 logits):
+  // three reads of the row and the FP32 write, plus 124 FP32-op slots a logit; measured on one
+  // H200 at 12-25 K tokens x 50,368 (calibrate/measurements/train-metrics-h200-2026-12-04).
+  double mixed_softmax_ops_per_element = 124;
   // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):
   double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
   double gemm_k_half = 128;          // 16-bit k at which a tile's main loop runs at half speed (fp8: twice)

@@ -46,9 +46,11 @@ enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
 // BF16 matrix (the FP8 copy and its transpose, and the tensor's amax), costed as a stream;
 // PyTorch's dropout draws (RandomMask, op.m elements); an indexed write along the first axis,
 // `scatter_` or `index_put_` (an index computation per element, op.m elements); the GPU's time
-// through op.m host synchronizations inside the step (HostSync: `.item()`, `nonzero`).
+// through op.m host synchronizations inside the step (HostSync: `.item()`, `nonzero`); a
+// log_softmax over 16-bit rows written in FP32 (MixedSoftmax: autocast's FP32 output type, op.m
+// elements).
 enum class MemAccess : uint8_t {
-  Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask, Scatter, IndexPut, HostSync
+  Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask, Scatter, IndexPut, HostSync, MixedSoftmax
 };
 std::string_view to_string(Phase p);
 

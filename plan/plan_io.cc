@@ -75,6 +75,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
         out += ",\"access\":\"index-put\",\"m\":" + std::to_string(op.m);
       else if (op.access == MemAccess::HostSync)
         out += ",\"access\":\"host-sync\",\"m\":" + std::to_string(op.m);
+      else if (op.access == MemAccess::MixedSoftmax)
+        out += ",\"access\":\"mixed-softmax\",\"m\":" + std::to_string(op.m);
       break;
     case OpKind::Collective:
       out += ",\"collective\":" + quote(to_string(op.collective)) + ",\"group\":" + quote(to_string(op.group)) +
@@ -268,9 +270,11 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
           op.access = MemAccess::IndexPut;
         else if (a == "host-sync")
           op.access = MemAccess::HostSync;
+        else if (a == "mixed-softmax")
+          op.access = MemAccess::MixedSoftmax;
         else if (a != "streaming")
           throw InputError(rd.at(on["access"]), "access must be streaming, dynamic-cast, multi-tensor, "
-                                                "fp8-cast-transpose, random-mask, scatter, index-put or host-sync, got '" +
+                                                "fp8-cast-transpose, random-mask, scatter, index-put, host-sync or mixed-softmax, got '" +
                                                     a + "'");
       }
       op.n = rd.i64(on, "n");

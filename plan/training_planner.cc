@@ -160,6 +160,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, "training.attention_padding",
          "unpad is flash-attn's bert_padding around its variable-length kernel, called from PyTorch: expected "
          "training.framework: pytorch-eager with training.attention: flash or flash2, or training.attention_padding: none");
+  l.train_metrics = s.training.train_metrics;
+  if (l.train_metrics > 0 && !l.eager)
+    fail(s, "training.train_metrics",
+         "training metrics are the eager trainer's (Composer's), expected training.framework: pytorch-eager or "
+         "training.train_metrics: 0");
   if (s.training.fp8_attention && !l.fp8)
     fail(s, "training.fp8_attention", "training.fp8_attention needs model.dtype: fp8");
   if (s.training.fp8_recipe != "delayed" && !l.fp8)
@@ -1339,6 +1344,22 @@ class StageBuilder {
                     o / static_cast<double>(e_));
   }
 
+  // The trainer's training metrics (training.train_metrics), updated after the micro-batch's
+  // backward from the logits its forward kept: each a cross-entropy under autocast, which runs
+  // log_softmax on the 16-bit logits with an FP32 output (three reads of each row, one FP32
+  // write), then nll_loss (Composer's _eval_train_metrics with MPT's LanguageCrossEntropy and
+  // LanguagePerplexity; docs/model.md, "Training metrics").
+  void train_metrics(uint32_t after) {
+    const double lg = static_cast<double>(tokens_ * vocab_local_);
+    uint32_t x = after;
+    for (int k = 0; k < l_.train_metrics; ++k) {
+      x = accessed(add_memory("metric-log-softmax", Phase::Forward, -1, lg * 3 * static_cast<double>(e_), lg * 4, 0,
+                              deps(x)),
+                   MemAccess::MixedSoftmax, lg);
+      x = add_memory("metric-nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
+    }
+  }
+
   uint32_t layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
     const int64_t h = m_.hidden;
     const double a32 = eager_act32(), a16 = eager_act16();
@@ -1738,6 +1759,7 @@ class StageBuilder {
         add_grads(-1, embedding_params(first_virtual(chunk), last_virtual(chunk)), 0, g);
     }
     if (last_micro_batch) flush_buckets(g);
+    if (last_virtual(chunk) && l_.train_metrics > 0) train_metrics(g);
     // Parameters the optimizer updates on this stage.
     if (last_micro_batch) {
       for (int64_t i = 0; i < chunk_layers(chunk); ++i) {

@@ -68,6 +68,7 @@ struct TrainingLayout {
   bool eager = false;               // training.framework: pytorch-eager
   bool fused_cross_entropy = false; // training.cross_entropy: fused: the stack's fused loss kernels
   bool attention_unpad = false;     // training.attention_padding: unpad (bert_padding around the kernel)
+  int train_metrics = 0;            // training.train_metrics: cross-entropy metrics after each backward
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
   bool cp_allgather = false;             // parallel.cp_comm all-gather: K/V gathered over CP, no ring
   bool rope_fusion = true;                // megatron: the rotary embedding in TE's fused kernel

@@ -1522,6 +1522,45 @@ TEST(Fidelity, UnfusedAttentionDropoutDrawsItsRandomNumbersPerElement) {
   for (const Op& op : quiet.plan.programs[0].ops) EXPECT_NE(op.access, MemAccess::RandomMask);
 }
 
+// Composer updates MPT's two training metrics after each micro-batch's backward, each a
+// cross-entropy under autocast over the logits: log_softmax on the BF16 logits with an FP32
+// output, measured at 5.19 ms for 24,576 x 50,368 logits on one H200
+// (calibrate/measurements/train-metrics-h200-2026-12-04), after the backward and once a metric.
+TEST(Fidelity, TrainMetricsRunACrossEntropyOverTheLogitsAfterEachBackward) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, "
+      "hidden: 2048, heads: 16, ffn_hidden: 8192, vocab: 50368, seq_len: 2048, dropout: 0}\n"
+      "parallel: {micro_batch: 12}\ntraining: {global_batch: 24, framework: F, train_metrics: N}\n";
+  const TrainingPlan p = build_training_plan(scenario_from_text(filled(y, {{"F", "pytorch-eager"}, {"N", "2"}}), "m"));
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  const ComputeProfile prof;
+  const auto& ops = p.plan.programs[0].ops;
+  int softmax = 0;
+  size_t last_backward = 0, first_metric = ops.size();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const std::string& name = p.plan.names[ops[i].name];
+    if (ops[i].phase == Phase::Backward) last_backward = i;
+    if (name != "metric-log-softmax") continue;
+    ++softmax;
+    first_metric = std::min(first_metric, i);
+    EXPECT_EQ(ops[i].access, MemAccess::MixedSoftmax);
+    const double logits = 24576.0 * 50432;  // the vocabulary padded to a multiple of 128
+    EXPECT_DOUBLE_EQ(static_cast<double>(ops[i].bytes_read), logits * 2 * 3);
+    EXPECT_DOUBLE_EQ(static_cast<double>(ops[i].bytes_written), logits * 4);
+    EXPECT_NEAR(compute_seconds(ops[i], h200, prof), 5.19e-3, 0.1 * 5.19e-3);
+  }
+  EXPECT_EQ(softmax, 4);  // two metrics, two micro-batches
+  EXPECT_LT(first_metric, last_backward);  // the first micro-batch's come before the second's backward
+  bool after_own_backward = false;
+  for (size_t i = first_metric; i-- > 0;)
+    if (ops[i].phase == Phase::Backward) {
+      after_own_backward = true;
+      break;
+    }
+  EXPECT_TRUE(after_own_backward);
+  EXPECT_THROW(build_training_plan(scenario_from_text(filled(y, {{"F", "megatron"}, {"N", "2"}}), "bad")), InputError);
+}
+
 // MPT's flash path wraps the variable-length kernel in flash-attn's bert_padding: three
 // unpad_input calls (two host synchronizations each, then a row gather of q, k and v),
 // pad_input on the output (zeros, index_put), and in the backward a row gather of the
