@@ -338,8 +338,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
-                       "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element", "host_sync",
-                       "mixed_softmax_ops_per_element",
+                       "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element",
+                       "host_sync", "mixed_softmax_ops_per_element",
                        "triton_attention_factor"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {

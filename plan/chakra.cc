@@ -320,7 +320,9 @@ ChakraTrace decode_chakra(const std::string& bytes) {
             else if (name == "shape_batch") o.batch = i;
             else if (name == "bytes_read") o.bytes_read = i;
             else if (name == "bytes_written") o.bytes_written = i;
-            else if (name == "mem_access") o.access = i <= 8 ? static_cast<MemAccess>(i) : MemAccess::Streaming;
+            else if (name == "mem_access")
+              o.access = i >= 0 && i <= static_cast<int64_t>(kLastMemAccess) ? static_cast<MemAccess>(i)
+                                                                              : MemAccess::Streaming;
             else if (name == "heads") o.heads = i;
             else if (name == "kv_heads") o.kv_heads = i;
             else if (name == "q_len") o.q_len = i;

@@ -137,6 +137,30 @@ std::string_view to_string(Phase p) {
   return "?";
 }
 
+std::string_view to_string(MemAccess a) {
+  switch (a) {
+    case MemAccess::Streaming:
+      return "streaming";
+    case MemAccess::DynamicCast:
+      return "dynamic-cast";
+    case MemAccess::MultiTensor:
+      return "multi-tensor";
+    case MemAccess::Fp8CastTranspose:
+      return "fp8-cast-transpose";
+    case MemAccess::RandomMask:
+      return "random-mask";
+    case MemAccess::Scatter:
+      return "scatter";
+    case MemAccess::IndexPut:
+      return "index-put";
+    case MemAccess::HostSync:
+      return "host-sync";
+    case MemAccess::MixedSoftmax:
+      return "mixed-softmax";
+  }
+  return "?";
+}
+
 uint32_t Program::add(const Op& op, std::initializer_list<uint32_t> after) {
   return add(op, std::vector<uint32_t>(after));
 }

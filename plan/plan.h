@@ -52,7 +52,9 @@ enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
 enum class MemAccess : uint8_t {
   Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask, Scatter, IndexPut, HostSync, MixedSoftmax
 };
+inline constexpr MemAccess kLastMemAccess = MemAccess::MixedSoftmax;
 std::string_view to_string(Phase p);
+std::string_view to_string(MemAccess a);  // the plan file's name: "streaming", "dynamic-cast", ...
 
 // One operation of a program. Field use by kind:
 //   Gemm:       m, n, k, batch, dtype            (flops = 2·m·n·k·batch)

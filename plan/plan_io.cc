@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <iterator>
 
 #include "scenarios/error.h"
 
@@ -61,22 +62,13 @@ void write_op(std::string& out, const Program& p, const Op& op) {
              ",\"causal\":" + (op.causal ? "true" : "false") + (op.dropout ? ",\"dropout\":true" : "");
       break;
     case OpKind::Memory:
-      if (op.access == MemAccess::DynamicCast)
-        out += ",\"access\":\"dynamic-cast\",\"m\":" + std::to_string(op.m);
-      else if (op.access == MemAccess::MultiTensor)
-        out += ",\"access\":\"multi-tensor\"";
-      else if (op.access == MemAccess::Fp8CastTranspose)
-        out += ",\"access\":\"fp8-cast-transpose\",\"m\":" + std::to_string(op.m) + ",\"n\":" + std::to_string(op.n);
-      else if (op.access == MemAccess::RandomMask)
-        out += ",\"access\":\"random-mask\",\"m\":" + std::to_string(op.m);
-      else if (op.access == MemAccess::Scatter)
-        out += ",\"access\":\"scatter\",\"m\":" + std::to_string(op.m);
-      else if (op.access == MemAccess::IndexPut)
-        out += ",\"access\":\"index-put\",\"m\":" + std::to_string(op.m);
-      else if (op.access == MemAccess::HostSync)
-        out += ",\"access\":\"host-sync\",\"m\":" + std::to_string(op.m);
-      else if (op.access == MemAccess::MixedSoftmax)
-        out += ",\"access\":\"mixed-softmax\",\"m\":" + std::to_string(op.m);
+      // An access class other than a plain stream, with the element count it is costed by
+      // (a cast-transpose's matrix is m x n; a multi-tensor kernel's cost is its bytes').
+      if (op.access != MemAccess::Streaming) {
+        out += ",\"access\":" + quote(to_string(op.access));
+        if (op.access != MemAccess::MultiTensor) out += ",\"m\":" + std::to_string(op.m);
+        if (op.access == MemAccess::Fp8CastTranspose) out += ",\"n\":" + std::to_string(op.n);
+      }
       break;
     case OpKind::Collective:
       out += ",\"collective\":" + quote(to_string(op.collective)) + ",\"group\":" + quote(to_string(op.group)) +
@@ -164,6 +156,10 @@ bool parse_phase(std::string_view s, Phase& k) {
   static const Phase all[] = {Phase::Forward, Phase::Backward, Phase::Optimizer, Phase::Other};
   return parse_enum(s, k, all);
 }
+constexpr MemAccess kAllAccess[] = {MemAccess::Streaming,  MemAccess::DynamicCast, MemAccess::MultiTensor,
+                                    MemAccess::Fp8CastTranspose, MemAccess::RandomMask, MemAccess::Scatter,
+                                    MemAccess::IndexPut,   MemAccess::HostSync,    MemAccess::MixedSoftmax};
+static_assert(std::size(kAllAccess) == static_cast<size_t>(kLastMemAccess) + 1, "every access class has a name");
 
 }  // namespace
 
@@ -256,26 +252,11 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       op.m = rd.i64(on, "m");
       if (on["access"]) {
         const std::string a = on["access"].IsScalar() ? on["access"].Scalar() : std::string();
-        if (a == "dynamic-cast")
-          op.access = MemAccess::DynamicCast;
-        else if (a == "multi-tensor")
-          op.access = MemAccess::MultiTensor;
-        else if (a == "fp8-cast-transpose")
-          op.access = MemAccess::Fp8CastTranspose;
-        else if (a == "random-mask")
-          op.access = MemAccess::RandomMask;
-        else if (a == "scatter")
-          op.access = MemAccess::Scatter;
-        else if (a == "index-put")
-          op.access = MemAccess::IndexPut;
-        else if (a == "host-sync")
-          op.access = MemAccess::HostSync;
-        else if (a == "mixed-softmax")
-          op.access = MemAccess::MixedSoftmax;
-        else if (a != "streaming")
-          throw InputError(rd.at(on["access"]), "access must be streaming, dynamic-cast, multi-tensor, "
-                                                "fp8-cast-transpose, random-mask, scatter, index-put, host-sync or mixed-softmax, got '" +
-                                                    a + "'");
+        if (!parse_enum(a, op.access, kAllAccess)) {
+          std::string names;
+          for (MemAccess e : kAllAccess) names += (names.empty() ? "" : ", ") + std::string(to_string(e));
+          throw InputError(rd.at(on["access"]), "access must be one of " + names + ", got '" + a + "'");
+        }
       }
       op.n = rd.i64(on, "n");
       op.k = rd.i64(on, "k");

@@ -159,7 +159,8 @@ TrainingLayout check_training_layout(const Scenario& s) {
   if (l.attention_unpad && (!l.eager || (s.training.attention != "flash" && s.training.attention != "flash2")))
     fail(s, "training.attention_padding",
          "unpad is flash-attn's bert_padding around its variable-length kernel, called from PyTorch: expected "
-         "training.framework: pytorch-eager with training.attention: flash or flash2, or training.attention_padding: none");
+         "training.framework: pytorch-eager with training.attention: flash or flash2, or "
+         "training.attention_padding: none");
   l.train_metrics = s.training.train_metrics;
   if (l.train_metrics > 0 && !l.eager)
     fail(s, "training.train_metrics",

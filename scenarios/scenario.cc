@@ -532,7 +532,9 @@ const std::vector<KeySpec>& key_table() {
        "micro-batch's backward, each a cross-entropy under autocast (the logits cast to FP32, log_softmax, nll_loss) "
        "with no gradient: Composer's _eval_train_metrics, 2 for MPT (LanguageCrossEntropy and LanguagePerplexity, "
        "LLM Foundry's use_train_metrics default); docs/model.md, \"Training metrics\"",
-       [](const N& n, S& s) { s.training.train_metrics = static_cast<int>(as_int(n, "training.train_metrics", 0, 16)); }},
+       [](const N& n, S& s) {
+         s.training.train_metrics = static_cast<int>(as_int(n, "training.train_metrics", 0, 16));
+       }},
       {"training.fp8_attention", "bool", "false",
        "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked); "
        "refused with training.framework: pytorch-eager (SDPA runs BF16)",

@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <regex>
+#include <set>
+
+#include "cost_models/compute.h"
+#include "plan/chakra.h"
 #include "plan/memory.h"
 #include "plan/model.h"
 #include "plan/plan_io.h"
@@ -219,6 +224,46 @@ std::string plan_error(const std::string& json) {
     return e.what();
   }
   return "no error";
+}
+
+// Every memory-access class a planner emits travels with the plan, in its JSON and in its
+// Chakra traces, with the element counts it is costed by.
+TEST(PlanIo, CarriesEveryMemoryAccessClass) {
+  const char* eager =
+      "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, dtype: D, "
+      "dropout: 0}\ntraining: {global_batch: 1, framework: pytorch-eager, attention: flash2, attention_padding: P, "
+      "train_metrics: 2}\n";
+  const std::vector<std::string> scenarios = {
+      std::regex_replace(std::regex_replace(eager, std::regex("D"), "bf16"), std::regex("P"), "unpad"),
+      std::regex_replace(std::regex_replace(eager, std::regex("D"), "fp8"), std::regex("P"), "none"),
+      "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, dtype: fp16, "
+      "dropout: 0.1}\ntraining: {global_batch: 1, attention: unfused}\n"};
+  std::set<MemAccess> seen;
+  for (const std::string& y : scenarios) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(y, "access"));
+    const Plan back = plan_from_json(plan_to_json(tp.plan), "plan.json");
+    const std::vector<ChakraFile> files = plan_to_chakra(tp.plan, "a", *find_gpu_preset("h100-sxm"), ComputeProfile{});
+    const ChakraTrace trace = decode_chakra(files[0].bytes);
+    std::vector<const ChakraNode*> memory;
+    for (const ChakraNode& n : trace.nodes)
+      if (n.op_kind == "memory") memory.push_back(&n);
+    size_t k = 0;
+    for (size_t i = 0; i < tp.plan.programs[0].ops.size(); ++i) {
+      const Op& a = tp.plan.programs[0].ops[i];
+      const Op& b = back.programs[0].ops[i];
+      if (a.kind != OpKind::Memory) continue;
+      seen.insert(a.access);
+      EXPECT_EQ(b.access, a.access) << i;
+      if (a.access != MemAccess::MultiTensor) {
+        EXPECT_EQ(b.m, a.m) << i;
+      }
+      ASSERT_LT(k, memory.size());
+      EXPECT_EQ(memory[k]->shape.access, a.access) << i;
+      ++k;
+    }
+    EXPECT_EQ(k, memory.size());
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kLastMemAccess) + 1);
 }
 
 TEST(PlanIo, RejectsBrokenPlansWithTheirPosition) {
