@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fnmatch.h>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
+#include "cli/args.h"
 #include "reports/summary.h"
 #include "scenarios/scenario.h"
 #include "sim/run.h"
@@ -63,8 +65,8 @@ double unit_factor(const Scenario& s) {
   return 1.0;
 }
 
-AccuracyCase run_case(const std::string& file) {
-  Scenario s = load_scenario(file);
+AccuracyCase run_case(const std::string& file, const std::vector<std::string>& sets) {
+  Scenario s = load_scenario(file, sets);
   s.output_sqlite.clear();  // accuracy writes nothing
   s.output_trace.clear();
   AccuracyCase c;
@@ -139,7 +141,14 @@ std::string significant(double v, int digits) {
 
 }  // namespace
 
-AccuracyReport run_accuracy(const std::string& dir, int jobs) {
+bool selected(const fs::path& p, const std::vector<std::string>& only) {
+  if (only.empty()) return true;
+  const std::string stem = p.stem().string();
+  return std::any_of(only.begin(), only.end(),
+                     [&](const std::string& pattern) { return fnmatch(pattern.c_str(), stem.c_str(), 0) == 0; });
+}
+
+AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw InputError(SourceMark{dir, 0, 0}, "is not a directory, expected a folder of scenarios");
@@ -148,11 +157,18 @@ AccuracyReport run_accuracy(const std::string& dir, int jobs) {
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it.depth() > 16) it.disable_recursion_pending();  // a loop of links ends here
     const fs::path& p = it->path();
-    if (it->is_regular_file(ec) && p.extension() == ".yaml" && has_reference_block(p)) files.push_back(p.string());
+    if (it->is_regular_file(ec) && p.extension() == ".yaml" && has_reference_block(p) && selected(p, options.only))
+      files.push_back(p.string());
   }
   std::sort(files.begin(), files.end());
-  if (files.empty())
-    throw InputError(SourceMark{dir, 0, 0}, "holds no scenario with a reference: block, expected at least one");
+  if (files.empty()) {
+    std::string patterns;
+    for (const std::string& o : options.only) patterns += (patterns.empty() ? "" : ", ") + o;
+    throw InputError(SourceMark{dir, 0, 0}, options.only.empty()
+                                                ? "holds no scenario with a reference: block, expected at least one"
+                                                : "holds no scenario with a reference: block whose name matches --only " +
+                                                      patterns + ", expected at least one");
+  }
 
   struct Slot {
     bool ok = false;
@@ -164,7 +180,7 @@ AccuracyReport run_accuracy(const std::string& dir, int jobs) {
   auto worker = [&] {
     for (size_t i = next++; i < files.size(); i = next++) {
       try {
-        slots[i].c = run_case(files[i]);
+        slots[i].c = run_case(files[i], options.sets);
         slots[i].ok = true;
       } catch (const InputError& e) {
         slots[i].error = e.what();
@@ -173,13 +189,15 @@ AccuracyReport run_accuracy(const std::string& dir, int jobs) {
       }
     }
   };
-  const int n = std::max(1, std::min<int>(jobs, static_cast<int>(files.size())));
+  const int n = std::max(1, std::min<int>(options.jobs, static_cast<int>(files.size())));
   std::vector<std::thread> pool;
   for (int t = 1; t < n; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
 
   AccuracyReport r;
+  r.sets = options.sets;
+  r.only = options.only;
   for (Slot& s : slots) {
     if (s.ok)
       r.cases.push_back(std::move(s.c));
@@ -195,6 +213,12 @@ AccuracyReport run_accuracy(const std::string& dir, int jobs) {
 
 std::string accuracy_table(const AccuracyReport& r) {
   std::ostringstream o;
+  if (!r.sets.empty() || !r.only.empty()) {
+    o << "what-if:";
+    for (const std::string& s : r.sets) o << " --set " << s;
+    for (const std::string& s : r.only) o << " --only " << s;
+    o << "\n\n";
+  }
   size_t w = 4;
   for (const AccuracyCase& c : r.cases) w = std::max(w, c.name.size());
   auto pad = [](const std::string& s, size_t n) { return s + std::string(n > s.size() ? n - s.size() : 1, ' '); };
@@ -253,17 +277,31 @@ std::string accuracy_json(const AccuracyReport& r) {
     }
   o += "], \"failed\": [";
   for (size_t i = 0; i < r.failed.size(); ++i) o += std::string(i ? ", " : "") + "\"" + json_escape(r.failed[i]) + "\"";
-  return o + "]}\n";
+  auto list = [](const std::vector<std::string>& v) {
+    std::string l;
+    for (size_t i = 0; i < v.size(); ++i) l += std::string(i ? ", " : "") + "\"" + json_escape(v[i]) + "\"";
+    return "[" + l + "]";
+  };
+  o += "], \"set\": " + list(r.sets) + ", \"only\": " + list(r.only);
+  return o + "}\n";
 }
 
 int cmd_accuracy(const std::vector<std::string>& args) {
   std::string dir;
   bool json = false;
-  int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  AccuracyOptions options;
+  int& jobs = options.jobs;
+  jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--json") {
       json = true;
+    } else if (a == "--set") {
+      options.sets.push_back(need_value(args, i));
+    } else if (a.rfind("--set=", 0) == 0) {
+      options.sets.push_back(a.substr(6));
+    } else if (a == "--only") {
+      options.only.push_back(need_value(args, i));
     } else if (a == "--jobs" || a == "-j") {
       if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
       const std::string v = args[++i];
@@ -281,7 +319,7 @@ int cmd_accuracy(const std::vector<std::string>& args) {
     }
   }
   if (dir.empty()) throw std::invalid_argument("accuracy needs a folder of scenarios");
-  const AccuracyReport r = run_accuracy(dir, jobs);
+  const AccuracyReport r = run_accuracy(dir, options);
   std::cout << (json ? accuracy_json(r) : accuracy_table(r));
   if (!r.failed.empty()) {
     for (const std::string& f : r.failed) std::cerr << f << "\n";

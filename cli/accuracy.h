@@ -26,7 +26,17 @@ struct AccuracyCase {
   bool memory_fits() const { return memory_have_bytes <= 0 || memory_need_bytes <= memory_have_bytes; }
 };
 
+// What-ifs over a folder of published runs: `--set key=value` applied to every case, as
+// `run --set` would, and `--only PATTERN` keeping the cases whose file name (without
+// .yaml) matches one of the shell patterns.
+struct AccuracyOptions {
+  int jobs = 1;
+  std::vector<std::string> sets;
+  std::vector<std::string> only;
+};
+
 struct AccuracyReport {
+  std::vector<std::string> sets, only;  // the options the report was made with
   std::vector<AccuracyCase> cases;  // in file order
   std::vector<std::string> failed;  // "FILE:LINE:COL: error: ..." of scenarios that did not run
   double mape_pct = 0, max_abs_error_pct = 0;
@@ -35,9 +45,9 @@ struct AccuracyReport {
   int training_cases = 0, serving_cases = 0;
 };
 
-// Runs every scenario under `dir` that has a reference, on `jobs` threads (the report
-// is the same whatever the count).
-AccuracyReport run_accuracy(const std::string& dir, int jobs);
+// Runs every scenario under `dir` that has a reference (and matches `only`), on `jobs`
+// threads (the report is the same whatever the count).
+AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& options);
 std::string accuracy_table(const AccuracyReport& r);
 std::string accuracy_json(const AccuracyReport& r);
 int cmd_accuracy(const std::vector<std::string>& args);

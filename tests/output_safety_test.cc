@@ -281,6 +281,37 @@ TEST_F(AccuracyTest, AFullSquareFlopCountIsPredictedInTheSourcesCount) {
       << bad;
 }
 
+// A what-if over the published set: --set changes every case as `run --set` would, --only
+// keeps the files whose name matches; a case that refuses the override is named, exit 1.
+TEST_F(AccuracyTest, SetAndOnlyRunAWhatIfOverTheCases) {
+  const std::string train =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\nparallel: {tp: 8}\n"
+      "reference: {metric: iteration_time_s, value: 1, unit: ms, source: \"A\"}\n";
+  write("cases/tp8-a.yaml", train);
+  write("cases/tp8-b.yaml", train);
+  write("cases/other.yaml", train);
+  auto predicted = [](const CliResult& r, const std::string& name) {
+    const size_t at = r.out.find("\"predicted\": ", r.out.find("\"name\": \"" + name + "\""));
+    return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 13));
+  };
+  const CliResult base = cli("accuracy cases --json --only 'tp8-*'");
+  ASSERT_EQ(base.code, 0) << base;
+  EXPECT_EQ(base.out.find("\"name\": \"other\""), std::string::npos) << base;
+  EXPECT_NE(base.out.find("\"only\": [\"tp8-*\"]"), std::string::npos) << base;
+  const CliResult slow = cli("accuracy cases --json --only 'tp8-*' --set training.step_overhead=100ms");
+  ASSERT_EQ(slow.code, 0) << slow;
+  EXPECT_NEAR(predicted(slow, "tp8-a") - predicted(base, "tp8-a"), 0.1 - 0.003, 1e-6) << slow;  // over the 3 ms default
+  EXPECT_NE(slow.out.find("\"set\": [\"training.step_overhead=100ms\"]"), std::string::npos) << slow;
+  EXPECT_NE(cli("accuracy cases --only 'tp8-*' --set training.step_overhead=100ms").out.find("what-if: --set"),
+            std::string::npos);
+  const CliResult refused = cli("accuracy cases --only other --set training.train_metrics=2");
+  EXPECT_EQ(refused.code, 1) << refused;
+  EXPECT_NE(refused.err.find("training.train_metrics"), std::string::npos) << refused;
+  const CliResult none = cli("accuracy cases --only 'nothing*'");
+  EXPECT_EQ(none.code, 1) << none;
+  EXPECT_NE(none.err.find("matches --only nothing*"), std::string::npos) << none;
+}
+
 TEST_F(AccuracyTest, ABadReferenceIsAnInputErrorAtItsLine) {
   const std::string train = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
   write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 3\n  unit: s\n  source: x\n");
