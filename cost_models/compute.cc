@@ -338,11 +338,11 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
 }
 
 double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
-  if (op.kind != OpKind::Attention || !op.dropout || gpu.peak_fp32 <= 0) return 0;
+  if (op.kind != OpKind::Attention || !op.dropout || gpu.alu_slot_rate() <= 0) return 0;
   const double scores = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
                         static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * (op.causal ? 0.5 : 1.0);
   const size_t pass = backward_kernel(op) ? 1 : 0;
-  return scores * (p.flash2 ? p.flash2_dropout_ops[pass] : p.attention_dropout_ops[pass]) / gpu.peak_fp32;
+  return scores * (p.flash2 ? p.flash2_dropout_ops[pass] : p.attention_dropout_ops[pass]) / gpu.alu_slot_rate();
 }
 
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
@@ -359,19 +359,19 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
     case MemAccess::Fp8CastTranspose:  // its bytes, streamed (a calibration measures the kernel itself)
       return t;
     case MemAccess::DynamicCast:
-      return t + static_cast<double>(op.m) * p.dynamic_cast_ops_per_element / gpu.peak_fp32;
+      return t + static_cast<double>(op.m) * p.dynamic_cast_ops_per_element / gpu.alu_slot_rate();
     case MemAccess::MultiTensor:
       return t / p.multi_tensor_efficiency;
     case MemAccess::RandomMask:
-      return t + static_cast<double>(op.m) * p.dropout_rng_ops_per_element / gpu.peak_fp32;
+      return t + static_cast<double>(op.m) * p.dropout_rng_ops_per_element / gpu.alu_slot_rate();
     case MemAccess::Scatter:
-      return t + static_cast<double>(op.m) * p.scatter_ops_per_element / gpu.peak_fp32;
+      return t + static_cast<double>(op.m) * p.scatter_ops_per_element / gpu.alu_slot_rate();
     case MemAccess::IndexPut:
-      return t + static_cast<double>(op.m) * p.index_put_ops_per_element / gpu.peak_fp32;
+      return t + static_cast<double>(op.m) * p.index_put_ops_per_element / gpu.alu_slot_rate();
     case MemAccess::HostSync:
       return t;
     case MemAccess::MixedSoftmax:
-      return t + static_cast<double>(op.m) * p.mixed_softmax_ops_per_element / gpu.peak_fp32;
+      return t + static_cast<double>(op.m) * p.mixed_softmax_ops_per_element / gpu.alu_slot_rate();
   }
   return t;
 }

@@ -82,20 +82,23 @@ struct ComputeProfile {
   double blocking_launch_s = 43e-6;
   // PyTorch's elementwise kernels (docs/model.md, "PyTorch eager"), measured on an H200
   // (calibrate/measurements/pytorch/run4/microbench.jsonl): operands of mixed dtypes run
-  // a dynamic-cast loop that costs ~94 FP32-op slots per element beyond its streaming
+  // a dynamic-cast loop that costs ~94 issue slots per element beyond its streaming
   // time (bf16->fp32 copy 2.09 TB/s, fp32+bf16 add 2.80, against 4.34 for same-dtype
   // streams); multi-tensor-apply kernels (foreach norm and scale, fused AdamW) stream at
   // 0.77 of a plain copy (3.37-3.39 against 4.39 TB/s).
+  // Every *_ops_per_element below (and the attention dropout ops) counts issue slots,
+  // priced at GpuSpec::alu_slot_rate (SMs x clock x 256: the H200's FP32 peak, where they
+  // were measured; twice an A100's FP32 peak).
   double dynamic_cast_ops_per_element = 94;
   double multi_tensor_efficiency = 0.77;
   // PyTorch's dropout forward (native_dropout: Philox draws, the output and a 1-byte mask)
-  // runs at 1.38x its stream time on an H200 whatever the size and 16-bit type, ~31 FP32-op
+  // runs at 1.38x its stream time on an H200 whatever the size and 16-bit type, ~31 issue
   // slots per element beyond the stream; its backward streams
   // (calibrate/measurements/dropout-h200-2026-12-03; docs/model.md, "Attention implementation").
   double dropout_rng_ops_per_element = 31;
   // Indexed writes along the first axis with a row index (flash-attn's bert_padding, which
   // MPT's flash path runs; docs/model.md, "Padding around the kernel"), beyond their stream:
-  // `scatter_` 148 and `index_put_` 266 FP32-op slots per element; and the GPU time of one host
+  // `scatter_` 148 and `index_put_` 266 issue slots per element; and the GPU time of one host
   // synchronization inside a step (`nonzero`, `.item()`) with the small mask kernels around
   // it, 55 us: bert_padding.unpad_input costs 110 us beyond its row gather, two of them. All on
   // one H200 at MPT-1B's shape (calibrate/measurements/mpt-unpad-h200-2026-12-04).
@@ -103,7 +106,7 @@ struct ComputeProfile {
   double index_put_ops_per_element = 266;
   double host_sync_s = 55e-6;
   // log_softmax over 16-bit rows with an FP32 output (autocast's cross_entropy on BF16 logits):
-  // three reads of the row and the FP32 write, plus 124 FP32-op slots a logit; measured on one
+  // three reads of the row and the FP32 write, plus 124 issue slots a logit; measured on one
   // H200 at 12-25 K tokens x 50,368 (calibrate/measurements/train-metrics-h200-2026-12-04).
   double mixed_softmax_ops_per_element = 124;
   // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):

@@ -205,6 +205,12 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.cluster.node.gpu.hbm_bandwidth = as_bandwidth(n, "cluster.gpu_spec.hbm_bandwidth"); }},
       {"cluster.gpu_spec.sm_count", "integer", "GPU's", "streaming multiprocessors (compute units)",
        [](const N& n, S& s) { s.cluster.node.gpu.sm_count = static_cast<int>(as_int(n, "cluster.gpu_spec.sm_count", 1, 100000)); }},
+      {"cluster.gpu_spec.sm_clock_mhz", "number", "GPU's",
+       "boost SM clock in MHz (0: unknown); with sm_count, the rate of the issue slots that per-element integer, "
+       "conversion and special-function work takes (sm_count x clock x 256; 0 prices it at the FP32 peak)",
+       [](const N& n, S& s) {
+         s.cluster.node.gpu.sm_clock_hz = 1e6 * as_number(n, "cluster.gpu_spec.sm_clock_mhz", 0, 1e5);
+       }},
       {"cluster.gpu_spec.power_limit", "number", "GPU's", "board power limit in W (0: no power model, burst rates)",
        [](const N& n, S& s) { s.cluster.node.gpu.power_limit_w = as_number(n, "cluster.gpu_spec.power_limit", 0, 1e5); }},
       {"cluster.gpu_spec.idle_power", "number", "GPU's", "W the board draws busy between kernels, clocks up",

@@ -32,7 +32,7 @@ void only_keys(const YNode& n, const std::string& where, const std::vector<std::
 void read_gpu_spec(const YNode& n, const std::string& where, GpuSpec& g, NodeSpec& node) {
   mapping(n, where);
   only_keys(n, where, {"name", "bf16_tflops", "fp8_tflops", "tf32_tflops", "fp32_tflops", "hbm", "hbm_bandwidth",
-                       "sm_count", "nvlink_bandwidth", "power_limit", "idle_power", "stream_power",
+                       "sm_count", "sm_clock_mhz", "nvlink_bandwidth", "power_limit", "idle_power", "stream_power",
                        "capped_bf16_tflops", "fp8_energy_ratio"});
   g.name = "custom";
   for (const auto& [k, v] : n.map) {
@@ -45,6 +45,7 @@ void read_gpu_spec(const YNode& n, const std::string& where, GpuSpec& g, NodeSpe
     if (k == "hbm") g.hbm_bytes = static_cast<double>(as_size(v, key));
     if (k == "hbm_bandwidth") g.hbm_bandwidth = as_bandwidth(v, key);
     if (k == "sm_count") g.sm_count = static_cast<int>(as_int(v, key, 1, 100000));
+    if (k == "sm_clock_mhz") g.sm_clock_hz = 1e6 * as_number(v, key, 0, 1e5);
     if (k == "nvlink_bandwidth") node.nvlink_bandwidth = as_bandwidth(v, key);
     // The power model (docs/model.md, "Clocks under the power cap"), as cluster.gpu_spec's keys.
     if (k == "power_limit") g.power_limit_w = as_number(v, key, 0, 1e5);

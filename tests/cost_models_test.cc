@@ -548,6 +548,38 @@ TEST(PowerCap, EachPhaseRunsAtItsOwnClock) {
   EXPECT_LT(xf, 1.0);
 }
 
+// Per-element work beyond a kernel's bytes (PyTorch's dynamic-cast loop, Philox draws,
+// scatters, the softmax's exponentials) is integer, conversion and special-function work:
+// Ampere has half Hopper's FP32 lanes an SM but the same INT32 lanes and SFUs, so it is
+// priced at the SMs' issue slots (SMs x clock x 256), not at the FP32 peak. PyTorch's
+// dynamic-cast BF16 -> FP32 copy of 67,108,864 elements took 362.46 us on an A100 (PR
+// #195542's control column, mean of 200): the model gives it within 10 % on the SXM 80 GB,
+// where the FP32 peak priced it 52 % too slow.
+TEST(ComputeModel, PerElementWorkTakesTheSmsIssueSlotsNotTheFp32Peak) {
+  const GpuSpec& a100 = *find_gpu_preset("a100-sxm-80gb");
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  EXPECT_NEAR(a100.alu_slot_rate(), 108 * 1.41e9 * 256, 1e6);
+  EXPECT_NEAR(a100.alu_slot_rate() / a100.peak_fp32, 2.0, 0.01);  // 64 FP32 lanes an SM, not 128
+  EXPECT_NEAR(h200.alu_slot_rate() / h200.peak_fp32, 1.0, 0.002);  // the unit the H200 constants were measured in
+  ComputeProfile p;
+  p.power_cap = false;
+  Op cast;
+  cast.kind = OpKind::Memory;
+  cast.m = 67108864;
+  cast.bytes_read = 2 * cast.m;
+  cast.bytes_written = 4 * cast.m;
+  cast.access = MemAccess::DynamicCast;
+  EXPECT_NEAR(compute_seconds(cast, a100, p), 362.46e-6, 0.1 * 362.46e-6);
+  Op stream = cast;
+  stream.access = MemAccess::Streaming;
+  const double extra = compute_seconds(cast, a100, p) - compute_seconds(stream, a100, p);
+  EXPECT_NEAR(extra, static_cast<double>(cast.m) * p.dynamic_cast_ops_per_element / a100.alu_slot_rate(), 1e-12);
+  // A GPU given no clock prices it at its FP32 peak.
+  GpuSpec custom = a100;
+  custom.sm_clock_hz = 0;
+  EXPECT_DOUBLE_EQ(custom.alu_slot_rate(), a100.peak_fp32);
+}
+
 // Dropout inside a fused attention kernel: the mask is drawn per score element (the causal
 // half of the square) in the forward and again in the backward, integer work beside the
 // tensor cores at the GPU's ALU rate: ops · scores / peak_fp32 on top of the kernel. On an
@@ -562,17 +594,18 @@ TEST(ComputeModel, FusedAttentionDropoutDrawsItsMaskPerScoreElement) {
   Op d = a;
   d.dropout = true;
   const double scores = 16.0 * 4096 * 4096 / 2;
-  EXPECT_NEAR(compute_seconds(d, h200, p) - plain, scores * p.attention_dropout_ops[0] / h200.peak_fp32, 1e-12);
+  EXPECT_NEAR(compute_seconds(d, h200, p) - plain, scores * p.attention_dropout_ops[0] / h200.alu_slot_rate(), 1e-12);
   EXPECT_NEAR(compute_seconds(d, h200, p) / plain, 0.360 / 0.181, 0.2);  // as measured
   d.phase = a.phase = Phase::Backward;
   d.flops = a.flops = 2.5 * attention_flops(a);
   EXPECT_NEAR(compute_seconds(d, h200, p) - compute_seconds(a, h200, p),
-              scores * p.attention_dropout_ops[1] / h200.peak_fp32, 1e-12);
+              scores * p.attention_dropout_ops[1] / h200.alu_slot_rate(), 1e-12);
   // FlashAttention-2 pays in its backward; a non-causal square draws twice the elements.
   p.flash2 = true;
-  EXPECT_NEAR(attention_dropout_seconds(d, h200, p), scores * p.flash2_dropout_ops[1] / h200.peak_fp32, 1e-15);
+  EXPECT_NEAR(attention_dropout_seconds(d, h200, p), scores * p.flash2_dropout_ops[1] / h200.alu_slot_rate(), 1e-15);
   d.causal = false;
-  EXPECT_NEAR(attention_dropout_seconds(d, h200, p), 2 * scores * p.flash2_dropout_ops[1] / h200.peak_fp32, 1e-15);
+  EXPECT_NEAR(attention_dropout_seconds(d, h200, p), 2 * scores * p.flash2_dropout_ops[1] / h200.alu_slot_rate(),
+              1e-15);
   // No dropout, no cost; and a GEMM never carries it.
   EXPECT_EQ(attention_dropout_seconds(a, h200, p), 0.0);
   Op g;

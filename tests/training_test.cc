@@ -894,13 +894,13 @@ TEST(Fidelity, UnfusedAttentionDropoutAndSelectiveRecomputeCostTime) {
   }
   // A fused kernel with dropout draws its mask in-kernel, forward and backward: slower than
   // without, by the mask draws of 4 layers' attention (one sequence of 4,096 a GPU at DP 8,
-  // 16 heads, the causal half) at the A100's ALU rate, plus the hidden dropouts' 1-byte masks.
+  // 16 heads, the causal half) at the A100's issue-slot rate, plus the hidden dropouts' 1-byte masks.
   const double flash_dropout = run("flash", "0.1", "none");
   EXPECT_GT(flash_dropout, flash);
   const ComputeProfile prof;
   const double draws = 4.0 * 16 * 4096.0 * 4096 / 2 *
                        (prof.attention_dropout_ops[0] + prof.attention_dropout_ops[1]) /
-                       find_gpu_preset("a100-sxm-80gb")->peak_fp32;
+                       find_gpu_preset("a100-sxm-80gb")->alu_slot_rate();
   EXPECT_GT(flash_dropout - flash, 0.9 * draws);
   EXPECT_LT(flash_dropout - flash, 1.3 * draws);
 }
@@ -1493,7 +1493,7 @@ TEST(Fidelity, UnfusedAttentionDropoutDrawsItsRandomNumbersPerElement) {
       Op stream = op;
       stream.access = MemAccess::Streaming;
       EXPECT_NEAR(compute_seconds(op, a100, prof) - compute_seconds(stream, a100, prof),
-                  scores * prof.dropout_rng_ops_per_element / a100.peak_fp32, 1e-12);
+                  scores * prof.dropout_rng_ops_per_element / a100.alu_slot_rate(), 1e-12);
     }
     if (name == "attention-dropout-backward") {
       ++backward;

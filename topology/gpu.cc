@@ -11,10 +11,20 @@ constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
 // Hopper and Blackwell GEMMs run as 2-CTA clusters on SM pairs (cuBLAS's sm90 / sm100
 // kernels; calibrate/measurements/overlap-sm-h200-2026-12-02 shows the pairs lost).
+// Boost SM clocks (datasheets): V100 SXM2 1,530 MHz; A100 (SXM and PCIe) 1,410; H100 and
+// H200 SXM 1,980; H100 PCIe 1,755. B200 and GB200 publish none: their FP32 peak over 148 SMs
+// of 128 FP32 lanes gives 1,980. Each times its SM count and 256 is within 0.2 % of its
+// FP32 peak on Hopper and Blackwell and twice it on Volta and Ampere (64 FP32 lanes an SM).
+// MI300X: none (its FP32 peak prices its per-element work).
 std::vector<GpuSpec> with_clusters(std::vector<GpuSpec> v) {
-  for (GpuSpec& g : v)
+  for (GpuSpec& g : v) {
     if (g.name.starts_with("h100") || g.name.starts_with("h200") || g.name == "b200" || g.name == "gb200")
       g.gemm_cluster_sms = 2;
+    if (g.name.starts_with("v100")) g.sm_clock_hz = 1530e6;
+    if (g.name.starts_with("a100")) g.sm_clock_hz = 1410e6;
+    if (g.name == "h100-sxm" || g.name == "h200-sxm" || g.name == "b200" || g.name == "gb200") g.sm_clock_hz = 1980e6;
+    if (g.name == "h100-pcie") g.sm_clock_hz = 1755e6;
+  }
   return v;
 }
 
@@ -69,6 +79,10 @@ const std::vector<GpuSpec>& presets() {
 }
 
 }  // namespace
+
+double GpuSpec::alu_slot_rate() const {
+  return sm_clock_hz > 0 && sm_count > 0 ? static_cast<double>(sm_count) * sm_clock_hz * 256.0 : peak_fp32;
+}
 
 double GpuSpec::peak_flops(DType d) const {
   switch (d) {

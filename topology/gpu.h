@@ -32,11 +32,22 @@ struct GpuSpec {
   // Blackwell (cuBLAS runs 2-CTA clusters on SM pairs), 1 before. A block of another
   // kernel on one SM of a pair leaves the pair to the GEMM unused.
   int gemm_cluster_sms = 1;
+  // Boost SM clock, Hz (datasheets); 0 where unknown. With sm_count it sets the rate of the
+  // SMs' issue slots that per-element integer, conversion and special-function work takes
+  // (alu_slot_rate); 0 falls back to the FP32 peak.
+  double sm_clock_hz = 0;
 
   // Peak for a GEMM whose inputs are `d` (FP32 GEMMs run on TF32 tensor cores is
   // *not* assumed: FP32 means true FP32). Falls back to the next wider type when the
   // GPU lacks a path for `d` (e.g. FP8 on A100 runs as BF16).
   double peak_flops(DType d) const;
+  // Issue slots a second for per-element work that is not FP32 arithmetic (index math,
+  // dtype conversions, Philox's integer multiplies, exponentials): sm_count x clock x 256,
+  // the unit Hopper's FP32 peak counts (128 lanes, an FMA as 2), so a cost measured on an
+  // H200 in its FP32-op slots carries over. Ampere and Volta SMs have half Hopper's FP32
+  // lanes but the same 64 INT32 lanes and 16 special-function units an SM a clock, so their
+  // FP32 peak would price this work at twice its time (docs/model.md, "Kernel classes").
+  double alu_slot_rate() const;
   bool operator==(const GpuSpec&) const = default;
 };
 
