@@ -232,10 +232,13 @@ std::string accuracy_table(const AccuracyReport& r) {
       << "\n";
   o << "\n" << r.cases.size() << " cases: MAPE " << fixed(r.mape_pct, 2) << " %, worst " << fixed(r.max_abs_error_pct, 1)
     << " %\n";
-  o << "  training " << r.training_cases << ": MAPE " << fixed(r.training_mape_pct, 2) << " %, worst "
-    << fixed(r.training_max_abs_error_pct, 1) << " %\n";
-  o << "  serving  " << r.serving_cases << ": MAPE " << fixed(r.serving_mape_pct, 2) << " %, worst "
-    << fixed(r.serving_max_abs_error_pct, 1) << " %\n";
+  // A kind with no case (a folder or an --only of one kind) has no line.
+  if (r.training_cases > 0)
+    o << "  training " << r.training_cases << ": MAPE " << fixed(r.training_mape_pct, 2) << " %, worst "
+      << fixed(r.training_max_abs_error_pct, 1) << " %\n";
+  if (r.serving_cases > 0)
+    o << "  serving  " << r.serving_cases << ": MAPE " << fixed(r.serving_mape_pct, 2) << " %, worst "
+      << fixed(r.serving_max_abs_error_pct, 1) << " %\n";
   int refused = 0;
   for (const AccuracyCase& c : r.cases) refused += !c.memory_fits();
   if (refused > 0)

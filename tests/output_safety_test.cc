@@ -302,8 +302,10 @@ TEST_F(AccuracyTest, SetAndOnlyRunAWhatIfOverTheCases) {
   ASSERT_EQ(slow.code, 0) << slow;
   EXPECT_NEAR(predicted(slow, "tp8-a") - predicted(base, "tp8-a"), 0.1 - 0.003, 1e-6) << slow;  // over the 3 ms default
   EXPECT_NE(slow.out.find("\"set\": [\"training.step_overhead=100ms\"]"), std::string::npos) << slow;
-  EXPECT_NE(cli("accuracy cases --only 'tp8-*' --set training.step_overhead=100ms").out.find("what-if: --set"),
-            std::string::npos);
+  const CliResult table = cli("accuracy cases --only 'tp8-*' --set training.step_overhead=100ms");
+  EXPECT_NE(table.out.find("what-if: --set training.step_overhead=100ms --only tp8-*"), std::string::npos) << table;
+  EXPECT_NE(table.out.find("  training 2: MAPE"), std::string::npos) << table;
+  EXPECT_EQ(table.out.find("  serving "), std::string::npos) << table;  // no serving case, no line
   const CliResult refused = cli("accuracy cases --only other --set training.train_metrics=2");
   EXPECT_EQ(refused.code, 1) << refused;
   EXPECT_NE(refused.err.find("training.train_metrics"), std::string::npos) << refused;
