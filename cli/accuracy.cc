@@ -323,6 +323,11 @@ int cmd_accuracy(const std::vector<std::string>& args) {
   }
   if (dir.empty()) throw std::invalid_argument("accuracy needs a folder of scenarios");
   const AccuracyReport r = run_accuracy(dir, options);
+  // Nothing ran (an override every case refuses): the errors alone, no empty table.
+  if (r.cases.empty()) {
+    for (const std::string& f : r.failed) std::cerr << f << "\n";
+    return 1;
+  }
   std::cout << (json ? accuracy_json(r) : accuracy_table(r));
   if (!r.failed.empty()) {
     for (const std::string& f : r.failed) std::cerr << f << "\n";

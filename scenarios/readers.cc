@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "scenarios/units.h"
@@ -37,6 +38,15 @@ std::vector<int64_t> int_list(const YNode& n, const std::string& key, int64_t mi
 int as_count(const YNode& n, const std::string& key) { return static_cast<int>(as_int(n, key, 1, kMaxCount)); }
 int64_t as_degree(const YNode& n, const std::string& key) { return as_int(n, key, 1, kMaxCount); }
 
+namespace {
+// A bound as a person writes it: 0, 1e-06, 100000 (std::to_string gives 0.000000).
+std::string bound_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
+
 double as_double(const YNode& n, const std::string& key, double min, bool exclusive) {
   const std::string& s = scalar(n, key, "a number");
   char* end = nullptr;
@@ -44,13 +54,13 @@ double as_double(const YNode& n, const std::string& key, double min, bool exclus
   if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
     throw InputError(n.mark, key + " must be a number, got '" + s + "'");
   if (exclusive ? v <= min : v < min)
-    throw InputError(n.mark, key + " must be " + (exclusive ? "> " : ">= ") + std::to_string(min) + ", got " + s);
+    throw InputError(n.mark, key + " must be " + (exclusive ? "> " : ">= ") + bound_text(min) + ", got " + s);
   return v;
 }
 
 double as_number(const YNode& n, const std::string& key, double lo, double hi) {
   const double v = as_double(n, key, lo, false);
-  if (v > hi) throw InputError(n.mark, key + " must be at most " + std::to_string(hi) + ", got " + n.scalar);
+  if (v > hi) throw InputError(n.mark, key + " must be at most " + bound_text(hi) + ", got " + n.scalar);
   return v;
 }
 

@@ -309,6 +309,11 @@ TEST_F(AccuracyTest, SetAndOnlyRunAWhatIfOverTheCases) {
   const CliResult refused = cli("accuracy cases --only other --set training.train_metrics=2");
   EXPECT_EQ(refused.code, 1) << refused;
   EXPECT_NE(refused.err.find("training.train_metrics"), std::string::npos) << refused;
+  // An override no case accepts: its errors alone, no empty table.
+  const CliResult unknown = cli("accuracy cases --set model.nonsense=3");
+  EXPECT_EQ(unknown.code, 1) << unknown;
+  EXPECT_EQ(unknown.out, "") << unknown;
+  EXPECT_NE(unknown.err.find("unknown key 'model.nonsense'"), std::string::npos) << unknown;
   const CliResult none = cli("accuracy cases --only 'nothing*'");
   EXPECT_EQ(none.code, 1) << none;
   EXPECT_NE(none.err.find("matches --only nothing*"), std::string::npos) << none;
