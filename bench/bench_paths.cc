@@ -72,6 +72,19 @@ void time_training(benchmark::State& state, const Scenario& s, const RunOptions&
       static_cast<double>(out.exec.events) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
+// The eager (Composer / FSDP) stack at scale: MPT-1B on 512 H100, LLM Foundry's published
+// case. Arg 0: plain eager layers; arg 1: as the file runs it, with MPT's unpad / pad around
+// FlashAttention and the two training metrics after each backward.
+void BM_Eager_Mpt1b_512(benchmark::State& state) {
+  Scenario s = load_scenario(kSrc + "/scenarios/published/training/llmfoundry-mpt-1b-512xh100-seq2048-bf16.yaml");
+  if (state.range(0) == 0) {
+    s.training.attention_padding = "none";
+    s.training.train_metrics = 0;
+  }
+  time_training(state, s, no_outputs());
+}
+BENCHMARK(BM_Eager_Mpt1b_512)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // Llama 3 405B on 16,384 H100 on each scale-out fabric: arg 0 the fabric (0 fat-tree,
 // 1 rail-optimized, 2 torus), arg 1 the network model (0 analytic, 1 flow).
 void BM_Llama3_405b_16384_Fabric(benchmark::State& state) {
