@@ -164,14 +164,13 @@ AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& optio
   if (files.empty()) {
     std::string patterns;
     for (const std::string& o : options.only) patterns += (patterns.empty() ? "" : ", ") + o;
-    throw InputError(SourceMark{dir, 0, 0}, options.only.empty()
-                                                ? "holds no scenario with a reference: block, expected at least one"
-                                                : "holds no scenario with a reference: block whose name matches --only " +
-                                                      patterns + ", expected at least one");
+    const std::string which = options.only.empty() ? "" : " whose name matches --only " + patterns;
+    throw InputError(SourceMark{dir, 0, 0},
+                     "holds no scenario with a reference: block" + which + ", expected at least one");
   }
 
   struct Slot {
-    bool ok = false;
+    bool ok = false, skipped = false;
     AccuracyCase c;
     std::string error;
   };
@@ -180,6 +179,11 @@ AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& optio
   auto worker = [&] {
     for (size_t i = next++; i < files.size(); i = next++) {
       try {
+        // The kind is the scenario's own, read before the overrides (which may only fit one kind).
+        if (!options.kind.empty() && (load_scenario(files[i]).inference ? "serving" : "training") != options.kind) {
+          slots[i].skipped = true;
+          continue;
+        }
         slots[i].c = run_case(files[i], options.sets);
         slots[i].ok = true;
       } catch (const InputError& e) {
@@ -198,7 +202,9 @@ AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& optio
   AccuracyReport r;
   r.sets = options.sets;
   r.only = options.only;
+  r.kind = options.kind;
   for (Slot& s : slots) {
+    if (s.skipped) continue;
     if (s.ok)
       r.cases.push_back(std::move(s.c));
     else
@@ -213,10 +219,11 @@ AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& optio
 
 std::string accuracy_table(const AccuracyReport& r) {
   std::ostringstream o;
-  if (!r.sets.empty() || !r.only.empty()) {
+  if (!r.sets.empty() || !r.only.empty() || !r.kind.empty()) {
     o << "what-if:";
     for (const std::string& s : r.sets) o << " --set " << s;
     for (const std::string& s : r.only) o << " --only " << s;
+    if (!r.kind.empty()) o << " --kind " << r.kind;
     o << "\n\n";
   }
   size_t w = 4;
@@ -285,7 +292,7 @@ std::string accuracy_json(const AccuracyReport& r) {
     for (size_t i = 0; i < v.size(); ++i) l += std::string(i ? ", " : "") + "\"" + json_escape(v[i]) + "\"";
     return "[" + l + "]";
   };
-  o += "], \"set\": " + list(r.sets) + ", \"only\": " + list(r.only);
+  o += "], \"set\": " + list(r.sets) + ", \"only\": " + list(r.only) + ", \"kind\": \"" + r.kind + "\"";
   return o + "}\n";
 }
 
@@ -305,6 +312,10 @@ int cmd_accuracy(const std::vector<std::string>& args) {
       options.sets.push_back(a.substr(6));
     } else if (a == "--only") {
       options.only.push_back(need_value(args, i));
+    } else if (a == "--kind") {
+      options.kind = need_value(args, i);
+      if (options.kind != "training" && options.kind != "serving")
+        throw UsageError("--kind takes training or serving, got '" + options.kind + "'");
     } else if (a == "--jobs" || a == "-j") {
       if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
       const std::string v = args[++i];

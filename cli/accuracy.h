@@ -27,16 +27,19 @@ struct AccuracyCase {
 };
 
 // What-ifs over a folder of published runs: `--set key=value` applied to every case, as
-// `run --set` would, and `--only PATTERN` keeping the cases whose file name (without
-// .yaml) matches one of the shell patterns.
+// `run --set` would, `--only PATTERN` keeping the cases whose file name (without .yaml)
+// matches one of the shell patterns, and `--kind` the cases of one kind (a training key
+// set on a serving scenario is refused, so a training what-if over a mixed folder needs it).
 struct AccuracyOptions {
   int jobs = 1;
   std::vector<std::string> sets;
   std::vector<std::string> only;
+  std::string kind;  // "" (both) | training | serving
 };
 
 struct AccuracyReport {
   std::vector<std::string> sets, only;  // the options the report was made with
+  std::string kind;
   std::vector<AccuracyCase> cases;  // in file order
   std::vector<std::string> failed;  // "FILE:LINE:COL: error: ..." of scenarios that did not run
   double mape_pct = 0, max_abs_error_pct = 0;

@@ -309,6 +309,21 @@ TEST_F(AccuracyTest, SetAndOnlyRunAWhatIfOverTheCases) {
   const CliResult refused = cli("accuracy cases --only other --set training.train_metrics=2");
   EXPECT_EQ(refused.code, 1) << refused;
   EXPECT_NE(refused.err.find("training.train_metrics"), std::string::npos) << refused;
+  // --kind keeps one kind: a training override over a folder with a serving case.
+  write("cases/serve.yaml",
+        "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
+        "inference: {requests: 16, arrivals: {process: closed, concurrency: 4}}\n"
+        "reference: {metric: throughput_tokens_per_s, value: 1000, unit: tokens/s, source: \"S\"}\n");
+  EXPECT_EQ(cli("accuracy cases --set training.step_overhead=100ms").code, 1);  // the serving case refuses it
+  const CliResult training = cli("accuracy cases --json --kind training --set training.step_overhead=100ms");
+  ASSERT_EQ(training.code, 0) << training;
+  EXPECT_EQ(training.out.find("\"name\": \"serve\""), std::string::npos) << training;
+  EXPECT_NE(training.out.find("\"kind\": \"training\"}"), std::string::npos) << training;
+  const CliResult serving = cli("accuracy cases --json --kind serving");
+  ASSERT_EQ(serving.code, 0) << serving;
+  EXPECT_NE(serving.out.find("\"name\": \"serve\""), std::string::npos) << serving;
+  EXPECT_EQ(serving.out.find("\"name\": \"other\""), std::string::npos) << serving;
+  EXPECT_EQ(cli("accuracy cases --kind both").code, 2);
   // An override no case accepts: its errors alone, no empty table.
   const CliResult unknown = cli("accuracy cases --set model.nonsense=3");
   EXPECT_EQ(unknown.code, 1) << unknown;
