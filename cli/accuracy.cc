@@ -139,14 +139,15 @@ std::string significant(double v, int digits) {
   return buf;
 }
 
-}  // namespace
-
+// Whether a case's file name (without .yaml) matches one of the --only shell patterns.
 bool selected(const fs::path& p, const std::vector<std::string>& only) {
   if (only.empty()) return true;
   const std::string stem = p.stem().string();
   return std::any_of(only.begin(), only.end(),
                      [&](const std::string& pattern) { return fnmatch(pattern.c_str(), stem.c_str(), 0) == 0; });
 }
+
+}  // namespace
 
 AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& options) {
   std::error_code ec;
@@ -300,8 +301,7 @@ int cmd_accuracy(const std::vector<std::string>& args) {
   std::string dir;
   bool json = false;
   AccuracyOptions options;
-  int& jobs = options.jobs;
-  jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--json") {
@@ -323,7 +323,7 @@ int cmd_accuracy(const std::vector<std::string>& args) {
       const long n = std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || n < 1 || n > 1024)
         throw InputError(SourceMark{a, 0, 0}, "expected a thread count from 1 to 1024, got '" + v + "'");
-      jobs = static_cast<int>(n);
+      options.jobs = static_cast<int>(n);
     } else if (!a.empty() && a[0] == '-') {
       throw std::invalid_argument("unknown option '" + a + "' for accuracy");
     } else if (dir.empty()) {

@@ -345,6 +345,30 @@ double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const Compute
   return scores * (p.flash2 ? p.flash2_dropout_ops[pass] : p.attention_dropout_ops[pass]) / gpu.alu_slot_rate();
 }
 
+namespace {
+// Issue slots an element a memory op of this class spends beyond its stream (0: none).
+double slots_per_element(MemAccess a, const ComputeProfile& p) {
+  switch (a) {
+    case MemAccess::Streaming:
+    case MemAccess::Fp8CastTranspose:  // its bytes, streamed (a calibration measures the kernel itself)
+    case MemAccess::MultiTensor:       // a rate, not slots: multi_tensor_efficiency
+    case MemAccess::HostSync:          // a time: host_sync_s
+      return 0;
+    case MemAccess::DynamicCast:
+      return p.dynamic_cast_ops_per_element;
+    case MemAccess::RandomMask:
+      return p.dropout_rng_ops_per_element;
+    case MemAccess::Scatter:
+      return p.scatter_ops_per_element;
+    case MemAccess::IndexPut:
+      return p.index_put_ops_per_element;
+    case MemAccess::MixedSoftmax:
+      return p.mixed_softmax_ops_per_element;
+  }
+  return 0;
+}
+}  // namespace
+
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.fixed_seconds > 0) return op.fixed_seconds;
   if (op.kind == OpKind::Memory && op.access == MemAccess::HostSync) return static_cast<double>(op.m) * p.host_sync_s;
@@ -354,26 +378,9 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
     return t * (p.triton_attention ? p.triton_attention_factor : 1.0) + attention_dropout_seconds(op, gpu, p);
   }
   if (op.kind != OpKind::Memory || t == 0) return t;
-  switch (op.access) {
-    case MemAccess::Streaming:
-    case MemAccess::Fp8CastTranspose:  // its bytes, streamed (a calibration measures the kernel itself)
-      return t;
-    case MemAccess::DynamicCast:
-      return t + static_cast<double>(op.m) * p.dynamic_cast_ops_per_element / gpu.alu_slot_rate();
-    case MemAccess::MultiTensor:
-      return t / p.multi_tensor_efficiency;
-    case MemAccess::RandomMask:
-      return t + static_cast<double>(op.m) * p.dropout_rng_ops_per_element / gpu.alu_slot_rate();
-    case MemAccess::Scatter:
-      return t + static_cast<double>(op.m) * p.scatter_ops_per_element / gpu.alu_slot_rate();
-    case MemAccess::IndexPut:
-      return t + static_cast<double>(op.m) * p.index_put_ops_per_element / gpu.alu_slot_rate();
-    case MemAccess::HostSync:
-      return t;
-    case MemAccess::MixedSoftmax:
-      return t + static_cast<double>(op.m) * p.mixed_softmax_ops_per_element / gpu.alu_slot_rate();
-  }
-  return t;
+  if (op.access == MemAccess::MultiTensor) return t / p.multi_tensor_efficiency;
+  const double slots = slots_per_element(op.access, p);
+  return slots > 0 ? t + static_cast<double>(op.m) * slots / gpu.alu_slot_rate() : t;
 }
 
 namespace {

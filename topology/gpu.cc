@@ -16,7 +16,7 @@ constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 // of 128 FP32 lanes gives 1,980. Each times its SM count and 256 is within 0.2 % of its
 // FP32 peak on Hopper and Blackwell and twice it on Volta and Ampere (64 FP32 lanes an SM).
 // MI300X: none (its FP32 peak prices its per-element work).
-std::vector<GpuSpec> with_clusters(std::vector<GpuSpec> v) {
+std::vector<GpuSpec> with_sm_details(std::vector<GpuSpec> v) {
   for (GpuSpec& g : v) {
     if (g.name.starts_with("h100") || g.name.starts_with("h200") || g.name == "b200" || g.name == "gb200")
       g.gemm_cluster_sms = 2;
@@ -30,7 +30,7 @@ std::vector<GpuSpec> with_clusters(std::vector<GpuSpec> v) {
 
 // Sources: NVIDIA A100 / H100 / H200 / B200 datasheets (dense, no sparsity).
 const std::vector<GpuSpec>& presets() {
-  static const std::vector<GpuSpec> kPresets = with_clusters({
+  static const std::vector<GpuSpec> kPresets = with_sm_details({
       // Tesla V100 SXM2 32 GB datasheet: FP32 15.7 TF, tensor (FP16) 125 TF, 900 GB/s HBM2,
       // 80 SMs. No BF16 or TF32 paths: BF16 is listed at the FP16 tensor rate (the
       // model's 16-bit type), TF32 at FP32.
