@@ -65,19 +65,18 @@ double unit_factor(const Scenario& s) {
   return 1.0;
 }
 
-AccuracyCase run_case(const std::string& file, const std::vector<std::string>& sets) {
-  Scenario s = load_scenario(file, sets);
+// The scenario's metric, in the source's count, and (training on one GPU model) the
+// memory the run needs and has.
+struct Prediction {
+  double value = 0;
+  double flops_count_factor = 1;
+  double memory_need_bytes = 0, memory_have_bytes = 0;
+};
+
+Prediction predict(Scenario& s) {
   s.output_sqlite.clear();  // accuracy writes nothing
   s.output_trace.clear();
-  AccuracyCase c;
-  c.file = file;
-  c.name = s.name;
-  c.kind = s.inference ? "serving" : "training";
-  c.source = s.reference.source;
-  c.metric = s.reference.metric;
-  c.unit = s.reference.unit;
-  c.attention_flops = s.reference.attention_flops;
-  c.reference = s.reference.value * unit_factor(s);
+  Prediction p;
   Metrics metrics;
   if (s.inference) {
     metrics = run_serving(s, false, false).metrics;
@@ -93,23 +92,76 @@ AccuracyCase run_case(const std::string& file, const std::vector<std::string>& s
     // A source that counts attention over the whole square counts the causal products
     // twice: the same step time is a larger FLOP rate in its count.
     if (s.reference.attention_flops == "full" && out.plan.model_flops_per_rank > 0)
-      c.flops_count_factor =
+      p.flops_count_factor =
           (out.plan.model_flops_per_rank + out.plan.causal_attention_flops_per_rank) / out.plan.model_flops_per_rank;
     const double* need = find_metric(metrics, "peak_memory_per_gpu_bytes");
     if (!opt.check_memory && need && *need > 0) {
-      c.memory_need_bytes = *need;
-      c.memory_have_bytes = s.cluster.node.gpu.hbm_bytes;
+      p.memory_need_bytes = *need;
+      p.memory_have_bytes = s.cluster.node.gpu.hbm_bytes;
     }
   }
-  const double* predicted = find_metric(metrics, c.metric);
+  const double* predicted = find_metric(metrics, s.reference.metric);
   if (!predicted) {
     std::string names;
     for (const auto& [k, v] : metrics) names += (names.empty() ? "" : ", ") + k;
     throw InputError(s.mark("reference.metric"),
-                     "reference.metric '" + c.metric + "' is not a metric of this run, expected one of: " + names);
+                     "reference.metric '" + s.reference.metric + "' is not a metric of this run, expected one of: " + names);
   }
-  c.predicted = *predicted * c.flops_count_factor;
+  p.value = *predicted * p.flops_count_factor;
+  return p;
+}
+
+// Every combination of the reference's unstated settings, predicted: the band they span
+// with the file's own prediction. A combination the scenario refuses (a micro-batch that
+// does not divide the batch, a layout that does not fit) is counted, not fatal; a list
+// of which none runs is the file's error.
+void predict_unstated(const std::string& file, const std::vector<std::string>& sets, const Scenario& s,
+                      AccuracyCase& c) {
+  const auto& unstated = s.reference.unstated;
+  c.band_low = c.band_high = c.predicted;
+  std::vector<size_t> at(unstated.size(), 0);
+  std::string first_refusal;
+  for (;;) {
+    std::vector<std::pair<std::string, YNode>> overrides;
+    for (size_t k = 0; k < unstated.size(); ++k) overrides.emplace_back(unstated[k].first, unstated[k].second.seq[at[k]]);
+    try {
+      Scenario v = load_scenario(file, sets, overrides);
+      const double value = predict(v).value;
+      c.band_low = std::min(c.band_low, value);
+      c.band_high = std::max(c.band_high, value);
+      ++c.band_points;
+    } catch (const std::exception& e) {
+      ++c.band_refused;
+      if (first_refusal.empty()) first_refusal = e.what();
+    }
+    size_t k = 0;
+    while (k < unstated.size() && ++at[k] == unstated[k].second.seq.size()) at[k++] = 0;
+    if (k == unstated.size()) break;
+  }
+  if (c.band_points == 0)
+    throw InputError(s.mark("reference.unstated"),
+                     "no combination of reference.unstated runs, expected at least one; the first: " + first_refusal);
+}
+
+AccuracyCase run_case(const std::string& file, const std::vector<std::string>& sets) {
+  Scenario s = load_scenario(file, sets);
+  AccuracyCase c;
+  c.file = file;
+  c.name = s.name;
+  c.kind = s.inference ? "serving" : "training";
+  c.source = s.reference.source;
+  c.metric = s.reference.metric;
+  c.unit = s.reference.unit;
+  c.attention_flops = s.reference.attention_flops;
+  c.reference = s.reference.value * unit_factor(s);
+  const Prediction p = predict(s);
+  c.flops_count_factor = p.flops_count_factor;
+  c.memory_need_bytes = p.memory_need_bytes;
+  c.memory_have_bytes = p.memory_have_bytes;
+  c.predicted = p.value;
   c.error_pct = 100.0 * (c.predicted - c.reference) / c.reference;
+  for (const auto& [key, values] : s.reference.unstated) c.unstated.push_back(key);
+  if (!c.unstated.empty()) predict_unstated(file, sets, s, c);
   return c;
 }
 
@@ -215,6 +267,11 @@ AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& optio
   summarize(r.cases, "", r.mape_pct, r.max_abs_error_pct, all);
   summarize(r.cases, "training", r.training_mape_pct, r.training_max_abs_error_pct, r.training_cases);
   summarize(r.cases, "serving", r.serving_mape_pct, r.serving_max_abs_error_pct, r.serving_cases);
+  for (const AccuracyCase& c : r.cases)
+    if (!c.unstated.empty()) {
+      ++r.unstated_cases;
+      r.in_band_cases += c.reference_in_band();
+    }
   return r;
 }
 
@@ -237,6 +294,9 @@ std::string accuracy_table(const AccuracyReport& r) {
       << pad(significant(c.predicted, 4), 14) << (c.error_pct >= 0 ? "+" : "") << fixed(c.error_pct, 1) << " %"
       << (c.memory_fits() ? "" : "  (memory check: " + fixed(c.memory_need_bytes / (1 << 30), 1) + " of " +
                                      fixed(c.memory_have_bytes / (1 << 30), 1) + " GiB)")
+      << (c.unstated.empty() ? ""
+                             : "  (unstated: " + significant(c.band_low, 4) + " to " + significant(c.band_high, 4) +
+                                   (c.reference_in_band() ? ", reference inside)" : ", reference outside)"))
       << "\n";
   o << "\n" << r.cases.size() << " cases: MAPE " << fixed(r.mape_pct, 2) << " %, worst " << fixed(r.max_abs_error_pct, 1)
     << " %\n";
@@ -247,6 +307,9 @@ std::string accuracy_table(const AccuracyReport& r) {
   if (r.serving_cases > 0)
     o << "  serving  " << r.serving_cases << ": MAPE " << fixed(r.serving_mape_pct, 2) << " %, worst "
       << fixed(r.serving_max_abs_error_pct, 1) << " %\n";
+  if (r.unstated_cases > 0)
+    o << "  unstated settings: " << r.unstated_cases << " cases predicted over what their sources leave open; "
+      << r.in_band_cases << " hold the reference within that band\n";
   int refused = 0;
   for (const AccuracyCase& c : r.cases) refused += !c.memory_fits();
   if (refused > 0)
@@ -270,6 +333,15 @@ std::string accuracy_json(const AccuracyReport& r) {
       o += ", \"memory_need_bytes\": " + format_number(c.memory_need_bytes) +
            ", \"memory_have_bytes\": " + format_number(c.memory_have_bytes) +
            ", \"memory_fits\": " + (c.memory_fits() ? "true" : "false");
+    if (!c.unstated.empty()) {
+      std::string keys;
+      for (size_t k = 0; k < c.unstated.size(); ++k)
+        keys += std::string(k ? ", " : "") + "\"" + json_escape(c.unstated[k]) + "\"";
+      o += ", \"unstated\": [" + keys + "], \"band\": [" + format_number(c.band_low) + ", " +
+           format_number(c.band_high) + "], \"band_points\": " + std::to_string(c.band_points) +
+           ", \"band_refused\": " + std::to_string(c.band_refused) +
+           ", \"reference_in_band\": " + (c.reference_in_band() ? "true" : "false");
+    }
     o += "}";
   }
   o += "], \"mape_pct\": " + format_number(r.mape_pct) + ", \"max_abs_error_pct\": " + format_number(r.max_abs_error_pct);
@@ -279,6 +351,8 @@ std::string accuracy_json(const AccuracyReport& r) {
   o += ", \"serving\": {\"cases\": " + std::to_string(r.serving_cases) +
        ", \"mape_pct\": " + format_number(r.serving_mape_pct) +
        ", \"max_abs_error_pct\": " + format_number(r.serving_max_abs_error_pct) + "}";
+  o += ", \"unstated_cases\": " + std::to_string(r.unstated_cases) +
+       ", \"in_band_cases\": " + std::to_string(r.in_band_cases);
   o += ", \"memory_refused\": [";
   bool first = true;
   for (const AccuracyCase& c : r.cases)

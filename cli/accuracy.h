@@ -24,6 +24,13 @@ struct AccuracyCase {
   // beside the time rather than in place of it.
   double memory_need_bytes = 0, memory_have_bytes = 0;
   bool memory_fits() const { return memory_have_bytes <= 0 || memory_need_bytes <= memory_have_bytes; }
+  // reference.unstated: the settings the source leaves open, and the band the predictions
+  // at every combination of their values span with `predicted` (combinations run and
+  // refused).
+  std::vector<std::string> unstated;
+  double band_low = 0, band_high = 0;
+  int band_points = 0, band_refused = 0;
+  bool reference_in_band() const { return reference >= band_low && reference <= band_high; }
 };
 
 // What-ifs over a folder of published runs: `--set key=value` applied to every case, as
@@ -46,6 +53,7 @@ struct AccuracyReport {
   double training_mape_pct = 0, training_max_abs_error_pct = 0;
   double serving_mape_pct = 0, serving_max_abs_error_pct = 0;
   int training_cases = 0, serving_cases = 0;
+  int unstated_cases = 0, in_band_cases = 0;  // cases with reference.unstated; their reference within the band
 };
 
 // Runs every scenario under `dir` that has a reference (and matches `only`), on `jobs`

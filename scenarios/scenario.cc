@@ -923,6 +923,10 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.reference.attention_flops = as_enum(n, "reference.attention_flops", {"causal", "full"});
        }},
+      {"reference.unstated", "mapping", "",
+       "key path -> list of values: settings the source does not state; accuracy also predicts every combination "
+       "(at most 64) and reports the band they span beside the prediction at the file's own values",
+       nullptr},
       {"output", "mapping", "", "where results go", nullptr},
       {"output.sqlite", "path", "none", "SQLite timeline database (a run is appended)",
        [](const N& n, S& s) { s.output_sqlite = scalar(n, "output.sqlite", "a path"); }},
@@ -1013,6 +1017,28 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
           throw InputError(sv.mark, "sweep." + sk + " must be a non-empty list of values");
         s.sweep.emplace_back(sk, sv);
       }
+      continue;
+    }
+    if (key == "reference.unstated") {
+      if (v.kind != YNode::Kind::Map || v.map.empty())
+        throw InputError(v.kind == YNode::Kind::Null ? v.key_mark : v.mark,
+                         "reference.unstated must be a mapping of key -> list of values, got " + v.kind_name());
+      size_t combinations = 1;
+      for (const auto& [uk, uv] : v.map) {
+        const KeySpec* target = find_key(uk);
+        if (!target || !target->apply || uk == "sweep" || uk.rfind("reference.", 0) == 0 || uk.rfind("output.", 0) == 0)
+          throw InputError(uv.key_mark, "reference.unstated: unknown key '" + uk + "', expected a setting of the run");
+        if (uv.kind != YNode::Kind::Seq || uv.seq.empty())
+          throw InputError(uv.mark, "reference.unstated." + uk + " must be a non-empty list of values");
+        for (const YNode& item : uv.seq)
+          if (item.kind != YNode::Kind::Scalar)
+            throw InputError(item.mark, "reference.unstated." + uk + ": expected a value, got " + item.kind_name());
+        combinations *= uv.seq.size();
+        if (combinations > 64)
+          throw InputError(uv.mark, "reference.unstated spans more than 64 combinations, expected at most 64");
+      }
+      s.reference.unstated.clear();
+      for (const auto& [uk, uv] : v.map) s.reference.unstated.emplace_back(uk, uv);
       continue;
     }
     if (!spec->apply) {

@@ -137,6 +137,9 @@ struct Reference {
   // "full" (the whole square, as Megatron-LM's num_floating_point_operations did until
   // 2025-03); `accuracy` converts the prediction to the source's count.
   std::string attention_flops = "causal";
+  // Settings the source does not state (key path -> the values a run like it could have
+  // had): `accuracy` also predicts each combination and reports the band they span.
+  std::vector<std::pair<std::string, YNode>> unstated;
 };
 
 struct LengthDist {

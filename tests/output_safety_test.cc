@@ -334,6 +334,79 @@ TEST_F(AccuracyTest, SetAndOnlyRunAWhatIfOverTheCases) {
   EXPECT_NE(none.err.find("matches --only nothing*"), std::string::npos) << none;
 }
 
+// reference.unstated: what the source leaves open is predicted at every combination of
+// the listed values; the case reports the band they span with its own prediction, and
+// whether the reference lies inside. A combination the scenario refuses is counted.
+TEST_F(AccuracyTest, UnstatedSettingsSpanABandAroundThePrediction) {
+  const std::string train = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                            "parallel: {tp: 8}\ntraining: {global_batch: 4}\n";
+  auto write_case = [&](double value) {
+    write("cases/a.yaml", train + "reference:\n  metric: iteration_time_s\n  value: " + std::to_string(value) +
+                              "\n  source: A\n  unstated:\n    parallel.micro_batch: [1, 2, 3, 4]\n"
+                              "    training.step_overhead: [3ms, 50ms]\n");
+  };
+  auto number_after = [](const CliResult& r, const std::string& key) {
+    const size_t at = r.out.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(r.out.substr(at + key.size()));
+  };
+  write_case(1000);
+  const CliResult far = cli("accuracy cases --json");
+  ASSERT_EQ(far.code, 0) << far;
+  // micro-batch 3 does not divide the batch of 4: two of eight combinations refused.
+  EXPECT_NE(far.out.find("\"unstated\": [\"parallel.micro_batch\", \"training.step_overhead\"]"), std::string::npos)
+      << far;
+  EXPECT_NE(far.out.find("\"band_points\": 6, \"band_refused\": 2, \"reference_in_band\": false"),
+            std::string::npos)
+      << far;
+  const double predicted = number_after(far, "\"predicted\": ");
+  const size_t band = far.out.find("\"band\": [");
+  ASSERT_NE(band, std::string::npos) << far;
+  const size_t comma = far.out.find(", ", band);
+  const double low = std::stod(far.out.substr(band + 9)), high = std::stod(far.out.substr(comma + 2));
+  EXPECT_LE(low, predicted);
+  EXPECT_GE(high, predicted);
+  // 47 ms more host work a step at least, whatever the micro-batch.
+  EXPECT_GT(high - low, 0.047) << far;
+  EXPECT_NE(far.out.find("\"unstated_cases\": 1, \"in_band_cases\": 0"), std::string::npos) << far;
+  write_case((low + high) / 2);
+  const CliResult inside = cli("accuracy cases --json");
+  EXPECT_NE(inside.out.find("\"reference_in_band\": true"), std::string::npos) << inside;
+  EXPECT_NE(inside.out.find("\"in_band_cases\": 1"), std::string::npos) << inside;
+  const CliResult table = cli("accuracy cases");
+  EXPECT_NE(table.out.find(", reference inside)"), std::string::npos) << table;
+  EXPECT_NE(table.out.find("unstated settings: 1 cases predicted over what their sources leave open; 1 hold"),
+            std::string::npos)
+      << table;
+  // The same file's prediction and the rest of the table do not change with the band.
+  EXPECT_EQ(number_after(inside, "\"predicted\": "), predicted);
+}
+
+TEST_F(AccuracyTest, BadUnstatedSettingsAreInputErrorsAtTheirLine) {
+  const std::string train = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                            "parallel: {tp: 8}\ntraining: {global_batch: 4}\n"
+                            "reference:\n  metric: mfu\n  value: 0.3\n  source: A\n  unstated:\n";
+  auto error_of = [&](const std::string& entries) {
+    write("cases/a.yaml", train + entries);
+    const CliResult r = cli("accuracy cases");
+    EXPECT_EQ(r.code, 1) << r;
+    return r.err;
+  };
+  EXPECT_NE(error_of("    model.nonsense: [1]\n").find("a.yaml:10:5: error: reference.unstated: unknown key "
+                                                       "'model.nonsense', expected a setting of the run"),
+            std::string::npos);
+  EXPECT_NE(error_of("    reference.value: [1]\n").find("unknown key 'reference.value'"), std::string::npos);
+  EXPECT_NE(error_of("    parallel.micro_batch: 2\n").find("a.yaml:10:27: error: reference.unstated.parallel.micro_batch "
+                                                           "must be a non-empty list of values"),
+            std::string::npos);
+  EXPECT_NE(error_of("    parallel.micro_batch: [1, 2, 4, 8, 16, 32, 64, 128, 256]\n"
+                     "    training.step_overhead: [1ms, 2ms, 3ms, 4ms, 5ms, 6ms, 7ms, 8ms]\n")
+                .find("more than 64 combinations"),
+            std::string::npos);
+  // None of the combinations runs: the file's error, with the first refusal.
+  EXPECT_NE(error_of("    parallel.micro_batch: [3, 5]\n").find("no combination of reference.unstated runs"),
+            std::string::npos);
+}
+
 TEST_F(AccuracyTest, ABadReferenceIsAnInputErrorAtItsLine) {
   const std::string train = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
   write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 3\n  unit: s\n  source: x\n");
