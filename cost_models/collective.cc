@@ -257,6 +257,15 @@ std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLay
   return name + ": unknown";
 }
 
+double nvls_chunk_bytes(double bytes, int concurrent_ops) {
+  double chunk = 128.0 * 1024;
+  const double ops = std::max(1, concurrent_ops);
+  if (bytes < 64 * ops * chunk) chunk = 64.0 * 1024;
+  if (bytes < 8 * ops * chunk) chunk = 32.0 * 1024;
+  if (bytes < 2 * ops * chunk) chunk = 16.0 * 1024;
+  return chunk;
+}
+
 Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, const NetworkProfile& prof) {
   const std::string why = unsupported_reason(req.op, req.algo, l);
   if (!why.empty()) throw std::invalid_argument(why);
@@ -465,9 +474,21 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
       // The switch reduces (multimem ld_reduce) and multicasts (multimem st). All-reduce
       // pipelines the two: each GPU pushes its (p−1)/p·S of contributions plus its S/p
       // reduced shard up, and receives its S/p shard plus the (p−1)/p·S others down.
+      // Inside one node an all-reduce is a pipeline of rounds: each round every channel's
+      // head moves one chunk through the three warp groups, so the first round's scatter
+      // and the last round's gather run alone. The fill and drain cost (stages − 1)
+      // rounds at the collective's rate: a message of few rounds (NCCL shrinks the chunk
+      // with the message, but not below 16 KiB) runs well below the peak.
+      double fill = 0;
+      if (req.op == CK::AllReduce && l.nodes() == 1) {
+        const int ops = l.nvls_channels * p;
+        const double round = ops * nvls_chunk_bytes(S, ops);
+        const double rounds = std::ceil(S / round);
+        fill = (kNvlsPipelineStages - 1) * S / rounds;
+      }
       CollectiveStep s;
-      const double up = req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S / p : S * (p - 1) / p);
-      const double down = req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S * (p - 1) / p : S / p);
+      const double up = fill + (req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S / p : S * (p - 1) / p));
+      const double down = fill + (req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S * (p - 1) / p : S / p));
       for (int i = 0; i < p; ++i) {
         s.transfers.push_back(Transfer{i, kSwitch, up});
         s.transfers.push_back(Transfer{kSwitch, i, down});

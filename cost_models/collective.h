@@ -74,10 +74,22 @@ struct GroupLayout {
   std::vector<int32_t> ring;
   // A group inside one mesh node: its channels' rings over the links (tuner.h, mesh_rings).
   std::vector<std::vector<int32_t>> mesh_rings;
+  // The CTAs NCCL gives NVLS inside one node (src/transport/nvls.cc: 16 on Hopper, 24 on
+  // Blackwell's NVL nodes).
+  int nvls_channels = 16;
   int ranks() const { return static_cast<int>(node.size()); }
   int nodes() const;     // distinct nodes
   int per_node() const;  // members per node when every node has the same count, else 0
 };
+
+// NCCL's NVLS chunk for an all-reduce of `bytes` over `concurrent_ops` (channels x heads):
+// NCCL_NVLS_CHUNKSIZE (128 KiB) halved to 64, 32 and 16 KiB as the message shrinks below
+// 64, 8 and 2 rounds of it (src/enqueue.cc, the NCCL_ALGO_NVLS branch of the chunk choice).
+double nvls_chunk_bytes(double bytes, int concurrent_ops);
+// Warp groups a chunk of NCCL's one-node NVLS all-reduce passes through in turn: scatter
+// into the head's buffer, reduce and multicast through the switch, gather out
+// (src/device/all_reduce.h, RunWorkColl<..., NCCL_ALGO_NVLS, NCCL_PROTO_SIMPLE>).
+constexpr int kNvlsPipelineStages = 3;
 
 struct CollectiveRequest {
   CollectiveKind op = CollectiveKind::AllReduce;
