@@ -379,6 +379,11 @@ TEST_F(AccuracyTest, UnstatedSettingsSpanABandAroundThePrediction) {
       << table;
   // The same file's prediction and the rest of the table do not change with the band.
   EXPECT_EQ(number_after(inside, "\"predicted\": "), predicted);
+  // A key the command line sets is no longer open: only the other one spans the band.
+  const CliResult fixed = cli("accuracy cases --json --set parallel.micro_batch=2");
+  ASSERT_EQ(fixed.code, 0) << fixed;
+  EXPECT_NE(fixed.out.find("\"unstated\": [\"training.step_overhead\"], "), std::string::npos) << fixed;
+  EXPECT_NE(fixed.out.find("\"band_points\": 2, \"band_refused\": 0"), std::string::npos) << fixed;
 }
 
 TEST_F(AccuracyTest, BadUnstatedSettingsAreInputErrorsAtTheirLine) {
