@@ -105,7 +105,8 @@ Prediction predict(Scenario& s) {
     std::string names;
     for (const auto& [k, v] : metrics) names += (names.empty() ? "" : ", ") + k;
     throw InputError(s.mark("reference.metric"),
-                     "reference.metric '" + s.reference.metric + "' is not a metric of this run, expected one of: " + names);
+                     "reference.metric '" + s.reference.metric +
+                         "' is not a metric of this run, expected one of: " + names);
   }
   p.value = *predicted * p.flops_count_factor;
   return p;
@@ -116,20 +117,14 @@ Prediction predict(Scenario& s) {
 // does not divide the batch, a layout that does not fit) is counted, not fatal; a list
 // of which none runs is the file's error.
 void predict_unstated(const std::string& file, const std::vector<std::string>& sets, const Scenario& s,
-                      AccuracyCase& c) {
-  // A key the command line sets is no longer open: the what-if fixes it in the band too.
-  std::vector<std::pair<std::string, YNode>> unstated;
-  for (const auto& entry : s.reference.unstated)
-    if (std::none_of(sets.begin(), sets.end(),
-                     [&](const std::string& set) { return set.rfind(entry.first + "=", 0) == 0; }))
-      unstated.push_back(entry);
+                      const std::vector<std::pair<std::string, YNode>>& unstated, AccuracyCase& c) {
   c.band_low = c.band_high = c.predicted;
-  if (unstated.empty()) return;
   std::vector<size_t> at(unstated.size(), 0);
   std::string first_refusal;
   for (;;) {
     std::vector<std::pair<std::string, YNode>> overrides;
-    for (size_t k = 0; k < unstated.size(); ++k) overrides.emplace_back(unstated[k].first, unstated[k].second.seq[at[k]]);
+    for (size_t k = 0; k < unstated.size(); ++k)
+      overrides.emplace_back(unstated[k].first, unstated[k].second.seq[at[k]]);
     try {
       Scenario v = load_scenario(file, sets, overrides);
       const double value = predict(v).value;
@@ -166,10 +161,15 @@ AccuracyCase run_case(const std::string& file, const std::vector<std::string>& s
   c.memory_have_bytes = p.memory_have_bytes;
   c.predicted = p.value;
   c.error_pct = 100.0 * (c.predicted - c.reference) / c.reference;
-  for (const auto& [key, values] : s.reference.unstated)
-    if (std::none_of(sets.begin(), sets.end(), [&](const std::string& set) { return set.rfind(key + "=", 0) == 0; }))
-      c.unstated.push_back(key);
-  if (!c.unstated.empty()) predict_unstated(file, sets, s, c);
+  // A key the command line sets is no longer open: the what-if fixes it in the band too.
+  std::vector<std::pair<std::string, YNode>> open;
+  for (const auto& entry : s.reference.unstated)
+    if (std::none_of(sets.begin(), sets.end(),
+                     [&](const std::string& set) { return set.rfind(entry.first + "=", 0) == 0; })) {
+      open.push_back(entry);
+      c.unstated.push_back(entry.first);
+    }
+  if (!open.empty()) predict_unstated(file, sets, s, open, c);
   return c;
 }
 

@@ -400,8 +400,8 @@ TEST_F(AccuracyTest, BadUnstatedSettingsAreInputErrorsAtTheirLine) {
                                                        "'model.nonsense', expected a setting of the run"),
             std::string::npos);
   EXPECT_NE(error_of("    reference.value: [1]\n").find("unknown key 'reference.value'"), std::string::npos);
-  EXPECT_NE(error_of("    parallel.micro_batch: 2\n").find("a.yaml:10:27: error: reference.unstated.parallel.micro_batch "
-                                                           "must be a non-empty list of values"),
+  EXPECT_NE(error_of("    parallel.micro_batch: 2\n")
+                .find("a.yaml:10:27: error: reference.unstated.parallel.micro_batch must be a non-empty list of values"),
             std::string::npos);
   EXPECT_NE(error_of("    parallel.micro_batch: [1, 2, 4, 8, 16, 32, 64, 128, 256]\n"
                      "    training.step_overhead: [1ms, 2ms, 3ms, 4ms, 5ms, 6ms, 7ms, 8ms]\n")
