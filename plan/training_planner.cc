@@ -161,6 +161,15 @@ TrainingLayout check_training_layout(const Scenario& s) {
          "unpad is flash-attn's bert_padding around its variable-length kernel, called from PyTorch: expected "
          "training.framework: pytorch-eager with training.attention: flash or flash2, or "
          "training.attention_padding: none");
+  {
+    const std::string& ls = s.training.loss_sync;
+    const std::string sync = ls == "auto" ? (l.eager ? "none" : "check") : ls;
+    if (l.eager && sync != "none")
+      fail(s, "training.loss_sync", "training.framework: pytorch-eager reduces the loss once a step, expected "
+                                    "training.loss_sync: none or auto");
+    l.loss_host_syncs = sync == "check" || sync == "check-allreduce" ? 1 : 0;
+    l.loss_allreduce = sync == "allreduce" || sync == "check-allreduce";
+  }
   l.train_metrics = s.training.train_metrics;
   if (l.train_metrics > 0 && !l.eager)
     fail(s, "training.train_metrics",
@@ -1520,12 +1529,33 @@ class StageBuilder {
       if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
         x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
                      3.0 * static_cast<double>(tokens_) * 4, deps(x));
+      x = loss_sync(x);
     } else {
       sent(add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
                    "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), deps(x), false,
                    false, l_.overlap_p2p));
     }
     prev_ = x;
+  }
+
+  // Megatron-LM's loss_func on the last stage, between a micro-batch's forward and its
+  // backward (training.loss_sync): the loss and token count (8 bytes) all-reduced over CP
+  // when cp > 1; the NaN check (check_for_nan_in_loss_and_grad, on by default since
+  // 2023-09: `assert not loss[0].isnan()`, then the rerun state machine's validate_result),
+  // a host wait before the backward is launched; the reporting loss all-reduced over DP
+  // (every micro-batch until 2025-04, then once a step). Synchronous torch.distributed
+  // calls: the compute stream waits for each.
+  uint32_t loss_sync(uint32_t x) {
+    if (l_.cp > 1 && l_.loss_allreduce) {
+      if (cp_ == 0xff) cp_ = p_.stream("cp");
+      x = add_coll("loss-cp-allreduce", CollectiveKind::AllReduce, GroupKind::CP, cp_, Phase::Forward, -1, 8, deps(x));
+    }
+    if (l_.loss_host_syncs > 0)
+      x = accessed(add_memory("loss-nan-check", Phase::Forward, -1, 0, 0, 0, deps(x)), MemAccess::HostSync,
+                   l_.loss_host_syncs);
+    if (l_.dp > 1 && l_.loss_allreduce)
+      x = add_coll("loss-dp-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Forward, -1, 8, deps(x));
+    return x;
   }
 
   // Pipeline sends and receives (parallel.overlap_p2p_comm). Overlapped, a receive is

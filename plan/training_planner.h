@@ -69,6 +69,9 @@ struct TrainingLayout {
   bool fused_cross_entropy = false; // training.cross_entropy: fused: the stack's fused loss kernels
   bool attention_unpad = false;     // training.attention_padding: unpad (bert_padding around the kernel)
   int train_metrics = 0;            // training.train_metrics: cross-entropy metrics after each backward
+  // training.loss_sync: host waits and all-reduces of each micro-batch's loss before its backward
+  int loss_host_syncs = 0;
+  bool loss_allreduce = false;
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
   bool cp_allgather = false;             // parallel.cp_comm all-gather: K/V gathered over CP, no ring
   bool rope_fusion = true;                // megatron: the rotary embedding in TE's fused kernel

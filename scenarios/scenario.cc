@@ -541,6 +541,18 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.train_metrics = static_cast<int>(as_int(n, "training.train_metrics", 0, 16));
        }},
+      {"training.loss_sync", "name", "auto",
+       "what the stack does with each micro-batch's loss before its backward, on the last pipeline stage: check "
+       "(Megatron-LM since 2025-04 and Megatron-Bridge: the NaN check's host wait, compute.host_sync; the reporting "
+       "loss is all-reduced once a step) | check-allreduce (Megatron-LM 2023-09 to 2025-04: the wait, then the "
+       "reporting loss all-reduced over DP every micro-batch) | allreduce (before 2023-09: "
+       "average_losses_across_data_parallel_group, no check) | none (Composer: the loss is reduced once a step) | "
+       "auto (check under megatron, none under pytorch-eager); with cp > 1 the modes that all-reduce also "
+       "all-reduce the loss over CP; docs/model.md, \"Per-step costs\"",
+       [](const N& n, S& s) {
+         s.training.loss_sync =
+             as_enum(n, "training.loss_sync", {"auto", "none", "check", "allreduce", "check-allreduce"});
+       }},
       {"training.fp8_attention", "bool", "false",
        "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked); "
        "refused with training.framework: pytorch-eager (SDPA runs BF16)",

@@ -1643,3 +1643,62 @@ TEST(Timeline, IdenticalRanksAreWrittenOnceAsMirrors) {
 
 }  // namespace
 }  // namespace clustersim
+
+namespace clustersim {
+namespace {
+
+// Megatron-LM's loss_func on the last stage, per micro-batch (training.loss_sync): the
+// NaN check's host wait (`check`, the default), then under check-allreduce (2023-09 to
+// 2025-04) the reporting loss's 8-byte all-reduce over DP (and the loss over CP first when
+// cp > 1); the backward waits for both. `allreduce` (Megatron before the check) has no
+// host wait; pytorch-eager has neither and refuses the Megatron modes.
+TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
+  const std::string base = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                           "parallel: {tp: 2, cp: 2, dp: 2, micro_batch: 1}\n"
+                           "training: {global_batch: 8";
+  auto ops_named = [](const TrainingPlan& tp, const std::string& name) {
+    std::vector<const Op*> found;
+    for (const Op& op : tp.plan.programs[0].ops)
+      if (tp.plan.names[op.name] == name) found.push_back(&op);
+    return found;
+  };
+  const TrainingPlan now = build_training_plan(scenario_from_text(base + "}\n", "loss-now"));
+  EXPECT_EQ(ops_named(now, "loss-nan-check").size(), 4u);
+  EXPECT_TRUE(ops_named(now, "loss-dp-allreduce").empty());
+  const TrainingPlan on = build_training_plan(scenario_from_text(base + ", loss_sync: check-allreduce}\n", "loss-on"));
+  ASSERT_EQ(on.layout.micro_batches, 4);
+  const auto checks = ops_named(on, "loss-nan-check");
+  ASSERT_EQ(checks.size(), 4u);
+  for (const Op* op : checks) {
+    EXPECT_EQ(op->access, MemAccess::HostSync);
+    EXPECT_EQ(op->m, 1);
+  }
+  for (const char* name : {"loss-dp-allreduce", "loss-cp-allreduce"}) {
+    const auto colls = ops_named(on, name);
+    ASSERT_EQ(colls.size(), 4u) << name;
+    for (const Op* op : colls) EXPECT_EQ(op->bytes, 8) << name;
+  }
+  const TrainingPlan old = build_training_plan(scenario_from_text(base + ", loss_sync: allreduce}\n", "loss-old"));
+  EXPECT_TRUE(ops_named(old, "loss-nan-check").empty());
+  EXPECT_EQ(ops_named(old, "loss-dp-allreduce").size(), 4u);
+  const TrainingPlan off = build_training_plan(scenario_from_text(base + ", loss_sync: none}\n", "loss-off"));
+  EXPECT_TRUE(ops_named(off, "loss-nan-check").empty());
+  EXPECT_TRUE(ops_named(off, "loss-dp-allreduce").empty());
+  EXPECT_TRUE(ops_named(off, "loss-cp-allreduce").empty());
+  // One GPU: each micro-batch's wait (compute.host_sync, 55 us, after the launch gap every
+  // op pays) is on the step's path.
+  const std::string one = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1, power_cap: false}\n"
+                          "model: {preset: gpt3-1.3b, layers: 2}\nparallel: {micro_batch: 1}\ntraining: {global_batch: 4";
+  const double t_on = run_training(scenario_from_text(one + "}\n", "loss-1")).exec.makespan.seconds();
+  const double t_off = run_training(scenario_from_text(one + ", loss_sync: none}\n", "loss-0")).exec.makespan.seconds();
+  const ComputeProfile prof;
+  EXPECT_NEAR(t_on - t_off, 4 * (prof.host_sync_s + prof.launch_overhead_s), 1e-9);
+  const std::string eager = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, "
+                            "layers: 2}\ntraining: {framework: pytorch-eager, global_batch: 1";
+  EXPECT_TRUE(ops_named(build_training_plan(scenario_from_text(eager + "}\n", "loss-e")), "loss-nan-check").empty());
+  EXPECT_THROW(build_training_plan(scenario_from_text(eager + ", loss_sync: check-allreduce}\n", "loss-e2")),
+               InputError);
+}
+
+}  // namespace
+}  // namespace clustersim
