@@ -371,7 +371,9 @@ double slots_per_element(MemAccess a, const ComputeProfile& p) {
 
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.fixed_seconds > 0) return op.fixed_seconds;
-  if (op.kind == OpKind::Memory && op.access == MemAccess::HostSync) return static_cast<double>(op.m) * p.host_sync_s;
+  // op.m host waits, op.n of them followed by a backward's relaunch from an empty queue.
+  if (op.kind == OpKind::Memory && op.access == MemAccess::HostSync)
+    return static_cast<double>(op.m) * p.host_sync_s + static_cast<double>(op.n) * p.backward_relaunch_s;
   const double t = compute_seconds_streaming(op, gpu, p);
   if (op.kind == OpKind::Attention) {
     if (t <= 0) return t;

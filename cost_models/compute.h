@@ -105,6 +105,13 @@ struct ComputeProfile {
   double scatter_ops_per_element = 148;
   double index_put_ops_per_element = 266;
   double host_sync_s = 55e-6;
+  // A backward launched from an empty queue after a host wait (a loss check before
+  // loss.backward()): the GPU idles while autograd starts and its first, small kernels are
+  // launched one by one. One H200: a check per micro-batch costs 346 / 348 / 429 us a
+  // micro-batch at 4096 x 4096 x 4 / 8192 x 2048 x 2 / 2048 x 4096 x 4 MLP blocks
+  // (calibrate/measurements/loss-sync-h200-2026-12-04), the first two less the wait and a
+  // launch gap.
+  double backward_relaunch_s = 290e-6;
   // log_softmax over 16-bit rows with an FP32 output (autocast's cross_entropy on BF16 logits):
   // three reads of the row and the FP32 write, plus 124 issue slots a logit; measured on one
   // H200 at 12-25 K tokens x 50,368 (calibrate/measurements/train-metrics-h200-2026-12-04).

@@ -1550,9 +1550,12 @@ class StageBuilder {
       if (cp_ == 0xff) cp_ = p_.stream("cp");
       x = add_coll("loss-cp-allreduce", CollectiveKind::AllReduce, GroupKind::CP, cp_, Phase::Forward, -1, 8, deps(x));
     }
-    if (l_.loss_host_syncs > 0)
+    if (l_.loss_host_syncs > 0) {
+      // The wait, then loss.backward() launched from an empty queue (compute.backward_relaunch).
       x = accessed(add_memory("loss-nan-check", Phase::Forward, -1, 0, 0, 0, deps(x)), MemAccess::HostSync,
                    l_.loss_host_syncs);
+      p_.ops[x].n = 1;
+    }
     if (l_.dp > 1 && l_.loss_allreduce)
       x = add_coll("loss-dp-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Forward, -1, 8, deps(x));
     return x;
