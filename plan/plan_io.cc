@@ -63,11 +63,13 @@ void write_op(std::string& out, const Program& p, const Op& op) {
       break;
     case OpKind::Memory:
       // An access class other than a plain stream, with the element count it is costed by
-      // (a cast-transpose's matrix is m x n; a multi-tensor kernel's cost is its bytes').
+      // (a cast-transpose's matrix is m x n; a host wait's count is m, the backwards it
+      // relaunches n; a multi-tensor kernel's cost is its bytes').
       if (op.access != MemAccess::Streaming) {
         out += ",\"access\":" + quote(to_string(op.access));
         if (op.access != MemAccess::MultiTensor) out += ",\"m\":" + std::to_string(op.m);
-        if (op.access == MemAccess::Fp8CastTranspose) out += ",\"n\":" + std::to_string(op.n);
+        if (op.access == MemAccess::Fp8CastTranspose || (op.access == MemAccess::HostSync && op.n > 0))
+          out += ",\"n\":" + std::to_string(op.n);
       }
       break;
     case OpKind::Collective:

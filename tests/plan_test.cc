@@ -239,6 +239,7 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
       "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, dtype: fp16, "
       "dropout: 0.1}\ntraining: {global_batch: 1, attention: unfused}\n"};
   std::set<MemAccess> seen;
+  int relaunches = 0;  // the Megatron step's loss checks (training.loss_sync)
   for (const std::string& y : scenarios) {
     const TrainingPlan tp = build_training_plan(scenario_from_text(y, "access"));
     const Plan back = plan_from_json(plan_to_json(tp.plan), "plan.json");
@@ -257,13 +258,17 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
       if (a.access != MemAccess::MultiTensor) {
         EXPECT_EQ(b.m, a.m) << i;
       }
+      EXPECT_EQ(b.n, a.n) << i;  // a cast-transpose's columns, a host wait's relaunched backwards
       ASSERT_LT(k, memory.size());
       EXPECT_EQ(memory[k]->shape.access, a.access) << i;
+      EXPECT_EQ(memory[k]->shape.n, a.n) << i;
+      relaunches += a.access == MemAccess::HostSync && b.n == 1;
       ++k;
     }
     EXPECT_EQ(k, memory.size());
   }
   EXPECT_EQ(seen.size(), static_cast<size_t>(kLastMemAccess) + 1);
+  EXPECT_EQ(relaunches, 1);
 }
 
 TEST(PlanIo, RejectsBrokenPlansWithTheirPosition) {
