@@ -167,7 +167,8 @@ TrainingLayout check_training_layout(const Scenario& s) {
     if (l.eager && sync != "none")
       fail(s, "training.loss_sync", "training.framework: pytorch-eager reduces the loss once a step, expected "
                                     "training.loss_sync: none or auto");
-    l.loss_host_syncs = sync == "check" || sync == "check-allreduce" ? 1 : 0;
+    // Since 2025 the check is two (NaN, then Inf: validate_result twice); r0.8 checked NaN alone.
+    l.loss_host_syncs = sync == "check" ? 2 : sync == "check-allreduce" ? 1 : 0;
     l.loss_allreduce = sync == "allreduce" || sync == "check-allreduce";
   }
   l.train_metrics = s.training.train_metrics;

@@ -1663,7 +1663,9 @@ TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
     return found;
   };
   const TrainingPlan now = build_training_plan(scenario_from_text(base + "}\n", "loss-now"));
-  EXPECT_EQ(ops_named(now, "loss-nan-check").size(), 4u);
+  const auto now_checks = ops_named(now, "loss-nan-check");
+  ASSERT_EQ(now_checks.size(), 4u);
+  for (const Op* op : now_checks) EXPECT_EQ(op->m, 2);  // NaN, then Inf; one relaunch
   EXPECT_TRUE(ops_named(now, "loss-dp-allreduce").empty());
   const TrainingPlan on = build_training_plan(scenario_from_text(base + ", loss_sync: check-allreduce}\n", "loss-on"));
   ASSERT_EQ(on.layout.micro_batches, 4);
@@ -1686,15 +1688,16 @@ TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
   EXPECT_TRUE(ops_named(off, "loss-nan-check").empty());
   EXPECT_TRUE(ops_named(off, "loss-dp-allreduce").empty());
   EXPECT_TRUE(ops_named(off, "loss-cp-allreduce").empty());
-  // One GPU: each micro-batch's wait (compute.host_sync, 55 us) and the backward's relaunch
-  // from an empty queue (compute.backward_relaunch, 290 us), after the launch gap every op
-  // pays, are on the step's path: 347 us a micro-batch, as measured (346-348 us).
+  // One GPU: each micro-batch's waits (compute.host_sync, 55 us, two under `check`) and the
+  // backward's relaunch from an empty queue (compute.backward_relaunch, 290 us), after the
+  // launch gap every op pays, are on the step's path: 347 us a micro-batch with one wait, as
+  // measured (346-348 us).
   const std::string one = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1, power_cap: false}\n"
                           "model: {preset: gpt3-1.3b, layers: 2}\nparallel: {micro_batch: 1}\ntraining: {global_batch: 4";
   const double t_on = run_training(scenario_from_text(one + "}\n", "loss-1")).exec.makespan.seconds();
   const double t_off = run_training(scenario_from_text(one + ", loss_sync: none}\n", "loss-0")).exec.makespan.seconds();
   const ComputeProfile prof;
-  EXPECT_NEAR(t_on - t_off, 4 * (prof.host_sync_s + prof.backward_relaunch_s + prof.launch_overhead_s), 1e-9);
+  EXPECT_NEAR(t_on - t_off, 4 * (2 * prof.host_sync_s + prof.backward_relaunch_s + prof.launch_overhead_s), 1e-9);
   const std::string eager = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, "
                             "layers: 2}\ntraining: {framework: pytorch-eager, global_batch: 1";
   EXPECT_TRUE(ops_named(build_training_plan(scenario_from_text(eager + "}\n", "loss-e")), "loss-nan-check").empty());
