@@ -74,9 +74,7 @@ struct GroupLayout {
   std::vector<int32_t> ring;
   // A group inside one mesh node: its channels' rings over the links (tuner.h, mesh_rings).
   std::vector<std::vector<int32_t>> mesh_rings;
-  // The CTAs NCCL gives NVLS inside one node (src/transport/nvls.cc: 16 on Hopper, 24 on
-  // Blackwell's NVL nodes).
-  int nvls_channels = 16;
+  int nvls_channels = 16;  // the nodes' GpuSpec::nvls_channels
   int ranks() const { return static_cast<int>(node.size()); }
   int nodes() const;     // distinct nodes
   int per_node() const;  // members per node when every node has the same count, else 0

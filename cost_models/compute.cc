@@ -371,7 +371,7 @@ double slots_per_element(MemAccess a, const ComputeProfile& p) {
 
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.fixed_seconds > 0) return op.fixed_seconds;
-  // op.m host waits, op.n of them followed by a backward's relaunch from an empty queue.
+  // op.m host waits, then op.n backwards launched from an empty queue.
   if (op.kind == OpKind::Memory && op.access == MemAccess::HostSync)
     return static_cast<double>(op.m) * p.host_sync_s + static_cast<double>(op.n) * p.backward_relaunch_s;
   const double t = compute_seconds_streaming(op, gpu, p);

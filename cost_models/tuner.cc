@@ -33,8 +33,7 @@ GroupLayout layout_of(const Topology& topo, std::span<const int32_t> gpus) {
     l.node.push_back(n);
     l.nvswitch = l.nvswitch && topo.spec().node_at(n).nvswitch;
     l.nvls = l.nvls && topo.spec().node_at(n).nvls;
-    const std::string& gpu = topo.spec().node_at(n).gpu.name;
-    if (gpu == "b200" || gpu == "gb200") l.nvls_channels = 24;  // NVLS_NCHANNELS_SM100_NVL
+    l.nvls_channels = topo.spec().node_at(n).gpu.nvls_channels;
   }
   // Mesh nodes (direct GPU links, no switch): NCCL's search builds its channels' rings
   // over the links (mesh_rings below). Each node's members follow the first ring found;

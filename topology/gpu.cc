@@ -24,6 +24,7 @@ std::vector<GpuSpec> with_sm_details(std::vector<GpuSpec> v) {
     if (g.name.starts_with("a100")) g.sm_clock_hz = 1410e6;
     if (g.name == "h100-sxm" || g.name == "h200-sxm" || g.name == "b200" || g.name == "gb200") g.sm_clock_hz = 1980e6;
     if (g.name == "h100-pcie") g.sm_clock_hz = 1755e6;
+    if (g.name == "b200" || g.name == "gb200") g.nvls_channels = 24;  // NVLS_NCHANNELS_SM100_NVL
   }
   return v;
 }

@@ -36,6 +36,9 @@ struct GpuSpec {
   // SMs' issue slots that per-element integer, conversion and special-function work takes
   // (alu_slot_rate); 0 falls back to the FP32 peak.
   double sm_clock_hz = 0;
+  // CTAs NCCL gives an NVLS collective inside one node (src/transport/nvls.cc: 16 on
+  // Hopper, 24 on Blackwell's NVL nodes).
+  int nvls_channels = 16;
 
   // Peak for a GEMM whose inputs are `d` (FP32 GEMMs run on TF32 tensor cores is
   // *not* assumed: FP32 means true FP32). Falls back to the next wider type when the
