@@ -16,12 +16,6 @@ double ServingShape::kv_layer_bytes() const {
   return 2.0 * static_cast<double>(kv_heads_local() * model.head_dim()) * dtype_bits(kv_dtype) / 8.0;
 }
 
-int64_t ServingShape::decode_kv_reads() const {
-  const int64_t group = std::max<int64_t>(1, model.heads / tp / kv_heads_local());
-  if (decode_heads_per_block <= 0 || decode_heads_per_block >= group) return 1;
-  return (group + decode_heads_per_block - 1) / decode_heads_per_block;
-}
-
 DType ServingShape::gemm_dtype() const {
   return (weight_dtype == DType::FP8 || weight_dtype == DType::INT8) ? weight_dtype : model.dtype;
 }
@@ -48,13 +42,11 @@ std::vector<Op> iteration_attention_ops(const ServingShape& sh, const IterationB
     ops.push_back(op);
   }
   if (b.decode_context > 0) {
-    // One paged decode-attention kernel streams every decoding request's cached K and V,
-    // once for each block that serves a share of the KV head's query heads.
+    // One paged decode-attention kernel streams every decoding request's cached K and V.
     Op op;
     op.kind = OpKind::Memory;
     op.dtype = m.dtype;
-    op.bytes_read = static_cast<int64_t>(static_cast<double>(b.decode_context) * sh.kv_layer_bytes() *
-                                         static_cast<double>(sh.decode_kv_reads()));
+    op.bytes_read = static_cast<int64_t>(static_cast<double>(b.decode_context) * sh.kv_layer_bytes());
     ops.push_back(op);
   }
   return ops;

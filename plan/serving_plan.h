@@ -25,15 +25,10 @@ struct ServingShape {
   int64_t tp = 1, pp = 1;
   DType weight_dtype = DType::BF16;  // fp8 / int8: W8A8 GEMMs; int4: weight-only (bf16 math)
   DType kv_dtype = DType::BF16;
-  // Query heads of one KV group that a decode-attention thread block computes (0: the
-  // whole group). A block reads its KV head's cache once, so the cache is read
-  // ceil(group / this) times an iteration.
-  int64_t decode_heads_per_block = 0;
 
   int64_t stage_layers(int64_t stage) const;  // the first layers % pp stages take one more
   int64_t kv_heads_local() const;             // at least one KV head per GPU (replicated below tp)
   double kv_layer_bytes() const;              // K and V of one token, one layer, one GPU
-  int64_t decode_kv_reads() const;            // times the decode kernel reads each cached token
   DType gemm_dtype() const;
 };
 

@@ -848,13 +848,6 @@ const std::vector<KeySpec>& key_table() {
          s.serving.kv_dtype = as_dtype(n, "inference.kv_dtype");
          s.serving.kv_dtype_set = true;
        }},
-      {"inference.decode_heads_per_block", "integer", "0",
-       "query heads of one KV group that a decode-attention block computes, reading its KV head's cache once; "
-       "the cache is read ceil(group / this) times an iteration. 0: the whole group (FlashInfer, FlashAttention's "
-       "decode, TensorRT-LLM's XQA); 4: TurboMind of LMDeploy v0.1 (docs/model.md)",
-       [](const N& n, S& s) {
-         s.serving.decode_heads_per_block = as_int(n, "inference.decode_heads_per_block", 0, 1 << 16);
-       }},
       {"inference.preemption", "name", "recompute", "recompute | swap: what a preempted request's KV cache does",
        [](const N& n, S& s) { s.serving.preemption = as_enum(n, "inference.preemption", {"recompute", "swap"}); }},
       {"inference.swap_space", "size", "4GiB", "host memory per GPU for swapped-out KV (then recompute)",

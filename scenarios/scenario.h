@@ -179,8 +179,6 @@ struct InferenceConfig {
   bool weight_dtype_set = false, kv_dtype_set = false;
   DType weight_dtype = DType::BF16;  // unset: the model's dtype
   DType kv_dtype = DType::BF16;      // unset: the model's dtype
-  // Query heads of one KV group that a decode-attention block computes; 0: the whole group.
-  int64_t decode_heads_per_block = 0;
 };
 
 struct Scenario {

@@ -155,7 +155,6 @@ class IterationCost {
     shape_.pp = s.parallel.pp;
     shape_.weight_dtype = s.serving.weight_dtype_set ? s.serving.weight_dtype : model.dtype;
     shape_.kv_dtype = s.serving.kv_dtype_set ? s.serving.kv_dtype : model.dtype;
-    shape_.decode_heads_per_block = s.serving.decode_heads_per_block;
     // Within one iteration a replica's collectives run one at a time on its own links:
     // the analytic network is exact there.
     opt_.flow = false;

@@ -538,61 +538,6 @@ TEST(Serving, IterationPlanHasEveryLayersKernels) {
   EXPECT_NEAR(gemm, expected, 1e-9 * expected);  // one GPU per stage, both stages
 }
 
-// A decode-attention block that computes only part of a KV group's query heads reads that
-// KV head's cache for itself: Llama 2 70B at TP 4 has 16 query heads and 2 KV heads a GPU
-// (groups of 8), so TurboMind's 4 heads a block read each token's K and V twice; a
-// whole-group kernel reads them once, and a model without grouping (7B) reads once at any
-// setting. Through the engine, a long-context decode iteration takes the second read's time.
-TEST(Serving, DecodeBlocksThatSplitAKvGroupReadItsCacheAgain) {
-  auto decode_bytes = [](const ModelConfig& m, int64_t tp, int64_t per_block) {
-    ServingShape sh;
-    sh.model = m;
-    sh.tp = tp;
-    sh.kv_dtype = m.dtype;
-    sh.decode_heads_per_block = per_block;
-    IterationBatch b;
-    b.tokens = b.emitting = 64;
-    b.decode_context = 64 * 1000;
-    const std::vector<Op> ops = iteration_attention_ops(sh, b);
-    EXPECT_EQ(ops.size(), 1u);
-    return static_cast<double>(ops.at(0).bytes_read);
-  };
-  ModelConfig l70;
-  l70.layers = 80;
-  l70.hidden = 8192;
-  l70.heads = 64;
-  l70.kv_heads = 8;
-  l70.ffn_hidden = 28672;
-  l70.vocab = 32000;
-  l70.dtype = DType::FP16;
-  const double token = 2.0 * 2 * 128 * 2;  // K and V, 2 KV heads of 128, 2 bytes
-  EXPECT_DOUBLE_EQ(decode_bytes(l70, 4, 0), 64000 * token);
-  EXPECT_DOUBLE_EQ(decode_bytes(l70, 4, 8), 64000 * token);
-  EXPECT_DOUBLE_EQ(decode_bytes(l70, 4, 4), 2 * 64000 * token);
-  EXPECT_DOUBLE_EQ(decode_bytes(l70, 4, 3), 3 * 64000 * token);  // ceil(8 / 3)
-  EXPECT_DOUBLE_EQ(decode_bytes(l70, 4, 1), 8 * 64000 * token);
-  ModelConfig l7 = l70;
-  l7.layers = 32;
-  l7.hidden = 4096;
-  l7.heads = l7.kv_heads = 32;
-  EXPECT_DOUBLE_EQ(decode_bytes(l7, 1, 4), decode_bytes(l7, 1, 0));
-
-  const std::string text =
-      "name: t\ncluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 4}\n"
-      "model: {layers: 80, hidden: 8192, heads: 64, kv_heads: 8, ffn_hidden: 28672, ffn_type: swiglu, "
-      "vocab: 32000, seq_len: 4096, dtype: fp16}\nparallel: {tp: 4}\ninference: {requests: 1";
-  const Scenario whole = scenario_from_text(text + "}\n", "serving");
-  const Scenario split = scenario_from_text(text + ", decode_heads_per_block: 4}\n", "serving");
-  IterationBatch b;
-  b.tokens = b.emitting = 64;
-  b.decode_context = 64 * 3000;
-  const double t_whole = serving_iteration_seconds(whole, b), t_split = serving_iteration_seconds(split, b);
-  // 64 x 3,000 tokens x 1 KiB x 80 layers = 15.7 GB more at A100's 2,039 GB/s: 7.7 ms at
-  // the peak, more at the memory kernels' efficiency, and never more than twice the cache.
-  EXPECT_GT(t_split - t_whole, 15.7e9 / 2039e9);
-  EXPECT_LT(t_split - t_whole, 2 * 15.7e9 / 2039e9);
-}
-
 // The engine's iteration time (memoized attention-free plan + attention kernels) is the
 // whole plan's time on the executor, for TP, PP and a mixed batch; also where the power
 // cap binds (a long prefill), the iteration being one window of the controller.
