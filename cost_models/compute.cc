@@ -353,6 +353,7 @@ double slots_per_element(MemAccess a, const ComputeProfile& p) {
     case MemAccess::Fp8CastTranspose:  // its bytes, streamed (a calibration measures the kernel itself)
     case MemAccess::MultiTensor:       // a rate, not slots: multi_tensor_efficiency
     case MemAccess::HostSync:          // a time: host_sync_s
+    case MemAccess::CudaCoreDecode:    // its math: cuda_core_decode_seconds
       return 0;
     case MemAccess::DynamicCast:
       return p.dynamic_cast_ops_per_element;
@@ -369,6 +370,23 @@ double slots_per_element(MemAccess a, const ComputeProfile& p) {
 }
 }  // namespace
 
+double cuda_core_decode_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
+  if (op.access != MemAccess::CudaCoreDecode || gpu.sm_count <= 0 || gpu.sm_clock_hz <= 0 || op.kv_len <= 0) return 0;
+  const double sms = static_cast<double>(gpu.sm_count), clock = gpu.sm_clock_hz;
+  const double per_block = static_cast<double>(std::max<int64_t>(1, op.k));
+  // SM cycles an element (one query head, one cached token, one dimension): the two FMAs of
+  // QKᵀ and PV at the SM's FP32 lanes (128 FP32 operations a cycle on Hopper and Blackwell,
+  // 64 x 2 on Ampere), the rest at its 256 issue slots, the K/V handling shared by the
+  // block's query heads.
+  const double fp32_per_cycle = gpu.peak_fp32 / (sms * clock);
+  const double cycles = p.decode_fma_ops / fp32_per_cycle +
+                        (p.decode_head_slots + p.decode_kv_slots / per_block) / 256.0;
+  const double hd = static_cast<double>(std::max<int64_t>(1, op.head_dim));
+  const double all = static_cast<double>(op.kv_len) * static_cast<double>(op.heads) * hd * cycles / (sms * clock);
+  const double longest = static_cast<double>(op.q_len) * per_block * hd * cycles / (p.decode_block_sm_share * clock);
+  return p.decode_kernel_latency_s + std::max(all, longest);
+}
+
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.fixed_seconds > 0) return op.fixed_seconds;
   // op.m host waits, then op.n backwards launched from an empty queue.
@@ -381,6 +399,7 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
   }
   if (op.kind != OpKind::Memory || t == 0) return t;
   if (op.access == MemAccess::MultiTensor) return t / p.multi_tensor_efficiency;
+  if (op.access == MemAccess::CudaCoreDecode) return std::max(t, cuda_core_decode_seconds(op, gpu, p));
   const double slots = slots_per_element(op.access, p);
   return slots > 0 ? t + static_cast<double>(op.m) * slots / gpu.alu_slot_rate() : t;
 }

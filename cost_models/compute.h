@@ -116,6 +116,18 @@ struct ComputeProfile {
   // three reads of the row and the FP32 write, plus 124 issue slots a logit; measured on one
   // H200 at 12-25 K tokens x 50,368 (calibrate/measurements/train-metrics-h200-2026-12-04).
   double mixed_softmax_ops_per_element = 124;
+  // A decode-attention kernel on CUDA cores (MemAccess::CudaCoreDecode), measured as TurboMind
+  // v0.1.0a1's kernel on one H200 over batch 1-128, context 128-3,072 and 1, 2 or 4 query heads
+  // a block (calibrate/measurements/decode-attention-turbomind-h200-2026-12-04): per element
+  // (query head x cached token x dimension) the two FMAs of QKᵀ and PV (4 FP32 operations),
+  // 4.5 issue slots more for the head and 31 for the K/V's handling (loads, conversion, the
+  // pipeline) shared by a block's query heads; a block of four warps alone issues at 0.6 of
+  // its SM; 9 µs for the kernel's prologue, epilogue and launch.
+  double decode_fma_ops = 4;
+  double decode_head_slots = 4.5;
+  double decode_kv_slots = 31;
+  double decode_block_sm_share = 0.6;
+  double decode_kernel_latency_s = 9e-6;
   // Uncalibrated kernels by shape (docs/model.md, "Kernel efficiency by shape"):
   double kernel_latency_s = 4.4e-6;  // a kernel's own floor (ramp-up, tail): H200's smallest kernels
   double gemm_k_half = 128;          // 16-bit k at which a tile's main loop runs at half speed (fp8: twice)
@@ -219,6 +231,10 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
 // Kernel seconds for a GEMM, attention or memory op on one GPU (no launch gap).
 // Collectives and p2p are the network's business and return 0 here.
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
+// A CUDA-core decode-attention kernel's math (MemAccess::CudaCoreDecode; 0 for any other op):
+// its latency plus the longer of the whole grid's work over every SM and its longest block's
+// work at one block's share of an SM. compute_seconds takes the longer of this and its stream.
+double cuda_core_decode_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 // What drawing a dropout mask adds to a fused attention kernel (0 without dropout).
 double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);

@@ -171,7 +171,7 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
           n.bytes(10, attr_i64("mem_access", static_cast<int64_t>(op.access)));
           n.bytes(10, attr_f64("flops", op.flops));
           if (op.recompute) n.bytes(10, attr_bool("recompute", true));
-          if (op.kind == OpKind::Attention) {
+          if (op.kind == OpKind::Attention || op.access == MemAccess::CudaCoreDecode) {
             n.bytes(10, attr_i64("heads", op.heads));
             n.bytes(10, attr_i64("kv_heads", op.kv_heads));
             n.bytes(10, attr_i64("q_len", op.q_len));

@@ -157,6 +157,8 @@ std::string_view to_string(MemAccess a) {
       return "host-sync";
     case MemAccess::MixedSoftmax:
       return "mixed-softmax";
+    case MemAccess::CudaCoreDecode:
+      return "cuda-core-decode";
   }
   return "?";
 }

@@ -48,11 +48,14 @@ enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
 // `scatter_` or `index_put_` (an index computation per element, op.m elements); the GPU's time
 // through op.m host synchronizations inside the step (HostSync: `.item()`, `nonzero`); a
 // log_softmax over 16-bit rows written in FP32 (MixedSoftmax: autocast's FP32 output type, op.m
-// elements).
+// elements); a decode-attention kernel whose QKᵀ and PV run on CUDA cores (CudaCoreDecode:
+// op.heads query heads over op.kv_len cached tokens, op.k query heads a thread block, op.n
+// blocks, the longest block op.q_len tokens; its K/V in bytes_read).
 enum class MemAccess : uint8_t {
-  Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask, Scatter, IndexPut, HostSync, MixedSoftmax
+  Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask, Scatter, IndexPut, HostSync, MixedSoftmax,
+  CudaCoreDecode
 };
-inline constexpr MemAccess kLastMemAccess = MemAccess::MixedSoftmax;
+inline constexpr MemAccess kLastMemAccess = MemAccess::CudaCoreDecode;
 std::string_view to_string(Phase p);
 std::string_view to_string(MemAccess a);  // the plan file's name: "streaming", "dynamic-cast", ...
 

@@ -64,8 +64,14 @@ void write_op(std::string& out, const Program& p, const Op& op) {
     case OpKind::Memory:
       // An access class other than a plain stream, with the element count it is costed by
       // (a cast-transpose's matrix is m x n; a host wait's count is m, the backwards it
-      // relaunches n; a multi-tensor kernel's cost is its bytes').
-      if (op.access != MemAccess::Streaming) {
+      // relaunches n; a multi-tensor kernel's cost is its bytes'; a CUDA-core decode kernel's,
+      // its grid and heads).
+      if (op.access == MemAccess::CudaCoreDecode) {
+        out += ",\"access\":" + quote(to_string(op.access)) + ",\"heads\":" + std::to_string(op.heads) +
+               ",\"kv_heads\":" + std::to_string(op.kv_heads) + ",\"head_dim\":" + std::to_string(op.head_dim) +
+               ",\"k\":" + std::to_string(op.k) + ",\"n\":" + std::to_string(op.n) +
+               ",\"q_len\":" + std::to_string(op.q_len) + ",\"kv_len\":" + std::to_string(op.kv_len);
+      } else if (op.access != MemAccess::Streaming) {
         out += ",\"access\":" + quote(to_string(op.access));
         if (op.access != MemAccess::MultiTensor) out += ",\"m\":" + std::to_string(op.m);
         if (op.access == MemAccess::Fp8CastTranspose || (op.access == MemAccess::HostSync && op.n > 0))
@@ -160,7 +166,8 @@ bool parse_phase(std::string_view s, Phase& k) {
 }
 constexpr MemAccess kAllAccess[] = {MemAccess::Streaming,  MemAccess::DynamicCast, MemAccess::MultiTensor,
                                     MemAccess::Fp8CastTranspose, MemAccess::RandomMask, MemAccess::Scatter,
-                                    MemAccess::IndexPut,   MemAccess::HostSync,    MemAccess::MixedSoftmax};
+                                    MemAccess::IndexPut,   MemAccess::HostSync,    MemAccess::MixedSoftmax,
+                                    MemAccess::CudaCoreDecode};
 static_assert(std::size(kAllAccess) == static_cast<size_t>(kLastMemAccess) + 1, "every access class has a name");
 
 }  // namespace

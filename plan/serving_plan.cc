@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 
 namespace clustersim {
@@ -19,6 +20,37 @@ double ServingShape::kv_layer_bytes() const {
 DType ServingShape::gemm_dtype() const {
   return (weight_dtype == DType::FP8 || weight_dtype == DType::INT8) ? weight_dtype : model.dtype;
 }
+
+namespace {
+
+// TurboMind v0.1.0a1's decode-attention launch (LlamaDecoderSelfAttentionLayer.cc and
+// invokeDecoderMultiheadAttention in decoder_multihead_attention.cu): 4 query heads a block
+// where the KV group is a multiple of 4, else 2, else 1; the context cut into 1,024-token
+// slices, split over ceil(16 / average batch) blocks a head at most (average batch = the
+// contexts' sum over the longest); a grid of heads / per-block x batch x split.
+void turbomind_decode_grid(const ServingShape& sh, const IterationBatch& b, Op& op) {
+  const int64_t heads = std::max<int64_t>(1, sh.model.heads / sh.tp);
+  const int64_t group = std::max<int64_t>(1, heads / sh.kv_heads_local());
+  const int64_t per_block = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  const int64_t seqs = std::max<int64_t>(1, b.decode_seqs);
+  const int64_t longest =
+      std::max<int64_t>(1, b.decode_max_context > 0 ? b.decode_max_context : b.decode_context / seqs);
+  constexpr int64_t kSlice = 1024, kMaxSplit = 16;
+  const double average_batch = std::max(1.0, static_cast<double>(b.decode_context) / static_cast<double>(longest));
+  const int64_t max_split = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kMaxSplit / average_batch)));
+  const int64_t slices = (longest + kSlice - 1) / kSlice;
+  const int64_t split = std::min(max_split, slices);
+  op.access = MemAccess::CudaCoreDecode;
+  op.heads = heads;
+  op.kv_heads = sh.kv_heads_local();
+  op.head_dim = sh.model.head_dim();
+  op.k = per_block;
+  op.kv_len = b.decode_context;
+  op.q_len = std::min(longest, (slices + split - 1) / split * kSlice);
+  op.n = heads / per_block * seqs * split;
+}
+
+}  // namespace
 
 std::vector<Op> iteration_attention_ops(const ServingShape& sh, const IterationBatch& b) {
   const ModelConfig& m = sh.model;
@@ -47,6 +79,7 @@ std::vector<Op> iteration_attention_ops(const ServingShape& sh, const IterationB
     op.kind = OpKind::Memory;
     op.dtype = m.dtype;
     op.bytes_read = static_cast<int64_t>(static_cast<double>(b.decode_context) * sh.kv_layer_bytes());
+    if (sh.turbomind_decode) turbomind_decode_grid(sh, b, op);
     ops.push_back(op);
   }
   return ops;

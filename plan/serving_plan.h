@@ -25,6 +25,9 @@ struct ServingShape {
   int64_t tp = 1, pp = 1;
   DType weight_dtype = DType::BF16;  // fp8 / int8: W8A8 GEMMs; int4: weight-only (bf16 math)
   DType kv_dtype = DType::BF16;
+  // inference.decode_attention turbomind-v0.1: decode attention on CUDA cores, TurboMind
+  // v0.1.0a1's kernel and grid (MemAccess::CudaCoreDecode); false: a stream of the K/V.
+  bool turbomind_decode = false;
 
   int64_t stage_layers(int64_t stage) const;  // the first layers % pp stages take one more
   int64_t kv_heads_local() const;             // at least one KV head per GPU (replicated below tp)
@@ -42,6 +45,8 @@ struct IterationBatch {
   int64_t emitting = 0;  // rows through the logits
   std::vector<PrefillChunk> prefill;
   int64_t decode_context = 0;  // KV tokens read by the decode-attention kernel (0: none)
+  int64_t decode_seqs = 0;         // decoding requests (0: as if one)
+  int64_t decode_max_context = 0;  // the longest one's context (0: decode_context / decode_seqs)
 };
 
 // Ranks stage·tp + t on GPUs first_gpu + rank; a TP group per stage, a PP group per t.

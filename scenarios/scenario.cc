@@ -848,6 +848,13 @@ const std::vector<KeySpec>& key_table() {
          s.serving.kv_dtype = as_dtype(n, "inference.kv_dtype");
          s.serving.kv_dtype_set = true;
        }},
+      {"inference.decode_attention", "name", "streaming",
+       "the decode-attention kernel: streaming (its math on tensor cores, bound by the K/V it streams: FlashInfer, "
+       "FlashAttention's decode, TensorRT-LLM's XQA) | turbomind-v0.1 (LMDeploy v0.1's TurboMind kernel: QK and PV "
+       "on CUDA cores, 4 query heads a block, 1,024-token slices; docs/model.md)",
+       [](const N& n, S& s) {
+         s.serving.decode_attention = as_enum(n, "inference.decode_attention", {"streaming", "turbomind-v0.1"});
+       }},
       {"inference.preemption", "name", "recompute", "recompute | swap: what a preempted request's KV cache does",
        [](const N& n, S& s) { s.serving.preemption = as_enum(n, "inference.preemption", {"recompute", "swap"}); }},
       {"inference.swap_space", "size", "4GiB", "host memory per GPU for swapped-out KV (then recompute)",

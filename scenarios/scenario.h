@@ -179,6 +179,7 @@ struct InferenceConfig {
   bool weight_dtype_set = false, kv_dtype_set = false;
   DType weight_dtype = DType::BF16;  // unset: the model's dtype
   DType kv_dtype = DType::BF16;      // unset: the model's dtype
+  std::string decode_attention = "streaming";  // streaming | turbomind-v0.1
 };
 
 struct Scenario {

@@ -155,6 +155,7 @@ class IterationCost {
     shape_.pp = s.parallel.pp;
     shape_.weight_dtype = s.serving.weight_dtype_set ? s.serving.weight_dtype : model.dtype;
     shape_.kv_dtype = s.serving.kv_dtype_set ? s.serving.kv_dtype : model.dtype;
+    shape_.turbomind_decode = s.serving.decode_attention == "turbomind-v0.1";
     // Within one iteration a replica's collectives run one at a time on its own links:
     // the analytic network is exact there.
     opt_.flow = false;
@@ -213,10 +214,13 @@ class IterationCost {
     b.prefill.push_back({q, past});
     return attention(b);
   }
-  // One paged decode-attention kernel per layer reading `context_tokens` tokens of KV.
-  IterCost decode_attention(int64_t context_tokens) {
+  // One paged decode-attention kernel per layer reading `context_tokens` tokens of KV for
+  // `seqs` requests, the longest `longest` tokens.
+  IterCost decode_attention(int64_t context_tokens, int64_t seqs, int64_t longest) {
     IterationBatch b;
     b.decode_context = context_tokens;
+    b.decode_seqs = seqs;
+    b.decode_max_context = longest;
     return attention(b);
   }
   // An iteration's seconds: its parts' burst time, with the clock-bound kernels at the
@@ -728,13 +732,14 @@ class Engine {
 
   double cost_of(const std::vector<Work>& w, int rep) {
     if (w.empty()) return 0;
-    int64_t tokens = 0, emitting = 0, context = 0, decodes = 0, prefill_tokens = 0;
+    int64_t tokens = 0, emitting = 0, context = 0, decodes = 0, prefill_tokens = 0, longest = 0;
     IterCost attn, draft_attn;
     for (const Work& x : w) {
       const Req& rq = reqs_[static_cast<size_t>(x.req)];
       tokens += x.tokens;
       if (x.decode) {
         context += rq.kv + x.tokens;
+        longest = std::max(longest, rq.kv + x.tokens);
         emitting += x.tokens;  // logits for every verified position
         ++decodes;
       } else {
@@ -746,7 +751,7 @@ class Engine {
     }
     IterCost it = cost_.dense(tokens, emitting);
     it += attn;
-    it += cost_.decode_attention(context);
+    it += cost_.decode_attention(context, decodes, longest);
     if (draft_) {
       // The draft model prefills what the target prefills, then proposes `lookahead`
       // tokens one decode step at a time for every decoding request, on the same GPUs:
@@ -757,7 +762,7 @@ class Engine {
       }
       if (decodes > 0) {
         IterCost step = draft_->dense(decodes, decodes);
-        step += draft_->decode_attention(context);
+        step += draft_->decode_attention(context, decodes, longest);
         it += step.scaled(static_cast<double>(c_.lookahead));
       }
     }
@@ -871,7 +876,7 @@ double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch)
   Topology topo(s.cluster);
   IterationCost cost(s, s.model, topo, eo);
   IterCost it = cost.dense(batch.tokens, batch.emitting);
-  it += cost.decode_attention(batch.decode_context);
+  it += cost.decode_attention(batch.decode_context, batch.decode_seqs, batch.decode_max_context);
   for (const PrefillChunk& c : batch.prefill) it += cost.prefill_attention(c.tokens, c.past);
   return cost.seconds(it);
 }

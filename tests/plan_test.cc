@@ -8,6 +8,7 @@
 #include "plan/memory.h"
 #include "plan/model.h"
 #include "plan/plan_io.h"
+#include "plan/serving_plan.h"
 #include "plan/training_planner.h"
 #include "support/temp_scenario.h"
 
@@ -267,6 +268,43 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
     }
     EXPECT_EQ(k, memory.size());
   }
+  // A serving iteration's decode attention on CUDA cores: its grid and heads travel too.
+  ServingShape sh;
+  sh.model = *find_model_preset("llama3-70b");
+  sh.tp = 4;
+  sh.turbomind_decode = true;
+  IterationBatch ib;
+  ib.tokens = ib.emitting = 8;
+  ib.decode_context = 8 * 1500;
+  ib.decode_seqs = 8;
+  ib.decode_max_context = 2000;
+  const Plan it = build_iteration_plan(sh, ib, true);
+  const Plan it_back = plan_from_json(plan_to_json(it), "plan.json");
+  const ChakraTrace it_trace = decode_chakra(
+      plan_to_chakra(it, "a", *find_gpu_preset("a100-sxm-80gb"), ComputeProfile{})[0].bytes);
+  int decodes = 0;
+  for (size_t i = 0; i < it.programs[0].ops.size(); ++i) {
+    const Op& a = it.programs[0].ops[i];
+    if (a.access != MemAccess::CudaCoreDecode) continue;
+    seen.insert(a.access);
+    ++decodes;
+    const Op& b = it_back.programs[0].ops[i];
+    EXPECT_EQ(b.access, a.access);
+    for (const auto& [x, y] : {std::pair{a.heads, b.heads}, {a.kv_heads, b.kv_heads}, {a.head_dim, b.head_dim},
+                               {a.k, b.k}, {a.n, b.n}, {a.q_len, b.q_len}, {a.kv_len, b.kv_len}})
+      EXPECT_EQ(x, y) << i;
+  }
+  EXPECT_EQ(decodes, sh.model.layers);
+  int chakra_decodes = 0;
+  for (const ChakraNode& n : it_trace.nodes)
+    if (n.shape.access == MemAccess::CudaCoreDecode) {
+      ++chakra_decodes;
+      EXPECT_EQ(n.shape.kv_len, 8 * 1500);
+      EXPECT_EQ(n.shape.q_len, 1024);  // TurboMind's slice: 2 slices of the 2,000-token context, 2 blocks
+      EXPECT_EQ(n.shape.k, 4);         // 16 query heads, 2 KV heads a GPU: groups of 8, 4 heads a block
+      EXPECT_EQ(n.shape.n, 16 / 4 * 8 * 2);
+    }
+  EXPECT_EQ(chakra_decodes, sh.model.layers);
   EXPECT_EQ(seen.size(), static_cast<size_t>(kLastMemAccess) + 1);
   EXPECT_EQ(relaunches, 1);
 }

@@ -538,6 +538,78 @@ TEST(Serving, IterationPlanHasEveryLayersKernels) {
   EXPECT_NEAR(gemm, expected, 1e-9 * expected);  // one GPU per stage, both stages
 }
 
+// TurboMind v0.1.0a1's decode attention does QKᵀ and PV on CUDA cores. Per element (query
+// head x cached token x dimension) it spends 4 FP32 operations, 4.5 issue slots and 31 more
+// shared by a block's query heads, over the grid on every SM or over its longest block at
+// 0.6 of one SM, after 9 µs of latency; and never less than its K/V stream. Against the kernel
+// itself on one H200 (calibrate/measurements/decode-attention-turbomind-h200-2026-12-04, µs):
+// Llama 2 70B at TP 4 (4 query heads a block) is bound by its math from batch 16 up and by
+// its slices at batch 1; Llama 2 7B (MHA, 1 a block) by its stream.
+TEST(Serving, TurboMindsDecodeKernelIsBoundByItsMathUnderGqa) {
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  const GpuSpec& a100 = *find_gpu_preset("a100-sxm-80gb");
+  ModelConfig l70;
+  l70.layers = 80;
+  l70.hidden = 8192;
+  l70.heads = 64;
+  l70.kv_heads = 8;
+  l70.ffn_hidden = 28672;
+  l70.vocab = 32000;
+  l70.dtype = DType::FP16;
+  ModelConfig l7 = l70;
+  l7.layers = 32;
+  l7.hidden = 4096;
+  l7.heads = l7.kv_heads = 32;
+  auto decode_op = [](const ModelConfig& m, int64_t tp, int64_t batch, int64_t context, bool turbomind) {
+    ServingShape sh;
+    sh.model = m;
+    sh.tp = tp;
+    sh.kv_dtype = m.dtype;
+    sh.turbomind_decode = turbomind;
+    IterationBatch b;
+    b.tokens = b.emitting = batch;
+    b.decode_context = batch * (context + 1);
+    b.decode_seqs = batch;
+    b.decode_max_context = context + 1;
+    return iteration_attention_ops(sh, b).at(0);
+  };
+  const ComputeProfile p;
+  auto us = [&](const Op& op, const GpuSpec& g) { return compute_seconds(op, g, p) * 1e6; };
+  struct Point {
+    const ModelConfig* m;
+    int64_t tp, batch, context;
+    double measured_us;
+  };
+  for (const Point& x : {Point{&l70, 4, 1, 1152, 34.66}, Point{&l70, 4, 1, 3072, 35.46},
+                         Point{&l70, 4, 16, 1152, 38.30},
+                         Point{&l70, 4, 32, 3072, 84.70}, Point{&l70, 4, 64, 3072, 108.64},
+                         Point{&l70, 4, 128, 3072, 209.18}, Point{&l7, 1, 64, 3072, 728.54},
+                         Point{&l7, 1, 128, 3072, 1436.32}})
+    EXPECT_NEAR(us(decode_op(*x.m, x.tp, x.batch, x.context, true), h200), x.measured_us, 0.12 * x.measured_us)
+        << "batch " << x.batch << " context " << x.context;
+  // The grid as TurboMind launches it: 4 heads a block under groups of 8; at batch 1 the
+  // 3,073-token context in 4 slices of 1,024, one block each; from batch 16 up no split.
+  const Op one = decode_op(l70, 4, 1, 3072, true);
+  EXPECT_EQ(one.access, MemAccess::CudaCoreDecode);
+  EXPECT_EQ(one.k, 4);
+  EXPECT_EQ(one.n, 4 * 1 * 4);
+  EXPECT_EQ(one.q_len, 1024);
+  const Op many = decode_op(l70, 4, 64, 1152, true);
+  EXPECT_EQ(many.n, 4 * 64);
+  EXPECT_EQ(many.q_len, 1153);
+  // On an A100 the 70B's math takes twice its stream (its FMAs at half Hopper's lanes an
+  // SM); the 7B streams; the default kernel is its stream alone.
+  const Op stream70 = decode_op(l70, 4, 64, 1152, false), stream7 = decode_op(l7, 1, 64, 1152, false);
+  EXPECT_EQ(stream70.access, MemAccess::Streaming);
+  EXPECT_GT(us(many, a100), 1.8 * us(stream70, a100));
+  EXPECT_DOUBLE_EQ(us(decode_op(l7, 1, 64, 1152, true), a100), us(stream7, a100));
+  // The math: 64 x 16 x 1,153 x 128 elements at 4 / 128 + (4.5 + 31 / 4) / 256 SM cycles
+  // each (the A100's 19.5 TFLOP/s over 108 SMs at 1.41 GHz: 128 FP32 operations a cycle),
+  // over 108 SMs at 1.41 GHz, after 9 µs.
+  const double cycles = 4.0 / (a100.peak_fp32 / (108 * 1.41e9)) + (4.5 + 31.0 / 4) / 256;
+  EXPECT_NEAR(cuda_core_decode_seconds(many, a100, p), 9e-6 + 64.0 * 16 * 1153 * 128 * cycles / (108 * 1.41e9), 1e-9);
+}
+
 // The engine's iteration time (memoized attention-free plan + attention kernels) is the
 // whole plan's time on the executor, for TP, PP and a mixed batch; also where the power
 // cap binds (a long prefill), the iteration being one window of the controller.
