@@ -25,13 +25,14 @@ namespace {
 
 // TurboMind v0.1.0a1's decode-attention launch (LlamaDecoderSelfAttentionLayer.cc and
 // invokeDecoderMultiheadAttention in decoder_multihead_attention.cu): 4 query heads a block
-// where the KV group is a multiple of 4, else 2, else 1; the context cut into 1,024-token
+// where the KV group is a multiple of 4, else 2, else 1 (1 over an INT8 cache); the context cut into 1,024-token
 // slices, split over ceil(16 / average batch) blocks a head at most (average batch = the
 // contexts' sum over the longest); a grid of heads / per-block x batch x split.
 void turbomind_decode_grid(const ServingShape& sh, const IterationBatch& b, Op& op) {
   const int64_t heads = std::max<int64_t>(1, sh.model.heads / sh.tp);
   const int64_t group = std::max<int64_t>(1, heads / sh.kv_heads_local());
-  const int64_t per_block = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  // An INT8 cache runs the one-head kernel (quant_policy kCacheKVInt8).
+  const int64_t per_block = sh.kv_dtype == DType::INT8 ? 1 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   const int64_t seqs = std::max<int64_t>(1, b.decode_seqs);
   const int64_t longest =
       std::max<int64_t>(1, b.decode_max_context > 0 ? b.decode_max_context : b.decode_context / seqs);

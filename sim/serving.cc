@@ -909,6 +909,25 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   }
   if (c.acceptance_rate < 0 || c.acceptance_rate > 1)
     throw InputError(s.mark("inference.speculative.acceptance_rate"), "acceptance_rate must lie in [0, 1]");
+  if (c.decode_attention == "turbomind-v0.1") {
+    // The kernel as TurboMind v0.1.0a1 builds it: FP16 queries, a head dim of 128, an FP16 or
+    // INT8 cache (DispatchDecoderMultiheadAttention).
+    const DType kv = c.kv_dtype_set ? c.kv_dtype : s.model.dtype;
+    for (const ModelConfig* m : {&s.model, draft_model}) {
+      if (!m) continue;
+      if (m->head_dim() != 128)
+        throw InputError(s.mark("inference.decode_attention"),
+                         "turbomind-v0.1's decode kernel is built for a head dim of 128, the model has " +
+                             std::to_string(m->head_dim()) + "; expected decode_attention: streaming");
+      if (m->dtype != DType::FP16)
+        throw InputError(s.mark("inference.decode_attention"),
+                         "turbomind-v0.1's decode kernel runs FP16 models, the model is " +
+                             std::string(to_string(m->dtype)) + "; expected model.dtype: fp16");
+    }
+    if (kv != DType::FP16 && kv != DType::INT8)
+      throw InputError(s.mark("inference.decode_attention"), "turbomind-v0.1's decode kernel reads an FP16 or INT8 cache, "
+                                                             "expected inference.kv_dtype: fp16 or int8");
+  }
   if (s.parallel.cp != 1)
     throw InputError(s.mark("parallel.cp"), "serving replicas do not split context, expected cp: 1");
   const int64_t tp = s.parallel.tp, pp = s.parallel.pp;

@@ -282,6 +282,20 @@ TEST(Serving, RefusesWhatIsNotModelledAndWhatDoesNotFit) {
   EXPECT_THROW(serve("  speculative: {lookahead: 4, acceptance_rate: 0.7}\n"), InputError);  // no draft model
   EXPECT_THROW(serve("  requests: 10\n", "llama3-405b", 1), InputError);  // 810 GB of weights on one GPU
   EXPECT_THROW(serve("  replicas: 9\n"), InputError);                     // 9 GPUs on an 8-GPU node
+  // TurboMind v0.1's decode kernel exists for FP16 models of head dim 128 over an FP16 or INT8
+  // cache only.
+  EXPECT_THROW(serve("  decode_attention: turbomind-v0.1\n  requests: 10\n"), InputError);  // a BF16 model
+  auto turbomind = [](const std::string& model, const std::string& kv) {
+    return run_serving(scenario_from_text(
+        "name: t\ncluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 1}\nmodel: {layers: 2, hidden: 4096, " + model +
+            ", ffn_hidden: 11008, ffn_type: swiglu, vocab: 32000, seq_len: 2048, dtype: fp16}\n"
+            "inference: {decode_attention: turbomind-v0.1, requests: 4" + kv + "}\n",
+        "serving"));
+  };
+  EXPECT_THROW(turbomind("heads: 64", ""), InputError);  // head dim 64
+  EXPECT_THROW(turbomind("heads: 32", ", kv_dtype: fp8"), InputError);
+  EXPECT_EQ(turbomind("heads: 32", ", kv_dtype: int8").requests.size(), 4u);
+  EXPECT_EQ(turbomind("heads: 32", "").requests.size(), 4u);
 }
 
 // Speculative decoding: a verify step yields (1 − a^(k+1)) / (1 − a) tokens on average;
