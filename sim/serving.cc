@@ -925,8 +925,9 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
                              std::string(to_string(m->dtype)) + "; expected model.dtype: fp16");
     }
     if (kv != DType::FP16 && kv != DType::INT8)
-      throw InputError(s.mark("inference.decode_attention"), "turbomind-v0.1's decode kernel reads an FP16 or INT8 cache, "
-                                                             "expected inference.kv_dtype: fp16 or int8");
+      throw InputError(s.mark("inference.decode_attention"),
+                       "turbomind-v0.1's decode kernel reads an FP16 or INT8 cache, expected inference.kv_dtype: "
+                       "fp16 or int8");
   }
   if (s.parallel.cp != 1)
     throw InputError(s.mark("parallel.cp"), "serving replicas do not split context, expected cp: 1");
