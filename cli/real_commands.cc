@@ -332,8 +332,8 @@ int validate_serving(const Scenario& s, const real::RealOptions& rop, bool json)
   shape.model = s.model;
   shape.tp = s.parallel.tp;
   shape.pp = s.parallel.pp;
-  shape.weight_dtype = s.serving.weight_dtype_set ? s.serving.weight_dtype : s.model.dtype;
-  shape.kv_dtype = s.serving.kv_dtype_set ? s.serving.kv_dtype : s.model.dtype;
+  shape.weight_dtype = s.serving.weight_dtype_for(s.model.dtype);
+  shape.kv_dtype = s.serving.kv_dtype_for(s.model.dtype);
   struct Case {
     std::string name;
     IterationBatch batch;

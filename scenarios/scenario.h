@@ -179,6 +179,8 @@ struct InferenceConfig {
   bool weight_dtype_set = false, kv_dtype_set = false;
   DType weight_dtype = DType::BF16;  // unset: the model's dtype
   DType kv_dtype = DType::BF16;      // unset: the model's dtype
+  DType weight_dtype_for(DType model) const { return weight_dtype_set ? weight_dtype : model; }
+  DType kv_dtype_for(DType model) const { return kv_dtype_set ? kv_dtype : model; }
   std::string decode_attention = "streaming";  // streaming | turbomind-v0.1
 };
 

@@ -153,8 +153,8 @@ class IterationCost {
     shape_.model = model;
     shape_.tp = s.parallel.tp;
     shape_.pp = s.parallel.pp;
-    shape_.weight_dtype = s.serving.weight_dtype_set ? s.serving.weight_dtype : model.dtype;
-    shape_.kv_dtype = s.serving.kv_dtype_set ? s.serving.kv_dtype : model.dtype;
+    shape_.weight_dtype = s.serving.weight_dtype_for(model.dtype);
+    shape_.kv_dtype = s.serving.kv_dtype_for(model.dtype);
     shape_.turbomind_decode = s.serving.decode_attention == "turbomind-v0.1";
     // Within one iteration a replica's collectives run one at a time on its own links:
     // the analytic network is exact there.
@@ -912,7 +912,7 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   if (c.decode_attention == "turbomind-v0.1") {
     // The kernel as TurboMind v0.1.0a1 builds it: FP16 queries, a head dim of 128, an FP16 or
     // INT8 cache (DispatchDecoderMultiheadAttention).
-    const DType kv = c.kv_dtype_set ? c.kv_dtype : s.model.dtype;
+    const DType kv = c.kv_dtype_for(s.model.dtype);
     for (const ModelConfig* m : {&s.model, draft_model}) {
       if (!m) continue;
       if (m->head_dim() != 128)
