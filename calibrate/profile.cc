@@ -339,7 +339,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
                        "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element",
-                       "host_sync", "backward_relaunch", "mixed_softmax_ops_per_element",
+                       "host_sync", "backward_relaunch", "host_op", "mixed_softmax_ops_per_element",
                        "triton_attention_factor"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
@@ -382,6 +382,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.host_sync_s = seconds(cv, ck);
                         else if (c == "backward_relaunch")
                           p.compute.backward_relaunch_s = seconds(cv, ck);
+                        else if (c == "host_op")
+                          p.compute.host_op_s = seconds(cv, ck);
                         else if (c == "triton_attention_factor")
                           p.compute.triton_attention_factor = number(cv, ck, 0.1, 100);
                         else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")

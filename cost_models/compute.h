@@ -112,6 +112,11 @@ struct ComputeProfile {
   // (calibrate/measurements/loss-sync-h200-2026-12-04), the first two less the wait and a
   // launch gap.
   double backward_relaunch_s = 290e-6;
+  // One small eager op the host dispatches with the device waiting on it (a fill or a copy of
+  // a scalar: torchmetrics' per-rank outputs of a state's all-gather and ProcessGroupNCCL's
+  // copies into them): 8.1-14.0 us a fill and 10.5-15.9 us a copy on one H200's host, PyTorch
+  // 2.11, over 256-4,096 of them (calibrate/measurements/metric-sync-h200-2026-12-04).
+  double host_op_s = 12e-6;
   // log_softmax over 16-bit rows with an FP32 output (autocast's cross_entropy on BF16 logits):
   // three reads of the row and the FP32 write, plus 124 issue slots a logit; measured on one
   // H200 at 12-25 K tokens x 50,368 (calibrate/measurements/train-metrics-h200-2026-12-04).

@@ -357,8 +357,8 @@ bool has_shape(const ChakraNode& n, OpKind kind) {
       return s.batch > 0 && s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.q_len > 0 &&
              s.kv_len > 0 && s.head_dim > 0 && s.batch <= limit && s.heads <= limit && s.q_len <= limit &&
              s.kv_len <= limit && s.head_dim <= 1024;
-    case OpKind::Memory:  // a host wait moves nothing: its count of waits is its shape
-      return s.bytes_read + s.bytes_written > 0 || (s.access == MemAccess::HostSync && s.m > 0);
+    case OpKind::Memory:  // a host wait moves nothing: its counts of waits and dispatches are its shape
+      return s.bytes_read + s.bytes_written > 0 || (s.access == MemAccess::HostSync && (s.m > 0 || s.k > 0));
     default:
       return false;
   }

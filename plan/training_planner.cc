@@ -398,9 +398,11 @@ class StageBuilder {
                         deps(norm));
       norm = accessed(add_memory("grad-clip-scale", Phase::Optimizer, -1, params * 4, params * 4, params, deps(norm)),
                       MemAccess::MultiTensor);
-      accessed(add_memory("optimizer-step", Phase::Optimizer, -1, params * (adam_ ? 16 : 12), params * (adam_ ? 12 : 8),
-                          params * 12, deps(norm)),
-               MemAccess::MultiTensor);
+      const uint32_t opt =
+          accessed(add_memory("optimizer-step", Phase::Optimizer, -1, params * (adam_ ? 16 : 12),
+                              params * (adam_ ? 12 : 8), params * 12, deps(norm)),
+                   MemAccess::MultiTensor);
+      train_metrics_sync(opt);
       return;
     }
     if (l_.dp * l_.cp > 1)
@@ -1369,6 +1371,33 @@ class StageBuilder {
                    MemAccess::MixedSoftmax, lg);
       x = add_memory("metric-nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
     }
+  }
+
+  // Once a batch the trainer computes each training metric, and torchmetrics syncs every
+  // state over all ranks (Composer's _compute_and_log_metrics -> Metric.compute ->
+  // gather_all_tensors, torchmetrics 0.10-1.3): a barrier (a one-element all-reduce, then the
+  // host waits for the device), n fills for the outputs, an all-gather of n elements that
+  // ProcessGroupNCCL copies into them one by one, each fill and copy dispatched by the host
+  // (compute.host_op) with the device idle after the barrier. MPT's two metrics hold two
+  // scalar states each (docs/model.md, "Training metrics").
+  void train_metrics_sync(uint32_t x) {
+    if (l_.train_metrics <= 0 || l_.dp <= 1) return;
+    const int64_t n = l_.dp;
+    for (int k = 0; k < 2 * l_.train_metrics; ++k) {
+      x = add_coll("metric-barrier", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Other, -1, 4, deps(x));
+      x = accessed(add_memory("metric-barrier-wait", Phase::Other, -1, 0, 0, 0, deps(x)), MemAccess::HostSync, 1);
+      const uint32_t fills = host_ops("metric-gather-fills", n, x);
+      const uint32_t gather = add_coll("metric-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_, Phase::Other,
+                                       -1, 4.0 * static_cast<double>(n), deps(fills));
+      x = join(gather, host_ops("metric-gather-copies", n, fills));
+    }
+  }
+  // `count` small eager ops (a fill, a copy) dispatched one by one by the host, with nothing
+  // queued ahead of them on the device.
+  uint32_t host_ops(const char* name, int64_t count, uint32_t after) {
+    const uint32_t op = accessed(add_memory(name, Phase::Other, -1, 0, 0, 0, deps(after)), MemAccess::HostSync, 0);
+    p_.ops[op].k = count;
+    return op;
   }
 
   uint32_t layer_forward_eager(int32_t L, uint32_t x, Phase ph) {

@@ -339,8 +339,10 @@ class Runner {
           CS_CUDA(cudaMemsetAsync(b.amax(), 0, sizeof(float), st));
           fp8_cast_transpose_amax(b.a, op.m, op.n, 1.f, b.c, static_cast<char*>(b.c) + op.m * op.n, b.amax(), st);
         } else if (op.access == MemAccess::HostSync) {
-          // The host waits for its stream, as `.item()` or `nonzero` does, op.m times.
+          // The host waits for its stream, as `.item()` or `nonzero` does, op.m times; then
+          // dispatches op.k small ops one by one (a 4-byte fill each).
           for (int64_t k = 0; k < op.m; ++k) CS_CUDA(cudaStreamSynchronize(st));
+          for (int64_t k = 0; k < op.k; ++k) CS_CUDA(cudaMemsetAsync(b.c, 0, 4, st));
         } else {
           memory_op(b.a, b.c, op.bytes_read, op.bytes_written, st);
         }

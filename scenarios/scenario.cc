@@ -535,9 +535,11 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"training.train_metrics", "int", "0",
        "with training.framework pytorch-eager: how many metrics the trainer updates from the logits after each "
-       "micro-batch's backward, each a cross-entropy under autocast (the logits cast to FP32, log_softmax, nll_loss) "
-       "with no gradient: Composer's _eval_train_metrics, 2 for MPT (LanguageCrossEntropy and LanguagePerplexity, "
-       "LLM Foundry's use_train_metrics default); docs/model.md, \"Training metrics\"",
+       "micro-batch's backward, each a cross-entropy under autocast (log_softmax on the 16-bit logits with an FP32 "
+       "output, nll_loss) with no gradient (Composer's _eval_train_metrics), and computes once a step, syncing each "
+       "metric's two states over every rank (torchmetrics' barrier, n fills, all-gather and n copies, dispatched by "
+       "the host at compute.host_op each); 2 for MPT (LanguageCrossEntropy and LanguagePerplexity, LLM Foundry's "
+       "use_train_metrics default); docs/model.md, \"Training metrics\"",
        [](const N& n, S& s) {
          s.training.train_metrics = static_cast<int>(as_int(n, "training.train_metrics", 0, 16));
        }},

@@ -238,9 +238,13 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
       std::regex_replace(std::regex_replace(eager, std::regex("D"), "bf16"), std::regex("P"), "unpad"),
       std::regex_replace(std::regex_replace(eager, std::regex("D"), "fp8"), std::regex("P"), "none"),
       "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, dtype: fp16, "
-      "dropout: 0.1}\ntraining: {global_batch: 1, attention: unfused}\n"};
+      "dropout: 0.1}\ntraining: {global_batch: 1, attention: unfused}\n",
+      // Two ranks: the training metrics' sync once a step (host waits and dispatches).
+      "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 2}\nmodel: {preset: gpt3-1.3b, layers: 1, dropout: 0}\n"
+      "parallel: {dp: 2}\ntraining: {global_batch: 2, framework: pytorch-eager, train_metrics: 2}\n"};
   std::set<MemAccess> seen;
   int relaunches = 0;  // the Megatron step's loss checks (training.loss_sync)
+  int dispatches = 0;  // the training metrics' fills and copies (training.train_metrics)
   for (const std::string& y : scenarios) {
     const TrainingPlan tp = build_training_plan(scenario_from_text(y, "access"));
     const Plan back = plan_from_json(plan_to_json(tp.plan), "plan.json");
@@ -260,9 +264,12 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
         EXPECT_EQ(b.m, a.m) << i;
       }
       EXPECT_EQ(b.n, a.n) << i;  // a cast-transpose's columns, a host wait's relaunched backwards
+      EXPECT_EQ(b.k, a.k) << i;  // the small ops a host wait dispatches
       ASSERT_LT(k, memory.size());
       EXPECT_EQ(memory[k]->shape.access, a.access) << i;
       EXPECT_EQ(memory[k]->shape.n, a.n) << i;
+      EXPECT_EQ(memory[k]->shape.k, a.k) << i;
+      dispatches += a.access == MemAccess::HostSync && b.k > 0;
       relaunches += a.access == MemAccess::HostSync && b.n == 1;
       ++k;
     }
@@ -307,6 +314,7 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
   EXPECT_EQ(chakra_decodes, sh.model.layers);
   EXPECT_EQ(seen.size(), static_cast<size_t>(kLastMemAccess) + 1);
   EXPECT_EQ(relaunches, 1);
+  EXPECT_EQ(dispatches, 8);  // 2 metrics x 2 states x (fills, copies)
 }
 
 TEST(PlanIo, RejectsBrokenPlansWithTheirPosition) {

@@ -1561,6 +1561,54 @@ TEST(Fidelity, TrainMetricsRunACrossEntropyOverTheLogitsAfterEachBackward) {
   EXPECT_THROW(build_training_plan(scenario_from_text(filled(y, {{"F", "megatron"}, {"N", "2"}}), "bad")), InputError);
 }
 
+// Once a batch Composer computes each training metric, and torchmetrics syncs each of its
+// states over every rank: a barrier (an all-reduce and a host wait), n fills, an all-gather
+// of n elements and n copies, the fills and copies dispatched one by one by the host
+// (compute.host_op, 12 us: calibrate/measurements/metric-sync-h200-2026-12-04). MPT's two
+// metrics hold two states each, so a step pays 4 x 2n dispatches: 49 ms at 512 ranks.
+TEST(Fidelity, TrainMetricsSyncEachStateOverEveryRankOnceAStep) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: NODES}\nmodel: {preset: gpt3-1.3b, layers: 1, hidden: 2048, "
+      "heads: 16, ffn_hidden: 8192, vocab: 50368, seq_len: 2048, dropout: 0}\n"
+      "parallel: {dp: DP, zero_stage: 3, micro_batch: 4}\ntraining: {global_batch: GB, framework: pytorch-eager, "
+      "train_metrics: N}\n";
+  auto scenario = [&](int dp, int n) {
+    return scenario_from_text(filled(y, {{"NODES", std::to_string(dp / 8)}, {"DP", std::to_string(dp)},
+                                         {"GB", std::to_string(4 * dp)}, {"N", std::to_string(n)}}),
+                              "metrics");
+  };
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  const ComputeProfile prof;
+  const TrainingPlan p = build_training_plan(scenario(512, 2));
+  int barriers = 0, gathers = 0, dispatches = 0;
+  for (const Op& op : p.plan.programs[0].ops) {
+    const std::string& name = p.plan.names[op.name];
+    if (name == "metric-barrier") ++barriers;
+    if (name == "metric-allgather") {
+      ++gathers;
+      EXPECT_EQ(op.collective, CollectiveKind::AllGather);
+      EXPECT_EQ(op.bytes, 4 * 512);
+    }
+    if (name == "metric-gather-fills" || name == "metric-gather-copies") {
+      ++dispatches;
+      EXPECT_EQ(op.access, MemAccess::HostSync);
+      EXPECT_EQ(op.k, 512);
+      EXPECT_DOUBLE_EQ(compute_seconds(op, h100, prof), 512 * 12e-6);
+    }
+  }
+  EXPECT_EQ(barriers, 4);
+  EXPECT_EQ(gathers, 4);
+  EXPECT_EQ(dispatches, 8);
+  // From 64 to 512 ranks the step grows by the 8 x 448 more dispatches (43 ms: the copies
+  // outlast the all-gather they follow), give or take the collectives' latency and the
+  // gradient traffic the metrics' update hides; without metrics nothing is synced.
+  auto step = [&](int dp, int n) { return run_training(scenario(dp, n)).exec.makespan.seconds(); };
+  const double grow_with = step(512, 2) - step(64, 2), grow_without = step(512, 0) - step(64, 0);
+  EXPECT_NEAR(grow_with - grow_without, 8 * 448 * 12e-6, 5e-3);
+  const TrainingPlan off = build_training_plan(scenario(8, 0));
+  for (const Op& op : off.plan.programs[0].ops) EXPECT_EQ(off.plan.names[op.name].rfind("metric-", 0), std::string::npos);
+}
+
 // MPT's flash path wraps the variable-length kernel in flash-attn's bert_padding: three
 // unpad_input calls (two host synchronizations each, then a row gather of q, k and v),
 // pad_input on the output (zeros, index_put), and in the backward a row gather of the
