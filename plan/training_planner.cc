@@ -1304,11 +1304,13 @@ class StageBuilder {
   // FP32 accumulation, which `acc` moves on to. Returns the input gradient.
   uint32_t eager_linear_backward(const std::string& name, int32_t L, int64_t in, int64_t out, uint32_t dy,
                                  uint32_t& acc) {
-    // te.Linear's backward casts the incoming gradient to FP8 with its transpose (wgrad).
+    // te.Linear's backward casts the incoming gradient to FP8 with its transpose (wgrad), and
+    // with a bias the same kernel sums the bias gradient (grad_output_preprocess:
+    // fp8_cast_transpose_bgrad_fused), so no reduction of its own follows.
     dy = fp8_cast(("te-cast-" + name + "-grad").c_str(), Phase::Backward, L, tokens_, out, dy);
     const uint32_t dgrad = add_gemm((name + "-dgrad").c_str(), Phase::Backward, L, tokens_, in, out, deps(dy));
     uint32_t w = add_gemm((name + "-wgrad").c_str(), Phase::Backward, L, in, out, tokens_, deps(dy, acc));
-    w = eager_bias_grad((name + "-bias-grad").c_str(), L, out, w);
+    if (!l_.fp8) w = eager_bias_grad((name + "-bias-grad").c_str(), L, out, w);
     acc = eager_grad_accumulate(("grad-accumulate-" + name).c_str(), L, linear_params(in, out), w);
     return dgrad;
   }

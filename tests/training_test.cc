@@ -1219,7 +1219,9 @@ TEST(Fidelity, PytorchEagerIsDataParallelOrFsdpOnly) {
 // amp_fp8): each linear casts its BF16 input to FP8 with a transpose (2 bytes read, 2
 // written per element), casts its FP32 weight at every forward (4 read, 2 written per
 // weight, no BF16 autocast copy), runs fprop, dgrad and wgrad in FP8, and casts the
-// incoming gradient in the backward; attention and the logits stay BF16.
+// incoming gradient in the backward, summing the bias gradient in the same kernel
+// (fp8_cast_transpose_bgrad_fused), where BF16 nn.Linear reduces it on its own; attention
+// and the logits stay BF16.
 TEST(Fidelity, PytorchEagerFp8RunsTeLinearsWithTheirCasts) {
   const std::string y =
       "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 4, "
@@ -1229,6 +1231,7 @@ TEST(Fidelity, PytorchEagerFp8RunsTeLinearsWithTheirCasts) {
   const ModelConfig& m = sc.model;
   const double tokens = 4.0 * static_cast<double>(m.seq_len), h = static_cast<double>(m.hidden);
   int weight_casts = 0, autocast_weight = 0, input_casts = 0, grad_casts = 0, fp8_gemms = 0, bf16_gemms = 0;
+  int bias_grads = 0;
   for (const Op& op : fp8.plan.programs[0].ops) {
     const std::string& name = fp8.plan.names[op.name];
     if (name == "te-cast-qkv-weight") {
@@ -1246,8 +1249,15 @@ TEST(Fidelity, PytorchEagerFp8RunsTeLinearsWithTheirCasts) {
       EXPECT_EQ(op.access, MemAccess::Fp8CastTranspose);
     }
     grad_casts += name == "te-cast-mlp-down-grad";
+    bias_grads += name.find("-bias-grad") != std::string::npos;
     if (op.kind == OpKind::Gemm) (op.dtype == DType::FP8 ? fp8_gemms : bf16_gemms) += 1;
   }
+  const TrainingPlan bf16 = build_training_plan(scenario_from_text(filled(y, {{"DT", "bf16"}}), "bf16"));
+  int bf16_bias_grads = 0;
+  for (const Op& op : bf16.plan.programs[0].ops)
+    bf16_bias_grads += bf16.plan.names[op.name].find("-bias-grad") != std::string::npos;
+  EXPECT_EQ(bias_grads, 0);
+  EXPECT_EQ(bf16_bias_grads, 4 * 2 * 4);  // 4 linears a layer, 4 layers, 2 micro-batches
   EXPECT_EQ(weight_casts, 4 * 2);  // 4 layers x 2 micro-batches: no cast kept across micro-batches
   EXPECT_EQ(input_casts, 4 * 2);
   EXPECT_EQ(grad_casts, 4 * 2);
