@@ -857,6 +857,19 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.serving.decode_attention = as_enum(n, "inference.decode_attention", {"streaming", "turbomind-v0.1"});
        }},
+      {"inference.engine_build", "name", "default",
+       "with inference.scheduler trtllm: default (TensorRT-LLM's build defaults, max_batch_size 2048, max_num_tokens "
+       "8192) | trtllm-bench (the limits trtllm-bench build picks from the dataset: the requests of the mean prompt and "
+       "output length that fit in 0.95 of the memory the weights leave, rounded up; tuning.py's calc_engine_setting); "
+       "inference.max_batch_size and max_batch_tokens, both set, override it; docs/model.md, \"Serving engine costs\"",
+       [](const N& n, S& s) {
+         s.serving.engine_build = as_enum(n, "inference.engine_build", {"default", "trtllm-bench"});
+       }},
+      {"inference.chunked_context", "bool", "false",
+       "with inference.scheduler trtllm: contexts are chunked into the token budget the decodes leave (TensorRT-LLM's "
+       "enable_chunked_context with the first-come-first-served chunking policy; trtllm-bench runs it so), where "
+       "without it a context joins whole and only one longer than max_num_tokens is chunked",
+       [](const N& n, S& s) { s.serving.chunked_context = as_bool(n, "inference.chunked_context"); }},
       {"inference.preemption", "name", "recompute", "recompute | swap: what a preempted request's KV cache does",
        [](const N& n, S& s) { s.serving.preemption = as_enum(n, "inference.preemption", {"recompute", "swap"}); }},
       {"inference.swap_space", "size", "4GiB", "host memory per GPU for swapped-out KV (then recompute)",
@@ -1208,6 +1221,56 @@ void apply_set(YNode& root, const std::string& arg, int index) {
   set_node(root, key, value);
 }
 
+// The mean of a length distribution (zipf's from the integral of its truncated density).
+double length_mean(const LengthDist& d) {
+  const double lo = static_cast<double>(d.min), hi = static_cast<double>(d.max);
+  if (d.dist == "fixed") return static_cast<double>(d.value);
+  if (d.dist == "uniform") return (lo + hi) / 2;
+  if (d.dist == "lognormal") return std::min(d.mean, hi);
+  auto power = [](double x, double e) { return std::fabs(e) < 1e-9 ? std::log(x) : std::pow(x, e) / e; };
+  const double den = power(hi, 1 - d.alpha) - power(lo, 1 - d.alpha);
+  return den > 0 ? (power(hi, 2 - d.alpha) - power(lo, 2 - d.alpha)) / den : lo;
+}
+
+// The engine limits `trtllm-bench build --dataset` builds with when none are given
+// (TensorRT-LLM, tensorrt_llm/bench/build/tuning.py, calc_engine_setting and
+// finetune_setting): the requests of the dataset's mean length that fit in 0.95 of the
+// memory the weights leave (each GPU holding at least one KV head), at most 4,096 a pipeline
+// stage, then rounded up to a "slightly optimistic" batch size (at least 64) and a token
+// budget for that batch's prompts (2,048 to 32,768).
+void trtllm_bench_engine_limits(Scenario& s) {
+  InferenceConfig& inf = s.serving;
+  const SourceMark at = s.mark("inference.engine_build");
+  if (inf.scheduler != "trtllm")
+    throw InputError(at, "inference.engine_build: trtllm-bench builds TensorRT-LLM engines, expected "
+                         "inference.scheduler: trtllm, got '" + inf.scheduler + "'");
+  if (s.marks.count("inference.max_batch_size") && s.marks.count("inference.max_batch_tokens")) return;
+  const ModelConfig& m = s.model;
+  auto bytes = [](DType d) { return d == DType::FP8 ? 1.0 : d == DType::INT4 ? 0.5 : 2.0; };
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double tp = static_cast<double>(s.parallel.tp), pp = static_cast<double>(s.parallel.pp);
+  const double kv_heads = std::max(tp, static_cast<double>(m.kv_heads));
+  const double gib_per_token = 2.0 * static_cast<double>(m.layers) * kv_heads * static_cast<double>(m.head_dim()) *
+                               bytes(inf.kv_dtype_for(m.dtype)) / gib;
+  // The engine's size in GB (parameters / 10^9 x bytes), taken from the memory in GiB as the
+  // source does; its later versions count the engine in GiB too.
+  const double engine = static_cast<double>(m.total_params()) * bytes(inf.weight_dtype_for(m.dtype)) / 1e9;
+  const double memory = s.cluster.node.gpu.hbm_bytes / gib * tp * pp;
+  const double isl = length_mean(inf.prompt), osl = length_mean(inf.output);
+  const double requests = (memory - engine) * 0.95 / (gib_per_token * (isl + osl));
+  if (requests < 1)
+    throw InputError(at, "inference.engine_build: trtllm-bench finds no request of the dataset's mean length in the "
+                         "memory the weights leave, expected more GPUs or a smaller model");
+  const double bs = std::min(requests, 4096.0) / pp;
+  const double tokens = std::min(bs * (1 + isl / osl), 32768.0);
+  const auto up = [](double x, double step) { return step * std::ceil(x / step); };
+  const double max_bs = bs < 256 ? std::max(64.0, up(bs, 32)) : bs < 1024 ? up(bs, 128) : up(bs, 256);
+  const double max_tokens = tokens < 4096 ? std::max(2048.0, up(tokens, 256)) : tokens < 8192 ? up(tokens, 512)
+                                                                                               : up(tokens, 1024);
+  inf.max_batch_size = static_cast<int64_t>(max_bs);
+  inf.max_batch_tokens = static_cast<int64_t>(max_tokens);
+}
+
 }  // namespace
 
 SourceMark Scenario::mark(const std::string& key) const {
@@ -1458,17 +1521,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   if (s.inference && s.serving.trace.empty()) {
     // Tokens the run is expected to serve: requests x the mean prompt and output lengths
     // of their distributions (zipf's from the integral of its truncated density).
-    const auto mean = [](const LengthDist& d) {
-      const double lo = static_cast<double>(d.min), hi = static_cast<double>(d.max);
-      if (d.dist == "fixed") return static_cast<double>(d.value);
-      if (d.dist == "uniform") return (lo + hi) / 2;
-      if (d.dist == "lognormal") return std::min(d.mean, hi);
-      auto power = [](double x, double e) { return std::fabs(e) < 1e-9 ? std::log(x) : std::pow(x, e) / e; };
-      const double den = power(hi, 1 - d.alpha) - power(lo, 1 - d.alpha);
-      return den > 0 ? (power(hi, 2 - d.alpha) - power(lo, 2 - d.alpha)) / den : lo;
-    };
-    const double tokens =
-        static_cast<double>(s.serving.requests) * (mean(s.serving.prompt) + mean(s.serving.output));
+    const double tokens = static_cast<double>(s.serving.requests) *
+                          (length_mean(s.serving.prompt) + length_mean(s.serving.output));
     char amount[32];
     std::snprintf(amount, sizeof amount, "%.3g", tokens);
     if (tokens > 1e12)
@@ -1489,6 +1543,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     if (!s.marks.count("inference.max_batch_size")) s.serving.max_batch_size = s.serving.scheduler == "trtllm" ? 2048 : 1024;
     if (!s.marks.count("inference.max_batch_tokens")) s.serving.max_batch_tokens = 8192;
   }
+  if (s.inference && s.serving.engine_build == "trtllm-bench") trtllm_bench_engine_limits(s);
+  if (s.inference && s.serving.chunked_context && s.serving.scheduler != "trtllm")
+    throw InputError(s.mark("inference.chunked_context"),
+                     "inference.chunked_context is TensorRT-LLM's, expected inference.scheduler: trtllm (sarathi and "
+                     "vllm-v1 chunk prefills already), got '" + s.serving.scheduler + "'");
   s.merged_yaml = emit_yaml(root);
   YNode config = root;
   config.map.erase(

@@ -182,6 +182,8 @@ struct InferenceConfig {
   DType weight_dtype_for(DType model) const { return weight_dtype_set ? weight_dtype : model; }
   DType kv_dtype_for(DType model) const { return kv_dtype_set ? kv_dtype : model; }
   std::string decode_attention = "streaming";  // streaming | turbomind-v0.1
+  std::string engine_build = "default";        // default | trtllm-bench: how the engine's limits were chosen
+  bool chunked_context = false;                // trtllm: contexts chunked into the budget the decodes leave
 };
 
 struct Scenario {

@@ -684,8 +684,10 @@ class Engine {
         attach_prefix(r, x);
         int64_t chunk = x.target - x.kv;
         // TensorRT-LLM chunks only a context longer than max_num_tokens (it could not
-        // run otherwise); shorter ones join whole while they fit.
-        const bool split = chunked || (sch == "trtllm" && chunk > room);
+        // run otherwise); shorter ones join whole while they fit, unless context chunking
+        // is on (inference.chunked_context: the first-come-first-served policy fills the
+        // budget left after the decodes with chunks).
+        const bool split = chunked || (sch == "trtllm" && (c_.chunked_context || chunk > room));
         if (split) chunk = std::min(chunk, room - tokens);
         const bool over = !split && tokens > 0 && tokens + chunk > room;  // a prompt over the budget runs alone
         // TensorRT-LLM's default capacity policy (GUARANTEED_NO_EVICT) admits a request
@@ -712,7 +714,8 @@ class Engine {
       Req& x = reqs_[static_cast<size_t>(id)];
       const bool prefilling = x.kv < x.target;
       int64_t n = prefilling ? x.target - x.kv : step_;
-      if (prefilling && (chunked || (sch == "trtllm" && n > budget))) n = std::min(n, budget - tokens);
+      if (prefilling && (chunked || (sch == "trtllm" && (c_.chunked_context || n > budget))))
+        n = std::min(n, budget - tokens);
       if (n <= 0) continue;
       bool kept = true;
       while (!grow(r, x, n)) {

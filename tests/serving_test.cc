@@ -298,6 +298,50 @@ TEST(Serving, RefusesWhatIsNotModelledAndWhatDoesNotFit) {
   EXPECT_EQ(turbomind("heads: 32", "").requests.size(), 4u);
 }
 
+// trtllm-bench build picks the engine's limits from the dataset (tensorrt_llm/bench/build/
+// tuning.py): requests of the mean length that fit in 0.95 of the memory the FP8 weights leave,
+// rounded up. Llama 3.1 70B FP8 on 4 x 80 GiB: (320 - 70.6) x 0.95 GiB over 160 KiB a token
+// holds 1.55 M tokens: 6,066 requests of 128 + 128 (capped at 4,096; budget 2 x 4,096) and 379
+// of 2,048 + 2,048 (rounded up to 384; 758 tokens, raised to the 2,048 floor).
+TEST(Serving, TrtllmBenchBuildsTheEngineLimitsFromTheDataset) {
+  auto limits = [](const std::string& model, int tp, int isl, int osl, const std::string& extra = "") {
+    const Scenario s = scenario_from_text(
+        "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: " + model + ", seq_len: 32768}\nparallel: {tp: " +
+            std::to_string(tp) + "}\ninference: {scheduler: trtllm, engine_build: trtllm-bench, weight_dtype: fp8, "
+            "kv_dtype: fp8, requests: 4, prompt_tokens: {dist: fixed, value: " + std::to_string(isl) +
+            "}, output_tokens: {dist: fixed, value: " + std::to_string(osl) + "}" + extra + "}\n",
+        "bench");
+    return std::pair{s.serving.max_batch_size, s.serving.max_batch_tokens};
+  };
+  EXPECT_EQ(limits("llama3-70b", 4, 128, 128), std::pair(int64_t{4096}, int64_t{8192}));
+  EXPECT_EQ(limits("llama3-70b", 4, 2048, 2048), std::pair(int64_t{384}, int64_t{2048}));
+  // Llama 3.1 8B on one GPU: 64 KiB a token in (80 - 8.0) x 0.95 GiB; 20,000 + 2,000 tokens leave
+  // 51 requests (the floor of 64), 2,048 + 128 leave 515 (rounded up to 640), whose prompts need
+  // 17 x 515 tokens (rounded up to 9,216).
+  EXPECT_EQ(limits("llama3-8b", 1, 20000, 2000), std::pair(int64_t{64}, int64_t{2048}));
+  EXPECT_EQ(limits("llama3-8b", 1, 2048, 128), std::pair(int64_t{640}, int64_t{9216}));
+  // Both limits given: the build takes them, as trtllm-bench build does.
+  EXPECT_EQ(limits("llama3-8b", 1, 2048, 128, ", max_batch_size: 100, max_batch_tokens: 4000"),
+            std::pair(int64_t{100}, int64_t{4000}));
+  EXPECT_THROW(scenario_from_text(serving_yaml("  scheduler: vllm-v1\n  engine_build: trtllm-bench\n"), "b"),
+               InputError);
+  EXPECT_THROW(scenario_from_text(serving_yaml("  scheduler: vllm\n  chunked_context: true\n"), "b"), InputError);
+}
+
+// With context chunking (trtllm-bench's default) TensorRT-LLM fills the budget the decodes
+// leave with prompt chunks; without it a prompt joins whole or waits. Prompts as long as the
+// budget then never join beside running decodes, and the requests run one or two at a time.
+TEST(Serving, TrtllmChunkedContextFillsTheBudgetBesideTheDecodes) {
+  auto throughput = [](bool chunked) {
+    return metric(serve(std::string("  scheduler: trtllm\n  max_batch_tokens: 2048\n  requests: 64\n") +
+                        "  arrivals: {process: fixed, rate_per_s: 1e6}\n  prompt_tokens: {dist: fixed, value: 2048}\n"
+                        "  output_tokens: {dist: fixed, value: 256}\n  chunked_context: " +
+                        (chunked ? "true" : "false") + "\n"),
+                  "throughput_tokens_per_s");
+  };
+  EXPECT_GT(throughput(true), 4 * throughput(false));
+}
+
 // Speculative decoding: a verify step yields (1 − a^(k+1)) / (1 − a) tokens on average;
 // with a good draft TPOT falls, with a useless one (a = 0) the draft is pure overhead.
 TEST(Serving, SpeculativeDecoding) {
