@@ -860,8 +860,9 @@ const std::vector<KeySpec>& key_table() {
       {"inference.engine_build", "name", "default",
        "with inference.scheduler trtllm: default (TensorRT-LLM's build defaults, max_batch_size 2048, max_num_tokens "
        "8192) | trtllm-bench (the limits trtllm-bench build picks from the dataset: the requests of the mean prompt and "
-       "output length that fit in 0.95 of the memory the weights leave, rounded up; tuning.py's calc_engine_setting); "
-       "inference.max_batch_size and max_batch_tokens, both set, override it; docs/model.md, \"Serving engine costs\"",
+       "output length that fit in 0.95 of the memory the weights leave, rounded up; tuning.py's calc_engine_setting; "
+       "weight-only INT8/INT4 keep the defaults); a max_batch_size or max_batch_tokens the scenario sets is kept; "
+       "docs/model.md, \"Serving engine costs\"",
        [](const N& n, S& s) {
          s.serving.engine_build = as_enum(n, "inference.engine_build", {"default", "trtllm-bench"});
        }},
@@ -1244,9 +1245,15 @@ void trtllm_bench_engine_limits(Scenario& s) {
   if (inf.scheduler != "trtllm")
     throw InputError(at, "inference.engine_build: trtllm-bench builds TensorRT-LLM engines, expected "
                          "inference.scheduler: trtllm, got '" + inf.scheduler + "'");
-  if (s.marks.count("inference.max_batch_size") && s.marks.count("inference.max_batch_tokens")) return;
+  if (!inf.trace.empty())
+    throw InputError(at, "inference.engine_build: trtllm-bench sizes the engine from the dataset's mean lengths, "
+                         "taken from inference.prompt_tokens and output_tokens, expected no inference.trace");
   const ModelConfig& m = s.model;
-  auto bytes = [](DType d) { return d == DType::FP8 ? 1.0 : d == DType::INT4 ? 0.5 : 2.0; };
+  // Weight-only INT8 / INT4 engines are not among the quantizations the heuristic tunes: the
+  // build keeps TensorRT-LLM's defaults (get_benchmark_engine_settings).
+  const DType weights = inf.weight_dtype_for(m.dtype);
+  if (weights == DType::INT8 || weights == DType::INT4) return;
+  auto bytes = [](DType d) { return d == DType::FP8 ? 1.0 : 2.0; };
   const double gib = 1024.0 * 1024.0 * 1024.0;
   const double tp = static_cast<double>(s.parallel.tp), pp = static_cast<double>(s.parallel.pp);
   const double kv_heads = std::max(tp, static_cast<double>(m.kv_heads));
@@ -1254,7 +1261,7 @@ void trtllm_bench_engine_limits(Scenario& s) {
                                bytes(inf.kv_dtype_for(m.dtype)) / gib;
   // The engine's size in GB (parameters / 10^9 x bytes), taken from the memory in GiB as the
   // source does; its later versions count the engine in GiB too.
-  const double engine = static_cast<double>(m.total_params()) * bytes(inf.weight_dtype_for(m.dtype)) / 1e9;
+  const double engine = static_cast<double>(m.total_params()) * bytes(weights) / 1e9;
   const double memory = s.cluster.node.gpu.hbm_bytes / gib * tp * pp;
   const double isl = length_mean(inf.prompt), osl = length_mean(inf.output);
   const double requests = (memory - engine) * 0.95 / (gib_per_token * (isl + osl));
@@ -1267,8 +1274,9 @@ void trtllm_bench_engine_limits(Scenario& s) {
   const double max_bs = bs < 256 ? std::max(64.0, up(bs, 32)) : bs < 1024 ? up(bs, 128) : up(bs, 256);
   const double max_tokens = tokens < 4096 ? std::max(2048.0, up(tokens, 256)) : tokens < 8192 ? up(tokens, 512)
                                                                                                : up(tokens, 1024);
-  inf.max_batch_size = static_cast<int64_t>(max_bs);
-  inf.max_batch_tokens = static_cast<int64_t>(max_tokens);
+  // A limit the scenario sets itself is kept (the tool takes both when both are given).
+  if (!s.marks.count("inference.max_batch_size")) inf.max_batch_size = static_cast<int64_t>(max_bs);
+  if (!s.marks.count("inference.max_batch_tokens")) inf.max_batch_tokens = static_cast<int64_t>(max_tokens);
 }
 
 }  // namespace

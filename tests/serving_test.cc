@@ -323,8 +323,14 @@ TEST(Serving, TrtllmBenchBuildsTheEngineLimitsFromTheDataset) {
   // Both limits given: the build takes them, as trtllm-bench build does.
   EXPECT_EQ(limits("llama3-8b", 1, 2048, 128, ", max_batch_size: 100, max_batch_tokens: 4000"),
             std::pair(int64_t{100}, int64_t{4000}));
+  EXPECT_EQ(limits("llama3-8b", 1, 2048, 128, ", max_batch_size: 100"), std::pair(int64_t{100}, int64_t{9216}));
   EXPECT_THROW(scenario_from_text(serving_yaml("  scheduler: vllm-v1\n  engine_build: trtllm-bench\n"), "b"),
                InputError);
+  // Weight-only INT4: not a quantization the heuristic tunes, so the build defaults stay.
+  const Scenario int4 = scenario_from_text(
+      serving_yaml("  scheduler: trtllm\n  engine_build: trtllm-bench\n  weight_dtype: int4\n  requests: 4\n"), "b");
+  EXPECT_EQ(int4.serving.max_batch_size, 2048);
+  EXPECT_EQ(int4.serving.max_batch_tokens, 8192);
   EXPECT_THROW(scenario_from_text(serving_yaml("  scheduler: vllm\n  chunked_context: true\n"), "b"), InputError);
 }
 
