@@ -871,6 +871,14 @@ const std::vector<KeySpec>& key_table() {
        "enable_chunked_context with the first-come-first-served chunking policy; trtllm-bench runs it so), where "
        "without it a context joins whole and only one longer than max_num_tokens is chunked",
        [](const N& n, S& s) { s.serving.chunked_context = as_bool(n, "inference.chunked_context"); }},
+      {"inference.kv_cache_free_fraction", "number", "0.9",
+       "with inference.scheduler trtllm: the KV cache's share of the memory free once the engine's weights and "
+       "activations are in place (TensorRT-LLM's kv_cache_free_gpu_mem_fraction, default 0.9), where the other "
+       "schedulers take 90% of the GPU's memory less the weights and activations, as vLLM's gpu_memory_utilization "
+       "does; docs/model.md, \"Serving engine costs\"",
+       [](const N& n, S& s) {
+         s.serving.kv_cache_free_fraction = as_number(n, "inference.kv_cache_free_fraction", 0.01, 1.0);
+       }},
       {"inference.preemption", "name", "recompute", "recompute | swap: what a preempted request's KV cache does",
        [](const N& n, S& s) { s.serving.preemption = as_enum(n, "inference.preemption", {"recompute", "swap"}); }},
       {"inference.swap_space", "size", "4GiB", "host memory per GPU for swapped-out KV (then recompute)",
@@ -1552,6 +1560,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     if (!s.marks.count("inference.max_batch_tokens")) s.serving.max_batch_tokens = 8192;
   }
   if (s.inference && s.serving.engine_build == "trtllm-bench") trtllm_bench_engine_limits(s);
+  if (s.inference && s.marks.count("inference.kv_cache_free_fraction") && s.serving.scheduler != "trtllm")
+    throw InputError(s.mark("inference.kv_cache_free_fraction"),
+                     "inference.kv_cache_free_fraction is TensorRT-LLM's, expected inference.scheduler: trtllm, got '" +
+                         s.serving.scheduler + "'");
   if (s.inference && s.serving.chunked_context && s.serving.scheduler != "trtllm")
     throw InputError(s.mark("inference.chunked_context"),
                      "inference.chunked_context is TensorRT-LLM's, expected inference.scheduler: trtllm (sarathi and "

@@ -184,6 +184,7 @@ struct InferenceConfig {
   std::string decode_attention = "streaming";  // streaming | turbomind-v0.1
   std::string engine_build = "default";        // default | trtllm-bench: how the engine's limits were chosen
   bool chunked_context = false;                // trtllm: contexts chunked into the budget the decodes leave
+  double kv_cache_free_fraction = 0.9;         // trtllm: the KV cache's share of the memory the engine leaves
 };
 
 struct Scenario {

@@ -977,13 +977,22 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   if (draft_model) draft = std::make_unique<IterationCost>(s, *draft_model, topo, eo);
 
   // KV capacity, as vLLM sizes it: 90% of HBM, less the weights' shard and the
-  // activation workspace of the largest iteration.
+  // activation workspace of the largest iteration. TensorRT-LLM gives the KV cache a share
+  // (kv_cache_free_gpu_mem_fraction) of the memory left free once the engine is loaded.
   const double bytes = dtype_bits(s.model.dtype) / 8.0;
   const double weights = cost.weight_bytes_per_gpu() + (draft ? draft->weight_bytes_per_gpu() : 0);
   const double workspace = static_cast<double>(c.max_batch_tokens) *
                                static_cast<double>(4 * s.model.hidden + 3 * s.model.ffn_hidden / tp) * bytes +
                            static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4;
-  const double free_bytes = 0.9 * s.cluster.node.gpu.hbm_bytes - weights - workspace;
+  // TensorRT-LLM measures what is free once the engine is loaded, so the CUDA context and
+  // library workspaces and the NCCL buffers (the training memory model's reserve without its
+  // allocator fragmentation: 0.75 GiB, and 0.25 GiB with a communicator) are not in it.
+  const double hbm = s.cluster.node.gpu.hbm_bytes;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double runtime = 0.75 * gib + (tp * pp > 1 ? 0.25 * gib : 0.0);
+  const double free_bytes = c.scheduler == "trtllm"
+                                ? c.kv_cache_free_fraction * (hbm - weights - workspace - runtime)
+                                : 0.9 * hbm - weights - workspace;
   const double block_bytes =
       (cost.kv_bytes_per_token() + (draft ? draft->kv_bytes_per_token() : 0)) * static_cast<double>(c.kv_block_tokens);
   const int64_t blocks =
