@@ -17,6 +17,7 @@
 #include "cost_models/flow_network.h"
 #include "cost_models/network.h"
 #include "cost_models/protocol.h"
+#include "plan/memory.h"
 #include "plan/plan.h"
 #include "plan/serving_plan.h"
 #include "reports/progress.h"
@@ -985,11 +986,10 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
                                static_cast<double>(4 * s.model.hidden + 3 * s.model.ffn_hidden / tp) * bytes +
                            static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4;
   // TensorRT-LLM measures what is free once the engine is loaded, so the CUDA context and
-  // library workspaces and the NCCL buffers (the training memory model's reserve without its
-  // allocator fragmentation: 0.75 GiB, and 0.25 GiB with a communicator) are not in it.
+  // library workspaces and the NCCL buffers (the training memory model's reserve over nothing
+  // of its own to fragment: 0.75 GiB, and 0.25 GiB with a communicator) are not in it.
   const double hbm = s.cluster.node.gpu.hbm_bytes;
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  const double runtime = 0.75 * gib + (tp * pp > 1 ? 0.25 * gib : 0.0);
+  const double runtime = default_memory_reserve(MemoryBreakdown{}, tp * pp > 1 ? 1 : 0);
   const double free_bytes = c.scheduler == "trtllm"
                                 ? c.kv_cache_free_fraction * (hbm - weights - workspace - runtime)
                                 : 0.9 * hbm - weights - workspace;
