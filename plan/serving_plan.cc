@@ -141,7 +141,10 @@ class IterationBuilder {
     }
     memory("final_norm", 2 * T * h * e_, T * h * e_, -1);
     if (b_.emitting > 0) {
-      gemm("logits", b_.emitting, m_.vocab / tp, m_.hidden, -1);
+      // The output layer keeps the model's 16-bit weights under FP8, INT8 or INT4 weight
+      // quantization (ModelOpt's default configurations leave `*lm_head*` unquantized; vLLM's
+      // ParallelLMHead is not a quantized linear), so its GEMM streams two bytes a weight.
+      gemm("logits", b_.emitting, m_.vocab / tp, m_.hidden, -1, false);
       if (tp > 1) {
         Op op;
         op.kind = OpKind::Collective;
@@ -170,17 +173,18 @@ class IterationBuilder {
     have_last_ = true;
   }
 
-  void gemm(const char* name, int64_t m, int64_t n, int64_t k, int32_t layer) {
+  void gemm(const char* name, int64_t m, int64_t n, int64_t k, int32_t layer, bool quantized = true) {
     if (m <= 0 || n <= 0) return;
     Op op;
     op.kind = OpKind::Gemm;
     op.name = plan_.intern(name);
-    op.dtype = sh_.gemm_dtype();
+    op.dtype = quantized ? sh_.gemm_dtype() : m_.dtype;
     op.m = m;
     op.n = n;
     op.k = k;
     op.flops = gemm_flops(op);
-    op.bytes_read = static_cast<int64_t>(static_cast<double>(m * k) * e_ + static_cast<double>(k * n) * w_);
+    const double w = quantized ? w_ : e_;
+    op.bytes_read = static_cast<int64_t>(static_cast<double>(m * k) * e_ + static_cast<double>(k * n) * w);
     op.bytes_written = static_cast<int64_t>(static_cast<double>(m * n) * e_);
     add(op, compute_, layer);
   }

@@ -31,6 +31,16 @@
 namespace clustersim {
 namespace {
 
+// TensorRT-LLM's buffers for each sequence slot the engine was built for (max_batch_size),
+// beside the engine's activations: the runtime's (the engine's logits and the step's I/O) and
+// the decoder's (sampling and penalty workspaces, the logits it sorts), most of them a row of
+// the whole vocabulary on every rank. Its executor logs both when it starts ("[MemUsageChange]
+// Allocated 1.14 GB GPU memory for runtime buffers", "... 4.35 GB GPU memory for decoder"):
+// 5.49 GiB for 4,096 slots of Llama 2's 32,000 tokens in the perf-overview's trtllm-bench log
+// (TensorRT-LLM docs/source/performance/perf-overview.md), 44.97 bytes a slot and vocabulary
+// entry.
+constexpr double kTrtllmSlotBytes = 5.49 * 1024.0 * 1024.0 * 1024.0 / (4096.0 * 32000.0);
+
 class LengthSampler {
  public:
   explicit LengthSampler(const LengthDist& d) : d_(d) {
@@ -174,14 +184,21 @@ class IterationCost {
     return static_cast<double>(shape_.stage_layers(stage)) * shape_.kv_layer_bytes();
   }
   // One GPU's weights: the fullest stage's layers over tp, and the embedding (first
-  // stage; the untied output layer sits on the last).
+  // stage; the untied output layer sits on the last). Weight quantization (FP8, INT8, INT4)
+  // covers the layers' linears only: the embedding table is a lookup and the output layer
+  // is left out by the quantizers' defaults, so both keep the model's dtype.
   double weight_bytes_per_gpu() const {
     const ModelConfig& m = shape_.model;
     const double w = dtype_bits(shape_.weight_dtype) / 8.0;
+    const double e = dtype_bits(m.dtype) / 8.0;
     const double tp = static_cast<double>(shape_.tp);
-    if (shape_.pp == 1) return static_cast<double>(m.total_params()) * w / tp;
+    const double table = static_cast<double>(m.vocab * m.hidden);
+    if (shape_.pp == 1) {
+      const double tables = std::min(table * (m.tied_embeddings ? 1 : 2), static_cast<double>(m.total_params()));
+      return ((static_cast<double>(m.total_params()) - tables) * w + tables * e) / tp;
+    }
     const double layers = static_cast<double>(shape_.stage_layers(0)) * static_cast<double>(m.layer_params());
-    return (layers + static_cast<double>(m.vocab * m.hidden)) * w / tp;
+    return (layers * w + table * e) / tp;
   }
 
   // Everything but attention, for `tokens` rows of which `emitting` reach the logits.
@@ -982,9 +999,11 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   // (kv_cache_free_gpu_mem_fraction) of the memory left free once the engine is loaded.
   const double bytes = dtype_bits(s.model.dtype) / 8.0;
   const double weights = cost.weight_bytes_per_gpu() + (draft ? draft->weight_bytes_per_gpu() : 0);
-  const double workspace = static_cast<double>(c.max_batch_tokens) *
-                               static_cast<double>(4 * s.model.hidden + 3 * s.model.ffn_hidden / tp) * bytes +
-                           static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4;
+  const double activations = static_cast<double>(c.max_batch_tokens) *
+                             static_cast<double>(4 * s.model.hidden + 3 * s.model.ffn_hidden / tp) * bytes;
+  const double workspace = activations + (c.scheduler == "trtllm"
+                                              ? static_cast<double>(c.max_batch_size * s.model.vocab) * kTrtllmSlotBytes
+                                              : static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4);
   // TensorRT-LLM measures what is free once the engine is loaded, so the CUDA context and
   // library workspaces and the NCCL buffers (the training memory model's reserve over nothing
   // of its own to fragment: 0.75 GiB, and 0.25 GiB with a communicator) are not in it.

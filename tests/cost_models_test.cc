@@ -378,6 +378,19 @@ TEST(Compute, Fp8FallsBackToBf16WhereTheGpuHasNoFp8) {
   EXPECT_DOUBLE_EQ(find_gpu_preset("h100-sxm")->peak_flops(DType::FP8), 1979e12);
 }
 
+// A GPU's memory is what CUDA reports as its total, the figure frameworks budget from: one
+// H200 measured 139.80 GiB (calibrate/measurements/hbm-capacity-h200-2026-12-04), which is
+// 150.1 GB where the datasheet's "141GB" read as 10^9 bytes is 141.0; an H100 80GB 79.10 GiB
+// (TensorRT-LLM's log), short of the 80 GiB a binary reading of its datasheet gives.
+TEST(Compute, GpuMemoryIsWhatCudaReports) {
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  EXPECT_NEAR(find_gpu_preset("h200-sxm")->hbm_bytes / GiB, 139.80, 1e-9);
+  EXPECT_GT(find_gpu_preset("h200-sxm")->hbm_bytes, 150e9);
+  EXPECT_NEAR(find_gpu_preset("h100-sxm")->hbm_bytes / GiB, 79.10, 1e-9);
+  EXPECT_LT(find_gpu_preset("h100-sxm")->hbm_bytes, 80 * GiB);
+  EXPECT_NEAR(find_gpu_preset("b200")->hbm_bytes / GiB, 178.35, 1e-9);  // "180GB": 191.5 GB
+}
+
 
 // ---- clocks under the power cap (docs/model.md, "Clocks under the power cap") ----------
 Op power_gemm(int64_t m, int64_t n, int64_t k, DType d = DType::BF16) { return gemm_op(m, n, k, d); }

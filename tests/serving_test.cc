@@ -300,9 +300,9 @@ TEST(Serving, RefusesWhatIsNotModelledAndWhatDoesNotFit) {
 
 // trtllm-bench build picks the engine's limits from the dataset (tensorrt_llm/bench/build/
 // tuning.py): requests of the mean length that fit in 0.95 of the memory the FP8 weights leave,
-// rounded up. Llama 3.1 70B FP8 on 4 x 80 GiB: (320 - 70.6) x 0.95 GiB over 160 KiB a token
-// holds 1.55 M tokens: 6,066 requests of 128 + 128 (capped at 4,096; budget 2 x 4,096) and 379
-// of 2,048 + 2,048 (rounded up to 384; 758 tokens, raised to the 2,048 floor).
+// rounded up. Llama 3.1 70B FP8 on 4 x 79.1 GiB (what CUDA reports): (316.4 - 70.6) x 0.95 GiB
+// over 160 KiB a token holds 1.53 M tokens: 5,975 requests of 128 + 128 (capped at 4,096; budget
+// 2 x 4,096) and 374 of 2,048 + 2,048 (rounded up to 384; 747 tokens, raised to the 2,048 floor).
 TEST(Serving, TrtllmBenchBuildsTheEngineLimitsFromTheDataset) {
   auto limits = [](const std::string& model, int tp, int isl, int osl, const std::string& extra = "") {
     const Scenario s = scenario_from_text(
@@ -315,11 +315,11 @@ TEST(Serving, TrtllmBenchBuildsTheEngineLimitsFromTheDataset) {
   };
   EXPECT_EQ(limits("llama3-70b", 4, 128, 128), std::pair(int64_t{4096}, int64_t{8192}));
   EXPECT_EQ(limits("llama3-70b", 4, 2048, 2048), std::pair(int64_t{384}, int64_t{2048}));
-  // Llama 3.1 8B on one GPU: 64 KiB a token in (80 - 8.0) x 0.95 GiB; 20,000 + 2,000 tokens leave
-  // 51 requests (the floor of 64), 2,048 + 128 leave 515 (rounded up to 640), whose prompts need
-  // 17 x 515 tokens (rounded up to 9,216).
+  // Llama 3.1 8B on one GPU: 64 KiB a token in (79.1 - 8.0) x 0.95 GiB; 20,000 + 2,000 tokens leave
+  // 50 requests (the floor of 64), 2,048 + 128 leave 508 (rounded up to 512), whose prompts need
+  // 17 x 508 tokens (rounded up to 9,216).
   EXPECT_EQ(limits("llama3-8b", 1, 20000, 2000), std::pair(int64_t{64}, int64_t{2048}));
-  EXPECT_EQ(limits("llama3-8b", 1, 2048, 128), std::pair(int64_t{640}, int64_t{9216}));
+  EXPECT_EQ(limits("llama3-8b", 1, 2048, 128), std::pair(int64_t{512}, int64_t{9216}));
   // Both limits given: the build takes them, as trtllm-bench build does.
   EXPECT_EQ(limits("llama3-8b", 1, 2048, 128, ", max_batch_size: 100, max_batch_tokens: 4000"),
             std::pair(int64_t{100}, int64_t{4000}));
@@ -336,7 +336,8 @@ TEST(Serving, TrtllmBenchBuildsTheEngineLimitsFromTheDataset) {
 
 // TensorRT-LLM gives the KV cache a share of the memory free once the engine is loaded
 // (kv_cache_free_gpu_mem_fraction); vLLM 90% of the whole GPU less the weights. Llama 3 70B in
-// FP8 on one H100 leaves ~14 GiB: 0.9 of it is about twice what 0.9 of 80 GiB less the weights is.
+// FP8 on one H100 (79.1 GiB) leaves ~10 GiB: 0.9 of it is several times what 0.9 of the GPU less
+// the weights is.
 TEST(Serving, TrtllmSizesTheKvCacheFromTheMemoryTheEngineLeaves) {
   auto blocks = [](const std::string& inference) {
     return metric(serve(inference + "  requests: 4\n  weight_dtype: fp8\n  kv_dtype: fp8\n  max_batch_size: 64\n"
@@ -349,6 +350,65 @@ TEST(Serving, TrtllmSizesTheKvCacheFromTheMemoryTheEngineLeaves) {
   EXPECT_NEAR(half, trt / 2, 1.0);
   EXPECT_THROW(scenario_from_text(serving_yaml("  scheduler: vllm\n  kv_cache_free_fraction: 0.95\n"), "b"),
                InputError);
+}
+
+// Weight quantization covers the layers' linears: the embedding table is a lookup and the
+// quantizers leave the output layer out (ModelOpt's default configurations disable `*lm_head*`;
+// vLLM's ParallelLMHead is no quantized linear), so both keep 16-bit weights. An untied output
+// layer then takes the same room from the KV cache in an FP8 engine as in a BF16 one
+// (128,256 x 4,096 x 2 bytes, 1.05 GB), and its GEMM streams two bytes a weight.
+TEST(Serving, QuantizedEnginesKeepTheEmbeddingAndOutputLayerIn16Bit) {
+  auto blocks = [](const std::string& dtype, bool tied) {
+    return metric(serve("  scheduler: trtllm\n  requests: 4\n  weight_dtype: " + dtype +
+                            "\n  max_batch_size: 64\n  max_batch_tokens: 2048\n",
+                        std::string("llama3-8b, tied_embeddings: ") + (tied ? "true" : "false")),
+                  "kv_blocks_per_replica");
+  };
+  const double fp8 = blocks("fp8", true) - blocks("fp8", false);
+  const double bf16 = blocks("bf16", true) - blocks("bf16", false);
+  EXPECT_GT(fp8, 100);
+  EXPECT_NEAR(fp8, bf16, 1.0);
+
+  const ModelConfig& m = *find_model_preset("llama3-8b");
+  ServingShape sh;
+  sh.model = m;
+  sh.weight_dtype = DType::FP8;
+  IterationBatch b;
+  b.tokens = 32;
+  b.emitting = 32;
+  b.decode_context = 32 * 100;
+  const Plan plan = build_iteration_plan(sh, b, false);
+  int logits = 0, fp8_gemms = 0;
+  for (const Op& op : plan.programs[0].ops) {
+    if (op.kind != OpKind::Gemm) continue;
+    if (plan.names[op.name] == "logits") {
+      ++logits;
+      EXPECT_EQ(op.dtype, DType::BF16);
+      EXPECT_EQ(op.bytes_read, (32 + m.vocab) * m.hidden * 2);
+    } else {
+      fp8_gemms += op.dtype == DType::FP8;
+    }
+  }
+  EXPECT_EQ(logits, 1);
+  EXPECT_EQ(fp8_gemms, 4 * m.layers);
+}
+
+// TensorRT-LLM's runtime and decoder keep buffers for every sequence slot the engine was built
+// for, most of them a row of the vocabulary (the engine's logits, the sampling and penalty
+// workspaces): 5.49 GiB for 4,096 slots of a 32,000-token vocabulary in its own log, 44.97 bytes
+// a slot and entry, on every rank. vLLM's profile run holds the logits alone (4 bytes an entry,
+// over TP). 1,024 more slots of Llama 3's 128,256 entries take 5.9 GB from TensorRT-LLM's cache
+// (0.9 of it, the free fraction) and 0.5 GB from vLLM's.
+TEST(Serving, TrtllmSetsAsideDecoderBuffersForEverySequenceSlot) {
+  auto blocks = [](const std::string& scheduler, int slots) {
+    return metric(serve("  scheduler: " + scheduler + "\n  requests: 4\n  max_batch_tokens: 2048\n  max_batch_size: " +
+                        std::to_string(slots) + "\n"),
+                  "kv_blocks_per_replica");
+  };
+  const double trt = blocks("trtllm", 64) - blocks("trtllm", 1088);
+  const double vllm = blocks("vllm-v1", 64) - blocks("vllm-v1", 1088);
+  EXPECT_GT(vllm, 100);
+  EXPECT_NEAR(trt / vllm, 5.49 * 1024 * 1024 * 1024 / (4096.0 * 32000.0) * 0.9 / 4, 0.1);
 }
 
 // With context chunking (trtllm-bench's default) TensorRT-LLM fills the budget the decodes

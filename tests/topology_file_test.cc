@@ -203,7 +203,7 @@ TEST_F(TopologyFile, MemoryIsCheckedOnEachRanksGpu) {
   write("t.yaml", "nodes:\n  - {preset: dgx-h100}\n  - {preset: dgx-a100, gpu: a100-sxm-40gb}\n");
   const std::string s = write("s.yaml",
                               "cluster: {topology_file: t.yaml}\nmodel: {preset: llama3-8b}\n"
-                              "parallel: {tp: 4, pp: 2, dp: 2, micro_batch: 4}\ntraining: {global_batch: 16}\n");
+                              "parallel: {tp: 4, pp: 2, dp: 2, micro_batch: 3}\ntraining: {global_batch: 12}\n");
   try {
     (void)run_training(load_scenario(s, {}));
     FAIL() << "expected the A100 40 GB stage to be refused";

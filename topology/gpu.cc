@@ -30,15 +30,26 @@ std::vector<GpuSpec> with_sm_details(std::vector<GpuSpec> v) {
 }
 
 // Sources: NVIDIA A100 / H100 / H200 / B200 datasheets (dense, no sparsity).
+// Memory: what CUDA reports as the device's total (cudaMemGetInfo, torch.cuda.mem_get_info),
+// the figure PyTorch, vLLM and TensorRT-LLM budget from, not the datasheet's: the driver keeps
+// a part of the HBM (NVML's "reserved"). Measured on one H200 (calibrate/measurements/
+// hbm-capacity-h200-2026-12-04): 139.80 GiB of nvidia-smi's 143,771 MiB, of which 616 MiB
+// reserved; the "141GB" of the datasheet taken as 10^9 bytes would be 131.3 GiB. Others as
+// their runtimes print it: H100 80GB 79.10 GiB (TensorRT-LLM's log, "Memory usage when
+// calculating max tokens in paged kv cache: total: 79.10 GiB", docs/source/reference/memory.md
+// and the perf-overview's benchmark log), A100 80GB 79.15, A100 40GB 39.39, V100 32GB 31.75,
+// B200 178.35, GB200 184.31 GiB (PyTorch's out-of-memory message, "GPU 0 has a total capacity
+// of ..."), MI300X 191.98 GiB (HIP, the same message). The PCIe boards are taken as their SXM
+// siblings' (not seen printed).
 const std::vector<GpuSpec>& presets() {
   static const std::vector<GpuSpec> kPresets = with_sm_details({
       // Tesla V100 SXM2 32 GB datasheet: FP32 15.7 TF, tensor (FP16) 125 TF, 900 GB/s HBM2,
       // 80 SMs. No BF16 or TF32 paths: BF16 is listed at the FP16 tensor rate (the
       // model's 16-bit type), TF32 at FP32.
-      {"v100-sxm2-32gb", 15.7 * T, 15.7 * T, 125 * T, 0, 62 * T, 32 * GiB, 900 * GB, 80},
-      {"a100-sxm-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 80 * GiB, 2039 * GB, 108},
-      {"a100-sxm-40gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 40 * GiB, 1555 * GB, 108},
-      {"a100-pcie-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 80 * GiB, 1935 * GB, 108},
+      {"v100-sxm2-32gb", 15.7 * T, 15.7 * T, 125 * T, 0, 62 * T, 31.75 * GiB, 900 * GB, 80},
+      {"a100-sxm-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 79.15 * GiB, 2039 * GB, 108},
+      {"a100-sxm-40gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 39.39 * GiB, 1555 * GB, 108},
+      {"a100-pcie-80gb", 19.5 * T, 156 * T, 312 * T, 0, 624 * T, 79.15 * GiB, 1935 * GB, 108},
       // Power (H100 and H200 SXM: the same GH100 die on a 700 W board), measured on one
       // H200 (calibrate/measurements/power-h200-2026-12-02, sustained-h200-2026-12-02,
       // clock-sensitivity-h200-2026-12-02): 122-125 W busy between kernels; ten BF16 GEMM
@@ -46,10 +57,10 @@ const std::vector<GpuSpec>& presets() {
       // whatever their burst rate or clock (1,440-1,740 MHz); FP8 8192^3 at 1,199, so an
       // FP8 FLOP costs 0.55 of a BF16 one; 1 GiB streams (add, copy) draw 627-651 W at
       // 1,980 MHz, below the cap.
-      {"h100-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 80 * GiB, 3350 * GB, 132, 700, 124, 640,
+      {"h100-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 79.10 * GiB, 3350 * GB, 132, 700, 124, 640,
        660 * T, 0.55},
-      {"h100-pcie", 51 * T, 378 * T, 756 * T, 1513 * T, 1513 * T, 80 * GiB, 2000 * GB, 114},
-      {"h200-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 141 * GB, 4800 * GB, 132, 700, 124, 640,
+      {"h100-pcie", 51 * T, 378 * T, 756 * T, 1513 * T, 1513 * T, 79.10 * GiB, 2000 * GB, 114},
+      {"h200-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 139.80 * GiB, 4800 * GB, 132, 700, 124, 640,
        660 * T, 0.55},
       // B200 as DGX / HGX B200 carry it (datasheets, per GPU = the system's / 8): BF16 2.25,
       // FP8 4.5 PFLOP/s dense (18 and 72 PF sparse for eight), 1,440 GB of HBM3e -> 180 GB
@@ -63,18 +74,18 @@ const std::vector<GpuSpec>& presets() {
       // XLA's FP8 4096^3 at 2,765, 0.51; TE.Linear's FP8 8192^3 at 2,377 with its casts,
       // TransformerEngine #1747, 0.60). Idle and streaming power: no Blackwell measurement;
       // the H200's 124 and 640 W scaled by the board limit (177, 914 W).
-      {"b200", 75 * T, 1100 * T, 2250 * T, 4500 * T, 4500 * T, 180 * GB, 8000 * GB, 148, 1000, 177, 914,
+      {"b200", 75 * T, 1100 * T, 2250 * T, 4500 * T, 4500 * T, 178.35 * GiB, 8000 * GB, 148, 1000, 177, 914,
        1420 * T, 0.55},
       // GB200 NVL72 datasheet, per GPU (the rack's figures / 72, sparsity halved): TF32
       // 1.25 PF, BF16 2.5 PF, FP8 5 PF dense; 13.4 TB HBM3e at 576 TB/s -> 186 GB at
       // 8 TB/s. FP32 (not on the sheet) as B200's; 148 SMs as B200.
       // Power: the same dies and HBM as B200 on a 1,200 W board, so B200's energy per FLOP,
       // (1,000 - 177) W / 1,420 TFLOP/s, gives (1,200 - 177) / 0.580 pJ = 1,765 TFLOP/s at the cap.
-      {"gb200", 75 * T, 1250 * T, 2500 * T, 5000 * T, 5000 * T, 186 * GB, 8000 * GB, 148, 1200, 177, 914,
+      {"gb200", 75 * T, 1250 * T, 2500 * T, 5000 * T, 5000 * T, 184.31 * GiB, 8000 * GB, 148, 1200, 177, 914,
        1765 * T, 0.55},
       // AMD Instinct MI300X datasheet, dense matrix rates: FP32 163.4 TF, TF32 653.7,
       // BF16 1,307.4, FP8 2,614.9, INT8 2,614.9 TOPS; 192 GB HBM3 at 5.3 TB/s; 304 CUs.
-      {"mi300x", 163.4 * T, 653.7 * T, 1307.4 * T, 2614.9 * T, 2614.9 * T, 192 * GB, 5300 * GB, 304},
+      {"mi300x", 163.4 * T, 653.7 * T, 1307.4 * T, 2614.9 * T, 2614.9 * T, 191.98 * GiB, 5300 * GB, 304},
   });
   return kPresets;
 }
