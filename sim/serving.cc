@@ -36,9 +36,9 @@ namespace {
 // the decoder's (sampling and penalty workspaces, the logits it sorts), most of them a row of
 // the whole vocabulary on every rank. Its executor logs both when it starts ("[MemUsageChange]
 // Allocated 1.14 GB GPU memory for runtime buffers", "... 4.35 GB GPU memory for decoder"):
-// 5.49 GiB for 4,096 slots of Llama 2's 32,000 tokens in the perf-overview's trtllm-bench log
-// (TensorRT-LLM docs/source/performance/perf-overview.md), 44.97 bytes a slot and vocabulary
-// entry.
+// 5.49 GiB for 4,096 slots of Llama 2's 32,000 tokens in the trtllm-bench guide's log
+// (TensorRT-LLM v0.12, docs/source/performance/perf-benchmarking.md), 44.97 bytes a slot and
+// vocabulary entry.
 constexpr double kTrtllmSlotBytes = 5.49 * 1024.0 * 1024.0 * 1024.0 / (4096.0 * 32000.0);
 
 class LengthSampler {
