@@ -51,7 +51,9 @@ TrainingLayout check_training_layout(const Scenario& s) {
   const ParallelConfig& p = s.parallel;
   const ModelConfig& m = s.model;
   if (s.inference)
-    fail(s, "inference", "inference scenarios are not modelled yet; remove the inference block to simulate training");
+    fail(s, "inference",
+         "a training step's plan needs a training scenario, expected no inference block: a serving scenario's "
+         "iterations are planned as its engine forms them, and `clustersim run` simulates it");
   TrainingLayout l;
   l.tp = p.tp;
   l.pp = p.pp;

@@ -164,6 +164,17 @@ TEST_F(CliTest, TpNotDividingKvHeads) {
   expect_input_error(cli("run " + quote(p)), p + ":6:7", "tp = 4 does not divide model.kv_heads = 2");
 }
 
+// `plan` and `real` take a training step; a serving scenario is told where it runs, not that
+// serving is missing.
+TEST_F(CliTest, PlanOfAServingScenarioSaysWhereItRuns) {
+  const std::string p = scenario("s.yaml",
+                                 "cluster: {preset: dgx-h100, nodes: 1}\n"
+                                 "model: {preset: llama3-8b}\n"
+                                 "inference:\n"
+                                 "  requests: 4\n");
+  expect_input_error(cli("plan " + quote(p)), p + ":4:3", "`clustersim run` simulates it");
+}
+
 TEST_F(CliTest, LayoutDoesNotFitInMemory) {
   const std::string p = scenario("s.yaml",
                                  "cluster:\n"
