@@ -1001,9 +1001,9 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   const double weights = cost.weight_bytes_per_gpu() + (draft ? draft->weight_bytes_per_gpu() : 0);
   const double activations = static_cast<double>(c.max_batch_tokens) *
                              static_cast<double>(4 * s.model.hidden + 3 * s.model.ffn_hidden / tp) * bytes;
-  const double workspace = activations + (c.scheduler == "trtllm"
-                                              ? static_cast<double>(c.max_batch_size * s.model.vocab) * kTrtllmSlotBytes
-                                              : static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4);
+  const double buffers = c.scheduler == "trtllm" ? static_cast<double>(c.max_batch_size * s.model.vocab) * kTrtllmSlotBytes
+                                                 : static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4;
+  const double workspace = activations + buffers;
   // TensorRT-LLM measures what is free once the engine is loaded, so the CUDA context and
   // library workspaces and the NCCL buffers (the training memory model's reserve over nothing
   // of its own to fragment: 0.75 GiB, and 0.25 GiB with a communicator) are not in it.
@@ -1029,6 +1029,11 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   if (progress) engine.show_progress(&bar);
   ServingResult r = engine.run(arrivals);
   bar.finish();
+  r.memory_weights = weights;
+  r.memory_activations = activations;
+  r.memory_buffers = buffers;
+  r.memory_kv_cache = static_cast<double>(blocks * pp) * block_bytes;
+  r.memory_reserved = hbm - weights - activations - buffers - r.memory_kv_cache;
 
   std::vector<double> ttft, tpot, e2e;
   double out_tokens = 0, first = r.requests.front().arrival;
@@ -1070,6 +1075,11 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
         r.verify_steps ? static_cast<double>(r.speculated_tokens) / static_cast<double>(r.verify_steps) : 1.0},
        {"kv_cache_peak_utilization", r.kv_peak_utilization},
        {"kv_blocks_per_replica", static_cast<double>(r.kv_blocks_per_replica)},
+       {"memory_weights_bytes", r.memory_weights},
+       {"memory_activations_bytes", r.memory_activations},
+       {"memory_buffers_bytes", r.memory_buffers},
+       {"memory_kv_cache_bytes", r.memory_kv_cache},
+       {"memory_reserved_bytes", r.memory_reserved},
        {"iterations", static_cast<double>(r.iterations)},
        {"iteration_cost_memo_hits", static_cast<double>(r.memo_hits)},
        {"iteration_cost_memo_misses", static_cast<double>(r.memo_misses)}});

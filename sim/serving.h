@@ -37,6 +37,11 @@ struct ServingResult {
   int64_t swaps = 0;               // preemptions that swapped the KV to host memory
   double kv_peak_utilization = 0;  // max over replicas and time of used / total blocks
   int64_t kv_blocks_per_replica = 0;
+  // One GPU's memory as the engine lays it out (the fullest stage): weights, the activation
+  // workspace, the per-sequence-slot buffers (TensorRT-LLM's runtime and decoder; vLLM's
+  // logits), the KV cache, and what is left to the CUDA context, libraries and headroom.
+  double memory_weights = 0, memory_activations = 0, memory_buffers = 0, memory_kv_cache = 0,
+         memory_reserved = 0;
   int64_t memo_hits = 0, memo_misses = 0;
   int64_t verify_steps = 0, speculated_tokens = 0;  // speculative decoding
   int64_t prefix_lookups = 0, prefix_hits = 0;      // prefix caching: admissions with a prefix, and cache hits

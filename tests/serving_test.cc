@@ -411,6 +411,25 @@ TEST(Serving, TrtllmSetsAsideDecoderBuffersForEverySequenceSlot) {
   EXPECT_NEAR(trt / vllm, 5.49 * 1024 * 1024 * 1024 / (4096.0 * 32000.0) * 0.9 / 4, 0.1);
 }
 
+// `run --json` lays one GPU's memory out as the engine does: the parts add up to what CUDA
+// reports, the KV cache is its blocks, and TensorRT-LLM's share of the free memory leaves the
+// rest (its runtime and a tenth of what was free) reserved. Llama 3 8B in BF16 on an H100:
+// 16.1 GB of weights, 32 layers x 8 KV heads x 128 x 2 x 2 bytes = 128 KiB a cached token.
+TEST(Serving, ReportsTheGpuMemoryTheEngineLaysOut) {
+  const ServingResult r = serve("  scheduler: trtllm\n  requests: 4\n  max_batch_size: 256\n  max_batch_tokens: 8192\n");
+  const double hbm = find_gpu_preset("h100-sxm")->hbm_bytes;
+  const double w = metric(r, "memory_weights_bytes"), a = metric(r, "memory_activations_bytes"),
+               b = metric(r, "memory_buffers_bytes"), kv = metric(r, "memory_kv_cache_bytes"),
+               rest = metric(r, "memory_reserved_bytes");
+  EXPECT_NEAR(w + a + b + kv + rest, hbm, 1.0);
+  EXPECT_NEAR(w, 8.03e9 * 2, 0.05e9);
+  EXPECT_NEAR(b, 256.0 * 128256 * 5.49 * 1024 * 1024 * 1024 / (4096.0 * 32000.0), 1.0);
+  const ModelConfig& m = *find_model_preset("llama3-8b");
+  const double per_token = 2.0 * static_cast<double>(m.layers * m.kv_heads * m.head_dim()) * 2;
+  EXPECT_NEAR(kv, metric(r, "kv_blocks_per_replica") * 16 * per_token, 1.0);
+  EXPECT_NEAR(kv, 0.9 * (kv + rest - 1.0 * 1024 * 1024 * 1024 * 0.75), 16 * per_token);
+}
+
 // With context chunking (trtllm-bench's default) TensorRT-LLM fills the budget the decodes
 // leave with prompt chunks; without it a prompt joins whole or waits. Prompts as long as the
 // budget then never join beside running decodes, and the requests run one or two at a time.
