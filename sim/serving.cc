@@ -1001,7 +1001,8 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   const double weights = cost.weight_bytes_per_gpu() + (draft ? draft->weight_bytes_per_gpu() : 0);
   const double activations = static_cast<double>(c.max_batch_tokens) *
                              static_cast<double>(4 * s.model.hidden + 3 * s.model.ffn_hidden / tp) * bytes;
-  const double buffers = c.scheduler == "trtllm" ? static_cast<double>(c.max_batch_size * s.model.vocab) * kTrtllmSlotBytes
+  const double slots = static_cast<double>(c.max_batch_size);
+  const double buffers = c.scheduler == "trtllm" ? slots * static_cast<double>(s.model.vocab) * kTrtllmSlotBytes
                                                  : static_cast<double>(c.max_batch_size * s.model.vocab / tp) * 4;
   const double workspace = activations + buffers;
   // TensorRT-LLM measures what is free once the engine is loaded, so the CUDA context and

@@ -416,7 +416,8 @@ TEST(Serving, TrtllmSetsAsideDecoderBuffersForEverySequenceSlot) {
 // rest (its runtime and a tenth of what was free) reserved. Llama 3 8B in BF16 on an H100:
 // 16.1 GB of weights, 32 layers x 8 KV heads x 128 x 2 x 2 bytes = 128 KiB a cached token.
 TEST(Serving, ReportsTheGpuMemoryTheEngineLaysOut) {
-  const ServingResult r = serve("  scheduler: trtllm\n  requests: 4\n  max_batch_size: 256\n  max_batch_tokens: 8192\n");
+  const ServingResult r =
+      serve("  scheduler: trtllm\n  requests: 4\n  max_batch_size: 256\n  max_batch_tokens: 8192\n");
   const double hbm = find_gpu_preset("h100-sxm")->hbm_bytes;
   const double w = metric(r, "memory_weights_bytes"), a = metric(r, "memory_activations_bytes"),
                b = metric(r, "memory_buffers_bytes"), kv = metric(r, "memory_kv_cache_bytes"),

@@ -37,7 +37,7 @@ std::vector<GpuSpec> with_sm_details(std::vector<GpuSpec> v) {
 // reserved; the "141GB" of the datasheet taken as 10^9 bytes would be 131.3 GiB. Others as
 // their runtimes print it: H100 80GB 79.10 GiB (TensorRT-LLM's log, "Memory usage when
 // calculating max tokens in paged kv cache: total: 79.10 GiB", docs/source/reference/memory.md
-// and the perf-overview's benchmark log), A100 80GB 79.15, A100 40GB 39.39, V100 32GB 31.75,
+// and the trtllm-bench guide's log), A100 80GB 79.15, A100 40GB 39.39, V100 32GB 31.75,
 // B200 178.35, GB200 184.31 GiB (PyTorch's out-of-memory message, "GPU 0 has a total capacity
 // of ..."), MI300X 191.98 GiB (HIP, the same message). The PCIe boards are taken as their SXM
 // siblings' (not seen printed).
