@@ -11,7 +11,7 @@ doc = open(os.path.join(ROOT, 'docs', 'accuracy.md')).read()
 sec = doc.split("### Held out: TensorRT-LLM's v0.17 throughput table")[1].split('### Held out: Nemotron')[0]
 rows = []
 for line in sec.splitlines():
-    m = re.match(r'\| (8B|70B) \| (\d) \| (H200|H100|A100) \| ([\d,]+) / ([\d,]+) \| ([\d,.]+) \|', line)
+    m = re.match(r'\| (8B|70B|405B) \| (\d) \| (H200|H100|A100) \| ([\d,]+) / ([\d,]+) \| ([\d,.]+) \|', line)
     if m:
         rows.append((m[1], int(m[2]), m[3], int(m[4].replace(',', '')), int(m[5].replace(',', '')), float(m[6].replace(',', ''))))
 N = {(128,128):30000,(128,2048):3000,(128,4096):1500,(2048,128):3000,(2048,2048):1500,(5000,500):1500,(1000,1000):3000,(500,2000):3000,(20000,2000):1000}
@@ -24,7 +24,7 @@ def run(r):
            os.path.join(ROOT, 'scenarios', 'published', 'serving', base[gpu]), '--json']
     sets = [f'parallel.tp={tp}', f'cluster.gpus_per_node={tp}', f'model.seq_len={max(8192,isl+osl)}',
             f'inference.prompt_tokens.value={isl}', f'inference.output_tokens.value={osl}', f'inference.requests={N[(isl,osl)]}']
-    if model == '70B': sets.insert(0, 'model.preset=llama3-70b')
+    if model != '8B': sets.insert(0, 'model.preset=llama3-' + model.lower())
     for s in sets + extra: cmd += ['--set', s]
     p = subprocess.run(cmd, capture_output=True, text=True)
     try:
