@@ -129,10 +129,14 @@ class IterationBuilder {
       gemm("attn_out", b_.tokens, m_.hidden, attn_out, layer);
       all_reduce("attn_all_reduce", T * h * e_, layer);
       memory("add_norm", 2 * T * h * e_, 2 * T * h * e_, layer);
-      gemm("mlp_in", b_.tokens, mlp_in, m_.hidden, layer);
-      const double f = T * static_cast<double>(ffn) * e_;
-      memory("activation", m_.mlp_matrices() == 3 ? 2 * f : f, f, layer);
-      gemm("mlp_out", b_.tokens, m_.hidden, ffn, layer);
+      if (m_.moe_layer(layer)) {
+        moe(layer);
+      } else {
+        gemm("mlp_in", b_.tokens, mlp_in, m_.hidden, layer);
+        const double f = T * static_cast<double>(ffn) * e_;
+        memory("activation", m_.mlp_matrices() == 3 ? 2 * f : f, f, layer);
+        gemm("mlp_out", b_.tokens, m_.hidden, ffn, layer);
+      }
       all_reduce("mlp_all_reduce", T * h * e_, layer);
     }
     if (stage_ < sh_.pp - 1) {
@@ -186,6 +190,57 @@ class IterationBuilder {
     const double w = quantized ? w_ : e_;
     op.bytes_read = static_cast<int64_t>(static_cast<double>(m * k) * e_ + static_cast<double>(k * n) * w);
     op.bytes_written = static_cast<int64_t>(static_cast<double>(m * n) * e_);
+    add(op, compute_, layer);
+  }
+
+  // A mixture-of-experts layer as TensorRT-LLM's and vLLM's fused MoE kernels run it under
+  // tensor parallelism (each GPU holds 1/tp of every expert): the router's GEMM, the tokens
+  // permuted into expert order, one grouped GEMM a matrix over the experts the batch reaches,
+  // the activation, and the weighted sum back into token order. T tokens choosing top_k of E
+  // experts (taken as uniform and independent) reach E·(1 − (1 − k/E)^T) experts, whose
+  // weights the grouped GEMM streams: a token's decode step reads k experts, a full batch all
+  // of them. Shared experts run as a dense MLP on every token.
+  void moe(int32_t layer) {
+    const MoeConfig& moe = m_.moe;
+    const double T = static_cast<double>(b_.tokens);
+    const double h = static_cast<double>(m_.hidden);
+    const double E = static_cast<double>(moe.experts), k = static_cast<double>(moe.top_k);
+    const int64_t fe = moe.expert_ffn_hidden / sh_.tp;
+    const int64_t in = m_.mlp_matrices() == 3 ? 2 * fe : fe;
+    gemm("router", b_.tokens, moe.experts, m_.hidden, layer, false);
+    const double routed = T * k;  // token-expert pairs
+    memory("moe_permute", routed * h * e_, routed * h * e_, layer);
+    const double reached = std::max(1.0, E * (1.0 - std::pow(1.0 - k / E, T)));
+    expert_gemm("expert_in", routed, reached, in, m_.hidden, layer);
+    const double f = routed * static_cast<double>(fe) * e_;
+    memory("expert_activation", m_.mlp_matrices() == 3 ? 2 * f : f, f, layer);
+    expert_gemm("expert_out", routed, reached, m_.hidden, fe, layer);
+    memory("moe_unpermute", routed * h * e_, T * h * e_, layer);
+    if (moe.shared_experts > 0) {
+      const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / sh_.tp;
+      gemm("shared_expert_in", b_.tokens, m_.mlp_matrices() == 3 ? 2 * fs : fs, m_.hidden, layer);
+      const double g = T * static_cast<double>(fs) * e_;
+      memory("shared_expert_activation", m_.mlp_matrices() == 3 ? 2 * g : g, g, layer);
+      gemm("shared_expert_out", b_.tokens, m_.hidden, fs, layer);
+    }
+  }
+
+  // A grouped GEMM over `experts` weight matrices (n × k each) and `rows` routed rows in all:
+  // the tile model sees `experts` GEMMs of their mean row count; every reached expert's
+  // weights are read once.
+  void expert_gemm(const char* name, double rows, double experts, int64_t n, int64_t k, int32_t layer) {
+    Op op;
+    op.kind = OpKind::Gemm;
+    op.name = plan_.intern(name);
+    op.dtype = sh_.gemm_dtype();
+    op.batch = static_cast<int64_t>(std::llround(experts));
+    op.m = static_cast<int64_t>(std::ceil(rows / static_cast<double>(op.batch)));
+    op.n = n;
+    op.k = k;
+    op.flops = 2.0 * rows * static_cast<double>(n) * static_cast<double>(k);
+    op.bytes_read = static_cast<int64_t>(rows * static_cast<double>(k) * e_ +
+                                         static_cast<double>(op.batch) * static_cast<double>(k * n) * w_);
+    op.bytes_written = static_cast<int64_t>(rows * static_cast<double>(n) * e_);
     add(op, compute_, layer);
   }
 

@@ -446,6 +446,43 @@ TEST(Serving, VllmKvCacheMatchesItsStartupLog) {
   EXPECT_NEAR(metric(r, "memory_kv_cache_bytes") / GiB, 54.93 - 0.9 * (79.14 - 79.10), 0.55);
 }
 
+// A mixture-of-experts layer streams the experts its tokens reach: T tokens choosing 2 of
+// Mixtral's 8 reach 8·(1 − (6/8)^T), so a lone decode token reads 2 experts' weights and a batch
+// of 512 all 8; its GEMMs do 2·T·top_k·(3·hidden·expert_ffn) FLOPs (the router's aside). The
+// model had served it as a dense layer of one expert.
+TEST(Serving, MoeIterationReadsTheExpertsItsTokensReach) {
+  const ModelConfig& m = *find_model_preset("mixtral-8x7b");
+  ServingShape sh;
+  sh.model = m;
+  auto expert_ops = [&](int64_t tokens) {
+    IterationBatch b;
+    b.tokens = tokens;
+    b.emitting = tokens;
+    b.decode_context = tokens * 100;
+    const Plan plan = build_iteration_plan(sh, b, false);
+    double flops = 0, weight_bytes = 0;
+    int dense = 0;
+    for (const Op& op : plan.programs[0].ops) {
+      const std::string& name = plan.names[op.name];
+      dense += name == "mlp_in" || name == "mlp_out";
+      if (name != "expert_in" && name != "expert_out") continue;
+      flops += op.flops;
+      weight_bytes += static_cast<double>(op.bytes_read) - static_cast<double>(tokens * 2 * op.k) * 2;
+    }
+    EXPECT_EQ(dense, 0);
+    return std::pair{flops, weight_bytes};
+  };
+  const double expert_bytes = 3.0 * static_cast<double>(m.hidden * m.moe.expert_ffn_hidden) * 2;  // BF16
+  const double layers = static_cast<double>(m.layers);
+  for (int64_t t : {1, 512}) {
+    const auto [flops, bytes] = expert_ops(t);
+    EXPECT_NEAR(flops, 2.0 * static_cast<double>(t) * 2 * 3 * static_cast<double>(m.hidden * m.moe.expert_ffn_hidden) *
+                           layers, 1e-6 * flops);
+    const double reached = std::round(8 * (1 - std::pow(0.75, static_cast<double>(t))));
+    EXPECT_NEAR(bytes, reached * expert_bytes * layers, 1e-6 * bytes) << t;
+  }
+}
+
 // With context chunking (trtllm-bench's default) TensorRT-LLM fills the budget the decodes
 // leave with prompt chunks; without it a prompt joins whole or waits. Prompts as long as the
 // budget then never join beside running decodes, and the requests run one or two at a time.
