@@ -952,6 +952,10 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   }
   if (s.parallel.cp != 1)
     throw InputError(s.mark("parallel.cp"), "serving replicas do not split context, expected cp: 1");
+  if (s.parallel.ep != 1)
+    throw InputError(s.mark("parallel.ep"),
+                     "serving replicas shard every expert over their tp GPUs (docs/model.md, \"Mixture of experts\"), "
+                     "expected ep: 1");
   const int64_t tp = s.parallel.tp, pp = s.parallel.pp;
   if (pp > s.model.layers) throw InputError(s.mark("parallel.pp"), "more pipeline stages than layers");
   if (tp > s.cluster.node.gpus)

@@ -481,6 +481,15 @@ TEST(Serving, MoeIterationReadsTheExpertsItsTokensReach) {
     const double reached = std::round(8 * (1 - std::pow(0.75, static_cast<double>(t))));
     EXPECT_NEAR(bytes, reached * expert_bytes * layers, 1e-6 * bytes) << t;
   }
+  // Expert parallelism is a training layout here: a serving scenario that asks for it is told.
+  try {
+    (void)run_serving(scenario_from_text("name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: "
+                                         "mixtral-8x7b}\nparallel: {tp: 2, ep: 2}\ninference:\n  requests: 4\n",
+                                         "serving"));
+    ADD_FAILURE() << "ep: 2 was served";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard every expert"), std::string::npos) << e.what();
+  }
 }
 
 // With context chunking (trtllm-bench's default) TensorRT-LLM fills the budget the decodes
