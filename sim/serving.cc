@@ -952,6 +952,15 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   }
   if (s.parallel.cp != 1)
     throw InputError(s.mark("parallel.cp"), "serving replicas do not split context, expected cp: 1");
+  const MoeConfig& moe = s.model.moe;
+  if (moe.experts > 0 && (moe.top_k < 1 || moe.top_k > moe.experts || moe.expert_ffn_hidden < 1))
+    throw InputError(s.mark("model.moe"), "a mixture of experts needs 1 <= top_k <= experts (" +
+                                              std::to_string(moe.experts) + ") and expert_ffn_hidden > 0");
+  if (moe.experts > 0 && (moe.expert_ffn_hidden % s.parallel.tp != 0))
+    throw InputError(s.mark("parallel.tp"), "tp = " + std::to_string(s.parallel.tp) +
+                                                " does not divide model.moe.expert_ffn_hidden = " +
+                                                std::to_string(moe.expert_ffn_hidden) +
+                                                ": every GPU holds 1/tp of every expert");
   if (s.parallel.ep != 1)
     throw InputError(s.mark("parallel.ep"),
                      "serving replicas shard every expert over their tp GPUs (docs/model.md, \"Mixture of experts\"), "

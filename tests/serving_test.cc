@@ -490,6 +490,8 @@ TEST(Serving, MoeIterationReadsTheExpertsItsTokensReach) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("shard every expert"), std::string::npos) << e.what();
   }
+  EXPECT_THROW(serve("  requests: 4\n", "mixtral-8x7b, moe: {top_k: 9}", 2), InputError);
+  EXPECT_THROW(serve("  requests: 4\n", "mixtral-8x7b, moe: {expert_ffn_hidden: 14335}", 2), InputError);
 }
 
 // With context chunking (trtllm-bench's default) TensorRT-LLM fills the budget the decodes
