@@ -148,16 +148,19 @@ class IterationBuilder {
       // The output layer keeps the model's 16-bit weights under FP8, INT8 or INT4 weight
       // quantization (ModelOpt's default configurations leave `*lm_head*` unquantized; vLLM's
       // ParallelLMHead is not a quantized linear), so its GEMM streams two bytes a weight.
-      gemm("logits", b_.emitting, m_.vocab / tp, m_.hidden, -1, false);
+      // TensorRT-LLM marks the logits FP32 (logits_dtype), its GEMM's epilogue writing them.
+      const double logit_e = sh_.trtllm_decoder ? 4.0 : e_;
+      gemm("logits", b_.emitting, m_.vocab / tp, m_.hidden, -1, false, logit_e);
       if (tp > 1) {
         Op op;
         op.kind = OpKind::Collective;
         op.collective = CollectiveKind::AllGather;
         op.group = GroupKind::TP;
-        op.bytes = static_cast<int64_t>(static_cast<double>(b_.emitting * m_.vocab) * e_);
+        op.bytes = static_cast<int64_t>(static_cast<double>(b_.emitting * m_.vocab) * logit_e);
         op.name = plan_.intern("logits_gather");
         add(op, tp_, -1);
       }
+      if (sh_.trtllm_decoder) decoder();
     }
   }
 
@@ -177,7 +180,9 @@ class IterationBuilder {
     have_last_ = true;
   }
 
-  void gemm(const char* name, int64_t m, int64_t n, int64_t k, int32_t layer, bool quantized = true) {
+  // `out_e`: bytes an output element, where it is not the model's dtype.
+  void gemm(const char* name, int64_t m, int64_t n, int64_t k, int32_t layer, bool quantized = true,
+            double out_e = 0) {
     if (m <= 0 || n <= 0) return;
     Op op;
     op.kind = OpKind::Gemm;
@@ -189,8 +194,22 @@ class IterationBuilder {
     op.flops = gemm_flops(op);
     const double w = quantized ? w_ : e_;
     op.bytes_read = static_cast<int64_t>(static_cast<double>(m * k) * e_ + static_cast<double>(k * n) * w);
-    op.bytes_written = static_cast<int64_t>(static_cast<double>(m * n) * e_);
+    op.bytes_written = static_cast<int64_t>(static_cast<double>(m * n) * (out_e > 0 ? out_e : e_));
     add(op, compute_, layer);
+  }
+
+  // TensorRT-LLM's decoder on every emitting row of FP32 logits, as trtllm-bench's greedy
+  // requests run it (DynamicDecodeLayer in TopKTopP mode; docs/model.md, "Sampling on the
+  // logits"): the penalty layer copies the row into its workspace (batchApplyPenalty: one
+  // read, one write, whatever the penalties), the sampling layer's softmax makes three
+  // passes that each read and write it (addBiasSoftMax), and top-k sampling with k = 1 copies
+  // it once more and reads the copy (topKStage1). Every rank of a TP group runs it on the
+  // whole (gathered) vocabulary.
+  void decoder() {
+    const double row = static_cast<double>(b_.emitting) * static_cast<double>(m_.vocab) * 4.0;
+    memory("decoder_penalty", row, row, -1);
+    memory("decoder_softmax", 3 * row, 3 * row, -1);
+    memory("decoder_topk", 2 * row, row, -1);
   }
 
   // A mixture-of-experts layer as TensorRT-LLM's and vLLM's fused MoE kernels run it under

@@ -167,6 +167,7 @@ class IterationCost {
     shape_.weight_dtype = s.serving.weight_dtype_for(model.dtype);
     shape_.kv_dtype = s.serving.kv_dtype_for(model.dtype);
     shape_.turbomind_decode = s.serving.decode_attention == "turbomind-v0.1";
+    shape_.trtllm_decoder = s.serving.scheduler == "trtllm";
     // Within one iteration a replica's collectives run one at a time on its own links:
     // the analytic network is exact there.
     opt_.flow = false;

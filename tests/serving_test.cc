@@ -393,6 +393,64 @@ TEST(Serving, QuantizedEnginesKeepTheEmbeddingAndOutputLayerIn16Bit) {
   EXPECT_EQ(fp8_gemms, 4 * m.layers);
 }
 
+// TensorRT-LLM's engine marks its logits FP32 and its decoder runs three kernels over every
+// emitting row of the whole vocabulary under trtllm-bench's greedy requests: the penalty
+// layer's copy (read and write), the softmax's three passes (each a read and a write) and
+// top-k's copy and re-read: 24 bytes read and 20 written an entry, on every TP rank. Other
+// engines run none of it here, and their logits stay in the model's dtype.
+TEST(Serving, TrtllmDecoderPassesOverEveryEmittingRowOfTheVocabulary) {
+  const ModelConfig& m = *find_model_preset("llama3-8b");
+  for (const int64_t tp : {1, 4}) {
+    for (const bool trtllm : {true, false}) {
+      ServingShape sh;
+      sh.model = m;
+      sh.tp = tp;
+      sh.trtllm_decoder = trtllm;
+      IterationBatch b;
+      b.tokens = 48;
+      b.emitting = 40;
+      b.decode_context = 40 * 100;
+      const Plan plan = build_iteration_plan(sh, b, false);
+      const double row = 40.0 * static_cast<double>(m.vocab) * 4;
+      double read = 0, written = 0, gathered = 0;
+      int decoder_ops = 0;
+      for (const Op& op : plan.programs[0].ops) {
+        const std::string& name = plan.names[op.name];
+        if (name.starts_with("decoder_")) {
+          ++decoder_ops;
+          read += static_cast<double>(op.bytes_read);
+          written += static_cast<double>(op.bytes_written);
+        }
+        if (name == "logits") {
+          EXPECT_EQ(op.bytes_written, 40 * (m.vocab / tp) * (trtllm ? 4 : 2)) << "tp " << tp;
+        }
+        if (name == "logits_gather") gathered = static_cast<double>(op.bytes);
+      }
+      EXPECT_EQ(decoder_ops, trtllm ? 3 : 0);
+      EXPECT_NEAR(read, trtllm ? 6 * row : 0, 64);
+      EXPECT_NEAR(written, trtllm ? 5 * row : 0, 64);
+      if (tp > 1) {
+        EXPECT_NEAR(gathered, 40.0 * static_cast<double>(m.vocab) * (trtllm ? 4 : 2), 1);
+      }
+    }
+  }
+  // Through the scheduler: a trtllm engine's decode step of 64 rows is slower than the same
+  // batch's under vLLM's scheduler by at least the decoder's 44 bytes an entry and the FP32
+  // logits' 2 more at the H100's peak stream, and by over twice as much for Llama 3's
+  // 128,256 entries as for a 32,000-entry vocabulary.
+  auto tpot = [](const std::string& scheduler, int64_t vocab) {
+    return metric(serve("  scheduler: " + scheduler + "\n  requests: 64\n  max_batch_size: 64\n"
+                        "  max_batch_tokens: 8192\n  arrivals: {process: closed, concurrency: 64}\n"
+                        "  prompt_tokens: {dist: fixed, value: 16}\n  output_tokens: {dist: fixed, value: 64}\n",
+                        "llama3-8b, vocab: " + std::to_string(vocab)),
+                  "tpot_s_p50");
+  };
+  const double big = tpot("trtllm", 128256) - tpot("vllm-v1", 128256);
+  const double small = tpot("trtllm", 32000) - tpot("vllm-v1", 32000);
+  EXPECT_GT(big, 64.0 * 128256 * 46 / 3.35e12);
+  EXPECT_GT(big, 2 * small);
+}
+
 // TensorRT-LLM's runtime and decoder keep buffers for every sequence slot the engine was built
 // for, most of them a row of the vocabulary (the engine's logits, the sampling and penalty
 // workspaces): 5.49 GiB for 4,096 slots of a 32,000-token vocabulary in its own log, 44.97 bytes
