@@ -149,7 +149,7 @@ class IterationBuilder {
       // quantization (ModelOpt's default configurations leave `*lm_head*` unquantized; vLLM's
       // ParallelLMHead is not a quantized linear), so its GEMM streams two bytes a weight.
       // TensorRT-LLM marks the logits FP32 (logits_dtype), its GEMM's epilogue writing them.
-      const double logit_e = sh_.trtllm_decoder ? 4.0 : e_;
+      const double logit_e = sh_.sampler == ServingShape::Sampler::Trtllm ? 4.0 : e_;
       gemm("logits", b_.emitting, m_.vocab / tp, m_.hidden, -1, false, logit_e);
       if (tp > 1) {
         Op op;
@@ -160,7 +160,7 @@ class IterationBuilder {
         op.name = plan_.intern("logits_gather");
         add(op, tp_, -1);
       }
-      if (sh_.trtllm_decoder) decoder();
+      sampler(logit_e);
     }
   }
 
@@ -198,18 +198,41 @@ class IterationBuilder {
     add(op, compute_, layer);
   }
 
-  // TensorRT-LLM's decoder on every emitting row of FP32 logits, as trtllm-bench's greedy
-  // requests run it (DynamicDecodeLayer in TopKTopP mode; docs/model.md, "Sampling on the
-  // logits"): the penalty layer copies the row into its workspace (batchApplyPenalty: one
-  // read, one write, whatever the penalties), the sampling layer's softmax makes three
-  // passes that each read and write it (addBiasSoftMax), and top-k sampling with k = 1 copies
-  // it once more and reads the copy (topKStage1). Every rank of a TP group runs it on the
-  // whole (gathered) vocabulary.
-  void decoder() {
-    const double row = static_cast<double>(b_.emitting) * static_cast<double>(m_.vocab) * 4.0;
-    memory("decoder_penalty", row, row, -1);
-    memory("decoder_softmax", 3 * row, 3 * row, -1);
-    memory("decoder_topk", 2 * row, row, -1);
+  // The engine's passes over every emitting row of the whole (gathered) vocabulary, greedy
+  // requests, on every rank of a TP group (docs/model.md, "Sampling on the logits"); `logit_e`
+  // the bytes of an entry as the output layer wrote it.
+  //   TensorRT-LLM's decoder (DynamicDecodeLayer in TopKTopP mode, as trtllm-bench's requests
+  //   run it) on FP32 logits: the penalty layer copies the row into its workspace
+  //   (batchApplyPenalty: a read and a write, whatever the penalties), the sampling layer's
+  //   softmax makes three passes that each read and write it (addBiasSoftMax), top-k with
+  //   k = 1 copies it once more and reads the copy (topKStage1).
+  //   vLLM V0's Sampler: the cast to FP32, the in-place temperature division (1 for greedy, still
+  //   run), torch.softmax and torch.log_softmax (each reads its FP32 input three times, for the
+  //   maximum, the sum and the output, and writes it once) and the argmax over the log-probs.
+  //   vLLM V1's Sampler with every request greedy: the cast to FP32 and the argmax.
+  void sampler(double logit_e) {
+    const double rows = static_cast<double>(b_.emitting) * static_cast<double>(m_.vocab);
+    const double f = rows * 4.0;
+    switch (sh_.sampler) {
+      case ServingShape::Sampler::Trtllm:
+        memory("decoder_penalty", f, f, -1);
+        memory("decoder_softmax", 3 * f, 3 * f, -1);
+        memory("decoder_topk", 2 * f, f, -1);
+        break;
+      case ServingShape::Sampler::VllmV0:
+        memory("sampler_to_float", rows * logit_e, f, -1);
+        memory("sampler_temperature", f, f, -1);
+        memory("sampler_softmax", 3 * f, f, -1);
+        memory("sampler_log_softmax", 3 * f, f, -1);
+        memory("sampler_argmax", f, 0, -1);
+        break;
+      case ServingShape::Sampler::VllmV1:
+        memory("sampler_to_float", rows * logit_e, f, -1);
+        memory("sampler_argmax", f, 0, -1);
+        break;
+      case ServingShape::Sampler::None:
+        break;
+    }
   }
 
   // A mixture-of-experts layer as TensorRT-LLM's and vLLM's fused MoE kernels run it under

@@ -28,10 +28,11 @@ struct ServingShape {
   // inference.decode_attention turbomind-v0.1: decode attention on CUDA cores, TurboMind
   // v0.1.0a1's kernel and grid (MemAccess::CudaCoreDecode); false: a stream of the K/V.
   bool turbomind_decode = false;
-  // TensorRT-LLM's runtime (scheduler trtllm): the engine's logits in FP32 (logits_dtype's
-  // default) and its decoder's greedy sampling layers over each emitting row of the whole
-  // vocabulary (docs/model.md, "Sampling on the logits").
-  bool trtllm_decoder = false;
+  // The engine's work on each emitting row of the whole vocabulary after the output layer
+  // (inference.sampler; docs/model.md, "Sampling on the logits"): none, TensorRT-LLM's
+  // runtime (FP32 logits, its decoder's greedy layers), or vLLM's sampler, V0 or V1.
+  enum class Sampler { None, Trtllm, VllmV0, VllmV1 };
+  Sampler sampler = Sampler::None;
 
   int64_t stage_layers(int64_t stage) const;  // the first layers % pp stages take one more
   int64_t kv_heads_local() const;             // at least one KV head per GPU (replicated below tp)

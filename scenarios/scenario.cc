@@ -857,6 +857,15 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.serving.decode_attention = as_enum(n, "inference.decode_attention", {"streaming", "turbomind-v0.1"});
        }},
+      {"inference.sampler", "name", "auto",
+       "the GPU work on the logits after the output layer, per emitting row of the vocabulary, greedy requests: auto "
+       "(the scheduler's engine: trtllm for trtllm, vllm-v0 for vllm, vllm-v1 for vllm-v1, none otherwise) | none | "
+       "trtllm (FP32 logits; the decoder's penalty copy, softmax and top-k passes, 48 B an entry) | vllm-v0 (the cast "
+       "to FP32, temperature, softmax and log-softmax, argmax: 50 B from 16-bit logits) | vllm-v1 (the cast and "
+       "argmax: 10 B); docs/model.md, \"Sampling on the logits\"",
+       [](const N& n, S& s) {
+         s.serving.sampler = as_enum(n, "inference.sampler", {"auto", "none", "trtllm", "vllm-v0", "vllm-v1"});
+       }},
       {"inference.engine_build", "name", "default",
        "with inference.scheduler trtllm: default (TensorRT-LLM's build defaults, max_batch_size 2048, max_num_tokens "
        "8192) | trtllm-bench (the limits trtllm-bench build picks from the dataset: the requests of the mean prompt and "

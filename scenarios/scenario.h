@@ -182,6 +182,15 @@ struct InferenceConfig {
   DType weight_dtype_for(DType model) const { return weight_dtype_set ? weight_dtype : model; }
   DType kv_dtype_for(DType model) const { return kv_dtype_set ? kv_dtype : model; }
   std::string decode_attention = "streaming";  // streaming | turbomind-v0.1
+  std::string sampler = "auto";  // auto (the scheduler's engine) | none | trtllm | vllm-v0 | vllm-v1
+  // The sampler the engine runs on the logits: `sampler`, or for auto the scheduler's engine's.
+  std::string sampler_for_engine() const {
+    if (sampler != "auto") return sampler;
+    if (scheduler == "trtllm") return "trtllm";
+    if (scheduler == "vllm") return "vllm-v0";
+    if (scheduler == "vllm-v1") return "vllm-v1";
+    return "none";
+  }
   std::string engine_build = "default";        // default | trtllm-bench: how the engine's limits were chosen
   bool chunked_context = false;                // trtllm: contexts chunked into the budget the decodes leave
   double kv_cache_free_fraction = 0.9;         // trtllm: the KV cache's share of the memory the engine leaves

@@ -167,7 +167,11 @@ class IterationCost {
     shape_.weight_dtype = s.serving.weight_dtype_for(model.dtype);
     shape_.kv_dtype = s.serving.kv_dtype_for(model.dtype);
     shape_.turbomind_decode = s.serving.decode_attention == "turbomind-v0.1";
-    shape_.trtllm_decoder = s.serving.scheduler == "trtllm";
+    const std::string sampler = s.serving.sampler_for_engine();
+    shape_.sampler = sampler == "trtllm"    ? ServingShape::Sampler::Trtllm
+                     : sampler == "vllm-v0" ? ServingShape::Sampler::VllmV0
+                     : sampler == "vllm-v1" ? ServingShape::Sampler::VllmV1
+                                            : ServingShape::Sampler::None;
     // Within one iteration a replica's collectives run one at a time on its own links:
     // the analytic network is exact there.
     opt_.flow = false;

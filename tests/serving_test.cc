@@ -393,62 +393,74 @@ TEST(Serving, QuantizedEnginesKeepTheEmbeddingAndOutputLayerIn16Bit) {
   EXPECT_EQ(fp8_gemms, 4 * m.layers);
 }
 
-// TensorRT-LLM's engine marks its logits FP32 and its decoder runs three kernels over every
-// emitting row of the whole vocabulary under trtllm-bench's greedy requests: the penalty
-// layer's copy (read and write), the softmax's three passes (each a read and a write) and
-// top-k's copy and re-read: 24 bytes read and 20 written an entry, on every TP rank. Other
-// engines run none of it here, and their logits stay in the model's dtype.
-TEST(Serving, TrtllmDecoderPassesOverEveryEmittingRowOfTheVocabulary) {
+// The engines' work on every emitting row of the whole vocabulary after the output layer,
+// greedy requests, on every TP rank: TensorRT-LLM marks its logits FP32 and its decoder copies
+// the row (penalty layer), makes three read-write passes (softmax) and copies and re-reads it
+// (top-k): 24 bytes read and 20 written an entry. vLLM V0 casts the 16-bit logits to FP32,
+// divides by the temperature, runs softmax and log-softmax (three reads and a write each) and an
+// argmax: 34 read, 16 written; vLLM V1 the cast and the argmax: 6 read, 4 written. `none` runs
+// nothing, and the logits stay in the model's dtype but for TensorRT-LLM.
+TEST(Serving, SamplersPassOverEveryEmittingRowOfTheVocabulary) {
   const ModelConfig& m = *find_model_preset("llama3-8b");
+  using Sampler = ServingShape::Sampler;
+  struct Case {
+    Sampler sampler;
+    int ops;
+    double read, written;  // bytes an emitting row's entry
+  };
   for (const int64_t tp : {1, 4}) {
-    for (const bool trtllm : {true, false}) {
+    for (const Case c : {Case{Sampler::Trtllm, 3, 24, 20}, Case{Sampler::VllmV0, 5, 34, 16},
+                         Case{Sampler::VllmV1, 2, 6, 4}, Case{Sampler::None, 0, 0, 0}}) {
       ServingShape sh;
       sh.model = m;
       sh.tp = tp;
-      sh.trtllm_decoder = trtllm;
+      sh.sampler = c.sampler;
       IterationBatch b;
       b.tokens = 48;
       b.emitting = 40;
       b.decode_context = 40 * 100;
       const Plan plan = build_iteration_plan(sh, b, false);
-      const double row = 40.0 * static_cast<double>(m.vocab) * 4;
+      const double entries = 40.0 * static_cast<double>(m.vocab);
+      const double logit_e = c.sampler == Sampler::Trtllm ? 4 : 2;
       double read = 0, written = 0, gathered = 0;
-      int decoder_ops = 0;
+      int ops = 0;
       for (const Op& op : plan.programs[0].ops) {
         const std::string& name = plan.names[op.name];
-        if (name.starts_with("decoder_")) {
-          ++decoder_ops;
+        if (name.starts_with("decoder_") || name.starts_with("sampler_")) {
+          ++ops;
           read += static_cast<double>(op.bytes_read);
           written += static_cast<double>(op.bytes_written);
         }
         if (name == "logits") {
-          EXPECT_EQ(op.bytes_written, 40 * (m.vocab / tp) * (trtllm ? 4 : 2)) << "tp " << tp;
+          EXPECT_EQ(op.bytes_written, static_cast<int64_t>(40 * (m.vocab / tp) * logit_e)) << "tp " << tp;
         }
         if (name == "logits_gather") gathered = static_cast<double>(op.bytes);
       }
-      EXPECT_EQ(decoder_ops, trtllm ? 3 : 0);
-      EXPECT_NEAR(read, trtllm ? 6 * row : 0, 64);
-      EXPECT_NEAR(written, trtllm ? 5 * row : 0, 64);
+      EXPECT_EQ(ops, c.ops) << "tp " << tp;
+      EXPECT_NEAR(read, c.read * entries, 64) << "tp " << tp;
+      EXPECT_NEAR(written, c.written * entries, 64) << "tp " << tp;
       if (tp > 1) {
-        EXPECT_NEAR(gathered, 40.0 * static_cast<double>(m.vocab) * (trtllm ? 4 : 2), 1);
+        EXPECT_NEAR(gathered, entries * logit_e, 1);
       }
     }
   }
-  // Through the scheduler: a trtllm engine's decode step of 64 rows is slower than the same
-  // batch's under vLLM's scheduler by at least the decoder's 44 bytes an entry and the FP32
-  // logits' 2 more at the H100's peak stream, and by over twice as much for Llama 3's
-  // 128,256 entries as for a 32,000-entry vocabulary.
-  auto tpot = [](const std::string& scheduler, int64_t vocab) {
-    return metric(serve("  scheduler: " + scheduler + "\n  requests: 64\n  max_batch_size: 64\n"
+  // Through the scenario: the scheduler's engine picks the sampler (auto), and a decode step
+  // of 64 rows under TensorRT-LLM's is slower than with none by at least its 44 bytes an entry
+  // and the FP32 logits' 2 more at the H100's peak stream, and by over twice as much for
+  // Llama 3's 128,256 entries as for a 32,000-entry vocabulary.
+  auto tpot = [](const std::string& sampler, int64_t vocab) {
+    return metric(serve("  scheduler: trtllm\n  sampler: " + sampler + "\n  requests: 64\n  max_batch_size: 64\n"
                         "  max_batch_tokens: 8192\n  arrivals: {process: closed, concurrency: 64}\n"
                         "  prompt_tokens: {dist: fixed, value: 16}\n  output_tokens: {dist: fixed, value: 64}\n",
                         "llama3-8b, vocab: " + std::to_string(vocab)),
                   "tpot_s_p50");
   };
-  const double big = tpot("trtllm", 128256) - tpot("vllm-v1", 128256);
-  const double small = tpot("trtllm", 32000) - tpot("vllm-v1", 32000);
+  const double big = tpot("auto", 128256) - tpot("none", 128256);
+  const double small = tpot("auto", 32000) - tpot("none", 32000);
   EXPECT_GT(big, 64.0 * 128256 * 46 / 3.35e12);
   EXPECT_GT(big, 2 * small);
+  EXPECT_DOUBLE_EQ(tpot("auto", 128256), tpot("trtllm", 128256));
+  EXPECT_LT(tpot("vllm-v1", 128256), tpot("vllm-v0", 128256));
 }
 
 // TensorRT-LLM's runtime and decoder keep buffers for every sequence slot the engine was built
@@ -912,6 +924,7 @@ TEST(Serving, IterationTimeIsThePlansTime) {
     sh.tp = tp;
     sh.pp = pp;
     sh.weight_dtype = sh.kv_dtype = s.model.dtype;
+    sh.sampler = ServingShape::Sampler::VllmV0;  // the default scheduler's (vllm), inference.sampler auto
     Topology topo(s.cluster);
     ExecOptions eo;
     apply_calibration(s, eo.compute, eo.network);  // the engine's profile: its replica's slowest board
