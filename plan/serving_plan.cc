@@ -220,19 +220,29 @@ class IterationBuilder {
         memory("decoder_topk", 2 * f, f, -1);
         break;
       case ServingShape::Sampler::VllmV0:
-        memory("sampler_to_float", rows * logit_e, f, -1);
+        to_float(rows, logit_e);
         memory("sampler_temperature", f, f, -1);
         memory("sampler_softmax", 3 * f, f, -1);
         memory("sampler_log_softmax", 3 * f, f, -1);
         memory("sampler_argmax", f, 0, -1);
         break;
       case ServingShape::Sampler::VllmV1:
-        memory("sampler_to_float", rows * logit_e, f, -1);
+        to_float(rows, logit_e);
         memory("sampler_argmax", f, 0, -1);
         break;
       case ServingShape::Sampler::None:
         break;
     }
+  }
+
+  // `logits.to(torch.float)`: nothing for FP32 logits, else PyTorch's copy with a dtype change,
+  // a dynamic-cast loop (MemAccess::DynamicCast): its stream and issue slots an element beyond it
+  // (measured with the samplers on one H200: calibrate/measurements/sampler-h200-2026-12-04).
+  void to_float(double entries, double logit_e) {
+    if (logit_e >= 4) return;
+    memory("sampler_to_float", entries * logit_e, entries * 4.0, -1);
+    p_.ops[last_].access = MemAccess::DynamicCast;
+    p_.ops[last_].m = static_cast<int64_t>(entries);
   }
 
   // A mixture-of-experts layer as TensorRT-LLM's and vLLM's fused MoE kernels run it under
