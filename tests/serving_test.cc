@@ -465,6 +465,14 @@ TEST(Serving, SamplersPassOverEveryEmittingRowOfTheVocabulary) {
   EXPECT_GT(big, 2 * small);
   EXPECT_DOUBLE_EQ(tpot("auto", 128256), tpot("trtllm", 128256));
   EXPECT_LT(tpot("vllm-v1", 128256), tpot("vllm-v0", 128256));
+  try {
+    serve("  sampler: greedy\n");
+    ADD_FAILURE() << "an unknown sampler should be refused";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("inference.sampler"), std::string::npos) << what;
+    EXPECT_NE(what.find("vllm-v1"), std::string::npos) << what;  // the names it takes
+  }
 }
 
 // TensorRT-LLM's runtime and decoder keep buffers for every sequence slot the engine was built
