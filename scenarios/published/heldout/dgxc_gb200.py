@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""NVIDIA DGX Cloud Benchmarking v25.05 (github.com/NVIDIA/dgxc-benchmarking, tag v25.05, llama3.1/README.md,
+"Expected Performance"): Llama 3.1 405B pre-training on 128, 256 and 512 GB200 (NeMo 25.04.01, the release's
+llmb-nemo commit 7a8f1cc), seconds per step, BF16 and FP8, weak-scaled at TP 4, PP 8, CP 2, VP 8, micro-batch 1,
+GBS = GPUs / 2, sequence 8,192 ("analyze iterations 11-44 and calculate mean").
+
+The rows run the B200 405B case file (mbridge2511-llama3-405b-128xb200-fp8.yaml: the same layout, and the same
+userbuffers configuration NeMo 25.04's scripts/performance/llm/pretrain_llama31_405b.py gives the GB200,
+userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192) with what the release changes:
+  - the cluster: GB200 NVL72 racks, the GPUs as 64-GPU NVLink domains (the job's TP x PP x CP);
+  - FP8: scripts/performance/utils.py's default recipe "ds", bf16_with_fp8_mixed (delayed scaling, fp8_param_gather
+    True), grad_reduce_in_fp32 False, as the case file has it apart from the recipe;
+  - BF16: bf16_mixed (grad_reduce_in_fp32 True) and userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192
+    (proj_fprop and fc2_fprop pipelined on 32 and 8 SMs with the SM margin, qkv_wgrad 24 SMs, fc1_wgrad 2).
+Not expressed: use_precision_aware_optimizer (BF16) and the job's placement on 72-GPU racks.
+
+The same release's two H100 rows (512 GPUs, TP 8, PP 8, CP 2, VP 8, GBS 256: 19.810 s BF16, 13.020 s FP8) run the
+H100 405B case file (mbridge2511-llama3-405b-1024xh100-fp8.yaml, the NeMo configuration's userbuffers for H100) on
+64 nodes, with the same recipe changes (BF16: userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192, proj_fprop and
+fc2_fprop pipelined on 24 and 8 SMs).
+
+On the model's 64-GPU NVLink domains the pipeline's neighbours (Megatron's order, TP, CP, DP innermost, PP outermost)
+sit in one domain up to 256 GPUs and in different domains at 512, where the sends and receives posted ahead of the
+compute hold 2 network channels' SMs instead of 16 NVLink ones; where the runs' 72-GPU racks put them is not stated.
+
+Each GB200 row runs with the GB200's own power model (1,200 W board) and with the B200's (1,000 W, 1,420 TFLOP/s at the
+cap, docs/model.md "Clocks under the power cap"). Run from the repository root after ./setup.sh (about a minute on
+two cores):
+    python3 scenarios/published/heldout/dgxc_gb200.py [--set key=value ...]"""
+import json, os, re, subprocess, sys, concurrent.futures as cf
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+TRAINING = os.path.join(ROOT, 'scenarios', 'published', 'training')
+BASE = os.path.join(TRAINING, 'mbridge2511-llama3-405b-128xb200-fp8.yaml')
+H100 = os.path.join(TRAINING, 'mbridge2511-llama3-405b-1024xh100-fp8.yaml')
+# (precision, GPUs) -> seconds per step, v25.05 llama3.1/README.md
+PUBLISHED = {('bf16', 128): 9.347, ('bf16', 256): 9.484, ('bf16', 512): 9.508,
+             ('fp8', 128): 6.131, ('fp8', 256): 6.183, ('fp8', 512): 6.244}
+H100_PUBLISHED = {'bf16': 19.810, 'fp8': 13.020}  # 512 H100
+H100_BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_gather=false',
+             'parallel.grad_reduce_dtype=fp32', 'parallel.tp_overlap_reduce_scatter=pipeline',
+             'parallel.tp_overlap_proj_sms=24', 'parallel.tp_overlap_fc2_sms=8', 'parallel.tp_overlap_sm_margin=true']
+FP8 = ['training.fp8_recipe=delayed']
+BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_gather=false', 'parallel.grad_reduce_dtype=fp32',
+        'parallel.tp_overlap_reduce_scatter=pipeline', 'parallel.tp_overlap_proj_sms=32', 'parallel.tp_overlap_fc2_sms=8',
+        'parallel.tp_overlap_sm_margin=true', 'parallel.tp_overlap_qkv_wgrad_sms=24', 'parallel.tp_overlap_fc1_wgrad_sms=2']
+B200_POWER = ['cluster.gpu_spec.power_limit=1000', 'cluster.gpu_spec.capped_bf16_tflops=1420',
+              'cluster.gpu_spec.idle_power=177', 'cluster.gpu_spec.stream_power=914']
+
+args = sys.argv[1:]
+extra = [args[i + 1] for i in range(len(args) - 1) if args[i] == '--set']
+
+
+def sets_for(dtype, gpus):
+    domains = gpus // 64
+    return (['cluster.preset=dgx-gb200-nvl72', 'cluster.gpus_per_node=64', 'cluster.nodes=%d' % domains,
+             'parallel.dp=%d' % domains, 'training.global_batch=%d' % (gpus // 2)] +
+            (FP8 if dtype == 'fp8' else BF16))
+
+
+def run(job):
+    path, sets = job
+    cmd = [os.path.join(ROOT, 'build', 'clustersim'), 'run', path, '--json']
+    for s in sets + extra:
+        cmd += ['--set', s]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        return json.loads(p.stdout)['iteration_time_s'], ''
+    except ValueError:
+        msg = (p.stderr.strip().splitlines() or ['no output'])[-1]
+        need = re.search(r'([0-9.]+ GiB) per GPU needed, ([0-9.]+ GiB) available', msg)
+        return None, ('the memory model refuses it: %s a GPU needed, %s available (the run fit)' % need.groups()
+                      if need else msg.split('error: ')[-1][:120])
+
+
+keys = sorted(PUBLISHED)
+h100_sets = {'fp8': ['cluster.nodes=64', 'parallel.dp=4', 'training.global_batch=256', 'training.fp8_recipe=delayed'],
+             'bf16': ['cluster.nodes=64', 'parallel.dp=4', 'training.global_batch=256'] + H100_BF16}
+jobs = ([(BASE, sets_for(d, g)) for d, g in keys] + [(BASE, sets_for(d, g) + B200_POWER) for d, g in keys] +
+        [(H100, h100_sets[d]) for d in ('bf16', 'fp8')])
+with cf.ThreadPoolExecutor(2) as ex:
+    out = list(ex.map(run, jobs))
+own, b200, h100 = out[:len(keys)], out[len(keys):2 * len(keys)], out[2 * len(keys):]
+
+print('%-16s %9s %9s %8s %14s %8s' % ('row', 'published', 'model', 'error', "B200's power", 'error'))
+errs = {'own': [], 'b200': []}
+for (dtype, gpus), (t, why), (tb, _) in zip(keys, own, b200):
+    pub = PUBLISHED[(dtype, gpus)]
+    if t is None:
+        print('%-16s %9.3f %s' % ('%s %d GPUs' % (dtype.upper(), gpus), pub, why))
+        continue
+    e = 100 * (t / pub - 1)
+    errs['own'].append(abs(e))
+    line = '%-16s %9.3f %9.3f %+7.1f%%' % ('%s %d GPUs' % (dtype.upper(), gpus), pub, t, e)
+    if tb is not None:
+        eb = 100 * (tb / pub - 1)
+        errs['b200'].append(abs(eb))
+        line += ' %14.3f %+7.1f%%' % (tb, eb)
+    print(line)
+for k, name in (('own', "the GB200's power"), ('b200', "the B200's power")):
+    if errs[k]:
+        print('mean absolute error in step time with %s: %.1f %% (%d rows)' % (name, sum(errs[k]) / len(errs[k]),
+                                                                            len(errs[k])))
+for d, (t, why) in zip(('bf16', 'fp8'), h100):
+    pub = H100_PUBLISHED[d]
+    if t is None:
+        print('%-16s %9.3f %s' % ('H100 %s 512' % d.upper(), pub, why))
+    else:
+        print('%-16s %9.3f %9.3f %+7.1f%%' % ('H100 %s 512' % d.upper(), pub, t, 100 * (t / pub - 1)))
