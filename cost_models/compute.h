@@ -180,8 +180,10 @@ struct ComputeProfile {
   // Channels of an NCCL collective, one thread block on one SM each for as long as it
   // runs: 16 on 8-GPU NVSwitch nodes, alone and across nodes (NCCL's "16 coll channels"
   // on 8 x H800, "Channel 00/16" on 2 x 8 H100; NVIDIA/nccl issues 892, 1538). A send or
-  // receive to a GPU of the same node uses as many ("16 p2p channels per peer"), one to a
-  // network peer two (ncclTopoGetNchannels: 2 per NIC; NCCL_NCHANNELS_PER_NET_PEER).
+  // receive uses as many ("16 p2p channels per peer") while its communicator is within one
+  // node, two once any of its ranks is elsewhere, whatever the peer (ncclTopoGetNchannels:
+  // 2 per NIC, NCCL_NCHANNELS_PER_NET_PEER; ncclTopoComputeP2pChannels takes the fewest of
+  // any pair).
   int nccl_channels = 16;
   int nccl_net_peer_channels = 2;
   int gemm_tile_m = 128;
@@ -218,7 +220,7 @@ double beside_blocks(OpKind kind, const GpuSpec& gpu, int blocks);
 size_t overlap_kind_index(OpKind kind);
 // The same beside an NCCL collective (the profile's measured `collective` row, else
 // nccl_channels blocks) and beside a send or receive posted ahead (the `p2p` row, else
-// nccl_channels blocks to a peer in the node, nccl_net_peer_channels across the network).
+// nccl_channels blocks in a group within one node, nccl_net_peer_channels in one that is not).
 double beside_collective(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile);
 double beside_p2p(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile, bool network_peer);
 // The same beside a userbuffers kernel of `held_sms` blocks (Transformer Engine's pipelined

@@ -218,11 +218,15 @@ class Executor {
     }
     group_expected_.resize(plan_.groups.size());
     group_gpus_.resize(plan_.groups.size());
+    group_spans_nodes_.assign(plan_.groups.size(), 0);
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       for (int32_t r : plan_.groups[g].ranks) {
         group_expected_[g] += simulated_[static_cast<size_t>(r)];
         group_gpus_[g].push_back(plan_.rank_gpu[static_cast<size_t>(r)]);
       }
+      const auto& gpus = group_gpus_[g];
+      for (int32_t gpu : gpus)
+        if (topo_.node_of(gpu) != topo_.node_of(gpus.front())) group_spans_nodes_[g] = 1;
     }
   }
 
@@ -253,13 +257,16 @@ class Executor {
     return beside_nccl_[m];
   }
 
-  // A send or receive posted ahead of compute whose peer is on another node (its channels:
-  // nccl_net_peer_channels, not nccl_channels).
+  // A send or receive posted ahead of compute that runs on a network peer's channel count
+  // (nccl_net_peer_channels, not nccl_channels). NCCL gives every peer of a communicator the
+  // same count, the fewest any pair of its ranks allows (ncclTopoComputeP2pChannels: the
+  // minimum of ncclTopoGetNchannels over the local GPUs and every rank, a rank outside the
+  // node counting as a network peer): so the count is the network's as soon as the group
+  // (the communicator the op runs on) leaves the node, even to a peer in the same node.
   bool network_peer(int32_t rank, const Op& op) const {
-    const int32_t peer = p2p_peer(plan_, rank, op);
-    if (peer < 0) return false;
-    return topo_.node_of(plan_.rank_gpu[static_cast<size_t>(rank)]) !=
-           topo_.node_of(plan_.rank_gpu[static_cast<size_t>(peer)]);
+    const int32_t group = plan_.group_of(rank, op.group);
+    if (group < 0 || p2p_peer(plan_, rank, op) < 0) return false;
+    return group_spans_nodes_[static_cast<size_t>(group)] != 0;
   }
 
   // Kernel times for rank `r` of program `p`. Every GPU the same model: the program's
@@ -718,6 +725,7 @@ class Executor {
   std::vector<RankState> slots_;
   std::vector<uint32_t> group_expected_;
   std::vector<std::vector<int32_t>> group_gpus_;
+  std::vector<uint8_t> group_spans_nodes_;  // a group's GPUs are on more than one node
   std::unordered_map<uint64_t, Rendezvous> rendezvous_;
   std::map<std::tuple<int32_t, int, int64_t>, CollectiveResult> memo_;
   std::vector<std::vector<SpanRecord>> slot_spans_;  // by slot, in completion order

@@ -154,6 +154,81 @@ TEST(Executor, GemmBesideACollectiveLosesTheSmsItsChannelsHold) {
   EXPECT_EQ(beside.at({1, 2}), alone.at({1, 2}));  // after the collective ended
 }
 
+// A receive posted ahead of the compute holds its channels' SMs beside the kernels that
+// start while it waits. NCCL gives each peer of a communicator as many p2p channels as the
+// worst pair of its ranks allows (ncclTopoComputeP2pChannels): 16 when every rank is in
+// the node, the network peer's 2 as soon as one is not, even for a peer in the same node.
+// Rank 0 receives from rank 1 (GPUs 0 and 1, one node) while a GEMM runs: beside 16 held
+// SMs it takes 1.29, beside 2 it takes 1.077, and only the group's third rank on the other
+// node (GPU 8) tells the two apart.
+TEST(Executor, APostedReceiveHoldsTheChannelsItsWholeGroupAllows) {
+  ClusterSpec two = one_dgx();
+  two.nodes = 2;
+  Topology topo(two);
+  auto plan = [](bool group_leaves_the_node) {
+    Plan p;
+    p.world_size = group_leaves_the_node ? 3 : 2;
+    p.rank_gpu = {0, 1};
+    if (group_leaves_the_node) p.rank_gpu.push_back(8);
+    for (int32_t r = 0; r < p.world_size; ++r) p.mirror_of.push_back(r);
+    std::array<int32_t, kGroupKinds> none{};
+    none.fill(-1);
+    p.rank_groups.assign(static_cast<size_t>(p.world_size), none);
+    std::vector<int32_t> members = {0, 1};
+    if (group_leaves_the_node) members.push_back(2);
+    p.add_group(GroupKind::PP, members);
+    for (int32_t r = 0; r < p.world_size; ++r) {
+      Program prog;
+      prog.name = "r" + std::to_string(r);
+      const uint8_t compute = prog.stream("compute");
+      const uint8_t pp = prog.stream("pp");
+      Op p2p;
+      p2p.stream = pp;
+      p2p.group = GroupKind::PP;
+      p2p.bytes = 1'000'000;
+      p2p.overlaps_compute = true;
+      if (r == 0) {
+        p2p.kind = OpKind::Recv;
+        p2p.peer = 1;
+        p2p.name = p.intern("recv");
+        prog.add(p2p);
+        Op g = gemm_op(4096, 8192, 8192);
+        g.stream = compute;
+        g.name = p.intern("gemm");
+        prog.add(g);
+      } else {
+        Op wait = memory_op(20'000'000'000);  // rank 1 sends long after rank 0's GEMM is done
+        wait.stream = compute;
+        wait.name = p.intern("wait");
+        const uint32_t w = prog.add(wait);
+        if (r == 1) {
+          p2p.kind = OpKind::Send;
+          p2p.peer = 0;
+          p2p.name = p.intern("send");
+          prog.add(p2p, {w});
+        }
+      }
+      p.programs.push_back(prog);
+      p.rank_program.push_back(static_cast<uint32_t>(r));
+    }
+    return p;
+  };
+  auto gemm_ratio = [&](bool group_leaves_the_node) {
+    const Plan p = plan(group_leaves_the_node);
+    auto gemm = [&](bool measured_one) {
+      ExecOptions opt;
+      opt.compute.power_cap = false;
+      if (measured_one) opt.compute.overlap_slowdown[0].fill(1.0);
+      for (const SpanRecord& s : execute_plan(p, topo, opt).spans)
+        if (s.rank == 0 && s.op == 1) return static_cast<double>(s.end_ps - s.start_ps);
+      return 0.0;
+    };
+    return gemm(false) / gemm(true);
+  };
+  EXPECT_NEAR(gemm_ratio(false), 1.29, 1e-6);
+  EXPECT_NEAR(gemm_ratio(true), 1.077, 1e-6);
+}
+
 // CUDA_LAUNCH_BLOCKING=1: the host issues each op only once every earlier op of its rank
 // has finished, whatever the stream, and a kernel starts blocking_launch_s after its
 // issue. Rank 0's second kernel, which ran beside the all-reduce, now follows it:
