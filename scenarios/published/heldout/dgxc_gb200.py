@@ -24,8 +24,8 @@ domains at every size, so its sends and receives run on NCCL's network channel c
 communication").
 
 Each GB200 row runs with the preset's power model (a B200's sustained rate, 1,000 W) and with the board's 1,200 W
-rating (1,765 TFLOP/s at the cap), docs/model.md "Clocks under the power cap". Run from the repository root after ./setup.sh (about a minute on
-two cores):
+rating (1,765 TFLOP/s at the cap), docs/model.md "Clocks under the power cap". Run from the repository root after
+./setup.sh (about a minute on two cores):
     python3 scenarios/published/heldout/dgxc_gb200.py [--set key=value ...]"""
 import json, os, re, subprocess, sys, concurrent.futures as cf
 
@@ -39,11 +39,13 @@ PUBLISHED = {('bf16', 128): 9.347, ('bf16', 256): 9.484, ('bf16', 512): 9.508,
 H100_PUBLISHED = {'bf16': 19.810, 'fp8': 13.020}  # 512 H100
 H100_BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_gather=false',
              'parallel.grad_reduce_dtype=fp32', 'parallel.tp_overlap_reduce_scatter=pipeline',
-             'parallel.tp_overlap_proj_sms=24', 'parallel.tp_overlap_fc2_sms=8', 'parallel.tp_overlap_sm_margin=true']
+             'parallel.tp_overlap_proj_sms=24', 'parallel.tp_overlap_fc2_sms=8',
+             'parallel.tp_overlap_sm_margin=true']
 FP8 = ['training.fp8_recipe=delayed']
-BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_gather=false', 'parallel.grad_reduce_dtype=fp32',
-        'parallel.tp_overlap_reduce_scatter=pipeline', 'parallel.tp_overlap_proj_sms=32', 'parallel.tp_overlap_fc2_sms=8',
-        'parallel.tp_overlap_sm_margin=true', 'parallel.tp_overlap_qkv_wgrad_sms=24', 'parallel.tp_overlap_fc1_wgrad_sms=2']
+BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_gather=false',
+        'parallel.grad_reduce_dtype=fp32', 'parallel.tp_overlap_reduce_scatter=pipeline',
+        'parallel.tp_overlap_proj_sms=32', 'parallel.tp_overlap_fc2_sms=8', 'parallel.tp_overlap_sm_margin=true',
+        'parallel.tp_overlap_qkv_wgrad_sms=24', 'parallel.tp_overlap_fc1_wgrad_sms=2']
 RATED = ['cluster.gpu_spec.power_limit=1200', 'cluster.gpu_spec.capped_bf16_tflops=1765']  # the board's rating
 
 args = sys.argv[1:]

@@ -7,7 +7,8 @@ nothing else changed). The 25.11 rows that are cases are printed beside them for
 
 Each GB200 row runs twice: with the preset's power model (a B200's sustained rate, 1,000 W and 1,420 TFLOP/s at the
 cap, docs/model.md "Clocks under the power cap") and with the board's 1,200 W rating (1,765 TFLOP/s at the cap, the
-same energy per FLOP). The archive's GB200/B200 pairs on one layout sit within -7...+5 % of each other. Run from the repository root after ./setup.sh (about 15 seconds on two cores):
+same energy per FLOP). The archive's GB200/B200 pairs on one layout sit within -7...+5 % of each other. Run from
+the repository root after ./setup.sh (about 15 seconds on two cores):
     python3 scenarios/published/heldout/mbridge_blackwell.py [--set key=value ...]"""
 import json, os, subprocess, sys, concurrent.futures as cf
 
