@@ -27,9 +27,10 @@ Each GB200 row runs with the preset's power model (a B200's sustained rate, 1,00
 rating (1,765 TFLOP/s at the cap), docs/model.md "Clocks under the power cap". Run from the repository root after
 ./setup.sh (about a minute on two cores):
     python3 scenarios/published/heldout/dgxc_gb200.py [--set key=value ...]"""
-import json, os, re, subprocess, sys, concurrent.futures as cf
+import os, sys, concurrent.futures as cf
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+from heldout_run import ROOT, extra_sets, memory_refusal, run_json
+
 TRAINING = os.path.join(ROOT, 'scenarios', 'published', 'training')
 BASE = os.path.join(TRAINING, 'mbridge2511-llama3-405b-128xb200-fp8.yaml')
 H100 = os.path.join(TRAINING, 'mbridge2511-llama3-405b-1024xh100-fp8.yaml')
@@ -48,8 +49,7 @@ BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_g
         'parallel.tp_overlap_qkv_wgrad_sms=24', 'parallel.tp_overlap_fc1_wgrad_sms=2']
 RATED = ['cluster.gpu_spec.power_limit=1200', 'cluster.gpu_spec.capped_bf16_tflops=1765']  # the board's rating
 
-args = sys.argv[1:]
-extra = [args[i + 1] for i in range(len(args) - 1) if args[i] == '--set']
+extra = extra_sets(sys.argv[1:])
 
 
 def sets_for(dtype, gpus):
@@ -61,17 +61,12 @@ def sets_for(dtype, gpus):
 
 def run(job):
     path, sets = job
-    cmd = [os.path.join(ROOT, 'build', 'clustersim'), 'run', path, '--json']
-    for s in sets + extra:
-        cmd += ['--set', s]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    try:
-        return json.loads(p.stdout)['iteration_time_s'], ''
-    except ValueError:
-        msg = (p.stderr.strip().splitlines() or ['no output'])[-1]
-        need = re.search(r'([0-9.]+ GiB) per GPU needed, ([0-9.]+ GiB) available', msg)
-        return None, ('the memory model refuses it: %s a GPU needed, %s available (the run fit)' % need.groups()
-                      if need else msg.split('error: ')[-1][:120])
+    d, why = run_json(path, sets + extra)
+    if d is not None:
+        return d['iteration_time_s'], ''
+    need = memory_refusal(why)
+    return None, ('the memory model refuses it: %s a GPU needed, %s available (the run fit)' % need if need
+                  else why.split('error: ')[-1][:120])
 
 
 keys = sorted(PUBLISHED)

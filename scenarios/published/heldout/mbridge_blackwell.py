@@ -10,9 +10,10 @@ cap, docs/model.md "Clocks under the power cap") and with the board's 1,200 W ra
 same energy per FLOP). The archive's GB200/B200 pairs on one layout sit within -7...+5 % of each other. Run from
 the repository root after ./setup.sh (about 15 seconds on two cores):
     python3 scenarios/published/heldout/mbridge_blackwell.py [--set key=value ...]"""
-import json, os, subprocess, sys, concurrent.futures as cf
+import os, sys, concurrent.futures as cf
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+from heldout_run import ROOT, extra_sets, run_json
+
 CASES = os.path.join(ROOT, 'scenarios', 'published', 'training')
 B200_8B = os.path.join(CASES, 'mbridge2511-llama3-8b-8xb200-fp8.yaml')
 GB200_8B = os.path.join(CASES, 'mbridge2511-llama3-8b-8xgb200-fp8.yaml')
@@ -34,21 +35,13 @@ ROWS = [
 PAIRS = [('25.11 8B FP8-CS', 31508, 30624), ('25.11 8B FP8-MX', 29789, 29521), ('25.09 8B FP8-CS', 31357, 29994),
          ('25.09 8B FP8-MX', 29925, 29388), ('25.09 405B FP8-MX, 128 GPUs, TP 4 PP 8 CP 2 VP 8', 578, 622)]
 
-args = sys.argv[1:]
-extra = [args[i + 1] for i in range(len(args) - 1) if args[i] == '--set']
+extra = extra_sets(sys.argv[1:])
 
 
 def run(job):
     path, sets = job
-    cmd = [os.path.join(ROOT, 'build', 'clustersim'), 'run', path, '--json']
-    for s in sets + extra:
-        cmd += ['--set', s]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    try:
-        d = json.loads(p.stdout)
-    except ValueError:
-        return None, (p.stderr.strip().splitlines() or ['no output'])[-1]
-    return d['tokens_per_s'] / d['gpus'], ''
+    d, why = run_json(path, sets + extra)
+    return (d['tokens_per_s'] / d['gpus'], '') if d is not None else (None, why)
 
 
 jobs = []

@@ -9,9 +9,10 @@ stages are not stated, and every point is run over the same band as the table's 
 The chart's FLOPs are Megatron-Core r0.8.0's count (the whole attention square), so the model's iteration time is
 turned into that count here. Run from the repository root after ./setup.sh (about four minutes on two cores):
     python3 scenarios/published/heldout/megatron_readme_strong.py [--set key=value ...]"""
-import json, os, re, subprocess, sys, concurrent.futures as cf
+import os, sys, concurrent.futures as cf
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
+from heldout_run import ROOT, extra_sets, memory_refusal, run_json
+
 BASE = os.path.join(ROOT, 'scenarios', 'published', 'training', 'megatron-core-h100-gpt-177b-2304xh100.yaml')
 # GPUs -> TFLOP/s a GPU: the chart's aggregate PFLOP/s over its GPUs (the ends within the README's rounded MFU)
 PUBLISHED = {96: 460.4, 144: 459.7, 288: 457.6, 576: 454.9, 1152: 448.1, 2304: 434.7, 3072: 426.0, 4608: 414.6}
@@ -21,15 +22,14 @@ B, S, L, H, V, F = 1152, 4096, 96, 12288, 131072, 49152
 FLOPS = 12 * B * S * L * H * H * (1 + 1 + S / H + F / H) + 6 * B * S * H * V
 BAND = [(mb, 'interleaved-1f1b', v) for mb in (1, 2, 4) for v in (2, 4, 8)] + [(mb, '1f1b', 1) for mb in (1, 2, 4)]
 
-args = sys.argv[1:]
-extra = [args[i + 1] for i in range(len(args) - 1) if args[i] == '--set']
+extra = extra_sets(sys.argv[1:])
 
 
 def headline():
     """The case file's own micro-batch, schedule and virtual stages, read from its run."""
-    p = subprocess.run([os.path.join(ROOT, 'build', 'clustersim'), 'run', BASE, '--json'], capture_output=True,
-                       text=True, check=True)
-    d = json.loads(p.stdout)
+    d, why = run_json(BASE, [])
+    if d is None:
+        sys.exit(why)
     v = d['virtual_stages']
     return d['global_batch'] // (d['dp'] * d['micro_batches']), 'interleaved-1f1b' if v > 1 else '1f1b', v
 
@@ -39,18 +39,12 @@ HEADLINE = headline()
 
 def run(job):
     gpus, (mb, schedule, v) = job
-    cmd = [os.path.join(ROOT, 'build', 'clustersim'), 'run', BASE, '--json']
     sets = ['cluster.nodes=%d' % (gpus // 8), 'parallel.dp=%d' % (gpus // 48), 'parallel.micro_batch=%d' % mb,
             'parallel.schedule=%s' % schedule, 'parallel.virtual_stages=%d' % v]
-    for s in sets + extra:
-        cmd += ['--set', s]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    try:
-        d = json.loads(p.stdout)
-    except ValueError:
-        msg = (p.stderr.strip().splitlines() or ['no output'])[-1]
-        need = re.search(r'([0-9.]+ GiB) per GPU needed', msg)
-        return job, None, 'does not fit: %s a GPU' % need.group(1) if need else msg.split('error: ')[-1][:120]
+    d, why = run_json(BASE, sets + extra)
+    if d is None:
+        need = memory_refusal(why)
+        return job, None, 'does not fit: %s a GPU' % need[0] if need else why.split('error: ')[-1][:120]
     return job, FLOPS / d['iteration_time_s'] / gpus / 1e12, ''
 
 
