@@ -14,6 +14,14 @@ userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192) with what the release chang
     (proj_fprop and fc2_fprop pipelined on 32 and 8 SMs with the SM margin, qkv_wgrad 24 SMs, fc1_wgrad 2).
 Not expressed: use_precision_aware_optimizer (BF16) and the job's placement on 72-GPU racks.
 
+The same release's Nemotron-4 340B FP8 rows on GB200 (nemotron/README.md: TP 8, PP 4, VP 12, micro-batch 1; weak
+scaling at GBS = GPUs / 4, 1.483 / 1.517 / 1.549 s on 128 / 256 / 512 GPUs, and strong scaling at GBS 512, 21.83 /
+11.21 / 5.668 s; `--cuda_graphs true` on GB200) run the H100 340B case file (dgxc2502-nemotron4-340b-128xh100-fp8.yaml)
+with NeMo 25.04's settings where they differ from v25.02's: the distributed optimizer (ZeRO 1), no activation recompute,
+the default attention backend, userbuffers_fp8_b200_h18432_tp8_mbs1_seqlen4096 (ring-exchange reduce-scatters; bulk
+overlaps of 8, 32, 2 and 8 SMs). Its BF16 rows are left out: their configuration pipelines FC2's reduce-scatter and
+ring-exchanges the projection's, which one key cannot say.
+
 The same release's two H100 rows (512 GPUs, TP 8, PP 8, CP 2, VP 8, GBS 256: 19.810 s BF16, 13.020 s FP8) run the
 H100 405B case file (mbridge2511-llama3-405b-1024xh100-fp8.yaml, the NeMo configuration's userbuffers for H100) on
 64 nodes, with the same recipe changes (BF16: userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192, proj_fprop and
@@ -38,6 +46,15 @@ H100 = os.path.join(TRAINING, 'mbridge2511-llama3-405b-1024xh100-fp8.yaml')
 PUBLISHED = {('bf16', 128): 9.347, ('bf16', 256): 9.484, ('bf16', 512): 9.508,
              ('fp8', 128): 6.131, ('fp8', 256): 6.183, ('fp8', 512): 6.244}
 H100_PUBLISHED = {'bf16': 19.810, 'fp8': 13.020}  # 512 H100
+NEMOTRON = os.path.join(TRAINING, 'dgxc2502-nemotron4-340b-128xh100-fp8.yaml')
+# (GPUs, GBS) -> seconds per step, v25.05 nemotron/README.md, Nemotron 340b FP8 GB200 (weak, then strong scaling)
+NEMOTRON_PUBLISHED = {(128, 32): 1.483, (256, 64): 1.517, (512, 128): 1.549,
+                      (128, 512): 21.83, (256, 512): 11.21, (512, 512): 5.668}
+NEMOTRON_SETS = ['cluster.preset=dgx-gb200-nvl72', 'cluster.gpus_per_node=64', 'parallel.pp=4',
+                 'parallel.virtual_stages=12', 'parallel.zero_stage=1',
+                 'parallel.tp_overlap_reduce_scatter=ring-exchange', 'parallel.tp_overlap_qkv_dgrad_sms=8',
+                 'parallel.tp_overlap_qkv_wgrad_sms=32', 'parallel.tp_overlap_fc1_dgrad_sms=2',
+                 'parallel.tp_overlap_fc1_wgrad_sms=8', 'training.recompute=none', 'training.attention=flash']
 H100_BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_gather=false',
              'parallel.grad_reduce_dtype=fp32', 'parallel.tp_overlap_reduce_scatter=pipeline',
              'parallel.tp_overlap_proj_sms=24', 'parallel.tp_overlap_fc2_sms=8',
@@ -72,11 +89,17 @@ def run(job):
 keys = sorted(PUBLISHED)
 h100_sets = {'fp8': ['cluster.nodes=64', 'parallel.dp=4', 'training.global_batch=256', 'training.fp8_recipe=delayed'],
              'bf16': ['cluster.nodes=64', 'parallel.dp=4', 'training.global_batch=256'] + H100_BF16}
+nkeys = list(NEMOTRON_PUBLISHED)
+nemotron_sets = {(n, g): NEMOTRON_SETS + ['cluster.nodes=%d' % (n // 64), 'parallel.dp=%d' % (n // 32),
+                                         'training.global_batch=%d' % g] for n, g in nkeys}
 jobs = ([(BASE, sets_for(d, g)) for d, g in keys] + [(BASE, sets_for(d, g) + RATED) for d, g in keys] +
-        [(H100, h100_sets[d]) for d in ('bf16', 'fp8')])
+        [(H100, h100_sets[d]) for d in ('bf16', 'fp8')] + [(NEMOTRON, nemotron_sets[k]) for k in nkeys] +
+        [(NEMOTRON, nemotron_sets[k] + RATED) for k in nkeys])
 with cf.ThreadPoolExecutor(2) as ex:
     out = list(ex.map(run, jobs))
-own, b200, h100 = out[:len(keys)], out[len(keys):2 * len(keys)], out[2 * len(keys):]
+n = len(keys)
+own, b200, h100 = out[:n], out[n:2 * n], out[2 * n:2 * n + 2]
+nem, nem_rated = out[2 * n + 2:2 * n + 2 + len(nkeys)], out[2 * n + 2 + len(nkeys):]
 
 print('%-16s %9s %9s %8s %14s %8s' % ('row', 'published', 'model', 'error', "at 1,200 W", 'error'))
 errs = {'own': [], 'b200': []}
@@ -103,3 +126,20 @@ for d, (t, why) in zip(('bf16', 'fp8'), h100):
         print('%-16s %9.3f %s' % ('H100 %s 512' % d.upper(), pub, why))
     else:
         print('%-16s %9.3f %9.3f %+7.1f%%' % ('H100 %s 512' % d.upper(), pub, t, 100 * (t / pub - 1)))
+print()
+print('%-30s %9s %9s %8s %14s %8s' % ('Nemotron-4 340B FP8, GB200', 'published', 'model', 'error', 'at 1,200 W',
+                                      'error'))
+errs = []
+for (gpus, gbs), (t, why), (tr, _) in zip(nkeys, nem, nem_rated):
+    pub = NEMOTRON_PUBLISHED[(gpus, gbs)]
+    label = '%d GPUs, GBS %d' % (gpus, gbs)
+    if t is None:
+        print('%-30s %9.3f %s' % (label, pub, why))
+        continue
+    errs.append(abs(100 * (t / pub - 1)))
+    line = '%-30s %9.3f %9.3f %+7.1f%%' % (label, pub, t, 100 * (t / pub - 1))
+    if tr is not None:
+        line += ' %14.3f %+7.1f%%' % (tr, 100 * (tr / pub - 1))
+    print(line)
+if errs:
+    print('mean absolute error in step time: %.1f %% (%d rows)' % (sum(errs) / len(errs), len(errs)))
