@@ -102,6 +102,9 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_gather_once = p.zero_stage >= 3 && p.zero3_param_gather == "step";
   l.zero3_grad_once = p.zero_stage >= 3 && p.zero3_grad_sync == "step";
   l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
+  l.zero3_prefetch = p.zero3_backward_prefetch == "none"   ? TrainingLayout::Zero3Prefetch::None
+                     : p.zero3_backward_prefetch == "post" ? TrainingLayout::Zero3Prefetch::Post
+                                                           : TrainingLayout::Zero3Prefetch::Pre;
   l.eager = s.training.framework == "pytorch-eager";
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
   l.rope_fusion = s.training.rope_fusion;
@@ -134,6 +137,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
                       : p.zero3_grad_sync != "micro-batch"  ? "parallel.zero3_grad_sync"
                       : p.fsdp_param_dtype != "auto"        ? "parallel.fsdp_param_dtype"
                       : p.fsdp_reduce_dtype != "auto"       ? "parallel.fsdp_reduce_dtype"
+                      : s.marks.count("parallel.zero3_backward_prefetch") ? "parallel.zero3_backward_prefetch"
                                                             : nullptr;
     if (key) fail(s, key, std::string(key) + " shapes ZeRO 3 / FSDP, expected parallel.zero_stage: 3");
   }
@@ -831,7 +835,39 @@ class StageBuilder {
   }
 
   // ---- ZeRO-3 parameter gathers and gradient scatters, per layer ----------------------
-  uint32_t zero3_gather(Phase ph, int32_t L, uint32_t after) {
+  // Whether each backward gathers its layer's parameters again (ZeRO 3 per micro-batch).
+  bool zero3_backward_gathers() const {
+    return l_.zero_stage >= 3 && l_.dp * l_.cp > 1 && !l_.zero3_gather_once && !l_.zero3_keep_for_backward;
+  }
+  // The backward's gather for layer L: the one prefetched for it, else issued now.
+  uint32_t zero3_backward_gather(int32_t L, uint32_t after) {
+    if (prefetched_layer_ == L) {
+      prefetched_layer_ = -1;
+      return prefetched_gather_;
+    }
+    return zero3_gather(Phase::Backward, L, after);
+  }
+  // At the start of layer `L`'s backward, `below` next: under BACKWARD_PRE the gather of
+  // `below` is issued now, before L's gradient kernels (on the DP stream it follows the
+  // layer above's reduce-scatter and runs beside L's backward); under BACKWARD_POST it is
+  // issued once they finish, ahead of L's reduce-scatter (zero3_prefetch_after).
+  void zero3_prefetch_below(int32_t below) {
+    if (below < 0 || !zero3_backward_gathers()) return;
+    if (l_.zero3_prefetch == TrainingLayout::Zero3Prefetch::Pre) {
+      prefetched_gather_ = zero3_gather(Phase::Backward, below, kNone);
+      prefetched_layer_ = below;
+    } else if (l_.zero3_prefetch == TrainingLayout::Zero3Prefetch::Post) {
+      post_prefetch_layer_ = below;
+    }
+  }
+  void zero3_prefetch_after(uint32_t grads_ready) {
+    if (post_prefetch_layer_ < 0) return;
+    prefetched_gather_ = zero3_gather(Phase::Backward, post_prefetch_layer_, kNone, grads_ready);
+    prefetched_layer_ = post_prefetch_layer_;
+    post_prefetch_layer_ = -1;
+  }
+
+  uint32_t zero3_gather(Phase ph, int32_t L, uint32_t after, uint32_t wait = kNone) {
     if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
     // Gathered once: what the first micro-batch's forward gathered stays until the step
     // ends (torch.distributed.pipelining turns FSDP's reshard off for all but the last
@@ -841,13 +877,15 @@ class StageBuilder {
     if (l_.zero3_keep_for_backward && ph != Phase::Forward) return after;
     const double pe = dtype_bits(l_.fsdp_param_dtype) / 8.0;
     // Prefetched: the gather for this layer is issued on the DP stream as soon as the
-    // previous gather finished, and the layer's first op waits for it.
+    // ops before it there finished (and `wait`, the post-backward hook that issues it), and
+    // the layer's first op waits for it.
+    const std::vector<uint32_t> issued = wait == kNone ? std::vector<uint32_t>{} : deps(wait);
     uint32_t g = add_coll(ph == Phase::Forward ? "zero3-param-allgather" : "zero3-param-allgather-bwd",
                           CollectiveKind::AllGather, GroupKind::DP, dp_, ph, L,
-                          layer_dense_params(L) * pe, {});
+                          layer_dense_params(L) * pe, issued);
     if (layer_expert_params(L) > 0 && l_.dp * l_.cp / l_.ep > 1)
       g = add_coll("zero3-expert-allgather", CollectiveKind::AllGather, GroupKind::EDP, dp_, ph, L,
-                   layer_expert_params(L) * pe, {});
+                   layer_expert_params(L) * pe, issued);
     (void)after;
     return g;
   }
@@ -1485,6 +1523,7 @@ class StageBuilder {
     const uint32_t qd = eager_linear_backward("qkv", L, h, qkv_, at, acc);
     g = eager_norm_backward("autocast-cast-qkv-input-grad", "layernorm-1-backward", "layernorm-1-weight-grad",
                             "residual-grad-add-attn", L, qd, r, acc);
+    zero3_prefetch_after(g);
     if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), 0, g);
     return g;
   }
@@ -1735,8 +1774,9 @@ class StageBuilder {
     }
     for (int64_t i = chunk_layers(chunk) - 1; i >= 0; --i) {
       const int32_t L = layer_of(chunk, i);
-      const uint32_t zg = zero3_gather(Phase::Backward, L, g);
+      const uint32_t zg = zero3_backward_gather(L, g);
       if (zg != g) g = join(g, zg);
+      zero3_prefetch_below(i > 0 ? layer_of(chunk, i - 1) : -1);
       if (l_.eager) {
         if (l_.recompute == "full") {
           recomputing_ = true;
@@ -1794,6 +1834,7 @@ class StageBuilder {
                                        Phase::Backward, L, deps(at), h, qkv_, qkv_wgrad);
       g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                      12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
+      zero3_prefetch_after(g);
       if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
     }
     if (first_virtual(chunk) && l_.eager) {
@@ -1866,6 +1907,10 @@ class StageBuilder {
   uint32_t pending_send_ = kNone;  // blocking pipeline p2p: the send the next compute waits for
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;
+  // ZeRO 3 backward prefetch: the gather issued ahead for `prefetched_layer_`, and the layer
+  // whose gather waits for the current layer's gradients (BACKWARD_POST).
+  uint32_t prefetched_gather_ = kNone;
+  int32_t prefetched_layer_ = -1, post_prefetch_layer_ = -1;
   int64_t deferred_wgrads_ = 0;             // output-layer weight gradients awaiting the drain
   double deferred_embedding_params_ = 0;    // and the parameters whose gradient they complete
   std::vector<int64_t> last_mb_;

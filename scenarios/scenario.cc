@@ -456,6 +456,16 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.parallel.zero3_param_gather = as_enum(n, "parallel.zero3_param_gather", {"micro-batch", "forward", "step"});
        }},
+      {"parallel.zero3_backward_prefetch", "name", "pre",
+       "ZeRO 3 / FSDP, gathering before each backward: when the backward's all-gather of the next layer down is "
+       "issued on the DP communicator's stream: pre (before this layer's gradient computation, so it runs beside "
+       "it: PyTorch FSDP's BackwardPrefetch.BACKWARD_PRE default, Megatron-FSDP's pre-backward prefetch) | post "
+       "(after it, ahead of this layer's gradient reduce-scatter: BACKWARD_POST, Composer's default) | none (when "
+       "the layer below's backward begins, behind this layer's reduce-scatter); docs/model.md",
+       [](const N& n, S& s) {
+         s.parallel.zero3_backward_prefetch =
+             as_enum(n, "parallel.zero3_backward_prefetch", {"pre", "post", "none"});
+       }},
       {"parallel.fsdp_param_dtype", "name", "auto",
        "ZeRO 3 / FSDP: the dtype parameters are all-gathered and computed in: auto (megatron: the model dtype; "
        "pytorch-eager: fp32, FSDP without a mixed-precision policy) | fp32 | bf16 | fp16 (FSDP MixedPrecision "

@@ -48,6 +48,7 @@ struct ParallelConfig {
   bool pp_scatter_gather = true;           // without SP: pipeline tensors as 1/tp slices, gathered on arrival
   std::string zero3_param_gather = "micro-batch";  // ZeRO 3: gather per micro-batch, or once per step
   std::string zero3_grad_sync = "micro-batch";     // ZeRO 3: reduce-scatter per micro-batch, or once per step
+  std::string zero3_backward_prefetch = "pre";     // ZeRO 3: when the layer below's backward gather is issued
   std::string fsdp_param_dtype = "auto";   // ZeRO 3: dtype parameters are gathered in (auto: the stack's)
   std::string fsdp_reduce_dtype = "auto";  // ZeRO 3: dtype gradients are reduce-scattered in
   std::string grad_reduce_dtype = "auto";  // ZeRO 0-2: the main-gradient buffer's dtype, reduced in it
