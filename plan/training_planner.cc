@@ -913,9 +913,14 @@ class StageBuilder {
     if (l_.zero_stage >= 3) {
       // ZeRO-3 reduce-scatters each layer's gradients every micro-batch (step sync: once,
       // in the last micro-batch's backward, from the unsharded accumulation buffer).
-      if (l_.dp * l_.cp > 1 && dense > 0)
-        grad_ops_.push_back(add_grad_coll("zero3-grad-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::DP, L,
-                                          dense * gb, ready));
+      if (l_.dp * l_.cp > 1 && dense > 0) {
+        if (l_.eager) {
+          fsdp_reduce_scatter(L, dense, ready);
+        } else {
+          grad_ops_.push_back(add_grad_coll("zero3-grad-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::DP,
+                                            L, dense * gb, ready));
+        }
+      }
       if (l_.dp * l_.cp / l_.ep > 1 && expert > 0)
         grad_ops_.push_back(add_grad_coll("zero3-expert-grad-reduce-scatter", CollectiveKind::ReduceScatter,
                                           GroupKind::EDP, L, expert * gb, ready));
@@ -927,6 +932,38 @@ class StageBuilder {
     bucket_ready_ = ready;
     bucket_layer_ = L;
     if (bucket_dense_ + bucket_expert_ >= static_cast<double>(l_.bucket_params)) flush_buckets(ready);
+  }
+
+  // PyTorch FSDP's post-backward hook on a layer's FlatParameter (torch/distributed/fsdp/
+  // _runtime_utils.py, _post_backward_hook, and default_hooks.reduce_scatter_hook): the
+  // unsharded gradient, in the dtype the layer computed in, is cast to reduce_dtype, divided
+  // by the pre-divide factor, reduce-scattered, and its shard divided by the rest of the
+  // world size, cast back to the FP32 parameter's dtype and added into the saved shard
+  // (from the second micro-batch). The unsharded passes run as the layer's gradients land,
+  // before the next layer's kernels get the SMs (compute stream); the shard's, after the
+  // reduce-scatter (DP stream). docs/model.md, "ZeRO 3 backward prefetch".
+  void fsdp_reduce_scatter(int32_t L, double params, uint32_t ready) {
+    const double n = static_cast<double>(l_.dp * l_.cp);
+    const double ep = dtype_bits(l_.fsdp_param_dtype) / 8.0, er = dtype_bits(l_.fsdp_reduce_dtype) / 8.0;
+    double pre = 1;  // _get_gradient_predivide_factor
+    while (std::fmod(n, pre) == 0 && n / pre > pre) pre *= 2;
+    uint32_t r = ready;
+    if (ep != er) r = add_memory("fsdp-grad-cast", Phase::Backward, L, params * ep, params * er, 0, deps(r));
+    if (pre > 1) r = add_memory("fsdp-grad-predivide", Phase::Backward, L, params * er, params * er, params, deps(r));
+    uint32_t g = add_grad_coll("zero3-grad-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::DP, L,
+                               params * er, r);
+    const double shard = params / n;
+    auto on_dp = [&](const char* name, double read, double written, double flops) {
+      Op op = base(name, OpKind::Memory, Phase::Backward, L, dp_);
+      op.bytes_read = static_cast<int64_t>(read);
+      op.bytes_written = static_cast<int64_t>(written);
+      op.flops = flops;
+      g = p_.add(op, deps(g));
+    };
+    if (n / pre > 1) on_dp("fsdp-grad-postdivide", shard * er, shard * er, shard);
+    if (er != 4) on_dp("fsdp-grad-shard-cast", shard * er, shard * 4, 0);
+    if (mb_ > 0) on_dp("fsdp-grad-accumulate", 8 * shard, 4 * shard, shard);
+    grad_ops_.push_back(g);
   }
 
   uint32_t add_grad_coll(const char* name, CollectiveKind kind, GroupKind group, int32_t L, double bytes,

@@ -296,6 +296,70 @@ TEST(Overlap, Zero3BackwardPrefetchDecidesWhatTheBackwardWaitsFor) {
                InputError);
 }
 
+// PyTorch FSDP's post-backward hook around each layer's reduce-scatter (pytorch-eager,
+// zero_stage 3): the unsharded gradient cast to reduce_dtype when it differs from the dtype
+// the layer computed in, divided by the pre-divide factor (the largest power of two f with
+// n/f > f: 4 of n = 16, 2 of n = 2), reduce-scattered; the shard divided by n/f when that
+// is > 1, cast to the FP32 parameter's dtype when reduced in 16 bits, and added into the
+// saved shard from the second micro-batch. Per layer of P parameters and micro-batch.
+TEST(Volumes, FsdpPostBackwardPassesAroundTheReduceScatter) {
+  const std::string base = std::string(kTiny) + "training: {global_batch: 64, framework: pytorch-eager}\n"
+                                                "parallel: {micro_batch: 1, zero_stage: 3";
+  auto plan = [&](const std::string& extra) {
+    return build_training_plan(scenario_from_text(base + extra + "}\n", "fsdp"));
+  };
+  struct Pass {
+    int count = 0;
+    double read = 0, written = 0;
+  };
+  auto pass = [](const TrainingPlan& t, const std::string& name, int32_t layer) {
+    Pass p;
+    for (const Op& op : t.plan.programs[0].ops)
+      if (t.plan.names[op.name] == name && op.layer == layer) {
+        ++p.count;
+        p.read = static_cast<double>(op.bytes_read);
+        p.written = static_cast<double>(op.bytes_written);
+      }
+    return p;
+  };
+  const Scenario s = scenario_from_text(base + ", dp: 16}\n", "fsdp");
+  const double P = static_cast<double>(s.model.attention_params() + s.model.dense_mlp_params()) + 4.0 * 2048;
+  const double M = 4, n = 16, shard = P / n;
+  const TrainingPlan fp32 = plan(", dp: 16"), bf16 = plan(", dp: 16, fsdp_param_dtype: bf16"),
+                     r16 = plan(", dp: 16, fsdp_param_dtype: bf16, fsdp_reduce_dtype: bf16"),
+                     two = build_training_plan(scenario_from_text(
+                         "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 2}\n"
+                         "model: {preset: gpt3-1.3b, layers: 8}\n"
+                         "training: {global_batch: 8, framework: pytorch-eager}\n"
+                         "parallel: {micro_batch: 1, zero_stage: 3, dp: 2}\n",
+                         "fsdp"));
+  const int32_t L = 3;
+  // FP32 parameters, FP32 reduction: no cast; pre-divide by 4, post-divide by 4.
+  EXPECT_EQ(pass(fp32, "fsdp-grad-cast", L).count, 0);
+  EXPECT_EQ(pass(fp32, "fsdp-grad-predivide", L).count, M);
+  EXPECT_NEAR(pass(fp32, "fsdp-grad-predivide", L).read, 4 * P, 64);
+  EXPECT_NEAR(pass(fp32, "fsdp-grad-postdivide", L).written, 4 * shard, 64);
+  EXPECT_EQ(pass(fp32, "fsdp-grad-shard-cast", L).count, 0);
+  EXPECT_EQ(pass(fp32, "fsdp-grad-accumulate", L).count, M - 1);
+  EXPECT_NEAR(pass(fp32, "fsdp-grad-accumulate", L).read, 8 * shard, 64);
+  // BF16 compute, FP32 reduction: the unsharded cast, 2 bytes in, 4 out.
+  EXPECT_EQ(pass(bf16, "fsdp-grad-cast", L).count, M);
+  EXPECT_NEAR(pass(bf16, "fsdp-grad-cast", L).read, 2 * P, 64);
+  EXPECT_NEAR(pass(bf16, "fsdp-grad-cast", L).written, 4 * P, 64);
+  // BF16 reduction: no unsharded cast, the shard cast back to FP32.
+  EXPECT_EQ(pass(r16, "fsdp-grad-cast", L).count, 0);
+  EXPECT_NEAR(pass(r16, "fsdp-grad-predivide", L).read, 2 * P, 64);
+  EXPECT_EQ(pass(r16, "fsdp-grad-shard-cast", L).count, M);
+  EXPECT_NEAR(pass(r16, "fsdp-grad-shard-cast", L).written, 4 * shard, 64);
+  // Two ranks: the pre-divide takes the whole factor, no post-divide.
+  EXPECT_EQ(pass(two, "fsdp-grad-predivide", L).count, M);
+  EXPECT_EQ(pass(two, "fsdp-grad-postdivide", L).count, 0);
+  // Megatron's ZeRO 3 has none of them.
+  const TrainingPlan megatron = build_training_plan(scenario_from_text(
+      std::string(kTiny) + "parallel: {dp: 16, micro_batch: 1, zero_stage: 3}\ntraining: {global_batch: 64}\n", "z3"));
+  EXPECT_EQ(pass(megatron, "fsdp-grad-predivide", L).count, 0);
+}
+
 // Uneven pipeline splits leave the short stages at the two ends, first and last first.
 TEST(Pipeline, UnevenSplitShortensTheEndStagesFirst) {
   auto sizes = [](int64_t layers, int64_t n) {
