@@ -847,27 +847,19 @@ class StageBuilder {
     }
     return zero3_gather(Phase::Backward, L, after);
   }
-  // At the start of layer `L`'s backward, `below` next: under BACKWARD_PRE the gather of
-  // `below` is issued now, before L's gradient kernels (on the DP stream it follows the
-  // layer above's reduce-scatter and runs beside L's backward); under BACKWARD_POST it is
-  // issued once they finish, ahead of L's reduce-scatter (zero3_prefetch_after).
+  // At the start of layer `L`'s backward, `below` next: with a backward prefetch the gather
+  // of `below` goes on the DP stream now, ahead of L's reduce-scatter and behind the layer
+  // above's, waiting for no kernel, so it runs beside L's backward. BACKWARD_PRE issues it
+  // from L's pre-backward hook and BACKWARD_POST from its post-backward hook; both hooks run
+  // on the host as autograd reaches them, ahead of the GPU, so the stream gets the same
+  // order either way (docs/model.md, "ZeRO 3 backward prefetch").
   void zero3_prefetch_below(int32_t below) {
-    if (below < 0 || !zero3_backward_gathers()) return;
-    if (l_.zero3_prefetch == TrainingLayout::Zero3Prefetch::Pre) {
-      prefetched_gather_ = zero3_gather(Phase::Backward, below, kNone);
-      prefetched_layer_ = below;
-    } else if (l_.zero3_prefetch == TrainingLayout::Zero3Prefetch::Post) {
-      post_prefetch_layer_ = below;
-    }
-  }
-  void zero3_prefetch_after(uint32_t grads_ready) {
-    if (post_prefetch_layer_ < 0) return;
-    prefetched_gather_ = zero3_gather(Phase::Backward, post_prefetch_layer_, kNone, grads_ready);
-    prefetched_layer_ = post_prefetch_layer_;
-    post_prefetch_layer_ = -1;
+    if (below < 0 || !zero3_backward_gathers() || l_.zero3_prefetch == TrainingLayout::Zero3Prefetch::None) return;
+    prefetched_gather_ = zero3_gather(Phase::Backward, below, kNone);
+    prefetched_layer_ = below;
   }
 
-  uint32_t zero3_gather(Phase ph, int32_t L, uint32_t after, uint32_t wait = kNone) {
+  uint32_t zero3_gather(Phase ph, int32_t L, uint32_t after) {
     if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
     // Gathered once: what the first micro-batch's forward gathered stays until the step
     // ends (torch.distributed.pipelining turns FSDP's reshard off for all but the last
@@ -877,15 +869,13 @@ class StageBuilder {
     if (l_.zero3_keep_for_backward && ph != Phase::Forward) return after;
     const double pe = dtype_bits(l_.fsdp_param_dtype) / 8.0;
     // Prefetched: the gather for this layer is issued on the DP stream as soon as the
-    // ops before it there finished (and `wait`, the post-backward hook that issues it), and
-    // the layer's first op waits for it.
-    const std::vector<uint32_t> issued = wait == kNone ? std::vector<uint32_t>{} : deps(wait);
+    // previous gather finished, and the layer's first op waits for it.
     uint32_t g = add_coll(ph == Phase::Forward ? "zero3-param-allgather" : "zero3-param-allgather-bwd",
                           CollectiveKind::AllGather, GroupKind::DP, dp_, ph, L,
-                          layer_dense_params(L) * pe, issued);
+                          layer_dense_params(L) * pe, {});
     if (layer_expert_params(L) > 0 && l_.dp * l_.cp / l_.ep > 1)
       g = add_coll("zero3-expert-allgather", CollectiveKind::AllGather, GroupKind::EDP, dp_, ph, L,
-                   layer_expert_params(L) * pe, issued);
+                   layer_expert_params(L) * pe, {});
     (void)after;
     return g;
   }
@@ -1560,7 +1550,6 @@ class StageBuilder {
     const uint32_t qd = eager_linear_backward("qkv", L, h, qkv_, at, acc);
     g = eager_norm_backward("autocast-cast-qkv-input-grad", "layernorm-1-backward", "layernorm-1-weight-grad",
                             "residual-grad-add-attn", L, qd, r, acc);
-    zero3_prefetch_after(g);
     if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), 0, g);
     return g;
   }
@@ -1871,7 +1860,6 @@ class StageBuilder {
                                        Phase::Backward, L, deps(at), h, qkv_, qkv_wgrad);
       g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                      12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
-      zero3_prefetch_after(g);
       if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
     }
     if (first_virtual(chunk) && l_.eager) {
@@ -1944,10 +1932,9 @@ class StageBuilder {
   uint32_t pending_send_ = kNone;  // blocking pipeline p2p: the send the next compute waits for
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;
-  // ZeRO 3 backward prefetch: the gather issued ahead for `prefetched_layer_`, and the layer
-  // whose gather waits for the current layer's gradients (BACKWARD_POST).
+  // ZeRO 3 backward prefetch: the gather issued ahead for `prefetched_layer_`.
   uint32_t prefetched_gather_ = kNone;
-  int32_t prefetched_layer_ = -1, post_prefetch_layer_ = -1;
+  int32_t prefetched_layer_ = -1;
   int64_t deferred_wgrads_ = 0;             // output-layer weight gradients awaiting the drain
   double deferred_embedding_params_ = 0;    // and the parameters whose gradient they complete
   std::vector<int64_t> last_mb_;

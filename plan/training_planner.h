@@ -62,9 +62,9 @@ struct TrainingLayout {
   bool pp_scatter_gather = true;    // without SP: pipeline tensors sent as 1/tp slices, all-gathered on arrival
   bool zero3_gather_once = false;   // ZeRO 3: parameters gathered once per step and kept
   bool zero3_keep_for_backward = false;  // ZeRO 3: no re-gather before the backward (SHARD_GRAD_OP)
-  // ZeRO 3, gathering before each backward: the next layer down's gather is issued before this
-  // layer's gradient computation (pre), after it and ahead of its reduce-scatter (post), or when
-  // the layer below's backward begins (none).
+  // ZeRO 3, gathering before each backward: the next layer down's gather is issued from this
+  // layer's pre- or post-backward hook (pre, post: the same order on the GPU, ahead of this
+  // layer's reduce-scatter), or when the layer below's backward begins (none).
   enum class Zero3Prefetch { None, Post, Pre };
   Zero3Prefetch zero3_prefetch = Zero3Prefetch::Pre;
   DType fsdp_param_dtype = DType::BF16;  // ZeRO 3: gathered parameters

@@ -458,10 +458,11 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"parallel.zero3_backward_prefetch", "name", "pre",
        "ZeRO 3 / FSDP, gathering before each backward: when the backward's all-gather of the next layer down is "
-       "issued on the DP communicator's stream: pre (before this layer's gradient computation, so it runs beside "
-       "it: PyTorch FSDP's BackwardPrefetch.BACKWARD_PRE default, Megatron-FSDP's pre-backward prefetch) | post "
-       "(after it, ahead of this layer's gradient reduce-scatter: BACKWARD_POST, Composer's default) | none (when "
-       "the layer below's backward begins, behind this layer's reduce-scatter); docs/model.md",
+       "issued on the DP communicator's stream: pre (from this layer's pre-backward hook: PyTorch FSDP's "
+       "BackwardPrefetch.BACKWARD_PRE default, Megatron-FSDP's prefetch) | post (from its post-backward hook: "
+       "BACKWARD_POST, Composer's default) | none (when the layer below's backward begins, behind this layer's "
+       "reduce-scatter). The hooks run on the host ahead of the GPU, so pre and post put the gather ahead of this "
+       "layer's reduce-scatter, beside its kernels, alike; docs/model.md",
        [](const N& n, S& s) {
          s.parallel.zero3_backward_prefetch =
              as_enum(n, "parallel.zero3_backward_prefetch", {"pre", "post", "none"});

@@ -242,23 +242,18 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
       // reduce-scatters its gradients, all on the one DP stream in program order: the
       // forward gathers run ahead of the layers (prefetched). In backward, what a layer
       // waits for depends on when the gather of the layer below is issued
-      // (parallel.zero3_backward_prefetch): before this layer's kernels (pre), the stream's
-      // reduce-scatter of the layer above and this gather run beside them; after them
-      // (post), the gather is exposed and the reduce-scatter runs beside the next layer;
-      // when the next layer starts (none), both queue in front of it.
+      // (parallel.zero3_backward_prefetch): from this layer's pre- or post-backward hook (pre,
+      // post), the stream's reduce-scatter of the layer above and this gather run beside its
+      // kernels; when the next layer starts (none), both queue in front of it.
       const double layer_params = params / static_cast<double>(stage_layers);
       const double gather = collective_seconds(CollectiveKind::AllGather, dp_group, layer_params * bytes_per);
       const double scatter = collective_seconds(CollectiveKind::ReduceScatter, dp_group, layer_params * 4.0);
       // The kernels beside a collective run on the SMs its channels leave them
       // (beside_collective): the time they overlap costs (1 - 1/f) of itself again.
       const std::string& prefetch = s_.parallel.zero3_backward_prefetch;
-      const double backward = prefetch == "pre"    ? std::max(0.0, gather + scatter - lt.backward)
-                              : prefetch == "post" ? gather + std::max(0.0, scatter - lt.backward)
-                                                   : gather + scatter;
-      const double beside = std::min(gather, lt.forward) +
-                            (prefetch == "pre"    ? std::min(gather + scatter, lt.backward)
-                             : prefetch == "post" ? std::min(scatter, lt.backward)
-                                                  : 0.0);
+      const bool ahead = prefetch != "none";
+      const double backward = ahead ? std::max(0.0, gather + scatter - lt.backward) : gather + scatter;
+      const double beside = std::min(gather, lt.forward) + (ahead ? std::min(gather + scatter, lt.backward) : 0.0);
       const double f = beside_collective(OpKind::Gemm, s_.cluster.node.gpu, opt_.compute);
       e.dp_exposed_s += m_count * static_cast<double>(stage_layers) *
                         (std::max(0.0, gather - lt.forward) + backward + beside * (1.0 - 1.0 / f));
