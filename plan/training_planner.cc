@@ -421,6 +421,12 @@ class StageBuilder {
     // (Megatron's _copy_model_grads_to_main_grads).
     if (gb < 4)
       norm = add_memory("main-grad-copy", Phase::Optimizer, -1, params * gb, params * 4, 0, deps(norm));
+    // FP16 runs under a loss scale: the FP32 main gradients are unscaled and checked for
+    // inf/NaN in one pass (Megatron's _unscale_main_grads_and_check_for_nan:
+    // torch._amp_foreach_non_finite_check_and_unscale_, 4 bytes read and 4 written a parameter).
+    if (m_.dtype == DType::FP16)
+      norm = accessed(add_memory("grad-unscale", Phase::Optimizer, -1, params * 4, params * 4, params, deps(norm)),
+                      MemAccess::MultiTensor);
     // FP8 weights: the step writes the FP32 master shard, and the linear weights' shard is
     // cast to FP8 into the parameter buffer (Megatron's quantize_param_shard: 4 bytes read,
     // 1 written; current scaling reads the shard once more for its amaxes and all-reduces

@@ -1435,6 +1435,31 @@ TEST(Fidelity, UnfusedGradAccumulationAddsEachWgradIntoMainGrad) {
   }
 }
 
+// FP16 under Megatron's loss scale: before the step the FP32 main gradients are unscaled
+// and checked for inf/NaN in one pass over the optimizer's shard (4 bytes read, 4 written a
+// parameter), after the FP16 buffer's copy into them; BF16 runs have no loss scale.
+TEST(Fidelity, Fp16StepUnscalesTheMainGradients) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2, dtype: DT}\n"
+      "parallel: {dp: 8, zero_stage: 1}\ntraining: {global_batch: 8}\n";
+  auto find = [](const TrainingPlan& p, const std::string& want) -> const Op* {
+    for (const Op& op : p.plan.programs[0].ops)
+      if (p.plan.names[op.name] == want) return &op;
+    return nullptr;
+  };
+  const TrainingPlan fp16 = build_training_plan(scenario_from_text(filled(y, {{"DT", "fp16"}}), "fp16"));
+  const TrainingPlan bf16 = build_training_plan(scenario_from_text(filled(y, {{"DT", "bf16"}}), "bf16"));
+  const Op* copy = find(fp16, "main-grad-copy");
+  const Op* unscale = find(fp16, "grad-unscale");
+  ASSERT_NE(copy, nullptr);
+  ASSERT_NE(unscale, nullptr);
+  EXPECT_EQ(find(bf16, "grad-unscale"), nullptr);
+  // The copy writes the shard's FP32 gradients; the unscale reads and writes them again.
+  EXPECT_EQ(unscale->bytes_read, copy->bytes_written);
+  EXPECT_EQ(unscale->bytes_written, copy->bytes_written);
+  EXPECT_GT(unscale - copy, 0);  // after the copy
+}
+
 // parallel.grad_reduce_dtype bf16 (Megatron-Core grad_reduce_in_fp32 False): the buffer
 // holds 2 bytes a parameter, the DP reduction moves half the bytes, and the optimizer
 // first copies the shard into FP32; ZeRO 3 and plain PyTorch refuse it.
