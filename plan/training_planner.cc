@@ -102,9 +102,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_gather_once = p.zero_stage >= 3 && p.zero3_param_gather == "step";
   l.zero3_grad_once = p.zero_stage >= 3 && p.zero3_grad_sync == "step";
   l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
-  l.zero3_prefetch = p.zero3_backward_prefetch == "none"   ? TrainingLayout::Zero3Prefetch::None
-                     : p.zero3_backward_prefetch == "post" ? TrainingLayout::Zero3Prefetch::Post
-                                                           : TrainingLayout::Zero3Prefetch::Pre;
+  l.zero3_prefetch = p.zero3_backward_prefetch != "none";
   l.eager = s.training.framework == "pytorch-eager";
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
   l.rope_fusion = s.training.rope_fusion;
@@ -501,8 +499,8 @@ class StageBuilder {
   }
 
   uint32_t add_memory(const char* name, Phase ph, int32_t layer, double read, double written, double flops,
-                      const std::vector<uint32_t>& after) {
-    Op op = base(name, OpKind::Memory, ph, layer, compute_);
+                      const std::vector<uint32_t>& after, uint8_t stream = 0xff) {  // 0xff: compute
+    Op op = base(name, OpKind::Memory, ph, layer, stream == 0xff ? compute_ : stream);
     op.bytes_read = static_cast<int64_t>(read);
     op.bytes_written = static_cast<int64_t>(written);
     op.flops = flops;
@@ -860,7 +858,7 @@ class StageBuilder {
   // on the host as autograd reaches them, ahead of the GPU, so the stream gets the same
   // order either way (docs/model.md, "ZeRO 3 backward prefetch").
   void zero3_prefetch_below(int32_t below) {
-    if (below < 0 || !zero3_backward_gathers() || l_.zero3_prefetch == TrainingLayout::Zero3Prefetch::None) return;
+    if (below < 0 || !zero3_backward_gathers() || !l_.zero3_prefetch) return;
     prefetched_gather_ = zero3_gather(Phase::Backward, below, kNone);
     prefetched_layer_ = below;
   }
@@ -949,16 +947,10 @@ class StageBuilder {
     uint32_t g = add_grad_coll("zero3-grad-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::DP, L,
                                params * er, r);
     const double shard = params / n;
-    auto on_dp = [&](const char* name, double read, double written, double flops) {
-      Op op = base(name, OpKind::Memory, Phase::Backward, L, dp_);
-      op.bytes_read = static_cast<int64_t>(read);
-      op.bytes_written = static_cast<int64_t>(written);
-      op.flops = flops;
-      g = p_.add(op, deps(g));
-    };
-    if (n / pre > 1) on_dp("fsdp-grad-postdivide", shard * er, shard * er, shard);
-    if (er != 4) on_dp("fsdp-grad-shard-cast", shard * er, shard * 4, 0);
-    if (mb_ > 0) on_dp("fsdp-grad-accumulate", 8 * shard, 4 * shard, shard);
+    const Phase b = Phase::Backward;
+    if (n / pre > 1) g = add_memory("fsdp-grad-postdivide", b, L, shard * er, shard * er, shard, deps(g), dp_);
+    if (er != 4) g = add_memory("fsdp-grad-shard-cast", b, L, shard * er, shard * 4, 0, deps(g), dp_);
+    if (mb_ > 0) g = add_memory("fsdp-grad-accumulate", b, L, 8 * shard, 4 * shard, shard, deps(g), dp_);
     grad_ops_.push_back(g);
   }
 

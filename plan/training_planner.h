@@ -63,10 +63,9 @@ struct TrainingLayout {
   bool zero3_gather_once = false;   // ZeRO 3: parameters gathered once per step and kept
   bool zero3_keep_for_backward = false;  // ZeRO 3: no re-gather before the backward (SHARD_GRAD_OP)
   // ZeRO 3, gathering before each backward: the next layer down's gather is issued from this
-  // layer's pre- or post-backward hook (pre, post: the same order on the GPU, ahead of this
-  // layer's reduce-scatter), or when the layer below's backward begins (none).
-  enum class Zero3Prefetch { None, Post, Pre };
-  Zero3Prefetch zero3_prefetch = Zero3Prefetch::Pre;
+  // layer's backward hooks, ahead of its reduce-scatter (parallel.zero3_backward_prefetch pre
+  // or post: the same order on the GPU), or when the layer below's backward begins (none).
+  bool zero3_prefetch = true;
   DType fsdp_param_dtype = DType::BF16;  // ZeRO 3: gathered parameters
   DType fsdp_reduce_dtype = DType::FP32; // ZeRO 3: reduce-scattered gradients
   bool zero3_grad_once = false;     // ZeRO 3: gradients accumulated unsharded, reduce-scattered once per step
