@@ -340,7 +340,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
                        "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element",
                        "host_sync", "backward_relaunch", "host_op", "mixed_softmax_ops_per_element",
-                       "triton_attention_factor"},
+                       "triton_attention_factor", "strided_copy_ops_per_element", "cat_copy_ops_per_element",
+                       "tanh_gelu_ops_per_element"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
                           if (cv.kind != YNode::Kind::Scalar)
@@ -364,6 +365,12 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.index_put_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "mixed_softmax_ops_per_element") {
                           p.compute.mixed_softmax_ops_per_element = number(cv, ck, 0, 1e6);
+                        } else if (c == "strided_copy_ops_per_element") {
+                          p.compute.strided_copy_ops_per_element = number(cv, ck, 0, 1e6);
+                        } else if (c == "cat_copy_ops_per_element") {
+                          p.compute.cat_copy_ops_per_element = number(cv, ck, 0, 1e6);
+                        } else if (c == "tanh_gelu_ops_per_element") {
+                          p.compute.tanh_gelu_ops_per_element = number(cv, ck, 0, 1e6);
                         } else if (c == "nccl_channels" || c == "nccl_net_peer_channels") {
                           const double n = number(cv, ck, 1, 64);
                           if (n != static_cast<int>(n))

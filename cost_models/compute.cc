@@ -365,6 +365,12 @@ double slots_per_element(MemAccess a, const ComputeProfile& p) {
       return p.index_put_ops_per_element;
     case MemAccess::MixedSoftmax:
       return p.mixed_softmax_ops_per_element;
+    case MemAccess::StridedCopy:
+      return p.strided_copy_ops_per_element;
+    case MemAccess::CatCopy:
+      return p.cat_copy_ops_per_element;
+    case MemAccess::TanhGelu:
+      return p.tanh_gelu_ops_per_element;
   }
   return 0;
 }

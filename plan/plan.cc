@@ -159,6 +159,12 @@ std::string_view to_string(MemAccess a) {
       return "mixed-softmax";
     case MemAccess::CudaCoreDecode:
       return "cuda-core-decode";
+    case MemAccess::StridedCopy:
+      return "strided-copy";
+    case MemAccess::CatCopy:
+      return "cat-copy";
+    case MemAccess::TanhGelu:
+      return "tanh-gelu";
   }
   return "?";
 }

@@ -50,12 +50,15 @@ enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
 // log_softmax over 16-bit rows written in FP32 (MixedSoftmax: autocast's FP32 output type, op.m
 // elements); a decode-attention kernel whose QKᵀ and PV run on CUDA cores (CudaCoreDecode:
 // op.heads query heads over op.kv_len cached tokens, op.k query heads a thread block, op.n
-// blocks, the longest block op.q_len tokens; its K/V in bytes_read).
+// blocks, the longest block op.q_len tokens; its K/V in bytes_read); PyTorch's
+// non-vectorized loops with per-element index arithmetic over a strided tensor (StridedCopy:
+// `.contiguous()` of a permuted view; CatCopy: `torch.cat` of strided parts; op.m elements);
+// the tanh GeLU of a TorchScript-fused kernel (TanhGelu: its arithmetic, op.m elements).
 enum class MemAccess : uint8_t {
   Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask, Scatter, IndexPut, HostSync, MixedSoftmax,
-  CudaCoreDecode
+  CudaCoreDecode, StridedCopy, CatCopy, TanhGelu
 };
-inline constexpr MemAccess kLastMemAccess = MemAccess::CudaCoreDecode;
+inline constexpr MemAccess kLastMemAccess = MemAccess::TanhGelu;
 std::string_view to_string(Phase p);
 std::string_view to_string(MemAccess a);  // the plan file's name: "streaming", "dynamic-cast", ...
 

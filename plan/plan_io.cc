@@ -168,7 +168,8 @@ bool parse_phase(std::string_view s, Phase& k) {
 constexpr MemAccess kAllAccess[] = {MemAccess::Streaming,  MemAccess::DynamicCast, MemAccess::MultiTensor,
                                     MemAccess::Fp8CastTranspose, MemAccess::RandomMask, MemAccess::Scatter,
                                     MemAccess::IndexPut,   MemAccess::HostSync,    MemAccess::MixedSoftmax,
-                                    MemAccess::CudaCoreDecode};
+                                    MemAccess::CudaCoreDecode, MemAccess::StridedCopy, MemAccess::CatCopy,
+                                    MemAccess::TanhGelu};
 static_assert(std::size(kAllAccess) == static_cast<size_t>(kLastMemAccess) + 1, "every access class has a name");
 
 }  // namespace

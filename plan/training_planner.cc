@@ -105,6 +105,13 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_prefetch = p.zero3_backward_prefetch != "none";
   l.eager = s.training.framework == "pytorch-eager";
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
+  l.local_impl = s.training.transformer_impl == "local";
+  if (l.local_impl && l.eager)
+    fail(s, "training.transformer_impl", "training.framework: pytorch-eager has no Megatron layer, expected "
+                                         "training.transformer_impl: transformer-engine");
+  if (l.local_impl && m.dtype == DType::FP8)
+    fail(s, "training.transformer_impl", "Megatron-LM's local layer has no FP8 (Transformer Engine runs it), expected "
+                                         "model.dtype bf16 or fp16, or training.transformer_impl: transformer-engine");
   l.rope_fusion = s.training.rope_fusion;
   l.cp_allgather = s.parallel.cp_comm == "all-gather";
   l.defer_embedding_wgrad = s.training.defer_embedding_wgrad;
@@ -781,7 +788,17 @@ class StageBuilder {
     if (m_.dropout > 0)
       x = accessed(add_memory("attention-dropout", ph, L, scores * s_e, scores * (s_e + 1), scores, deps(x)),
                    MemAccess::RandomMask, scores);
-    return add_gemm("attn-context", ph, L, q, d, kv, deps(x), bh, 0.5, attn_dtype_);
+    x = add_gemm("attn-context", ph, L, q, d, kv, deps(x), bh, 0.5, attn_dtype_);
+    return context_permute("context-permute", ph, L, x);
+  }
+  // Megatron-LM's own layer (transformer_impl: local) makes the context [b, np, s, hn] ->
+  // [s, b, np, hn] contiguous after PV, and its backward makes the permuted gradient
+  // contiguous again for the batched GEMMs: PyTorch's strided copy loop, each way.
+  uint32_t context_permute(const char* name, Phase ph, int32_t L, uint32_t after) {
+    if (!l_.local_impl) return after;
+    const double n = static_cast<double>(tokens_ * (m_.heads / t_) * m_.head_dim());
+    const double b = n * static_cast<double>(e_);
+    return accessed(add_memory(name, ph, L, b, b, 0, deps(after)), MemAccess::StridedCopy, n);
   }
   uint32_t unfused_attention_backward(int32_t L, int64_t q, int64_t kv, uint32_t dout) {
     const int64_t heads = m_.heads / t_, d = m_.head_dim();
@@ -796,6 +813,7 @@ class StageBuilder {
       dout = join(dout, unfused_attention_forward(ph, L, q, kv, dout));
       recomputing_ = false;
     }
+    dout = context_permute("context-permute-backward", ph, L, dout);
     uint32_t dp = add_gemm("attn-context-dgrad", ph, L, q, kv, d, deps(dout), bh, 0.5, attn_dtype_);
     const uint32_t dv = add_gemm("attn-context-wgrad", ph, L, kv, d, q, deps(dout), bh, 0.5, attn_dtype_);
     if (m_.dropout > 0)
@@ -803,6 +821,14 @@ class StageBuilder {
     const uint32_t ds = add_memory("softmax-backward", ph, L, 2 * scores * s_e, scores * s_e, 4.0 * scores, deps(dp));
     const uint32_t dq = add_gemm("attn-scores-dgrad", ph, L, q, d, kv, deps(ds), bh, 0.5, attn_dtype_);
     const uint32_t dk = add_gemm("attn-scores-wgrad", ph, L, kv, d, q, deps(ds, dv), bh, 0.5, attn_dtype_);
+    // Megatron-LM's own layer splits the fused QKV output into strided views
+    // (split_tensor_along_last_dim), so autograd concatenates their gradients back
+    // (torch.cat over strided parts). With rotary embeddings rope_backward does it.
+    if (l_.local_impl && m_.learned_positions) {
+      const double n = static_cast<double>(tokens_ * qkv_);
+      const double b = n * static_cast<double>(e_);
+      return accessed(add_memory("qkv-split-backward", ph, L, b, b, 0, deps(dq, dk)), MemAccess::CatCopy, n);
+    }
     return join(dq, dk);
   }
 
@@ -1123,6 +1149,9 @@ class StageBuilder {
       const double f = static_cast<double>(tokens_ * (m_.ffn_hidden / t_) * e_);
       uint32_t a = add_memory(swiglu ? "swiglu" : "bias-gelu", ph, L, swiglu ? 2 * f : f, f,
                               8.0 * f / static_cast<double>(e_), deps(up));
+      // Megatron-LM's own layer: bias_gelu, a TorchScript-fused kernel whose tanh GeLU costs
+      // arithmetic beyond its stream (MemAccess::TanhGelu).
+      if (l_.local_impl && !swiglu) a = accessed(a, MemAccess::TanhGelu, f / static_cast<double>(e_));
       a = fp8_quantize_fused("fp8-quantize-mlp-act", ph, L, tokens_, m_.ffn_hidden / t_, a);
       return gemm_then_reduce("mlp-down", "tp-allreduce-mlp", "reduce-scatter-mlp", ph, L, deps(a), h,
                               m_.ffn_hidden / t_);
@@ -1209,6 +1238,7 @@ class StageBuilder {
       uint32_t act_b =
           add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f,
                      swiglu ? 2 * f : f, 10.0 * f / static_cast<double>(e_), deps(down_d));
+      if (l_.local_impl && !swiglu) act_b = accessed(act_b, MemAccess::TanhGelu, f / static_cast<double>(e_));
       act_b = fp8_cast("fp8-cast-mlp-act-grad", Phase::Backward, L, tokens_, mlp_in_, act_b);
       mlp_input_ready_ = act_b;
       wgrad = down_w;
@@ -1856,6 +1886,16 @@ class StageBuilder {
       };
       uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
                                        Phase::Backward, L, deps(at), h, qkv_, qkv_wgrad);
+      // Megatron-LM's own layer: each bias gradient is a sum of the output gradient over the
+      // tokens, a reduction kernel of its own (TE's kernels reduce them as they go): QKV and
+      // FC1 over their TP columns, the projection and FC2 biases over the (sequence-parallel)
+      // hidden rows.
+      if (l_.local_impl && m_.biases && !m_.moe_layer(L)) {
+        const double cols = static_cast<double>(tokens_ * (qkv_ + m_.ffn_hidden / t_));
+        const double rows = 2.0 * static_cast<double>(seq_tokens_ * h);
+        red1 = add_memory("bias-grad-sums", Phase::Backward, L, (cols + rows) * static_cast<double>(e_),
+                          static_cast<double>((qkv_ + m_.ffn_hidden / t_ + 2 * h) * 4), cols + rows, deps(red1));
+      }
       g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                      12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
       if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);

@@ -77,6 +77,7 @@ struct TrainingLayout {
   int loss_host_syncs = 0;
   bool loss_allreduce = false;
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
+  bool local_impl = false;               // training.transformer_impl: local (Megatron-LM's own layer)
   bool cp_allgather = false;             // parallel.cp_comm all-gather: K/V gathered over CP, no ring
   bool rope_fusion = true;                // megatron: the rotary embedding in TE's fused kernel
   bool defer_embedding_wgrad = false;     // megatron: the output layer's wgrad GEMMs after the last backward

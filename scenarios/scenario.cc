@@ -594,6 +594,16 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.grad_accumulation_fusion = as_bool(n, "training.grad_accumulation_fusion");
        }},
+      {"training.transformer_impl", "name", "transformer-engine",
+       "megatron: transformer-engine (Megatron-Core's Transformer Engine modules: vectorized fused norms and "
+       "activations whose kernels also reduce the bias gradients) | local (Megatron-LM's own layer of 2021-22, "
+       "--transformer-impl local: the GeLU as a TorchScript-fused tanh kernel, each bias gradient a separate sum "
+       "over the tokens, and with training.attention: unfused the attention context made contiguous after its "
+       "permute, forward and backward, and the query, key and value gradients concatenated into the fused QKV "
+       "gradient, all through PyTorch's strided loops); docs/model.md, \"Megatron-LM's own layer\"",
+       [](const N& n, S& s) {
+         s.training.transformer_impl = as_enum(n, "training.transformer_impl", {"transformer-engine", "local"});
+       }},
       {"training.rope_fusion", "bool", "true",
        "megatron, rotary models: Megatron-Core applies the rotary embedding to the query and key with Transformer "
        "Engine's fused kernel, one read and one write of each (Megatron-LM's --no-rope-fusion off by default; NeMo's "

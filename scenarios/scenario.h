@@ -70,6 +70,8 @@ struct TrainingConfig {
   std::string fp8_recipe = "delayed";  // with model.dtype fp8: delayed | tensorwise (current per-tensor scaling)
   std::string framework = "megatron";  // megatron (fused kernels, BF16 weights) | pytorch-eager
   bool grad_accumulation_fusion = true;  // wgrad GEMMs accumulate into the main gradient in place
+  // transformer-engine (Megatron-Core's TE modules) | local (Megatron-LM's own layer of 2021-22)
+  std::string transformer_impl = "transformer-engine";
   bool rope_fusion = true;               // rotary embedding in one fused kernel each way
   bool defer_embedding_wgrad = false;    // the output layer's weight gradients run after the last backward
   int64_t wgrad_deferral_limit = 0;      // of the first this many micro-batches (0: all)

@@ -238,7 +238,7 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
       std::regex_replace(std::regex_replace(eager, std::regex("D"), "bf16"), std::regex("P"), "unpad"),
       std::regex_replace(std::regex_replace(eager, std::regex("D"), "fp8"), std::regex("P"), "none"),
       "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 1, dtype: fp16, "
-      "dropout: 0.1}\ntraining: {global_batch: 1, attention: unfused}\n",
+      "dropout: 0.1}\ntraining: {global_batch: 1, attention: unfused, transformer_impl: local}\n",
       // Two ranks: the training metrics' sync once a step (host waits and dispatches).
       "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 2}\nmodel: {preset: gpt3-1.3b, layers: 1, dropout: 0}\n"
       "parallel: {dp: 2}\ntraining: {global_batch: 2, framework: pytorch-eager, train_metrics: 2}\n"};

@@ -1859,8 +1859,6 @@ TEST(Timeline, IdenticalRanksAreWrittenOnceAsMirrors) {
   }
 }
 
-}  // namespace
-}  // namespace clustersim
 
 namespace clustersim {
 namespace {
@@ -1921,6 +1919,84 @@ TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
   EXPECT_TRUE(ops_named(build_training_plan(scenario_from_text(eager + "}\n", "loss-e")), "loss-nan-check").empty());
   EXPECT_THROW(build_training_plan(scenario_from_text(eager + ", loss_sync: check-allreduce}\n", "loss-e2")),
                InputError);
+}
+
+}  // namespace
+}  // namespace clustersim
+
+// Megatron-LM's own layer of 2021-22 (training.transformer_impl: local) runs kernels that
+// Transformer Engine's modules fuse away: the attention context made contiguous after its
+// permute (and its gradient before the batched GEMMs), the QKV gradient concatenated from its
+// strided parts, each bias gradient a sum over the tokens, and the GeLU as a TorchScript-fused
+// tanh kernel whose arithmetic costs beyond its stream. At GPT-1.3B (h 2,048, 16 heads of 128)
+// with one sequence of 2,048 tokens and TP 2: per GPU 2,048 x 1,024 context elements, 2,048 x
+// 3,072 QKV gradient elements, 2,048 x 4,096 GeLU elements.
+TEST(Fidelity, MegatronLocalLayerCopiesItsStridedTensorsAndSumsItsBiasGradients) {
+  auto text = [](const char* impl) {
+    return std::string("name: t\ncluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 2}\nmodel: {preset: gpt3-1.3b, "
+                       "layers: 1, dtype: fp16}\nparallel: {tp: 2}\ntraining: {global_batch: 1, attention: unfused, "
+                       "recompute: full, transformer_impl: ") +
+           impl + "}\n";
+  };
+  const TrainingPlan local = build_training_plan(scenario_from_text(text("local"), "l"));
+  const GpuSpec& a100 = *find_gpu_preset("a100-sxm-80gb");
+  const ComputeProfile prof;
+  std::map<std::string, int> count;
+  const double tokens = 2048, ctx = tokens * 1024, qkv = tokens * 3072, gelu = tokens * 4096;
+  for (const Op& op : local.plan.programs[0].ops) {
+    const std::string& name = local.plan.names[op.name];
+    ++count[name];
+    Op stream = op;
+    stream.access = MemAccess::Streaming;
+    const double extra = compute_seconds(op, a100, prof) - compute_seconds(stream, a100, prof);
+    if (name == "context-permute" || name == "context-permute-backward") {
+      EXPECT_EQ(op.access, MemAccess::StridedCopy);
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.m), ctx);
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_read), 2 * ctx);
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_written), 2 * ctx);
+      EXPECT_NEAR(extra, ctx * prof.strided_copy_ops_per_element / a100.alu_slot_rate(), 1e-12);
+    }
+    if (name == "qkv-split-backward") {
+      EXPECT_EQ(op.access, MemAccess::CatCopy);
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.m), qkv);
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_read + op.bytes_written), 4 * qkv);
+      EXPECT_NEAR(extra, qkv * prof.cat_copy_ops_per_element / a100.alu_slot_rate(), 1e-12);
+    }
+    if (name == "bias-gelu" || name == "gelu-backward") {
+      EXPECT_EQ(op.access, MemAccess::TanhGelu);
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.m), gelu);
+      EXPECT_NEAR(extra, gelu * prof.tanh_gelu_ops_per_element / a100.alu_slot_rate(), 1e-12);
+    }
+    if (name == "bias-grad-sums") {
+      // QKV's 1,536 and FC1's 4,096 columns a GPU, the projection's and FC2's 2,048 rows each
+      // (no sequence parallelism), over 2,048 tokens, 2 bytes each.
+      EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_read), tokens * (3072 + 4096 + 2 * 2048) * 2);
+      EXPECT_EQ(op.access, MemAccess::Streaming);
+    }
+  }
+  // The forward's permute runs twice (the forward and its recompute), the rest once a layer.
+  EXPECT_EQ(count["context-permute"], 2);
+  EXPECT_EQ(count["context-permute-backward"], 1);
+  EXPECT_EQ(count["qkv-split-backward"], 1);
+  EXPECT_EQ(count["bias-grad-sums"], 1);
+  EXPECT_EQ(count["bias-gelu"], 2);
+  // Transformer Engine's modules have none of these, and its GeLU streams.
+  const TrainingPlan te = build_training_plan(scenario_from_text(text("transformer-engine"), "t"));
+  for (const Op& op : te.plan.programs[0].ops) {
+    const std::string& name = te.plan.names[op.name];
+    EXPECT_TRUE(name != "context-permute" && name != "context-permute-backward" && name != "qkv-split-backward" &&
+                name != "bias-grad-sums")
+        << name;
+    if (name == "bias-gelu") {
+      EXPECT_EQ(op.access, MemAccess::Streaming);
+    }
+  }
+  EXPECT_GT(run_training(scenario_from_text(text("local"), "l")).exec.makespan,
+            run_training(scenario_from_text(text("transformer-engine"), "t")).exec.makespan);
+  // The local layer has no FP8, and PyTorch eager has no Megatron layer.
+  std::string fp8 = text("local");
+  fp8.replace(fp8.find("fp16"), 4, "fp8");
+  EXPECT_THROW(build_training_plan(scenario_from_text(fp8, "f")), InputError);
 }
 
 }  // namespace
