@@ -122,14 +122,14 @@ struct ComputeProfile {
   // H200 at 12-25 K tokens x 50,368 (calibrate/measurements/train-metrics-h200-2026-12-04).
   double mixed_softmax_ops_per_element = 124;
   // Megatron-LM's own layer of 2021-22 (training.transformer_impl: local), beyond each kernel's
-  // stream, in issue slots an element: PyTorch's non-vectorized copy of the permuted attention
-  // context (`.contiguous()`, 115-124 at two shapes), `torch.cat` of the three strided
-  // gradients into the fused QKV gradient (196-197), and the TorchScript-fused tanh GeLU under
-  // the 2021 fuser settings (forward 32, backward 31). One H200, PyTorch 2.11
-  // (calibrate/measurements/megatron2021-step-h200-2026-12-05, micro-legacy.json).
-  double strided_copy_ops_per_element = 120;
-  double cat_copy_ops_per_element = 196;
-  double tanh_gelu_ops_per_element = 31;
+  // floor and stream, in issue slots an element: PyTorch's non-vectorized copy of the permuted
+  // attention context (`.contiguous()`: 111 and 115 at two shapes), `torch.cat` of the three
+  // strided gradients into the fused QKV gradient (196, 193), and the TorchScript-fused tanh
+  // GeLU under the 2021 fuser settings (forward 31, 34; backward 30, 34). One H200, PyTorch
+  // 2.11 (calibrate/measurements/megatron2021-step-h200-2026-12-05, micro-legacy.json).
+  double strided_copy_ops_per_element = 113;
+  double cat_copy_ops_per_element = 194;
+  double tanh_gelu_ops_per_element = 32;
   // A decode-attention kernel on CUDA cores (MemAccess::CudaCoreDecode), measured as TurboMind
   // v0.1.0a1's kernel on one H200 over batch 1-128, context 128-3,072 and 1, 2 or 4 query heads
   // a block (calibrate/measurements/decode-attention-turbomind-h200-2026-12-04): per element
