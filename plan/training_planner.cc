@@ -181,6 +181,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
     // Since 2025 the check is two (NaN, then Inf: validate_result twice); r0.8 checked NaN alone.
     l.loss_host_syncs = sync == "check" ? 2 : sync == "check-allreduce" ? 1 : 0;
     l.loss_allreduce = sync == "allreduce" || sync == "check-allreduce";
+    const std::string& gc = s.training.grad_nan_check;
+    if (gc == "true" && (l.eager || p.zero_stage >= 3))
+      fail(s, "training.grad_nan_check", "the per-bucket NaN check is Megatron-Core DDP's (ZeRO 0-2), expected "
+                                         "training.grad_nan_check: false or auto");
+    l.grad_nan_check = !l.eager && p.zero_stage <= 2 && (gc == "true" || (gc == "auto" && l.loss_host_syncs > 0));
   }
   l.train_metrics = s.training.train_metrics;
   if (l.train_metrics > 0 && !l.eager)
@@ -1000,6 +1005,15 @@ class StageBuilder {
     }
     if (ready == kNone) ready = bucket_ready_;
     const double gb = dtype_bits(grad_dtype_) / 8.0;
+    // Megatron-Core's check_for_nan_in_grad: start_grad_sync takes the bucket's norm on the
+    // compute stream and asserts it is not NaN, so the host waits for it before it issues
+    // the bucket's collective and goes on with the backward.
+    if (l_.grad_nan_check && bucket_dense_ + bucket_expert_ > 0) {
+      const double bytes = (bucket_dense_ + bucket_expert_) * gb;
+      ready = add_memory("grad-nan-norm", Phase::Backward, bucket_layer_, bytes, 4, bytes / gb, deps(ready));
+      ready = accessed(add_memory("grad-nan-wait", Phase::Backward, bucket_layer_, 0, 0, 0, deps(ready)),
+                       MemAccess::HostSync, 1);
+    }
     const bool sharded = l_.zero_stage >= 1;
     const CollectiveKind kind = sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     if (bucket_dense_ > 0 && l_.dp * l_.cp > 1) {

@@ -78,6 +78,7 @@ struct TrainingLayout {
   bool loss_allreduce = false;
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
   bool local_impl = false;               // training.transformer_impl: local (Megatron-LM's own layer)
+  bool grad_nan_check = false;           // training.grad_nan_check: each bucket's norm and a host wait
   bool cp_allgather = false;             // parallel.cp_comm all-gather: K/V gathered over CP, no ring
   bool rope_fusion = true;                // megatron: the rotary embedding in TE's fused kernel
   bool defer_embedding_wgrad = false;     // megatron: the output layer's wgrad GEMMs after the last backward

@@ -594,6 +594,15 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.training.grad_accumulation_fusion = as_bool(n, "training.grad_accumulation_fusion");
        }},
+      {"training.grad_nan_check", "name", "auto",
+       "megatron, ZeRO 0-2: before each gradient bucket's DP all-reduce or reduce-scatter, Megatron-Core's DDP takes "
+       "the bucket's norm and asserts it is not NaN, a host wait in the backward (check_for_nan_in_grad, "
+       "--check-for-nan-in-loss-and-grad: on by default since 2023, set by NeMo's recipes, turned off by "
+       "Megatron-Bridge's performance scripts): true | false | auto (true where training.loss_sync checks the loss: "
+       "the one flag governs both); docs/model.md, \"Per-step costs\"",
+       [](const N& n, S& s) {
+         s.training.grad_nan_check = as_enum(n, "training.grad_nan_check", {"auto", "true", "false"});
+       }},
       {"training.transformer_impl", "name", "transformer-engine",
        "megatron: transformer-engine (Megatron-Core's Transformer Engine modules: vectorized fused norms and "
        "activations whose kernels also reduce the bias gradients) | local (Megatron-LM's own layer of 2021-22, "

@@ -72,6 +72,7 @@ struct TrainingConfig {
   bool grad_accumulation_fusion = true;  // wgrad GEMMs accumulate into the main gradient in place
   // transformer-engine (Megatron-Core's TE modules) | local (Megatron-LM's own layer of 2021-22)
   std::string transformer_impl = "transformer-engine";
+  std::string grad_nan_check = "auto";  // auto | true | false: Megatron's per-bucket NaN check of the gradients
   bool rope_fusion = true;               // rotary embedding in one fused kernel each way
   bool defer_embedding_wgrad = false;    // the output layer's weight gradients run after the last backward
   int64_t wgrad_deferral_limit = 0;      // of the first this many micro-batches (0: all)

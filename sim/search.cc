@@ -139,6 +139,8 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
     if (op.kind == OpKind::Collective && op.group != GroupKind::TP && op.group != GroupKind::CP &&
         op.group != GroupKind::EP)
       continue;  // DP gradient buckets: costed on the real DP group below
+    const std::string& op_name = plan.plan.names[op.name];
+    if (op_name == "grad-nan-norm" || op_name == "grad-nan-wait") continue;  // once a step, below
     if (op.layer >= 0) {
       (fwd ? f0 : b0) = std::min(fwd ? f0 : b0, sp.start_ps);
       (fwd ? f1 : b1) = std::max(fwd ? f1 : b1, sp.end_ps);
@@ -266,6 +268,17 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   opt.bytes_written = static_cast<int64_t>(params / shard * (bytes_per + state));
   opt.flops = params / shard * 12;
   e.optimizer_s = compute_seconds(opt, s_.cluster.node.gpu, opt_.compute) + opt_.compute.launch_overhead_s;
+  // training.grad_nan_check: each bucket's norm and the host's wait, once a step, on the
+  // compute stream of the last micro-batch's backward.
+  if (l.grad_nan_check && l.zero_stage < 3) {
+    const double buckets =
+        std::max(1.0, std::ceil(params / static_cast<double>(std::max<int64_t>(1, l.bucket_params))));
+    Op norm;
+    norm.kind = OpKind::Memory;
+    norm.bytes_read = static_cast<int64_t>(grad_bytes / buckets);
+    e.optimizer_s += buckets * (compute_seconds(norm, s_.cluster.node.gpu, opt_.compute) +
+                                opt_.compute.host_sync_s + 2 * opt_.compute.launch_overhead_s);
+  }
   e.total_s = e.compute_s + e.bubble_s + e.dp_exposed_s + e.optimizer_s;
   return e;
 }

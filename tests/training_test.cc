@@ -1910,8 +1910,11 @@ TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
   // measured (346-348 us).
   const std::string one = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1, power_cap: false}\n"
                           "model: {preset: gpt3-1.3b, layers: 2}\nparallel: {micro_batch: 1}\ntraining: {global_batch: 4";
-  const double t_on = run_training(scenario_from_text(one + "}\n", "loss-1")).exec.makespan.seconds();
-  const double t_off = run_training(scenario_from_text(one + ", loss_sync: none}\n", "loss-0")).exec.makespan.seconds();
+  // (The gradient buckets' NaN check, which follows the loss check under auto, held off here.)
+  const double t_on =
+      run_training(scenario_from_text(one + ", grad_nan_check: false}\n", "loss-1")).exec.makespan.seconds();
+  const double t_off = run_training(scenario_from_text(one + ", loss_sync: none, grad_nan_check: false}\n", "loss-0"))
+                           .exec.makespan.seconds();
   const ComputeProfile prof;
   EXPECT_NEAR(t_on - t_off, 4 * (2 * prof.host_sync_s + prof.backward_relaunch_s + prof.launch_overhead_s), 1e-9);
   const std::string eager = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, "
@@ -1997,6 +2000,75 @@ TEST(Fidelity, MegatronLocalLayerCopiesItsStridedTensorsAndSumsItsBiasGradients)
   std::string fp8 = text("local");
   fp8.replace(fp8.find("fp16"), 4, "fp8");
   EXPECT_THROW(build_training_plan(scenario_from_text(fp8, "f")), InputError);
+}
+
+
+// Megatron-Core's check_for_nan_in_grad (training.grad_nan_check): before each gradient
+// bucket's DP collective, the bucket's norm on the compute stream and the host's wait for it
+// (`assert not norm.isnan()`), in the last micro-batch's backward only. GPT-1.3B at 2 layers
+// and 100 M parameters a bucket on 2 GPUs: every bucket is checked once a step.
+TEST(Fidelity, GradNanCheckNormsEachBucketAndWaitsBeforeItsCollective) {
+  const std::string base = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 2, power_cap: false}\n"
+                           "model: {preset: gpt3-1.3b, layers: 2}\nparallel: {dp: 2, micro_batch: 1, "
+                           "bucket_size: 100000000}\ntraining: {global_batch: 8";
+  auto named = [](const TrainingPlan& tp, const std::string& name) {
+    std::vector<uint32_t> found;
+    const Program& prog = tp.plan.programs[0];
+    for (uint32_t i = 0; i < prog.ops.size(); ++i)
+      if (tp.plan.names[prog.ops[i].name] == name) found.push_back(i);
+    return found;
+  };
+  const TrainingPlan on = build_training_plan(scenario_from_text(base + "}\n", "on"));  // auto: loss_sync checks
+  const Program& prog = on.plan.programs[0];
+  const auto norms = named(on, "grad-nan-norm"), waits = named(on, "grad-nan-wait");
+  const auto colls = named(on, "dp-grad-allreduce");
+  ASSERT_FALSE(colls.empty());
+  ASSERT_EQ(norms.size(), colls.size());  // one check a bucket, once a step (4 micro-batches)
+  ASSERT_EQ(waits.size(), colls.size());
+  double checked = 0;
+  for (size_t b = 0; b < norms.size(); ++b) {
+    const Op& norm = prog.ops[norms[b]];
+    const Op& wait = prog.ops[waits[b]];
+    EXPECT_EQ(norm.stream, 0);  // the compute stream: the backward after it waits too
+    EXPECT_EQ(norm.phase, Phase::Backward);
+    checked += static_cast<double>(norm.bytes_read);
+    EXPECT_EQ(wait.access, MemAccess::HostSync);
+    EXPECT_EQ(wait.m, 1);
+    // The collective waits for the host's wait, which waits for the norm.
+    const auto dep_of = [&](uint32_t op, uint32_t on_op) {
+      const Op& o = prog.ops[op];
+      for (uint32_t d = 0; d < o.dep_count; ++d)
+        if (prog.deps[o.dep_begin + d] == on_op) return true;
+      return false;
+    };
+    EXPECT_TRUE(dep_of(waits[b], norms[b]));
+    EXPECT_TRUE(dep_of(colls[b], waits[b]));
+  }
+  // Every parameter's FP32 main gradient is read once (the buckets hold them all).
+  double reduced = 0;
+  for (uint32_t c : colls) reduced += static_cast<double>(prog.ops[c].bytes);
+  EXPECT_DOUBLE_EQ(checked, reduced);
+  // Off: no check; auto follows the loss check; ZeRO 3 has no such buckets.
+  for (const char* off : {", grad_nan_check: false}\n", ", loss_sync: allreduce}\n"}) {
+    const TrainingPlan p = build_training_plan(scenario_from_text(base + off, "off"));
+    EXPECT_TRUE(named(p, "grad-nan-norm").empty()) << off;
+    EXPECT_TRUE(named(p, "grad-nan-wait").empty()) << off;
+  }
+  EXPECT_EQ(named(build_training_plan(scenario_from_text(base + ", loss_sync: allreduce, grad_nan_check: true}\n",
+                                                         "forced")),
+                  "grad-nan-wait")
+                .size(),
+            colls.size());
+  EXPECT_THROW(build_training_plan(scenario_from_text(
+                   "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 2}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                   "parallel: {dp: 2, zero_stage: 3}\ntraining: {global_batch: 2, grad_nan_check: true}\n",
+                   "z3")),
+               InputError);
+  // The step pays each check's wait and norm.
+  const double t_on = run_training(scenario_from_text(base + "}\n", "t1")).exec.makespan.seconds();
+  const double t_off =
+      run_training(scenario_from_text(base + ", grad_nan_check: false}\n", "t0")).exec.makespan.seconds();
+  EXPECT_GT(t_on - t_off, static_cast<double>(norms.size()) * ComputeProfile{}.host_sync_s);
 }
 
 }  // namespace
