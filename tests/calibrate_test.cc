@@ -28,6 +28,12 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
   EXPECT_DOUBLE_EQ(p.compute.fp8_gemm_efficiency, c.fp8_gemm_efficiency);
   EXPECT_DOUBLE_EQ(p.compute.kernel_latency_s, c.kernel_latency_s);
   EXPECT_DOUBLE_EQ(p.compute.launch_overhead_s, c.launch_overhead_s);
+  EXPECT_DOUBLE_EQ(p.compute.dynamic_cast_ops_per_element, c.dynamic_cast_ops_per_element);
+  EXPECT_DOUBLE_EQ(p.compute.dropout_rng_ops_per_element, c.dropout_rng_ops_per_element);
+  EXPECT_DOUBLE_EQ(p.compute.multi_tensor_efficiency, c.multi_tensor_efficiency);
+  EXPECT_DOUBLE_EQ(p.compute.strided_copy_ops_per_element, c.strided_copy_ops_per_element);
+  EXPECT_DOUBLE_EQ(p.compute.cat_copy_ops_per_element, c.cat_copy_ops_per_element);
+  EXPECT_DOUBLE_EQ(p.compute.tanh_gelu_ops_per_element, c.tanh_gelu_ops_per_element);
   for (size_t i = 0; i < 3; ++i)
     for (size_t j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(p.compute.overlap_slowdown[i][j], c.overlap_slowdown[i][j]);
   for (size_t i = 0; i < 3; ++i) {
