@@ -151,11 +151,16 @@ double gemm_measured(const Op& op, const GpuSpec& gpu, const MeasuredTables& tab
     return std::shared_ptr<const GemmIndex>(g);
   });
   if (ix->points.empty()) return -1;
+  // A batched GEMM (one strided-batched or grouped launch: the unfused attention's
+  // per-head products, MoE's experts) runs its batch's tiles together, as one GEMM of
+  // batch × m rows and the same depth would: it is looked up there, not as one member of
+  // the batch alone (which would leave most of the SMs idle), and scaled by its own roofline.
+  const double rows = static_cast<double>(op.m) * static_cast<double>(std::max<int64_t>(1, op.batch));
   // On a regular grid: trilinear interpolation of the log ratio between the 8 corners
   // that enclose the shape (clamped at the grid's edges).
   {
     double m0, m1, tm, n0, n1, tn, k0, k1, tk;
-    bracket_sorted(ix->am, static_cast<double>(op.m), m0, m1, tm);
+    bracket_sorted(ix->am, rows, m0, m1, tm);
     bracket_sorted(ix->an, static_cast<double>(op.n), n0, n1, tn);
     bracket_sorted(ix->ak, static_cast<double>(op.k), k0, k1, tk);
     double acc = 0;
@@ -172,7 +177,7 @@ double gemm_measured(const Op& op, const GpuSpec& gpu, const MeasuredTables& tab
     if (complete) return std::exp(acc) * roofline(op, gpu, 1.0, 1.0, 1.0);
   }
   // Off the grid: inverse-square-distance weights over the 8 nearest points.
-  const double lm = std::log2(static_cast<double>(op.m)), ln = std::log2(static_cast<double>(op.n)),
+  const double lm = std::log2(rows), ln = std::log2(static_cast<double>(op.n)),
                lk = std::log2(static_cast<double>(op.k));
   std::vector<std::pair<double, double>> near;  // (distance², log ratio)
   near.reserve(ix->points.size());

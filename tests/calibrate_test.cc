@@ -47,6 +47,36 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
   EXPECT_DOUBLE_EQ(p.network.nvls_efficiency, n.nvls_efficiency);
 }
 
+// A batched GEMM under a measured table (the unfused attention's per-head products, MoE's
+// experts: one strided-batched launch) runs its batch's tiles together, so it takes the ratio
+// of a GEMM of batch × m rows, not that of one member alone, which leaves most SMs idle. A table
+// whose 512-row GEMMs run at 4x their ideal and 32,768-row ones at 1.25x: 64 x 512 x 512 x 4,096
+// is priced as 32,768 x 512 x 4,096 is, at 1.25x.
+TEST(Profile, BatchedGemmTakesTheRatioOfItsStackedRows) {
+  const GpuSpec& gpu = *find_gpu_preset("h200-sxm");
+  const double peak = gpu.peak_flops(DType::BF16);
+  auto tables = std::make_shared<MeasuredTables>();
+  for (int64_t m : {512, 32768})
+    for (int64_t n : {512, 1024})
+      for (int64_t k : {4096, 8192})
+        tables->gemm.push_back(GemmPoint{DType::BF16, m, n, k, (m == 512 ? 4.0 : 1.25) * 2.0 * m * n * k / peak});
+  ComputeProfile prof;
+  prof.measured = tables;
+  auto gemm = [](int64_t m, int64_t n, int64_t k, int64_t batch) {
+    Op op;
+    op.kind = OpKind::Gemm;
+    op.m = m, op.n = n, op.k = k, op.batch = batch;
+    op.flops = 2.0 * m * n * k * batch;
+    op.bytes_read = (m * k + k * n) * batch * 2;
+    op.bytes_written = m * n * batch * 2;
+    return op;
+  };
+  const Op batched = gemm(512, 512, 4096, 64), stacked = gemm(32768, 512, 4096, 1), one = gemm(512, 512, 4096, 1);
+  EXPECT_NEAR(compute_seconds(batched, gpu, prof) / (batched.flops / peak), 1.25, 1e-9);
+  EXPECT_NEAR(compute_seconds(batched, gpu, prof), compute_seconds(stacked, gpu, prof), 1e-12);
+  EXPECT_NEAR(compute_seconds(one, gpu, prof) / (one.flops / peak), 4.0, 1e-9);
+}
+
 // Attention tables are interpolated over length and batch × heads (bilinear in logs) and
 // over the GQA group size: at the log-midpoint of each axis, the geometric mean of the
 // measured ratios to the ideal time.
