@@ -801,9 +801,14 @@ class StageBuilder {
   // contiguous again for the batched GEMMs: PyTorch's strided copy loop, each way.
   uint32_t context_permute(const char* name, Phase ph, int32_t L, uint32_t after) {
     if (!l_.local_impl) return after;
-    const double n = static_cast<double>(tokens_ * (m_.heads / t_) * m_.head_dim());
-    const double b = n * static_cast<double>(e_);
-    return accessed(add_memory(name, ph, L, b, b, 0, deps(after)), MemAccess::StridedCopy, n);
+    return strided_copy(name, ph, L, static_cast<double>(tokens_ * (m_.heads / t_) * m_.head_dim()),
+                        MemAccess::StridedCopy, deps(after));
+  }
+  // A copy of `elements` 16-bit elements through one of PyTorch's strided loops.
+  uint32_t strided_copy(const char* name, Phase ph, int32_t L, double elements, MemAccess a,
+                        const std::vector<uint32_t>& after) {
+    const double b = elements * static_cast<double>(e_);
+    return accessed(add_memory(name, ph, L, b, b, 0, after), a, elements);
   }
   uint32_t unfused_attention_backward(int32_t L, int64_t q, int64_t kv, uint32_t dout) {
     const int64_t heads = m_.heads / t_, d = m_.head_dim();
@@ -829,11 +834,9 @@ class StageBuilder {
     // Megatron-LM's own layer splits the fused QKV output into strided views
     // (split_tensor_along_last_dim), so autograd concatenates their gradients back
     // (torch.cat over strided parts). With rotary embeddings rope_backward does it.
-    if (l_.local_impl && m_.learned_positions) {
-      const double n = static_cast<double>(tokens_ * qkv_);
-      const double b = n * static_cast<double>(e_);
-      return accessed(add_memory("qkv-split-backward", ph, L, b, b, 0, deps(dq, dk)), MemAccess::CatCopy, n);
-    }
+    if (l_.local_impl && m_.learned_positions)
+      return strided_copy("qkv-split-backward", ph, L, static_cast<double>(tokens_ * qkv_), MemAccess::CatCopy,
+                          deps(dq, dk));
     return join(dq, dk);
   }
 

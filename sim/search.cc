@@ -122,6 +122,7 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
   pl.dp = static_cast<int64_t>(p.cluster.nodes) * gpn / (l.tp * l.cp);
   pl.global_batch = pl.dp * l.micro_batch;
   p = with_layout(p, pl);
+  p.training.grad_nan_check = "false";  // once a step, not a layer's: priced in estimate()
   // A probe of one layer costs time, not memory: its micro-batch need not fit on its own.
   PlannerOptions po;
   po.check_memory = false;
@@ -139,8 +140,6 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
     if (op.kind == OpKind::Collective && op.group != GroupKind::TP && op.group != GroupKind::CP &&
         op.group != GroupKind::EP)
       continue;  // DP gradient buckets: costed on the real DP group below
-    const std::string& op_name = plan.plan.names[op.name];
-    if (op_name == "grad-nan-norm" || op_name == "grad-nan-wait") continue;  // once a step, below
     if (op.layer >= 0) {
       (fwd ? f0 : b0) = std::min(fwd ? f0 : b0, sp.start_ps);
       (fwd ? f1 : b1) = std::max(fwd ? f1 : b1, sp.end_ps);
@@ -228,13 +227,12 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   const double grad_bytes =
       params * (l.zero_stage < 3 ? dtype_bits(main_grad_dtype(s_)) / 8.0 : m.dtype == DType::FP16 ? 2.0 : 4.0);
   const double shard = l.zero_stage >= 1 ? static_cast<double>(l.dp * l.cp) : 1.0;
+  const double buckets = std::max(1.0, std::ceil(params / static_cast<double>(std::max<int64_t>(1, l.bucket_params))));
   if (dp_group.size() > 1) {
     const double reduce = collective_seconds(
         l.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, dp_group, grad_bytes);
     // Buckets start as the last micro-batch's backward frees them: only what outlasts
     // that backward (and at least the last bucket) is exposed.
-    const double buckets =
-        std::max(1.0, std::ceil(params / static_cast<double>(std::max<int64_t>(1, l.bucket_params))));
     const double hidden = static_cast<double>(stage_layers) * lt.backward;
     e.dp_exposed_s = std::max(reduce / buckets, reduce - hidden);
     if (l.zero_stage == 1 || l.zero_stage == 2)
@@ -270,9 +268,7 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   e.optimizer_s = compute_seconds(opt, s_.cluster.node.gpu, opt_.compute) + opt_.compute.launch_overhead_s;
   // training.grad_nan_check: each bucket's norm and the host's wait, once a step, on the
   // compute stream of the last micro-batch's backward.
-  if (l.grad_nan_check && l.zero_stage < 3) {
-    const double buckets =
-        std::max(1.0, std::ceil(params / static_cast<double>(std::max<int64_t>(1, l.bucket_params))));
+  if (l.grad_nan_check) {
     Op norm;
     norm.kind = OpKind::Memory;
     norm.bytes_read = static_cast<int64_t>(grad_bytes / buckets);
