@@ -183,7 +183,7 @@ class DistributedOptimizer:
         self.params = [p for p in model.parameters()]
         for p in self.params:
             p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-        self.main = [p.detach().float().clone() for p in self.params]
+        self.main = [p.detach().float().clone().requires_grad_(True) for p in self.params]
         self.opt = torch.optim.Adam(self.main, lr=1e-4, fused=True)
 
     def collect(self):
