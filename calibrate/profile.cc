@@ -314,6 +314,24 @@ int protocol_index(const std::string& p) { return p == "LL" ? 0 : p == "LL128" ?
 int class_index(const std::string& c) { return c == "nvlink" ? 0 : c == "pcie" ? 1 : 2; }
 int family_index(const std::string& f) { return f == "ring" ? 0 : f == "tree" ? 1 : 2; }
 
+// The profile keys that give a kernel class's issue slots per element beyond its stream
+// (cost_models/compute.h), and the member each sets.
+double ComputeProfile::*slots_per_element_key(const std::string& key) {
+  static const std::pair<const char*, double ComputeProfile::*> kKeys[] = {
+      {"dynamic_cast_ops_per_element", &ComputeProfile::dynamic_cast_ops_per_element},
+      {"dropout_rng_ops_per_element", &ComputeProfile::dropout_rng_ops_per_element},
+      {"scatter_ops_per_element", &ComputeProfile::scatter_ops_per_element},
+      {"index_put_ops_per_element", &ComputeProfile::index_put_ops_per_element},
+      {"mixed_softmax_ops_per_element", &ComputeProfile::mixed_softmax_ops_per_element},
+      {"strided_copy_ops_per_element", &ComputeProfile::strided_copy_ops_per_element},
+      {"cat_copy_ops_per_element", &ComputeProfile::cat_copy_ops_per_element},
+      {"tanh_gelu_ops_per_element", &ComputeProfile::tanh_gelu_ops_per_element},
+  };
+  for (const auto& [name, member] : kKeys)
+    if (key == name) return member;
+  return nullptr;
+}
+
 }  // namespace
 
 CalibrationProfile load_profile(const std::string& path, const SourceMark& from) {
@@ -355,22 +373,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                                   [&](const std::string& pass, const YNode& pv, const std::string& pk) {
                                     ops[pass == "forward" ? 0 : 1] = number(pv, pk, 0, 1e4);
                                   });
-                        } else if (c == "dynamic_cast_ops_per_element") {
-                          p.compute.dynamic_cast_ops_per_element = number(cv, ck, 0, 1e6);
-                        } else if (c == "dropout_rng_ops_per_element") {
-                          p.compute.dropout_rng_ops_per_element = number(cv, ck, 0, 1e6);
-                        } else if (c == "scatter_ops_per_element") {
-                          p.compute.scatter_ops_per_element = number(cv, ck, 0, 1e6);
-                        } else if (c == "index_put_ops_per_element") {
-                          p.compute.index_put_ops_per_element = number(cv, ck, 0, 1e6);
-                        } else if (c == "mixed_softmax_ops_per_element") {
-                          p.compute.mixed_softmax_ops_per_element = number(cv, ck, 0, 1e6);
-                        } else if (c == "strided_copy_ops_per_element") {
-                          p.compute.strided_copy_ops_per_element = number(cv, ck, 0, 1e6);
-                        } else if (c == "cat_copy_ops_per_element") {
-                          p.compute.cat_copy_ops_per_element = number(cv, ck, 0, 1e6);
-                        } else if (c == "tanh_gelu_ops_per_element") {
-                          p.compute.tanh_gelu_ops_per_element = number(cv, ck, 0, 1e6);
+                        } else if (double ComputeProfile::*slots = slots_per_element_key(c)) {
+                          p.compute.*slots = number(cv, ck, 0, 1e6);
                         } else if (c == "nccl_channels" || c == "nccl_net_peer_channels") {
                           const double n = number(cv, ck, 1, 64);
                           if (n != static_cast<int>(n))
