@@ -257,6 +257,13 @@ std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLay
   return name + ": unknown";
 }
 
+std::string unsupported_protocol_reason(Algorithm algo, Protocol proto) {
+  if (algo == Algorithm::Nvls && proto != Protocol::Simple)
+    return "nvls with " + std::string(to_string(proto)) +
+           ": in-switch reduction runs the Simple protocol only (as NCCL's)";
+  return "";
+}
+
 double nvls_chunk_bytes(double bytes, int concurrent_ops) {
   double chunk = 128.0 * 1024;
   const double ops = std::max(1, concurrent_ops);
@@ -267,7 +274,8 @@ double nvls_chunk_bytes(double bytes, int concurrent_ops) {
 }
 
 Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, const NetworkProfile& prof) {
-  const std::string why = unsupported_reason(req.op, req.algo, l);
+  std::string why = unsupported_reason(req.op, req.algo, l);
+  if (why.empty()) why = unsupported_protocol_reason(req.algo, req.proto);
   if (!why.empty()) throw std::invalid_argument(why);
   Expansion e;
   e.family = latency_family(req.algo);
@@ -478,13 +486,14 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
       // head moves one chunk through the three warp groups, so the first round's scatter
       // and the last round's gather run alone. The fill and drain cost (stages − 1)
       // rounds at the collective's rate: a message of few rounds (NCCL shrinks the chunk
-      // with the message, but not below 16 KiB) runs well below the peak.
+      // with the message, but not below 16 KiB) runs well below the peak. Every round but
+      // the last is full (the kernel's loop steps by whole rounds), so the pipeline's
+      // critical path is the bytes plus (stages − 1) of its largest round: min(S, round).
       double fill = 0;
       if (req.op == CK::AllReduce && l.nodes() == 1) {
         const int ops = l.nvls_channels * p;
         const double round = ops * nvls_chunk_bytes(S, ops);
-        const double rounds = std::ceil(S / round);
-        fill = (kNvlsPipelineStages - 1) * S / rounds;
+        fill = (kNvlsPipelineStages - 1) * std::min(S, round);
       }
       CollectiveStep s;
       const double up = fill + (req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S / p : S * (p - 1) / p));

@@ -106,6 +106,10 @@ struct Expansion {
 
 // Why (op, algorithm) cannot run on this layout, or "" when it can.
 std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLayout& layout);
+// Why the algorithm cannot run under this protocol, or "" when it can: NCCL runs NVLS
+// (in-switch reduction) with the Simple protocol only (src/graph/tuning.cc skips NVLS and
+// NVLS tree under LL and LL128).
+std::string unsupported_protocol_reason(Algorithm algo, Protocol proto);
 // Throws std::invalid_argument with unsupported_reason() when it cannot.
 Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& layout, const NetworkProfile& profile);
 // All-to-all with per-pair sizes: bytes[i][j] is what position i sends to j (direct).

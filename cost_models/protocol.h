@@ -47,9 +47,11 @@ struct CollectiveFitRow {
 };
 
 struct NetworkProfile {
-  // LL: 8-byte lines carry 4 data bytes; LL128: 120 of 128 bytes; Simple: all.
+  // LL: 8-byte lines carry 4 data bytes, and the polling SMs deliver a third of the link
+  // (measured, docs/model.md "LL's rate"); LL128: 120 of 128 bytes; Simple: all.
   // Chunks: NCCL's per-channel buffer (LL 256 KiB, LL128 ~1 MiB, Simple 4 MiB) over 8 steps.
-  std::array<ProtocolParams, kProtocols> protocols{{{0.5, 32 * 1024}, {120.0 / 128.0, 128 * 1024}, {1.0, 512 * 1024}}};
+  std::array<ProtocolParams, kProtocols> protocols{
+      {{1.0 / 3.0, 32 * 1024}, {120.0 / 128.0, 128 * 1024}, {1.0, 512 * 1024}}};
   // Base latency per collective, seconds: [family][protocol].
   std::array<std::array<double, kProtocols>, 3> base_latency{{
       {6.6e-6, 14.0e-6, 8.4e-6},    // ring

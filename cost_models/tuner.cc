@@ -123,6 +123,10 @@ CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupL
       continue;
     }
     for (Protocol p : protos) {
+      if (const std::string r = unsupported_protocol_reason(a, p); !r.empty()) {
+        why = r;
+        continue;
+      }
       double t = measured_collective_seconds(profile, op, a, p, layout, bytes);
       const bool measured = t >= 0;
       if (!measured)

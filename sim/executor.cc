@@ -519,8 +519,10 @@ class Executor {
     const double bytes = static_cast<double>(op.bytes);
     std::optional<Algorithm> algo = opt_.algorithm;
     // A fixed algorithm that cannot run this operation on this group falls back to auto
-    // (e.g. ring for an all-to-all, NVLS for a group spanning nodes).
-    if (algo && !unsupported_reason(op.collective, *algo, layout).empty()) algo.reset();
+    // (e.g. ring for an all-to-all, NVLS for a group spanning nodes or under LL).
+    if (algo && (!unsupported_reason(op.collective, *algo, layout).empty() ||
+                 (opt_.protocol && !unsupported_protocol_reason(*algo, *opt_.protocol).empty())))
+      algo.reset();
     const CollectiveChoice choice =
         choose_collective(op.collective, bytes, layout, gpus, net_, opt_.network, algo, opt_.protocol);
     CollectiveResult r;

@@ -177,11 +177,12 @@ TEST(Collectives, InSwitchReductionHalvesTheRingsTraffic) {
           .seconds;
   // NCCL's one-node NVLS all-reduce is a three-stage pipeline of rounds over 16 channels x
   // 8 heads: 1 GB is under 64 rounds of 128 KiB chunks, so its chunk is 64 KiB, its round
-  // 128 x 64 KiB = 8 MiB, 120 rounds, and the fill and drain two more rounds' data.
+  // 128 x 64 KiB = 8 MiB, 120 rounds (the last partial), and the fill and drain two more
+  // whole rounds' data.
   EXPECT_EQ(nvls_chunk_bytes(S, 128), 65536.0);
-  const double rounds = std::ceil(S / (128 * 65536.0));
-  EXPECT_EQ(rounds, 120);
-  EXPECT_NEAR(nvls, 0.25e-6 + (S + 2 * S / rounds) / (450e9 * prof.nvls_efficiency), 1e-9);
+  const double round = 128 * 65536.0;
+  EXPECT_EQ(std::ceil(S / round), 120);
+  EXPECT_NEAR(nvls, 0.25e-6 + (S + 2 * round) / (450e9 * prof.nvls_efficiency), 1e-9);
   EXPECT_THROW(expand_collective(CollectiveRequest{CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, S, 0},
                                  layout_of(Topology(cluster("pcie-8gpu", 1)), first_gpus(8)), prof),
                std::invalid_argument);
@@ -224,7 +225,31 @@ TEST(Collectives, NvlsBandwidthRampsWithTheMessage) {
   }
 }
 
-// Protocols: LL moves 2 wire bytes per payload byte; LL128 128 per 120.
+// NVLS's time never falls as the message grows, across its rounds' edges and its chunk
+// sizes: one byte past a whole round adds a partial round, it does not halve the fill.
+TEST(Collectives, NvlsTimeIsMonotonicInTheMessage) {
+  Topology topo(cluster("dgx-h100", 1));
+  const NetworkProfile prof;
+  AnalyticNetwork net(topo, prof);
+  auto t = [&](double S) {
+    return net.run(expand(CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, topo, 8, S, prof), first_gpus(8))
+        .seconds;
+  };
+  double last = 0;
+  for (double S = 64.0 * 1024; S <= 80.0 * (1 << 20); S += 16.0 * 1024) {
+    const double now = t(S);
+    ASSERT_GE(now, last) << S;
+    last = now;
+  }
+  // 2 MiB on 8 H100s is one round of 16 KiB chunks (16 channels x 8 heads); a 16 KiB more
+  // is a second, nearly empty round: the fill stays two whole rounds.
+  const double mib2 = 2.0 * (1 << 20);
+  EXPECT_GT(t(mib2 + 16 * 1024), t(mib2));
+  EXPECT_LT(t(mib2 + 16 * 1024), 1.01 * t(mib2));
+}
+
+// Protocols: LL moves 3 wire-time bytes per payload byte (the measured third of Simple's
+// rate); LL128 128 per 120.
 TEST(Collectives, ProtocolsTradeLatencyForBandwidth) {
   Topology topo(cluster("dgx-h100", 1));
   NetworkProfile prof;
@@ -233,7 +258,7 @@ TEST(Collectives, ProtocolsTradeLatencyForBandwidth) {
     return net.run(expand(CollectiveKind::AllReduce, Algorithm::Ring, proto, topo, 8, S, prof), first_gpus(8)).seconds;
   };
   EXPECT_LT(t(Protocol::LL, 1024), t(Protocol::Simple, 1024));              // small: LL's latency wins
-  EXPECT_GT(t(Protocol::LL, 1 << 30), 1.9 * t(Protocol::Simple, 1 << 30));  // large: LL pays 2x bytes
+  EXPECT_NEAR(t(Protocol::LL, 1 << 30) / t(Protocol::Simple, 1 << 30), 3.0, 0.05);  // large: LL runs at a third
   EXPECT_NEAR(t(Protocol::LL128, 1 << 30) / t(Protocol::Simple, 1 << 30), 128.0 / 120.0, 0.01);
 }
 
@@ -254,6 +279,24 @@ TEST(Collectives, UnsupportedCombinationsSayWhy) {
   EXPECT_TRUE(find_node_preset("dgx-h100")->nvls);
   EXPECT_FALSE(find_node_preset("mi300x-8gpu")->nvls);
   EXPECT_FALSE(find_node_preset("pcie-8gpu")->nvls);
+  // NCCL runs NVLS under Simple only; auto never picks it under LL or LL128.
+  EXPECT_NE(unsupported_protocol_reason(Algorithm::Nvls, Protocol::LL).find("Simple"), std::string::npos);
+  EXPECT_NE(unsupported_protocol_reason(Algorithm::Nvls, Protocol::LL128).find("Simple"), std::string::npos);
+  EXPECT_TRUE(unsupported_protocol_reason(Algorithm::Nvls, Protocol::Simple).empty());
+  EXPECT_TRUE(unsupported_protocol_reason(Algorithm::Ring, Protocol::LL).empty());
+  Topology topo(cluster("dgx-h100", 1));
+  const NetworkProfile prof;
+  AnalyticNetwork net(topo, prof);
+  const auto gpus = first_gpus(8);
+  const GroupLayout l = layout_of(topo, gpus);
+  for (double S = 1024; S <= 1 << 30; S *= 2) {
+    const CollectiveChoice c =
+        choose_collective(CollectiveKind::AllReduce, S, l, gpus, net, prof, std::nullopt, std::nullopt);
+    EXPECT_TRUE(c.algo != Algorithm::Nvls || c.proto == Protocol::Simple) << S;
+  }
+  EXPECT_THROW(expand_collective(CollectiveRequest{CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::LL, 1e6, 0},
+                                 l, prof),
+               std::invalid_argument);
 }
 
 TEST(Collectives, BusBandwidthFactorsFollowNcclTests) {

@@ -377,7 +377,8 @@ TEST(FlowNetwork, AgreesWithAnalyticWithinOnePercentWhenUncontended) {
       for (Algorithm algo : kAlgorithms)
         for (Protocol proto : {Protocol::LL, Protocol::Simple})
           for (double S : {64.0 * 1024, 256e6}) {
-            if (!unsupported_reason(op, algo, layout).empty()) continue;
+            if (!unsupported_reason(op, algo, layout).empty() || !unsupported_protocol_reason(algo, proto).empty())
+              continue;
             const Expansion e = expand_collective(CollectiveRequest{op, algo, proto, S, 3 % p}, layout, prof);
             const double a = analytic.run(e, gpus).seconds;
             const double f = run_flow(topo, prof, {e}, {gpus})[0];
