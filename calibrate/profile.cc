@@ -448,7 +448,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           members(nv, nkey, {"nvlink", "pcie", "network"},
                                   [&](const std::string& c, const YNode& x, const std::string& xk) {
                                     members(
-                                        x, xk, {"ring", "tree"},
+                                        x, xk, {"ring", "tree", "nvls"},
                                         [&](const std::string& fam, const YNode& y, const std::string& yk) {
                                           members(
                                               y, yk, {"LL", "LL128", "Simple"},

@@ -9,9 +9,9 @@
 //   network:
 //     link_efficiency: {nvlink: 0.824, pcie: 0.80, network: 0.92}
 //     nvls_efficiency: 0.74
-//     protocols: {LL: {bandwidth_efficiency: 0.5, chunk: 32KiB}, LL128: {...}, Simple: {...}}
+//     protocols: {LL: {bandwidth_efficiency: 0.3333333333333333, chunk: 32KiB}, LL128: {...}, Simple: {...}}
 //     base_latency: {ring: {LL: 6.6us, LL128: 14us, Simple: 8.4us}, tree: {...}, nvls: {...}}
-//     hop_latency: {nvlink: {ring: {LL: 0.6us, ...}, tree: {...}}, pcie: {...}, network: {...}}
+//     hop_latency: {nvlink: {ring: {LL: 0.6us, ...}, tree: {...}, nvls: {...}}, pcie: {...}, network: {...}}
 #pragma once
 
 #include <string>

@@ -250,8 +250,14 @@ std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLay
     case Algorithm::Nvls:
       if (op != CollectiveKind::AllReduce && op != CollectiveKind::AllGather && op != CollectiveKind::ReduceScatter)
         return name + ": in-switch reduction runs all-reduce, all-gather and reduce-scatter";
-      if (!l.nvswitch || l.nodes() != 1) return name + ": needs a group inside one node with an NVSwitch";
+      if (!l.nvswitch) return name + ": needs a group whose nodes have an NVSwitch";
       if (!l.nvls) return name + ": this node's NVSwitch has no in-switch reduction (NVLink SHARP: H100 and later)";
+      if (l.nodes() > 1) {
+        // NCCL's NVLS tree: all-reduce only, on two or more GPUs of every node (one GPU a
+        // node has no multicast group to reduce in).
+        if (op != CollectiveKind::AllReduce) return name + ": across nodes in-switch reduction runs all-reduce only";
+        if (l.per_node() < 2) return name + ": across nodes needs the same two or more GPUs in every node";
+      }
       return "";
   }
   return name + ": unknown";
@@ -272,6 +278,76 @@ double nvls_chunk_bytes(double bytes, int concurrent_ops) {
   if (bytes < 2 * ops * chunk) chunk = 16.0 * 1024;
   return chunk;
 }
+
+namespace {
+
+// NCCL's NVLS tree all-reduce across nodes (src/device/all_reduce.h, NCCL_ALGO_NVLS_TREE):
+// inside each node the switch reduces the node's GPUs' data (multimem ld_reduce) and
+// multicasts the result back (multimem st), as the one-node NVLS does; between nodes a
+// double binary tree per local GPU index carries that GPU's 1/g of the node's partial
+// sum up and the total down, half on each tree, through the GPU's own NIC. The warp
+// groups run the three at once, chunk by chunk: one pipelined step whose rounds move a
+// chunk up and down every tree edge and a chunk through the switch for every GPU, with
+// the trees' deepest route, up then down, as its latency path.
+CollectiveStep nvls_tree_step(const GroupLayout& l, double S, const NetworkProfile& prof, Protocol proto) {
+  const auto nodes = by_node(l);
+  const int n = static_cast<int>(nodes.size());
+  const int g = l.per_node();
+  std::vector<int32_t> pa, pb;
+  double_binary_tree(n, pa, pb);
+  const double per_tree = S / (2.0 * g);
+  const int64_t C = chunks_for(per_tree, prof, proto);
+  const double c = per_tree / static_cast<double>(C);
+  std::vector<Transfer> up, down;
+  std::vector<uint32_t> path;
+  int depth = 0;
+  for (int k = 0; k < g; ++k)
+    for (int t = 0; t < 2; ++t) {
+      const auto& parent = t == 0 ? pa : pb;
+      std::vector<int64_t> edge(static_cast<size_t>(n), -1);  // node i's transfer to its parent
+      for (int i = 0; i < n; ++i) {
+        const int32_t par = parent[static_cast<size_t>(i)];
+        if (par < 0) continue;
+        const int32_t a = nodes[static_cast<size_t>(i)][static_cast<size_t>(k)];
+        const int32_t b = nodes[static_cast<size_t>(par)][static_cast<size_t>(k)];
+        edge[static_cast<size_t>(i)] = static_cast<int64_t>(up.size());
+        up.push_back(Transfer{a, b, c});
+        down.push_back(Transfer{b, a, c});
+      }
+      for (int i = 0; i < n; ++i) {
+        std::vector<uint32_t> route;
+        for (int v = i; parent[static_cast<size_t>(v)] >= 0; v = parent[static_cast<size_t>(v)])
+          route.push_back(static_cast<uint32_t>(edge[static_cast<size_t>(v)]));
+        if (static_cast<int>(route.size()) > depth) {
+          depth = static_cast<int>(route.size());
+          path = std::move(route);
+        }
+      }
+    }
+  std::vector<uint32_t> both = path;
+  for (uint32_t i : path) both.push_back(i + static_cast<uint32_t>(up.size()));
+  std::vector<Transfer> edges = up;
+  edges.insert(edges.end(), down.begin(), down.end());
+  const double through_switch = S / static_cast<double>(C);  // each GPU's share of a round, up and down
+  for (int i = 0; i < l.ranks(); ++i) {
+    edges.push_back(Transfer{i, kSwitch, through_switch});
+    edges.push_back(Transfer{kSwitch, i, through_switch});
+  }
+  return pipelined(edges, 2 * depth, C, std::move(both));
+}
+
+// NCCL's NVLS-tree chunk (src/enqueue.cc): nvlsChunkSize (128 KiB), 64 KiB from four nodes
+// up, halved to 64 and 32 KiB below 4 and 1 rounds of it; a round is every channel's
+// head moving one chunk.
+double nvls_tree_chunk_bytes(double bytes, int concurrent_ops, int nodes) {
+  double chunk = nodes >= 4 ? 64.0 * 1024 : 128.0 * 1024;
+  const double ops = std::max(1, concurrent_ops);
+  if (bytes < 4 * ops * chunk && chunk > 64.0 * 1024) chunk = 64.0 * 1024;
+  if (bytes < ops * chunk && chunk > 32.0 * 1024) chunk = 32.0 * 1024;
+  return chunk;
+}
+
+}  // namespace
 
 Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, const NetworkProfile& prof) {
   std::string why = unsupported_reason(req.op, req.algo, l);
@@ -489,8 +565,23 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
       // with the message, but not below 16 KiB) runs well below the peak. Every round but
       // the last is full (the kernel's loop steps by whole rounds), so the pipeline's
       // critical path is the bytes plus (stages − 1) of its largest round: min(S, round).
+      if (l.nodes() > 1) {
+        // The rounds' fill and drain as inside a node (below), over the tree's rounds:
+        // (stages − 1) rounds of each GPU's share through the switch before the pipeline.
+        const int ops = l.nvls_channels * l.per_node();
+        const double round = ops * nvls_tree_chunk_bytes(S, ops, l.nodes());
+        const double fill = (kNvlsPipelineStages - 1) * std::min(S, round);
+        CollectiveStep f;
+        for (int i = 0; i < p; ++i) {
+          f.transfers.push_back(Transfer{i, kSwitch, fill});
+          f.transfers.push_back(Transfer{kSwitch, i, fill});
+        }
+        steps.push_back(std::move(f));
+        steps.push_back(nvls_tree_step(l, S, prof, req.proto));
+        break;
+      }
       double fill = 0;
-      if (req.op == CK::AllReduce && l.nodes() == 1) {
+      if (req.op == CK::AllReduce) {
         const int ops = l.nvls_channels * p;
         const double round = ops * nvls_chunk_bytes(S, ops);
         fill = (kNvlsPipelineStages - 1) * std::min(S, round);

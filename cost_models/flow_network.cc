@@ -52,7 +52,7 @@ double FlowNetwork::pipelined_latency(const Collective& col, LinksOf links_of) {
       double rate = std::numeric_limits<double>::infinity();
       for (uint32_t l : links_of(i)) rate = std::min(rate, paths_.capacity(l) / step_load_[l]);
       if (rate < std::numeric_limits<double>::infinity())
-        round_data = std::max(round_data, paths_.wire_bytes(step.transfers[i].bytes, col.e) / rate);
+        round_data = std::max(round_data, paths_.wire_bytes(step.transfers[i], col.e) / rate);
     }
     for (size_t i = 0; i < n; ++i)
       for (uint32_t l : links_of(i)) step_load_[l] = 0;
@@ -97,7 +97,7 @@ void FlowNetwork::begin_step(uint32_t c, SimTime now) {
     const Transfer& t = step.transfers[i];
     const auto links = routes_[i].links;
     if (links.empty() || t.bytes <= 0) continue;
-    add_flow(c, links, paths_.wire_bytes(t.bytes, col.e) * rep, lockstep ? lat_[i] * rep : 0.0, now);
+    add_flow(c, links, paths_.wire_bytes(t, col.e) * rep, lockstep ? lat_[i] * rep : 0.0, now);
   }
   if (col.pending == 0) {  // nothing to move: only the latency
     col.state = State::Draining;
@@ -177,7 +177,7 @@ uint32_t FlowNetwork::step_entry(uint32_t c) {
     if (links.empty() || t.bytes <= 0) continue;  // as begin_step: not a flow
     s.links.insert(s.links.end(), links.begin(), links.end());
     s.at.push_back(static_cast<uint32_t>(s.links.size()));
-    s.bytes.push_back(paths_.wire_bytes(t.bytes, col.e) * rep);
+    s.bytes.push_back(paths_.wire_bytes(t, col.e) * rep);
     s.latency.push_back(lockstep ? lat_[i] * rep : 0.0);
   }
   // Its links numbered in order of first use: the schedule alone follows from these

@@ -107,7 +107,7 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
       const Route& r = sh.routes[i];
       if (r.links.empty()) continue;
       lat_[i] = paths_.latency(r, e);
-      const double bw = paths_.wire_bytes(t.bytes, e) / sh.rate[i];
+      const double bw = paths_.wire_bytes(t, e) / sh.rate[i];
       lockstep = std::max(lockstep, lat_[i] + bw);
       moving = std::max(moving, bw);
     }
@@ -117,7 +117,7 @@ CollectiveCost AnalyticNetwork::run(const Expansion& e, std::span<const int32_t>
     for (size_t i = 0; i < step.transfers.size(); ++i)
       for (uint32_t l : sh.routes[i].links) {
         if (bytes_[l] == 0) used.push_back(l);
-        bytes_[l] += paths_.wire_bytes(step.transfers[i].bytes, e) * static_cast<double>(step.repeat);
+        bytes_[l] += paths_.wire_bytes(step.transfers[i], e) * static_cast<double>(step.repeat);
       }
   }
   std::sort(used.begin(), used.end());

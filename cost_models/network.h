@@ -53,10 +53,12 @@ class TransferPaths {
   double latency(size_t hops, const Route& r, const Expansion& e) const {
     return hops == 0 ? 0 : r.latency + profile_.hop(r.cls, e.family, e.proto);
   }
-  double wire_bytes(double payload, const Expansion& e) const {
-    const double eff = profile_.protocol(e.proto).bandwidth_efficiency *
-                       (e.family == LatencyFamily::Nvls ? profile_.nvls_efficiency : 1.0);
-    return payload / eff;
+  // A transfer's wire bytes: its payload over the protocol's efficiency, and over the
+  // switch's reduction rate for a transfer to or from the NVLink switch (NVLS); an NVLS
+  // tree's network transfers move at the protocol's rate alone.
+  double wire_bytes(const Transfer& t, const Expansion& e) const {
+    const bool nvls = e.family == LatencyFamily::Nvls && (t.src == kSwitch || t.dst == kSwitch);
+    return t.bytes / (profile_.protocol(e.proto).bandwidth_efficiency * (nvls ? profile_.nvls_efficiency : 1.0));
   }
   // A link's usable rate: its line rate × its class's efficiency.
   double capacity(uint32_t link) const { return capacity_[link]; }

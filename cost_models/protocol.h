@@ -59,11 +59,13 @@ struct NetworkProfile {
       {25.0e-6, 25.0e-6, 25.0e-6},  // NVLS (intra-node)
   }};
   // Latency of one step over a route whose slowest link class is [class], seconds:
-  // [class][ring|tree][protocol].
-  std::array<std::array<std::array<double, kProtocols>, 2>, 3> hop_latency{{
-      {{{0.6e-6, 1.9e-6, 3.4e-6}, {0.6e-6, 1.25e-6, 4.0e-6}}},   // NVLink
-      {{{1.0e-6, 2.5e-6, 5.7e-6}, {1.0e-6, 2.5e-6, 5.7e-6}}},    // PCIe
-      {{{2.7e-6, 4.0e-6, 14.0e-6}, {5.0e-6, 8.5e-6, 14.0e-6}}},  // network
+  // [class][ring|tree|nvls][protocol]. NVLS inside a node takes the ring's NVLink step;
+  // across nodes (NCCL's NVLS tree) a network step is NCCL's NET NVLS-tree latency, 20.9 us
+  // (src/graph/tuning.cc, 2.28). NVLS runs Simple only: its LL and LL128 entries are unused.
+  std::array<std::array<std::array<double, kProtocols>, 3>, 3> hop_latency{{
+      {{{0.6e-6, 1.9e-6, 3.4e-6}, {0.6e-6, 1.25e-6, 4.0e-6}, {0.6e-6, 1.9e-6, 3.4e-6}}},     // NVLink
+      {{{1.0e-6, 2.5e-6, 5.7e-6}, {1.0e-6, 2.5e-6, 5.7e-6}, {1.0e-6, 2.5e-6, 5.7e-6}}},      // PCIe
+      {{{2.7e-6, 4.0e-6, 14.0e-6}, {5.0e-6, 8.5e-6, 14.0e-6}, {2.7e-6, 4.0e-6, 20.9e-6}}},  // network
   }};
   // Fraction of line rate collectives reach per link class. NVLink: NCCL models a
   // Hopper NVLink as 20.6 GB/s per link x 18 links = 370.8 of 450 GB/s.
@@ -82,7 +84,8 @@ struct NetworkProfile {
     return base_latency[static_cast<size_t>(f)][static_cast<size_t>(p)];
   }
   double hop(LinkClass c, LatencyFamily f, Protocol p) const {
-    return hop_latency[static_cast<size_t>(c)][f == LatencyFamily::Tree ? 1 : 0][static_cast<size_t>(p)];
+    const size_t family = f == LatencyFamily::Tree ? 1 : f == LatencyFamily::Nvls ? 2 : 0;
+    return hop_latency[static_cast<size_t>(c)][family][static_cast<size_t>(p)];
   }
   double efficiency(LinkClass c) const { return link_efficiency[static_cast<size_t>(c)]; }
 };

@@ -598,11 +598,22 @@ TEST_F(CliTest, CollectiveEveryOperationAlgorithmAndModel) {
     }
 }
 
-TEST_F(CliTest, CollectiveNvlsInsideOneNodeOnly) {
+// Inside a node NVLS runs all three operations; across nodes (NCCL's NVLS tree) all-reduce
+// only, and only with two or more GPUs of every node; never on a node without it.
+TEST_F(CliTest, CollectiveNvlsAcrossNodesIsAllReduceOnly) {
   EXPECT_EQ(cli("collective --op all-reduce --algo nvls --gpus 8 --cluster dgx-h100 --min 1MiB --max 1MiB").code, 0);
-  const CliResult r = cli("collective --op all-reduce --algo nvls --gpus 16 --nodes 2 --cluster dgx-h100");
-  EXPECT_EQ(r.code, 1) << r;
-  EXPECT_NE(r.err.find("needs a group inside one node with an NVSwitch"), std::string::npos) << r;
+  EXPECT_EQ(cli("collective --op all-reduce --algo nvls --gpus 16 --nodes 2 --cluster dgx-h100 --min 1GiB --max 1GiB")
+                .code,
+            0);
+  const CliResult ag = cli("collective --op all-gather --algo nvls --gpus 16 --nodes 2 --cluster dgx-h100");
+  EXPECT_EQ(ag.code, 1) << ag;
+  EXPECT_NE(ag.err.find("across nodes in-switch reduction runs all-reduce only"), std::string::npos) << ag;
+  const CliResult one = cli("collective --op all-reduce --algo nvls --gpus 4 --nodes 4 --cluster dgx-h100");
+  EXPECT_EQ(one.code, 1) << one;
+  EXPECT_NE(one.err.find("two or more GPUs in every node"), std::string::npos) << one;
+  const CliResult a100 = cli("collective --op all-reduce --algo nvls --gpus 8 --cluster dgx-a100");
+  EXPECT_EQ(a100.code, 1) << a100;
+  EXPECT_NE(a100.err.find("no in-switch reduction"), std::string::npos) << a100;
 }
 
 TEST_F(CliTest, CollectiveBadProtocolAndModel) {

@@ -188,6 +188,42 @@ TEST(Collectives, InSwitchReductionHalvesTheRingsTraffic) {
                std::invalid_argument);
 }
 
+// Across nodes NVLS is NCCL's NVLS tree: the switch reduces and multicasts inside each node
+// while the nodes' GPUs of one local index exchange their 1/g shares over their own NICs,
+// at once. So a large all-reduce runs at the slower of the switch's rate (S through each
+// GPU's NVLink at the in-switch efficiency) and the NICs' (S/g each way through each NIC).
+TEST(Collectives, NvlsTreeRunsAtTheSlowerOfTheSwitchAndTheNics) {
+  const double S = 16.0 * (1 << 30);
+  auto seconds = [&](double nic_bytes_per_s) {
+    ClusterSpec c = cluster("dgx-h100", 2);
+    c.node.nic_bandwidth = nic_bytes_per_s;
+    Topology topo(c);
+    const NetworkProfile prof = ideal();
+    AnalyticNetwork net(topo, prof);
+    return net.run(expand(CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, topo, 16, S, prof),
+                   first_gpus(16))
+        .seconds;
+  };
+  const double nvlink = find_node_preset("dgx-h100")->nvlink_bandwidth;
+  const double switch_bound = S / (nvlink * NetworkProfile{}.nvls_efficiency);
+  EXPECT_NEAR(seconds(50e9), switch_bound, 0.01 * switch_bound);       // 400 Gb/s NICs: S/8 at 50 GB/s is faster
+  EXPECT_NEAR(seconds(12.5e9), S / 8 / 12.5e9, 0.01 * S / 8 / 12.5e9);  // 100 Gb/s NICs bind
+  // Auto takes it for a large message on two full nodes, not for one GPU a node.
+  Topology topo(cluster("dgx-h100", 2));
+  const NetworkProfile prof;
+  AnalyticNetwork net(topo, prof);
+  const auto all = first_gpus(16);
+  EXPECT_EQ(choose_collective(CollectiveKind::AllReduce, S, layout_of(topo, all), all, net, prof, std::nullopt,
+                              std::nullopt)
+                .algo,
+            Algorithm::Nvls);
+  const std::vector<int32_t> one_a_node{0, 8};
+  EXPECT_NE(choose_collective(CollectiveKind::AllReduce, S, layout_of(topo, one_a_node), one_a_node, net, prof,
+                              std::nullopt, std::nullopt)
+                .algo,
+            Algorithm::Nvls);
+}
+
 // NCCL shrinks the NVLS chunk with the message (src/enqueue.cc): 128 KiB from 64 rounds of
 // it up, then 64, 32 and 16 KiB below 64, 8 and 2 rounds of the chunk before.
 TEST(Collectives, NvlsChunkFollowsNcclsRule) {

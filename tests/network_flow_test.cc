@@ -409,7 +409,7 @@ TEST(FlowNetwork, EveryByteSentIsCarriedAndNoLinkExceedsItsCapacity) {
       double expected = 0;
       for (const CollectiveStep& st : e.steps)
         for (const Transfer& t : st.transfers)
-          expected += static_cast<double>(st.repeat) * paths.wire_bytes(t.bytes, e) *
+          expected += static_cast<double>(st.repeat) * paths.wire_bytes(t, e) *
                       static_cast<double>(paths.path(t, gpus).links.size());
       FlowNetwork net(topo, prof);
       net.start(e, gpus, SimTime::zero());
