@@ -263,6 +263,11 @@ std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLay
   return name + ": unknown";
 }
 
+Protocol nccl_p2p_protocol(double bytes_per_peer, bool across_nodes) {
+  const int channels = across_nodes ? kP2pChannelsAcrossNodes : kP2pChannelsInNode;
+  return bytes_per_peer <= channels * kP2pLlThresholdBytes ? Protocol::LL : Protocol::Simple;
+}
+
 std::string unsupported_protocol_reason(Algorithm algo, Protocol proto) {
   if (algo == Algorithm::Nvls && proto != Protocol::Simple)
     return "nvls with " + std::string(to_string(proto)) +

@@ -106,6 +106,17 @@ struct Expansion {
 
 // Why (op, algorithm) cannot run on this layout, or "" when it can.
 std::string unsupported_reason(CollectiveKind op, Algorithm algo, const GroupLayout& layout);
+// NCCL's protocol for point-to-point transfers (send/recv, and all-to-all as its grouped
+// send/recv): LL while a peer's bytes fit NCCL_P2P_LL_THRESHOLD (16 KiB) on each of the
+// pair's channels, else Simple; never LL128, and NCCL_PROTO does not apply to them
+// (src/enqueue.cc, addP2pToPlan). Two H200s run send/recv and all-to-all alike under
+// NCCL_PROTO=LL, LL128 and Simple at every size (calibrate/measurements/h200x2-collectives-*).
+// Channels a peer: 16 inside a node, 2 (NCCL_NCHANNELS_PER_NET_PEER) across nodes.
+constexpr double kP2pLlThresholdBytes = 16 * 1024;
+constexpr int kP2pChannelsInNode = 16;
+constexpr int kP2pChannelsAcrossNodes = 2;
+Protocol nccl_p2p_protocol(double bytes_per_peer, bool across_nodes);
+
 // Why the algorithm cannot run under this protocol, or "" when it can: NCCL runs NVLS
 // (in-switch reduction) with the Simple protocol only (src/graph/tuning.cc skips NVLS and
 // NVLS tree under LL and LL128).

@@ -108,7 +108,9 @@ CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupL
   else
     algos = {Algorithm::Ring, Algorithm::Tree, Algorithm::Nvls};
   std::vector<Protocol> protos;
-  if (proto)
+  if (op == CollectiveKind::AllToAll)  // grouped send/recv: NCCL's p2p rule, whatever was asked
+    protos = {nccl_p2p_protocol(bytes / std::max(1, layout.ranks()), layout.nodes() > 1)};
+  else if (proto)
     protos = {*proto};
   else
     protos = {Protocol::LL, Protocol::LL128, Protocol::Simple};
@@ -127,7 +129,9 @@ CollectiveChoice choose_collective(CollectiveKind op, double bytes, const GroupL
         why = r;
         continue;
       }
-      double t = measured_collective_seconds(profile, op, a, p, layout, bytes);
+      // A calibration's series for the protocol asked is what NCCL ran when asked it.
+      const Protocol series = op == CollectiveKind::AllToAll && proto ? *proto : p;
+      double t = measured_collective_seconds(profile, op, a, series, layout, bytes);
       const bool measured = t >= 0;
       if (!measured)
         t = net.run(expand_collective(CollectiveRequest{op, a, p, bytes, 0}, layout, profile), gpus, false).seconds;

@@ -37,13 +37,14 @@ std::vector<CollectiveRow> run_collective_sweep(const CollectiveSweepConfig& cfg
     std::vector<double> measured;  // per group: a calibration profile's time, or -1
     for (const auto& g : groups) {
       if (cfg.kind == SweepOp::SendRecv) {
-        const Protocol p = cfg.protocol.value_or(Protocol::Simple);
+        // NCCL picks a send's protocol by its size (nccl_p2p_protocol), whatever NCCL_PROTO says.
+        const GroupLayout layout = layout_of(topo, g);
+        const Protocol p = nccl_p2p_protocol(bytes, layout.nodes() > 1);
         exps.push_back(expand_sendrecv(cfg.gpus, bytes, p, cfg.profile));
         row.proto = p;
-        const GroupLayout layout = layout_of(topo, g);
-        measured.push_back(cfg.protocol
-                               ? measured_series_seconds(cfg.profile, "send-recv", "p2p", to_string(p), layout, bytes)
-                               : measured_p2p_seconds(cfg.profile, layout, bytes));
+        measured.push_back(cfg.protocol ? measured_series_seconds(cfg.profile, "send-recv", "p2p",
+                                                                 to_string(*cfg.protocol), layout, bytes)
+                                        : measured_p2p_seconds(cfg.profile, layout, bytes));
         continue;
       }
       const GroupLayout layout = layout_of(topo, g);

@@ -284,6 +284,26 @@ TEST(Collectives, NvlsTimeIsMonotonicInTheMessage) {
   EXPECT_LT(t(mib2 + 16 * 1024), 1.01 * t(mib2));
 }
 
+// Point-to-point runs NCCL's own protocol rule: LL while a peer's bytes fit 16 KiB on each
+// of the pair's channels (16 inside a node, 2 across), Simple above, never LL128, and an
+// all-to-all (grouped send/recv) takes it whatever protocol was asked for.
+TEST(Collectives, PointToPointFollowsNcclsProtocolRule) {
+  EXPECT_EQ(nccl_p2p_protocol(256 * 1024, false), Protocol::LL);
+  EXPECT_EQ(nccl_p2p_protocol(256 * 1024 + 1, false), Protocol::Simple);
+  EXPECT_EQ(nccl_p2p_protocol(32 * 1024, true), Protocol::LL);
+  EXPECT_EQ(nccl_p2p_protocol(32 * 1024 + 1, true), Protocol::Simple);
+  Topology topo(cluster("dgx-h100", 1));
+  const NetworkProfile prof;
+  AnalyticNetwork net(topo, prof);
+  const auto gpus = first_gpus(8);
+  const GroupLayout l = layout_of(topo, gpus);
+  for (double S : {64.0 * 1024, 8.0 * (1 << 20), 1.0 * (1 << 30)})
+    for (Protocol asked : {Protocol::LL, Protocol::LL128, Protocol::Simple}) {
+      const CollectiveChoice c = choose_collective(CollectiveKind::AllToAll, S, l, gpus, net, prof, std::nullopt, asked);
+      EXPECT_EQ(c.proto, nccl_p2p_protocol(S / 8, false)) << S << " " << to_string(asked);
+    }
+}
+
 // Protocols: LL moves 3 wire-time bytes per payload byte (the measured third of Simple's
 // rate); LL128 128 per 120.
 TEST(Collectives, ProtocolsTradeLatencyForBandwidth) {
