@@ -418,7 +418,10 @@ class Executor {
     if (++rv.arrived < expected) return;
     std::vector<int32_t> gpus = {plan_.rank_gpu[static_cast<size_t>(src)], plan_.rank_gpu[static_cast<size_t>(dst)]};
     CollectiveResult c;
-    c.expansion.base_latency = opt_.network.base(LatencyFamily::Ring, Protocol::Simple);
+    // NCCL picks a send's protocol by its size (nccl_p2p_protocol): LL for small ones.
+    const bool across_nodes = topo_.node_of(gpus[0]) != topo_.node_of(gpus[1]);
+    c.expansion.proto = nccl_p2p_protocol(static_cast<double>(op.bytes), across_nodes);
+    c.expansion.base_latency = opt_.network.base(LatencyFamily::Ring, c.expansion.proto);
     CollectiveStep one;
     one.transfers.push_back(Transfer{0, 1, static_cast<double>(op.bytes)});
     // On the flow network the ranks that mirror this pair send the same bytes at the same
