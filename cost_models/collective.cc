@@ -286,6 +286,34 @@ double nvls_chunk_bytes(double bytes, int concurrent_ops) {
 
 namespace {
 
+// Keeps, as `path`, the deepest route to a tree's root of any node: the node's own chain
+// transfers (none without `chain`), then the transfer of each node on the way up to its
+// parent (`edge[v]`; -1 at the root).
+void keep_deepest_route(const std::vector<int32_t>& parent, const std::vector<int64_t>& edge,
+                        const std::vector<std::vector<uint32_t>>* chain, std::vector<uint32_t>& path, int& depth) {
+  for (size_t i = 0; i < parent.size(); ++i) {
+    std::vector<uint32_t> route = chain ? (*chain)[i] : std::vector<uint32_t>{};
+    for (size_t v = i; parent[v] >= 0; v = static_cast<size_t>(parent[v]))
+      route.push_back(static_cast<uint32_t>(edge[v]));
+    if (static_cast<int>(route.size()) > depth) {
+      depth = static_cast<int>(route.size());
+      path = std::move(route);
+    }
+  }
+}
+
+// Up and down a tree at once, chunk by chunk (a chunk goes down once reduced at the root),
+// on opposite directions of the links: one pipelined step twice as deep, whose latency
+// path is the deepest route up and then down. `beside` rides in the same rounds.
+CollectiveStep up_and_down(std::vector<Transfer> up, const std::vector<Transfer>& down, std::vector<uint32_t> path,
+                           int depth, int64_t chunks, const std::vector<Transfer>& beside = {}) {
+  const size_t n = path.size();
+  for (size_t i = 0; i < n; ++i) path.push_back(path[i] + static_cast<uint32_t>(up.size()));
+  up.insert(up.end(), down.begin(), down.end());
+  up.insert(up.end(), beside.begin(), beside.end());
+  return pipelined(up, 2 * depth, chunks, std::move(path));
+}
+
 // NCCL's NVLS tree all-reduce across nodes (src/device/all_reduce.h, NCCL_ALGO_NVLS_TREE):
 // inside each node the switch reduces the node's GPUs' data (multimem ld_reduce) and
 // multicasts the result back (multimem st), as the one-node NVLS does; between nodes a
@@ -319,26 +347,15 @@ CollectiveStep nvls_tree_step(const GroupLayout& l, double S, const NetworkProfi
         up.push_back(Transfer{a, b, c});
         down.push_back(Transfer{b, a, c});
       }
-      for (int i = 0; i < n; ++i) {
-        std::vector<uint32_t> route;
-        for (int v = i; parent[static_cast<size_t>(v)] >= 0; v = parent[static_cast<size_t>(v)])
-          route.push_back(static_cast<uint32_t>(edge[static_cast<size_t>(v)]));
-        if (static_cast<int>(route.size()) > depth) {
-          depth = static_cast<int>(route.size());
-          path = std::move(route);
-        }
-      }
+      keep_deepest_route(parent, edge, nullptr, path, depth);
     }
-  std::vector<uint32_t> both = path;
-  for (uint32_t i : path) both.push_back(i + static_cast<uint32_t>(up.size()));
-  std::vector<Transfer> edges = up;
-  edges.insert(edges.end(), down.begin(), down.end());
   const double through_switch = S / static_cast<double>(C);  // each GPU's share of a round, up and down
+  std::vector<Transfer> switch_rounds;
   for (int i = 0; i < l.ranks(); ++i) {
-    edges.push_back(Transfer{i, kSwitch, through_switch});
-    edges.push_back(Transfer{kSwitch, i, through_switch});
+    switch_rounds.push_back(Transfer{i, kSwitch, through_switch});
+    switch_rounds.push_back(Transfer{kSwitch, i, through_switch});
   }
-  return pipelined(edges, 2 * depth, C, std::move(both));
+  return up_and_down(std::move(up), down, std::move(path), depth, C, switch_rounds);
 }
 
 // NCCL's NVLS-tree chunk (src/enqueue.cc): nvlsChunkSize (128 KiB), 64 KiB from four nodes
@@ -447,23 +464,9 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
             down.push_back(Transfer{member(par, 0), member(i, 0), c});
           }
           // The deepest route: a node's whole chain, then tree edges up to the root.
-          for (int i = 0; i < n; ++i) {
-            std::vector<uint32_t> route = chain[static_cast<size_t>(i)];
-            for (int v = i; parent[static_cast<size_t>(v)] >= 0; v = parent[static_cast<size_t>(v)])
-              route.push_back(static_cast<uint32_t>(head[static_cast<size_t>(v)]));
-            if (static_cast<int>(route.size()) > depth) {
-              depth = static_cast<int>(route.size());
-              path = route;
-            }
-          }
+          keep_deepest_route(parent, head, &chain, path, depth);
         }
-      // Up and down run at once, chunk by chunk (a chunk goes down once reduced at the
-      // root), on opposite directions of the links: one pipelined step twice as deep.
-      std::vector<uint32_t> both = path;
-      for (uint32_t i : path) both.push_back(i + static_cast<uint32_t>(up.size()));
-      std::vector<Transfer> edges = up;
-      edges.insert(edges.end(), down.begin(), down.end());
-      steps.push_back(pipelined(edges, 2 * depth, C, std::move(both)));
+      steps.push_back(up_and_down(std::move(up), down, std::move(path), depth, C));
       break;
     }
     case Algorithm::Direct: {
