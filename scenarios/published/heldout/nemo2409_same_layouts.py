@@ -29,17 +29,17 @@ ROWS = {
 }
 
 
-# 24.09 rows with no 24.12 twin: (row, its tokens a second a GPU, case file, --set pairs, sequence length)
+# 24.09 rows with no 24.12 twin: (row, its tokens a second a GPU, case file, --set pairs)
 LLAMA2 = [
     ('LLAMA2-7B, 8 GPUs', 16934, 'dgxc2502-llama3.1-8b-8xh100-fp8.yaml',
      ['model.hidden=4096', 'model.layers=32', 'model.heads=32', 'model.kv_heads=32', 'model.ffn_hidden=11008',
-      'model.vocab=32000', 'model.seq_len=4096', 'parallel.cp=1', 'parallel.dp=8'], 4096),
+      'model.vocab=32000', 'model.seq_len=4096', 'parallel.cp=1', 'parallel.dp=8']),
     ('LLAMA2-13B, 16 GPUs', 8715, 'dgxc2502-llama3.1-8b-8xh100-fp8.yaml',
      ['cluster.nodes=2', 'model.hidden=5120', 'model.layers=40', 'model.heads=40', 'model.kv_heads=40',
       'model.ffn_hidden=13824', 'model.vocab=32000', 'model.seq_len=4096', 'parallel.cp=1', 'parallel.pp=4',
-      'parallel.schedule=interleaved-1f1b', 'parallel.virtual_stages=10', 'parallel.dp=4'], 4096),
+      'parallel.schedule=interleaved-1f1b', 'parallel.virtual_stages=10', 'parallel.dp=4']),
     ('LLAMA2-70B, 64 GPUs', 1728, 'dgxc2502-llama3.1-70b-64xh100-fp8.yaml',
-     ['model.vocab=32000', 'model.seq_len=4096', 'parallel.cp=1', 'parallel.virtual_stages=20', 'parallel.dp=4'], 4096),
+     ['model.vocab=32000', 'model.seq_len=4096', 'parallel.cp=1', 'parallel.virtual_stages=20', 'parallel.dp=4']),
 ]
 
 
@@ -53,30 +53,35 @@ def reference(path):
     return ref
 
 
+def run_row(name, sets, tokens_per_gpu):
+    """(the model's result, the 24.09 row's step time), or (None, why the model gave none)."""
+    d, why = run_json(os.path.join(TRAINING, name), sets)
+    if d is None:
+        return None, why
+    seq = d['tokens_per_s'] * d['iteration_time_s'] / d['global_batch']
+    return d, d['global_batch'] * seq / (tokens_per_gpu * d['gpus'])
+
+
 def main(argv):
     extra = extra_sets(argv)
     print('%-26s %12s %12s %10s %12s %12s' % ('24.09 row', '24.09 (s)', '24.12 (s)', '24.09/24.12', 'model (s)',
                                               'vs 24.09 / 24.12'))
     for name, (row, tokens_per_gpu) in ROWS.items():
-        path = os.path.join(TRAINING, name)
-        d, why = run_json(path, extra)
+        d, old = run_row(name, extra, tokens_per_gpu)
         if d is None:
-            print('%-26s not run: %s' % (row, why))
+            print('%-26s not run: %s' % (row, old))
             continue
-        seq = d['tokens_per_s'] * d['iteration_time_s'] / d['global_batch']
-        old = d['global_batch'] * seq / (tokens_per_gpu * d['gpus'])
-        new = reference(path)
+        new = reference(os.path.join(TRAINING, name))
         t = d['iteration_time_s']
         print('%-26s %12.3f %12.3f %10.3f %12.3f %+7.1f %% / %+5.1f %%' % (row, old, new, old / new, t,
                                                                           100 * (t / old - 1), 100 * (t / new - 1)))
     print()
     print('%-26s %12s %12s %12s' % ('24.09 row (no 24.12 twin)', '24.09 (s)', 'model (s)', 'vs 24.09'))
-    for row, tokens_per_gpu, name, sets, seq in LLAMA2:
-        d, why = run_json(os.path.join(TRAINING, name), sets + extra)
+    for row, tokens_per_gpu, name, sets in LLAMA2:
+        d, old = run_row(name, sets + extra, tokens_per_gpu)
         if d is None:
-            print('%-26s not run: %s' % (row, why))
+            print('%-26s not run: %s' % (row, old))
             continue
-        old = d['global_batch'] * seq / (tokens_per_gpu * d['gpus'])
         t = d['iteration_time_s']
         print('%-26s %12.3f %12.3f %+10.1f %%' % (row, old, t, 100 * (t / old - 1)))
     return 0
