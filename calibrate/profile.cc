@@ -326,6 +326,8 @@ double ComputeProfile::*slots_per_element_key(const std::string& key) {
       {"strided_copy_ops_per_element", &ComputeProfile::strided_copy_ops_per_element},
       {"cat_copy_ops_per_element", &ComputeProfile::cat_copy_ops_per_element},
       {"tanh_gelu_ops_per_element", &ComputeProfile::tanh_gelu_ops_per_element},
+      {"broadcast_loop_ops_per_element", &ComputeProfile::broadcast_loop_ops_per_element},
+      {"multi_tensor_ops_per_byte", &ComputeProfile::multi_tensor_ops_per_byte},
   };
   for (const auto& [name, member] : kKeys)
     if (key == name) return member;
@@ -359,7 +361,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element",
                        "host_sync", "backward_relaunch", "host_op", "mixed_softmax_ops_per_element",
                        "triton_attention_factor", "strided_copy_ops_per_element", "cat_copy_ops_per_element",
-                       "tanh_gelu_ops_per_element"},
+                       "tanh_gelu_ops_per_element", "broadcast_loop_ops_per_element", "multi_tensor_ops_per_byte"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
                           if (cv.kind != YNode::Kind::Scalar)

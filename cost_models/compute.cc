@@ -356,7 +356,8 @@ double slots_per_element(MemAccess a, const ComputeProfile& p) {
   switch (a) {
     case MemAccess::Streaming:
     case MemAccess::Fp8CastTranspose:  // its bytes, streamed (a calibration measures the kernel itself)
-    case MemAccess::MultiTensor:       // a rate, not slots: multi_tensor_efficiency
+    case MemAccess::MultiTensor:       // slots a byte: multi_tensor_ops_per_byte
+    case MemAccess::BroadcastLoop:     // slots or stream, the longer: broadcast_loop_ops_per_element
     case MemAccess::HostSync:          // a time: host_sync_s
     case MemAccess::CudaCoreDecode:    // its math: cuda_core_decode_seconds
       return 0;
@@ -411,7 +412,18 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
     return t * (p.triton_attention ? p.triton_attention_factor : 1.0) + attention_dropout_seconds(op, gpu, p);
   }
   if (op.kind != OpKind::Memory || t == 0) return t;
-  if (op.access == MemAccess::MultiTensor) return t / p.multi_tensor_efficiency;
+  if (op.access == MemAccess::MultiTensor) {
+    if (p.multi_tensor_efficiency > 0) return t / p.multi_tensor_efficiency;
+    return t + static_cast<double>(op.bytes_read + op.bytes_written) * p.multi_tensor_ops_per_byte / gpu.alu_slot_rate();
+  }
+  if (op.access == MemAccess::BroadcastLoop) {
+    // op.m elements walked by broadcast passes over FP32 (4 bytes read, 4 written each): the
+    // longer of their issue slots and their stream, over the op's streamed time.
+    const double m = static_cast<double>(op.m);
+    const double excess = m * p.broadcast_loop_ops_per_element / gpu.alu_slot_rate() -
+                          8.0 * m / (gpu.hbm_bandwidth * p.memory_efficiency);
+    return t + std::max(0.0, excess);
+  }
   if (op.access == MemAccess::CudaCoreDecode) return std::max(t, cuda_core_decode_seconds(op, gpu, p));
   const double slots = slots_per_element(op.access, p);
   return slots > 0 ? t + static_cast<double>(op.m) * slots / gpu.alu_slot_rate() : t;

@@ -84,13 +84,25 @@ struct ComputeProfile {
   // (calibrate/measurements/pytorch/run4/microbench.jsonl): operands of mixed dtypes run
   // a dynamic-cast loop that costs ~94 issue slots per element beyond its streaming
   // time (bf16->fp32 copy 2.09 TB/s, fp32+bf16 add 2.80, against 4.34 for same-dtype
-  // streams); multi-tensor-apply kernels (foreach norm and scale, fused AdamW) stream at
-  // 0.77 of a plain copy (3.37-3.39 against 4.39 TB/s).
+  // streams); multi-tensor-apply kernels (foreach norm and scale, fused AdamW) move 3.37-3.39
+  // TB/s where a plain copy moves 4.39: beyond their stream, 3.96 issue slots a byte
+  // (multi_tensor_ops_per_byte). The same kernels on an H100, whose SMs and clock are the
+  // H200's with 0.70 of its HBM bandwidth, move 2.58-2.73 TB/s (Adam, the foreach copy,
+  // scale and norm of calibrate/measurements/mcore-step-h200/step-1.7b.json): the slots
+  // give 2.51, where a fixed share of the copy's rate (0.77) gave 2.27.
   // Every *_ops_per_element below (and the attention dropout ops) counts issue slots,
   // priced at GpuSpec::alu_slot_rate (SMs x clock x 256: the H200's FP32 peak, where they
   // were measured; twice an A100's FP32 peak).
   double dynamic_cast_ops_per_element = 94;
-  double multi_tensor_efficiency = 0.77;
+  double multi_tensor_ops_per_byte = 3.96;
+  double multi_tensor_efficiency = 0;  // > 0 (a profile's measured key): the stream's rate times this instead
+  // PyTorch's elementwise loop without vectorized access (TensorIterator's elementwise_kernel
+  // where an operand is broadcast, as Megatron's cross entropy divides and shifts FP32 logits
+  // by a per-row scalar) is bound by its SMs, not the HBM: the same ~300 G elements/s on an
+  // H100 (293-302) and an H200 (290-323), whose bandwidths differ by 1.43x: 220 issue slots
+  // an element, against its stream, whichever is longer (MemAccess::BroadcastLoop;
+  // calibrate/measurements/mcore-step-h200, megatron2021-step-h200-2026-12-05).
+  double broadcast_loop_ops_per_element = 220;
   // PyTorch's dropout forward (native_dropout: Philox draws, the output and a 1-byte mask)
   // runs at 1.38x its stream time on an H200 whatever the size and 16-bit type, ~31 issue
   // slots per element beyond the stream; its backward streams

@@ -165,6 +165,8 @@ std::string_view to_string(MemAccess a) {
       return "cat-copy";
     case MemAccess::TanhGelu:
       return "tanh-gelu";
+    case MemAccess::BroadcastLoop:
+      return "broadcast-loop";
   }
   return "?";
 }

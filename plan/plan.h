@@ -56,9 +56,9 @@ enum class Phase : uint8_t { Forward, Backward, Optimizer, Other };
 // the tanh GeLU of a TorchScript-fused kernel (TanhGelu: its arithmetic, op.m elements).
 enum class MemAccess : uint8_t {
   Streaming, DynamicCast, MultiTensor, Fp8CastTranspose, RandomMask, Scatter, IndexPut, HostSync, MixedSoftmax,
-  CudaCoreDecode, StridedCopy, CatCopy, TanhGelu
+  CudaCoreDecode, StridedCopy, CatCopy, TanhGelu, BroadcastLoop
 };
-inline constexpr MemAccess kLastMemAccess = MemAccess::TanhGelu;
+inline constexpr MemAccess kLastMemAccess = MemAccess::BroadcastLoop;
 std::string_view to_string(Phase p);
 std::string_view to_string(MemAccess a);  // the plan file's name: "streaming", "dynamic-cast", ...
 

@@ -169,7 +169,7 @@ constexpr MemAccess kAllAccess[] = {MemAccess::Streaming,  MemAccess::DynamicCas
                                     MemAccess::Fp8CastTranspose, MemAccess::RandomMask, MemAccess::Scatter,
                                     MemAccess::IndexPut,   MemAccess::HostSync,    MemAccess::MixedSoftmax,
                                     MemAccess::CudaCoreDecode, MemAccess::StridedCopy, MemAccess::CatCopy,
-                                    MemAccess::TanhGelu};
+                                    MemAccess::TanhGelu, MemAccess::BroadcastLoop};
 static_assert(std::size(kAllAccess) == static_cast<size_t>(kLastMemAccess) + 1, "every access class has a name");
 
 }  // namespace

@@ -105,6 +105,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_prefetch = p.zero3_backward_prefetch != "none";
   l.eager = s.training.framework == "pytorch-eager";
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
+  l.plan_before_2026_12_05 = s.training.plan_revision == "2026-12-04";
   l.local_impl = s.training.transformer_impl == "local";
   if (l.local_impl && l.eager)
     fail(s, "training.transformer_impl", "training.framework: pytorch-eager has no Megatron layer, expected "
@@ -442,8 +443,22 @@ class StageBuilder {
     // 1 written; current scaling reads the shard once more for its amaxes and all-reduces
     // them, one per weight tensor, over DP), in place of the 16-bit copy.
     const double fp8_shard = l_.fp8_params ? (local_params(false) + local_params(true) - embedding_params_local()) / shard : 0;
-    uint32_t opt = add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state),
-                              params * (e_ + state) - fp8_shard * static_cast<double>(e_), params * 12, deps(norm));
+    // Apex's or Transformer Engine's FusedAdam over the FP32 main parameters, gradients and
+    // moments (multi-tensor-apply kernels: MemAccess::MultiTensor), then the updated main
+    // parameters copied into the 16-bit model parameters, a pass of its own
+    // (_copy_main_params_to_model_params: 4 bytes read, 2 written a parameter).
+    uint32_t opt;
+    if (l_.plan_before_2026_12_05) {
+      opt = add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state),
+                       params * (e_ + state) - fp8_shard * static_cast<double>(e_), params * 12, deps(norm));
+    } else {
+      opt = accessed(add_memory("optimizer-step", Phase::Optimizer, -1, params * (4 + state), params * state,
+                                params * 12, deps(norm)),
+                     MemAccess::MultiTensor);
+    }
+    if (params > fp8_shard && e_ < 4 && !l_.plan_before_2026_12_05)
+      opt = add_memory("main-param-copy", Phase::Optimizer, -1, (params - fp8_shard) * 4,
+                       (params - fp8_shard) * static_cast<double>(e_), 0, deps(opt));
     if (l_.fp8_params) {
       if (l_.fp8_current_scaling) {
         opt = add_memory("fp8-param-shard-amax", Phase::Optimizer, -1, fp8_shard * 4, 0, fp8_shard, deps(opt));
@@ -711,6 +726,25 @@ class StageBuilder {
   // epilogue (nothing more to run). Without it, the GEMM writes a 16-bit gradient and a
   // hook adds it into the buffer: main_grad.add_(grad) at every micro-batch (Megatron-LM's
   // DistributedDataParallel of 2021, megatron/model/distributed.py).
+  // The backward of Megatron's bias-dropout-add (bias_dropout_add_fused_train under
+  // jit_fuser) for one branch of the residual stream, from its output gradient `g`: with
+  // hidden dropout, the dropped branch's gradient is `g` times the mask and 1 / (1 - p), a
+  // kernel of its own (the gradient and the 1-byte mask read, the gradient written); with
+  // linear biases under Transformer Engine (skip_bias_add: the projection and FC2 return
+  // their bias for this op to add), the bias gradient is that gradient summed over the
+  // (sequence-parallel) tokens, a reduction. The residual's gradient passes through.
+  uint32_t bias_dropout_add_backward(const char* drop_name, const char* bias_name, int32_t L, uint32_t g,
+                                     bool biased = true) {
+    if (l_.plan_before_2026_12_05) return g;
+    const double act = act_bytes(), elems = act / static_cast<double>(e_);
+    if (m_.dropout > 0)
+      g = add_memory(drop_name, Phase::Backward, L, act + elems, act, elems, deps(g));
+    if (biased && m_.biases && !l_.local_impl)
+      g = add_memory(bias_name, Phase::Backward, L, act, static_cast<double>(m_.hidden) * static_cast<double>(e_),
+                     elems, deps(g));
+    return g;
+  }
+
   uint32_t main_grad_add(const char* name, int32_t L, int64_t in, int64_t out, uint32_t wgrad) {
     if (l_.grad_accumulation_fusion || l_.eager) return wgrad;
     const double params = static_cast<double>(in * out), g = dtype_bits(grad_dtype_) / 8.0;
@@ -1256,6 +1290,15 @@ class StageBuilder {
           add_memory(swiglu ? "swiglu-backward" : "gelu-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f,
                      swiglu ? 2 * f : f, 10.0 * f / static_cast<double>(e_), deps(down_d));
       if (l_.local_impl && !swiglu) act_b = accessed(act_b, MemAccess::TanhGelu, f / static_cast<double>(e_));
+      // Megatron-Core's MLP adds FC1's bias inside the fused activation (skip_bias_add: TE
+      // returns the bias unapplied), whose backward hands the same gradient back for the bias
+      // (GeLUFunction: `return tmp, tmp`): autograd reduces it over the tokens, a kernel of
+      // its own. Megatron-LM's own layer sums it in bias-grad-sums below.
+      if (m_.biases && !l_.local_impl && !l_.plan_before_2026_12_05) {
+        const double cols = static_cast<double>(m_.ffn_hidden / t_);
+        act_b = add_memory("bias-grad-fc1", Phase::Backward, L, f, cols * static_cast<double>(e_),
+                           f / static_cast<double>(e_), deps(act_b));
+      }
       act_b = fp8_cast("fp8-cast-mlp-act-grad", Phase::Backward, L, tokens_, mlp_in_, act_b);
       mlp_input_ready_ = act_b;
       wgrad = down_w;
@@ -1667,9 +1710,13 @@ class StageBuilder {
       // NeMo's and Megatron-Bridge's default), its three jit-fused steps: the cast with the
       // max (reads e, writes 4), the shift, exponential and sum (reads and writes 4), the
       // division into the softmax it keeps (reads and writes 4).
+      // Unfused, the shift by the row's maximum and the division by its sum read a per-row
+      // scalar broadcast across the row: PyTorch's loop for those two passes is not
+      // vectorized and is bound by the SMs (MemAccess::BroadcastLoop, 2 lg elements).
       const bool fused = l_.fused_cross_entropy;
       x = add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + (fused ? 8.0 : 20.0)),
                      lg * (fused ? 12.0 : 16.0), 5.0 * lg, deps(logits));
+      if (!fused) x = accessed(x, MemAccess::BroadcastLoop, 2.0 * lg);
       if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
         x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
                      3.0 * static_cast<double>(tokens_) * 4, deps(x));
@@ -1817,8 +1864,11 @@ class StageBuilder {
       const double lg = static_cast<double>(tokens_ * vocab_local_);
       // Fused: the saved softmax read once, the gradient written in the logits' type.
       const bool fused = l_.fused_cross_entropy;
+      // Unfused, the softmax is scaled by the loss gradient broadcast across each row
+      // (grad_input.mul_(grad_output.unsqueeze(-1))): one broadcast pass, lg elements.
       g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * (fused ? 4.0 : 8.0),
                      lg * ((fused ? 0.0 : 4.0) + static_cast<double>(e_)), 3.0 * lg, deps(prev_));
+      if (!fused) g = accessed(g, MemAccess::BroadcastLoop, lg);
       uint32_t dgrad = add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
       // Deferred (training.defer_embedding_wgrad): the weight gradient waits for the end of
       // the step (drain_deferred_wgrads); the first wgrad_deferral_limit micro-batches' only.
@@ -1865,15 +1915,19 @@ class StageBuilder {
       }
       // MLP: row-parallel down projection, then column-parallel up projection whose
       // input-gradient reduction overlaps its weight-gradient GEMM.
-      const double mask = m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
       uint32_t mlp_w = kNone, up_w = kNone;
-      uint32_t red = mlp_backward(L, g, mlp_w, up_w);
+      uint32_t red = mlp_backward(L, bias_dropout_add_backward("dropout-backward-mlp", "bias-grad-fc2", L, g,
+                                                                 !m_.moe_layer(L)),
+                                  mlp_w, up_w);
       if (m_.moe_layer(L)) {
         tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
         up_w = mlp_w;
       }
+      // Before 2026-12-05 the dropout's mask was read by the LayerNorm backwards instead.
+      const double mask = l_.plan_before_2026_12_05 && m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
       uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                                 12.0 * act / static_cast<double>(e_), deps(red, up_w));
+      ln2 = bias_dropout_add_backward("dropout-backward-attn", "bias-grad-proj", L, ln2);
       const int64_t attn_out = m_.heads * m_.head_dim() / t_;
       ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, seq_tokens_, m_.hidden, ln2, 0, true);
       uint32_t proj_d = ag_then_gemm("allgather-attn-grad", "attn-proj-dgrad", Phase::Backward, L, ln2, attn_out, h);

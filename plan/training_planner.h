@@ -77,6 +77,9 @@ struct TrainingLayout {
   int loss_host_syncs = 0;
   bool loss_allreduce = false;
   bool grad_accumulation_fusion = true;  // megatron: wgrad GEMMs accumulate into the main gradient
+  // training.plan_revision 2026-12-04: no separate dropout or bias-gradient backward kernels,
+  // the optimizer as one streaming pass (replaying real runs recorded before 2026-12-05).
+  bool plan_before_2026_12_05 = false;
   bool local_impl = false;               // training.transformer_impl: local (Megatron-LM's own layer)
   bool grad_nan_check = false;           // training.grad_nan_check: each bucket's norm and a host wait
   bool cp_allgather = false;             // parallel.cp_comm all-gather: K/V gathered over CP, no ring

@@ -567,6 +567,15 @@ const std::vector<KeySpec>& key_table() {
          s.training.loss_sync =
              as_enum(n, "training.loss_sync", {"auto", "none", "check", "allreduce", "check-allreduce"});
        }},
+      {"training.plan_revision", "name", "current",
+       "which revision of the Megatron plan to build: current | 2026-12-04 (the plan as built before 2026-12-05: "
+       "the hidden dropout's backward folded into the LayerNorm backwards, no bias-gradient reductions outside "
+       "Transformer Engine, the optimizer step as one streaming pass with the parameter copy; for replaying real "
+       "runs recorded then with validate --real-from, whose plans must match op by op); docs/model.md, "
+       "\"Megatron-Core's layer, kernel by kernel\"",
+       [](const N& n, S& s) {
+         s.training.plan_revision = as_enum(n, "training.plan_revision", {"current", "2026-12-04"});
+       }},
       {"training.fp8_attention", "bool", "false",
        "with model.dtype fp8: run the attention core in FP8 too (Transformer Engine keeps it in BF16 unless asked); "
        "refused with training.framework: pytorch-eager (SDPA runs BF16)",

@@ -65,6 +65,7 @@ struct TrainingConfig {
   // Metrics the trainer updates from the logits after each micro-batch's backward, each an FP32
   // cross-entropy under autocast (pytorch-eager: Composer with MPT's two)
   int train_metrics = 0;
+  std::string plan_revision = "current";  // current | 2026-12-04 (replaying real runs recorded before 2026-12-05)
   std::string loss_sync = "auto";  // auto | none | check | allreduce | check-allreduce
   bool fp8_attention = false;       // with model.dtype fp8: the attention core in FP8 too
   std::string fp8_recipe = "delayed";  // with model.dtype fp8: delayed | tensorwise (current per-tensor scaling)

@@ -87,6 +87,8 @@ ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   if (!opt.attention_dropout) {
     eo.compute.attention_dropout_ops = eo.compute.flash2_dropout_ops = {0, 0};
     eo.compute.dropout_rng_ops_per_element = 0;
+    // Nor does it broadcast inside a non-vectorized loop: its memory kernels stream.
+    eo.compute.broadcast_loop_ops_per_element = 0;
   }
   if (s.training.launch_blocking) eo.blocking_launch_s = eo.compute.blocking_launch_s;
   return eo;

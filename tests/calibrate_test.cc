@@ -31,6 +31,8 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
   EXPECT_DOUBLE_EQ(p.compute.dynamic_cast_ops_per_element, c.dynamic_cast_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.dropout_rng_ops_per_element, c.dropout_rng_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.multi_tensor_efficiency, c.multi_tensor_efficiency);
+  EXPECT_DOUBLE_EQ(p.compute.multi_tensor_ops_per_byte, c.multi_tensor_ops_per_byte);
+  EXPECT_DOUBLE_EQ(p.compute.broadcast_loop_ops_per_element, c.broadcast_loop_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.strided_copy_ops_per_element, c.strided_copy_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.cat_copy_ops_per_element, c.cat_copy_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.tanh_gelu_ops_per_element, c.tanh_gelu_ops_per_element);

@@ -737,6 +737,67 @@ TEST(ComputeModel, PerElementWorkTakesTheSmsIssueSlotsNotTheFp32Peak) {
   EXPECT_DOUBLE_EQ(custom.alu_slot_rate(), a100.peak_fp32);
 }
 
+// PyTorch's elementwise loop over an operand broadcast along the row is not vectorized and
+// runs at its SMs' rate whatever the HBM: Megatron's cross entropy divides, shifts and
+// scales FP32 logits by per-row scalars at ~300 G elements/s on an H100 (293-302) and an
+// H200 (290-323; calibrate/measurements/mcore-step-h200/step-1.7b.json, the four 537 M-element
+// passes, and megatron2021-step-h200-2026-12-05/step-legacy.json, 1.68 G elements). An A100's
+// slots (0.58 of a Hopper's) leave it slower than its stream too; where the stream is the
+// longer, the class costs nothing more.
+TEST(ComputeModel, BroadcastLoopIsBoundByTheSmsNotTheHbm) {
+  ComputeProfile p;
+  p.power_cap = false;
+  Op pass;
+  pass.kind = OpKind::Memory;
+  pass.m = 536870912;  // 4,096 tokens x 131,072 logits
+  pass.bytes_read = 4 * pass.m;
+  pass.bytes_written = 4 * pass.m;
+  pass.access = MemAccess::BroadcastLoop;
+  Op stream = pass;
+  stream.access = MemAccess::Streaming;
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  const GpuSpec& a100 = *find_gpu_preset("a100-sxm-80gb");
+  const double m = static_cast<double>(pass.m);
+  // The same element rate on the H100 and the H200 (their SMs and clocks are alike) ...
+  const double rate100 = m / compute_seconds(pass, h100, p), rate200 = m / compute_seconds(pass, h200, p);
+  EXPECT_NEAR(rate100 / rate200, 1.0, 0.01);
+  EXPECT_NEAR(rate100, 300e9, 0.04 * 300e9);  // measured 293-302 (H100), 290-323 (H200)
+  // ... where their streams differ by their bandwidths.
+  EXPECT_NEAR(compute_seconds(stream, h100, p) / compute_seconds(stream, h200, p), 4800.0 / 3350.0, 0.01);
+  EXPECT_GT(compute_seconds(pass, h200, p), 1.5 * compute_seconds(stream, h200, p));
+  EXPECT_NEAR(m / compute_seconds(pass, a100, p), a100.alu_slot_rate() / 220, 0.01 * a100.alu_slot_rate() / 220);
+  // A GPU whose stream is the longer (half an H100's bandwidth) pays only its stream.
+  GpuSpec slow = h100;
+  slow.hbm_bandwidth /= 2;
+  EXPECT_DOUBLE_EQ(compute_seconds(pass, slow, p), compute_seconds(stream, slow, p));
+}
+
+// Multi-tensor-apply kernels (fused Adam, foreach norm, scale and copy) pay a cost per byte
+// in the SMs beyond their stream: fitted on the H200 (3.37-3.39 TB/s against a 4.39 TB/s
+// copy), it gives the H100, whose SMs are the H200's with 0.70 of its bandwidth, 2.51 TB/s
+// where its step measured 2.58-2.73 (held out); a fixed share of the stream gave 2.27.
+TEST(ComputeModel, MultiTensorKernelsPayPerByteInTheSms) {
+  ComputeProfile p;
+  p.power_cap = false;
+  Op adam;
+  adam.kind = OpKind::Memory;
+  adam.bytes_read = int64_t{16} << 30;
+  adam.bytes_written = int64_t{12} << 30;
+  adam.access = MemAccess::MultiTensor;
+  const double bytes = static_cast<double>(adam.bytes_read + adam.bytes_written);
+  const double tb200 = bytes / compute_seconds(adam, *find_gpu_preset("h200-sxm"), p) / 1e12;
+  const double tb100 = bytes / compute_seconds(adam, *find_gpu_preset("h100-sxm"), p) / 1e12;
+  EXPECT_NEAR(tb200, 3.38, 0.03);
+  EXPECT_NEAR(tb100, 2.51, 0.03);
+  // A profile's measured multi_tensor_efficiency still scales the stream's rate.
+  Op stream = adam;
+  stream.access = MemAccess::Streaming;
+  p.multi_tensor_efficiency = 0.5;
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  EXPECT_DOUBLE_EQ(compute_seconds(adam, h100, p), compute_seconds(stream, h100, p) / 0.5);
+}
+
 // Dropout inside a fused attention kernel: the mask is drawn per score element (the causal
 // half of the square) in the forward and again in the backward, integer work beside the
 // tensor cores at the GPU's ALU rate: ops · scores / peak_fp32 on top of the kernel. On an
