@@ -721,11 +721,6 @@ class StageBuilder {
                       deps(last, arrived));
   }
 
-  // ---- Weight gradients into the main gradient buffer --------------------------------
-  // With --gradient-accumulation-fusion the wgrad GEMM adds into the main gradient in its
-  // epilogue (nothing more to run). Without it, the GEMM writes a 16-bit gradient and a
-  // hook adds it into the buffer: main_grad.add_(grad) at every micro-batch (Megatron-LM's
-  // DistributedDataParallel of 2021, megatron/model/distributed.py).
   // The backward of Megatron's bias-dropout-add (bias_dropout_add_fused_train under
   // jit_fuser) for one branch of the residual stream, from its output gradient `g`: with
   // hidden dropout, the dropped branch's gradient is `g` times the mask and 1 / (1 - p), a
@@ -745,6 +740,11 @@ class StageBuilder {
     return g;
   }
 
+  // ---- Weight gradients into the main gradient buffer --------------------------------
+  // With --gradient-accumulation-fusion the wgrad GEMM adds into the main gradient in its
+  // epilogue (nothing more to run). Without it, the GEMM writes a 16-bit gradient and a
+  // hook adds it into the buffer: main_grad.add_(grad) at every micro-batch (Megatron-LM's
+  // DistributedDataParallel of 2021, megatron/model/distributed.py).
   uint32_t main_grad_add(const char* name, int32_t L, int64_t in, int64_t out, uint32_t wgrad) {
     if (l_.grad_accumulation_fusion || l_.eager) return wgrad;
     const double params = static_cast<double>(in * out), g = dtype_bits(grad_dtype_) / 8.0;
@@ -1295,9 +1295,10 @@ class StageBuilder {
       // (GeLUFunction: `return tmp, tmp`): autograd reduces it over the tokens, a kernel of
       // its own. Megatron-LM's own layer sums it in bias-grad-sums below.
       if (m_.biases && !l_.local_impl && !l_.plan_before_2026_12_05) {
-        const double cols = static_cast<double>(m_.ffn_hidden / t_);
-        act_b = add_memory("bias-grad-fc1", Phase::Backward, L, f, cols * static_cast<double>(e_),
-                           f / static_cast<double>(e_), deps(act_b));
+        const double width = swiglu ? 2.0 : 1.0;  // SwiGLU's FC1 has two halves, each with its bias
+        const double cols = width * static_cast<double>(m_.ffn_hidden / t_);
+        act_b = add_memory("bias-grad-fc1", Phase::Backward, L, width * f, cols * static_cast<double>(e_),
+                           width * f / static_cast<double>(e_), deps(act_b));
       }
       act_b = fp8_cast("fp8-cast-mlp-act-grad", Phase::Backward, L, tokens_, mlp_in_, act_b);
       mlp_input_ready_ = act_b;
