@@ -426,7 +426,10 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
   }
   if (op.access == MemAccess::CudaCoreDecode) return std::max(t, cuda_core_decode_seconds(op, gpu, p));
   const double slots = slots_per_element(op.access, p);
-  return slots > 0 ? t + static_cast<double>(op.m) * slots / gpu.alu_slot_rate() : t;
+  // A memory op that stands for k small kernels launched back to back (k > 1) pays each
+  // further kernel's floor and launch gap.
+  const double more = op.k > 1 ? static_cast<double>(op.k - 1) * (p.kernel_latency_s + p.launch_overhead_s) : 0;
+  return (slots > 0 ? t + static_cast<double>(op.m) * slots / gpu.alu_slot_rate() : t) + more;
 }
 
 namespace {

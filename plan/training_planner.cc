@@ -740,6 +740,29 @@ class StageBuilder {
     return g;
   }
 
+  // Megatron's DDP adds each parameter's gradient into its FP32 main gradient from a hook
+  // after every micro-batch's backward (`param.main_grad.add_(param.grad.data)`), except
+  // where the wgrad GEMM accumulated it there already (gradient-accumulation fusion, or the
+  // main_grad_add ops below): the LayerNorm gains and biases and the linear biases, one
+  // small kernel each, 16-bit into FP32 (a dynamic-cast loop). `k` counts the kernels.
+  uint32_t small_param_grad_adds(int32_t L, uint32_t g) {
+    if (l_.plan_before_2026_12_05) return g;
+    const int64_t h = m_.hidden;
+    int64_t kernels = m_.biases ? 4 : 2, elements = kernels * h;  // two norms: gains (and biases)
+    if (m_.biases) {  // QKV and projection biases; FC1's and FC2's in a dense layer
+      kernels += 2, elements += qkv_ + h;
+      if (!m_.moe_layer(L))
+        kernels += 2, elements += (m_.ffn_type == FfnType::Swiglu ? 2 : 1) * (m_.ffn_hidden / t_) + h;
+    }
+    const double n = static_cast<double>(elements);
+    const uint32_t op = accessed(
+        add_memory("main-grad-add-small-params", Phase::Backward, L, n * (4 + static_cast<double>(e_)), n * 4, n,
+                   deps(g)),
+        MemAccess::DynamicCast, n);
+    p_.ops[op].k = kernels;
+    return op;
+  }
+
   // ---- Weight gradients into the main gradient buffer --------------------------------
   // With --gradient-accumulation-fusion the wgrad GEMM adds into the main gradient in its
   // epilogue (nothing more to run). Without it, the GEMM writes a 16-bit gradient and a
@@ -1970,6 +1993,7 @@ class StageBuilder {
       }
       g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                      12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
+      g = small_param_grad_adds(L, g);
       if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
     }
     if (first_virtual(chunk) && l_.eager) {
@@ -1989,6 +2013,9 @@ class StageBuilder {
       const double ge = dtype_bits(grad_dtype_) / 8.0;
       g = add_memory("embedding-backward", Phase::Backward, -1, 2 * full_act_bytes() + table * (e_ + ge),
                      full_act_bytes() + table * (e_ + ge), 0, deps(g));
+      // The table's 16-bit gradient added into an FP32 main gradient: mixed dtypes, PyTorch's
+      // dynamic-cast loop (DDP's hook, main_grad.add_(grad)).
+      if (ge != static_cast<double>(e_) && !l_.plan_before_2026_12_05) g = accessed(g, MemAccess::DynamicCast, table);
     } else {
       sent(add_p2p("pp-send-grad", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
                    "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), pp_bytes(), deps(g), false, false,
