@@ -78,6 +78,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
         if (op.access == MemAccess::Fp8CastTranspose || (op.access == MemAccess::HostSync && op.n > 0))
           out += ",\"n\":" + std::to_string(op.n);
         if ((op.access == MemAccess::HostSync && op.k > 0) || op.k > 1) out += ",\"k\":" + std::to_string(op.k);
+      } else if (op.k > 1) {
+        out += ",\"k\":" + std::to_string(op.k);
       }
       break;
     case OpKind::Collective:

@@ -744,7 +744,8 @@ class StageBuilder {
   // after every micro-batch's backward (`param.main_grad.add_(param.grad.data)`), except
   // where the wgrad GEMM accumulated it there already (gradient-accumulation fusion, or the
   // main_grad_add ops below): the LayerNorm gains and biases and the linear biases, one
-  // small kernel each, 16-bit into FP32 (a dynamic-cast loop). `k` counts the kernels.
+  // small kernel each, 16-bit into the main gradient's type (FP32: a dynamic-cast loop).
+  // `k` counts the kernels.
   uint32_t small_param_grad_adds(int32_t L, uint32_t g) {
     if (l_.plan_before_2026_12_05) return g;
     const int64_t h = m_.hidden;
@@ -754,11 +755,10 @@ class StageBuilder {
       if (!m_.moe_layer(L))
         kernels += 2, elements += (m_.ffn_type == FfnType::Swiglu ? 2 : 1) * (m_.ffn_hidden / t_) + h;
     }
-    const double n = static_cast<double>(elements);
-    const uint32_t op = accessed(
-        add_memory("main-grad-add-small-params", Phase::Backward, L, n * (4 + static_cast<double>(e_)), n * 4, n,
-                   deps(g)),
-        MemAccess::DynamicCast, n);
+    const double n = static_cast<double>(elements), ge = dtype_bits(grad_dtype_) / 8.0;
+    uint32_t op = add_memory("main-grad-add-small-params", Phase::Backward, L, n * (ge + static_cast<double>(e_)),
+                             n * ge, n, deps(g));
+    if (ge != static_cast<double>(e_)) op = accessed(op, MemAccess::DynamicCast, n);
     p_.ops[op].k = kernels;
     return op;
   }
