@@ -1863,10 +1863,6 @@ TEST(Timeline, IdenticalRanksAreWrittenOnceAsMirrors) {
   }
 }
 
-
-namespace clustersim {
-namespace {
-
 // Megatron-LM's loss_func on the last stage, per micro-batch (training.loss_sync): the
 // NaN check's host wait (`check`, the default), then under check-allreduce (2023-09 to
 // 2025-04) the reporting loss's 8-byte all-reduce over DP (and the loss over CP first when
@@ -2072,10 +2068,6 @@ TEST(Fidelity, GradNanCheckNormsEachBucketAndWaitsBeforeItsCollective) {
   EXPECT_GT(t_on - t_off, static_cast<double>(norms.size()) * ComputeProfile{}.host_sync_s);
 }
 
-}  // namespace
-}  // namespace clustersim
-
-namespace {
 // Bytes read and written, and count, of every op of rank 0 named `name`.
 struct OpTotals {
   int count = 0;
@@ -2091,7 +2083,6 @@ OpTotals op_totals(const TrainingPlan& tp, const std::string& name) {
     }
   return t;
 }
-}  // namespace
 
 // Megatron-Core builds the projection, FC1 and FC2 with skip_bias_add: Transformer Engine
 // returns their bias unapplied and Megatron adds it in the fused activation or the fused
