@@ -58,6 +58,11 @@ def parse():
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--head-start-us", type=float, default=0,
+                   help="a GPU spin of this many microseconds wherever the host has just waited for the GPU (before "
+                        "each micro-batch's forward and backward), so the host issues ahead of an occupied GPU")
+    p.add_argument("--gaps", action="store_true",
+                   help="also report the idle time between kernels of the profiled step, by size and by neighbours")
     p.add_argument("--json", default="")
     return p.parse_args()
 
@@ -244,17 +249,41 @@ def main():
 
     ev = {k: torch.cuda.Event(enable_timing=True) for k in ["start", "mb", "opt"]}
 
+    spin_cycles = 0
+    if a.head_start_us > 0:  # torch.cuda._sleep counts SM clock cycles: find how many make a microsecond here
+        s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000000)
+        s0.record()
+        torch.cuda._sleep(20000000)
+        s1.record()
+        torch.cuda.synchronize()
+        spin_cycles = int(a.head_start_us * 20000000 / (s0.elapsed_time(s1) * 1e3))
+
+    def spin():
+        if spin_cycles:
+            torch.cuda._sleep(spin_cycles)
+
+    issue = {"forward": [], "backward": []}
+
     def step():
         t0 = time.perf_counter()
         ev["start"].record()
         with sdpa_kernel([BACKEND]):
             for _ in range(a.micro_batches):
+                spin()
+                h0 = time.perf_counter()
                 tokens, labels = batch()
                 losses = model(tokens, labels)
                 loss = losses.float().mean()
+                h1 = time.perf_counter()
                 assert not loss.isnan().item()  # loss_func's NaN check: a host wait each micro-batch
+                spin()
+                h2 = time.perf_counter()
                 loss.backward()
                 opt.collect()
+                h3 = time.perf_counter()
+                issue["forward"].append(h1 - h0)
+                issue["backward"].append(h3 - h2)
         ev["mb"].record()
         opt.step()
         ev["opt"].record()
@@ -265,13 +294,18 @@ def main():
 
     for _ in range(a.warmup):
         step()
+    issue["forward"].clear()
+    issue["backward"].clear()
     runs = [step() for _ in range(a.iterations)]
     med = lambda i: statistics.median(r[i] for r in runs)
     out = {"params": nparams, "step_s": med(0), "micro_batches_s": med(1), "optimizer_s": med(2),
            "host_step_s": med(3), "steps_s": [round(r[0], 5) for r in runs], "loss": runs[-1][4],
            "fp32_wgrad_gemm": FP32_WGRAD, "attention_backend": str(BACKEND), "args": vars(a), "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-           "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
+           "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+           "head_start_us": a.head_start_us, "spin_cycles": spin_cycles,
+           "host_issue_forward_s": statistics.median(issue["forward"]),
+           "host_issue_backward_s": statistics.median(issue["backward"])}
 
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -309,6 +343,8 @@ def main():
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:60]
     out["top_kernels_s"] = {k: v for k, v in top}
     out["top_kernels_count"] = {k: counts[k] for k, _ in top}
+    if a.gaps:
+        out["gaps"] = gap_report(prof)
     text = json.dumps(out, indent=1)
     if a.json:
         with open(a.json, "w") as f:
@@ -317,6 +353,76 @@ def main():
                      indent=1))
     for k, v in list(out["top_kernels_s"].items())[:40]:
         print(f"{v * 1e3:9.2f} ms {counts[k]:6d}  {k[:110]}")
+
+
+def kernel_class(name):
+    lo = name.lower()
+    if any(s in lo for s in ["fmha", "flash", "cudnn_generated", "sdpa"]) and "gemm" not in lo:
+        return "attention"
+    if "cudnn" in lo:
+        return "cudnn-aux"
+    if any(s in lo for s in ["gemm", "cutlass", "xmma", "cublas", "sm90_", "sm80_", "nvjet"]):
+        return "gemm"
+    if "memset" in lo:
+        return "memset"
+    if "memcpy" in lo:
+        return "memcpy"
+    if "layer_norm" in lo or "layernorm" in lo or "gammabeta" in lo:
+        return "layernorm"
+    if "triton" in lo:
+        return "triton"
+    if "multi_tensor" in lo or "foreach" in lo:
+        return "multi-tensor"
+    if "fill" in lo:
+        return "fill"
+    if "cuda_functor_add<float>" in lo or "cudafunctor_add<float>" in lo:
+        return "add-fp32"
+    if "reduce" in lo:
+        return "reduce"
+    return "elementwise"
+
+
+def gap_report(prof):
+    """Idle time on the GPU between consecutive device activities of the profiled step: the sum, a histogram by
+    size, and the largest sums by (previous class -> next class)."""
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        trace = json.load(f)
+    os.unlink(path)
+    ev = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in
+          ("kernel", "gpu_memset", "gpu_memcpy")]
+    ev.sort(key=lambda e: e["ts"])
+    busy = sum(e["dur"] for e in ev)
+    span = ev[-1]["ts"] + ev[-1]["dur"] - ev[0]["ts"]
+    edges = [2, 5, 10, 20, 50, 100, 1000, 1e12]
+    hist = {f"<{b:g}us": [0, 0.0] for b in edges}
+    pairs = {}
+    end = ev[0]["ts"] + ev[0]["dur"]
+    prev = ev[0]
+    for e in ev[1:]:
+        g = e["ts"] - end
+        if g > 0:
+            for b in edges:
+                if g < b:
+                    h = hist[f"<{b:g}us"]
+                    h[0] += 1
+                    h[1] += g
+                    break
+            k = kernel_class(prev["name"]) + " -> " + kernel_class(e["name"])
+            p = pairs.setdefault(k, [0, 0.0, 0.0])
+            p[0] += 1
+            p[1] += g
+            p[2] = max(p[2], g)
+        if e["ts"] + e["dur"] > end:
+            end = e["ts"] + e["dur"]
+            prev = e
+    top = sorted(pairs.items(), key=lambda kv: -kv[1][1])[:40]
+    return {"activities": len(ev), "busy_us": busy, "span_us": span, "idle_us": span - busy,
+            "histogram": {k: {"count": v[0], "us": round(v[1], 1)} for k, v in hist.items()},
+            "by_neighbours": {k: {"count": v[0], "us": round(v[1], 1), "max_us": round(v[2], 1)} for k, v in top}}
 
 
 if __name__ == "__main__":
