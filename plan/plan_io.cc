@@ -72,14 +72,14 @@ void write_op(std::string& out, const Program& p, const Op& op) {
                ",\"kv_heads\":" + std::to_string(op.kv_heads) + ",\"head_dim\":" + std::to_string(op.head_dim) +
                ",\"k\":" + std::to_string(op.k) + ",\"n\":" + std::to_string(op.n) +
                ",\"q_len\":" + std::to_string(op.q_len) + ",\"kv_len\":" + std::to_string(op.kv_len);
-      } else if (op.access != MemAccess::Streaming) {
-        out += ",\"access\":" + quote(to_string(op.access));
-        if (op.access != MemAccess::MultiTensor) out += ",\"m\":" + std::to_string(op.m);
-        if (op.access == MemAccess::Fp8CastTranspose || (op.access == MemAccess::HostSync && op.n > 0))
-          out += ",\"n\":" + std::to_string(op.n);
+      } else {
+        if (op.access != MemAccess::Streaming) {
+          out += ",\"access\":" + quote(to_string(op.access));
+          if (op.access != MemAccess::MultiTensor) out += ",\"m\":" + std::to_string(op.m);
+          if (op.access == MemAccess::Fp8CastTranspose || (op.access == MemAccess::HostSync && op.n > 0))
+            out += ",\"n\":" + std::to_string(op.n);
+        }
         if ((op.access == MemAccess::HostSync && op.k > 0) || op.k > 1) out += ",\"k\":" + std::to_string(op.k);
-      } else if (op.k > 1) {
-        out += ",\"k\":" + std::to_string(op.k);
       }
       break;
     case OpKind::Collective:
