@@ -359,7 +359,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
                        "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element",
-                       "host_sync", "backward_relaunch", "host_op", "mixed_softmax_ops_per_element",
+                       "host_sync", "backward_relaunch", "autograd_node", "host_op", "mixed_softmax_ops_per_element",
                        "triton_attention_factor", "strided_copy_ops_per_element", "cat_copy_ops_per_element",
                        "tanh_gelu_ops_per_element", "broadcast_loop_ops_per_element", "multi_tensor_ops_per_byte"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
@@ -395,6 +395,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.host_sync_s = seconds(cv, ck);
                         else if (c == "backward_relaunch")
                           p.compute.backward_relaunch_s = seconds(cv, ck);
+                        else if (c == "autograd_node")
+                          p.compute.autograd_node_s = seconds(cv, ck);
                         else if (c == "host_op")
                           p.compute.host_op_s = seconds(cv, ck);
                         else if (c == "triton_attention_factor")

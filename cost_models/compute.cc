@@ -401,10 +401,12 @@ double cuda_core_decode_seconds(const Op& op, const GpuSpec& gpu, const ComputeP
 
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.fixed_seconds > 0) return op.fixed_seconds;
-  // op.m host waits, then op.n backwards launched from an empty queue, and op.k small ops
-  // the host dispatches one by one.
+  // op.m host waits, then op.n backwards launched from an empty queue, each walking op.batch
+  // autograd nodes before its first kernel, and op.k small ops the host dispatches one by one.
   if (op.kind == OpKind::Memory && op.access == MemAccess::HostSync)
-    return static_cast<double>(op.m) * p.host_sync_s + static_cast<double>(op.n) * p.backward_relaunch_s +
+    return static_cast<double>(op.m) * p.host_sync_s +
+           static_cast<double>(op.n) *
+               (p.backward_relaunch_s + static_cast<double>(std::max<int64_t>(op.batch, 0)) * p.autograd_node_s) +
            static_cast<double>(op.k) * p.host_op_s;
   const double t = compute_seconds_streaming(op, gpu, p);
   if (op.kind == OpKind::Attention) {

@@ -118,12 +118,18 @@ struct ComputeProfile {
   double index_put_ops_per_element = 266;
   double host_sync_s = 55e-6;
   // A backward launched from an empty queue after a host wait (a loss check before
-  // loss.backward()): the GPU idles while autograd starts and its first, small kernels are
-  // launched one by one. One H200: a check per micro-batch costs 346 / 348 / 429 us a
-  // micro-batch at 4096 x 4096 x 4 / 8192 x 2048 x 2 / 2048 x 4096 x 4 MLP blocks
-  // (calibrate/measurements/loss-sync-h200-2026-12-04), the first two less the wait and a
-  // launch gap.
-  double backward_relaunch_s = 290e-6;
+  // loss.backward()): the GPU idles while autograd starts, walks the graph once to count
+  // each node's dependencies, and launches its first, small kernels one by one. That is
+  // backward_relaunch_s plus autograd_node_s a node of the graph (HostSync's op.batch). One
+  // H200: a check costs 346 / 348 us a micro-batch at 4096 x 4096 x 4 / 8192 x 2048 x 2 MLP
+  // blocks, 51 and 27 nodes (calibrate/measurements/loss-sync-h200-2026-12-04), less the wait
+  // and a launch gap: 290 us. One H100, 4096 x 4096 blocks at 51 / 195 / 579 nodes: 0.30 /
+  // 0.60 / 1.00 ms (means of two runs), a line of 1.27 us a node through 0.28 ms, whose
+  // intercept less the wait is 0.23 ms; the host's time from the check's return to the
+  // engine's first node rises alike, 0.43 / 0.65 / 0.88 ms
+  // (calibrate/measurements/backward-release-h100-2026-12-05). So 225 us and 1.27 us a node.
+  double backward_relaunch_s = 225e-6;
+  double autograd_node_s = 1.27e-6;
   // One small eager op the host dispatches with the device waiting on it (a fill or a copy of
   // a scalar: torchmetrics' per-rank outputs of a state's all-gather and ProcessGroupNCCL's
   // copies into them): 8.1-14.0 us a fill and 10.5-15.9 us a copy on one H200's host, PyTorch

@@ -64,7 +64,7 @@ void write_op(std::string& out, const Program& p, const Op& op) {
     case OpKind::Memory:
       // An access class other than a plain stream, with the element count it is costed by
       // (a cast-transpose's matrix is m x n; a host wait's count is m, the backwards it
-      // relaunches n, the small ops it dispatches k; a multi-tensor kernel's cost is its
+      // relaunches n, the autograd nodes each walks batch, the small ops it dispatches k; a multi-tensor kernel's cost is its
       // bytes'; a CUDA-core decode kernel's, its grid and heads; k > 1 elsewhere: the small
       // kernels the op stands for).
       if (op.access == MemAccess::CudaCoreDecode) {
@@ -78,6 +78,8 @@ void write_op(std::string& out, const Program& p, const Op& op) {
           if (op.access != MemAccess::MultiTensor) out += ",\"m\":" + std::to_string(op.m);
           if (op.access == MemAccess::Fp8CastTranspose || (op.access == MemAccess::HostSync && op.n > 0))
             out += ",\"n\":" + std::to_string(op.n);
+          if (op.access == MemAccess::HostSync && op.n > 0 && op.batch > 1)
+            out += ",\"batch\":" + std::to_string(op.batch);
         }
         if ((op.access == MemAccess::HostSync && op.k > 0) || op.k > 1) out += ",\"k\":" + std::to_string(op.k);
       }

@@ -740,6 +740,44 @@ class StageBuilder {
     return g;
   }
 
+  // The nodes loss.backward() walks before its first one runs (autograd's dependency count
+  // over the graph from the loss down to this chunk's input): one a forward computation
+  // planned since the chunk began (`first`; a GEMM split into chunks beside its
+  // communication is one op of its module, and communication records none), one a parameter
+  // tensor of its layers and of the embedding or output layer it holds (their AccumulateGrad
+  // nodes). A floor: the views and splits a framework records between its kernels add more
+  // (docs/model.md, "Each micro-batch's loss"). A chunk's graph ends at its input: a
+  // received activation is a leaf.
+  int64_t autograd_nodes(int64_t chunk, uint32_t first) const {
+    // Under full recompute each layer is one checkpoint node; its ops record none.
+    const bool checkpointed = l_.recompute == "full";
+    std::vector<std::pair<int32_t, uint32_t>> ops;  // (layer, name) of each forward computation
+    for (size_t i = first; i < p_.ops.size(); ++i) {
+      const Op& op = p_.ops[i];
+      const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+      if (op.phase == Phase::Forward && !comm && !(checkpointed && op.layer >= 0))
+        ops.emplace_back(op.layer, op.name);
+    }
+    std::sort(ops.begin(), ops.end());
+    int64_t nodes = (checkpointed ? chunk_layers(chunk) : 0) +
+                    static_cast<int64_t>(std::unique(ops.begin(), ops.end()) - ops.begin());
+    for (int64_t i = 0; i < chunk_layers(chunk); ++i) nodes += layer_param_tensors(layer_of(chunk, i));
+    if (first_virtual(chunk)) nodes += m_.learned_positions ? 2 : 1;  // the token (and position) tables
+    if (last_virtual(chunk)) nodes += (m_.biases ? 2 : 1) + (m_.tied_embeddings && l_.pp == 1 ? 0 : 1);
+    return nodes;
+  }
+  // A layer's parameter tensors: two norms' gains (and biases), the QKV and projection
+  // weights (and biases), then FC1 and FC2 (and biases), or a router and each local
+  // expert's two.
+  int64_t layer_param_tensors(int32_t L) const {
+    int64_t n = m_.biases ? 8 : 4;
+    if (m_.moe_layer(L))
+      n += 1 + 2 * (m_.moe.experts / l_.ep);
+    else
+      n += m_.biases ? 4 : 2;
+    return n;
+  }
+
   // Megatron's DDP adds each parameter's gradient into its FP32 main gradient from a hook
   // after every micro-batch's backward (`param.main_grad.add_(param.grad.data)`), except
   // where the wgrad GEMM accumulated it there already (gradient-accumulation fusion, or the
@@ -1667,6 +1705,7 @@ class StageBuilder {
   }
 
   void forward_block(int64_t chunk) {
+    chunk_begin_ = static_cast<uint32_t>(p_.ops.size());
     uint32_t x = prev_;
     if (first_virtual(chunk)) {
       prev_ = x = after_sends();
@@ -1744,7 +1783,7 @@ class StageBuilder {
       if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
         x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
                      3.0 * static_cast<double>(tokens_) * 4, deps(x));
-      x = loss_sync(x);
+      x = loss_sync(x, chunk);
     } else {
       sent(add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
                    "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), deps(x), false,
@@ -1760,16 +1799,19 @@ class StageBuilder {
   // a host wait before the backward is launched; the reporting loss all-reduced over DP
   // (every micro-batch until 2025-04, then once a step). Synchronous torch.distributed
   // calls: the compute stream waits for each.
-  uint32_t loss_sync(uint32_t x) {
+  uint32_t loss_sync(uint32_t x, int64_t chunk) {
     if (l_.cp > 1 && l_.loss_allreduce) {
       if (cp_ == 0xff) cp_ = p_.stream("cp");
       x = add_coll("loss-cp-allreduce", CollectiveKind::AllReduce, GroupKind::CP, cp_, Phase::Forward, -1, 8, deps(x));
     }
     if (l_.loss_host_syncs > 0) {
-      // The wait, then loss.backward() launched from an empty queue (compute.backward_relaunch).
+      // The wait, then loss.backward() launched from an empty queue, walking the chunk's graph
+      // (compute.backward_relaunch, autograd_node).
+      const int64_t nodes = autograd_nodes(chunk, chunk_begin_);
       x = accessed(add_memory("loss-nan-check", Phase::Forward, -1, 0, 0, 0, deps(x)), MemAccess::HostSync,
                    l_.loss_host_syncs);
       p_.ops[x].n = 1;
+      if (!l_.plan_before_2026_12_05) p_.ops[x].batch = nodes;
     }
     if (l_.dp > 1 && l_.loss_allreduce)
       x = add_coll("loss-dp-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Forward, -1, 8, deps(x));
@@ -2066,6 +2108,7 @@ class StageBuilder {
   double load_sum_ = 0;  // the hot EP rank's load over the forward MoE layers built
   int64_t load_count_ = 0;
   uint32_t prev_ = kNone;
+  uint32_t chunk_begin_ = 0;  // the first op of the chunk forward_block is planning
   uint32_t pending_send_ = kNone;  // blocking pipeline p2p: the send the next compute waits for
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;

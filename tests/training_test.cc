@@ -1905,9 +1905,9 @@ TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
   EXPECT_TRUE(ops_named(off, "loss-dp-allreduce").empty());
   EXPECT_TRUE(ops_named(off, "loss-cp-allreduce").empty());
   // One GPU: each micro-batch's waits (compute.host_sync, 55 us, two under `check`) and the
-  // backward's relaunch from an empty queue (compute.backward_relaunch, 290 us), after the
-  // launch gap every op pays, are on the step's path: 347 us a micro-batch with one wait, as
-  // measured (346-348 us).
+  // backward's relaunch from an empty queue (compute.backward_relaunch, 225 us, and
+  // compute.autograd_node, 1.27 us a node of the graph it walks), after the launch gap every
+  // op pays, are on the step's path.
   const std::string one = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1, power_cap: false}\n"
                           "model: {preset: gpt3-1.3b, layers: 2}\nparallel: {micro_batch: 1}\ntraining: {global_batch: 4";
   // (The gradient buckets' NaN check, which follows the loss check under auto, held off here.)
@@ -1916,12 +1916,62 @@ TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
   const double t_off = run_training(scenario_from_text(one + ", loss_sync: none, grad_nan_check: false}\n", "loss-0"))
                            .exec.makespan.seconds();
   const ComputeProfile prof;
-  EXPECT_NEAR(t_on - t_off, 4 * (2 * prof.host_sync_s + prof.backward_relaunch_s + prof.launch_overhead_s), 1e-9);
+  const auto one_checks = ops_named(build_training_plan(scenario_from_text(one + "}\n", "loss-1p")), "loss-nan-check");
+  ASSERT_EQ(one_checks.size(), 4u);
+  const double relaunch =
+      prof.backward_relaunch_s + static_cast<double>(one_checks[0]->batch) * prof.autograd_node_s;
+  EXPECT_NEAR(t_on - t_off, 4 * (2 * prof.host_sync_s + relaunch + prof.launch_overhead_s), 1e-9);
   const std::string eager = "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, "
                             "layers: 2}\ntraining: {framework: pytorch-eager, global_batch: 1";
   EXPECT_TRUE(ops_named(build_training_plan(scenario_from_text(eager + "}\n", "loss-e")), "loss-nan-check").empty());
   EXPECT_THROW(build_training_plan(scenario_from_text(eager + ", loss_sync: check-allreduce}\n", "loss-e2")),
                InputError);
+}
+
+// loss.backward() walks its whole graph once before the first node runs (autograd's
+// dependency count), so the relaunch after the loss check grows with the nodes: one per
+// forward op the chunk planned and one per parameter tensor (12 a GPT layer: two LayerNorms'
+// gains and biases, four linears' weights and biases), one checkpoint node a layer under full
+// recompute, and only the last chunk's graph on an interleaved last stage.
+TEST(LossSync, RelaunchWalksTheChunksAutogradGraph) {
+  auto nodes = [](int layers, const std::string& training) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(
+        "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: " + std::to_string(layers) +
+            "}\ntraining: {global_batch: 8, loss_sync: check-allreduce" + training + "}\n",
+        "nodes"));
+    const Program& prog = tp.plan.programs.back();
+    int64_t forward_ops = 0;  // micro-batch 0's forward ops before its check, on the last stage
+    for (const Op& op : prog.ops) {
+      if (tp.plan.names[op.name] == "loss-nan-check") return std::make_pair(op.batch, forward_ops);
+      const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+      if (op.phase == Phase::Forward && op.micro_batch == 0 && !comm) ++forward_ops;
+    }
+    return std::make_pair(int64_t{-1}, forward_ops);
+  };
+  const auto [two, two_ops] = nodes(2, "");
+  const auto [four, four_ops] = nodes(4, "");
+  ASSERT_GT(two, 0);
+  // Two more layers: their forward ops and 2 x 12 parameter tensors.
+  EXPECT_EQ(four - two, (four_ops - two_ops) + 2 * 12);
+  // The tables (token and position) and the head (final LayerNorm's gain and bias, the output
+  // layer's weight unless tied) beside the layers' tensors.
+  EXPECT_GE(two, two_ops + 2 * 12 + 2 + 2);
+  // Full recompute: a layer's ops record no nodes, its checkpoint one.
+  const auto [full, full_ops] = nodes(4, ", recompute: full");
+  const int64_t per_layer = (four_ops - two_ops) / 2;
+  EXPECT_EQ(full_ops, four_ops);
+  EXPECT_EQ(full, four - 4 * per_layer + 4);
+  // The relaunch is priced per node.
+  Op sync;
+  sync.kind = OpKind::Memory;
+  sync.access = MemAccess::HostSync;
+  sync.n = 1;
+  ComputeProfile prof;
+  const GpuSpec& gpu = *find_gpu_preset("h100-sxm");
+  sync.batch = 0;
+  const double bare = compute_seconds(sync, gpu, prof);
+  sync.batch = 500;
+  EXPECT_NEAR(compute_seconds(sync, gpu, prof) - bare, 500 * prof.autograd_node_s, 1e-12);
 }
 
 // Megatron-LM's own layer of 2021-22 (training.transformer_impl: local) runs kernels that

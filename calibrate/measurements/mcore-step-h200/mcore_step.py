@@ -61,6 +61,10 @@ def parse():
     p.add_argument("--head-start-us", type=float, default=0,
                    help="a GPU spin of this many microseconds wherever the host has just waited for the GPU (before "
                         "each micro-batch's forward and backward), so the host issues ahead of an occupied GPU")
+    p.add_argument("--head-start-at", choices=["all", "backward", "forward"], default="all",
+                   help="where the --head-start-us spin goes: before each forward and backward, before each backward "
+                        "(after the NaN check's host wait), or before each forward")
+    p.add_argument("--no-profile", action="store_true", help="skip the profiled step (timing and host stamps only)")
     p.add_argument("--gaps", action="store_true",
                    help="also report the idle time between kernels of the profiled step, by size and by neighbours")
     p.add_argument("--json", default="")
@@ -259,31 +263,49 @@ def main():
         torch.cuda.synchronize()
         spin_cycles = int(a.head_start_us * 20000000 / (s0.elapsed_time(s1) * 1e3))
 
-    def spin():
-        if spin_cycles:
+    def spin(place):
+        if spin_cycles and a.head_start_at in ("all", place):
             torch.cuda._sleep(spin_cycles)
 
-    issue = {"forward": [], "backward": []}
+    # Host time from the NaN check's return to autograd's first node (the engine's start: the graph's dependency
+    # count, then the loss's backward node), stamped by a pre-hook on the loss's grad_fn; and the graph's node count.
+    issue = {"forward": [], "backward": [], "engine_start": []}
+    graph = {"nodes": 0}
+    stamp = {}
+
+    def count_nodes(fn):
+        seen, todo = set(), [fn]
+        while todo:
+            f = todo.pop()
+            if f is None or f in seen:
+                continue
+            seen.add(f)
+            todo.extend(n for n, _ in f.next_functions)
+        return len(seen)
 
     def step():
         t0 = time.perf_counter()
         ev["start"].record()
         with sdpa_kernel([BACKEND]):
             for _ in range(a.micro_batches):
-                spin()
+                spin("forward")
                 h0 = time.perf_counter()
                 tokens, labels = batch()
                 losses = model(tokens, labels)
                 loss = losses.float().mean()
                 h1 = time.perf_counter()
+                if not graph["nodes"]:
+                    graph["nodes"] = count_nodes(loss.grad_fn)
+                loss.grad_fn.register_prehook(lambda g: stamp.__setitem__("engine", time.perf_counter()))
                 assert not loss.isnan().item()  # loss_func's NaN check: a host wait each micro-batch
-                spin()
+                spin("backward")
                 h2 = time.perf_counter()
                 loss.backward()
                 opt.collect()
                 h3 = time.perf_counter()
                 issue["forward"].append(h1 - h0)
                 issue["backward"].append(h3 - h2)
+                issue["engine_start"].append(stamp["engine"] - h2)
         ev["mb"].record()
         opt.step()
         ev["opt"].record()
@@ -294,8 +316,8 @@ def main():
 
     for _ in range(a.warmup):
         step()
-    issue["forward"].clear()
-    issue["backward"].clear()
+    for v in issue.values():
+        v.clear()
     runs = [step() for _ in range(a.iterations)]
     med = lambda i: statistics.median(r[i] for r in runs)
     out = {"params": nparams, "step_s": med(0), "micro_batches_s": med(1), "optimizer_s": med(2),
@@ -305,7 +327,15 @@ def main():
            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
            "head_start_us": a.head_start_us, "spin_cycles": spin_cycles,
            "host_issue_forward_s": statistics.median(issue["forward"]),
-           "host_issue_backward_s": statistics.median(issue["backward"])}
+           "host_issue_backward_s": statistics.median(issue["backward"]),
+           "host_engine_start_s": statistics.median(issue["engine_start"]), "autograd_nodes": graph["nodes"]}
+    if a.no_profile:
+        text = json.dumps(out, indent=1)
+        if a.json:
+            with open(a.json, "w") as f:
+                f.write(text)
+        print(text)
+        return
 
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
