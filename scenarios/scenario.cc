@@ -557,8 +557,8 @@ const std::vector<KeySpec>& key_table() {
       {"training.loss_sync", "name", "auto",
        "what the stack does with each micro-batch's loss before its backward, on the last pipeline stage: check "
        "(Megatron-LM since 2025-04 and Megatron-Bridge: the NaN and Inf checks' two host waits and the backward's "
-       "relaunch after them, 2 x compute.host_sync + compute.backward_relaunch; the reporting loss is all-reduced "
-       "once a step) | check-allreduce (Megatron-LM 2023-09 to 2025-04: the wait, then the "
+       "relaunch after them, 2 x compute.host_sync + compute.backward_relaunch + compute.autograd_node a node of the "
+       "graph the backward walks; the reporting loss is all-reduced once a step) | check-allreduce (Megatron-LM 2023-09 to 2025-04: the wait, then the "
        "reporting loss all-reduced over DP every micro-batch; the NaN check alone) | allreduce (before 2023-09: "
        "average_losses_across_data_parallel_group, no check) | none (Composer: the loss is reduced once a step) | "
        "auto (check under megatron, none under pytorch-eager); with cp > 1 the modes that all-reduce also "
