@@ -454,8 +454,9 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       // diagonal), so the rate rises as L / (L + L½); and the SMs finish their last,
       // uneven tiles at different times, so with n tiles per SM the rate is n / (n + tail)
       // of the plateau. Head dim 64 moves half the bytes per FLOP of 128 through the same
-      // pipeline at a lower rate ((d/128)^0.6). The backward runs its 2.5x FLOPs at 0.87
-      // of the forward's plateau. Sources: docs/model.md.
+      // pipeline at a lower rate ((d/128)^0.6). The backward's main kernel runs its 2.5x FLOPs
+      // at attention_backward_factor of the forward's plateau (its two small kernels are
+      // memory ops of their own). Sources: docs/model.md.
       const double seq = std::sqrt(static_cast<double>(op.q_len) * static_cast<double>(op.kv_len));
       const bool fa2_on_hopper = p.flash2 && gpu.peak_fp8 > 0;  // Hopper and later have FP8 tensor cores
       const size_t pass = backward_kernel(op) ? 1 : 0;
@@ -468,7 +469,7 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       // The Triton kernel runs head dim 64 at 128's rate (docs/model.md, "FlashAttention in Triton").
       if (op.head_dim > 0 && op.head_dim < 128 && !p.triton_attention)
         eff *= std::pow(static_cast<double>(op.head_dim) / 128.0, 0.6);
-      if (pass == 1) eff *= 0.87;
+      if (pass == 1) eff *= p.attention_backward_factor;
       return p.kernel_latency_s + std::max(op.flops / (gpu.peak_flops(op.dtype) * eff), mem);
     }
     case OpKind::Memory:

@@ -167,8 +167,13 @@ struct ComputeProfile {
   // at which a kernel runs at half its plateau, and the query tiles per SM its last, uneven
   // tiles leave idle (the rate scales by n / (n + tail)). Fitted to cuDNN's and
   // FlashAttention-2's kernels over sequence and batch x heads on one H200
-  // (calibrate/measurements/attention-tiles-h200-2026-12-03).
-  std::array<double, 2> attention_seq_half{430, 820};
+  // (calibrate/measurements/attention-tiles-h200-2026-12-03). The backward's main kernel at
+  // attention_backward_factor of the forward's plateau: fitted with the backward's two small
+  // kernels (the dO·O row dot with the dQ accumulator's zeroing, 8 bytes an element of Q, and
+  // dQ's conversion to 16 bits, 6 bytes) priced as streams of their own, to the timed backward
+  // at 1.9-124 tiles per SM (RMS 2.1 %; 2.5 % where one kernel stood for all three).
+  std::array<double, 2> attention_seq_half{430, 580};
+  double attention_backward_factor = 0.885;
   // Dropout inside a fused attention kernel (model.dropout > 0): the mask is drawn per score
   // element by Philox in the forward and drawn again in the backward, integer work beside the
   // tensor cores' that does not overlap them. [forward, backward] ALU operations per score
