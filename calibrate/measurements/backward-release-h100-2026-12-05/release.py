@@ -11,21 +11,15 @@ usage: python3 release.py [--hidden 4096] [--tokens 4096] [--layers 4] [--micro-
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
 
-
-def count_nodes(fn):
-    seen, todo = set(), [fn]
-    while todo:
-        f = todo.pop()
-        if f is None or f in seen:
-            continue
-        seen.add(f)
-        todo.extend(n for n, _ in f.next_functions)
-    return len(seen)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mcore-step-h200"))
+from mcore_step import count_nodes  # noqa: E402
 
 
 def main():

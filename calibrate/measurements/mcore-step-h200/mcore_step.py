@@ -46,6 +46,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from step import CrossEntropy  # noqa: E402
 
 
+def count_nodes(fn):
+    """The autograd graph's nodes reachable from `fn` (a tensor's grad_fn): what backward() walks first."""
+    seen, todo = set(), [fn]
+    while todo:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        todo.extend(n for n, _ in f.next_functions)
+    return len(seen)
+
+
 def parse():
     p = argparse.ArgumentParser()
     p.add_argument("--layers", type=int, default=24)
@@ -272,16 +284,6 @@ def main():
     issue = {"forward": [], "backward": [], "engine_start": []}
     graph = {"nodes": 0}
     stamp = {}
-
-    def count_nodes(fn):
-        seen, todo = set(), [fn]
-        while todo:
-            f = todo.pop()
-            if f is None or f in seen:
-                continue
-            seen.add(f)
-            todo.extend(n for n, _ in f.next_functions)
-        return len(seen)
 
     def step():
         t0 = time.perf_counter()
