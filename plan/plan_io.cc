@@ -64,9 +64,9 @@ void write_op(std::string& out, const Program& p, const Op& op) {
     case OpKind::Memory:
       // An access class other than a plain stream, with the element count it is costed by
       // (a cast-transpose's matrix is m x n; a host wait's count is m, the backwards it
-      // relaunches n, the autograd nodes each walks batch, the small ops it dispatches k; a multi-tensor kernel's cost is its
-      // bytes'; a CUDA-core decode kernel's, its grid and heads; k > 1 elsewhere: the small
-      // kernels the op stands for).
+      // relaunches n, the autograd nodes each walks batch, the small ops it dispatches k; a
+      // multi-tensor kernel's cost is its bytes'; a CUDA-core decode kernel's, its grid and
+      // heads; k > 1 elsewhere: the small kernels the op stands for).
       if (op.access == MemAccess::CudaCoreDecode) {
         out += ",\"access\":" + quote(to_string(op.access)) + ",\"heads\":" + std::to_string(op.heads) +
                ",\"kv_heads\":" + std::to_string(op.kv_heads) + ",\"head_dim\":" + std::to_string(op.head_dim) +
