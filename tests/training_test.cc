@@ -1974,7 +1974,8 @@ TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
   const double t_off = run_training(scenario_from_text(one + ", loss_sync: none, grad_nan_check: false}\n", "loss-0"))
                            .exec.makespan.seconds();
   const ComputeProfile prof;
-  const auto one_checks = ops_named(build_training_plan(scenario_from_text(one + "}\n", "loss-1p")), "loss-nan-check");
+  const TrainingPlan one_plan = build_training_plan(scenario_from_text(one + "}\n", "loss-1p"));
+  const auto one_checks = ops_named(one_plan, "loss-nan-check");
   ASSERT_EQ(one_checks.size(), 4u);
   const double relaunch =
       prof.backward_relaunch_s + static_cast<double>(one_checks[0]->batch) * prof.autograd_node_s;
