@@ -351,6 +351,27 @@ double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const Compute
 }
 
 namespace {
+// The two small kernels' bytes: 8 and 6 an element of Q.
+double attention_backward_aux_bytes(const Op& op) {
+  if (op.kind != OpKind::Attention || !backward_kernel(op)) return 0;
+  return (8.0 + 6.0) * static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
+         static_cast<double>(op.q_len) * static_cast<double>(op.head_dim);
+}
+// What of an attention op's time its small kernels take: none where a measured table timed the
+// whole library call, them with it.
+double attention_aux_in_op(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
+  if (attention_backward_aux_bytes(op) <= 0 || (p.measured && measured_seconds(op, gpu, *p.measured) >= 0)) return 0;
+  return attention_backward_aux_seconds(op, gpu, p);
+}
+}  // namespace
+
+double attention_backward_aux_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
+  const double bytes = attention_backward_aux_bytes(op);
+  if (bytes <= 0 || gpu.hbm_bandwidth <= 0) return 0;
+  return 2.0 * (p.kernel_latency_s + p.launch_overhead_s) + bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
+}
+
+namespace {
 // Issue slots an element a memory op of this class spends beyond its stream (0: none).
 double slots_per_element(MemAccess a, const ComputeProfile& p) {
   switch (a) {
@@ -411,7 +432,8 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
   const double t = compute_seconds_streaming(op, gpu, p);
   if (op.kind == OpKind::Attention) {
     if (t <= 0) return t;
-    return t * (p.triton_attention ? p.triton_attention_factor : 1.0) + attention_dropout_seconds(op, gpu, p);
+    return t * (p.triton_attention ? p.triton_attention_factor : 1.0) + attention_dropout_seconds(op, gpu, p) +
+           attention_aux_in_op(op, gpu, p);
   }
   if (op.kind != OpKind::Memory || t == 0) return t;
   if (op.access == MemAccess::MultiTensor) {
@@ -455,8 +477,8 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       // uneven tiles at different times, so with n tiles per SM the rate is n / (n + tail)
       // of the plateau. Head dim 64 moves half the bytes per FLOP of 128 through the same
       // pipeline at a lower rate ((d/128)^0.6). The backward's main kernel runs its 2.5x FLOPs
-      // at attention_backward_factor of the forward's plateau (its two small kernels are
-      // memory ops of their own). Sources: docs/model.md.
+      // at attention_backward_factor of the forward's plateau (its two small kernels:
+      // attention_backward_aux_seconds). Sources: docs/model.md.
       const double seq = std::sqrt(static_cast<double>(op.q_len) * static_cast<double>(op.kv_len));
       const bool fa2_on_hopper = p.flash2 && gpu.peak_fp8 > 0;  // Hopper and later have FP8 tensor cores
       const size_t pass = backward_kernel(op) ? 1 : 0;
@@ -621,14 +643,17 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
     e_flop *= fp8 ? gpu.fp8_energy_ratio : gpu.peak_bf16 / peak;
     if (op.kind == OpKind::Attention) e_flop *= p.attention_energy_ratio[backward_kernel(op) ? 1 : 0];
   }
+  // A fused attention backward's two small kernels stream at HBM's pace inside its time.
+  const double t_aux = std::min(t_run, attention_aux_in_op(op, gpu, p));
+  if (t_aux > 0) energy += stream_w * attention_backward_aux_bytes(op) / (gpu.hbm_bandwidth * p.memory_efficiency);
   if (t_math > 0 && t_math >= t_bytes) {
     energy += e_flop * op.flops;  // math-bound: its clock-bound share stretches
   } else {
     energy += stream_w * std::min(t, t_bytes);  // memory-bound: HBM sets its pace, not the clock
     a = 0;
   }
-  bound += t_run * a;
-  fixed += t_run * (1 - a) + gap_s;
+  bound += (t_run - t_aux) * a;
+  fixed += (t_run - t_aux) * (1 - a) + t_aux + gap_s;
   return a;
 }
 

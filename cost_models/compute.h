@@ -169,9 +169,8 @@ struct ComputeProfile {
   // FlashAttention-2's kernels over sequence and batch x heads on one H200
   // (calibrate/measurements/attention-tiles-h200-2026-12-03). The backward's main kernel at
   // attention_backward_factor of the forward's plateau: fitted with the backward's two small
-  // kernels (the dO·O row dot with the dQ accumulator's zeroing, 8 bytes an element of Q, and
-  // dQ's conversion to 16 bits, 6 bytes) priced as streams of their own, to the timed backward
-  // at 1.9-124 tiles per SM (RMS 2.1 %; 2.5 % where one kernel stood for all three).
+  // kernels (attention_backward_aux_seconds) priced as streams of their own, to the timed
+  // backward at 1.9-124 tiles per SM (RMS 2.1 %; 2.5 % where one kernel stood for all three).
   std::array<double, 2> attention_seq_half{430, 580};
   double attention_backward_factor = 0.885;
   // Dropout inside a fused attention kernel (model.dropout > 0): the mask is drawn per score
@@ -276,6 +275,13 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
 double cuda_core_decode_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 // What drawing a dropout mask adds to a fused attention kernel (0 without dropout).
 double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
+// A fused attention backward's two small kernels beside its main one (0 for any other op):
+// cuDNN's compute_dot_do_o and convert_dq_to_16bits, FlashAttention-2's flash_bwd_dot_do_o and
+// convert_dq. The first reads the 16-bit O and dO for D = rowsum(dO ∘ O) and zeroes the FP32 dQ
+// accumulator (8 bytes an element of Q), the last converts it to the 16-bit dQ (6 bytes); each
+// a kernel's floor and launch gap and its stream. Part of the attention op's time, as the
+// library call that runs all three is one op (docs/model.md, "Fused attention").
+double attention_backward_aux_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 
 // Clocks under the power cap (docs/model.md, "Clocks under the power cap"). A window of

@@ -564,18 +564,6 @@ class StageBuilder {
       op.bytes_written = q + 2 * kv;
       model_flops_ += 2.0 * fwd;
       if (op.causal) causal_attention_flops_ += 2.0 * fwd;
-      if (!l_.plan_before_2026_12_05) {
-        // The fused backward is three kernels (cuDNN's compute_dot_do_o, the main kernel,
-        // convert_dq_to_16bits; FlashAttention-2's flash_bwd_dot_do_o, dq_dk_dv, convert_dq):
-        // first D = rowsum(dO ∘ O) from the 16-bit O and dO while the FP32 dQ accumulator is
-        // zeroed, last the accumulator converted to the 16-bit dQ. 8 and 6 bytes an element of
-        // Q (docs/model.md, "Fused attention").
-        const double q32 = static_cast<double>(q) / static_cast<double>(e_) * 4.0;
-        const uint32_t prep =
-            add_memory("attention-backward-prep", ph, layer, 2.0 * static_cast<double>(q), q32, 0, after);
-        const uint32_t main = p_.add(op, deps(prep));
-        return add_memory("attention-backward-dq-convert", ph, layer, q32, static_cast<double>(q), 0, deps(main));
-      }
     }
     return p_.add(op, after);
   }
