@@ -1087,9 +1087,9 @@ TEST(Fidelity, FusedAttentionBackwardCountsItsTwoSmallKernels) {
   };
   const Op bwd = attention(4096, 16, Phase::Backward);
   const double q = 4096.0 * 16 * 128;
+  const double streams = 14 * q / (h200.hbm_bandwidth * prof.memory_efficiency);
   EXPECT_NEAR(attention_backward_aux_seconds(bwd, h200, prof),
-              2 * (prof.kernel_latency_s + prof.launch_overhead_s) + 14 * q / (h200.hbm_bandwidth * prof.memory_efficiency),
-              1e-12);
+              2 * (prof.kernel_latency_s + prof.launch_overhead_s) + streams, 1e-12);
   EXPECT_EQ(attention_backward_aux_seconds(attention(4096, 16, Phase::Forward), h200, prof), 0.0);
   // The planner keeps one op a backward: the library call the real backend runs.
   const TrainingPlan tp = build_training_plan(scenario_from_text(
@@ -1983,10 +1983,10 @@ TEST(LossSync, MegatronWaitsForEachMicroBatchsLoss) {
 // gains and biases, four linears' weights and biases), one checkpoint node a layer under full
 // recompute, and only the last chunk's graph on an interleaved last stage.
 TEST(LossSync, RelaunchWalksTheChunksAutogradGraph) {
-  auto nodes = [](int layers, const std::string& training) {
+  auto nodes = [](int layers, const std::string& training, const std::string& parallel = "") {
     const TrainingPlan tp = build_training_plan(scenario_from_text(
         "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: " + std::to_string(layers) +
-            "}\ntraining: {global_batch: 8, loss_sync: check-allreduce" + training + "}\n",
+            "}\n" + parallel + "training: {global_batch: 8, loss_sync: check-allreduce" + training + "}\n",
         "nodes"));
     const Program& prog = tp.plan.programs.back();
     int64_t forward_ops = 0;  // micro-batch 0's forward ops before its check, on the last stage
@@ -2010,6 +2010,12 @@ TEST(LossSync, RelaunchWalksTheChunksAutogradGraph) {
   const int64_t per_layer = (four_ops - two_ops) / 2;
   EXPECT_EQ(full_ops, four_ops);
   EXPECT_EQ(full, four - 4 * per_layer + 4);
+  // PP 2, four layers: the last stage's graph holds its two layers under 1F1B, and under the
+  // interleaved schedule (two chunks of one layer a stage) only its last chunk's one.
+  const auto [staged, staged_ops] = nodes(4, "", "parallel: {pp: 2, dp: 4}\n");
+  const auto [chunked, chunked_ops] =
+      nodes(4, "", "parallel: {pp: 2, dp: 4, schedule: interleaved-1f1b, virtual_stages: 2}\n");
+  EXPECT_EQ(staged - chunked, per_layer + 12);
   // The relaunch is priced per node.
   Op sync;
   sync.kind = OpKind::Memory;
