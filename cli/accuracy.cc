@@ -131,6 +131,13 @@ void predict_unstated(const std::string& file, const std::vector<std::string>& s
       c.band_low = std::min(c.band_low, value);
       c.band_high = std::max(c.band_high, value);
       ++c.band_points;
+      AccuracyCase::BandPoint point;
+      point.predicted = value;
+      for (const auto& [key, node] : overrides) point.values.push_back(node.scalar);
+      if (!c.band.empty() &&
+          std::fabs(value - c.reference) < std::fabs(c.band[c.band_nearest].predicted - c.reference))
+        c.band_nearest = c.band.size();
+      c.band.push_back(std::move(point));
     } catch (const std::exception& e) {
       ++c.band_refused;
       if (first_refusal.empty()) first_refusal = e.what();
@@ -192,12 +199,54 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+std::string signed_pct(double v) { return (v >= 0 ? "+" : "") + fixed(v, 1) + " %"; }
+
 // The table's predictions to the digits a comparison needs (--json keeps them whole).
 std::string significant(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   return buf;
 }
+
+// A band point's settings as the table prints them: key=value, space-separated.
+std::string settings_text(const AccuracyCase& c, const AccuracyCase::BandPoint& p) {
+  std::string t;
+  for (size_t k = 0; k < c.unstated.size() && k < p.values.size(); ++k)
+    t += std::string(k ? " " : "") + c.unstated[k] + "=" + p.values[k];
+  return t;
+}
+
+// Whether the whole text is a number in JSON's grammar.
+bool json_number(const std::string& v) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+    return i > from;
+  };
+  if (i < v.size() && v[i] == '-') ++i;
+  if (i < v.size() && v[i] == '0')
+    ++i;
+  else if (!digits())
+    return false;
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == v.size();
+}
+
+// A scalar as JSON: a number as a number, true and false as themselves, else a string.
+std::string json_scalar(const std::string& v) {
+  return json_number(v) || v == "true" || v == "false" ? v : "\"" + json_escape(v) + "\"";
+}
+
+double error_pct_of(double predicted, double reference) { return 100.0 * (predicted - reference) / reference; }
 
 // Whether a case's file name (without .yaml) matches one of the --only shell patterns.
 bool selected(const fs::path& p, const std::vector<std::string>& only) {
@@ -304,7 +353,9 @@ std::string accuracy_table(const AccuracyReport& r) {
                                      fixed(c.memory_have_bytes / (1 << 30), 1) + " GiB)")
       << (c.unstated.empty() ? ""
                              : "  (unstated: " + significant(c.band_low, 4) + " to " + significant(c.band_high, 4) +
-                                   (c.reference_in_band() ? ", reference inside)" : ", reference outside)"))
+                                   (c.reference_in_band() ? ", reference inside" : ", reference outside") +
+                                   "; nearest at " + settings_text(c, c.band[c.band_nearest]) + ": " +
+                                   signed_pct(error_pct_of(c.band[c.band_nearest].predicted, c.reference)) + ")")
       << "\n";
   o << "\n" << r.cases.size() << " cases: MAPE " << fixed(r.mape_pct, 2) << " %, worst " << fixed(r.max_abs_error_pct, 1)
     << " %\n";
@@ -349,6 +400,15 @@ std::string accuracy_json(const AccuracyReport& r) {
            format_number(c.band_high) + "], \"band_points\": " + std::to_string(c.band_points) +
            ", \"band_refused\": " + std::to_string(c.band_refused) +
            ", \"reference_in_band\": " + (c.reference_in_band() ? "true" : "false");
+      o += ", \"band_predictions\": [";
+      for (size_t p = 0; p < c.band.size(); ++p) {
+        o += std::string(p ? ", " : "") + "{\"settings\": {";
+        for (size_t k = 0; k < c.unstated.size() && k < c.band[p].values.size(); ++k)
+          o += std::string(k ? ", " : "") + "\"" + json_escape(c.unstated[k]) + "\": " + json_scalar(c.band[p].values[k]);
+        o += "}, \"predicted\": " + format_number(c.band[p].predicted) +
+             ", \"error_pct\": " + format_number(error_pct_of(c.band[p].predicted, c.reference)) + "}";
+      }
+      o += "], \"band_nearest\": " + std::to_string(c.band_nearest);
     }
     o += "}";
   }

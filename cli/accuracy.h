@@ -31,6 +31,16 @@ struct AccuracyCase {
   double band_low = 0, band_high = 0;
   int band_points = 0, band_refused = 0;
   bool reference_in_band() const { return reference >= band_low && reference <= band_high; }
+  // Each combination that ran: its values (in `unstated` order, as written in the file) and
+  // its prediction, in the order the combinations were tried; and which of them comes
+  // nearest the reference (the first of equals). What reproduces the published number is a
+  // finding about the source's run, not a setting the headline takes.
+  struct BandPoint {
+    std::vector<std::string> values;
+    double predicted = 0;
+  };
+  std::vector<BandPoint> band;
+  size_t band_nearest = 0;
 };
 
 // What-ifs over a folder of published runs: `--set key=value` applied to every case, as

@@ -368,12 +368,36 @@ TEST_F(AccuracyTest, UnstatedSettingsSpanABandAroundThePrediction) {
   // 47 ms more host work a step at least, whatever the micro-batch.
   EXPECT_GT(high - low, 0.047) << far;
   EXPECT_NE(far.out.find("\"unstated_cases\": 1, \"in_band_cases\": 0"), std::string::npos) << far;
+  // Each combination that ran, with its values as the file wrote them (numbers as numbers),
+  // its prediction and error; the nearest is the one closest to the reference.
+  const size_t points = far.out.find("\"band_predictions\": [");
+  ASSERT_NE(points, std::string::npos) << far;
+  EXPECT_NE(far.out.find("{\"settings\": {\"parallel.micro_batch\": 1, \"training.step_overhead\": \"3ms\"}, "
+                         "\"predicted\": ",
+                         points),
+            std::string::npos)
+      << far;
+  std::vector<double> predictions;
+  for (size_t at = far.out.find("\"predicted\": ", points); at != std::string::npos;
+       at = far.out.find("\"predicted\": ", at + 1))
+    predictions.push_back(std::stod(far.out.substr(at + 13)));
+  ASSERT_EQ(predictions.size(), 6u) << far;
+  EXPECT_EQ(*std::min_element(predictions.begin(), predictions.end()), low);
+  EXPECT_EQ(*std::max_element(predictions.begin(), predictions.end()), high);
+  // The reference (1000 s) lies above every prediction: the slowest combination is nearest.
+  const size_t slowest =
+      static_cast<size_t>(std::max_element(predictions.begin(), predictions.end()) - predictions.begin());
+  EXPECT_NE(far.out.find("\"band_nearest\": " + std::to_string(slowest) + "}"), std::string::npos) << far;
+  const CliResult far_table = cli("accuracy cases");
+  EXPECT_NE(far_table.out.find(", reference outside; nearest at parallel.micro_batch="), std::string::npos)
+      << far_table;
+  EXPECT_NE(far_table.out.find(" training.step_overhead=50ms: -"), std::string::npos) << far_table;
   write_case((low + high) / 2);
   const CliResult inside = cli("accuracy cases --json");
   EXPECT_NE(inside.out.find("\"reference_in_band\": true"), std::string::npos) << inside;
   EXPECT_NE(inside.out.find("\"in_band_cases\": 1"), std::string::npos) << inside;
   const CliResult table = cli("accuracy cases");
-  EXPECT_NE(table.out.find(", reference inside)"), std::string::npos) << table;
+  EXPECT_NE(table.out.find(", reference inside; nearest at "), std::string::npos) << table;
   EXPECT_NE(table.out.find("unstated settings: 1 cases predicted over what their sources leave open; 1 hold"),
             std::string::npos)
       << table;
