@@ -413,21 +413,19 @@ TEST_F(AccuracyTest, UnstatedSettingsSpanABandAroundThePrediction) {
 // A combination's values keep their YAML type in --json: true and false as booleans,
 // numbers as numbers, the rest (a time with its unit) as strings.
 TEST_F(AccuracyTest, UnstatedValuesKeepTheirTypeInJson) {
-  write("cases/a.yaml",
-        "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
-        "parallel: {tp: 8}\ntraining: {global_batch: 4}\n"
-        "reference:\n  metric: iteration_time_s\n  value: 1\n  source: A\n  unstated:\n"
-        "    parallel.sequence_parallel: [false, true]\n");
-  const CliResult r = cli("accuracy cases --json");
+  auto run_with = [&](const std::string& entries) {
+    write("cases/a.yaml",
+          "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+          "parallel: {tp: 8}\ntraining: {global_batch: 4}\n"
+          "reference:\n  metric: iteration_time_s\n  value: 1\n  source: A\n  unstated:\n" +
+              entries);
+    return cli("accuracy cases --json");
+  };
+  const CliResult r = run_with("    parallel.sequence_parallel: [false, true]\n");
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_NE(r.out.find("{\"settings\": {\"parallel.sequence_parallel\": false}, "), std::string::npos) << r;
   EXPECT_NE(r.out.find("{\"settings\": {\"parallel.sequence_parallel\": true}, "), std::string::npos) << r;
-  write("cases/a.yaml",
-        "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
-        "parallel: {tp: 8}\ntraining: {global_batch: 4}\n"
-        "reference:\n  metric: iteration_time_s\n  value: 1\n  source: A\n  unstated:\n"
-        "    cluster.board_spread: [0.01, 2e-2]\n    training.step_overhead: [3ms]\n");
-  const CliResult n = cli("accuracy cases --json");
+  const CliResult n = run_with("    cluster.board_spread: [0.01, 2e-2]\n    training.step_overhead: [3ms]\n");
   ASSERT_EQ(n.code, 0) << n;
   EXPECT_NE(n.out.find("{\"cluster.board_spread\": 0.01, \"training.step_overhead\": \"3ms\"}"), std::string::npos)
       << n;
