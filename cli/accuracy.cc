@@ -112,6 +112,9 @@ Prediction predict(Scenario& s) {
   return p;
 }
 
+// A prediction's error against the reference, in %.
+double error_pct_of(double predicted, double reference) { return 100.0 * (predicted - reference) / reference; }
+
 // Every combination of the reference's unstated settings, predicted: the band they span
 // with the file's own prediction. A combination the scenario refuses (a micro-batch that
 // does not divide the batch, a layout that does not fit) is counted, not fatal; a list
@@ -167,7 +170,7 @@ AccuracyCase run_case(const std::string& file, const std::vector<std::string>& s
   c.memory_need_bytes = p.memory_need_bytes;
   c.memory_have_bytes = p.memory_have_bytes;
   c.predicted = p.value;
-  c.error_pct = 100.0 * (c.predicted - c.reference) / c.reference;
+  c.error_pct = error_pct_of(c.predicted, c.reference);
   // A key the command line sets is no longer open: the what-if fixes it in the band too.
   std::vector<std::pair<std::string, YNode>> open;
   for (const auto& entry : s.reference.unstated)
@@ -245,8 +248,6 @@ bool json_number(const std::string& v) {
 std::string json_scalar(const std::string& v) {
   return json_number(v) || v == "true" || v == "false" ? v : "\"" + json_escape(v) + "\"";
 }
-
-double error_pct_of(double predicted, double reference) { return 100.0 * (predicted - reference) / reference; }
 
 // Whether a case's file name (without .yaml) matches one of the --only shell patterns.
 bool selected(const fs::path& p, const std::vector<std::string>& only) {
@@ -348,7 +349,7 @@ std::string accuracy_table(const AccuracyReport& r) {
     << "error\n";
   for (const AccuracyCase& c : r.cases)
     o << pad(c.name, w + 2) << pad(c.kind, 10) << pad(c.metric, 26) << pad(format_number(c.reference), 14)
-      << pad(significant(c.predicted, 4), 14) << (c.error_pct >= 0 ? "+" : "") << fixed(c.error_pct, 1) << " %"
+      << pad(significant(c.predicted, 4), 14) << signed_pct(c.error_pct)
       << (c.memory_fits() ? "" : "  (memory check: " + fixed(c.memory_need_bytes / (1 << 30), 1) + " of " +
                                      fixed(c.memory_have_bytes / (1 << 30), 1) + " GiB)")
       << (c.unstated.empty() ? ""

@@ -1807,7 +1807,8 @@ class StageBuilder {
     if (l_.loss_host_syncs > 0) {
       // The wait, then loss.backward() launched from an empty queue, walking the chunk's graph
       // (compute.backward_relaunch, autograd_node).
-      const int64_t nodes = autograd_nodes(chunk, chunk_begin_);
+      // Counted before the check joins the chunk's ops.
+      const int64_t nodes = l_.plan_before_2026_12_05 ? 0 : autograd_nodes(chunk, chunk_begin_);
       x = accessed(add_memory("loss-nan-check", Phase::Forward, -1, 0, 0, 0, deps(x)), MemAccess::HostSync,
                    l_.loss_host_syncs);
       p_.ops[x].n = 1;
