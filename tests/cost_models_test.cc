@@ -642,6 +642,39 @@ TEST(PowerCap, MemoryKernelsAndGapsLetTheGemmsBesideThemDrawMore) {
   EXPECT_GT(t[0], tg);
 }
 
+// A stream's power follows the bytes it moves: the H100's HBM3 moves 0.71 of the H200's
+// bytes a second and draws 505 W streaming, not 640 (two H100 boards, 498-513 W;
+// calibrate/measurements/power-h100-2026-12-05). So the same 8192^3 and 1 GiB add pair
+// needs (e·F + (505 − 124)·t_bytes) / (700 − 124) of the limit's time, which its burst
+// time already exceeds on the H100: it runs at the boost clock (measured 495.8 TFLOP/s over
+// the pair; the model 501.6). At the H200's 640 W it would have throttled to ~474.
+TEST(PowerCap, TheH100sStreamsDrawForTheBytesTheyMove) {
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  EXPECT_LT(h100.stream_power_w, h200.stream_power_w);
+  // Above the idle floor, one energy per byte streamed on both boards, within 10 %.
+  const double h100_per_byte = (h100.stream_power_w - h100.idle_power_w) / (h100.hbm_bandwidth * 0.90);
+  const double h200_per_byte = (h200.stream_power_w - h200.idle_power_w) / (h200.hbm_bandwidth * 0.89);
+  EXPECT_NEAR(h100_per_byte / h200_per_byte, 1.0, 0.10);
+  ComputeProfile prof;
+  const Op g = power_gemm(8192, 8192, 8192);
+  const Op add = power_stream(2LL << 30);
+  const std::vector<Op> ops = {g, add, g, add};
+  std::vector<double> t = burst(ops, h100, prof);
+  const double pair = t[0] + t[1] + 2 * 2e-6;
+  const double e = (700.0 - 124.0) / 660e12;
+  const double t_bytes = static_cast<double>(add.bytes_read + add.bytes_written) / (3350e9 * prof.memory_efficiency);
+  ASSERT_GT(pair, (e * g.flops + (505.0 - 124.0) * t_bytes) / (700.0 - 124.0));
+  ASSERT_LT(pair, (e * g.flops + (640.0 - 124.0) * t_bytes) / (700.0 - 124.0));
+  const std::vector<double> t0 = t;
+  EXPECT_EQ(apply_power_cap(ops, t, 2e-6, h100, prof), 1.0);
+  EXPECT_EQ(t, t0);
+  GpuSpec h100_at_h200_power = h100;
+  h100_at_h200_power.stream_power_w = h200.stream_power_w;
+  EXPECT_LT(apply_power_cap(ops, t, 2e-6, h100_at_h200_power, prof), 1.0);
+  EXPECT_GT(t[0], t0[0]);
+}
+
 // A GEMM chunk planned beside userbuffers' SM-holding kernel spends its energy over the
 // slowdown's longer time (1.37 x its burst time): the window draws less and settles at
 // a higher clock, T(x) = Σ t_run·(a/x + 1 − a) with t_run = 1.37·t for the chunks beside.

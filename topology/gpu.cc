@@ -56,8 +56,14 @@ const std::vector<GpuSpec>& presets() {
       // shapes from 2048^3 to 8192 x 28672 x 4096 all settle at 644-685 TFLOP/s at the cap
       // whatever their burst rate or clock (1,440-1,740 MHz); FP8 8192^3 at 1,199, so an
       // FP8 FLOP costs 0.55 of a BF16 one; 1 GiB streams (add, copy) draw 627-651 W at
-      // 1,980 MHz, below the cap.
-      {"h100-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 79.10 * GiB, 3350 * GB, 132, 700, 124, 640,
+      // 1,980 MHz, below the cap. The H100's HBM3 streams 0.71 of the H200's bytes a second
+      // and draws the less for it: 1 GiB streams at 3.0 TB/s draw 498-513 W on two H100
+      // boards (calibrate/measurements/power-h100-2026-12-05), the same ~125 pJ a byte above
+      // the idle floor as the H200's. Its idle floor (125 W), FP8 energy ratio (0.544-0.570
+      // over twelve shapes) and attention's energy are the H200's; its boards settled BF16 at
+      // 681-687 TFLOP/s at the cap, which the preset does not take (docs/model.md, "Clocks
+      // under the power cap").
+      {"h100-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 79.10 * GiB, 3350 * GB, 132, 700, 124, 505,
        660 * T, 0.55},
       {"h100-pcie", 51 * T, 378 * T, 756 * T, 1513 * T, 1513 * T, 79.10 * GiB, 2000 * GB, 114},
       {"h200-sxm", 67 * T, 494.5 * T, 989.5 * T, 1979 * T, 1979 * T, 139.80 * GiB, 4800 * GB, 132, 700, 124, 640,
