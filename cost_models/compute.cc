@@ -492,6 +492,7 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       if (op.head_dim > 0 && op.head_dim < 128 && !p.triton_attention)
         eff *= std::pow(static_cast<double>(op.head_dim) / 128.0, 0.6);
       if (pass == 1) eff *= p.attention_backward_factor;
+      if (op.dtype == DType::FP8 && gpu.peak_fp8 > 0) eff *= p.fp8_attention_efficiency;
       return p.kernel_latency_s + std::max(op.flops / (gpu.peak_flops(op.dtype) * eff), mem);
     }
     case OpKind::Memory:
@@ -633,7 +634,7 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
   if (op.kind == OpKind::Gemm || op.kind == OpKind::Attention) {
     const bool fp8 = (op.dtype == DType::FP8 && gpu.peak_fp8 > 0) || op.dtype == DType::INT8;
     const double peak = gpu.peak_flops(op.dtype);
-    const double eff = op.kind == OpKind::Attention ? p.attention_efficiency
+    const double eff = op.kind == OpKind::Attention ? p.attention_efficiency * (fp8 ? p.fp8_attention_efficiency : 1.0)
                        : fp8                         ? p.fp8_gemm_efficiency
                                                      : p.gemm_efficiency;
     t_math = op.flops / (peak * eff);

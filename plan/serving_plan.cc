@@ -55,13 +55,12 @@ void turbomind_decode_grid(const ServingShape& sh, const IterationBatch& b, Op& 
 
 std::vector<Op> iteration_attention_ops(const ServingShape& sh, const IterationBatch& b) {
   const ModelConfig& m = sh.model;
-  const double e = dtype_bits(m.dtype) / 8.0;
   const double kv_e = dtype_bits(sh.kv_dtype) / 8.0;
   std::vector<Op> ops;
   for (const PrefillChunk& c : b.prefill) {
     Op op;
     op.kind = OpKind::Attention;
-    op.dtype = m.dtype;
+    op.dtype = sh.fp8_context_attention ? DType::FP8 : m.dtype;
     op.heads = m.heads / sh.tp;
     op.kv_heads = sh.kv_heads_local();
     op.q_len = c.tokens;
@@ -69,7 +68,7 @@ std::vector<Op> iteration_attention_ops(const ServingShape& sh, const IterationB
     op.head_dim = m.head_dim();
     op.causal = true;
     op.flops = attention_flops(op);
-    const double q = static_cast<double>(c.tokens * op.heads * op.head_dim) * e;
+    const double q = static_cast<double>(c.tokens * op.heads * op.head_dim) * (dtype_bits(op.dtype) / 8.0);
     op.bytes_read = static_cast<int64_t>(q + static_cast<double>(2 * op.kv_len * op.kv_heads * op.head_dim) * kv_e);
     op.bytes_written = static_cast<int64_t>(q);
     ops.push_back(op);

@@ -28,6 +28,10 @@ struct ServingShape {
   // inference.decode_attention turbomind-v0.1: decode attention on CUDA cores, TurboMind
   // v0.1.0a1's kernel and grid (MemAccess::CudaCoreDecode); false: a stream of the K/V.
   bool turbomind_decode = false;
+  // inference.fp8_context_fmha: a prefill's context attention runs in FP8 (TensorRT-LLM's
+  // FP8 context FMHA: FP8 queries, keys and values from an FP8 cache, FP8 output for the
+  // FP8 projection GEMM after it).
+  bool fp8_context_attention = false;
   // The engine's work on each emitting row of the whole vocabulary after the output layer
   // (inference.sampler; docs/model.md, "Sampling on the logits"): none, TensorRT-LLM's
   // runtime (FP32 logits, its decoder's greedy layers), or vLLM's sampler, V0 or V1.

@@ -896,6 +896,16 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.serving.decode_attention = as_enum(n, "inference.decode_attention", {"streaming", "turbomind-v0.1"});
        }},
+      {"inference.fp8_context_fmha", "name", "auto",
+       "a prefill's context attention in FP8 (TensorRT-LLM's use_fp8_context_fmha; its two products at the FP8 "
+       "peak, at 0.81 of the BF16 kernel's efficiency, FlashAttention-3's FP8 and FP16 rates): auto (on for a "
+       "TensorRT-LLM engine, inference.scheduler trtllm, with FP8 weights and an FP8 KV cache on a GPU with FP8 "
+       "tensor cores, as trtllm-bench builds FP8 engines and TensorRT-LLM's builder forces it for paged context "
+       "FMHA over an FP8 cache) | on (needs an FP8 KV cache and FP8 tensor cores) | off; docs/model.md, "
+       "\"FP8 context attention\"",
+       [](const N& n, S& s) {
+         s.serving.fp8_context_fmha = as_enum(n, "inference.fp8_context_fmha", {"auto", "on", "off"});
+       }},
       {"inference.sampler", "name", "auto",
        "the GPU work on the logits after the output layer, per emitting row of the vocabulary, greedy requests: auto "
        "(the scheduler's engine: trtllm for trtllm, vllm-v0 for vllm, vllm-v1 for vllm-v1, none otherwise) | none | "

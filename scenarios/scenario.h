@@ -187,6 +187,7 @@ struct InferenceConfig {
   DType weight_dtype_for(DType model) const { return weight_dtype_set ? weight_dtype : model; }
   DType kv_dtype_for(DType model) const { return kv_dtype_set ? kv_dtype : model; }
   std::string decode_attention = "streaming";  // streaming | turbomind-v0.1
+  std::string fp8_context_fmha = "auto";       // auto | on | off: a prefill's context attention in FP8
   std::string sampler = "auto";  // auto (the scheduler's engine) | none | trtllm | vllm-v0 | vllm-v1
   // The sampler the engine runs on the logits: `sampler`, or for auto the scheduler's engine's.
   std::string sampler_for_engine() const {

@@ -152,6 +152,18 @@ struct IterCost {
   IterCost scaled(double k) const { return IterCost{burst * k, mix.scaled(k)}; }
 };
 
+// Whether a prefill's context attention runs in FP8 (inference.fp8_context_fmha). TensorRT-LLM
+// runs it so for the engines trtllm-bench builds with FP8 quantization (bench/build/build.py:
+// use_fp8_context_fmha when the quantization is FP8, which also sets an FP8 KV cache), and its
+// builder turns it on for any paged context FMHA over an FP8 cache; it needs FP8 tensor cores.
+bool fp8_context_attention(const Scenario& s, DType weights, DType kv) {
+  const std::string& v = s.serving.fp8_context_fmha;
+  if (v == "off") return false;
+  const bool tensor_cores = s.cluster.node.gpu.peak_fp8 > 0;
+  if (v == "on") return true;  // validated: an FP8 cache on FP8 tensor cores
+  return s.serving.scheduler == "trtllm" && weights == DType::FP8 && kv == DType::FP8 && tensor_cores;
+}
+
 // An iteration's time is its Plan's (plan/serving_plan.h): the attention-free part runs
 // on the executor over the replica's GPUs, once per distinct (tokens, emitting rows);
 // the attention kernels, which depend on each request's context, are costed per batch
@@ -167,6 +179,7 @@ class IterationCost {
     shape_.weight_dtype = s.serving.weight_dtype_for(model.dtype);
     shape_.kv_dtype = s.serving.kv_dtype_for(model.dtype);
     shape_.turbomind_decode = s.serving.decode_attention == "turbomind-v0.1";
+    shape_.fp8_context_attention = fp8_context_attention(s, shape_.weight_dtype, shape_.kv_dtype);
     const std::string sampler = s.serving.sampler_for_engine();
     shape_.sampler = sampler == "trtllm"    ? ServingShape::Sampler::Trtllm
                      : sampler == "vllm-v0" ? ServingShape::Sampler::VllmV0
@@ -954,6 +967,16 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
       throw InputError(s.mark("inference.decode_attention"),
                        "turbomind-v0.1's decode kernel reads an FP16 or INT8 cache, expected inference.kv_dtype: "
                        "fp16 or int8");
+  }
+  if (c.fp8_context_fmha == "on") {
+    if (c.kv_dtype_for(s.model.dtype) != DType::FP8)
+      throw InputError(s.mark("inference.fp8_context_fmha"),
+                       "FP8 context attention reads its keys and values from an FP8 cache, expected "
+                       "inference.kv_dtype: fp8");
+    if (s.cluster.node.gpu.peak_fp8 <= 0)
+      throw InputError(s.mark("inference.fp8_context_fmha"),
+                       "FP8 context attention needs FP8 tensor cores, which " + s.cluster.node.gpu.name +
+                           " lacks; expected fp8_context_fmha: off or auto");
   }
   if (s.parallel.cp != 1)
     throw InputError(s.mark("parallel.cp"), "serving replicas do not split context, expected cp: 1");
