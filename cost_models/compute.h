@@ -189,6 +189,7 @@ struct ComputeProfile {
   // kernel.
   bool flash2 = false;
   double flash2_hopper_efficiency = 0.376;
+  double flash2_tail_tiles = 2.0;
   // FP8 fused attention (a prefill's context attention under TensorRT-LLM's
   // use_fp8_context_fmha): its two products at the FP8 peak, at this share of the BF16
   // kernel's efficiency. FlashAttention-3 on an H100 reaches ~1.2 PFLOP/s in FP8 against
@@ -196,7 +197,6 @@ struct ComputeProfile {
   // 1.62x faster kernel where the tensor cores' doubling alone would give 2x, the softmax's
   // exponentials (3.9 TFLOP/s of special functions on an H100) taking the same time in both.
   double fp8_attention_efficiency = 0.81;
-  double flash2_tail_tiles = 2.0;
   // FlashAttention in Triton (training.attention: triton): the 2022-23 Triton kernel of
   // flash_attn_triton.py that MPT / LLM Foundry ran by default (attn_impl: triton), compiled
   // by Triton's pre-MLIR backend: FlashAttention-2's work (flash2 is set with it) at
