@@ -8,8 +8,8 @@ cd "$(dirname "$0")"
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 {
   date -u
-  nvidia-smi --format=csv \
-    --query-gpu=name,driver_version,power.limit,power.max_limit,clocks.max.sm,clocks.max.mem,memory.total,serial,pci.bus_id
+  q=name,driver_version,power.limit,power.max_limit,clocks.max.sm,clocks.max.mem,memory.total,serial,pci.bus_id
+  nvidia-smi --format=csv --query-gpu=$q
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } > "$O/env.txt" 2>&1
 cat "$O/env.txt"
