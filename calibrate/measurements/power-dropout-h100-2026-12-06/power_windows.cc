@@ -1,0 +1,54 @@
+// The model's power windows for a scenario's first program: for each phase (one window of the power
+// cap, cost_models/compute.h apply_power_cap), its kernels' burst time, their energy above the idle
+// floor, the window's mean board power at full clock, and the clock the cap leaves it; then the
+// step-mean clock weighted by each window's capped time. Beside nvidia-smi's median clock over the
+// measured steps (summary.py).
+//   L=../../../build; g++ -std=c++20 -O2 -I../../.. power_windows.cc $L/libclustersim_lib.a
+//       $L/libclustersim_plan.a $L/libclustersim_lib.a -lyaml-cpp -lsqlite3 -ldl -pthread -o /tmp/power_windows
+//   /tmp/power_windows ../mcore-step-h200/readme-1.7b-1xh200.yaml cluster.gpu=h100-sxm
+#include <array>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cost_models/compute.h"
+#include "sim/run.h"
+
+int main(int argc, char** argv) {
+  using namespace clustersim;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: power_windows SCENARIO [key=value ...]\n");
+    return 2;
+  }
+  std::vector<std::string> sets(argv + 2, argv + argc);
+  const Scenario s = load_scenario(argv[1], sets);
+  const TrainingPlan tp = scenario_plan(s);
+  ComputeProfile compute;
+  NetworkProfile network;
+  apply_calibration(s, compute, network);
+  const GpuSpec* gpu = &s.cluster.node.gpu;
+  const Program& prog = tp.plan.programs.at(0);
+  std::array<PowerMix, 4> mix{};
+  std::array<double, 4> burst{};
+  for (const Op& op : prog.ops) {
+    if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) continue;
+    const double t = compute_seconds(op, *gpu, compute);
+    const auto w = static_cast<size_t>(op.phase);
+    mix[w].add(op, t, compute.launch_overhead_s, *gpu, compute);
+    if (t > 0) burst[w] += t + compute.launch_overhead_s;
+  }
+  const char* names[] = {"forward", "backward", "optimizer", "other"};
+  double total = 0, weighted = 0;
+  std::printf("%-10s %10s %10s %10s %8s\n", "window", "burst_ms", "energy_J", "power_W", "clock");
+  for (size_t w = 0; w < 4; ++w) {
+    if (burst[w] <= 0) continue;
+    const double clock = power_clock(mix[w], *gpu, compute);
+    const double capped = power_capped_seconds(burst[w], mix[w], *gpu, compute);
+    std::printf("%-10s %10.2f %10.3f %10.1f %8.3f\n", names[w], burst[w] * 1e3, mix[w].energy,
+                gpu->idle_power_w + mix[w].energy / burst[w], clock);
+    total += capped;
+    weighted += capped * clock;
+  }
+  std::printf("step-mean clock %.3f of %.0f MHz = %.0f MHz\n", weighted / total, gpu->sm_clock_hz / 1e6,
+              weighted / total * gpu->sm_clock_hz / 1e6);
+}
