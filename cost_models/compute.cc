@@ -643,7 +643,31 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
     // their peak against BF16's.
     e_flop *= fp8 ? gpu.fp8_energy_ratio : gpu.peak_bf16 / peak;
     if (op.kind == OpKind::Attention) e_flop *= p.attention_energy_ratio[backward_kernel(op) ? 1 : 0];
+    // A GEMM draws its power for as long as its SMs are busy, whatever rate its tiles reach:
+    // the energy per FLOP measured on the 8192^3 product, times this one's burst time per
+    // FLOP over that product's. Twelve Llama layer shapes on an H100 settle under the cap at
+    // 0.856-0.866 of their own burst rates in BF16, burst rates 754-822 TFLOP/s (0.835-0.866
+    // in FP8), not at one rate (calibrate/measurements/power-h100-2026-12-05).
+    if (op.kind == OpKind::Gemm && op.flops > 0 && t > 0) {
+      Op anchor;
+      anchor.kind = OpKind::Gemm;
+      anchor.dtype = op.dtype;
+      anchor.m = anchor.n = anchor.k = 8192;
+      anchor.flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+      anchor.bytes_read = 2 * 8192LL * 8192 * dtype_bits(op.dtype) / 8;
+      anchor.bytes_written = 8192LL * 8192 * 2;
+      const double t_anchor = compute_seconds(anchor, gpu, p);
+      if (t_anchor > 0) e_flop *= std::clamp((t / op.flops) / (t_anchor / anchor.flops), 0.5, 1.5);
+    }
   }
+  // Dropout's Philox draws: energy per element drawn, whichever way the kernel is bound.
+  if (op.kind == OpKind::Attention && attention_dropout_seconds(op, gpu, p) > 0) {
+    const double scores = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
+                          static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * (op.causal ? 0.5 : 1.0);
+    energy += p.attention_dropout_energy[backward_kernel(op) ? 1 : 0] * scores;
+  }
+  if (op.kind == OpKind::Memory && op.access == MemAccess::RandomMask && p.dropout_rng_ops_per_element > 0)
+    energy += p.dropout_rng_energy * static_cast<double>(op.m);
   // A fused attention backward's two small kernels stream at HBM's pace inside its time.
   const double t_aux = std::min(t_run, attention_aux_in_op(op, gpu, p));
   if (t_aux > 0) energy += stream_w * attention_backward_aux_bytes(op) / (gpu.hbm_bandwidth * p.memory_efficiency);

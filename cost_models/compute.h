@@ -242,6 +242,15 @@ struct ComputeProfile {
   double clock_share_gemm = 0.5;
   double clock_share_attention = 0.75;
   std::array<double, 2> attention_energy_ratio{1.28, 1.60};  // [forward, backward]
+  // The energy of dropout's Philox draws, above the idle floor, per element drawn: a fused
+  // attention kernel's [forward, backward] per score element (the backward draws its mask
+  // again), and PyTorch's dropout kernel (MemAccess::RandomMask) per element beyond its bytes'
+  // stream. The draws keep the SMs' integer pipes busy: at the cap, cuDNN's attention with
+  // dropout 0.1 draws what the board allows at a higher clock than without it, and the dropout
+  // kernel draws 608 W where a copy of its bytes' rate would draw 496 (one H100;
+  // calibrate/measurements/power-dropout-h100-2026-12-06).
+  std::array<double, 2> attention_dropout_energy{0.435e-9, 0.341e-9};
+  double dropout_rng_energy = 0.339e-9;
   std::shared_ptr<const MeasuredTables> measured;  // from a calibration profile, or none
 };
 

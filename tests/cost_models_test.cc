@@ -506,22 +506,35 @@ std::vector<double> burst(const std::vector<Op>& ops, const GpuSpec& gpu, const 
   return t;
 }
 
-// Back to back, every GEMM shape whose burst rate is above it settles at the capped FLOP
-// rate: the energy per FLOP is one, so E = e·F and T = E / (P_limit − P_idle) = F / R_capped.
-TEST(PowerCap, BackToBackGemmsSettleAtTheCappedRate) {
+// Back to back, the 8192^3 product settles at the capped FLOP rate, and every other GEMM
+// shape at that rate scaled by its own burst rate over the product's: a GEMM draws its power
+// for as long as its SMs are busy, so its energy is e·F·(t/F)/(t_8192/F_8192), and under the
+// cap T = E / (P_limit − P_idle). Twelve Llama layer shapes on an H100 settle at 0.856-0.866
+// of their own burst rates (754-822 TFLOP/s at burst), not at one rate.
+TEST(PowerCap, AGemmDrawsPowerForTheTimeItsSmsAreBusy) {
   const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
   ComputeProfile prof;
-  for (const Op& g : {power_gemm(8192, 8192, 8192), power_gemm(8192, 28672, 4096), power_gemm(4096, 8192, 2048)}) {
+  const Op cube = power_gemm(8192, 8192, 8192);
+  const double cube_burst = cube.flops / compute_seconds(cube, h200, prof);
+  std::vector<double> ratio;
+  for (const Op& g : {cube, power_gemm(8192, 28672, 4096), power_gemm(4096, 8192, 2048), power_gemm(8192, 4096, 14336)}) {
     std::vector<Op> ops(10, g);
     std::vector<double> t = burst(ops, h200, prof);
     const double burst_rate = g.flops / t[0];
     ASSERT_GT(burst_rate, 660e12);
     const double x = apply_power_cap(ops, t, 0.0, h200, prof);
-    EXPECT_NEAR(10 * g.flops / std::accumulate(t.begin(), t.end(), 0.0), 660e12, 1e6) << g.m << "x" << g.n;
+    const double capped = 10 * g.flops / std::accumulate(t.begin(), t.end(), 0.0);
+    EXPECT_NEAR(capped, 660e12 * burst_rate / cube_burst, 1e7) << g.m << "x" << g.n << "x" << g.k;
+    ratio.push_back(capped / burst_rate);
     // The clock the window settles at stretches the clock-bound half: t/t0 = 0.5/x + 0.5.
     EXPECT_NEAR(t[0] * burst_rate / g.flops, 0.5 / x + 0.5, 1e-9);
     EXPECT_LT(x, 0.9);
   }
+  for (double r : ratio) EXPECT_NEAR(r, ratio[0], 1e-6);  // one ratio whatever the shape
+  EXPECT_LT(ratio[2], 1.0);
+  // The shallow product (k = 2,048) is slower at burst than the cube and so settles lower.
+  const Op shallow = power_gemm(4096, 8192, 2048);
+  EXPECT_LT(shallow.flops / compute_seconds(shallow, h200, prof), cube_burst);
   // FP8 FLOPs cost 0.55 of BF16's: FP8 8192^3 back to back settles at 660 / 0.55 = 1,200.
   std::vector<Op> fp8(4, power_gemm(8192, 8192, 8192, DType::FP8));
   std::vector<double> t8 = burst(fp8, h200, prof);
@@ -529,6 +542,71 @@ TEST(PowerCap, BackToBackGemmsSettleAtTheCappedRate) {
     apply_power_cap(fp8, t8, 0.0, h200, prof);
     EXPECT_NEAR(4 * fp8[0].flops / std::accumulate(t8.begin(), t8.end(), 0.0), 660e12 / 0.55, 1e6);
   }
+}
+
+// Dropout's Philox draws cost energy per element drawn, which the kernels' FLOPs and bytes
+// do not count: back to back at the cap, cuDNN's attention forward with dropout 0.1 drew the
+// 700 W the board allows at 1,815 MHz, and PyTorch's dropout kernel 608 W where a copy at its
+// byte rate draws 496 (one H100, calibrate/measurements/power-dropout-h100-2026-12-06). Per
+// element, above the idle floor: 0.435 nJ in the attention forward, 0.341 nJ in its backward,
+// 0.339 nJ in the dropout kernel.
+TEST(PowerCap, DropoutsDrawsCostEnergyPerElement) {
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  ComputeProfile prof;
+  ComputeProfile no_draw_energy = prof;
+  no_draw_energy.attention_dropout_energy = {0, 0};
+  no_draw_energy.dropout_rng_energy = 0;
+  Op a = testing::causal_attention(8, 32, 4096, 128);
+  a.dropout = true;
+  const double scores = 8.0 * 32 * 4096 * 4096 / 2;
+  const double t = compute_seconds(a, h100, prof);
+  PowerMix with, without;
+  with.add(a, t, 0, h100, prof);
+  without.add(a, t, 0, h100, no_draw_energy);
+  EXPECT_NEAR(with.energy - without.energy, 0.435e-9 * scores, 1e-9);
+  Op b = a;
+  b.phase = Phase::Backward;
+  b.flops = 2.5 * attention_flops(a);
+  PowerMix bw, bw0;
+  bw.add(b, compute_seconds(b, h100, prof), 0, h100, prof);
+  bw0.add(b, compute_seconds(b, h100, no_draw_energy), 0, h100, no_draw_energy);
+  EXPECT_NEAR(bw.energy - bw0.energy, 0.341e-9 * scores, 1e-9);
+  // Over the kernel's measured burst time (290.3 TFLOP/s with dropout, 609.1 without), the
+  // model's energy gives the board power measured at burst, the forward's energy per FLOP
+  // at the cap times its burst rate: 1.949 and 1.100 pJ a FLOP above 124 W, 690 and 794 W.
+  const double t_drop = a.flops / 290.3e12, t_plain = a.flops / 609.1e12;
+  PowerMix at_drop, at_plain;
+  at_drop.add(a, t_drop, 0, h100, prof);
+  Op plain = a;
+  plain.dropout = false;
+  at_plain.add(plain, t_plain, 0, h100, prof);
+  EXPECT_NEAR(h100.idle_power_w + at_drop.energy / t_drop, 124.3 + 1.949e-12 * 290.3e12, 0.03 * 690);
+  EXPECT_NEAR(h100.idle_power_w + at_plain.energy / t_plain, 124.3 + 1.100e-12 * 609.1e12, 0.03 * 794);
+  // PyTorch's dropout over 512 Mi 16-bit elements: 5 bytes an element, its draws on top; it
+  // stays under the cap as measured (608 W at 1,980 MHz), and the kernel's mean power is
+  // within 5 % of that.
+  Op d;
+  d.kind = OpKind::Memory;
+  d.phase = Phase::Forward;
+  d.access = MemAccess::RandomMask;
+  d.m = 512LL << 20;
+  d.bytes_read = 2 * d.m;
+  d.bytes_written = 3 * d.m;
+  const double td = compute_seconds(d, h100, prof);
+  PowerMix dm;
+  dm.add(d, td, 0, h100, prof);
+  EXPECT_NEAR(h100.idle_power_w + dm.energy / td, 608.1, 0.05 * 608.1);
+  std::vector<Op> drops(4, d);
+  std::vector<double> tdrop = burst(drops, h100, prof);
+  EXPECT_EQ(apply_power_cap(drops, tdrop, 2e-6, h100, prof), 1.0);
+  // No draws (validate against the real backend, whose kernels draw none): no energy for them.
+  ComputeProfile real = prof;
+  real.attention_dropout_ops = {0, 0};
+  real.dropout_rng_ops_per_element = 0;
+  PowerMix r, r0;
+  r.add(a, compute_seconds(a, h100, real), 0, h100, real);
+  r0.add(a, compute_seconds(a, h100, real), 0, h100, no_draw_energy);
+  EXPECT_DOUBLE_EQ(r.energy, r0.energy);
 }
 
 // Boards of one SKU settle at different rates under the cap (seven H200 boards: 668 TFLOP/s
