@@ -30,11 +30,16 @@ int main(int argc, char** argv) {
   const Program& prog = tp.plan.programs.at(0);
   std::array<PowerMix, 4> mix{};
   std::array<double, 4> burst{};
+  std::array<double, 3> kind_energy{}, kind_time{};  // gemm, attention, memory
   for (const Op& op : prog.ops) {
     if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) continue;
     const double t = compute_seconds(op, *gpu, compute);
     const auto w = static_cast<size_t>(op.phase);
+    const double before = mix[w].energy;
     mix[w].add(op, t, compute.launch_overhead_s, *gpu, compute);
+    const size_t k = op.kind == OpKind::Gemm ? 0 : op.kind == OpKind::Attention ? 1 : 2;
+    kind_energy[k] += mix[w].energy - before;
+    kind_time[k] += t;
     if (t > 0) burst[w] += t + compute.launch_overhead_s;
   }
   const char* names[] = {"forward", "backward", "optimizer", "other"};
@@ -49,6 +54,10 @@ int main(int argc, char** argv) {
     total += capped;
     weighted += capped * clock;
   }
+  const char* kinds[] = {"gemm", "attention", "memory"};
+  for (size_t k = 0; k < 3; ++k)
+    std::printf("%-10s %10.2f ms %10.3f J %8.1f W above idle\n", kinds[k], kind_time[k] * 1e3, kind_energy[k],
+                kind_time[k] > 0 ? kind_energy[k] / kind_time[k] : 0.0);
   std::printf("step-mean clock %.3f of %.0f MHz = %.0f MHz\n", weighted / total, gpu->sm_clock_hz / 1e6,
               weighted / total * gpu->sm_clock_hz / 1e6);
 }

@@ -10,7 +10,8 @@ O=${OUT:-/tmp/out}; mkdir -p "$O"
   date -u
   q=name,driver_version,power.limit,power.max_limit,clocks.max.sm,clocks.max.mem,memory.total,serial,pci.bus_id
   nvidia-smi --format=csv --query-gpu=$q
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+  v='import torch as t; print("torch", t.__version__, "cuda", t.version.cuda, "cudnn", t.backends.cudnn.version())'
+  python3 -c "$v"
 } > "$O/env.txt" 2>&1
 cat "$O/env.txt"
 q=timestamp,clocks.sm,power.draw,clocks_event_reasons.active,temperature.gpu
