@@ -42,12 +42,13 @@ for name, m in marks.items():
     t1 = m["end"] - 0.3
     t0 = t1 - 0.8 * n * j["step_s"]
     print(f"{name:24s} {j['step_s'] * 1e3:8.1f} ms   {window(t0, t1)}")
-try:
-    k = json.load(open(f"{out}/power_dropout.json"))
-except (OSError, ValueError):
-    sys.exit(0)
-print(f"kernels ({k['gpu']}, torch {k['torch']}, cuDNN {k['cudnn']})")
-print(f"idle                                                       {window(*k['idle_window'])}")
-for c in k["cases"]:
-    print(f"{c['case']:18s} burst {c['burst']:8.1f} at the cap {c['sustained']:8.1f} {c['unit']:8s} "
-          f"{window(*c['window'])}")
+for part in ("power_dropout", "power_parts"):
+    try:
+        k = json.load(open(f"{out}/{part}.json"))
+    except (OSError, ValueError):
+        continue
+    print(f"{part} ({k['gpu']}, torch {k['torch']}, cuDNN {k['cudnn']})")
+    print(f"idle                                                           {window(*k['idle_window'])}")
+    for c in k["cases"]:
+        print(f"{c['case']:22s} burst {c['burst']:8.1f} at the cap {c['sustained']:8.1f} {c['unit']:8s} "
+              f"{window(*c['window'])}")
