@@ -442,10 +442,13 @@ TEST(Compute, GemmsAsWavesOfPaddedTilesAndMemoryOpsOnAFloor) {
   const Op shallow = gemm(8192, 8192, 256);
   EXPECT_LT(shallow.flops / compute_seconds(shallow, h200, prof), 0.70 * 0.8 * 989.5e12);
 
-  // FP8 GEMMs run at their own efficiency on FP8 peak: faster than BF16, below 2x.
+  // FP8 GEMMs run at their own efficiency on FP8 peak (0.796 at burst against BF16's 0.80),
+  // their k-depth term at 256: 2 · 0.796/0.80 · (8192/8448)/(8192/8320) = 1.96 at burst, below 2x.
+  // (Measured bursts of 8192^3: 1,471-1,482 against 795-806 TFLOP/s, 1.84-1.85; the cap, which
+  // holds FP8 at 0.55 of a BF16 FLOP's energy, brings it to ~1.8 back to back.)
   const double fp8_speedup = compute_seconds(big, h200, prof) / compute_seconds(gemm(8192, 8192, 8192, DType::FP8), h200, prof);
-  EXPECT_GT(fp8_speedup, 1.4);
-  EXPECT_LT(fp8_speedup, 1.8);
+  EXPECT_NEAR(fp8_speedup, 2.0 * 0.796 / 0.80 * (8192.0 / 8448.0) / (8192.0 / 8320.0), 0.02);
+  EXPECT_LT(fp8_speedup, 2.0);
 }
 
 // A GEMM's time never falls as a dimension grows: one more row costs a padded tile row
