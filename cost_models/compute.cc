@@ -342,12 +342,20 @@ namespace {
 double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const ComputeProfile& p);
 }
 
+namespace {
+// The score elements a fused attention's dropout mask draws: batch · heads · q · kv, half
+// the square under the causal mask.
+double dropout_scores(const Op& op) {
+  return static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
+         static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * (op.causal ? 0.5 : 1.0);
+}
+}  // namespace
+
 double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (op.kind != OpKind::Attention || !op.dropout || gpu.alu_slot_rate() <= 0) return 0;
-  const double scores = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
-                        static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * (op.causal ? 0.5 : 1.0);
   const size_t pass = backward_kernel(op) ? 1 : 0;
-  return scores * (p.flash2 ? p.flash2_dropout_ops[pass] : p.attention_dropout_ops[pass]) / gpu.alu_slot_rate();
+  return dropout_scores(op) * (p.flash2 ? p.flash2_dropout_ops[pass] : p.attention_dropout_ops[pass]) /
+         gpu.alu_slot_rate();
 }
 
 namespace {
@@ -661,11 +669,8 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
     }
   }
   // Dropout's Philox draws: energy per element drawn, whichever way the kernel is bound.
-  if (op.kind == OpKind::Attention && attention_dropout_seconds(op, gpu, p) > 0) {
-    const double scores = static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
-                          static_cast<double>(op.q_len) * static_cast<double>(op.kv_len) * (op.causal ? 0.5 : 1.0);
-    energy += p.attention_dropout_energy[backward_kernel(op) ? 1 : 0] * scores;
-  }
+  if (op.kind == OpKind::Attention && attention_dropout_seconds(op, gpu, p) > 0)
+    energy += p.attention_dropout_energy[backward_kernel(op) ? 1 : 0] * dropout_scores(op);
   if (op.kind == OpKind::Memory && op.access == MemAccess::RandomMask && p.dropout_rng_ops_per_element > 0)
     energy += p.dropout_rng_energy * static_cast<double>(op.m);
   // A fused attention backward's two small kernels stream at HBM's pace inside its time.
