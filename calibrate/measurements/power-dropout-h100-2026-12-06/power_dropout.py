@@ -9,9 +9,11 @@ last 6 s from the windows written here.
   stream-copy                      bf16 copy of 1 GiB
   gemm                             bf16 8192^3
 """
-import json, statistics, sys, time, torch
+import sys, torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from backtoback import run_cases
 
 out = sys.argv[1]
 dev = torch.device("cuda")
@@ -63,37 +65,4 @@ cases = [  # name, fn, (unit, amount per call)
 ]
 
 
-def timed(fn, reps):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(reps):
-        fn()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e) / 1e3
-
-
-res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-       "cases": []}
-idle0 = time.time()
-time.sleep(5)
-res["idle_window"] = [idle0 + 1, time.time()]
-for name, fn, (unit, per) in cases:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    time.sleep(5)
-    one = timed(fn, 1)
-    reps = max(2, int(0.02 / one))
-    burst = reps * per / timed(fn, reps)
-    t0 = time.time()
-    rates = []
-    while time.time() - t0 < 8:
-        r = max(2, int(0.1 / one))
-        rates.append(r * per / timed(fn, r))
-    t1 = time.time()
-    tail = rates[len(rates) // 4:]
-    c = {"case": name, "unit": unit, "burst": burst, "sustained": statistics.median(tail), "window": [t0 + 2, t1]}
-    res["cases"].append(c)
-    print(f"{name:18s} burst {burst:8.1f} sustained {c['sustained']:8.1f} {unit}", flush=True)
-json.dump(res, open(f"{out}/power_dropout.json", "w"), indent=1)
+run_cases(cases, f"{out}/power_dropout.json", width=18)

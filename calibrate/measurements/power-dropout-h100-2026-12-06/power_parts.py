@@ -10,9 +10,11 @@ run.sh's nvidia-smi samples give the medians over each case's last 6 s (summary.
   layernorm               LayerNorm over 4096 x 2048 bf16
   adam                    torch.optim.Adam(fused) step over 256 M FP32 parameters
 """
-import json, statistics, sys, time, torch
+import sys, torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from backtoback import run_cases
 
 out = sys.argv[1]
 dev = torch.device("cuda")
@@ -67,37 +69,4 @@ cases = [  # name, fn, (unit, amount per call)
 ]
 
 
-def timed(fn, reps):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(reps):
-        fn()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e) / 1e3
-
-
-res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-       "cases": []}
-idle0 = time.time()
-time.sleep(5)
-res["idle_window"] = [idle0 + 1, time.time()]
-for name, fn, (unit, per) in cases:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    time.sleep(5)
-    one = timed(fn, 1)
-    reps = max(2, int(0.02 / one))
-    burst = reps * per / timed(fn, reps)
-    t0 = time.time()
-    rates = []
-    while time.time() - t0 < 8:
-        r = max(2, int(0.1 / one))
-        rates.append(r * per / timed(fn, r))
-    t1 = time.time()
-    tail = rates[len(rates) // 4:]
-    c = {"case": name, "unit": unit, "burst": burst, "sustained": statistics.median(tail), "window": [t0 + 2, t1]}
-    res["cases"].append(c)
-    print(f"{name:22s} burst {burst:8.1f} sustained {c['sustained']:8.1f} {unit}", flush=True)
-json.dump(res, open(f"{out}/power_parts.json", "w"), indent=1)
+run_cases(cases, f"{out}/power_parts.json", width=22)
