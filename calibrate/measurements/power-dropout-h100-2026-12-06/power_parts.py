@@ -45,7 +45,17 @@ def attn():
 
 
 def wgrad():
+    # bf16 inputs, FP32 accumulate into main_grad, as Megatron's wgrad_gemm_accum_fp32 (cublasGemmEx, beta 1)
     torch.addmm(main_grad, x2048.t(), x8192, out_dtype=torch.float32, out=main_grad)
+
+
+try:
+    wgrad()
+except (RuntimeError, TypeError) as e:  # a PyTorch without addmm's out_dtype: mm into FP32, then the add
+    print(f"addmm out_dtype unavailable ({e}); wgrad-fc1-fp32 times mm(out_dtype) + add_", flush=True)
+
+    def wgrad():
+        main_grad.add_(torch.mm(x2048.t(), x8192, out_dtype=torch.float32))
 
 
 def xent():
