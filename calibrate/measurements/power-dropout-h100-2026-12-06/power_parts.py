@@ -3,6 +3,7 @@ where it settles under the cap (docs/model.md, "Clocks under the power cap"), to
 energy the model's windows miss. Each case after a 5 s idle pause: a burst (~20 ms), then 8 s back to back;
 run.sh's nvidia-smi samples give the medians over each case's last 6 s (summary.py, power_parts.json).
   attn-fwdbwd-drop-1x16   causal SDPA (cuDNN), 1 x 16 heads x 4096 x 128, forward + backward, dropout 0.1
+  attn-fwd-drop-1x16      its forward alone; attn-fwd-1x16 the same without dropout
   gemm-qkv, gemm-fc1      4096 x 6144 x 2048 and 4096 x 8192 x 2048, bf16 out
   gemm-fc2                4096 x 2048 x 8192
   wgrad-fc1-fp32          2048 x 8192 over 4,096 tokens accumulated into an FP32 buffer (addmm, out_dtype fp32)
@@ -67,8 +68,15 @@ def xent():
     f.div_(s.unsqueeze(-1))
 
 
+def attn_fwd(p):
+    with torch.no_grad(), sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+
+
 cases = [  # name, fn, (unit, amount per call)
     ("attn-fwdbwd-drop-1x16", attn, ("TFLOP/s", attn_flops / 1e12)),
+    ("attn-fwd-drop-1x16", lambda: attn_fwd(0.1), ("TFLOP/s", attn_flops / 3.5 / 1e12)),
+    ("attn-fwd-1x16", lambda: attn_fwd(0.0), ("TFLOP/s", attn_flops / 3.5 / 1e12)),
     ("gemm-qkv", lambda: torch.mm(x2048, w_qkv), ("TFLOP/s", 2.0 * 4096 * 6144 * 2048 / 1e12)),
     ("gemm-fc1", lambda: torch.mm(x2048, w_fc1), ("TFLOP/s", 2.0 * 4096 * 8192 * 2048 / 1e12)),
     ("gemm-fc2", lambda: torch.mm(x8192, w_fc2), ("TFLOP/s", 2.0 * 4096 * 2048 * 8192 / 1e12)),
