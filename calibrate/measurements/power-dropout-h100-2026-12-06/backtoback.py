@@ -36,7 +36,8 @@ def run_cases(cases, path, width=18):
             rates.append(r * per / timed(fn, r))
         t1 = time.time()
         tail = rates[len(rates) // 4:]
-        c = {"case": name, "unit": unit, "burst": burst, "sustained": statistics.median(tail), "window": [t0 + 2, t1]}
+        c = {"case": name, "unit": unit, "per_call": per, "burst": burst, "sustained": statistics.median(tail),
+             "window": [t0 + 2, t1]}
         res["cases"].append(c)
         print(f"{name:{width}s} burst {burst:8.1f} sustained {c['sustained']:8.1f} {unit}", flush=True)
     json.dump(res, open(path, "w"), indent=1)
