@@ -42,7 +42,7 @@ for name, m in marks.items():
     t1 = m["end"] - 0.3
     t0 = t1 - 0.8 * n * j["step_s"]
     print(f"{name:24s} {j['step_s'] * 1e3:8.1f} ms   {window(t0, t1)}")
-for part in ("power_dropout", "power_parts"):
+for part in ("power_dropout", "power_parts", "duty_cycle"):
     try:
         k = json.load(open(f"{out}/{part}.json"))
     except (OSError, ValueError):
