@@ -361,7 +361,8 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                        "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element",
                        "host_sync", "backward_relaunch", "autograd_node", "host_op", "mixed_softmax_ops_per_element",
                        "triton_attention_factor", "strided_copy_ops_per_element", "cat_copy_ops_per_element",
-                       "tanh_gelu_ops_per_element", "broadcast_loop_ops_per_element", "multi_tensor_ops_per_byte"},
+                       "tanh_gelu_ops_per_element", "broadcast_loop_ops_per_element", "multi_tensor_ops_per_byte",
+                       "boost_energy_ratio"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
                         if (c == "gemm_backend" || c == "attention_backend") {
                           if (cv.kind != YNode::Kind::Scalar)
@@ -401,6 +402,11 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.host_op_s = seconds(cv, ck);
                         else if (c == "triton_attention_factor")
                           p.compute.triton_attention_factor = number(cv, ck, 0.1, 100);
+                        else if (c == "boost_energy_ratio")  // {gemm: x, attention: y}
+                          members(cv, ck, {"gemm", "attention"},
+                                  [&](const std::string& kind, const YNode& kv, const std::string& kk) {
+                                    p.compute.boost_energy_ratio[kind == "gemm" ? 0 : 1] = number(kv, kk, 1, 3);
+                                  });
                         else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
                           read_table(c, cv, ck, tables);
                         else {

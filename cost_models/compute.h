@@ -244,6 +244,16 @@ struct ComputeProfile {
   double slowest_board = 1.0;
   double clock_share_gemm = 0.5;
   double clock_share_attention = 0.75;
+  // A math-bound kernel's energy per FLOP falls with the clock (the voltage the clock needs).
+  // [GEMMs, attention]: a FLOP at the boost clock over one where the kernel's anchor (the
+  // 8192^3 product; cuDNN's causal attention over 8 x 32 heads of 4,096 x 128) settles back to
+  // back at the cap, where the energies above were measured. Measured on one H100
+  // (calibrate/measurements/power-dropout-h100-2026-12-06, duty_cycle.py): in 20-40 ms bursts
+  // under the board's one-second average, 8192^3 drew 1.04 pJ a FLOP above the floor at 0.99
+  // of its burst rate, 0.837 back to back at the cap (0.881 of it); the attention forward 1.368
+  // and 1.085 (0.874). Between the two, a power of the kernel's slowdown (PowerMix::energy_at).
+  // 1: one energy a FLOP at every clock.
+  std::array<double, 2> boost_energy_ratio{1.24, 1.26};
   std::array<double, 2> attention_energy_ratio{1.28, 1.60};  // [forward, backward]
   // The energy of dropout's Philox draws, above the idle floor, per element drawn: a fused
   // attention kernel's [forward, backward] per score element (the backward draws its mask
@@ -251,8 +261,10 @@ struct ComputeProfile {
   // stream. The draws keep the SMs' integer pipes busy: at the cap, cuDNN's attention with
   // dropout 0.1 draws what the board allows at a higher clock than without it, and the dropout
   // kernel draws 608 W where a copy of its bytes' rate would draw 496 (one H100;
-  // calibrate/measurements/power-dropout-h100-2026-12-06).
-  std::array<double, 2> attention_dropout_energy{0.435e-9, 0.341e-9};
+  // calibrate/measurements/power-dropout-h100-2026-12-06). The attention's draws are what its
+  // energy at the cap leaves once its FLOPs are priced at the clock it ran at (within 4 % of
+  // its burst rate, the boost clock's energy a FLOP: boost_energy_ratio).
+  std::array<double, 2> attention_dropout_energy{0.288e-9, 0.155e-9};
   double dropout_rng_energy = 0.339e-9;
   std::shared_ptr<const MeasuredTables> measured;  // from a calibration profile, or none
 };
@@ -307,12 +319,24 @@ double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfi
 // kernels as the board's controller sees it: their energy above the idle floor (J), the
 // clock-bound share of their burst time (s) and the rest, launch gaps included (s).
 struct PowerMix {
+  // energy: what does not follow the SM clock (streams, dropout's draws); clocked: the
+  // math-bound kernels' energy at the boost clock, by their clock-bound share a and the
+  // power δ of their slowdown s(x) = a/x + 1 − a by which it falls (energy_at).
+  struct Clocked {
+    double a = 0, delta = 0, energy = 0;
+  };
   double energy = 0, bound = 0, fixed = 0;
+  std::array<Clocked, 8> clocked{};
   // Adds kernel `op` of burst time `t` and the launch gap after it; returns the share of
   // its time that scales with the clock (0 for memory-bound kernels, or without a power model).
   double add(const Op& op, double t, double gap_s, const GpuSpec& gpu, const ComputeProfile& profile);
+  // The window's energy above the idle floor at SM clock x (a fraction of boost).
+  double energy_at(double x) const;
   PowerMix& operator+=(const PowerMix& o);
   PowerMix scaled(double k) const;  // the same mix k times over
+
+ private:
+  void add_clocked(double a, double delta, double e);
 };
 bool power_model_active(const GpuSpec& gpu, const ComputeProfile& profile);
 

@@ -662,7 +662,16 @@ TEST(Serving, QuantizationChangesBytesAndMath) {
   EXPECT_LT(metric(w8, "tpot_s_p50"), 0.8 * metric(bf16, "tpot_s_p50"));  // decode reads half the weight bytes
   // FP8 GEMMs at FP8's own efficiency (~1.6x BF16), attention and overheads unchanged.
   EXPECT_LT(metric(w8, "ttft_s_p50"), 0.9 * metric(bf16, "ttft_s_p50"));  // prefill runs at the fp8 peak
-  EXPECT_LT(metric(w4, "tpot_s_p50"), metric(w8, "tpot_s_p50"));          // weight-only int4: fewer bytes still
+  // Weight-only int4 reads fewer bytes still; at burst rates that is the whole story. Under
+  // the power cap its BF16 math draws twice FP8's energy a FLOP, which can undo it in batches
+  // near the ridge, so the bytes are checked with the cap off.
+  const auto at_burst = [&](const std::string& extra) {
+    Scenario sc = scenario_from_text(serving_yaml(base + extra, "llama3-70b", 8, "h100-sxm"), "serving");
+    sc.power_cap = false;
+    return run_serving(sc);
+  };
+  EXPECT_LT(metric(at_burst("  weight_dtype: int4\n"), "tpot_s_p50"),
+            metric(at_burst("  weight_dtype: fp8\n"), "tpot_s_p50"));
   EXPECT_GT(metric(w4, "ttft_s_p50"), 0.9 * metric(bf16, "ttft_s_p50"));  // ... but bf16 math in prefill
   EXPECT_THROW(serve("  requests: 10\n", "llama3-70b", 1), InputError);   // 141 GB of bf16 weights on 80 GB
   EXPECT_NO_THROW(serve("  requests: 10\n  weight_dtype: int4\n", "llama3-70b", 1));  // 35 GB in int4
@@ -983,7 +992,11 @@ TEST(Serving, IterationTimeIsThePlansTime) {
     const ExecResult r = execute_plan(build_iteration_plan(sh, b, true), topo, eo);
     const double whole = r.makespan.seconds();
     const double engine = serving_iteration_seconds(s, b);
-    EXPECT_NEAR(engine, whole, 1e-9 + 1e-9 * whole) << "tp " << tp << " pp " << pp << " prefill " << prefill;
+    // With stages, the engine takes one clock for all stages' kernels together, the executor one
+    // per stage's GPU: where the cap binds they part by what the first stage's embedding and
+    // the last one's output layer change in each mix.
+    const double tolerance = pp > 1 ? 1e-5 : 1e-9;
+    EXPECT_NEAR(engine, whole, 1e-9 + tolerance * whole) << "tp " << tp << " pp " << pp << " prefill " << prefill;
     if (prefill == 8192) {
       EXPECT_LT(r.power_clock, 0.95);  // the cap binds, and both apply it alike
     }

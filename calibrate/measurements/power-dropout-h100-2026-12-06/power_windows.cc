@@ -1,6 +1,7 @@
 // The model's power windows for a scenario's first program: for each phase (one window of the power
 // cap, cost_models/compute.h apply_power_cap), its kernels' burst time, their energy above the idle
-// floor, the window's mean board power at full clock, and the clock the cap leaves it; then the
+// floor at the boost clock, the window's mean board power there, the clock the cap leaves it and the energy at
+// that clock; then the
 // step-mean clock weighted by each window's capped time. Beside nvidia-smi's median clock over the
 // measured steps (summary.py). With --ops first: each kernel name's first op of the program run back to
 // back on its own, as power_parts.py runs it (burst time, energy above the floor, board power at full clock,
@@ -45,8 +46,8 @@ int main(int argc, char** argv) {
       PowerMix one;
       one.add(op, t, compute.launch_overhead_s, *gpu, compute);
       const double burst_s = t + compute.launch_overhead_s;
-      std::printf("%-34s %10.1f %10.3f %9.1f %8.3f\n", name.c_str(), t * 1e6, one.energy * 1e3,
-                  gpu->idle_power_w + one.energy / burst_s,
+      std::printf("%-34s %10.1f %10.3f %9.1f %8.3f\n", name.c_str(), t * 1e6, one.energy_at(1.0) * 1e3,
+                  gpu->idle_power_w + one.energy_at(1.0) / burst_s,
                   burst_s / power_capped_seconds(burst_s, one, *gpu, compute));
     }
     return 0;
@@ -58,22 +59,22 @@ int main(int argc, char** argv) {
     if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) continue;
     const double t = compute_seconds(op, *gpu, compute);
     const auto w = static_cast<size_t>(op.phase);
-    const double before = mix[w].energy;
+    const double before = mix[w].energy_at(1.0);
     mix[w].add(op, t, compute.launch_overhead_s, *gpu, compute);
     const size_t k = op.kind == OpKind::Gemm ? 0 : op.kind == OpKind::Attention ? 1 : 2;
-    kind_energy[k] += mix[w].energy - before;
+    kind_energy[k] += mix[w].energy_at(1.0) - before;
     kind_time[k] += t;
     if (t > 0) burst[w] += t + compute.launch_overhead_s;
   }
   const char* names[] = {"forward", "backward", "optimizer", "other"};
   double total = 0, weighted = 0;
-  std::printf("%-10s %10s %10s %10s %8s\n", "window", "burst_ms", "energy_J", "power_W", "clock");
+  std::printf("%-10s %10s %10s %10s %8s %10s\n", "window", "burst_ms", "energy_J", "power_W", "clock", "at_clock_J");
   for (size_t w = 0; w < 4; ++w) {
     if (burst[w] <= 0) continue;
     const double clock = power_clock(mix[w], *gpu, compute);
     const double capped = power_capped_seconds(burst[w], mix[w], *gpu, compute);
-    std::printf("%-10s %10.2f %10.3f %10.1f %8.3f\n", names[w], burst[w] * 1e3, mix[w].energy,
-                gpu->idle_power_w + mix[w].energy / burst[w], clock);
+    std::printf("%-10s %10.2f %10.3f %10.1f %8.3f %10.3f\n", names[w], burst[w] * 1e3, mix[w].energy_at(1.0),
+                gpu->idle_power_w + mix[w].energy_at(1.0) / burst[w], clock, mix[w].energy_at(clock));
     total += capped;
     weighted += capped * clock;
   }
