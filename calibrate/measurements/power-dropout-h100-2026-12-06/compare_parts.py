@@ -52,7 +52,7 @@ for c in k["cases"]:
     clock, power = median(*c["window"], 1), median(*c["window"], 2)
     t_cap, t_burst = c["per_call"] / c["sustained"], c["per_call"] / c["burst"]  # a call's seconds
     e_meas = (power - idle) * t_cap
-    e_model = sum(model[n][1] for n in names) / share if names else float("nan")
-    t_model = sum(model[n][0] for n in names) / share if names else float("nan")
+    e_model = sum(model[n][1] for n in names) * share if names else float("nan")
+    t_model = sum(model[n][0] for n in names) * share if names else float("nan")
     print(f"{c['case']:22s} {t_cap * 1e6:8.1f} {clock:6.0f} {power:8.1f} {e_meas * 1e3:10.3f} "
           f"{e_model * 1e3:10.3f} {e_model / e_meas:10.3f} {t_burst * 1e6:8.1f} {t_model * 1e6:8.1f}")
