@@ -651,11 +651,6 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
     // their peak against BF16's.
     e_flop *= fp8 ? gpu.fp8_energy_ratio : gpu.peak_bf16 / peak;
     if (op.kind == OpKind::Attention) e_flop *= p.attention_energy_ratio[backward_kernel(op) ? 1 : 0];
-    // A GEMM draws its power for as long as its SMs are busy, whatever rate its tiles reach:
-    // the energy per FLOP measured on the 8192^3 product, times this one's burst time per
-    // FLOP over that product's. Twelve Llama layer shapes on an H100 settle under the cap at
-    // 0.856-0.866 of their own burst rates in BF16, burst rates 754-822 TFLOP/s (0.835-0.866
-    // in FP8), not at one rate (calibrate/measurements/power-h100-2026-12-05).
     // Those energies were measured back to back at the cap, on the 8192^3 product and on
     // cuDNN's causal attention over 8 x 32 heads of 4,096 x 128, each at the clock the cap
     // left it: the anchor's time there over its burst time, s_ref = E / ((P_limit − P_idle)·t).
