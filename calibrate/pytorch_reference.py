@@ -84,6 +84,9 @@ import torch.nn.functional as F
 # clustersim's SQLite schema (reports/sqlite_writer.cc, kSchema), version 1.
 
 SCHEMA_VERSION = 2
+# torch.cuda._sleep's spin before a queued timing: ~2 ms at Hopper's clocks, longer than the
+# host takes to dispatch an SDPA forward or its autograd backward.
+SPIN_CYCLES = 4_000_000
 APPLICATION_ID = 0x436C5369  # 'ClSi'
 
 SCHEMA = """
@@ -839,19 +842,29 @@ def attention_table(path):
     The forward is the SDPA call; the backward is torch.autograd.grad of its output, which
     runs every kernel the backend's backward needs (cuDNN: the dO.O row dot, the bprop,
     the dQ conversion). Between runs 192 MiB stream through L2 as in the real backend's
-    calibration, so K/V are read from HBM. Writes the rows as a profile's
+    calibration, so K/V are read from HBM. Each call is timed queued behind a spin kernel
+    (its kernels' time on the GPU, as a step that runs ahead of its host sees it) and, for
+    the JSON lines only, unqueued (with the GPU waiting on the host's dispatch, as the rows
+    were timed before 2026-12-06). Writes the rows as a profile's
     compute.attention_table (YAML) with the backend named in `attention_backend`."""
     dev = "cuda"
     torch.manual_seed(0)
     flush = torch.empty(96 << 20, device=dev, dtype=torch.uint8)
     flush2 = torch.empty_like(flush)
 
-    def timed(fn, warmup=3, reps=9):
+    def timed(fn, warmup=3, reps=9, queued=True):
+        # The events time the GPU between them. With queued (the table's rows) a spin kernel
+        # holds the GPU while the host dispatches the call, so the interval is the kernels'
+        # own time and their gaps on the GPU, as in a training step whose host runs ahead;
+        # without it the interval also holds the GPU waiting for the host's dispatch
+        # (tens of microseconds an SDPA call, more for autograd.grad's backward).
         for _ in range(warmup):
             fn()
         ts = []
         for _ in range(reps):
             flush2.copy_(flush)
+            if queued:
+                torch.cuda._sleep(SPIN_CYCLES)
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             fn()
@@ -882,12 +895,16 @@ def attention_table(path):
                         dout = torch.randn_like(out)
                         tf = timed(lambda: fwd())
                         tb = timed(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                        tf_host = timed(lambda: fwd(), queued=False)
+                        tb_host = timed(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
+                                        queued=False)
                         if (d, g) not in names and s_len == 2048:
                             names[(d, g)] = kernels_of(lambda: torch.autograd.grad(fwd(), (q, k, v), dout))
                     flops = 4.0 * bh * s_len * s_len * d / 2
                     print(json.dumps({"bench": "sdpa", "head_dim": d, "group": g, "batch_heads": bh, "seq": s_len,
                                       "forward_s": tf, "backward_s": tb, "forward_tflops": flops / tf / 1e12,
-                                      "backward_tflops": 2.5 * flops / tb / 1e12}))
+                                      "backward_tflops": 2.5 * flops / tb / 1e12,
+                                      "forward_unqueued_s": tf_host, "backward_unqueued_s": tb_host}))
                     sys.stdout.flush()
                     rows.append(("forward", d, s_len, bh, tf, g))
                     rows.append(("backward", d, s_len, bh, tb, g))
