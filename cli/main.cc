@@ -81,8 +81,18 @@ constexpr const char* kUsage =
     "  --allow-large         run past the work budgets (2^20 GPUs or collective ranks, 10^7 requests, 65,536\n"
     "                        micro-batches, 100,000 sweep points); also for plan, sweep, search, collective\n";
 
+constexpr const char* kCommands[] = {"run",    "collective", "plan",      "export-chakra", "sweep",         "search",
+                                     "report", "real",       "calibrate", "validate",      "profile-check", "accuracy",
+                                     "keys"};
+
 // Runs one command; its exit code.
 int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
+  // `clustersim CMD --help` (or -h) asks for the usage, not for the command.
+  if (std::find(std::begin(kCommands), std::end(kCommands), cmd) != std::end(kCommands) &&
+      std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; })) {
+    std::cout << kUsage;
+    return 0;
+  }
   try {
     if (cmd == "run") return cmd_run(args);
     if (cmd == "collective") return cmd_collective(args);

@@ -332,6 +332,14 @@ TEST_F(CliTest, HelpAndVersion) {
   r = cli("--version");
   EXPECT_EQ(r.code, 0) << r;
   EXPECT_TRUE(starts_with(r.out, "clustersim ")) << r;
+  // A command's own --help is the usage, on stdout, exit 0, whatever else is on the line.
+  for (const char* line : {"run --help", "accuracy -h", "search S.yaml --help", "collective --help"}) {
+    r = cli(line);
+    EXPECT_EQ(r.code, 0) << line << "\n" << r;
+    EXPECT_NE(r.out.find("usage: clustersim"), std::string::npos) << line << "\n" << r;
+    EXPECT_TRUE(r.err.empty()) << line << "\n" << r;
+  }
+  EXPECT_EQ(cli("nosuchcommand --help").code, 2);
 }
 
 // ---- run: positive -------------------------------------------------------------------------
