@@ -7,8 +7,10 @@
 #include <string_view>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "scenarios/units.h"
+#include "topology/gpu.h"
 #include "scenarios/yaml_tree.h"
 
 namespace clustersim {
@@ -491,6 +493,12 @@ std::string profile_warning(const CalibrationProfile& p) {
          "), about 1/6 of cuDNN's rate on Hopper: these predictions describe `clustersim real` with that kernel, not "
          "a framework's step (calibrate/profiles/h200.yaml carries cuDNN's SDPA; `calibrate` times cuDNN's fused "
          "attention where libcudnn.so.9 loads, and `calibrate --attention-from` takes another stack's table)";
+}
+
+std::string profile_gpu_warning(const CalibrationProfile& p, const std::string& gpu_name) {
+  if (board_is_preset_model(p.gpu, gpu_name)) return {};
+  return "warning: the profile was measured on " + p.gpu + " and the scenario's GPU is " + gpu_name +
+         ": its tables time that board's kernels, not this one's";
 }
 
 }  // namespace clustersim

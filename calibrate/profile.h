@@ -41,4 +41,9 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from 
 // measured on the real backend's own kernel predicts `clustersim real`, not a framework.
 std::string profile_warning(const CalibrationProfile& p);
 
+// The warning a run deserves when the profile names the board it was measured on and that
+// board is not the scenario's GPU (their model numbers differ: "NVIDIA H200" against
+// h100-sxm), or "": its tables then time the other board's kernels.
+std::string profile_gpu_warning(const CalibrationProfile& p, const std::string& gpu_name);
+
 }  // namespace clustersim

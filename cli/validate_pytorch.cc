@@ -19,6 +19,7 @@
 #include "plan/training_planner.h"
 #include "reports/summary.h"
 #include "sim/run.h"
+#include "topology/gpu.h"
 
 namespace clustersim {
 namespace {
@@ -64,7 +65,8 @@ std::string json_text(const std::string& j, const std::string& key) {
   return j.substr(from, j.find('"', from) - from);
 }
 
-double recorded_step(const std::string& path, const std::string& want) {
+// The step time of the last PyTorch run in the database; its board in *device ("" if none).
+double recorded_step(const std::string& path, const std::string& want, std::string* device) {
   auto fail = [&](const std::string& what) { return InputError(SourceMark{path, 0, 0}, what); };
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
@@ -78,7 +80,8 @@ double recorded_step(const std::string& path, const std::string& want) {
     throw fail("cannot be opened as a database");
   sqlite3_stmt* st = nullptr;
   const char* sql =
-      "SELECT r.scenario_yaml, m.value FROM runs r JOIN metrics m ON m.run_id = r.run_id "
+      "SELECT r.scenario_yaml, m.value, (SELECT k.device FROM ranks k WHERE k.run_id = r.run_id "
+      "ORDER BY k.rank LIMIT 1) FROM runs r JOIN metrics m ON m.run_id = r.run_id "
       "WHERE r.source = 'pytorch' AND m.key = 'iteration_time_s' ORDER BY r.run_id DESC LIMIT 1";
   if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK)
     throw fail("is not a timeline with a PyTorch run (" + std::string(sqlite3_errmsg(db)) + ")");
@@ -88,6 +91,8 @@ double recorded_step(const std::string& path, const std::string& want) {
     const unsigned char* m = sqlite3_column_text(st, 0);
     model = m ? reinterpret_cast<const char*>(m) : "";
     t = sqlite3_column_double(st, 1);
+    const unsigned char* d = sqlite3_column_text(st, 2);
+    *device = d ? reinterpret_cast<const char*>(d) : "";
   }
   sqlite3_finalize(st);
   if (!(t > 0)) throw fail("holds no PyTorch run with an iteration_time_s, expected one the reference script wrote");
@@ -143,9 +148,13 @@ int validate_against_pytorch(const Scenario& s, int iterations, int warmup, bool
   }
   const std::string script = recorded.empty() ? reference_script() : recorded;
   double measured = -1;
-  if (!recorded.empty())
-    measured = recorded_step(recorded, model.str());
-  else {
+  if (!recorded.empty()) {
+    std::string device;
+    measured = recorded_step(recorded, model.str(), &device);
+    if (!board_is_preset_model(device, s.cluster.node.gpu.name))
+      std::cerr << recorded << ": warning: the step was recorded on " << device << " and the scenario's GPU is "
+                << s.cluster.node.gpu.name << "\n";
+  } else {
     std::ofstream(model_json) << model.str();
     // A .py reference runs under python3; anything else is run as it is.
     const bool py = script.size() > 3 && script.compare(script.size() - 3, 3, ".py") == 0;

@@ -980,7 +980,8 @@ const std::vector<KeySpec>& key_table() {
          s.network_model = as_enum(n, "network_model", {"auto", "analytic", "flow"});
        }},
       {"calibration", "path", "none",
-       "calibration profile YAML (calibrate/profiles/*.yaml; relative to this file); else the built-in defaults",
+       "calibration profile YAML (calibrate/profiles/*.yaml; relative to this file); else the built-in defaults; "
+       "a warning if the profile's gpu: is another model than the cluster's GPU",
        [](const N& n, S& s) { s.calibration = scalar(n, "calibration", "a path"); }},
       {"cluster.power_cap", "bool", "true",
        "run each phase's kernels at the SM clock the board's power limit leaves their mix (GPUs with a power "

@@ -52,6 +52,10 @@ void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfil
       static std::atomic<bool> said{false};
       if (!said.exchange(true)) std::cerr << s.mark("calibration").str() << ": " << w << "\n";
     }
+    if (const std::string w = profile_gpu_warning(prof, s.cluster.node.gpu.name); !w.empty()) {
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) std::cerr << s.mark("calibration").str() << ": " << w << "\n";
+    }
     compute = prof.compute;
     network = prof.network;
   }

@@ -130,6 +130,30 @@ TEST_F(ValidatePytorchTest, RecordedH100StepsArePredictedWithTheDefaults) {
   EXPECT_LE(sum / static_cast<double>(scenarios.size()), 0.07);
 }
 
+// A recording or a calibration profile of another board than the scenario's GPU still
+// runs (a what-if), with a warning naming both; of the same model, no warning.
+TEST_F(ValidatePytorchTest, ARecordingOrProfileOfAnotherBoardIsWarnedAbout) {
+  const std::string src = CLUSTERSIM_SOURCE_DIR;
+  const std::string scenario = quote(src + "/scenarios/examples/pytorch/gpt-350m-1xh200.yaml");
+  const std::string h100_step = quote(src + "/calibrate/measurements/pytorch/run5/h100/pt-gpt-350m-1xh200.sqlite");
+  const std::string h200_step = quote(src + "/calibrate/measurements/pytorch/run4/pt-gpt-350m-1xh200.sqlite");
+  CliResult r = cli("validate " + scenario + " --against pytorch --real-from " + h100_step);
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.err.find("warning: the step was recorded on NVIDIA H100 80GB HBM3 and the scenario's GPU is h200-sxm"),
+            std::string::npos)
+      << r;
+  // The scenario's calibration: line names h200.yaml, measured on "NVIDIA H200".
+  r = cli("validate " + scenario + " --against pytorch --set cluster.preset=dgx-h100 --real-from " + h100_step);
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.err.find("the step was recorded on"), std::string::npos) << r;
+  EXPECT_NE(r.err.find("warning: the profile was measured on NVIDIA H200 and the scenario's GPU is h100-sxm"),
+            std::string::npos)
+      << r;
+  r = cli("validate " + scenario + " --against pytorch --real-from " + h200_step);
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r;
+}
+
 TEST_F(ValidatePytorchTest, ARecordingOfAnotherModelIsRefused) {
   const std::string src = CLUSTERSIM_SOURCE_DIR;
   const CliResult r = cli("validate " + quote(one_gpu()) + " --against pytorch --real-from " +

@@ -1,5 +1,7 @@
 #include "topology/gpu.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 namespace clustersim {
@@ -151,6 +153,28 @@ std::vector<std::string> gpu_preset_names() {
   std::vector<std::string> out;
   for (const auto& g : presets()) out.push_back(g.name);
   return out;
+}
+
+namespace {
+
+// Lower-case alphanumeric words of a name: "NVIDIA H100 80GB HBM3" -> nvidia, h100, 80gb, hbm3.
+std::vector<std::string> name_words(const std::string& name) {
+  std::vector<std::string> words(1);
+  for (const char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      words.back() += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    else if (!words.back().empty())
+      words.emplace_back();
+  }
+  if (words.back().empty()) words.pop_back();
+  return words;
+}
+
+}  // namespace
+
+bool board_is_preset_model(const std::string& board, const std::string& preset) {
+  const std::vector<std::string> b = name_words(board), p = name_words(preset);
+  return b.empty() || p.empty() || std::find(b.begin(), b.end(), p.front()) != b.end();
 }
 
 }  // namespace clustersim

@@ -60,4 +60,9 @@ std::string power_model_problem(const GpuSpec& g);
 const GpuSpec* find_gpu_preset(std::string_view name);
 std::vector<std::string> gpu_preset_names();
 
+// Whether a board's name as its driver reports it ("NVIDIA H100 80GB HBM3") is of the
+// preset's model: the preset's first word (h100-sxm: h100) is one of the board's words.
+// An empty name on either side matches (nothing to compare).
+bool board_is_preset_model(const std::string& board, const std::string& preset);
+
 }  // namespace clustersim
