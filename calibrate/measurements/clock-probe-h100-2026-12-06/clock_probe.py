@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The SM clock at each GEMM of a plain-PyTorch training step, read by the GPU itself.
+
+A probe is torch.cuda._sleep(P): one thread spinning for P SM cycles (clock64), between two CUDA events on the
+step's stream. Its time between the events is P over the SM clock of that moment, so P / t reads the clock at the
+probe's place in the step with a resolution of tens of microseconds, where nvidia-smi reads a 100 ms sample.
+Probes run before each linear layer's forward (a GEMM is next) and before its backward (its dgrad and wgrad are
+next) in every --every-th layer, and before and after the gradient clipping and the optimizer (memory-bound work).
+The step is calibrate/pytorch_reference.py's (the same model, data and recipe), run under its own arguments:
+
+    python3 clock_probe.py --scenario-json ../pytorch/run3/pt-gpt3-1.3b-1xh200.json --iterations 10 --warmup 5
+
+prints one JSON line: the probes' clocks (MHz) by place, the idle board's reading of the same probe, the steps' time
+with and without probes, and nvidia-smi's median over the probed steps.
+"""
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import pytorch_reference as pr  # noqa: E402
+
+P = 40_000  # cycles: ~20 us at 1,980 MHz
+EVERY = 4
+
+
+def probed_train(args):
+    cfg = pr.resolve_config(args)
+    torch.manual_seed(args.seed)
+    dev = torch.device("cuda")
+    gqa_mode = pr.choose_gqa_mode(cfg, args.gqa)
+    with dev:
+        model = pr.Transformer(cfg, gqa_mode)
+    pr.init_weights(model)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    mb, nmb, s, V = cfg["micro_batch"], cfg["micro_batches"], cfg["seq_len"], cfg["vocab"]
+    data = [(torch.randint(0, V, (mb, s), device=dev), torch.randint(0, V, (mb, s), device=dev)) for _ in range(nmb)]
+    probes = []  # (place, start event, end event)
+    on = [False]
+
+    def probe(place):
+        if not on[0]:
+            return
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(P)
+        b.record()
+        probes.append((place, a, b))
+
+    layers = [m for m in model.modules() if isinstance(m, pr.Block)]
+    for i, blk in enumerate(layers):
+        if i % EVERY:
+            continue
+        for name, lin in blk.named_modules():
+            if isinstance(lin, nn.Linear):
+                lin.register_forward_pre_hook(lambda m, inp, n=name: probe("fwd-" + n))
+                lin.register_full_backward_pre_hook(lambda m, g, n=name: probe("bwd-" + n))
+
+    def step():
+        for tokens, labels in data:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(tokens, labels) / nmb
+            loss.backward()
+        probe("before-clip")
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        probe("before-adamw")
+        opt.step()
+        probe("after-adamw")
+        opt.zero_grad(set_to_none=True)
+
+    def timed_steps(n):
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for a, b in ev:
+            a.record()
+            step()
+            b.record()
+        torch.cuda.synchronize()
+        return statistics.median(a.elapsed_time(b) / 1e3 for a, b in ev)
+
+    def idle_reading():
+        import time
+        time.sleep(1.0)
+        out = []
+        for _ in range(5):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda._sleep(P)
+            b.record()
+            torch.cuda.synchronize()
+            out.append(P / (a.elapsed_time(b) * 1e-3) / 1e6)
+            time.sleep(0.05)
+        return statistics.median(out)
+
+    with pr.sdpa_no_math():
+        idle_mhz = idle_reading()
+        for _ in range(cfg["warmup"]):
+            step()
+        plain = timed_steps(cfg["iterations"])
+        on[0] = True
+        with pr.ClockSampler() as smi:
+            probed = timed_steps(cfg["iterations"])
+        on[0] = False
+    by = {}
+    for place, a, b in probes:
+        by.setdefault(place, []).append(P / (a.elapsed_time(b) * 1e-3) / 1e6)
+    out = {"name": cfg["name"], "device": torch.cuda.get_device_name(), "probe_cycles": P, "every": EVERY,
+           "idle_probe_mhz": idle_mhz, "step_s": plain, "probed_step_s": probed,
+           "smi": dict(smi.metrics()),
+           "probe_mhz": {k: {"n": len(v), "median": statistics.median(v), "p10": sorted(v)[len(v) // 10],
+                             "p90": sorted(v)[(9 * len(v)) // 10]} for k, v in sorted(by.items())}}
+    print(json.dumps(out), flush=True)
+
+
+pr.train = probed_train
+if __name__ == "__main__":
+    pr.main()
