@@ -55,4 +55,67 @@ HeldOutError gemm_held_out_error(const CalibrationProfile& profile, const GpuSpe
   return out;
 }
 
+namespace {
+
+ModelVsTable summarize(std::vector<double> ratios) {
+  ModelVsTable out;
+  if (ratios.empty()) return out;
+  std::sort(ratios.begin(), ratios.end());
+  auto at = [&](double q) {
+    return ratios[std::min(ratios.size() - 1, static_cast<size_t>(q * static_cast<double>(ratios.size())))];
+  };
+  out.points = static_cast<int>(ratios.size());
+  out.median = at(0.5), out.p10 = at(0.1), out.p90 = at(0.9);
+  std::vector<double> dev;
+  for (const double r : ratios) dev.push_back(std::fabs(r - 1));
+  std::sort(dev.begin(), dev.end());
+  out.median_abs = dev[dev.size() / 2];
+  return out;
+}
+
+}  // namespace
+
+ModelVsTables builtin_vs_measured(const CalibrationProfile& profile, const GpuSpec& gpu) {
+  ModelVsTables out;
+  if (!profile.compute.measured) return out;
+  ComputeProfile cp = profile.compute;
+  cp.measured = nullptr;
+  std::vector<double> gemm, fwd, bwd;
+  for (const GemmPoint& g : profile.compute.measured->gemm) {
+    if (g.seconds <= 0) continue;
+    Op op;
+    op.kind = OpKind::Gemm;
+    op.dtype = g.dtype;
+    op.m = g.m, op.n = g.n, op.k = g.k;
+    op.flops = gemm_flops(op);
+    const int64_t e = dtype_bits(g.dtype) / 8;
+    op.bytes_read = (g.m * g.k + g.k * g.n) * e;
+    op.bytes_written = g.m * g.n * e;
+    gemm.push_back(compute_seconds(op, gpu, cp) / g.seconds);
+  }
+  for (const AttentionPoint& a : profile.compute.measured->attention) {
+    if (a.seconds <= 0 || a.seq <= 0 || a.batch_heads <= 0) continue;
+    // One sequence of batch_heads query heads over batch_heads / group K/V heads, 16-bit.
+    Op op;
+    op.kind = OpKind::Attention;
+    op.dtype = DType::BF16;
+    op.phase = a.backward ? Phase::Backward : Phase::Forward;
+    op.batch = 1;
+    op.heads = a.batch_heads;
+    op.kv_heads = std::max<int64_t>(1, a.batch_heads / std::max<int64_t>(1, a.group));
+    op.q_len = op.kv_len = a.seq;
+    op.head_dim = a.head_dim;
+    op.causal = a.causal;
+    op.flops = attention_flops(op) * (a.backward ? 2.5 : 1.0);
+    const int64_t q = a.batch_heads * a.seq * a.head_dim * 2, kv = op.kv_heads * a.seq * a.head_dim * 2;
+    op.bytes_read = a.backward ? 3 * q + 2 * kv : q + 2 * kv;
+    op.bytes_written = a.backward ? q + 2 * kv : q;
+    (a.backward ? bwd : fwd).push_back(compute_seconds(op, gpu, cp) / a.seconds);
+  }
+  out.gemm = summarize(std::move(gemm));
+  out.attention_forward = summarize(std::move(fwd));
+  out.attention_backward = summarize(std::move(bwd));
+  return out;
+}
+
 }  // namespace clustersim

@@ -19,4 +19,18 @@ struct HeldOutError {
 
 HeldOutError gemm_held_out_error(const CalibrationProfile& profile, const GpuSpec& gpu);
 
+// The built-in (uncalibrated) model against each row of a profile's measured table: the
+// model's burst time over the measured time, for the GEMM table and for the attention
+// table's forward and backward rows. The model takes the profile's scalar keys and none of
+// its tables; a backward row is the whole library call (its two small kernels with it).
+struct ModelVsTable {
+  int points = 0;
+  double median = 0, p10 = 0, p90 = 0;  // model / measured
+  double median_abs = 0;                // |model / measured - 1|
+};
+struct ModelVsTables {
+  ModelVsTable gemm, attention_forward, attention_backward;
+};
+ModelVsTables builtin_vs_measured(const CalibrationProfile& profile, const GpuSpec& gpu);
+
 }  // namespace clustersim

@@ -27,12 +27,27 @@ int cmd_profile_check(const std::vector<std::string>& args) {
   const GpuSpec* gpu = find_gpu_preset(gpu_name);
   if (!gpu) throw InputError(SourceMark{"--gpu", 0, 0}, "unknown GPU preset '" + gpu_name + "'");
   const HeldOutError e = gemm_held_out_error(p, *gpu);
-  if (e.points == 0) throw InputError(SourceMark{args[0], 0, 0}, "the profile has no GEMM table to check");
-  std::printf(
-      "gemm interpolation, %d held-out shapes (powers-of-two grid predicting the shapes between): median |err| %.2f%%, "
-      "p95 %.2f%%, "
-      "worst %.2f%%\n",
-      e.points, 100 * e.median, 100 * e.p95, 100 * e.worst);
+  const ModelVsTables m = builtin_vs_measured(p, *gpu);
+  if (m.gemm.points == 0 && m.attention_forward.points == 0 && m.attention_backward.points == 0)
+    throw InputError(SourceMark{args[0], 0, 0}, "the profile has no GEMM or attention table to check");
+  if (e.points > 0)
+    std::printf(
+        "gemm interpolation, %d held-out shapes (powers-of-two grid predicting the shapes between): median |err| "
+        "%.2f%%, p95 %.2f%%, worst %.2f%%\n",
+        e.points, 100 * e.median, 100 * e.p95, 100 * e.worst);
+  std::printf("built-in model (no tables, this profile's other keys) on %s against the measured rows, model / measured:\n",
+              gpu->name.c_str());
+  auto line = [](const char* what, const ModelVsTable& t) {
+    if (t.points == 0) return;
+    std::printf("  %-19s %5d rows: median %.3f, p10 %.3f, p90 %.3f; median |err| %.2f%%\n", what, t.points, t.median,
+                t.p10, t.p90, 100 * t.median_abs);
+  };
+  line("gemm", m.gemm);
+  line("attention forward", m.attention_forward);
+  line("attention backward", m.attention_backward);
+  if (!board_is_preset_model(p.gpu, gpu->name))
+    std::cerr << args[0] << ": warning: the profile was measured on " << p.gpu << ", checked here as " << gpu->name
+              << "\n";
   return 0;
 }
 
