@@ -49,14 +49,7 @@ def probed_train(args):
     def probe(place):
         if not on[0]:
             return
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-        ev[0].record()
-        torch.cuda._sleep(P)
-        ev[1].record()
-        ev[2].record()
-        torch.cuda._sleep(4 * P)
-        ev[3].record()
-        probes.append((place, ev))
+        probes.append((place, spins()))
 
     layers = [m for m in model.modules() if isinstance(m, pr.Block)]
     for i, blk in enumerate(layers):
@@ -88,7 +81,7 @@ def probed_train(args):
         torch.cuda.synchronize()
         return statistics.median(a.elapsed_time(b) / 1e3 for a, b in ev)
 
-    def idle_reading():
+    def streaming_reading():
         import time
         time.sleep(1.0)
         # The board busy but far from its limit: a 1 GiB copy stream keeps the clock up.
@@ -98,13 +91,7 @@ def probed_train(args):
         for _ in range(9):
             for _ in range(20):
                 y.copy_(x)
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-            ev[0].record()
-            torch.cuda._sleep(P)
-            ev[1].record()
-            ev[2].record()
-            torch.cuda._sleep(4 * P)
-            ev[3].record()
+            ev = spins()
             torch.cuda.synchronize()
             out.append(mhz(ev))
             time.sleep(0.05)
@@ -112,7 +99,7 @@ def probed_train(args):
         return statistics.median(out)
 
     with pr.sdpa_no_math():
-        idle_mhz = idle_reading()
+        streaming_mhz = streaming_reading()
         for _ in range(cfg["warmup"]):
             step()
         plain = timed_steps(cfg["iterations"])
@@ -124,11 +111,23 @@ def probed_train(args):
     for place, ev in probes:
         by.setdefault(place, []).append(mhz(ev))
     out = {"name": cfg["name"], "device": torch.cuda.get_device_name(), "probe_cycles": [P, 4 * P], "every": EVERY,
-           "streaming_probe_mhz": idle_mhz, "step_s": plain, "probed_step_s": probed,
+           "streaming_probe_mhz": streaming_mhz, "step_s": plain, "probed_step_s": probed,
            "smi": dict(smi.metrics()),
            "probe_mhz": {k: {"n": len(v), "median": statistics.median(v), "p10": sorted(v)[len(v) // 10],
                              "p90": sorted(v)[(9 * len(v)) // 10]} for k, v in sorted(by.items())}}
     print(json.dumps(out), flush=True)
+
+
+def spins():
+    """The probe: spins of P and 4P cycles, each between two events on the current stream."""
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    ev[0].record()
+    torch.cuda._sleep(P)
+    ev[1].record()
+    ev[2].record()
+    torch.cuda._sleep(4 * P)
+    ev[3].record()
+    return ev
 
 
 def mhz(ev):
