@@ -4,6 +4,8 @@
 // on machines without one; the real script runs on the GPU machines.
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "tests/cli_harness.h"
@@ -63,41 +65,49 @@ TEST_F(ValidatePytorchTest, OnlyOneGpuTrainingStepsAndKnownReferences) {
   EXPECT_NE(bad.err.find("expected pytorch"), std::string::npos) << bad;
 }
 
-// The must-show of the calibrated profile: plain-PyTorch steps recorded on an H200
-// (calibrate/measurements/pytorch/run3, run4; run4's three were measured before the
-// eager model's kernel classes were written) predicted with training.framework:
-// pytorch-eager and calibrate/profiles/h200.yaml. Each within 9 %, the mean within 6 %. (Each
-// was within 4 % before the model priced a FLOP at the boost clock above one at the cap,
-// docs/model.md "A FLOP at the boost clock": the model now puts these steps under the cap at
-// 0.87-0.90 of boost and 4-8 % slow. The recordings' own samples put them at 0.83-0.96 of the clock;
-// the excess is in their GEMMs, and in h200.yaml's SDPA rows at short sequences, timed waiting on the
-// host: docs/accuracy.md.)
+// The must-show of the calibrated profile: plain-PyTorch steps recorded on an H200, predicted
+// with training.framework: pytorch-eager and calibrate/profiles/h200.yaml (its SDPA table timed
+// queued behind a spin, calibrate/measurements/pytorch/run6/h200). Two recordings of the seven:
+// run3/run4 (5 or 10 steps a few seconds after idle; run4's three measured before the eager
+// model's kernel classes were written), each within 7 % and their mean within 5 % (3.6-5.9 %,
+// mean 4.7 %); run6/h200/steps (30 steps each, another H200), each within 5 % and their mean
+// within 4 % (2.0-4.4 %, mean 3.2 %). The model is slow on all fourteen: the GEMMs' built-in
+// time at burst, docs/accuracy.md.
 TEST_F(ValidatePytorchTest, RecordedPytorchStepsArePredictedWithTheCalibratedProfile) {
   const std::string src = CLUSTERSIM_SOURCE_DIR;
-  struct Case {
-    std::string scenario, recording;
+  const std::vector<std::string> scenarios = {
+      "real/gpt3-1.3b-1xh200",
+      "validation/gpt3-1.3b-mb3-1xh200",
+      "validation/gpt-2560-seq3072-1xh200",
+      "validation/llama3-8b-4layers-1xh200",
+      "pytorch/gpt-350m-1xh200",
+      "pytorch/llama3-70b-2layers-1xh200",
+      "pytorch/llama3-8b-2layers-seq8192-1xh200",
   };
-  const std::vector<Case> cases = {
-      {"real/gpt3-1.3b-1xh200", "run3/pt-gpt3-1.3b-1xh200"},
-      {"validation/gpt3-1.3b-mb3-1xh200", "run3/pt-gpt3-1.3b-mb3-1xh200"},
-      {"validation/gpt-2560-seq3072-1xh200", "run3/pt-gpt-2560-seq3072-1xh200"},
-      {"validation/llama3-8b-4layers-1xh200", "run3/pt-llama3-8b-4layers-1xh200"},
-      {"pytorch/gpt-350m-1xh200", "run4/pt-gpt-350m-1xh200"},
-      {"pytorch/llama3-70b-2layers-1xh200", "run4/pt-llama3-70b-2layers-1xh200"},
-      {"pytorch/llama3-8b-2layers-seq8192-1xh200", "run4/pt-llama3-8b-2layers-seq8192-1xh200"},
+  // The first four were recorded in run3, the rest in run4.
+  auto first = [](size_t i) { return i < 4 ? std::string("run3/") : std::string("run4/"); };
+  auto steady = [](size_t) { return std::string("run6/h200/steps/"); };
+  struct Set {
+    std::function<std::string(size_t)> dir;
+    double each, mean;
   };
-  double sum = 0;
-  for (const Case& c : cases) {
-    const CliResult r = cli("validate " + quote(src + "/scenarios/examples/" + c.scenario + ".yaml") +
-                            " --against pytorch --profile " + quote(src + "/calibrate/profiles/h200.yaml") +
-                            " --set training.framework=pytorch-eager --real-from " +
-                            quote(src + "/calibrate/measurements/pytorch/" + c.recording + ".sqlite") + " --json");
-    ASSERT_EQ(r.code, 0) << r;
-    const double err = std::fabs(json_field(r.out, "iteration_error"));
-    EXPECT_LE(err, 0.09) << c.scenario << "\n" << r;
-    sum += err;
+  for (const Set& set : {Set{first, 0.07, 0.05}, Set{steady, 0.05, 0.04}}) {
+    double sum = 0;
+    for (size_t i = 0; i < scenarios.size(); ++i) {
+      const std::string& sc = scenarios[i];
+      const std::string recording =
+          src + "/calibrate/measurements/pytorch/" + set.dir(i) + "pt-" + sc.substr(sc.find('/') + 1) + ".sqlite";
+      const CliResult r = cli("validate " + quote(src + "/scenarios/examples/" + sc + ".yaml") +
+                              " --against pytorch --profile " + quote(src + "/calibrate/profiles/h200.yaml") +
+                              " --set training.framework=pytorch-eager --real-from " + quote(recording) + " --json");
+      ASSERT_EQ(r.code, 0) << r;
+      EXPECT_TRUE(r.err.empty()) << r;
+      const double err = std::fabs(json_field(r.out, "iteration_error"));
+      EXPECT_LE(err, set.each) << recording << "\n" << r;
+      sum += err;
+    }
+    EXPECT_LE(sum / static_cast<double>(scenarios.size()), set.mean) << set.dir(0);
   }
-  EXPECT_LE(sum / static_cast<double>(cases.size()), 0.06);
 }
 
 // The same seven steps on an H100 (calibrate/measurements/pytorch/run5/h100: 30 steps each,
