@@ -484,7 +484,7 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       // diagonal), so the rate rises as L / (L + L½); and the SMs finish their last,
       // uneven tiles at different times, so with n tiles per SM the rate is n / (n + tail)
       // of the plateau. Head dim 64 moves half the bytes per FLOP of 128 through the same
-      // pipeline at a lower rate ((d/128)^0.6). The backward's main kernel runs its 2.5x FLOPs
+      // pipeline at a lower rate ((d/128)^x, x per pass). The backward's main kernel runs its 2.5x FLOPs
       // at attention_backward_factor of the forward's plateau (its two small kernels:
       // attention_backward_aux_seconds). Sources: docs/model.md.
       const double seq = std::sqrt(static_cast<double>(op.q_len) * static_cast<double>(op.kv_len));
@@ -498,7 +498,8 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
                    (seq + p.attention_seq_half[pass]) * n / (n + tail);
       // The Triton kernel runs head dim 64 at 128's rate (docs/model.md, "FlashAttention in Triton").
       if (op.head_dim > 0 && op.head_dim < 128 && !p.triton_attention)
-        eff *= std::pow(static_cast<double>(op.head_dim) / 128.0, 0.6);
+        eff *= std::pow(static_cast<double>(op.head_dim) / 128.0,
+                        p.flash2 ? p.flash2_head_dim_exponent : p.attention_head_dim_exponent[pass]);
       if (pass == 1) eff *= p.attention_backward_factor;
       if (op.dtype == DType::FP8 && gpu.peak_fp8 > 0) eff *= p.fp8_attention_efficiency;
       return p.kernel_latency_s + std::max(op.flops / (gpu.peak_flops(op.dtype) * eff), mem);

@@ -186,6 +186,14 @@ struct ComputeProfile {
   std::array<double, 2> attention_dropout_ops{82, 32};
   std::array<double, 2> flash2_dropout_ops{28, 52};
   std::array<double, 2> attention_tail_tiles{1.3, 1.0};
+  // Head dims under 128 move half the bytes a FLOP through the same pipeline at a lower rate:
+  // (d/128)^x of the plateau, x per [forward, backward]. cuDNN's fused kernels (PyTorch SDPA),
+  // each call timed queued behind a spin on an H100 and an H200 (calibrate/measurements/
+  // pytorch/run6: 228 rows each): head dim 64 over 128 at 2,048-8,192 tokens is 0.71 forward,
+  // 0.76 backward (x 0.50 and 0.40). FlashAttention-2 keeps the 0.6 the form was written with
+  // (not measured apart).
+  std::array<double, 2> attention_head_dim_exponent{0.50, 0.40};
+  double flash2_head_dim_exponent = 0.6;
   // FlashAttention-2 (training.attention: flash2): the 2023 kernel, which uses neither
   // wgmma nor TMA. On Hopper-class GPUs its forward plateau is flash2_hopper_efficiency of
   // peak (measured 0.36 on an H200) and its forward tail longer; elsewhere it is the fused

@@ -707,28 +707,32 @@ TEST_F(CliTest, ProfileCheckOfTheH200Profile) {
   EXPECT_NE(none.err.find("no GEMM or attention table"), std::string::npos) << none;
 }
 
-// The built-in attention form (fitted to cuDNN's kernels on an H200) against an H100's SDPA
-// table, each call timed queued behind a spin (calibrate/measurements/pytorch/run6/h100):
-// a board it was not fitted to. The forward is within 2 % in median and 4 % in median
-// |error|; the backward call runs 10 % over in median (head dim 64 and MHA the furthest).
-TEST_F(CliTest, ProfileCheckSetsTheBuiltInModelAgainstAnH100SdpaTable) {
-  const std::string table = std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/measurements/pytorch/run6/h100/sdpa.yaml";
-  const CliResult r = cli("profile-check " + quote(table) + " --gpu h100-sxm");
-  ASSERT_EQ(r.code, 0) << r;
-  EXPECT_TRUE(r.err.empty()) << r;
-  auto field = [&](const std::string& row, const std::string& key) {
-    const size_t at = r.out.find(row);
-    if (at == std::string::npos) return -1.0;
-    const size_t k = r.out.find(key, at);
-    return k == std::string::npos ? -1.0 : std::stod(r.out.substr(k + key.size()));
-  };
-  EXPECT_EQ(field("attention forward", "  "), 228) << r;
-  EXPECT_NEAR(field("attention forward", "median "), 1.0, 0.03) << r;
-  EXPECT_LT(field("attention forward", "median |err| "), 5.0) << r;
-  EXPECT_NEAR(field("attention backward", "median "), 1.10, 0.03) << r;
-  EXPECT_EQ(r.out.find("gemm interpolation"), std::string::npos) << r;
+// The built-in attention form against SDPA's tables of an H100 and an H200, each call timed
+// queued behind a spin (calibrate/measurements/pytorch/run6): the forward within 1 % in median
+// and 2 % in median |error|, the backward call within 3.5 % and 4 %, on both boards; head dims
+// 64 and 128 both (the per-pass exponents of (d/128)^x were measured on these tables).
+TEST_F(CliTest, ProfileCheckSetsTheBuiltInModelAgainstTheSdpaTables) {
+  const std::string dir = std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/measurements/pytorch/run6/";
+  for (const char* board : {"h100", "h200"}) {
+    const CliResult r =
+        cli("profile-check " + quote(dir + board + "/sdpa.yaml") + " --gpu " + std::string(board) + "-sxm");
+    ASSERT_EQ(r.code, 0) << r;
+    EXPECT_TRUE(r.err.empty()) << r;
+    auto field = [&](const std::string& row, const std::string& key) {
+      const size_t at = r.out.find(row);
+      if (at == std::string::npos) return -1.0;
+      const size_t k = r.out.find(key, at);
+      return k == std::string::npos ? -1.0 : std::stod(r.out.substr(k + key.size()));
+    };
+    EXPECT_EQ(field("attention forward", "  "), 228) << r;
+    EXPECT_NEAR(field("attention forward", "median "), 1.0, 0.01) << r;
+    EXPECT_LT(field("attention forward", "median |err| "), 2.0) << r;
+    EXPECT_NEAR(field("attention backward", "median "), 1.0, 0.035) << r;
+    EXPECT_LT(field("attention backward", "median |err| "), 4.0) << r;
+    EXPECT_EQ(r.out.find("gemm interpolation"), std::string::npos) << r;
+  }
   // Checked as another board, it says so.
-  const CliResult other = cli("profile-check " + quote(table) + " --gpu a100-sxm-80gb");
+  const CliResult other = cli("profile-check " + quote(dir + "h100/sdpa.yaml") + " --gpu a100-sxm-80gb");
   ASSERT_EQ(other.code, 0) << other;
   EXPECT_NE(other.err.find("warning: the profile was measured on NVIDIA H100 80GB HBM3, checked here as a100-sxm-80gb"),
             std::string::npos)

@@ -1030,6 +1030,29 @@ TEST(ComputeModel, TritonAttentionIsFlashAttention2AtItsFactorWhateverTheHeadDim
   }
 }
 
+// cuDNN's fused attention at head dim 64 runs (1/2)^0.50 of its rate at 128 forward and
+// (1/2)^0.40 backward: measured on SDPA's queued tables of an H100 and an H200 (0.71 and 0.76 at
+// 2,048-8,192 tokens; calibrate/measurements/pytorch/run6). At the plateau (thousands of tiles
+// an SM, so the tail term is 1 within 1e-3) and for the same FLOPs, the main kernel's time at
+// 64 over its time at 128 is 2^x.
+TEST(ComputeModel, FusedAttentionAtHeadDim64RunsAtItsMeasuredShareOf128PerPass) {
+  const GpuSpec& gpu = *find_gpu_preset("h100-sxm");
+  ComputeProfile p;
+  p.power_cap = false;
+  for (const Phase phase : {Phase::Forward, Phase::Backward}) {
+    const Op a = testing::causal_attention(64, 32, 8192, 128, phase);
+    Op h = a;
+    h.heads = h.kv_heads = 64;
+    h.head_dim = 64;
+    h.flops = a.flops;
+    const double aux = attention_backward_aux_seconds(a, gpu, p), floor = p.kernel_latency_s;
+    const double x = p.attention_head_dim_exponent[phase == Phase::Backward ? 1 : 0];
+    EXPECT_DOUBLE_EQ(x, phase == Phase::Backward ? 0.40 : 0.50);
+    EXPECT_NEAR((compute_seconds(h, gpu, p) - aux - floor) / (compute_seconds(a, gpu, p) - aux - floor), std::pow(2.0, x),
+                2e-3);
+  }
+}
+
 // A kernel beside an NCCL kernel of c channels (one thread block on one SM each):
 // GEMMs of 2-SM clusters (Hopper) at the measured steps 1.077 (1-2), 1.145 (3-8),
 // 1.29 (9-24), 1.45 (25-32), then N / (N - 2c); other GEMMs and attention N / (N - c);
