@@ -35,8 +35,9 @@ int cmd_profile_check(const std::vector<std::string>& args) {
         "gemm interpolation, %d held-out shapes (powers-of-two grid predicting the shapes between): median |err| "
         "%.2f%%, p95 %.2f%%, worst %.2f%%\n",
         e.points, 100 * e.median, 100 * e.p95, 100 * e.worst);
-  std::printf("built-in model (no tables, this profile's other keys) on %s against the measured rows, model / measured:\n",
-              gpu->name.c_str());
+  std::printf(
+      "built-in model (no tables, this profile's other keys) on %s against the measured rows, model / measured:\n",
+      gpu->name.c_str());
   auto line = [](const char* what, const ModelVsTable& t) {
     if (t.points == 0) return;
     std::printf("  %-19s %5d rows: median %.3f, p10 %.3f, p90 %.3f; median |err| %.2f%%\n", what, t.points, t.median,
