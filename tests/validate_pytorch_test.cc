@@ -65,6 +65,18 @@ TEST_F(ValidatePytorchTest, OnlyOneGpuTrainingStepsAndKnownReferences) {
   EXPECT_NE(bad.err.find("expected pytorch"), std::string::npos) << bad;
 }
 
+// The seven one-GPU plain-PyTorch steps the reference recordings hold (scenarios/examples/...);
+// each recording is named pt-<the scenario's file name>.sqlite.
+const std::vector<std::string> kSevenSteps = {
+    "real/gpt3-1.3b-1xh200",
+    "validation/gpt3-1.3b-mb3-1xh200",
+    "validation/gpt-2560-seq3072-1xh200",
+    "validation/llama3-8b-4layers-1xh200",
+    "pytorch/gpt-350m-1xh200",
+    "pytorch/llama3-70b-2layers-1xh200",
+    "pytorch/llama3-8b-2layers-seq8192-1xh200",
+};
+
 // The must-show of the calibrated profile: plain-PyTorch steps recorded on an H200, predicted
 // with training.framework: pytorch-eager and calibrate/profiles/h200.yaml (its SDPA table timed
 // queued behind a spin, calibrate/measurements/pytorch/run6/h200). Two recordings of the seven:
@@ -75,15 +87,7 @@ TEST_F(ValidatePytorchTest, OnlyOneGpuTrainingStepsAndKnownReferences) {
 // time at burst, docs/accuracy.md.
 TEST_F(ValidatePytorchTest, RecordedPytorchStepsArePredictedWithTheCalibratedProfile) {
   const std::string src = CLUSTERSIM_SOURCE_DIR;
-  const std::vector<std::string> scenarios = {
-      "real/gpt3-1.3b-1xh200",
-      "validation/gpt3-1.3b-mb3-1xh200",
-      "validation/gpt-2560-seq3072-1xh200",
-      "validation/llama3-8b-4layers-1xh200",
-      "pytorch/gpt-350m-1xh200",
-      "pytorch/llama3-70b-2layers-1xh200",
-      "pytorch/llama3-8b-2layers-seq8192-1xh200",
-  };
+  const std::vector<std::string>& scenarios = kSevenSteps;
   // The first four were recorded in run3, the rest in run4.
   auto first = [](size_t i) { return i < 4 ? std::string("run3/") : std::string("run4/"); };
   auto steady = [](size_t) { return std::string("run6/h200/steps/"); };
@@ -116,15 +120,7 @@ TEST_F(ValidatePytorchTest, RecordedPytorchStepsArePredictedWithTheCalibratedPro
 // 8 % and their mean within 7 % (4.7-7.4 %, mean 5.8 %; the model is slow on every one).
 TEST_F(ValidatePytorchTest, RecordedH100StepsArePredictedWithTheDefaults) {
   const std::string src = CLUSTERSIM_SOURCE_DIR;
-  const std::vector<std::string> scenarios = {
-      "real/gpt3-1.3b-1xh200",
-      "validation/gpt3-1.3b-mb3-1xh200",
-      "validation/gpt-2560-seq3072-1xh200",
-      "validation/llama3-8b-4layers-1xh200",
-      "pytorch/gpt-350m-1xh200",
-      "pytorch/llama3-70b-2layers-1xh200",
-      "pytorch/llama3-8b-2layers-seq8192-1xh200",
-  };
+  const std::vector<std::string>& scenarios = kSevenSteps;
   double sum = 0;
   for (const std::string& s : scenarios) {
     const std::string name = s.substr(s.find('/') + 1);
