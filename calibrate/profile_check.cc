@@ -9,6 +9,25 @@
 
 namespace clustersim {
 
+namespace {
+
+// The op a GEMM table row timed: A (m x k) times B (k x n) read, C (m x n) written, in its type.
+Op gemm_op(const GemmPoint& g) {
+  Op op;
+  op.kind = OpKind::Gemm;
+  op.dtype = g.dtype;
+  op.m = g.m;
+  op.n = g.n;
+  op.k = g.k;
+  op.flops = gemm_flops(op);
+  const int64_t e = dtype_bits(g.dtype) / 8;
+  op.bytes_read = (g.m * g.k + g.k * g.n) * e;
+  op.bytes_written = g.m * g.n * e;
+  return op;
+}
+
+}  // namespace
+
 HeldOutError gemm_held_out_error(const CalibrationProfile& profile, const GpuSpec& gpu) {
   HeldOutError out;
   if (!profile.compute.measured) return out;
@@ -34,17 +53,7 @@ HeldOutError gemm_held_out_error(const CalibrationProfile& profile, const GpuSpe
   cp.measured = kept;
   std::vector<double> err;
   for (const GemmPoint& g : held) {
-    Op op;
-    op.kind = OpKind::Gemm;
-    op.dtype = g.dtype;
-    op.m = g.m;
-    op.n = g.n;
-    op.k = g.k;
-    op.flops = gemm_flops(op);
-    const int64_t e = dtype_bits(g.dtype) / 8;
-    op.bytes_read = (g.m * g.k + g.k * g.n) * e;
-    op.bytes_written = g.m * g.n * e;
-    err.push_back(std::fabs(compute_seconds(op, gpu, cp) - g.seconds) / g.seconds);
+    err.push_back(std::fabs(compute_seconds(gemm_op(g), gpu, cp) - g.seconds) / g.seconds);
   }
   if (err.empty()) return out;
   std::sort(err.begin(), err.end());
@@ -81,18 +90,8 @@ ModelVsTables builtin_vs_measured(const CalibrationProfile& profile, const GpuSp
   ComputeProfile cp = profile.compute;
   cp.measured = nullptr;
   std::vector<double> gemm, fwd, bwd;
-  for (const GemmPoint& g : profile.compute.measured->gemm) {
-    if (g.seconds <= 0) continue;
-    Op op;
-    op.kind = OpKind::Gemm;
-    op.dtype = g.dtype;
-    op.m = g.m, op.n = g.n, op.k = g.k;
-    op.flops = gemm_flops(op);
-    const int64_t e = dtype_bits(g.dtype) / 8;
-    op.bytes_read = (g.m * g.k + g.k * g.n) * e;
-    op.bytes_written = g.m * g.n * e;
-    gemm.push_back(compute_seconds(op, gpu, cp) / g.seconds);
-  }
+  for (const GemmPoint& g : profile.compute.measured->gemm)
+    if (g.seconds > 0) gemm.push_back(compute_seconds(gemm_op(g), gpu, cp) / g.seconds);
   for (const AttentionPoint& a : profile.compute.measured->attention) {
     if (a.seconds <= 0 || a.seq <= 0 || a.batch_heads <= 0) continue;
     // One sequence of batch_heads query heads over batch_heads / group K/V heads, 16-bit.
