@@ -251,7 +251,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (compute && !clocks.empty() && clocks[0].available)
     y += "sm_clock_mhz: " + num(clocks[0].sm_mhz_median) + "  # median SM clock while the kernels were measured\n";
   y += "compute:\n";
-  if (mo.launch) y += "  launch_overhead: " + num(r.launch_gap_s * 1e6) + "us\n";
+  if (mo.launch) {
+    y += "  launch_overhead: " + num(r.launch_gap_s * 1e6) + "us\n";
+    y += "  queue_interval: " + num(r.queue_interval_s * 1e6) + "us  # a small kernel back to back from a full queue\n";
+    y += "  queue_saving: " + num(r.queue_saving_s * 1e6) + "us  # a kernel and its gap, between events less queued\n";
+  }
   if (!overlaps.empty()) {
     // Kernel time beside a resident NCCL kernel over its time alone.
     y += "  overlap_slowdown:  # a kernel's time beside a waiting NCCL kernel, over its time alone\n";

@@ -231,6 +231,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   RunOptions ro;
   ro.simulate_all_ranks = true;
   ro.attention_dropout = false;  // the real backend's attention draws no dropout mask (real_backend/README.md)
+  ro.timed_kernels = true;       // and it times every op between its own two events
   const RunOutcome sim = run_training(s, ro);
   if (real_from.empty()) real_run = hooks.run_training(tp.plan, iterations, warmup);
 

@@ -464,6 +464,32 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
   return (slots > 0 ? t + static_cast<double>(op.m) * slots / gpu.alu_slot_rate() : t) + more;
 }
 
+int timed_kernel_count(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
+  if (op.fixed_seconds > 0) return 0;
+  switch (op.kind) {
+    case OpKind::Gemm:
+      return 1;
+    case OpKind::Attention:
+      return attention_aux_in_op(op, gpu, p) > 0 ? 3 : 1;
+    case OpKind::Memory:
+      if (op.access == MemAccess::HostSync) return 0;
+      if (op.access == MemAccess::MultiTensor || op.access == MemAccess::BroadcastLoop ||
+          op.access == MemAccess::CudaCoreDecode)
+        return 1;
+      return op.k > 1 ? static_cast<int>(std::min<int64_t>(op.k, 1 << 20)) : 1;
+    default:
+      return 0;
+  }
+}
+
+double queued_seconds(const Op& op, double seconds, double gap_s, const GpuSpec& gpu, const ComputeProfile& p) {
+  if (seconds <= 0) return seconds;
+  const int n = timed_kernel_count(op, gpu, p);
+  if (n == 0) return seconds;
+  const double total = std::max(n * p.queue_interval_s, seconds + gap_s - n * p.queue_saving_s);
+  return std::max(1e-12, total - gap_s);
+}
+
 namespace {
 double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);

@@ -77,6 +77,16 @@ struct ComputeProfile {
   double attention_efficiency = 0.71;  // fused attention's forward plateau: long sequences, many tiles (cuDNN on H200)
   double memory_efficiency = 0.88;     // device copy at GiB sizes: ~4.25 of 4.8 TB/s on H200
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap
+  // Kernels from a framework's full queue (docs/model.md, "Kernels from a full queue"). Every
+  // kernel cost above (the floor, the gap, the calibration tables) was timed between the
+  // kernel's own two CUDA events, as `clustersim calibrate` and the real backend time an op; a
+  // framework's stream has no events between its kernels, and each kernel with its gap takes
+  // queue_saving less, but no kernel less than queue_interval, the front end's launch rate.
+  // Measured on one H100 over 22 kernels from 2 KiB adds to 2048-cube GEMMs: bracketed (the
+  // kernel and the gap after it) minus back to back, median 3.25 µs (p10-p90 2.5-3.3); a tiny
+  // kernel back to back 1.97 µs (calibrate/measurements/kernel-floor-h100-2026-12-06).
+  double queue_saving_s = 3.25e-6;
+  double queue_interval_s = 1.97e-6;
   // A kernel's start after the host issues it when launches block (CUDA_LAUNCH_BLOCKING=1,
   // training.launch_blocking): the eager framework's dispatch of the op and the launch's
   // return, with no queue ahead to hide them. An eager layer's step with blocking launches
@@ -308,6 +318,18 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
 // Kernel seconds for a GEMM, attention or memory op on one GPU (no launch gap).
 // Collectives and p2p are the network's business and return 0 here.
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
+// How many kernels compute_seconds counted a floor and launch gap for, each timed between its
+// own events: 1 for most ops; k for a memory op of k kernels; 3 for a fused attention backward
+// costed with its two small kernels (1 where a measured table timed the whole call); 0 for an
+// op with no kernel, a host wait, or a recorded time (op.fixed_seconds: a profiler's kernel
+// time, no events in it).
+int timed_kernel_count(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
+// An op of `seconds` (compute_seconds: its kernels as timed between events) as the GPU runs it
+// from a framework's full queue, the launch gap of `gap_s` the executor adds before it
+// excluded: n kernels take (seconds + gap_s - n · queue_saving), never less than
+// n · queue_interval, so it returns that total less gap_s (at least 1 ps: the op stays a
+// kernel). Ops with no timed kernel are returned as they are.
+double queued_seconds(const Op& op, double seconds, double gap_s, const GpuSpec& gpu, const ComputeProfile& profile);
 // A CUDA-core decode-attention kernel's math (MemAccess::CudaCoreDecode; 0 for any other op):
 // its latency plus the longer of the whole grid's work over every SM and its longest block's
 // work at one block's share of an SM. compute_seconds takes the longer of this and its stream.

@@ -85,12 +85,15 @@ uint32_t chakra_comm_type(CollectiveKind k) {
 std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& prefix, const GpuSpec& gpu,
                                        const ComputeProfile& profile) {
   std::vector<ChakraFile> files;
-  // Each program's compute times once, at the clock the power cap leaves each phase (as
-  // `run` costs them: cost_models/compute.h, apply_power_cap).
+  // Each program's compute times once, from a full queue and at the clock the power cap
+  // leaves each phase (as `run` costs them: cost_models/compute.h, queued_seconds and
+  // apply_power_cap).
   std::vector<std::vector<double>> seconds(plan.programs.size());
   for (size_t p = 0; p < plan.programs.size(); ++p) {
     for (const Op& op : plan.programs[p].ops)
-      seconds[p].push_back(is_comm(op.kind) ? 0.0 : compute_seconds(op, gpu, profile));
+      seconds[p].push_back(is_comm(op.kind) ? 0.0
+                                            : queued_seconds(op, compute_seconds(op, gpu, profile),
+                                                             profile.launch_overhead_s, gpu, profile));
     apply_power_cap(plan.programs[p].ops, seconds[p], profile.launch_overhead_s, gpu, profile);
   }
   std::set<int32_t> used_groups;

@@ -130,6 +130,8 @@ MicrobenchResult describe_device() {
 namespace {
 
 // One pass over the suites: `pass` numbers the keys its measurements are recorded under.
+double median_of(std::vector<double> v);
+
 MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
   MicrobenchResult r = describe_device();
   cudaDeviceProp prop{};
@@ -172,7 +174,7 @@ MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
   if (opt.memory)
     for (int64_t b = 4096; b <= (int64_t{1} << 32); b *= 2)
       for (double share : kMemoryReadShares) mem.emplace_back(b, share);
-  const int total = static_cast<int>(gemms.size() + 2 * attn.size() + mem.size()) + (opt.launch ? 1 : 0);
+  const int total = static_cast<int>(gemms.size() + 2 * attn.size() + mem.size()) + (opt.launch ? 2 : 0);
   const int passes = std::max(1, opt.passes);
   int done = pass * total;
   auto tick = [&](const std::string& what) {
@@ -361,6 +363,49 @@ MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
         return gaps[gaps.size() / 2];
       });
       tick("launch gap");
+      // The same kernels from a full queue with one event pair around them all, against each
+      // between its own two events (its time and the gap after it): medians of 5 samples.
+      const double queued = take("queue interval", [&] {
+        cudaEvent_t a, b;
+        CS_CUDA(cudaEventCreate(&a));
+        CS_CUDA(cudaEventCreate(&b));
+        std::vector<double> per;
+        for (int rep = 0; rep < 5; ++rep) {
+          spin(1e-3, nullptr);
+          CS_CUDA(cudaEventRecord(a));
+          for (int i = 0; i < n; ++i) memory_op(in.p, out.p, 2048, 2048, nullptr);
+          CS_CUDA(cudaEventRecord(b));
+          CS_CUDA(cudaEventSynchronize(b));
+          float ms = 0;
+          CS_CUDA(cudaEventElapsedTime(&ms, a, b));
+          per.push_back(ms * 1e-3 / n);
+        }
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        return median_of(std::move(per));
+      });
+      const double bracketed = take("queue saving", [&] {
+        std::vector<cudaEvent_t> ev(2 * n);
+        for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
+        std::vector<double> per;
+        for (int rep = 0; rep < 5; ++rep) {
+          spin(1e-3, nullptr);
+          for (int i = 0; i < n; ++i) {
+            CS_CUDA(cudaEventRecord(ev[2 * i]));
+            memory_op(in.p, out.p, 2048, 2048, nullptr);
+            CS_CUDA(cudaEventRecord(ev[2 * i + 1]));
+          }
+          CS_CUDA(cudaEventSynchronize(ev.back()));
+          float ms = 0;  // first start to last end: n kernels and n - 1 gaps
+          CS_CUDA(cudaEventElapsedTime(&ms, ev[0], ev.back()));
+          per.push_back((ms * 1e-3 + r.launch_gap_s) / n);
+        }
+        for (auto& e : ev) cudaEventDestroy(e);
+        return median_of(std::move(per));
+      });
+      r.queue_interval_s = queued;
+      r.queue_saving_s = std::max(0.0, bracketed - queued);
+      tick("queue");
     }
   }
   set_context("");
@@ -407,6 +452,10 @@ MicrobenchResult run_microbenchmarks(const MicrobenchOptions& opt) {
   std::vector<double> gaps;
   for (const MicrobenchResult& run : runs) gaps.push_back(run.launch_gap_s);
   r.launch_gap_s = median_of(std::move(gaps));
+  std::vector<double> interval, saving;
+  for (const MicrobenchResult& run : runs) interval.push_back(run.queue_interval_s), saving.push_back(run.queue_saving_s);
+  r.queue_interval_s = median_of(std::move(interval));
+  r.queue_saving_s = median_of(std::move(saving));
   return r;
 }
 

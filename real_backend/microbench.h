@@ -44,6 +44,11 @@ struct MicrobenchResult {
   std::string attention_backend;
   std::vector<MemorySample> memory;
   double launch_gap_s = 0;
+  // The same small kernels back to back from a full queue, no events between them: their
+  // time each (compute.queue_interval), and what each with its gap took less between events
+  // (compute.queue_saving; docs/model.md, "Kernels from a full queue").
+  double queue_interval_s = 0;
+  double queue_saving_s = 0;
 };
 
 struct MicrobenchOptions {

@@ -300,11 +300,27 @@ class Executor {
     return it->second;
   }
 
-  // Each op's kernel time on `gpu`: its burst-rate cost, then the clock the board's power
-  // cap leaves each phase's mix of kernels (cost_models/compute.h, apply_power_cap).
+  // Each op's kernel time on `gpu`: its burst-rate cost (from a full queue unless timed),
+  // then the clock the board's power cap leaves each phase's mix of kernels
+  // (cost_models/compute.h, apply_power_cap).
   std::vector<SimTime> kernel_times(const Program& prog, const GpuSpec& gpu) {
     std::vector<double> s(prog.ops.size());
     for (size_t i = 0; i < s.size(); ++i) s[i] = compute_seconds(prog.ops[i], gpu, opt_.compute);
+    // From a full queue (no timing events between kernels), each kernel with its gap takes
+    // less than the tables' bracketed times. Blocking launches have no queue: each kernel
+    // starts blocking_launch_s after its issue instead of a gap after the kernel before, which
+    // was measured as the time a kernel takes beyond its queued time, its gap included.
+    if (!opt_.timed_kernels) {
+      const double gap = opt_.compute.launch_overhead_s;
+      const bool blocking = opt_.blocking_launch_s >= 0;
+      for (size_t i = 0; i < s.size(); ++i) {
+        const Op& op = prog.ops[i];
+        if (!blocking)
+          s[i] = queued_seconds(op, s[i], gap, gpu, opt_.compute);
+        else if (s[i] > 0 && timed_kernel_count(op, gpu, opt_.compute) > 0)
+          s[i] = queued_seconds(op, s[i] + gap, 0, gpu, opt_.compute);
+      }
+    }
     result_.power_clock =
         std::min(result_.power_clock, apply_power_cap(prog.ops, s, opt_.compute.launch_overhead_s, gpu, opt_.compute));
     std::vector<SimTime> out(s.size());

@@ -56,6 +56,11 @@ struct ExecOptions {
   // finished, and a kernel then starts this many seconds later (the host's dispatch of the
   // op and the launch's return, no longer hidden behind a queue of kernels).
   double blocking_launch_s = -1;
+  // true: every kernel is timed between its own two CUDA events, as the real backend runs a
+  // plan (validate against it), so kernels cost what the calibration tables say; false: a
+  // framework's full queue, each kernel queue_saving shorter (cost_models/compute.h,
+  // queued_seconds). Blocking launches have no queue either way.
+  bool timed_kernels = false;
   std::shared_ptr<CollectiveCache> collective_cache;  // empty: each execution costs its own
   // Called now and then with (ops done, ops in all) over the simulated ranks.
   std::function<void(uint64_t, uint64_t)> progress;

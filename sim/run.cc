@@ -88,6 +88,7 @@ ExecOptions base_exec_options(const Scenario& s, const RunOptions& opt) {
   eo.record_link_usage = opt.record_link_usage;
   eo.keep_spans = opt.keep_spans;
   eo.solo_steps = opt.solo_steps;
+  eo.timed_kernels = opt.timed_kernels;
   if (!opt.attention_dropout) {
     eo.compute.attention_dropout_ops = eo.compute.flash2_dropout_ops = {0, 0};
     eo.compute.dropout_rng_ops_per_element = 0;

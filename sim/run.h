@@ -29,6 +29,9 @@ struct RunOptions {
   // standalone and fused dropout kernels alike (validate against the real backend, whose
   // kernels draw none).
   bool attention_dropout = true;
+  // true: kernels cost as timed between their own events (ExecOptions::timed_kernels): the
+  // real backend's step, which brackets every op so (validate against it).
+  bool timed_kernels = false;
 };
 
 struct RunOutcome {

@@ -265,7 +265,10 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   opt.bytes_read = static_cast<int64_t>(params / shard * (bytes_per + 4 + state));
   opt.bytes_written = static_cast<int64_t>(params / shard * (bytes_per + state));
   opt.flops = params / shard * 12;
-  e.optimizer_s = compute_seconds(opt, s_.cluster.node.gpu, opt_.compute) + opt_.compute.launch_overhead_s;
+  const double gap = opt_.compute.launch_overhead_s;
+  e.optimizer_s = queued_seconds(opt, compute_seconds(opt, s_.cluster.node.gpu, opt_.compute), gap,
+                                 s_.cluster.node.gpu, opt_.compute) +
+                  gap;
   // training.grad_nan_check: each bucket's norm and the host's wait, once a step, on the
   // compute stream of the last micro-batch's backward.
   if (l.grad_nan_check) {

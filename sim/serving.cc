@@ -911,6 +911,7 @@ double percentile(std::vector<double> v, double q) {
 double serving_iteration_seconds(const Scenario& s, const IterationBatch& batch) {
   ExecOptions eo;
   apply_calibration(s, eo.compute, eo.network);
+  eo.timed_kernels = true;  // serving keeps the bracketed kernel costs (docs/model.md, "Kernels from a full queue")
   collective_options(s, eo);
   Topology topo(s.cluster);
   IterationCost cost(s, s.model, topo, eo);
@@ -1010,6 +1011,7 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   ExecOptions eo;
   apply_calibration(s, eo.compute, eo.network);
   collective_options(s, eo);
+  eo.timed_kernels = true;  // as serving_iteration_seconds
   Topology topo(s.cluster);
   if (c.fabric_share < 1)  // jobs: what other jobs' traffic leaves of the fabric (sim/jobs.h)
     for (const Link& l : topo.links())

@@ -28,6 +28,8 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
   EXPECT_DOUBLE_EQ(p.compute.fp8_gemm_efficiency, c.fp8_gemm_efficiency);
   EXPECT_DOUBLE_EQ(p.compute.kernel_latency_s, c.kernel_latency_s);
   EXPECT_DOUBLE_EQ(p.compute.launch_overhead_s, c.launch_overhead_s);
+  EXPECT_DOUBLE_EQ(p.compute.queue_saving_s, c.queue_saving_s);
+  EXPECT_DOUBLE_EQ(p.compute.queue_interval_s, c.queue_interval_s);
   EXPECT_DOUBLE_EQ(p.compute.dynamic_cast_ops_per_element, c.dynamic_cast_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.dropout_rng_ops_per_element, c.dropout_rng_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.multi_tensor_efficiency, c.multi_tensor_efficiency);

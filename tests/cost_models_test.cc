@@ -1053,6 +1053,49 @@ TEST(ComputeModel, FusedAttentionAtHeadDim64RunsAtItsMeasuredShareOf128PerPass) 
   }
 }
 
+// Kernels from a full queue (docs/model.md, "Kernels from a full queue"): an op of n kernels,
+// each costed as timed between its own events (floor + work, and the gap g after it), takes
+//   q = max(n · i, t + g - n · s) - g
+// from a framework's queue (s = queue_saving, i = queue_interval). n counts the kernels the
+// op's cost has a floor for: 1 a GEMM or a memory kernel, k for a memory op of k kernels,
+// 3 for a fused attention backward with its two small kernels, none for a host wait or a
+// recorded time.
+TEST(ComputeModel, QueuedKernelsSaveWhatTheirTimingEventsCost) {
+  const GpuSpec& gpu = *find_gpu_preset("h100-sxm");
+  ComputeProfile p;
+  EXPECT_DOUBLE_EQ(p.queue_saving_s, 3.25e-6);
+  EXPECT_DOUBLE_EQ(p.queue_interval_s, 1.97e-6);
+  Op gemm;
+  gemm.kind = OpKind::Gemm;
+  gemm.dtype = DType::BF16;
+  gemm.m = gemm.n = gemm.k = 4096;
+  EXPECT_EQ(timed_kernel_count(gemm, gpu, p), 1);
+  Op mem;
+  mem.kind = OpKind::Memory;
+  mem.bytes_read = 1 << 20;
+  EXPECT_EQ(timed_kernel_count(mem, gpu, p), 1);
+  mem.k = 5;
+  EXPECT_EQ(timed_kernel_count(mem, gpu, p), 5);
+  Op wait = mem;
+  wait.access = MemAccess::HostSync;
+  EXPECT_EQ(timed_kernel_count(wait, gpu, p), 0);
+  Op recorded = gemm;
+  recorded.fixed_seconds = 1e-3;
+  EXPECT_EQ(timed_kernel_count(recorded, gpu, p), 0);
+  EXPECT_EQ(queued_seconds(recorded, 1e-3, 2e-6, gpu, p), 1e-3);
+  EXPECT_EQ(timed_kernel_count(testing::causal_attention(8, 32, 2048, 128, Phase::Forward), gpu, p), 1);
+  EXPECT_EQ(timed_kernel_count(testing::causal_attention(8, 32, 2048, 128, Phase::Backward), gpu, p), 3);
+  const double g = 2e-6;
+  EXPECT_NEAR(queued_seconds(gemm, 100e-6, g, gpu, p), 100e-6 - 3.25e-6, 1e-15);
+  EXPECT_NEAR(queued_seconds(mem, 40e-6, g, gpu, p), 40e-6 - 5 * 3.25e-6, 1e-15);
+  // Short kernels: the front end's rate, never less (here above the gap of a calibration, 1.28 µs).
+  Op one = mem;
+  one.k = 1;
+  EXPECT_NEAR(queued_seconds(one, 1e-6, 1.28e-6, gpu, p), 1.97e-6 - 1.28e-6, 1e-15);
+  EXPECT_NEAR(queued_seconds(mem, 10e-6, 1.28e-6, gpu, p), 5 * 1.97e-6 - 1.28e-6, 1e-15);
+  EXPECT_GT(queued_seconds(one, 1e-6, g, gpu, p), 0);  // under the gap: still a kernel
+}
+
 // A kernel beside an NCCL kernel of c channels (one thread block on one SM each):
 // GEMMs of 2-SM clusters (Hopper) at the measured steps 1.077 (1-2), 1.145 (3-8),
 // 1.29 (9-24), 1.45 (25-32), then N / (N - 2c); other GEMMs and attention N / (N - c);

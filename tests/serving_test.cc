@@ -989,6 +989,7 @@ TEST(Serving, IterationTimeIsThePlansTime) {
     Topology topo(s.cluster);
     ExecOptions eo;
     apply_calibration(s, eo.compute, eo.network);  // the engine's profile: its replica's slowest board
+    eo.timed_kernels = true;                       // and its kernel costs (sim/serving.cc)
     const ExecResult r = execute_plan(build_iteration_plan(sh, b, true), topo, eo);
     const double whole = r.makespan.seconds();
     const double engine = serving_iteration_seconds(s, b);
