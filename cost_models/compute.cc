@@ -359,12 +359,27 @@ double attention_dropout_seconds(const Op& op, const GpuSpec& gpu, const Compute
 }
 
 namespace {
-// The two small kernels' bytes: 8 and 6 an element of Q.
+// With fewer K/V heads than query heads (GQA), the backward's main kernel writes dK and dV
+// for every query head, and a kernel each sums a group's partials into the K/V head's
+// gradient (cuDNN's fmha_reduce_head): the 16-bit partials read (query heads x kv_len x d)
+// and the gradient written (K/V heads x kv_len x d), for dK and for dV.
+bool gqa_backward(const Op& op) {
+  return op.kind == OpKind::Attention && backward_kernel(op) && op.kv_heads > 0 && op.kv_heads < op.heads;
+}
+double gqa_reduce_bytes(const Op& op) {
+  if (!gqa_backward(op)) return 0;
+  return 2.0 * 2.0 * static_cast<double>(std::max<int64_t>(1, op.batch) * (op.heads + op.kv_heads)) *
+         static_cast<double>(std::max<int64_t>(1, op.kv_len)) * static_cast<double>(op.head_dim);
+}
+// The small kernels' bytes: 8 and 6 an element of Q, and with GQA the two reductions'.
 double attention_backward_aux_bytes(const Op& op) {
   if (op.kind != OpKind::Attention || !backward_kernel(op)) return 0;
   return (8.0 + 6.0) * static_cast<double>(std::max<int64_t>(1, op.batch) * std::max<int64_t>(1, op.heads)) *
-         static_cast<double>(op.q_len) * static_cast<double>(op.head_dim);
+             static_cast<double>(op.q_len) * static_cast<double>(op.head_dim) +
+         gqa_reduce_bytes(op);
 }
+// How many small kernels run beside the backward's main one: two, four with GQA.
+int attention_backward_aux_kernels(const Op& op) { return gqa_backward(op) ? 4 : 2; }
 // What of an attention op's time its small kernels take: none where a measured table timed the
 // whole library call, them with it.
 double attention_aux_in_op(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
@@ -376,7 +391,8 @@ double attention_aux_in_op(const Op& op, const GpuSpec& gpu, const ComputeProfil
 double attention_backward_aux_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   const double bytes = attention_backward_aux_bytes(op);
   if (bytes <= 0 || gpu.hbm_bandwidth <= 0) return 0;
-  return 2.0 * (p.kernel_latency_s + p.launch_overhead_s) + bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
+  return attention_backward_aux_kernels(op) * (p.kernel_latency_s + p.launch_overhead_s) +
+         bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
 }
 
 namespace {
@@ -470,7 +486,7 @@ int timed_kernel_count(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
     case OpKind::Gemm:
       return 1;
     case OpKind::Attention:
-      return attention_aux_in_op(op, gpu, p) > 0 ? 3 : 1;
+      return attention_aux_in_op(op, gpu, p) > 0 ? 1 + attention_backward_aux_kernels(op) : 1;
     case OpKind::Memory:
       if (op.access == MemAccess::HostSync) return 0;
       if (op.access == MemAccess::MultiTensor || op.access == MemAccess::BroadcastLoop ||
@@ -526,7 +542,9 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       if (op.head_dim > 0 && op.head_dim < 128 && !p.triton_attention)
         eff *= std::pow(static_cast<double>(op.head_dim) / 128.0,
                         p.flash2 ? p.flash2_head_dim_exponent : p.attention_head_dim_exponent[pass]);
-      if (pass == 1) eff *= p.attention_backward_factor;
+      // cuDNN's Hopper-class kernel (the fit's); FlashAttention-2's, which pre-Hopper GPUs run
+      // for either setting, keeps its tile fit.
+      if (pass == 1) eff *= !p.flash2 && gpu.peak_fp8 > 0 ? p.attention_backward_factor : p.flash2_backward_factor;
       if (op.dtype == DType::FP8 && gpu.peak_fp8 > 0) eff *= p.fp8_attention_efficiency;
       return p.kernel_latency_s + std::max(op.flops / (gpu.peak_flops(op.dtype) * eff), mem);
     }

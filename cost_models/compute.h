@@ -181,11 +181,13 @@ struct ComputeProfile {
   // tiles leave idle (the rate scales by n / (n + tail)). Fitted to cuDNN's and
   // FlashAttention-2's kernels over sequence and batch x heads on one H200
   // (calibrate/measurements/attention-tiles-h200-2026-12-03). The backward's main kernel at
-  // attention_backward_factor of the forward's plateau: fitted with the backward's two small
-  // kernels (attention_backward_aux_seconds) priced as streams of their own, to the timed
-  // backward at 1.9-124 tiles per SM (RMS 2.1 %; 2.5 % where one kernel stood for all three).
+  // attention_backward_factor of the forward's plateau, with its small kernels
+  // (attention_backward_aux_seconds: two, and GQA's two reductions) priced as streams of their
+  // own and run from the call's queue: fitted to SDPA's H200 table (the median |error| of its
+  // 228 backward calls, 2.3 %); held out, the H100's table 2.9 % and the tile measurement's
+  // queued calls 3.4 % RMS (docs/model.md, "Fused attention").
   std::array<double, 2> attention_seq_half{430, 580};
-  double attention_backward_factor = 0.885;
+  double attention_backward_factor = 0.905;
   // Dropout inside a fused attention kernel (model.dropout > 0): the mask is drawn per score
   // element by Philox in the forward and drawn again in the backward, integer work beside the
   // tensor cores' that does not overlap them. [forward, backward] ALU operations per score
@@ -211,6 +213,10 @@ struct ComputeProfile {
   bool flash2 = false;
   double flash2_hopper_efficiency = 0.376;
   double flash2_tail_tiles = 2.0;
+  // FlashAttention-2's backward main kernel at this share of its forward plateau, and the
+  // fused kernel's on GPUs before Hopper, which is FlashAttention-2 (the tile measurement's
+  // fit; attention_backward_factor is cuDNN's on Hopper and later).
+  double flash2_backward_factor = 0.885;
   // FP8 fused attention (a prefill's context attention under TensorRT-LLM's
   // use_fp8_context_fmha): its two products at the FP8 peak, at this share of the BF16
   // kernel's efficiency. FlashAttention-3 on an H100 reaches ~1.2 PFLOP/s in FP8 against

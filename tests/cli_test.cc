@@ -708,9 +708,12 @@ TEST_F(CliTest, ProfileCheckOfTheH200Profile) {
 }
 
 // The built-in attention form against SDPA's tables of an H100 and an H200, each call timed
-// queued behind a spin (calibrate/measurements/pytorch/run6): the forward within 1 % in median
-// and 2 % in median |error|, the backward call within 3.5 % and 4 %, on both boards; head dims
-// 64 and 128 both (the per-pass exponents of (d/128)^x were measured on these tables).
+// queued behind a spin between two events, its kernels back to back inside
+// (calibrate/measurements/pytorch/run6): the forward within 1 % in median and 2 % in median
+// |error|, the backward call within 2.5 % and 3.5 % (1.010 / 2.3 % on the H200, whose table
+// the backward factor is fitted to; 1.020 / 2.9 % on the H100, held out), on both boards; head
+// dims 64 and 128 both (the per-pass exponents of (d/128)^x were measured on these tables), MHA
+// and GQA (the backward's reductions).
 TEST_F(CliTest, ProfileCheckSetsTheBuiltInModelAgainstTheSdpaTables) {
   const std::string dir = std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/measurements/pytorch/run6/";
   for (const char* board : {"h100", "h200"}) {
@@ -727,8 +730,8 @@ TEST_F(CliTest, ProfileCheckSetsTheBuiltInModelAgainstTheSdpaTables) {
     EXPECT_EQ(field("attention forward", "  "), 228) << r;
     EXPECT_NEAR(field("attention forward", "median "), 1.0, 0.01) << r;
     EXPECT_LT(field("attention forward", "median |err| "), 2.0) << r;
-    EXPECT_NEAR(field("attention backward", "median "), 1.0, 0.035) << r;
-    EXPECT_LT(field("attention backward", "median |err| "), 4.0) << r;
+    EXPECT_NEAR(field("attention backward", "median "), 1.0, 0.025) << r;
+    EXPECT_LT(field("attention backward", "median |err| "), 3.5) << r;
     EXPECT_EQ(r.out.find("gemm interpolation"), std::string::npos) << r;
   }
   // Checked as another board, it says so.

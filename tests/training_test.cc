@@ -1069,7 +1069,7 @@ TEST(Fidelity, BlockingLaunchesSerializeTheStepAndExposeEachDispatch) {
 // The fused attention backward is three kernels (cuDNN and FlashAttention-2 alike) in one
 // library call, so one op: the dO·O row dot, which also zeroes the FP32 dQ accumulator (8 bytes
 // an element of Q), the main kernel, and dQ's conversion to 16 bits (6 bytes), each small one
-// a kernel's floor and launch gap and its stream. Priced so, the op reproduces the timed
+// a kernel's floor and launch gap and its stream; five with GQA (dK's and dV's reductions). Priced so, the op reproduces the timed
 // backwards of the H200 tile measurement (calibrate/measurements/attention-tiles-h200-
 // 2026-12-03/tiles.csv) within 5 % from 1.9 query tiles per SM up, including 2,048 tokens at
 // 1.9 tiles, where the main kernel alone had been 9.6 % fast.
@@ -1091,6 +1091,18 @@ TEST(Fidelity, FusedAttentionBackwardCountsItsTwoSmallKernels) {
   EXPECT_NEAR(attention_backward_aux_seconds(bwd, h200, prof),
               2 * (prof.kernel_latency_s + prof.launch_overhead_s) + streams, 1e-12);
   EXPECT_EQ(attention_backward_aux_seconds(attention(4096, 16, Phase::Forward), h200, prof), 0.0);
+  EXPECT_EQ(timed_kernel_count(bwd, h200, prof), 3);
+  // With GQA (16 query heads over 2 K/V heads) two more: dK's and dV's sums over each group,
+  // the 16-bit partials of every query head read and the K/V heads' gradient written.
+  Op gqa = bwd;
+  gqa.kv_heads = 2;
+  const double reduce = 2.0 * 2.0 * (16 + 2) * 4096.0 * 128;
+  EXPECT_NEAR(attention_backward_aux_seconds(gqa, h200, prof),
+              4 * (prof.kernel_latency_s + prof.launch_overhead_s) +
+                  (14 * q + reduce) / (h200.hbm_bandwidth * prof.memory_efficiency),
+              1e-12);
+  EXPECT_EQ(timed_kernel_count(gqa, h200, prof), 5);
+  EXPECT_GT(compute_seconds(gqa, h200, prof), compute_seconds(bwd, h200, prof));
   // The planner keeps one op a backward: the library call the real backend runs.
   const TrainingPlan tp = build_training_plan(scenario_from_text(
       "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
