@@ -118,7 +118,7 @@ TEST_F(ValidatePytorchTest, RecordedPytorchStepsArePredictedWithTheCalibratedPro
 // The same seven steps on an H100 (calibrate/measurements/pytorch/run5/h100: 30 steps each,
 // every one at the board's 700 W limit, 0.82-0.95 of the boost clock), predicted with the
 // H100 preset and the built-in defaults, no profile measured on that board. Each is within
-// 7 % and their mean within 5 % (+2.4 to +6.4 %, mean 4.2 %; the model is slow on every one;
+// 7 % and their mean within 5 % (+2.3 to +6.5 %, mean 4.2 %; the model is slow on every one;
 // 4.7-7.4 %, mean 5.8 %, before the kernels were costed from a full queue).
 TEST_F(ValidatePytorchTest, RecordedH100StepsArePredictedWithTheDefaults) {
   const std::string src = CLUSTERSIM_SOURCE_DIR;
