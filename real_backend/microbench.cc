@@ -340,18 +340,22 @@ MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
       // ops, and as every table here was measured), back to back from a full queue: the
       // gap from one's end event to the next one's start event.
       const int n = 64;
+      // One sample: n small copies, each between its own two of `ev`, queued behind a spin.
+      auto bracketed_sample = [&](std::vector<cudaEvent_t>& ev) {
+        spin(1e-3, nullptr);
+        for (int i = 0; i < n; ++i) {
+          CS_CUDA(cudaEventRecord(ev[2 * i]));
+          memory_op(in.p, out.p, 2048, 2048, nullptr);
+          CS_CUDA(cudaEventRecord(ev[2 * i + 1]));
+        }
+        CS_CUDA(cudaEventSynchronize(ev.back()));
+      };
       r.launch_gap_s = take("launch gap", [&] {
         std::vector<double> gaps;
         std::vector<cudaEvent_t> ev(2 * n);
         for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
         for (int rep = 0; rep < 5; ++rep) {
-          spin(1e-3, nullptr);
-          for (int i = 0; i < n; ++i) {
-            CS_CUDA(cudaEventRecord(ev[2 * i]));
-            memory_op(in.p, out.p, 2048, 2048, nullptr);
-            CS_CUDA(cudaEventRecord(ev[2 * i + 1]));
-          }
-          CS_CUDA(cudaEventSynchronize(ev.back()));
+          bracketed_sample(ev);
           for (int i = 1; i < n; ++i) {
             float ms = 0;
             CS_CUDA(cudaEventElapsedTime(&ms, ev[2 * i - 1], ev[2 * i]));
@@ -389,13 +393,7 @@ MicrobenchResult run_pass(const MicrobenchOptions& opt, int pass) {
         for (auto& e : ev) CS_CUDA(cudaEventCreate(&e));
         std::vector<double> per;
         for (int rep = 0; rep < 5; ++rep) {
-          spin(1e-3, nullptr);
-          for (int i = 0; i < n; ++i) {
-            CS_CUDA(cudaEventRecord(ev[2 * i]));
-            memory_op(in.p, out.p, 2048, 2048, nullptr);
-            CS_CUDA(cudaEventRecord(ev[2 * i + 1]));
-          }
-          CS_CUDA(cudaEventSynchronize(ev.back()));
+          bracketed_sample(ev);
           float ms = 0;  // first start to last end: n kernels and n - 1 gaps
           CS_CUDA(cudaEventElapsedTime(&ms, ev[0], ev.back()));
           per.push_back((ms * 1e-3 + r.launch_gap_s) / n);
