@@ -326,9 +326,9 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 // How many kernels compute_seconds counted a floor and launch gap for, each timed between its
 // own events: 1 for most ops; k for a memory op of k kernels; 3 for a fused attention backward
-// costed with its two small kernels (1 where a measured table timed the whole call); 0 for an
-// op with no kernel, a host wait, or a recorded time (op.fixed_seconds: a profiler's kernel
-// time, no events in it).
+// costed with its two small kernels, 5 with GQA's reductions (1 where a measured table timed
+// the whole call); 0 for an op with no kernel, a host wait, or a recorded time
+// (op.fixed_seconds: a profiler's kernel time, no events in it).
 int timed_kernel_count(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
 // An op of `seconds` (compute_seconds: its kernels as timed between events) as the GPU runs it
 // from a framework's full queue, the launch gap of `gap_s` the executor adds before it
