@@ -227,7 +227,32 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   const double grad_bytes =
       params * (l.zero_stage < 3 ? dtype_bits(main_grad_dtype(s_)) / 8.0 : m.dtype == DType::FP16 ? 2.0 : 4.0);
   const double shard = l.zero_stage >= 1 ? static_cast<double>(l.dp * l.cp) : 1.0;
-  const double buckets = std::max(1.0, std::ceil(params / static_cast<double>(std::max<int64_t>(1, l.bucket_params))));
+  // Buckets as the planner forms them: gradients join in backward order (the output layer,
+  // the layers last to first, the embedding) and a bucket closes at the first layer that
+  // takes it to bucket_size, so a layer larger than a bucket is a bucket of its own.
+  double buckets = 0;
+  {
+    const double cap = static_cast<double>(std::max<int64_t>(1, l.bucket_params));
+    double open = 0;
+    auto join = [&](double p) {
+      open += p;
+      if (open >= cap) buckets += 1, open = 0;
+    };
+    MemoryInputs part = mi;
+    part.embedding = part.output = false;
+    std::vector<double> layer(static_cast<size_t>(stage_layers));
+    for (int64_t i = 0; i < stage_layers; ++i) {
+      part.first_layer = i;
+      part.end_layer = i + 1;
+      const StageParams lp = stage_params(m, part);
+      layer[static_cast<size_t>(i)] = lp.dense + lp.expert;
+    }
+    const double ends = std::max(0.0, params - std::accumulate(layer.begin(), layer.end(), 0.0));  // embedding, output
+    if (mi.output) join(mi.embedding ? ends / 2 : ends);
+    for (auto it = layer.rbegin(); it != layer.rend(); ++it) join(*it);
+    if (mi.embedding) join(mi.output ? ends / 2 : ends);
+    if (open > 0 || buckets == 0) buckets += 1;
+  }
   if (dp_group.size() > 1) {
     const double reduce = collective_seconds(
         l.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, dp_group, grad_bytes);
@@ -275,8 +300,10 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
     Op norm;
     norm.kind = OpKind::Memory;
     norm.bytes_read = static_cast<int64_t>(grad_bytes / buckets);
-    e.optimizer_s += buckets * (compute_seconds(norm, s_.cluster.node.gpu, opt_.compute) +
-                                opt_.compute.host_sync_s + 2 * opt_.compute.launch_overhead_s);
+    // As the executor runs them: the norm from a full queue, the wait a host time; each after its gap.
+    const double norm_s = queued_seconds(norm, compute_seconds(norm, s_.cluster.node.gpu, opt_.compute), gap,
+                                         s_.cluster.node.gpu, opt_.compute);
+    e.optimizer_s += buckets * (norm_s + opt_.compute.host_sync_s + 2 * gap);
   }
   e.total_s = e.compute_s + e.bubble_s + e.dp_exposed_s + e.optimizer_s;
   return e;

@@ -115,6 +115,42 @@ TEST(Search, EstimateTracksTheSimulation) {
   EXPECT_GT(1 - 6 * d2 / (n * (n * n - 1)), 0.9);
 }
 
+// The gradients' NaN check (a norm and a host wait per bucket) costs the estimate what its
+// ops cost the simulation, buckets formed as the planner forms them: with small buckets each
+// layer is a bucket of its own, and its norm is short, so a norm priced as timed between
+// events, or a bucket count of parameters / bucket_size, would show.
+TEST(Search, EstimatePricesTheGradNanCheckAsTheSimulationDoes) {
+  auto scenario = [](const char* check) {
+    return scenario_from_text(std::string("name: t\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                                          "model: {preset: megatron-1.7b}\n"
+                                          "parallel: {dp: 8, zero_stage: 1, bucket_size: 500000}\n"
+                                          "training: {global_batch: 8, grad_nan_check: ") +
+                                  check + "}\n",
+                              std::string("search-nan-") + check);
+  };
+  const Scenario on = scenario("true"), off = scenario("false");
+  LayoutEstimator est_on(on), est_off(off);
+  const double est = est_on.estimate(check_training_layout(on)).optimizer_s -
+                     est_off.estimate(check_training_layout(off)).optimizer_s;
+  // The simulation's checks: each op with the launch gap before it.
+  const RunOutcome r = run_training(on);
+  ComputeProfile compute;
+  NetworkProfile network;
+  apply_calibration(on, compute, network);
+  const double gap = compute.launch_overhead_s;
+  double sim = 0;
+  int ops = 0;
+  for (const SpanRecord& sp : r.exec.spans) {
+    const Op& op = r.plan.plan.programs[r.plan.plan.rank_program[static_cast<size_t>(sp.rank)]].ops[sp.op];
+    const std::string& name = r.plan.plan.names[op.name];
+    if (sp.rank != 0 || name.rfind("grad-nan-", 0) != 0) continue;
+    sim += static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12 + gap;
+    ++ops;
+  }
+  EXPECT_EQ(ops, 50) << "24 layers and the embedding, a bucket each: a norm and a wait";
+  EXPECT_NEAR(est / sim, 1.0, 0.02) << "estimate " << est << " s, simulation " << sim << " s";
+}
+
 TEST(Search, RefusesWhatItCannotSearch) {
   SearchOptions o;
   o.progress = false;
