@@ -121,7 +121,8 @@ int cmd_real(const std::vector<std::string>& args) {
   add_clock_metrics(rr.clocks, t.run.metrics);
   t.plan = &tp.plan;
   for (int32_t r = 0; r < tp.plan.world_size; ++r)
-    t.ranks.push_back(RankInfo{r, 0, r, "gpu" + std::to_string(r), tp.plan.rank_program[static_cast<size_t>(r)], r});
+    t.ranks.push_back(
+        RankInfo{r, 0, r, real_rank_device(r, rr.device_name), tp.plan.rank_program[static_cast<size_t>(r)], r});
   t.spans = rr.spans;
   if (!s.output_sqlite.empty()) write_sqlite(t, s.output_sqlite);
   if (!s.output_trace.empty()) write_chrome_trace(t, s.output_trace);

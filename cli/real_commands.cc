@@ -409,7 +409,7 @@ RealHooks real_hooks() {
     rop.warmup = warmup;
     real::RealResult r = real::run_plan(plan, rop);
     if (!r.attention_backend.empty()) std::fprintf(stderr, "real: attention on %s\n", r.attention_backend.c_str());
-    return RealRun{std::move(r.spans), r.median_iteration_s, r.device_name, std::move(r.clocks)};
+    return RealRun{std::move(r.spans), r.median_iteration_s, r.device_name, std::move(r.clocks), r.device_name};
   };
   h.run_serving = [](const Scenario& s, int iterations, int warmup, bool json) {
     real::RealOptions rop;

@@ -39,6 +39,11 @@ void add_clock_metrics(const std::vector<real::GpuClockSummary>& clocks, Metrics
   m.emplace_back("power_capped_fraction", g.power_capped_fraction);
 }
 
+std::string real_rank_device(int32_t rank, const std::string& board) {
+  const std::string slot = "gpu" + std::to_string(rank);
+  return board.empty() ? slot : slot + " (" + board + ")";
+}
+
 std::string clock_line(const std::vector<real::GpuClockSummary>& clocks) {
   std::string out;
   for (size_t i = 0; i < clocks.size(); ++i) {
@@ -145,7 +150,14 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
     if (key == "power_capped_fraction") clocks.power_capped_fraction = v;
   });
   if (clocks.available) r.clocks = {clocks};
-  r.device_name = "the real run in " + path;
+  // The board the run was recorded on, from its ranks' devices ("gpu0 (NVIDIA H100 80GB HBM3)").
+  query("SELECT device FROM ranks" + where + " ORDER BY rank LIMIT 1", [&](sqlite3_stmt* st) {
+    const std::string d = text(st, 0);
+    const size_t open = d.find(" (");
+    if (open != std::string::npos && d.size() > open + 3 && d.back() == ')')
+      r.board = d.substr(open + 2, d.size() - open - 3);
+  });
+  r.device_name = (r.board.empty() ? "" : r.board + ", ") + "the real run in " + path;
   query("SELECT rank, op_index, start_ps, end_ps FROM spans" + where, [&](sqlite3_stmt* st) {
     SpanRecord sp;
     sp.rank = sqlite3_column_int(st, 0);
@@ -307,7 +319,8 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
     add_clock_metrics(real_run.clocks, rt.run.metrics);
     rt.plan = &tp.plan;
     for (int32_t r = 0; r < tp.plan.world_size; ++r)
-      rt.ranks.push_back(RankInfo{r, 0, r, "gpu" + std::to_string(r), tp.plan.rank_program[static_cast<size_t>(r)], r});
+      rt.ranks.push_back(RankInfo{r, 0, r, real_rank_device(r, real_run.board),
+                                  tp.plan.rank_program[static_cast<size_t>(r)], r});
     rt.spans = real_run.spans;
     write_sqlite(rt, s.output_sqlite);
   }

@@ -22,6 +22,7 @@ struct RealRun {
   double median_iteration_s = 0;
   std::string device_name;
   std::vector<real::GpuClockSummary> clocks;  // per GPU over the timed iterations; empty when not sampled
+  std::string board;                          // the GPUs' model, as the driver names it ("" when not known)
 };
 
 // The GPUs' sampled SM clock and power as metrics (`sm_clock_mhz`, `sm_clock_max_mhz`,
@@ -29,6 +30,9 @@ struct RealRun {
 // GPU was sampled) and as one line of text ("" when none was).
 void add_clock_metrics(const std::vector<real::GpuClockSummary>& clocks, Metrics& m);
 std::string clock_line(const std::vector<real::GpuClockSummary>& clocks);
+// A real run's rank in its timeline's `ranks.device`: the GPU's slot and its board model
+// ("gpu3 (NVIDIA H100 80GB HBM3)"), the slot alone where the model is not known.
+std::string real_rank_device(int32_t rank, const std::string& board);
 
 // How validate reaches GPUs; left empty where the build has no real backend.
 struct RealHooks {

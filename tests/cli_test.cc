@@ -917,6 +917,38 @@ std::string query_text(sqlite3* db, const std::string& sql) {
   return out;
 }
 
+// A real run's ranks name the board they ran on, and validate --real-from carries it from
+// the recording into what it writes and prints; a recording without it names the file alone.
+TEST_F(CliTest, ValidateCarriesTheRecordedBoard) {
+  const std::string src = CLUSTERSIM_SOURCE_DIR;
+  const std::string scenario = quote(src + "/scenarios/examples/validation/gpt3-1.3b-mb3-1xh200.yaml");
+  const fs::path recording = dir_ / "recorded.sqlite";
+  fs::copy_file(src + "/calibrate/measurements/validation/gpt3-1.3b-mb3-1xh200.sqlite", recording);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(recording.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "UPDATE ranks SET device = 'gpu' || rank || ' (NVIDIA H200)' WHERE run_id IN "
+                         "(SELECT run_id FROM runs WHERE source = 'real')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const fs::path out = dir_ / "validated.sqlite";
+  const CliResult r = cli("validate " + scenario + " --real-from " + quote(recording.string()) + " --set " +
+                          quote("output.sqlite=" + out.string()));
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.out.find("on NVIDIA H200, the real run in"), std::string::npos) << r;
+  ASSERT_EQ(sqlite3_open_v2(out.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  EXPECT_EQ(query_text(db,
+                       "SELECT DISTINCT r.device FROM ranks r JOIN runs u USING (run_id) WHERE u.source = 'real'"),
+            "gpu0 (NVIDIA H200)\n");
+  sqlite3_close(db);
+  // The committed recordings predate the board's name: the slot alone.
+  const CliResult plain = cli("validate " + scenario + " --real-from " +
+                              quote(src + "/calibrate/measurements/validation/gpt3-1.3b-mb3-1xh200.sqlite"));
+  ASSERT_EQ(plain.code, 0) << plain;
+  EXPECT_NE(plain.out.find(" on the real run in "), std::string::npos) << plain;
+}
+
 // Durability: a run killed with SIGKILL at any moment — while simulating or halfway
 // through writing 2 million spans — never leaves a run that looks complete but is not,
 // never damages the runs already in the database, and never leaves a half-written trace
