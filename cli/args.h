@@ -29,4 +29,14 @@ inline int64_t need_count(const std::vector<std::string>& args, size_t& i, const
   return n;
 }
 
+// `--timing ops | stream` after the flag at args[i]: true for ops (an event pair around
+// every op of a real run), false for stream (none between ops); UsageError otherwise.
+inline bool need_timing(const std::vector<std::string>& args, size_t& i) {
+  const std::string v = need_value(args, i);
+  if (v == "ops") return true;
+  if (v == "stream") return false;
+  throw UsageError("--timing expects ops (an event pair around every op) or stream (none between ops), got '" + v +
+                   "'");
+}
+
 }  // namespace clustersim

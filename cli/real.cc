@@ -28,7 +28,7 @@ namespace clustersim {
 int cmd_real(const std::vector<std::string>& args) {
   std::string path;
   std::vector<std::string> sets;
-  bool json = false, mpi = false;
+  bool json = false, mpi = false, op_events = true;
   int iterations = 5, warmup = 2;
   auto count = [](const std::string& flag, const std::string& v, int lo) {
     try {
@@ -52,6 +52,8 @@ int cmd_real(const std::vector<std::string>& args) {
       json = true;
     else if (a == "--mpi")
       mpi = true;
+    else if (a == "--timing")
+      op_events = need_timing(args, i);
     else if (!a.empty() && a[0] == '-')
       throw UsageError("unknown option '" + a + "' for real");
     else if (path.empty())
@@ -73,12 +75,14 @@ int cmd_real(const std::vector<std::string>& args) {
   (void)mpi;
   (void)iterations;
   (void)warmup;
+  (void)op_events;
   throw std::runtime_error(
       "this build has no real backend: CUDA, cuBLASLt and NCCL were not found when it was configured");
 #else
   real::RealOptions ro;
   ro.iterations = iterations;
   ro.warmup = warmup;
+  ro.op_events = op_events;
   real::RealResult rr;
   if (mpi) {
 #ifdef CLUSTERSIM_HAVE_MPI
@@ -115,7 +119,8 @@ int cmd_real(const std::vector<std::string>& args) {
                    {"tflops_per_gpu", tflops},
                    {"hardware_tflops_per_gpu", tp.hardware_flops_per_rank / iter / 1e12},
                    {"mfu", tflops / (mean_peak_flops(s.cluster, s.model.dtype) / 1e12)},
-                   {"gpus", static_cast<double>(tp.plan.world_size)}};
+                   {"gpus", static_cast<double>(tp.plan.world_size)},
+                   {"op_events", op_events ? 1.0 : 0.0}};
   for (size_t i = 0; i < rr.iteration_s.size(); ++i)
     t.run.metrics.emplace_back("iteration_" + std::to_string(i) + "_s", rr.iteration_s[i]);
   add_clock_metrics(rr.clocks, t.run.metrics);
@@ -134,9 +139,13 @@ int cmd_real(const std::vector<std::string>& args) {
   } else {
     std::printf(
         "scenario        %s\nsource          real: %d x %s\niteration       %.6f s (median of %zu after %d warm-up)\n"
-        "throughput      %.1f tokens/s\nper GPU         %.1f TFLOP/s model, MFU %.1f%%\nops timed       %zu\n",
+        "throughput      %.1f tokens/s\nper GPU         %.1f TFLOP/s model, MFU %.1f%%\n",
         s.name.c_str(), rr.devices, rr.device_name.c_str(), iter, rr.iteration_s.size(), warmup, tokens / iter, tflops,
-        100.0 * tflops / (mean_peak_flops(s.cluster, s.model.dtype) / 1e12), rr.spans.size());
+        100.0 * tflops / (mean_peak_flops(s.cluster, s.model.dtype) / 1e12));
+    if (op_events)
+      std::printf("ops timed       %zu\n", rr.spans.size());
+    else
+      std::printf("ops timed       none (--timing stream: no event between ops, each stream's end timed)\n");
     if (const std::string c = clock_line(rr.clocks); !c.empty()) std::printf("GPUs            %s\n", c.c_str());
     if (!rr.attention_backend.empty()) std::printf("attention       %s\n", rr.attention_backend.c_str());
   }

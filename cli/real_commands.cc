@@ -403,13 +403,15 @@ int validate_serving(const Scenario& s, const real::RealOptions& rop, bool json)
 RealHooks real_hooks() {
   RealHooks h;
   h.device_count = [] { return real::device_count(); };
-  h.run_training = [](const Plan& plan, int iterations, int warmup) {
+  h.run_training = [](const Plan& plan, int iterations, int warmup, bool op_events) {
     real::RealOptions rop;
     rop.iterations = iterations;
     rop.warmup = warmup;
+    rop.op_events = op_events;
     real::RealResult r = real::run_plan(plan, rop);
     if (!r.attention_backend.empty()) std::fprintf(stderr, "real: attention on %s\n", r.attention_backend.c_str());
-    return RealRun{std::move(r.spans), r.median_iteration_s, r.device_name, std::move(r.clocks), r.device_name};
+    return RealRun{std::move(r.spans), r.median_iteration_s, r.device_name, std::move(r.clocks), r.device_name,
+                   op_events};
   };
   h.run_serving = [](const Scenario& s, int iterations, int warmup, bool json) {
     real::RealOptions rop;

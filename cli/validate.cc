@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "calibrate/profile.h"
+#include "cli/args.h"
 #include "cli/output.h"
 #include "plan/training_planner.h"
 #include "reports/sqlite_writer.h"
@@ -148,6 +149,7 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
     if (key == "power_w") clocks.power_w_mean = v;
     if (key == "power_limit_w") clocks.power_limit_w = v;
     if (key == "power_capped_fraction") clocks.power_capped_fraction = v;
+    if (key == "op_events") r.op_events = v != 0;
   });
   if (clocks.available) r.clocks = {clocks};
   // The board the run was recorded on, from its ranks' devices ("gpu0 (NVIDIA H100 80GB HBM3)").
@@ -177,18 +179,21 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
     sp.stream = prog.ops[sp.op].stream;
     r.spans.push_back(sp);
   });
-  if (r.spans.empty() || r.median_iteration_s <= 0) throw fail("its real run has no spans or no iteration time");
+  if ((r.op_events && r.spans.empty()) || r.median_iteration_s <= 0)
+    throw fail("its real run has no spans or no iteration time");
   return r;
 }
 
 int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   std::string path, profile, real_from, against;
   std::vector<std::string> sets;
-  bool json = false;
+  bool json = false, op_events = true, timing_given = false;
   int iterations = 5, warmup = 2;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--profile")
+    if (a == "--timing")
+      op_events = need_timing(args, i), timing_given = true;
+    else if (a == "--profile")
       profile = value_of(args, i);
     else if (a == "--set")
       sets.push_back(value_of(args, i));
@@ -238,14 +243,23 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   // A recording is read first: a wrong one fails before the simulation, and the output
   // may be the very file.
   RealRun real_run;
-  if (!real_from.empty()) real_run = read_real_run(real_from, tp.plan);
+  if (!real_from.empty()) {
+    real_run = read_real_run(real_from, tp.plan);
+    if (timing_given && real_run.op_events != op_events)
+      throw InputError(SourceMark{real_from, 0, 0}, std::string("its real run was timed with --timing ") +
+                                                        (real_run.op_events ? "ops" : "stream") +
+                                                        ", expected the --timing given");
+    op_events = real_run.op_events;
+  }
   // The simulator, every rank simulated so each real rank has its twin.
   RunOptions ro;
   ro.simulate_all_ranks = true;
   ro.attention_dropout = false;  // the real backend's attention draws no dropout mask (real_backend/README.md)
-  ro.timed_kernels = true;       // and it times every op between its own two events
+  // Kernels as the real run timed them: each between its own two events, or from a full
+  // queue when no event stands between ops (docs/model.md, "Kernels from a full queue").
+  ro.timed_kernels = op_events;
   const RunOutcome sim = run_training(s, ro);
-  if (real_from.empty()) real_run = hooks.run_training(tp.plan, iterations, warmup);
+  if (real_from.empty()) real_run = hooks.run_training(tp.plan, iterations, warmup, op_events);
 
   // Per op: (simulated - real) / real, for ops the GPU spent at least a microsecond on.
   std::map<std::pair<int32_t, uint32_t>, int64_t> sim_ps;
@@ -315,7 +329,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
     rt.run = st.run;
     rt.run.source = "real";
     rt.run.network_model = "real";
-    rt.run.metrics = {{"iteration_time_s", real_iter}};
+    rt.run.metrics = {{"iteration_time_s", real_iter}, {"op_events", op_events ? 1.0 : 0.0}};
     add_clock_metrics(real_run.clocks, rt.run.metrics);
     rt.plan = &tp.plan;
     for (int32_t r = 0; r < tp.plan.world_size; ++r)
@@ -325,12 +339,9 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
     write_sqlite(rt, s.output_sqlite);
   }
   if (json) {
-    Metrics m = {{"ops_compared", static_cast<double>(rows.size())},
-                 {"median_abs_error", median},
-                 {"p95_abs_error", p95},
-                 {"real_iteration_s", real_iter},
-                 {"sim_iteration_s", sim_iter},
-                 {"iteration_error", e2e}};
+    Metrics m = {{"ops_compared", static_cast<double>(rows.size())}};
+    if (op_events) m.insert(m.end(), {{"median_abs_error", median}, {"p95_abs_error", p95}});
+    m.insert(m.end(), {{"real_iteration_s", real_iter}, {"sim_iteration_s", sim_iter}, {"iteration_error", e2e}});
     add_clock_metrics(real_run.clocks, m);
     if (calibration_mhz > 0) m.emplace_back("calibration_sm_clock_mhz", calibration_mhz);
     std::cout << summary_json({{"name", s.name}, {"device", real_run.device_name}, {"profile", s.calibration}}, m)
@@ -339,8 +350,12 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   }
   std::printf("validate        %s on %s, profile %s\n", s.name.c_str(), real_run.device_name.c_str(),
               s.calibration.empty() ? "(defaults)" : s.calibration.c_str());
-  std::printf("per-op error    median |err| %.2f%%, p95 %.2f%% over %zu ops (>= 1 us)\n", 100 * median, 100 * p95,
-              rows.size());
+  if (op_events)
+    std::printf("per-op error    median |err| %.2f%%, p95 %.2f%% over %zu ops (>= 1 us)\n", 100 * median, 100 * p95,
+                rows.size());
+  else
+    std::printf("per-op error    not measured (--timing stream: no event between ops; kernels simulated from a full "
+                "queue)\n");
   std::printf("iteration       real %.6f s, simulated %.6f s, error %+.2f%%\n", real_iter, sim_iter, 100 * e2e);
   if (const std::string c = clock_line(real_run.clocks); !c.empty()) std::printf("real GPUs       %s\n", c.c_str());
   if (calibration_mhz > 0 && !real_run.clocks.empty() && real_run.clocks[0].available)
@@ -349,6 +364,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
         "compute-bound kernels move with it\n",
         calibration_mhz, real_run.clocks[0].sm_mhz_median,
         100 * (real_run.clocks[0].sm_mhz_median / calibration_mhz - 1));
+  if (!op_events) return 0;
   std::printf("worst ops (median error by name; total real / simulated ms):\n");
   for (size_t i = 0; i < worst.size() && i < 8; ++i)
     std::printf("  %-28s %+7.2f%%   %10.3f / %10.3f\n", worst[i].second.c_str(), 100 * worst[i].first,

@@ -23,6 +23,7 @@ struct RealRun {
   std::string device_name;
   std::vector<real::GpuClockSummary> clocks;  // per GPU over the timed iterations; empty when not sampled
   std::string board;                          // the GPUs' model, as the driver names it ("" when not known)
+  bool op_events = true;                      // false: timed without events between ops, no spans
 };
 
 // The GPUs' sampled SM clock and power as metrics (`sm_clock_mhz`, `sm_clock_max_mhz`,
@@ -37,7 +38,8 @@ std::string real_rank_device(int32_t rank, const std::string& board);
 // How validate reaches GPUs; left empty where the build has no real backend.
 struct RealHooks {
   std::function<int()> device_count;
-  std::function<RealRun(const Plan&, int iterations, int warmup)> run_training;
+  // op_events false: the stream as a framework runs it, iteration times alone (real::RealOptions::op_events).
+  std::function<RealRun(const Plan&, int iterations, int warmup, bool op_events)> run_training;
   std::function<int(const Scenario&, int iterations, int warmup, bool json)> run_serving;
 };
 

@@ -119,11 +119,16 @@ void* allocate(size_t bytes, const char* what, int rank) {
   return p;
 }
 
+constexpr uint8_t kWaitedEnd = 1, kTimedEnd = 2;  // RankRun::ends
+
 struct RankRun {
   int rank = 0, device = 0;
   const Program* prog = nullptr;
   std::vector<cudaStream_t> streams;
   std::vector<cudaEvent_t> begin, end;  // per op
+  // Without op events: which ops record their end (another stream waits on it: untimed;
+  // the stream's last op: timed), 0 / 1 / 2.
+  std::vector<uint8_t> ends;
   cudaEvent_t t0 = nullptr;
   Buffers buf;
   std::array<ncclComm_t, kGroupKinds> comms{};
@@ -214,9 +219,24 @@ class Runner {
     rr.begin.resize(nops);
     rr.end.resize(nops);
     rr.attention_backend.assign(nops, -1);
+    rr.ends.assign(nops, opt_.op_events ? kTimedEnd : 0);
+    if (!opt_.op_events) {
+      for (size_t i = 0; i < nops; ++i) {
+        const Op& op = rr.prog->ops[i];
+        for (uint32_t d = 0; d < op.dep_count; ++d) {
+          const uint32_t dep = rr.prog->deps[op.dep_begin + d];
+          if (rr.prog->ops[dep].stream != op.stream) rr.ends[dep] = std::max<uint8_t>(rr.ends[dep], kWaitedEnd);
+        }
+      }
+      std::vector<int64_t> last(rr.prog->streams.size(), -1);
+      for (size_t i = 0; i < nops; ++i) last[rr.prog->ops[i].stream] = static_cast<int64_t>(i);
+      for (int64_t i : last)
+        if (i >= 0) rr.ends[static_cast<size_t>(i)] = kTimedEnd;
+    }
     for (size_t i = 0; i < nops; ++i) {
-      CS_CUDA(cudaEventCreate(&rr.begin[i]));
-      CS_CUDA(cudaEventCreate(&rr.end[i]));
+      if (opt_.op_events) CS_CUDA(cudaEventCreate(&rr.begin[i]));
+      if (rr.ends[i] == kTimedEnd) CS_CUDA(cudaEventCreate(&rr.end[i]));
+      if (rr.ends[i] == kWaitedEnd) CS_CUDA(cudaEventCreateWithFlags(&rr.end[i], cudaEventDisableTiming));
     }
     CS_CUDA(cudaEventCreate(&rr.t0));
     Gemm gemm;
@@ -230,10 +250,10 @@ class Runner {
       for (size_t i = 0; i < nops; ++i) issue(rr, gemm, static_cast<uint32_t>(i));
       wait_done(rr);
       if (it >= opt_.warmup) {
-        std::vector<std::pair<float, float>> t(nops);
+        std::vector<std::pair<float, float>> t(nops, {-1.f, -1.f});
         for (size_t i = 0; i < nops; ++i) {
-          CS_CUDA(cudaEventElapsedTime(&t[i].first, rr.t0, rr.begin[i]));
-          CS_CUDA(cudaEventElapsedTime(&t[i].second, rr.t0, rr.end[i]));
+          if (opt_.op_events) CS_CUDA(cudaEventElapsedTime(&t[i].first, rr.t0, rr.begin[i]));
+          if (rr.ends[i] == kTimedEnd) CS_CUDA(cudaEventElapsedTime(&t[i].second, rr.t0, rr.end[i]));
         }
         rr.times.push_back(std::move(t));
       }
@@ -243,7 +263,10 @@ class Runner {
     for (auto c : rr.comms)
       if (c) ncclCommDestroy(c);
     for (auto s : rr.streams) cudaStreamDestroy(s);
-    for (size_t i = 0; i < nops; ++i) cudaEventDestroy(rr.begin[i]), cudaEventDestroy(rr.end[i]);
+    for (size_t i = 0; i < nops; ++i) {
+      if (rr.begin[i]) cudaEventDestroy(rr.begin[i]);
+      if (rr.end[i]) cudaEventDestroy(rr.end[i]);
+    }
     cudaEventDestroy(rr.t0);
     for (void* p : {rr.buf.a, rr.buf.b, rr.buf.c, static_cast<void*>(rr.buf.f)}) cudaFree(p);
   }
@@ -286,7 +309,7 @@ class Runner {
       const uint32_t dep = rr.prog->deps[op.dep_begin + d];
       if (rr.prog->ops[dep].stream != op.stream) CS_CUDA(cudaStreamWaitEvent(st, rr.end[dep], 0));
     }
-    CS_CUDA(cudaEventRecord(rr.begin[i], st));
+    if (rr.begin[i]) CS_CUDA(cudaEventRecord(rr.begin[i], st));
     Buffers b = rr.buf;  // this op's regions of the pools
     b.a = static_cast<char*>(b.a) + scattered_offset(i, kPool);
     b.b = static_cast<char*>(b.b) + scattered_offset(i + 7919, kPool);
@@ -297,7 +320,7 @@ class Runner {
                        (op.kind == OpKind::Gemm || op.kind == OpKind::Attention || op.kind == OpKind::Memory);
     if (timed) {
       spin(op.fixed_seconds, st);
-      CS_CUDA(cudaEventRecord(rr.end[i], st));
+      if (rr.end[i]) CS_CUDA(cudaEventRecord(rr.end[i], st));
       return;
     }
     switch (op.kind) {
@@ -355,7 +378,7 @@ class Runner {
         p2p(rr, op, st);
         break;
     }
-    CS_CUDA(cudaEventRecord(rr.end[i], st));
+    if (rr.end[i]) CS_CUDA(cudaEventRecord(rr.end[i], st));
   }
 
   int group_position(int rank, int32_t g) const {
@@ -430,6 +453,7 @@ class Runner {
       for (size_t it = 0; it < iters; ++it)
         for (const auto& [b, e] : rr.times[it])
           res.iteration_s[it] = std::max(res.iteration_s[it], static_cast<double>(e) * 1e-3);
+      if (!opt_.op_events) continue;  // iteration times alone
       for (size_t i = 0; i < rr.prog->ops.size(); ++i) {
         std::vector<float> b, e;
         for (size_t it = 0; it < iters; ++it) {

@@ -5,9 +5,10 @@
 // communicator per group (ncclCommSplit of the world communicator), streams as CUDA
 // streams and dependencies as CUDA events. One thread per local GPU.
 //
-// Timing: CUDA events around every op; before each iteration the threads meet at a
-// barrier and record a start event on each GPU, and spans are measured from it. Warm-up
-// iterations are dropped; each op's start and end are the medians over the timed ones.
+// Timing: CUDA events around every op (RealOptions::op_events; or only after each stream's
+// last op); before each iteration the threads meet at a barrier and record a start event on
+// each GPU, and spans are measured from it. Warm-up iterations are dropped; each op's start
+// and end are the medians over the timed ones.
 #pragma once
 
 #include <nccl.h>
@@ -27,10 +28,16 @@ struct RealOptions {
   int iterations = 5;
   int warmup = 2;
   double timeout_s = 300;  // an iteration not done by then: NCCL communicators are aborted
+  // true: CUDA events around every op, so each op has its span (and each kernel pays the
+  // events between it and the next); false: the stream as a framework runs it, no timing
+  // event between ops (only untimed events where another stream waits on an op, as PyTorch
+  // records them), and each stream's last op timed from the iteration's start: iteration
+  // times and no spans.
+  bool op_events = true;
 };
 
 struct RealResult {
-  std::vector<SpanRecord> spans;    // every rank, median over the timed iterations
+  std::vector<SpanRecord> spans;    // every rank, median over the timed iterations (none without op_events)
   std::vector<double> iteration_s;  // each timed iteration: the last op end over ranks
   double median_iteration_s = 0;
   std::string device_name;

@@ -325,6 +325,13 @@ TEST_F(CliTest, CollectiveWithoutClusterIsUsage) {
   expect_usage_error(cli("collective --op all-reduce --gpus 8"), "collective needs --cluster PRESET");
 }
 
+TEST_F(CliTest, TimingOtherThanOpsOrStreamIsUsage) {
+  for (const char* cmd : {"real ", "validate "})
+    expect_usage_error(cli(cmd + quote(kExample) + " --timing kernels"),
+                       "--timing expects ops (an event pair around every op) or stream (none between ops), got "
+                       "'kernels'");
+}
+
 TEST_F(CliTest, HelpAndVersion) {
   CliResult r = cli("--help");
   EXPECT_EQ(r.code, 0) << r;
@@ -845,6 +852,11 @@ TEST_F(CliTest, GpuCommandsFailCleanlyWithoutAGpu) {
   if (r.code == 0) GTEST_SKIP() << "this machine has a GPU";
   EXPECT_EQ(r.code, 3) << r;
   EXPECT_TRUE(r.out.empty()) << r;
+  for (const char* cmd : {"real ", "validate "}) {
+    const CliResult t = cli(cmd + quote(kExample) + " --timing stream --iterations 1");
+    EXPECT_EQ(t.code, 3) << t;
+    EXPECT_TRUE(t.out.empty()) << t;
+  }
 }
 
 // GB200 NVL72 keeps 72 GPUs in one NVLink domain: its all-reduce beats the same 72
