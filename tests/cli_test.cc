@@ -961,6 +961,37 @@ TEST_F(CliTest, ValidateCarriesTheRecordedBoard) {
   EXPECT_NE(plain.out.find(" on the real run in "), std::string::npos) << plain;
 }
 
+// A real run timed with no event between its ops (--timing stream, recorded on one H100):
+// validate reads the mode back, compares the iteration with the simulated kernels from a full
+// queue (the recording's simulated twin ran so), and has no per-op rows to give.
+TEST_F(CliTest, ValidateReadsAStreamTimedRecording) {
+  const std::string src = CLUSTERSIM_SOURCE_DIR;
+  const std::string scenario = quote(src + "/scenarios/examples/real/gpt3-1.3b-1xh200.yaml") +
+                               " --set cluster.preset=dgx-h100 --set cluster.gpus_per_node=1";
+  const std::string recording =
+      quote(src + "/calibrate/measurements/stream-timing-h100-2026-12-06/out/gpt3-1.3b-1xh200-stream-3.sqlite");
+  const CliResult r = cli("validate " + scenario + " --real-from " + recording + " --json");
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(json_field(r.out, "ops_compared"), 0) << r;
+  EXPECT_EQ(r.out.find("median_abs_error"), std::string::npos) << r;
+  EXPECT_NEAR(json_field(r.out, "real_iteration_s"), 0.2798, 0.0005) << r;
+  // Kernels from a full queue: 6.6 ms shorter than as timed, and 3-6 % slow on this board
+  // with the built-in defaults (docs/accuracy.md), as the run recorded it.
+  EXPECT_NEAR(json_field(r.out, "sim_iteration_s"), 0.2912, 0.003) << r;
+  EXPECT_GT(json_field(r.out, "iteration_error"), 0.0) << r;
+  EXPECT_LT(json_field(r.out, "iteration_error"), 0.08) << r;
+  const CliResult text = cli("validate " + scenario + " --real-from " + recording);
+  ASSERT_EQ(text.code, 0) << text;
+  EXPECT_NE(text.out.find("on NVIDIA H100 80GB HBM3, the real run in"), std::string::npos) << text;
+  EXPECT_NE(text.out.find("per-op error    not measured (--timing stream"), std::string::npos) << text;
+  // The recording's mode wins; another one asked for is refused.
+  const CliResult ops = cli("validate " + scenario + " --real-from " + recording + " --timing ops");
+  EXPECT_EQ(ops.code, 1) << ops;
+  EXPECT_NE(ops.err.find("its real run was timed with --timing stream, expected the --timing given"),
+            std::string::npos)
+      << ops;
+}
+
 // Durability: a run killed with SIGKILL at any moment — while simulating or halfway
 // through writing 2 million spans — never leaves a run that looks complete but is not,
 // never damages the runs already in the database, and never leaves a half-written trace
