@@ -288,6 +288,43 @@ TEST(RealBackend, RunsASmallTrainingPlan) {
   }
 }
 
+// --timing stream: no event between ops, each stream's end timed. The step has no spans
+// and is no longer than with an event pair around every op (the events only add; 5 % for
+// the board's noise); on two GPUs the DP stream's all-reduces wait on the compute stream
+// through untimed events and the step still finishes.
+TEST(RealBackend, StreamTimingRunsThePlanWithoutOpEvents) {
+  REQUIRE_GPU();
+  auto run = [](const char* yaml, bool op_events) {
+    const Scenario s = testing::scenario_from_text(yaml, "real-stream");
+    PlannerOptions po;
+    po.use_symmetry = false;
+    const TrainingPlan tp = build_training_plan(s, po);
+    RealOptions ro;
+    ro.iterations = 3;
+    ro.warmup = 1;
+    ro.op_events = op_events;
+    return std::pair{run_plan(tp.plan, ro), tp.plan.total_ops()};
+  };
+  const char* one =
+      "cluster: {preset: dgx-h200, gpus_per_node: 1}\nmodel: {preset: gpt3-1.3b, layers: 2, seq_len: 1024}\n"
+      "parallel: {dp: 1, micro_batch: 2}\ntraining: {global_batch: 4}\n";
+  const auto [ops, n] = run(one, true);
+  const auto [stream, m] = run(one, false);
+  EXPECT_EQ(ops.spans.size(), n);
+  EXPECT_TRUE(stream.spans.empty());
+  ASSERT_EQ(stream.iteration_s.size(), 3u);
+  EXPECT_GT(stream.median_iteration_s, 0.0);
+  EXPECT_LT(stream.median_iteration_s, 1.05 * ops.median_iteration_s);
+  if (device_count() < 2) GTEST_SKIP() << "one GPU: the two-GPU plan is not run";
+  const auto [dp, k] = run(
+      "cluster: {preset: dgx-h200, gpus_per_node: 2}\nmodel: {preset: gpt3-1.3b, layers: 2, seq_len: 1024}\n"
+      "parallel: {dp: 2, micro_batch: 2}\ntraining: {global_batch: 8}\n",
+      false);
+  EXPECT_TRUE(dp.spans.empty());
+  EXPECT_GT(dp.median_iteration_s, 0.0);
+  EXPECT_GT(k, m) << "two ranks' ops";
+}
+
 // Without the driver's NVML (or without a GPU) the monitor has no samples and says so.
 TEST(GpuMonitor, NoSamplesIsNotAnError) {
   GpuMonitor m({0}, 0.001);
