@@ -231,6 +231,8 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
         "run recorded earlier)");
   Scenario s = load_scenario(path, sets);
   if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
+  if (s.inference && !op_events)
+    throw std::invalid_argument("--timing stream times training steps; serving validation times each iteration's ops");
   if (s.inference && !real_from.empty())
     throw std::invalid_argument("--real-from compares training steps; serving validation runs on the GPU");
   if (s.inference) return hooks.run_serving(s, iterations, warmup, json);

@@ -984,6 +984,11 @@ TEST_F(CliTest, ValidateReadsAStreamTimedRecording) {
   ASSERT_EQ(text.code, 0) << text;
   EXPECT_NE(text.out.find("on NVIDIA H100 80GB HBM3, the real run in"), std::string::npos) << text;
   EXPECT_NE(text.out.find("per-op error    not measured (--timing stream"), std::string::npos) << text;
+  // Serving validation times each iteration's ops: stream timing is refused there.
+  const std::string serving_scenario = src + "/scenarios/examples/validation/llama3-8b-serving-1xh200.yaml";
+  const CliResult serving = cli("validate " + quote(serving_scenario) + " --timing stream --real-from " + recording);
+  EXPECT_EQ(serving.code, 2) << serving;
+  EXPECT_NE(serving.err.find("--timing stream times training steps"), std::string::npos) << serving;
   // The recording's mode wins; another one asked for is refused.
   const CliResult ops = cli("validate " + scenario + " --real-from " + recording + " --timing ops");
   EXPECT_EQ(ops.code, 1) << ops;
