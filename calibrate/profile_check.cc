@@ -90,8 +90,25 @@ ModelVsTables builtin_vs_measured(const CalibrationProfile& profile, const GpuSp
   ComputeProfile cp = profile.compute;
   cp.measured = nullptr;
   std::vector<double> gemm, fwd, bwd;
-  for (const GemmPoint& g : profile.compute.measured->gemm)
-    if (g.seconds > 0) gemm.push_back(compute_seconds(gemm_op(g), gpu, cp) / g.seconds);
+  static constexpr double kFill[] = {0.6, 0.75, 0.9, 0.97, 1.0 + 1e-9};
+  static constexpr const char* kFillLabel[] = {"< 0.6", "0.6-0.75", "0.75-0.9", "0.9-0.97", ">= 0.97"};
+  std::vector<double> by_fill[5];
+  const double sms = static_cast<double>(std::max(1, gpu.sm_count));
+  for (const GemmPoint& g : profile.compute.measured->gemm) {
+    if (g.seconds <= 0) continue;
+    const double r = compute_seconds(gemm_op(g), gpu, cp) / g.seconds;
+    gemm.push_back(r);
+    if (g.m < 1024 || g.n < 1024 || g.k < 1024) continue;
+    const double tiles = std::ceil(static_cast<double>(g.m) / 128) * std::ceil(static_cast<double>(g.n) / 256);
+    const double fill = tiles / (std::ceil(tiles / sms) * sms);
+    for (size_t b = 0; b < 5; ++b)
+      if (fill < kFill[b]) {
+        by_fill[b].push_back(r);
+        break;
+      }
+  }
+  for (size_t b = 0; b < 5; ++b)
+    if (!by_fill[b].empty()) out.gemm_by_last_wave.emplace_back(kFillLabel[b], summarize(std::move(by_fill[b])));
   for (const AttentionPoint& a : profile.compute.measured->attention) {
     if (a.seconds <= 0 || a.seq <= 0 || a.batch_heads <= 0) continue;
     // One sequence of batch_heads query heads over batch_heads / group K/V heads, 16-bit.

@@ -44,6 +44,11 @@ int cmd_profile_check(const std::vector<std::string>& args) {
                 t.p10, t.p90, 100 * t.median_abs);
   };
   line("gemm", m.gemm);
+  if (!m.gemm_by_last_wave.empty()) {
+    std::printf("  gemm rows of 1,024 and more a side, by how full their last wave of 128 x 256 tiles is on %d SMs:\n",
+                gpu->sm_count);
+    for (const auto& [label, t] : m.gemm_by_last_wave) line(("  " + label).c_str(), t);
+  }
   line("attention forward", m.attention_forward);
   line("attention backward", m.attention_backward);
   if (!board_is_preset_model(p.gpu, gpu->name))
