@@ -358,7 +358,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
               members(v, key,
                       {"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_efficiency",
                        "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
-                       "queue_saving", "queue_interval",
+                       "queue_saving", "queue_interval", "gemm_stream_k",
                        "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
                        "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
                        "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element",
@@ -397,6 +397,11 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                           p.compute.queue_saving_s = seconds(cv, ck);
                         else if (c == "queue_interval")
                           p.compute.queue_interval_s = seconds(cv, ck);
+                        else if (c == "gemm_stream_k") {
+                          if (cv.kind != YNode::Kind::Scalar || (cv.scalar != "true" && cv.scalar != "false"))
+                            throw InputError(cv.mark, ck + " must be true or false");
+                          p.compute.gemm_stream_k = cv.scalar == "true";
+                        }
                         else if (c == "blocking_launch")
                           p.compute.blocking_launch_s = seconds(cv, ck);
                         else if (c == "host_sync")

@@ -636,6 +636,23 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
       const double t_all = std::max(math, mem);
       if (best < 0 || t_all < best) best = t_all;
     }
+    // Stream-K (persistent kernels, gpu.gemm_stream_k): the whole waves run as tiles of
+    // depth k; the r tiles left over share their r·k of depth out over every SM, each SM a
+    // depth of r·k / SMs at that depth's rate, and their FP32 partial sums (a tile's worth an
+    // SM) are written and read back to be reduced.
+    if (gpu.gemm_stream_k && p.gemm_stream_k) {
+      const double tiles = static_cast<double>(ceil_div(op.m, t.m) * ceil_div(op.n, t.n)) * batch;
+      const double full = std::floor(tiles / sms), rest = tiles - full * sms;
+      if (rest > 0) {
+        const double k = static_cast<double>(op.k), tile = 2.0 * static_cast<double>(t.m * t.n);
+        const double kr = rest * k / sms;
+        const double math = full * sms * tile * k / (peak * t.eff * k / (k + k_half)) +
+                            sms * tile * kr / (peak * t.eff * kr / (kr + k_half));
+        const double partial = 8.0 * static_cast<double>(t.m * t.n) * sms;
+        const double mem = (bytes + partial) / (gpu.hbm_bandwidth * p.memory_efficiency);
+        best = std::min(best, std::max(math, mem));
+      }
+    }
   }
   return p.kernel_latency_s + best;
 }

@@ -30,6 +30,7 @@ TEST(Profile, DefaultsFileEqualsTheBuiltInValues) {
   EXPECT_DOUBLE_EQ(p.compute.launch_overhead_s, c.launch_overhead_s);
   EXPECT_DOUBLE_EQ(p.compute.queue_saving_s, c.queue_saving_s);
   EXPECT_DOUBLE_EQ(p.compute.queue_interval_s, c.queue_interval_s);
+  EXPECT_EQ(p.compute.gemm_stream_k, c.gemm_stream_k);
   EXPECT_DOUBLE_EQ(p.compute.dynamic_cast_ops_per_element, c.dynamic_cast_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.dropout_rng_ops_per_element, c.dropout_rng_ops_per_element);
   EXPECT_DOUBLE_EQ(p.compute.multi_tensor_efficiency, c.multi_tensor_efficiency);

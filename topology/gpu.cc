@@ -20,8 +20,10 @@ constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 // MI300X: none (its FP32 peak prices its per-element work).
 std::vector<GpuSpec> with_sm_details(std::vector<GpuSpec> v) {
   for (GpuSpec& g : v) {
-    if (g.name.starts_with("h100") || g.name.starts_with("h200") || g.name == "b200" || g.name == "gb200")
+    if (g.name.starts_with("h100") || g.name.starts_with("h200") || g.name == "b200" || g.name == "gb200") {
       g.gemm_cluster_sms = 2;
+      g.gemm_stream_k = true;
+    }
     if (g.name.starts_with("v100")) g.sm_clock_hz = 1530e6;
     if (g.name.starts_with("a100")) g.sm_clock_hz = 1410e6;
     if (g.name == "h100-sxm" || g.name == "h200-sxm" || g.name == "b200" || g.name == "gb200") g.sm_clock_hz = 1980e6;

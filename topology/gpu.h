@@ -32,6 +32,11 @@ struct GpuSpec {
   // Blackwell (cuBLAS runs 2-CTA clusters on SM pairs), 1 before. A block of another
   // kernel on one SM of a pair leaves the pair to the GEMM unused.
   int gemm_cluster_sms = 1;
+  // The library's GEMM kernels are persistent with a stream-K tile scheduler (CUTLASS 3's
+  // on Hopper and Blackwell, which cuBLAS runs there): the tiles that do not fill a last wave
+  // have their k-loop shared out over every SM, partial sums reduced after, instead of a
+  // padded wave of whole tiles.
+  bool gemm_stream_k = false;
   // Boost SM clock, Hz (datasheets); 0 where unknown. With sm_count it sets the rate of the
   // SMs' issue slots that per-element integer, conversion and special-function work takes
   // (alu_slot_rate); 0 falls back to the FP32 peak.
