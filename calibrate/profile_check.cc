@@ -92,7 +92,9 @@ ModelVsTables builtin_vs_measured(const CalibrationProfile& profile, const GpuSp
   std::vector<double> gemm, fwd, bwd;
   static constexpr double kFill[] = {0.6, 0.75, 0.9, 0.97, 1.0 + 1e-9};
   static constexpr const char* kFillLabel[] = {"< 0.6", "0.6-0.75", "0.75-0.9", "0.9-0.97", ">= 0.97"};
-  std::vector<double> by_fill[5];
+  std::vector<double> by_fill[5], flipped[5];
+  ComputeProfile other = cp;
+  other.gemm_stream_k = !cp.gemm_stream_k;
   const double sms = static_cast<double>(std::max(1, gpu.sm_count));
   for (const GemmPoint& g : profile.compute.measured->gemm) {
     if (g.seconds <= 0) continue;
@@ -104,11 +106,14 @@ ModelVsTables builtin_vs_measured(const CalibrationProfile& profile, const GpuSp
     for (size_t b = 0; b < 5; ++b)
       if (fill < kFill[b]) {
         by_fill[b].push_back(r);
+        flipped[b].push_back(compute_seconds(gemm_op(g), gpu, other) / g.seconds);
         break;
       }
   }
   for (size_t b = 0; b < 5; ++b)
-    if (!by_fill[b].empty()) out.gemm_by_last_wave.emplace_back(kFillLabel[b], summarize(std::move(by_fill[b])));
+    if (!by_fill[b].empty())
+      out.gemm_by_last_wave.push_back(
+          {kFillLabel[b], summarize(std::move(by_fill[b])), summarize(std::move(flipped[b]))});
   for (const AttentionPoint& a : profile.compute.measured->attention) {
     if (a.seconds <= 0 || a.seq <= 0 || a.batch_heads <= 0) continue;
     // One sequence of batch_heads query heads over batch_heads / group K/V heads, 16-bit.

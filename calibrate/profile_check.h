@@ -34,8 +34,13 @@ struct ModelVsTables {
   ModelVsTable gemm, attention_forward, attention_backward;
   // The GEMM rows of 1,024 and more on every side, by how full the last wave of 128 × 256
   // output tiles is on the GPU's SMs (tiles / (waves · SMs), waves rounded up): the
-  // built-in form charges a padded last wave as a whole one. Labels as printed.
-  std::vector<std::pair<std::string, ModelVsTable>> gemm_by_last_wave;
+  // built-in form with the profile's compute.gemm_stream_k, and with it the other way
+  // (`flipped`). Labels as printed.
+  struct ByLastWave {
+    std::string label;
+    ModelVsTable as_set, flipped;
+  };
+  std::vector<ByLastWave> gemm_by_last_wave;
 };
 ModelVsTables builtin_vs_measured(const CalibrationProfile& profile, const GpuSpec& gpu);
 

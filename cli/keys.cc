@@ -45,9 +45,15 @@ int cmd_profile_check(const std::vector<std::string>& args) {
   };
   line("gemm", m.gemm);
   if (!m.gemm_by_last_wave.empty()) {
-    std::printf("  gemm rows of 1,024 and more a side, by how full their last wave of 128 x 256 tiles is on %d SMs:\n",
-                gpu->sm_count);
-    for (const auto& [label, t] : m.gemm_by_last_wave) line(("  " + label).c_str(), t);
+    std::printf("  gemm rows of 1,024 and more a side, by how full their last wave of 128 x 256 tiles is on %d SMs\n"
+                "  (and with compute.gemm_stream_k %s, median and median |err|):\n",
+                gpu->sm_count, p.compute.gemm_stream_k ? "false" : "true");
+    for (const auto& b : m.gemm_by_last_wave) {
+      const ModelVsTable& t = b.as_set;
+      std::printf("    %-17s %5d rows: median %.3f, p10 %.3f, p90 %.3f; median |err| %.2f%% (%.3f, %.2f%%)\n",
+                  b.label.c_str(), t.points, t.median, t.p10, t.p90, 100 * t.median_abs, b.flipped.median,
+                  100 * b.flipped.median_abs);
+    }
   }
   line("attention forward", m.attention_forward);
   line("attention backward", m.attention_backward);

@@ -74,10 +74,12 @@ struct ComputeProfile {
   // TFLOP/s; 8192^3 at 1,471 and 1,482) in the tile form below (calibrate/measurements/power-h100-2026-12-05).
   // The cap, which holds them at ~1,200 back to back, is apply_power_cap's.
   double fp8_gemm_efficiency = 0.796;
-  // GPUs whose library runs persistent stream-K GEMM kernels (GpuSpec::gemm_stream_k) share
-  // the tiles of a partial last wave out over every SM; false: every GPU pads it as a whole
-  // wave (a what-if, and the form before 2026-12-06).
-  bool gemm_stream_k = true;
+  // true: on GPUs whose library runs persistent stream-K GEMM kernels (GpuSpec::gemm_stream_k)
+  // the tiles of a partial last wave share their k-loop out over every SM, as the H200's
+  // cuBLASLt table shows; false (the default): every GPU pads the last wave as a whole one,
+  // the form the published training steps, held out, still agree with better (docs/model.md,
+  // "GEMMs: waves of padded tiles").
+  bool gemm_stream_k = false;
   double attention_efficiency = 0.71;  // fused attention's forward plateau: long sequences, many tiles (cuDNN on H200)
   double memory_efficiency = 0.88;     // device copy at GiB sizes: ~4.25 of 4.8 TB/s on H200
   double launch_overhead_s = 2.0e-6;   // back-to-back kernel gap

@@ -708,8 +708,10 @@ TEST_F(CliTest, ProfileCheckOfTheH200Profile) {
   const size_t at = r.out.find("median |err| ");
   ASSERT_NE(at, std::string::npos) << r;
   EXPECT_LT(std::stod(r.out.substr(at + 13)), 10.0) << r;
-  // The large GEMM rows by how full their last wave of tiles is: every one of them in a bin.
-  const size_t bins = r.out.find("by how full their last wave of 128 x 256 tiles is on 132 SMs:");
+  // The large GEMM rows by how full their last wave of tiles is: every one of them in a bin;
+  // where the last wave is 0.6-0.75 full, the padded form is ~10 % slow and the stream-K
+  // candidate (compute.gemm_stream_k, the figure in parentheses) within a few percent.
+  const size_t bins = r.out.find("by how full their last wave of 128 x 256 tiles is on 132 SMs");
   ASSERT_NE(bins, std::string::npos) << r;
   int rows = 0;
   for (const char* label : {"    < 0.6 ", "    0.6-0.75 ", "    0.75-0.9 ", "    0.9-0.97 ", "    >= 0.97 "}) {
@@ -718,6 +720,11 @@ TEST_F(CliTest, ProfileCheckOfTheH200Profile) {
     rows += std::stoi(r.out.substr(b + std::string(label).size()));
   }
   EXPECT_EQ(rows, 1909) << "the H200 table's GEMM rows of 1,024 and more on every side\n" << r;
+  const size_t partial = r.out.find("    0.6-0.75 ", bins);
+  const double padded = std::stod(r.out.substr(r.out.find("median ", partial) + 7));
+  const double stream_k = std::stod(r.out.substr(r.out.find("(", partial) + 1));
+  EXPECT_GT(padded, 1.05) << r;
+  EXPECT_NEAR(stream_k, 1.0, 0.03) << r;
   const CliResult none =
       cli("profile-check " + quote(std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/defaults.yaml"));
   EXPECT_EQ(none.code, 1) << none;

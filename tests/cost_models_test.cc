@@ -417,24 +417,23 @@ TEST(Compute, GemmsAsWavesOfPaddedTilesAndMemoryOpsOnAFloor) {
   const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
   ComputeProfile prof;
   auto gemm = [](int64_t m, int64_t n, int64_t k, DType d = DType::BF16) { return gemm_op(m, n, k, d); };
-  // 8192^3: 128x256 tiles, 64 x 32 = 2048 tiles = 15.5 waves of 132; each whole wave
-  // 2·128·256·8192 FLOPs per SM at 0.8 · 989.5 TFLOP/s · 8192 / (8192 + 128). Hopper's
-  // persistent stream-K kernels share the 68 tiles left over out over the 132 SMs, each a
-  // depth of 68 · 8192 / 132 at that depth's rate, where a padded 16th wave would cost a
-  // whole one.
+  // 8192^3: 128x256 tiles, 64 x 32 = 2048 tiles = 15.5 waves of 132 -> 16 waves; each
+  // wave 2·128·256·8192 FLOPs per SM at 0.8 · 989.5 TFLOP/s · 8192 / (8192 + 128).
   const Op big = gemm(8192, 8192, 8192);
   const double wave = 2.0 * 128 * 256 * 8192 * 132 / (989.5e12 * 0.8 * 8192.0 / (8192 + 128));
+  EXPECT_NEAR(compute_seconds(big, h200, prof), 4.4e-6 + 16 * wave, 1e-12);
+  // With compute.gemm_stream_k on a GPU whose library runs persistent stream-K kernels, the
+  // 68 tiles left over share their depth out over the 132 SMs, each a depth of
+  // 68 · 8192 / 132 at that depth's rate, where the padded 16th wave costs a whole one.
+  ComputeProfile stream_k;
+  stream_k.gemm_stream_k = true;
   const double kr = 68.0 * 8192 / 132;
   const double rest = 2.0 * 128 * 256 * kr * 132 / (989.5e12 * 0.8 * kr / (kr + 128));
-  EXPECT_NEAR(compute_seconds(big, h200, prof), 4.4e-6 + 15 * wave + rest, 1e-12);
+  EXPECT_NEAR(compute_seconds(big, h200, stream_k), 4.4e-6 + 15 * wave + rest, 1e-12);
   EXPECT_LT(rest, 0.55 * wave);
-  // Without stream-K (Ampere's library), the padded wave is whole.
-  GpuSpec padded = h200;
-  padded.gemm_stream_k = false;
-  EXPECT_NEAR(compute_seconds(big, padded, prof), 4.4e-6 + 16 * wave, 1e-12);
-  ComputeProfile no_stream_k;  // compute.gemm_stream_k: false, the what-if
-  no_stream_k.gemm_stream_k = false;
-  EXPECT_NEAR(compute_seconds(big, h200, no_stream_k), 4.4e-6 + 16 * wave, 1e-12);
+  GpuSpec ampere_library = h200;  // a library without persistent kernels pads, whatever the key
+  ampere_library.gemm_stream_k = false;
+  EXPECT_NEAR(compute_seconds(big, ampere_library, stream_k), 4.4e-6 + 16 * wave, 1e-12);
   // About 780 TFLOP/s, as cuBLAS measures there (772).
   EXPECT_NEAR(big.flops / compute_seconds(big, h200, prof) / 1e12, 745, 40);
 
@@ -466,27 +465,31 @@ TEST(Compute, GemmsAsWavesOfPaddedTilesAndMemoryOpsOnAFloor) {
 }
 
 // A GEMM's time never falls as a dimension grows: one more row costs a padded tile row
-// at most (decode batches 128 and 129 on Llama 3 70B's TP-8 QKV projection).
+// at most (decode batches 128 and 129 on Llama 3 70B's TP-8 QKV projection); with the
+// stream-K candidate too (compute.gemm_stream_k).
 TEST(Compute, GemmTimeIsMonotonicInEveryDimension) {
   const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
-  ComputeProfile prof;
-  for (int64_t n : {1280, 1024, 3584, 8192})
-    for (int64_t k : {1024, 8192}) {
-      double prev = 0;
-      for (int64_t m = 1; m <= 1100; ++m) {
-        Op g;
-        g.kind = OpKind::Gemm;
-        g.m = m;
-        g.n = n;
-        g.k = k;
-        g.flops = gemm_flops(g);
-        g.bytes_read = (m * k + k * n) * 2;
-        g.bytes_written = m * n * 2;
-        const double t = compute_seconds(g, h100, prof);
-        ASSERT_GE(t, prev) << m << "x" << n << "x" << k;
-        prev = t;
+  for (const bool stream_k : {false, true}) {
+    ComputeProfile prof;
+    prof.gemm_stream_k = stream_k;
+    for (int64_t n : {1280, 1024, 3584, 8192})
+      for (int64_t k : {1024, 8192}) {
+        double prev = 0;
+        for (int64_t m = 1; m <= 1100; ++m) {
+          Op g;
+          g.kind = OpKind::Gemm;
+          g.m = m;
+          g.n = n;
+          g.k = k;
+          g.flops = gemm_flops(g);
+          g.bytes_read = (m * k + k * n) * 2;
+          g.bytes_written = m * n * 2;
+          const double t = compute_seconds(g, h100, prof);
+          ASSERT_GE(t, prev) << m << "x" << n << "x" << k << (stream_k ? ", stream-K" : "");
+          prev = t;
+        }
       }
-    }
+  }
 }
 
 TEST(Compute, Fp8FallsBackToBf16WhereTheGpuHasNoFp8) {
