@@ -101,15 +101,20 @@ double LayoutEstimator::memory_bytes(const TrainingLayout& l) const {
   return peak;
 }
 
-// One layer, one micro-batch, simulated on the executor: a probe scenario with one
-// transformer layer, no pipeline, one micro-batch per DP rank, on as many nodes as the
-// TP × CP × EP groups need (so their communication crosses what it would cross).
+// A layer's time, one micro-batch, simulated on the executor: a probe scenario of
+// kProbeLayers transformer layers (so that the embedding's and the loss's kernels weigh in
+// its power windows about as little as in a whole step's, and the clock the cap leaves the
+// layers is a step's), no pipeline, one micro-batch per DP rank, on as many nodes as the
+// TP × CP × EP groups need (so their communication crosses what it would cross), its DP
+// gradient buckets after the backward (in a step only the last micro-batch's backward
+// runs beside them; estimate() prices them).
+constexpr int64_t kProbeLayers = 8;
 const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLayout& l) {
   const auto key = std::make_tuple(l.tp, l.cp, l.ep, l.micro_batch, l.sequence_parallel, l.recompute);
   auto it = layers_.find(key);
   if (it != layers_.end()) return it->second;
   Scenario p = s_;
-  p.model.layers = 1;
+  p.model.layers = kProbeLayers;
   p.model.moe.dense_layers = 0;
   const int64_t gpn = s_.cluster.node.gpus;
   const int64_t group = l.tp * l.cp * l.ep;
@@ -123,6 +128,7 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
   pl.global_batch = pl.dp * l.micro_batch;
   p = with_layout(p, pl);
   p.training.grad_nan_check = "false";  // once a step, not a layer's: priced in estimate()
+  p.parallel.overlap_grad_reduce = false;
   // A probe of one layer costs time, not memory: its micro-batch need not fit on its own.
   PlannerOptions po;
   po.check_memory = false;
@@ -149,8 +155,8 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
       (name.find("embed") != std::string::npos ? t.first_extra : t.last_extra) += d;
     }
   }
-  t.forward = f1 > f0 ? static_cast<double>(f1 - f0) * 1e-12 : 0;
-  t.backward = b1 > b0 ? static_cast<double>(b1 - b0) * 1e-12 : 0;
+  t.forward = f1 > f0 ? static_cast<double>(f1 - f0) * 1e-12 / kProbeLayers : 0;
+  t.backward = b1 > b0 ? static_cast<double>(b1 - b0) * 1e-12 / kProbeLayers : 0;
   return layers_.emplace(key, t).first->second;
 }
 

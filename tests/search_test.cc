@@ -97,8 +97,8 @@ TEST(Search, EstimateTracksTheSimulation) {
   std::vector<double> err;
   for (size_t i = 0; i < e.size(); ++i) err.push_back(std::fabs(e[i] - sim[i]) / sim[i]);
   std::sort(err.begin(), err.end());
-  EXPECT_LT(err[err.size() / 2], 0.03) << "median |error|";
-  EXPECT_LT(err.back(), 0.10) << "worst |error|";
+  EXPECT_LT(err[err.size() / 2], 0.02) << "median |error|";
+  EXPECT_LT(err.back(), 0.05) << "worst |error|";
   // Spearman rank correlation.
   auto ranks = [](const std::vector<double>& x) {
     std::vector<size_t> idx(x.size());
