@@ -1264,12 +1264,14 @@ class StageBuilder {
       // Megatron-LM's own layer: bias_gelu, a TorchScript-fused kernel whose tanh GeLU costs
       // arithmetic beyond its stream (MemAccess::TanhGelu).
       if (l_.local_impl && !swiglu) a = accessed(a, MemAccess::TanhGelu, f / static_cast<double>(e_));
-      a = fp8_quantize_fused("fp8-quantize-mlp-act", ph, L, tokens_, m_.ffn_hidden / t_, a);
+      // Megatron-Core's MLP runs the activation itself, between Transformer Engine's
+      // LayerNormLinear (FC1) and Linear (FC2): its BF16 output is cast by FC2's Linear.
+      a = fp8_cast("fp8-cast-mlp-act", ph, L, tokens_, m_.ffn_hidden / t_, a);
       return gemm_then_reduce("mlp-down", "tp-allreduce-mlp", "reduce-scatter-mlp", ph, L, deps(a), h,
                               m_.ffn_hidden / t_);
     }
-    return tp_reduce("tp-allreduce-mlp", "reduce-scatter-mlp", ph, L,
-                     moe_forward(L, ph, tp_gather("allgather-mlp-input", ph, L, ln)));
+    if (moe_sp()) return moe_forward(L, ph, ln);
+    return tp_reduce("tp-allreduce-mlp", "reduce-scatter-mlp", ph, L, moe_forward(L, ph, ln));
   }
 
   // The MoE layer's work on the most-loaded EP rank of this (layer, micro-batch): tokens
@@ -1300,6 +1302,15 @@ class StageBuilder {
     e.a2a_scale = hot;
     return e;
   }
+  // Megatron-Core's all-to-all token dispatcher (MoEAlltoAllTokenDispatcher, with the
+  // experts split over the TP group as the dense layers are): under sequence parallelism the
+  // layer takes the rank's own 1/tp of the tokens, no all-gather before it. The router scores
+  // them, they are permuted into expert order (top_k rows a token) and exchanged over EP, and
+  // the TP group all-gathers what its ranks received, each rank holding 1/tp of every local
+  // expert; after the experts a reduce-scatter over TP, the combine all-to-all and the
+  // unpermute (weighted by the router's probabilities) undo it. Without SP every TP rank
+  // holds every token and the output is all-reduced.
+  bool moe_sp() const { return l_.sequence_parallel && t_ > 1; }
   uint32_t moe_forward(int32_t L, Phase ph, uint32_t in) {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
@@ -1309,25 +1320,42 @@ class StageBuilder {
     const int64_t per_expert = load.per_expert;
     const double cap = 1.0 / load.useful;
     const int64_t fe = moe.expert_ffn_hidden / t_;
-    uint32_t router = add_gemm("moe-router", ph, L, tokens_, moe.experts, h, deps(in), 1, 1.0, act_dtype_);
-    const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_) * load.a2a_scale;
-    uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
-                                         ph, L, a2a, deps(router))
-                              : add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
+    const int64_t own = moe_sp() ? seq_tokens_ : tokens_;
+    uint32_t router = add_gemm("moe-router", ph, L, own, moe.experts, h, deps(in), 1, 1.0, act_dtype_);
+    const double a2a = static_cast<double>(own * moe.top_k * h * e_) * load.a2a_scale;
+    const double gathered = a2a * static_cast<double>(moe_sp() ? t_ : 1);
+    uint32_t disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
+    if (l_.ep > 1)
+      disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
+                      deps(disp));
+    if (moe_sp())
+      disp = add_coll("moe-dispatch-allgather", CollectiveKind::AllGather, GroupKind::TP, tp_, ph, L, gathered,
+                      deps(disp));
+    // The experts' linear layers are Transformer Engine Linears fed BF16 (the dispatched
+    // tokens, the activation's output): under FP8 each casts its input, and the backward
+    // each gradient entering it.
+    disp = fp8_cast("fp8-cast-expert-input", ph, L, per_expert * local, h, disp);
     uint32_t up = add_gemm("expert-up", ph, L, per_expert, (swiglu ? 2 : 1) * fe, h, deps(disp), local, 1.0 / cap);
     const double f = static_cast<double>(per_expert * local * fe * e_);
     uint32_t a = add_memory(swiglu ? "expert-swiglu" : "expert-gelu", ph, L, swiglu ? 2 * f : f, f,
                             8.0 * f / static_cast<double>(e_), deps(up));
-    uint32_t down = add_gemm("expert-down", ph, L, per_expert, h, fe, deps(a), local, 1.0 / cap);
-    uint32_t comb = l_.ep > 1 ? add_coll("moe-combine-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
-                                         ph, L, a2a, deps(down))
-                              : add_memory("moe-unpermute", ph, L, a2a, a2a, 0, deps(down));
-    uint32_t out = comb;
+    a = fp8_cast("fp8-cast-expert-act", ph, L, per_expert * local, fe, a);
+    uint32_t comb = add_gemm("expert-down", ph, L, per_expert, h, fe, deps(a), local, 1.0 / cap);
+    if (moe_sp())
+      comb = add_coll("moe-combine-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L,
+                      gathered, deps(comb));
+    if (l_.ep > 1)
+      comb = add_coll("moe-combine-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
+                      deps(comb));
+    uint32_t out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0, deps(comb));
     if (moe.shared_experts > 0) {
       const int64_t fs = moe.shared_experts * fe;
-      uint32_t su = add_gemm("shared-expert-up", ph, L, tokens_, (swiglu ? 2 : 1) * fs, h, deps(in));
+      uint32_t su = add_gemm("shared-expert-up", ph, L, tokens_, (swiglu ? 2 : 1) * fs, h,
+                             deps(moe_sp() ? tp_gather("allgather-shared-expert-input", ph, L, in) : in));
       uint32_t sd = add_gemm("shared-expert-down", ph, L, tokens_, h, fs, deps(su));
-      out = add_memory("moe-merge", ph, L, 2 * full_act_bytes(), full_act_bytes(), 0, deps(comb, sd));
+      if (moe_sp()) sd = tp_reduce("", "reduce-scatter-shared-expert", ph, L, sd);
+      const double merged = static_cast<double>(own * h * e_);
+      out = add_memory("moe-merge", ph, L, 2 * merged, merged, 0, deps(out, sd));
     }
     return out;
   }
@@ -1374,8 +1402,8 @@ class StageBuilder {
                                 return up_wgrad;
                               });
     }
-    const uint32_t out = moe_backward(L, tp_gather("allgather-mlp-grad", Phase::Backward, L, g), wgrad);
-    return tp_reduce("tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L, out);
+    if (moe_sp()) return moe_backward(L, g, wgrad);
+    return tp_reduce("tp-allreduce-mlp-grad", "reduce-scatter-mlp-grad", Phase::Backward, L, moe_backward(L, g, wgrad));
   }
 
   uint32_t moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
@@ -1387,36 +1415,52 @@ class StageBuilder {
     const int64_t per_expert = load.per_expert;
     const double cap = 1.0 / load.useful;
     const int64_t fe = moe.expert_ffn_hidden / t_;
-    const double a2a = static_cast<double>(tokens_ * moe.top_k * h * e_) * load.a2a_scale;
-    uint32_t comb = l_.ep > 1 ? add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP,
-                                         ep_stream(), Phase::Backward, L, a2a, deps(dy))
-                              : add_memory("moe-unpermute-backward", Phase::Backward, L, a2a, a2a, 0, deps(dy));
+    const int64_t own = moe_sp() ? seq_tokens_ : tokens_;
+    const double a2a = static_cast<double>(own * moe.top_k * h * e_) * load.a2a_scale;
+    const double gathered = a2a * static_cast<double>(moe_sp() ? t_ : 1);
+    uint32_t comb =
+        add_memory("moe-unpermute-backward", Phase::Backward, L, a2a / static_cast<double>(moe.top_k), a2a, 0, deps(dy));
+    if (l_.ep > 1)
+      comb = add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
+                      Phase::Backward, L, a2a, deps(comb));
+    if (moe_sp())
+      comb = add_coll("moe-combine-allgather-backward", CollectiveKind::AllGather, GroupKind::TP, tp_,
+                      Phase::Backward, L, gathered, deps(comb));
+    comb = fp8_cast("fp8-cast-expert-grad", Phase::Backward, L, per_expert * local, h, comb);
     uint32_t dd = add_gemm("expert-down-dgrad", Phase::Backward, L, per_expert, fe, h, deps(comb), local, 1.0 / cap);
     uint32_t dw = add_gemm("expert-down-wgrad", Phase::Backward, L, fe, h, per_expert, deps(comb), local, 1.0 / cap);
     const double f = static_cast<double>(per_expert * local * fe * e_);
     uint32_t ab = add_memory("expert-act-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f, swiglu ? 2 * f : f,
                              10.0 * f / static_cast<double>(e_), deps(dd));
+    ab = fp8_cast("fp8-cast-expert-act-grad", Phase::Backward, L, per_expert * local, (swiglu ? 2 : 1) * fe, ab);
     uint32_t ud = add_gemm("expert-up-dgrad", Phase::Backward, L, per_expert, h, (swiglu ? 2 : 1) * fe, deps(ab), local,
                            1.0 / cap);
     uint32_t uw = add_gemm("expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fe, per_expert, deps(ab, dw),
                            local, 1.0 / cap);
-    uint32_t disp = l_.ep > 1 ? add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP,
-                                         ep_stream(), Phase::Backward, L, a2a, deps(ud))
-                              : add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(ud));
-    uint32_t rd = add_gemm("moe-router-dgrad", Phase::Backward, L, tokens_, h, moe.experts, deps(disp), 1, 1.0, act_dtype_);
-    uint32_t rw = add_gemm("moe-router-wgrad", Phase::Backward, L, moe.experts, h, tokens_, deps(disp, uw), 1, 1.0, act_dtype_);
+    uint32_t disp = ud;
+    if (moe_sp())
+      disp = add_coll("moe-dispatch-reduce-scatter-backward", CollectiveKind::ReduceScatter, GroupKind::TP, tp_,
+                      Phase::Backward, L, gathered, deps(disp));
+    if (l_.ep > 1)
+      disp = add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
+                      Phase::Backward, L, a2a, deps(disp));
+    disp = add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(disp));
+    uint32_t rd = add_gemm("moe-router-dgrad", Phase::Backward, L, own, h, moe.experts, deps(disp), 1, 1.0, act_dtype_);
+    uint32_t rw = add_gemm("moe-router-wgrad", Phase::Backward, L, moe.experts, h, own, deps(disp, uw), 1, 1.0, act_dtype_);
     uint32_t out = rd;
     wgrad = rw;
     if (moe.shared_experts > 0) {
       const int64_t fs = moe.shared_experts * fe;
-      uint32_t sdd = add_gemm("shared-expert-down-dgrad", Phase::Backward, L, tokens_, fs, h, deps(dy));
-      uint32_t sdw = add_gemm("shared-expert-down-wgrad", Phase::Backward, L, fs, h, tokens_, deps(dy));
+      const uint32_t g = moe_sp() ? tp_gather("allgather-shared-expert-grad", Phase::Backward, L, dy) : dy;
+      uint32_t sdd = add_gemm("shared-expert-down-dgrad", Phase::Backward, L, tokens_, fs, h, deps(g));
+      uint32_t sdw = add_gemm("shared-expert-down-wgrad", Phase::Backward, L, fs, h, tokens_, deps(g));
       uint32_t sud =
           add_gemm("shared-expert-up-dgrad", Phase::Backward, L, tokens_, h, (swiglu ? 2 : 1) * fs, deps(sdd));
       uint32_t suw =
           add_gemm("shared-expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fs, tokens_, deps(sdd, sdw));
-      out = add_memory("moe-merge-backward", Phase::Backward, L, 2 * full_act_bytes(), full_act_bytes(), 0,
-                       deps(rd, sud));
+      if (moe_sp()) sud = tp_reduce("", "reduce-scatter-shared-expert-grad", Phase::Backward, L, sud);
+      const double merged = static_cast<double>(own * h * e_);
+      out = add_memory("moe-merge-backward", Phase::Backward, L, 2 * merged, merged, 0, deps(rd, sud));
       wgrad = add_memory("moe-wgrad-join", Phase::Backward, L, 0, 0, 0, deps(rw, suw));
     }
     mlp_input_ready_ = out;

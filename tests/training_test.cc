@@ -603,6 +603,55 @@ TEST(Volumes, ExpertParallelAllToAll) {
   EXPECT_GT(out.metrics[0].second, 0.0);
 }
 
+// Megatron-Core's all-to-all dispatcher under TP and SP: the MoE layer takes the rank's own
+// 1/tp of the tokens (no all-gather of its input); the EP all-to-alls move those tokens'
+// top_k rows, and the TP group all-gathers what its ranks received before the experts and
+// reduce-scatters it after, forward and backward.
+TEST(Volumes, MoeDispatchUnderSequenceParallelism) {
+  const Scenario s = scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: mixtral-8x7b, layers: 2}\n"
+      "parallel: {tp: 2, sequence_parallel: true, dp: 8, ep: 4}\ntraining: {global_batch: 8}\n",
+      "vol-ep-sp");
+  const TrainingPlan tp = build_training_plan(s);
+  const double own = 4096.0 / 2 * 2 * 4096 * 2;  // (tokens / tp)·top_k·h·bytes
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::EP, CollectiveKind::AllToAll, 0), 4 * own);
+  std::map<std::string, double> bytes;
+  for (const Op& op : tp.plan.programs[0].ops)
+    if (op.layer == 0 && op.micro_batch == 0) bytes[tp.plan.names[op.name]] += static_cast<double>(op.bytes);
+  for (const char* name : {"moe-dispatch-allgather", "moe-combine-reduce-scatter", "moe-combine-allgather-backward",
+                           "moe-dispatch-reduce-scatter-backward"})
+    EXPECT_DOUBLE_EQ(bytes[name], 2 * own) << name;  // the TP group's tokens·top_k·h·bytes
+  EXPECT_EQ(bytes.count("allgather-mlp-input"), 0u);
+  EXPECT_EQ(bytes.count("reduce-scatter-mlp"), 0u);
+  EXPECT_EQ(bytes.count("allgather-mlp-grad"), 0u);
+  EXPECT_EQ(bytes.count("moe-permute"), 1u);
+  EXPECT_EQ(bytes.count("moe-unpermute"), 1u);
+  // The router scores the rank's own tokens: 4096 / tp of them.
+  for (const Op& op : tp.plan.programs[0].ops) {
+    if (tp.plan.names[op.name] == "moe-router") {
+      EXPECT_EQ(op.m, 2048);
+    }
+  }
+  // Under FP8 the experts' Linears cast what they are fed: the gathered tokens (rows: the TP
+  // group's tokens·top_k) and the activation's output forward, the two gradients backward;
+  // each a cast-transpose, 2 bytes read and 2 written an element.
+  const Scenario s8 = scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: mixtral-8x7b, layers: 2, dtype: fp8}\n"
+      "parallel: {tp: 2, sequence_parallel: true, dp: 8, ep: 4}\ntraining: {global_batch: 8}\n",
+      "vol-ep-sp-fp8");
+  const TrainingPlan t8 = build_training_plan(s8);
+  std::map<std::string, double> moved;
+  for (const Op& op : t8.plan.programs[0].ops)
+    if (op.layer == 0 && op.micro_batch == 0)
+      moved[t8.plan.names[op.name]] += static_cast<double>(op.bytes_read + op.bytes_written);
+  const double rows = 4096.0 * 2, h = 4096, fe = 14336.0 / 2;
+  EXPECT_DOUBLE_EQ(moved["fp8-cast-expert-input"], rows * h * 4);
+  EXPECT_DOUBLE_EQ(moved["fp8-cast-expert-act"], rows * fe * 4);
+  EXPECT_DOUBLE_EQ(moved["fp8-cast-expert-grad"], rows * h * 4);
+  EXPECT_DOUBLE_EQ(moved["fp8-cast-expert-act-grad"], rows * 2 * fe * 4);
+  EXPECT_EQ(bytes.count("fp8-cast-expert-input"), 0u);  // none in BF16
+}
+
 // Memory: ZeRO shards optimizer state (1), gradients (2) and weights (3) over DP; 1F1B
 // holds pp micro-batches of activations on the first stage, GPipe all m.
 TEST(Memory, ZeroStagesAndPipelineInFlight) {
@@ -1246,14 +1295,19 @@ TEST(Fidelity, CurrentScalingReadsEachCastInputForItsAmax) {
         b += static_cast<double>(op.bytes_read + op.bytes_written);
     return b;
   };
-  // Per layer: the amax passes read the forward's attention output and the backward's four
+  // Per layer: the amax passes read the forward's attention output and activation output (f:
+  // Megatron-Core's activation is its own, FC2's Linear casts it) and the backward's four
   // gradients (FC2 and projection outputs h, FC1 outputs 2f for SwiGLU, QKV outputs qkv) once;
-  // the quantize kernels after the two norms (h) and the activation (f) move 4 bytes each.
+  // the quantize kernels after the two norms (h) move 4 bytes each.
   const double layers = 2, e = 2;
-  EXPECT_NEAR(bytes(current, "-amax") / layers, tokens * e * (h + h + h + 2 * f + qkv) + 4 * 5, 1.0);
+  EXPECT_NEAR(bytes(current, "-amax") / layers, tokens * e * (h + f + h + h + 2 * f + qkv) + 4 * 6, 1.0);
   EXPECT_EQ(bytes(delayed, "-amax"), 0);
-  EXPECT_NEAR(bytes(current, "fp8-quantize-") / layers, tokens * 4 * (h + h + f), 1.0);
+  EXPECT_NEAR(bytes(current, "fp8-quantize-") / layers, tokens * 4 * (h + h), 1.0);
   EXPECT_EQ(bytes(delayed, "fp8-quantize-"), 0);
+  // Either recipe casts the activation's BF16 output for FC2: 2 bytes read, the FP8 copy and
+  // its transpose written.
+  EXPECT_NEAR((bytes(delayed, "fp8-cast-mlp-act") - bytes(delayed, "fp8-cast-mlp-act-grad")) / layers,
+              tokens * 4 * f, 1.0);
   EXPECT_GT(iteration_s(text("tensorwise", "1")), iteration_s(text("delayed", "1")));
   // Sequence parallel at TP 2: four 4-byte amax all-reduces over TP per layer and pass
   // (forward: QKV and FC1 inputs; backward: projection and FC2 output gradients).
