@@ -582,10 +582,10 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.training.fp8_attention = as_bool(n, "training.fp8_attention"); }},
       {"training.fp8_recipe", "name", "delayed",
        "with model.dtype fp8, Transformer Engine's scaling recipe (Megatron-Core's --fp8-recipe): delayed (DelayedScaling: "
-       "each cast scales by an amax history and records the new amax as it writes, so norms and activations write FP8 "
-       "directly) | tensorwise (Float8CurrentScaling, 'FP8-CS': each tensor's own amax before its cast, a read pass of "
-       "its own; norms and activations write BF16 with the amax, then a quantize kernel; amaxes of sequence-parallel "
-       "tensors all-reduced over TP); docs/model.md",
+       "each cast scales by an amax history and records the new amax as it writes, so TE's norms write FP8 directly) | "
+       "tensorwise (Float8CurrentScaling, 'FP8-CS': each tensor's own amax before its cast, a read pass of its own; "
+       "TE's norms write BF16 with the amax, then a quantize kernel; amaxes of sequence-parallel tensors all-reduced "
+       "over TP); docs/model.md",
        [](const N& n, S& s) { s.training.fp8_recipe = as_enum(n, "training.fp8_recipe", {"delayed", "tensorwise"}); }},
       {"training.framework", "name", "megatron",
        "megatron (Megatron-Core / Transformer Engine: fused norms and bias-activations, BF16 weights with FP32 main "
