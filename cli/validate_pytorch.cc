@@ -123,6 +123,9 @@ int validate_against_pytorch(const Scenario& s, int iterations, int warmup, bool
   const TrainingLayout l = check_training_layout(s);
   const ModelConfig& m = s.model;
   if (m.moe.experts > 0) throw InputError(s.mark("model.moe"), "the PyTorch reference has no mixture of experts");
+  if (m.head_dim() * m.heads != m.hidden)
+    throw InputError(s.mark("model.head_dim"), "the PyTorch reference builds heads of hidden / heads, expected no "
+                                               "model.head_dim other than " + std::to_string(m.hidden / m.heads));
   // The model, as the reference script reads it.
   const fs::path dir = fs::temp_directory_path() / ("clustersim-pytorch-" + std::to_string(::getpid()));
   fs::create_directories(dir);

@@ -81,13 +81,32 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   // the QKV and MLP inputs and the masks are replicated over TP; the rest shards.
   const double h = static_cast<double>(m.hidden);
   const double f = static_cast<double>(m.ffn_hidden) / h;
-  const double kv = static_cast<double>(m.kv_heads) / static_cast<double>(m.heads);
+  // Q and the projection's input are heads·d wide, K and V kv_heads·d each (h and h·g/a
+  // when d = h/a).
+  const double q = static_cast<double>(m.heads * m.head_dim()) / h;
+  const double kv = static_cast<double>(m.kv_heads * m.head_dim()) / h;
   const double mask = m.dropout > 0 ? 1.0 : 0.0;
   const double lin = in.fp8 ? 1.0 : 2.0;  // a linear layer's saved input, bytes per element
   const double replicated = 4.0 + lin + lin + 2.0 * mask;  // norms, QKV input, MLP input, masks
-  const double up_out = 2.0 * f * (m.mlp_matrices() == 3 ? 2.0 : 1.0);
-  const double sharded = 2.0 + 4.0 * kv + lin + up_out + lin * f;  // Q, K and V, proj input, up output, down input
+  const double gated = m.mlp_matrices() == 3 ? 2.0 : 1.0;
+  double mlp = 2.0 * f * gated + lin * f;  // the up projection's output, the down projection's input
+  double gathered = 0;                     // per rank whatever the TP degree
+  if (m.moe.experts > 0) {
+    // A MoE layer (Megatron-Core's all-to-all dispatcher, docs/model.md "MoE layers"): each
+    // rank's experts keep the rows routed to them, top_k a token (capacity-padded unless
+    // dropless), all of its TP group's (FC1's input, gathered over TP), their up
+    // projection's output and down projection's input at 1/t of the expert's width; the
+    // unpermute keeps the experts' outputs for the router probabilities' gradient; shared
+    // experts as a dense MLP.
+    const double rows = static_cast<double>(m.moe.top_k) * (m.moe.routing.dropless ? 1.0 : m.moe.capacity_factor);
+    const double fe = static_cast<double>(m.moe.expert_ffn_hidden) / h;
+    const double fs = static_cast<double>(m.moe.shared_experts) * fe;
+    mlp = rows * (2.0 * fe * gated + lin * fe) + 2.0 * static_cast<double>(m.moe.top_k) + 2.0 * fs * gated + lin * fs;
+    gathered = rows * lin;
+  }
+  const double sharded = 2.0 * q + 4.0 * kv + lin * q + mlp;  // Q, K and V, proj input, the MLP's
   double full_layer = in.sequence_parallel ? sbh * (replicated + sharded) / t : sbh * (replicated + sharded / t);
+  full_layer += sbh * gathered;
   if (in.unfused_scores) {
     const double s_local = tokens / static_cast<double>(in.micro_batch);
     const double scores = static_cast<double>(m.heads) * s_local * s_local * static_cast<double>(in.micro_batch) / t;

@@ -71,9 +71,11 @@ struct ModelConfig {
   bool biases = false;             // GPT: linear biases and LayerNorm (gain + bias); Llama: RMSNorm gain only
   bool learned_positions = false;  // GPT: a learned position table; Llama: rotary, no weights
   double dropout = 0.0;            // attention and hidden dropout probability (Megatron GPT: 0.1; Llama: 0)
+  int64_t head_channels = 0;       // a head's width when it is not hidden / heads (Qwen3, Gemma; Megatron's
+                                   // --kv-channels); 0: hidden / heads
   MoeConfig moe;
 
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return head_channels > 0 ? head_channels : hidden / heads; }
   bool moe_layer(int64_t layer) const { return moe.experts > 0 && layer >= moe.dense_layers; }
   int64_t mlp_matrices() const { return ffn_type == FfnType::Swiglu ? 3 : 2; }
   int64_t attention_params() const;

@@ -255,6 +255,11 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.model.heads = as_int(n, "model.heads", 1, kMaxModelDim); }},
       {"model.kv_heads", "integer", "preset's, else heads", "key/value heads (< heads means GQA)",
        [](const N& n, S& s) { s.model.kv_heads = as_int(n, "model.kv_heads", 1, kMaxModelDim); }},
+      {"model.head_dim", "integer", "hidden / heads",
+       "a head's width d, where the model's heads are not hidden / heads wide (Qwen3 30B-A3B: hidden 2048, 32 heads "
+       "of 128; Megatron's --kv-channels, Hugging Face's head_dim): the QKV projection is h x (heads + 2 kv_heads)·d, "
+       "the output projection heads·d x h",
+       [](const N& n, S& s) { s.model.head_channels = as_int(n, "model.head_dim", 1, kMaxModelDim); }},
       {"model.ffn_hidden", "integer", "preset's", "MLP inner size",
        [](const N& n, S& s) { s.model.ffn_hidden = as_int(n, "model.ffn_hidden", 1, kMaxModelDim); }},
       {"model.ffn_type", "name", "preset's", "gelu | swiglu",
@@ -1490,9 +1495,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       throw InputError(s.mark("model"), std::string("model.") + key + " is not set: give model.preset or model." + key);
   }
   if (m.name.empty()) m.name = "custom";
-  if (m.hidden % m.heads != 0)
+  if (m.head_channels == 0 && m.hidden % m.heads != 0)
     throw InputError(s.mark("model.heads"), "model.heads (" + std::to_string(m.heads) + ") must divide model.hidden (" +
-                                                std::to_string(m.hidden) + ")");
+                                                std::to_string(m.hidden) + "), or give model.head_dim");
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
     throw InputError(s.mark("model.kv_heads"), "model.kv_heads (" + std::to_string(m.kv_heads) +
                                                    ") must divide model.heads (" + std::to_string(m.heads) + ")");

@@ -681,6 +681,73 @@ TEST(Memory, ZeroStagesAndPipelineInFlight) {
   EXPECT_NEAR(z0.activations - logits, 8 * layer, 1e6);
 }
 
+std::string filled(std::string yaml, const std::vector<std::pair<std::string, std::string>>& values);
+
+// A MoE layer keeps what Megatron-Core's experts save: per rank the rows routed to it (top_k a
+// token, capacity-padded unless dropless) as FC1's input, all of its TP group's; their FC1
+// output and FC2 input at 1/t of the expert's width; the experts' outputs for the unpermute's
+// probability gradient. Mixtral 8x7B (h 4096, experts of 14336, top 2, SwiGLU) at TP 2 under SP,
+// one layer, one micro-batch of 4096 tokens in flight.
+TEST(Memory, MoeLayerKeepsTheRoutedRows) {
+  auto act = [&](const std::string& moe) {
+    return build_training_plan(
+               scenario_from_text("cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: mixtral-8x7b, layers: 1" +
+                                      moe + "}\nparallel: {tp: 2, sequence_parallel: true, dp: 4, ep: 4}\n"
+                                            "training: {global_batch: 4}\n",
+                                  "mem-moe"))
+        .memory.activations;
+  };
+  const double sbh = 4096.0 * 4096, t = 2, fe = 14336.0 / 4096;
+  const double logits = 4096.0 * 32000 / t * (2 + 4);
+  // Norms 4, QKV and MLP inputs 2 + 2, Q 2, K and V 4·(8/32), proj input 2 (all / t under SP).
+  const double dense_part = (4 + 2 + 2 + 2 + 1 + 2) / t;
+  const double moe = (2 * (2 * fe * 2 + 2 * fe) + 2 * 2) / t + 2 * 2;  // rows 2: expert outputs, then FC1 input
+  EXPECT_NEAR(act("") - logits, sbh * (dense_part + moe), 1e3);
+  // Capacity-padded (not dropless) at 1.5: 1.5 times the rows through the experts.
+  const double padded = (3 * (2 * fe * 2 + 2 * fe) + 2 * 2) / t + 3 * 2;
+  EXPECT_NEAR(act(", moe: {capacity_factor: 1.5, routing: {dropless: false}}") - logits, sbh * (dense_part + padded),
+              1e3);
+}
+
+// model.head_dim: heads whose width is not hidden / heads (Qwen3 30B-A3B: hidden 2048, 32
+// query heads and 4 KV heads of 128). QKV projects h to (32 + 2·4)·128, the output
+// projection 32·128 back to h; the parameters and the saved Q, K, V follow.
+TEST(Model, HeadDimApartFromHidden) {
+  const std::string y =
+      "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 2}\nmodel: {preset: llama3-8b, layers: 2, hidden: 2048, "
+      "heads: 32, kv_heads: 4, HEAD ffn_hidden: 6144, seq_len: 4096}\nparallel: {tp: 2}\ntraining: {global_batch: 1}\n";
+  const Scenario s = scenario_from_text(filled(y, {{"HEAD", "head_dim: 128,"}}), "hd");
+  EXPECT_EQ(s.model.head_dim(), 128);
+  EXPECT_EQ(s.model.attention_params(), 2048 * (32 + 8) * 128 + 32 * 128 * 2048);
+  const TrainingPlan tp = build_training_plan(s);
+  bool qkv = false, proj = false;
+  for (const Op& op : tp.plan.programs[0].ops) {
+    const std::string& name = tp.plan.names[op.name];
+    if (name == "qkv") {
+      qkv = true;
+      EXPECT_EQ(op.n, (32 + 8) * 128 / 2);
+      EXPECT_EQ(op.k, 2048);
+    }
+    if (name == "attn-proj") {
+      proj = true;
+      EXPECT_EQ(op.n, 2048);
+      EXPECT_EQ(op.k, 32 * 128 / 2);
+    }
+  }
+  EXPECT_TRUE(qkv && proj);
+  // Without it the same model has heads of 64 and a smaller QKV; its saved activations are smaller.
+  const Scenario narrow = scenario_from_text(filled(y, {{"HEAD", ""}}), "hd");
+  EXPECT_EQ(narrow.model.head_dim(), 64);
+  EXPECT_GT(tp.memory.activations, build_training_plan(narrow).memory.activations);
+  // Heads that do not divide the hidden size need it, and the error says so.
+  try {
+    scenario_from_text(filled(y, {{"HEAD", "heads: 24,"}}).replace(y.find("heads: 32, "), 11, ""), "hd");
+    ADD_FAILURE() << "hidden 2048 over 24 heads was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.head_dim"), std::string::npos) << e.what();
+  }
+}
+
 // The shipped GPT-3 175B example lands where Megatron-LM's measurements do.
 TEST(Examples, Gpt3On1024A100HasPlausibleMfu) {
   Scenario s =
