@@ -250,9 +250,10 @@ TrainingLayout check_training_layout(const Scenario& s) {
       fail(s, "parallel.ep", "ep = " + str(p.ep) + " needs a mixture-of-experts model (model.moe.experts > 0)");
     if (m.moe.experts % p.ep != 0)
       fail(s, "parallel.ep", "ep = " + str(p.ep) + " does not divide model.moe.experts = " + str(m.moe.experts));
-    if (l.dp % p.ep != 0)
+    if (l.dp * l.cp % p.ep != 0)
       fail(s, "parallel.ep",
-           "ep = " + str(p.ep) + " must divide dp = " + str(l.dp) + " (experts are carved out of data parallelism)");
+           "ep = " + str(p.ep) + " must divide dp·cp = " + str(l.dp * l.cp) +
+               " (experts are carved out of data and context parallelism)");
   }
   if (m.moe.experts > 0 && (m.moe.top_k < 1 || m.moe.top_k > m.moe.experts || m.moe.expert_ffn_hidden < 1))
     fail(s, "model.moe", "a mixture of experts needs 1 <= top_k <= experts and expert_ffn_hidden > 0");
@@ -2355,23 +2356,25 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
         });
   for (int64_t p = 0; p < l.pp; ++p)
     for (int64_t t = 0; t < l.tp; ++t) {
-      // Dense gradients are reduced over DP x CP (Megatron); experts over the ranks that
-      // hold the same experts (dp ≡ r mod ep), with CP.
+      // Dense gradients are reduced over DP x CP (Megatron). Experts are laid out over the
+      // same DP x CP ranks in Megatron-Core's order (CP innermost, then DP: j = c + cp·d):
+      // an EP group is ep consecutive j, an expert-DP group the ranks that hold the same
+      // experts (j ≡ r mod ep).
       group(GroupKind::DP, [&](auto& g) {
         for (int64_t d = 0; d < l.dp; ++d)
           for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p));
       });
       if (l.ep > 1) {
+        const int64_t n = l.dp * l.cp;
+        auto at = [&](int64_t j) { return rank_of(t, j % l.cp, j / l.cp, p); };
         for (int64_t r = 0; r < l.ep; ++r)
           group(GroupKind::EDP, [&](auto& g) {
-            for (int64_t d = r; d < l.dp; d += l.ep)
-              for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p));
+            for (int64_t j = r; j < n; j += l.ep) g.push_back(at(j));
           });
-        for (int64_t c = 0; c < l.cp; ++c)
-          for (int64_t k = 0; k < l.dp / l.ep; ++k)
-            group(GroupKind::EP, [&](auto& g) {
-              for (int64_t d = k * l.ep; d < (k + 1) * l.ep; ++d) g.push_back(rank_of(t, c, d, p));
-            });
+        for (int64_t k = 0; k < n / l.ep; ++k)
+          group(GroupKind::EP, [&](auto& g) {
+            for (int64_t j = k * l.ep; j < (k + 1) * l.ep; ++j) g.push_back(at(j));
+          });
       } else if (m.moe.experts > 0) {
         group(GroupKind::EDP, [&](auto& g) {
           for (int64_t d = 0; d < l.dp; ++d)

@@ -341,7 +341,9 @@ const std::vector<KeySpec>& key_table() {
        "CP group before one attention over the whole sequence, and the K/V gradients reduce-scattered after the "
        "backward; the all-gather in the attention's path, as Llama 3's training ran it); docs/model.md",
        [](const N& n, S& s) { s.parallel.cp_comm = as_enum(n, "parallel.cp_comm", {"p2p", "all-gather"}); }},
-      {"parallel.ep", "integer", "1", "expert-parallel degree",
+      {"parallel.ep", "integer", "1",
+       "expert-parallel degree: experts carved out of the DP x CP ranks in Megatron-Core's order (CP innermost), so ep "
+       "divides dp·cp; the experts' own TP is parallel.tp",
        [](const N& n, S& s) { s.parallel.ep = as_degree(n, "parallel.ep"); }},
       {"parallel.sequence_parallel", "bool", "false", "Megatron SP: all-gather / reduce-scatter instead of all-reduce",
        [](const N& n, S& s) { s.parallel.sequence_parallel = as_bool(n, "parallel.sequence_parallel"); }},

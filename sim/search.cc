@@ -372,7 +372,7 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
         std::vector<int64_t> eps = {1};
         if (m.moe.experts > 0) {
           eps.clear();
-          for (int64_t ep : divisors(dp))
+          for (int64_t ep : divisors(dp * cp))  // experts are carved out of DP x CP
             if (m.moe.experts % ep == 0) eps.push_back(ep);
         }
         for (int64_t ep : eps)

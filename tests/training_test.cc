@@ -603,6 +603,28 @@ TEST(Volumes, ExpertParallelAllToAll) {
   EXPECT_GT(out.metrics[0].second, 0.0);
 }
 
+// Experts are carved out of DP x CP, as Megatron-Core lays them out (CP innermost, then DP):
+// at CP 2, DP 2, EP 4 one EP group holds all four ranks, CP peers included, and each expert's
+// gradients have no one to be reduced with.
+TEST(Volumes, ExpertParallelSpansContextParallelRanks) {
+  const Scenario s = scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 4}\nmodel: {preset: mixtral-8x7b, layers: 2, seq_len: "
+      "8192}\nparallel: {cp: 2, dp: 2, ep: 4}\ntraining: {global_batch: 2}\n",
+      "vol-ep-cp");
+  const TrainingPlan tp = build_training_plan(s);
+  int ep_groups = 0, edp_groups = 0;
+  for (const auto& g : tp.plan.groups) {
+    if (g.kind == GroupKind::EP) {
+      ++ep_groups;
+      EXPECT_EQ(g.ranks, (std::vector<int32_t>{0, 1, 2, 3}));
+    }
+    edp_groups += g.kind == GroupKind::EDP;
+  }
+  EXPECT_EQ(ep_groups, 1);
+  EXPECT_EQ(edp_groups, 0);
+  EXPECT_EQ(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::EDP, CollectiveKind::AllReduce), 0.0);
+}
+
 // Megatron-Core's all-to-all dispatcher under TP and SP: the MoE layer takes the rank's own
 // 1/tp of the tokens (no all-gather of its input); the EP all-to-alls move those tokens'
 // top_k rows, and the TP group all-gathers what its ranks received before the experts and
