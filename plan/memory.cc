@@ -12,9 +12,10 @@ int64_t padded_vocab(const ModelConfig& m, int64_t tp) {
 
 StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
   // Linear weights (and their biases) shard over TP; norms and position tables are
-  // replicated; the vocabulary shards over TP; experts shard over EP, then TP.
+  // replicated; the vocabulary shards over TP; experts shard over EP, then their own TP.
   StageParams p;
   const double t = static_cast<double>(in.tp), h = static_cast<double>(m.hidden);
+  const double et = static_cast<double>(in.etp > 0 ? in.etp : in.tp);
   const int64_t end = in.end_layer < 0 ? m.layers : in.end_layer;
   const double norms = m.biases ? 4 * h : 2 * h;
   for (int64_t l = in.first_layer; l < end; ++l) {
@@ -23,7 +24,7 @@ StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
       p.dense += h * static_cast<double>(m.moe.experts);  // router, replicated
       p.dense += static_cast<double>(m.moe.shared_experts * m.expert_params()) / t;
       p.expert +=
-          static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * static_cast<double>(m.expert_params()) / t;
+          static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * static_cast<double>(m.expert_params()) / et;
     } else {
       p.dense += static_cast<double>(m.dense_mlp_params()) / t;
     }
@@ -48,7 +49,9 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   const StageParams sp = stage_params(m, in);
   const double e = dtype_bits(m.dtype) / 8.0;
   const double dp_all = static_cast<double>(in.dp * in.cp);
-  const double edp = std::max(1.0, dp_all / static_cast<double>(in.ep));
+  // The ranks holding the same experts: DP x CP (x TP / their own TP) over EP.
+  const double tp_over_etp = static_cast<double>(in.tp) / static_cast<double>(in.etp > 0 ? in.etp : in.tp);
+  const double edp = std::max(1.0, dp_all * tp_over_etp / static_cast<double>(in.ep));
   auto shard = [&](int stage) {  // ZeRO divisor for dense and expert parameters
     return in.zero_stage >= stage ? std::pair{dp_all, edp} : std::pair{1.0, 1.0};
   };
@@ -102,7 +105,9 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
     const double fe = static_cast<double>(m.moe.expert_ffn_hidden) / h;
     const double fs = static_cast<double>(m.moe.shared_experts) * fe;
     mlp = rows * (2.0 * fe * gated + lin * fe) + 2.0 * static_cast<double>(m.moe.top_k) + 2.0 * fs * gated + lin * fs;
-    gathered = rows * lin;
+    // FC1's input: the TP group's rows when the experts are split over TP (gathered), the
+    // rank's own when each rank holds whole experts (expert_tp 1 under SP).
+    gathered = rows * lin / tp_over_etp;
   }
   const double sharded = 2.0 * q + 4.0 * kv + lin * q + mlp;  // Q, K and V, proj input, the MLP's
   double full_layer = in.sequence_parallel ? sbh * (replicated + sharded) / t : sbh * (replicated + sharded / t);

@@ -59,6 +59,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.pp = p.pp;
   l.cp = p.cp;
   l.ep = p.ep;
+  l.etp = p.expert_tp > 0 ? p.expert_tp : p.tp;
   l.virtual_stages = p.virtual_stages;
   l.micro_batch = p.micro_batch;
   l.zero_stage = p.zero_stage;
@@ -222,9 +223,17 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
   if (m.ffn_hidden % p.tp != 0)
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
-  if (m.moe.experts > 0 && m.moe.expert_ffn_hidden % p.tp != 0)
-    fail(s, "parallel.tp",
-         "tp = " + str(p.tp) + " does not divide model.moe.expert_ffn_hidden = " + str(m.moe.expert_ffn_hidden));
+  const int64_t etp = p.expert_tp > 0 ? p.expert_tp : p.tp;
+  if (p.expert_tp > 0 && m.moe.experts == 0)
+    fail(s, "parallel.expert_tp", "expert_tp needs a mixture-of-experts model (model.moe.experts > 0)");
+  if (etp != p.tp && etp != 1)
+    fail(s, "parallel.expert_tp", "expert_tp = " + str(etp) + ", expected 1 or tp (" + str(p.tp) + ")");
+  if (etp < p.tp && !p.sequence_parallel)
+    fail(s, "parallel.expert_tp",
+         "expert_tp 1 under tp = " + str(p.tp) + " routes each rank's own tokens, expected sequence_parallel: true");
+  if (m.moe.experts > 0 && m.moe.expert_ffn_hidden % etp != 0)
+    fail(s, p.expert_tp > 0 ? "parallel.expert_tp" : "parallel.tp",
+         "expert TP " + str(etp) + " does not divide model.moe.expert_ffn_hidden = " + str(m.moe.expert_ffn_hidden));
   // The embedding and the output layer with the loss may each stand in for a layer of the
   // first and the last chunk (Megatron-Core's account_for_embedding_in_pipeline_split and
   // account_for_loss_in_pipeline_split; Llama 3 405B's 126 layers in 16 × 8 chunks, the
@@ -250,10 +259,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
       fail(s, "parallel.ep", "ep = " + str(p.ep) + " needs a mixture-of-experts model (model.moe.experts > 0)");
     if (m.moe.experts % p.ep != 0)
       fail(s, "parallel.ep", "ep = " + str(p.ep) + " does not divide model.moe.experts = " + str(m.moe.experts));
-    if (l.dp * l.cp % p.ep != 0)
+    const int64_t units = p.tp / etp * l.dp * l.cp;
+    if (units % p.ep != 0)
       fail(s, "parallel.ep",
-           "ep = " + str(p.ep) + " must divide dp·cp = " + str(l.dp * l.cp) +
-               " (experts are carved out of data and context parallelism)");
+           "ep = " + str(p.ep) + " must divide " + (etp < p.tp ? "tp·dp·cp = " : "dp·cp = ") + str(units) +
+               " (experts are carved out of " + (etp < p.tp ? "tensor, " : "") + "data and context parallelism)");
   }
   if (m.moe.experts > 0 && (m.moe.top_k < 1 || m.moe.top_k > m.moe.experts || m.moe.expert_ffn_hidden < 1))
     fail(s, "model.moe", "a mixture of experts needs 1 <= top_k <= experts and expert_ffn_hidden > 0");
@@ -958,7 +968,7 @@ class StageBuilder {
   }
   double layer_expert_params(int32_t L) const {
     if (!m_.moe_layer(L)) return 0;
-    return static_cast<double>(m_.moe.experts / l_.ep * m_.expert_params()) / static_cast<double>(t_);
+    return static_cast<double>(m_.moe.experts / l_.ep * m_.expert_params()) / static_cast<double>(l_.expert_tp());
   }
   double embedding_params(bool first, bool last) const {
     const double vocab = static_cast<double>(padded_vocab(m_, t_) / t_ * m_.hidden);
@@ -1007,7 +1017,7 @@ class StageBuilder {
     uint32_t g = add_coll(ph == Phase::Forward ? "zero3-param-allgather" : "zero3-param-allgather-bwd",
                           CollectiveKind::AllGather, GroupKind::DP, dp_, ph, L,
                           layer_dense_params(L) * pe, {});
-    if (layer_expert_params(L) > 0 && l_.dp * l_.cp / l_.ep > 1)
+    if (layer_expert_params(L) > 0 && expert_dp() > 1)
       g = add_coll("zero3-expert-allgather", CollectiveKind::AllGather, GroupKind::EDP, dp_, ph, L,
                    layer_expert_params(L) * pe, {});
     (void)after;
@@ -1045,7 +1055,7 @@ class StageBuilder {
                                             L, dense * gb, ready));
         }
       }
-      if (l_.dp * l_.cp / l_.ep > 1 && expert > 0)
+      if (expert_dp() > 1 && expert > 0)
         grad_ops_.push_back(add_grad_coll("zero3-expert-grad-reduce-scatter", CollectiveKind::ReduceScatter,
                                           GroupKind::EDP, L, expert * gb, ready));
       return;
@@ -1120,7 +1130,7 @@ class StageBuilder {
                                         bucket_layer_, bucket_dense_ * gb, ready));
       if (sharded && !l_.overlap_param_gather) gather_buckets_.push_back(bucket_gather_);
     }
-    if (bucket_expert_ > 0 && l_.dp * l_.cp / l_.ep > 1) {
+    if (bucket_expert_ > 0 && expert_dp() > 1) {
       grad_ops_.push_back(add_grad_coll(sharded ? "expert-grad-reduce-scatter" : "expert-grad-allreduce", kind,
                                         GroupKind::EDP, bucket_layer_, bucket_expert_ * gb, ready));
     }
@@ -1286,7 +1296,7 @@ class StageBuilder {
   };
   ExpertLoad expert_load(int32_t L, bool forward) {
     const MoeConfig& moe = m_.moe;
-    const int64_t routed = tokens_ * l_.ep * moe.top_k;
+    const int64_t routed = moe_rows_tokens() * l_.ep * moe.top_k;
     const double even = static_cast<double>(routed) / static_cast<double>(moe.experts);
     ExpertLoad e;
     if (moe.routing.dist == "even") {
@@ -1312,6 +1322,12 @@ class StageBuilder {
   // unpermute (weighted by the router's probabilities) undo it. Without SP every TP rank
   // holds every token and the output is all-reduced.
   bool moe_sp() const { return l_.sequence_parallel && t_ > 1; }
+  // The experts split over TP (expert_tp = tp): the TP group gathers what its ranks received.
+  // With whole experts on every rank (expert_tp 1) each rank's own tokens go straight to EP.
+  bool moe_tp_gather() const { return moe_sp() && l_.expert_tp() == t_; }
+  int64_t moe_rows_tokens() const { return moe_sp() && !moe_tp_gather() ? seq_tokens_ : tokens_; }
+  // The ranks that hold the same experts and reduce their gradients together.
+  int64_t expert_dp() const { return (t_ / l_.expert_tp()) * l_.dp * l_.cp / l_.ep; }
   uint32_t moe_forward(int32_t L, Phase ph, uint32_t in) {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
@@ -1320,16 +1336,16 @@ class StageBuilder {
     const ExpertLoad load = expert_load(L, true);
     const int64_t per_expert = load.per_expert;
     const double cap = 1.0 / load.useful;
-    const int64_t fe = moe.expert_ffn_hidden / t_;
+    const int64_t fe = moe.expert_ffn_hidden / l_.expert_tp();
     const int64_t own = moe_sp() ? seq_tokens_ : tokens_;
     uint32_t router = add_gemm("moe-router", ph, L, own, moe.experts, h, deps(in), 1, 1.0, act_dtype_);
     const double a2a = static_cast<double>(own * moe.top_k * h * e_) * load.a2a_scale;
-    const double gathered = a2a * static_cast<double>(moe_sp() ? t_ : 1);
+    const double gathered = a2a * static_cast<double>(moe_tp_gather() ? t_ : 1);
     uint32_t disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
     if (l_.ep > 1)
       disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
                       deps(disp));
-    if (moe_sp())
+    if (moe_tp_gather())
       disp = add_coll("moe-dispatch-allgather", CollectiveKind::AllGather, GroupKind::TP, tp_, ph, L, gathered,
                       deps(disp));
     // The experts' linear layers are Transformer Engine Linears fed BF16 (the dispatched
@@ -1342,7 +1358,7 @@ class StageBuilder {
                             8.0 * f / static_cast<double>(e_), deps(up));
     a = fp8_cast("fp8-cast-expert-act", ph, L, per_expert * local, fe, a);
     uint32_t comb = add_gemm("expert-down", ph, L, per_expert, h, fe, deps(a), local, 1.0 / cap);
-    if (moe_sp())
+    if (moe_tp_gather())
       comb = add_coll("moe-combine-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L,
                       gathered, deps(comb));
     if (l_.ep > 1)
@@ -1415,16 +1431,16 @@ class StageBuilder {
     const ExpertLoad load = expert_load(L, false);
     const int64_t per_expert = load.per_expert;
     const double cap = 1.0 / load.useful;
-    const int64_t fe = moe.expert_ffn_hidden / t_;
+    const int64_t fe = moe.expert_ffn_hidden / l_.expert_tp();
     const int64_t own = moe_sp() ? seq_tokens_ : tokens_;
     const double a2a = static_cast<double>(own * moe.top_k * h * e_) * load.a2a_scale;
-    const double gathered = a2a * static_cast<double>(moe_sp() ? t_ : 1);
+    const double gathered = a2a * static_cast<double>(moe_tp_gather() ? t_ : 1);
     uint32_t comb =
         add_memory("moe-unpermute-backward", Phase::Backward, L, a2a / static_cast<double>(moe.top_k), a2a, 0, deps(dy));
     if (l_.ep > 1)
       comb = add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                       Phase::Backward, L, a2a, deps(comb));
-    if (moe_sp())
+    if (moe_tp_gather())
       comb = add_coll("moe-combine-allgather-backward", CollectiveKind::AllGather, GroupKind::TP, tp_,
                       Phase::Backward, L, gathered, deps(comb));
     comb = fp8_cast("fp8-cast-expert-grad", Phase::Backward, L, per_expert * local, h, comb);
@@ -1439,7 +1455,7 @@ class StageBuilder {
     uint32_t uw = add_gemm("expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fe, per_expert, deps(ab, dw),
                            local, 1.0 / cap);
     uint32_t disp = ud;
-    if (moe_sp())
+    if (moe_tp_gather())
       disp = add_coll("moe-dispatch-reduce-scatter-backward", CollectiveKind::ReduceScatter, GroupKind::TP, tp_,
                       Phase::Backward, L, gathered, deps(disp));
     if (l_.ep > 1)
@@ -2236,6 +2252,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.cp = l.cp;
     mi.dp = l.dp;
     mi.ep = l.ep;
+    mi.etp = l.expert_tp();
     mi.pp = l.pp;
     mi.zero_stage = l.zero_stage;
     mi.zero3_params_held = l.zero3_keep_for_backward;  // step mode keeps them too
@@ -2364,7 +2381,7 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
         for (int64_t d = 0; d < l.dp; ++d)
           for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p));
       });
-      if (l.ep > 1) {
+      if (l.ep > 1 && l.expert_tp() == l.tp) {
         const int64_t n = l.dp * l.cp;
         auto at = [&](int64_t j) { return rank_of(t, j % l.cp, j / l.cp, p); };
         for (int64_t r = 0; r < l.ep; ++r)
@@ -2375,12 +2392,27 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
           group(GroupKind::EP, [&](auto& g) {
             for (int64_t j = k * l.ep; j < (k + 1) * l.ep; ++j) g.push_back(at(j));
           });
-      } else if (m.moe.experts > 0) {
+      } else if (m.moe.experts > 0 && l.expert_tp() == l.tp) {
         group(GroupKind::EDP, [&](auto& g) {
           for (int64_t d = 0; d < l.dp; ++d)
             for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p));
         });
       }
+    }
+  // Whole experts on every rank (expert_tp 1 under TP): the stage's ranks in Megatron-Core's
+  // order, u = t + tp·(c + cp·d), EP groups of ep consecutive u, the same experts at u ≡ r mod ep.
+  if (m.moe.experts > 0 && l.expert_tp() < l.tp)
+    for (int64_t p = 0; p < l.pp; ++p) {
+      const int64_t n = l.tp * l.cp * l.dp;
+      auto at = [&](int64_t u) { return rank_of(u % l.tp, u / l.tp % l.cp, u / (l.tp * l.cp), p); };
+      for (int64_t r = 0; r < l.ep; ++r)
+        group(GroupKind::EDP, [&](auto& g) {
+          for (int64_t u = r; u < n; u += l.ep) g.push_back(at(u));
+        });
+      for (int64_t k = 0; k < n / l.ep; ++k)
+        group(GroupKind::EP, [&](auto& g) {
+          for (int64_t u = k * l.ep; u < (k + 1) * l.ep; ++u) g.push_back(at(u));
+        });
     }
   for (int64_t d = 0; d < l.dp; ++d)
     for (int64_t c = 0; c < l.cp; ++c)

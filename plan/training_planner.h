@@ -31,6 +31,8 @@ namespace clustersim {
 
 struct TrainingLayout {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
+  int64_t etp = 0;  // the experts' TP degree: tp, or 1 (parallel.expert_tp); 0: tp
+  int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   int64_t virtual_stages = 1;
   int64_t microbatch_group = 1;  // interleaved: micro-batches run back to back on one chunk (N)
   int64_t micro_batch = 1;

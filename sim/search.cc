@@ -40,6 +40,7 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
   c.parallel.pp = l.pp;
   c.parallel.cp = l.cp;
   c.parallel.ep = l.ep;
+  c.parallel.expert_tp = l.expert_tp() == l.tp ? 0 : l.expert_tp();
   c.parallel.virtual_stages = l.virtual_stages;
   c.parallel.micro_batch = l.micro_batch;
   c.parallel.zero_stage = l.zero_stage;
@@ -224,6 +225,7 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   MemoryInputs mi;
   mi.tp = l.tp;
   mi.ep = l.ep;
+  mi.etp = l.expert_tp();
   mi.first_layer = 0;
   mi.end_layer = stage_layers;
   mi.embedding = true;
@@ -396,6 +398,7 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
                     l.pp = pp;
                     l.cp = cp;
                     l.ep = ep;
+                    l.etp = tp;
                     l.micro_batch = mb;
                     l.micro_batches = micro_batches;
                     l.global_batch = s.training.global_batch;

@@ -100,6 +100,9 @@ TEST(Pipeline, SchedulesRunEveryBlockOnceInAValidOrder) {
   }
 }
 
+// `yaml` with each placeholder replaced by its value (defined below).
+std::string filled(std::string yaml, const std::vector<std::pair<std::string, std::string>>& values);
+
 constexpr const char* kTiny = "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 8}\n";
 
 // Per layer and micro-batch (b·s·h elements of e bytes): pipeline sends one activation
@@ -625,6 +628,51 @@ TEST(Volumes, ExpertParallelSpansContextParallelRanks) {
   EXPECT_EQ(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::EDP, CollectiveKind::AllReduce), 0.0);
 }
 
+// parallel.expert_tp 1 under TP 2 (Megatron-Core's --expert-tensor-parallel-size 1): whole
+// experts on every rank, EP carved out of TP x DP, each rank's own tokens straight into the
+// EP all-to-all and no gather over TP.
+TEST(Volumes, WholeExpertsOnEveryRank) {
+  const std::string y =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: mixtral-8x7b, layers: 2}\n"
+      "parallel: {tp: 2, sequence_parallel: SP, dp: 4, ep: EP, expert_tp: ETP}\ntraining: {global_batch: 4}\n";
+  auto text = [&](const std::string& sp, const std::string& etp, const std::string& ep = "8") {
+    return filled(y, {{"SP", sp}, {"EP", ep}, {"ETP", etp}});
+  };
+  const TrainingPlan tp = build_training_plan(scenario_from_text(text("true", "1"), "etp"));
+  int ep_groups = 0;
+  for (const auto& g : tp.plan.groups) {
+    if (g.kind == GroupKind::EP) {
+      ++ep_groups;
+      EXPECT_EQ(g.ranks.size(), 8u);
+    }
+  }
+  EXPECT_EQ(ep_groups, 1);
+  const double own = 4096.0 / 2 * 2 * 4096 * 2;  // the rank's tokens·top_k·h·bytes
+  EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::EP, CollectiveKind::AllToAll, 0), 4 * own);
+  for (const Op& op : tp.plan.programs[0].ops) {
+    const std::string& name = tp.plan.names[op.name];
+    EXPECT_EQ(name.find("moe-dispatch-allgather"), std::string::npos);
+    if (name == "expert-up" && op.layer == 0 && op.micro_batch == 0) {
+      EXPECT_EQ(op.n, 2 * 14336);         // the whole expert, SwiGLU's two halves
+      EXPECT_EQ(op.m, 2048 * 8 * 2 / 8);  // own tokens · ep · top_k / experts
+      EXPECT_EQ(op.batch, 1);             // one local expert
+    }
+  }
+  // One whole expert a rank holds as many expert weights as half of each of two under
+  // expert_tp = tp (ep 4: the experts carved out of DP alone).
+  const TrainingPlan split = build_training_plan(scenario_from_text(text("true", "2", "4"), "etp"));
+  EXPECT_NEAR(tp.memory.weights, split.memory.weights, 0.05 * split.memory.weights);
+  for (const auto& [sp, etp, want] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"false", "1", "sequence_parallel"}, {"true", "3", "expected 1 or tp"}}) {
+    try {
+      build_training_plan(scenario_from_text(text(sp, etp), "etp"));
+      ADD_FAILURE() << "expert_tp " << etp << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Megatron-Core's all-to-all dispatcher under TP and SP: the MoE layer takes the rank's own
 // 1/tp of the tokens (no all-gather of its input); the EP all-to-alls move those tokens'
 // top_k rows, and the TP group all-gathers what its ranks received before the experts and
@@ -702,8 +750,6 @@ TEST(Memory, ZeroStagesAndPipelineInFlight) {
   EXPECT_NEAR(full.activations - logits, 8 * 2 * 2048.0 * 2048 + layer, 1e6);
   EXPECT_NEAR(z0.activations - logits, 8 * layer, 1e6);
 }
-
-std::string filled(std::string yaml, const std::vector<std::pair<std::string, std::string>>& values);
 
 // A MoE layer keeps what Megatron-Core's experts save: per rank the rows routed to it (top_k a
 // token, capacity-padded unless dropless) as FC1's input, all of its TP group's; their FC1
