@@ -222,6 +222,12 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   for (int64_t d = 0; d < l.dp; ++d)
     for (int64_t c = 0; c < l.cp; ++c) dp_group.push_back(static_cast<int32_t>(d * st.dp + c * st.cp));
   std::sort(dp_group.begin(), dp_group.end());
+  // Expert gradients and weights go over the ranks that hold the same experts (rank 0's
+  // expert-DP group: j = c + cp·d ≡ 0 mod ep, as the planner forms it).
+  std::vector<int32_t> edp_group;
+  for (int64_t j = 0; j < l.dp * l.cp; j += l.ep)
+    edp_group.push_back(static_cast<int32_t>((j / l.cp) * st.dp + (j % l.cp) * st.cp));
+  std::sort(edp_group.begin(), edp_group.end());
   MemoryInputs mi;
   mi.tp = l.tp;
   mi.ep = l.ep;
@@ -232,8 +238,15 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   mi.output = l.pp == 1;
   const StageParams sp = stage_params(m, mi);
   const double params = sp.dense + sp.expert;
-  const double grad_bytes =
-      params * (l.zero_stage < 3 ? dtype_bits(main_grad_dtype(s_)) / 8.0 : m.dtype == DType::FP16 ? 2.0 : 4.0);
+  const double grad_per_param =
+      l.zero_stage < 3 ? dtype_bits(main_grad_dtype(s_)) / 8.0 : m.dtype == DType::FP16 ? 2.0 : 4.0;
+  const double grad_bytes = params * grad_per_param;
+  // A collective of the dense share over DP x CP and the experts' over their expert-DP group,
+  // one after the other on the DP stream.
+  auto dense_and_expert = [&](CollectiveKind kind, double per_param, double scale) {
+    return collective_seconds(kind, dp_group, sp.dense * per_param * scale) +
+           collective_seconds(kind, edp_group, sp.expert * per_param * scale);
+  };
   const double shard = l.zero_stage >= 1 ? static_cast<double>(l.dp * l.cp) : 1.0;
   // Buckets as the planner forms them: gradients join in backward order (the output layer,
   // the layers last to first, the embedding) and a bucket closes at the first layer that
@@ -262,14 +275,18 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
     if (open > 0 || buckets == 0) buckets += 1;
   }
   if (dp_group.size() > 1) {
-    const double reduce = collective_seconds(
-        l.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, dp_group, grad_bytes);
+    const double reduce = dense_and_expert(
+        l.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, grad_per_param, 1.0);
     // Buckets start as the last micro-batch's backward frees them: only what outlasts
     // that backward (and at least the last bucket) is exposed.
     const double hidden = static_cast<double>(stage_layers) * lt.backward;
     e.dp_exposed_s = std::max(reduce / buckets, reduce - hidden);
-    if (l.zero_stage == 1 || l.zero_stage == 2)
-      e.dp_exposed_s += collective_seconds(CollectiveKind::AllGather, dp_group, params * bytes_per);
+    if (l.zero_stage == 1 || l.zero_stage == 2) {
+      // The updated parameters' all-gather, whole: the simulation's first forward waits on
+      // its buckets about as long as they take (the Search test's dense layouts).
+      const double gather = dense_and_expert(CollectiveKind::AllGather, bytes_per, 1.0);
+      e.dp_exposed_s += gather;
+    }
     if (l.zero_stage == 3) {
       // Every micro-batch gathers each layer's weights for forward and backward and
       // reduce-scatters its gradients, all on the one DP stream in program order: the
@@ -278,9 +295,9 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
       // (parallel.zero3_backward_prefetch): from this layer's pre- or post-backward hook (pre,
       // post), the stream's reduce-scatter of the layer above and this gather run beside its
       // kernels; when the next layer starts (none), both queue in front of it.
-      const double layer_params = params / static_cast<double>(stage_layers);
-      const double gather = collective_seconds(CollectiveKind::AllGather, dp_group, layer_params * bytes_per);
-      const double scatter = collective_seconds(CollectiveKind::ReduceScatter, dp_group, layer_params * 4.0);
+      const double per_layer = 1.0 / static_cast<double>(stage_layers);
+      const double gather = dense_and_expert(CollectiveKind::AllGather, bytes_per, per_layer);
+      const double scatter = dense_and_expert(CollectiveKind::ReduceScatter, 4.0, per_layer);
       // The kernels beside a collective run on the SMs its channels leave them
       // (beside_collective): the time they overlap costs (1 - 1/f) of itself again.
       const std::string& prefetch = s_.parallel.zero3_backward_prefetch;
