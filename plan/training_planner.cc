@@ -1366,7 +1366,7 @@ class StageBuilder {
                       deps(comb));
     uint32_t out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0, deps(comb));
     if (moe.shared_experts > 0) {
-      const int64_t fs = moe.shared_experts * fe;
+      const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / t_;  // shared experts: the dense TP
       uint32_t su = add_gemm("shared-expert-up", ph, L, tokens_, (swiglu ? 2 : 1) * fs, h,
                              deps(moe_sp() ? tp_gather("allgather-shared-expert-input", ph, L, in) : in));
       uint32_t sd = add_gemm("shared-expert-down", ph, L, tokens_, h, fs, deps(su));
@@ -1435,8 +1435,8 @@ class StageBuilder {
     const int64_t own = moe_sp() ? seq_tokens_ : tokens_;
     const double a2a = static_cast<double>(own * moe.top_k * h * e_) * load.a2a_scale;
     const double gathered = a2a * static_cast<double>(moe_tp_gather() ? t_ : 1);
-    uint32_t comb =
-        add_memory("moe-unpermute-backward", Phase::Backward, L, a2a / static_cast<double>(moe.top_k), a2a, 0, deps(dy));
+    const double unpermuted = a2a / static_cast<double>(moe.top_k);
+    uint32_t comb = add_memory("moe-unpermute-backward", Phase::Backward, L, unpermuted, a2a, 0, deps(dy));
     if (l_.ep > 1)
       comb = add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                       Phase::Backward, L, a2a, deps(comb));
@@ -1462,12 +1462,14 @@ class StageBuilder {
       disp = add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                       Phase::Backward, L, a2a, deps(disp));
     disp = add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(disp));
-    uint32_t rd = add_gemm("moe-router-dgrad", Phase::Backward, L, own, h, moe.experts, deps(disp), 1, 1.0, act_dtype_);
-    uint32_t rw = add_gemm("moe-router-wgrad", Phase::Backward, L, moe.experts, h, own, deps(disp, uw), 1, 1.0, act_dtype_);
+    uint32_t rd =
+        add_gemm("moe-router-dgrad", Phase::Backward, L, own, h, moe.experts, deps(disp), 1, 1.0, act_dtype_);
+    uint32_t rw =
+        add_gemm("moe-router-wgrad", Phase::Backward, L, moe.experts, h, own, deps(disp, uw), 1, 1.0, act_dtype_);
     uint32_t out = rd;
     wgrad = rw;
     if (moe.shared_experts > 0) {
-      const int64_t fs = moe.shared_experts * fe;
+      const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / t_;  // shared experts: the dense TP
       const uint32_t g = moe_sp() ? tp_gather("allgather-shared-expert-grad", Phase::Backward, L, dy) : dy;
       uint32_t sdd = add_gemm("shared-expert-down-dgrad", Phase::Backward, L, tokens_, fs, h, deps(g));
       uint32_t sdw = add_gemm("shared-expert-down-wgrad", Phase::Backward, L, fs, h, tokens_, deps(g));

@@ -346,9 +346,9 @@ const std::vector<KeySpec>& key_table() {
        "divides dp·cp; the experts' own TP is parallel.tp",
        [](const N& n, S& s) { s.parallel.ep = as_degree(n, "parallel.ep"); }},
       {"parallel.expert_tp", "integer", "parallel.tp",
-       "the experts' TP degree (Megatron-Core's --expert-tensor-parallel-size): tp (each expert split over the TP group "
-       "as the dense layers are; the dispatcher all-gathers over TP what its ranks received) or 1 (whole experts on "
-       "every rank, EP carved out of TP x DP x CP, no gather; needs sequence_parallel when tp > 1)",
+       "the experts' TP degree (Megatron-Core's --expert-tensor-parallel-size): tp (each expert split over the TP "
+       "group as the dense layers are; the dispatcher all-gathers over TP what its ranks received) or 1 (whole "
+       "experts on every rank, EP carved out of TP x DP x CP, no gather; needs sequence_parallel when tp > 1)",
        [](const N& n, S& s) { s.parallel.expert_tp = as_degree(n, "parallel.expert_tp"); }},
       {"parallel.sequence_parallel", "bool", "false", "Megatron SP: all-gather / reduce-scatter instead of all-reduce",
        [](const N& n, S& s) { s.parallel.sequence_parallel = as_bool(n, "parallel.sequence_parallel"); }},

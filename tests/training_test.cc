@@ -658,6 +658,21 @@ TEST(Volumes, WholeExpertsOnEveryRank) {
       EXPECT_EQ(op.batch, 1);             // one local expert
     }
   }
+  // Shared experts stay split over the dense TP group.
+  const Scenario shared = scenario_from_text(
+      filled(y, {{"SP", "true"}, {"EP", "8"}, {"ETP", "1"}}).replace(y.find("layers: 2"), 9,
+                                                                     "layers: 2, moe: {shared_experts: 1}"),
+      "etp");
+  const TrainingPlan with_shared = build_training_plan(shared);
+  bool shared_up = false;
+  for (const Op& op : with_shared.plan.programs[0].ops) {
+    if (with_shared.plan.names[op.name] == "shared-expert-up" && op.layer == 0 && op.micro_batch == 0) {
+      shared_up = true;
+      EXPECT_EQ(op.n, 2 * 14336 / 2);  // SwiGLU's two halves over TP 2
+      EXPECT_EQ(op.m, 4096);           // the TP group's tokens, gathered
+    }
+  }
+  EXPECT_TRUE(shared_up);
   // One whole expert a rank holds as many expert weights as half of each of two under
   // expert_tp = tp (ep 4: the experts carved out of DP alone).
   const TrainingPlan split = build_training_plan(scenario_from_text(text("true", "2", "4"), "etp"));

@@ -73,7 +73,8 @@ def main():
     for gpus in sorted(PUBLISHED):
         b, f = results[('bf16', gpus)][0], results[('fp8', gpus)][0]
         if b and f:
-            ratios.append((gpus, PUBLISHED[gpus][0] / PUBLISHED[gpus][1], b['iteration_time_s'] / f['iteration_time_s']))
+            ratios.append((gpus, PUBLISHED[gpus][0] / PUBLISHED[gpus][1],
+                           b['iteration_time_s'] / f['iteration_time_s']))
     print('FP8 speed-up (BF16 step / FP8 step), published against the model:')
     for gpus, pub, mod in ratios:
         print('  %5d GPUs  %.3f  %.3f' % (gpus, pub, mod))
