@@ -2373,6 +2373,19 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
         group(GroupKind::CP, [&](auto& g) {
           for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p));
         });
+  // Expert groups over n slots in Megatron-Core's order: EP groups of ep consecutive slots,
+  // expert-DP groups of the slots that hold the same experts (slot ≡ r mod ep); `at` maps a
+  // slot to its rank.
+  auto expert_groups = [&](int64_t n, auto&& at) {
+    for (int64_t r = 0; r < l.ep; ++r)
+      group(GroupKind::EDP, [&](auto& g) {
+        for (int64_t j = r; j < n; j += l.ep) g.push_back(at(j));
+      });
+    for (int64_t k = 0; k < n / l.ep; ++k)
+      group(GroupKind::EP, [&](auto& g) {
+        for (int64_t j = k * l.ep; j < (k + 1) * l.ep; ++j) g.push_back(at(j));
+      });
+  };
   for (int64_t p = 0; p < l.pp; ++p)
     for (int64_t t = 0; t < l.tp; ++t) {
       // Dense gradients are reduced over DP x CP (Megatron). Experts are laid out over the
@@ -2383,39 +2396,15 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
         for (int64_t d = 0; d < l.dp; ++d)
           for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p));
       });
-      if (l.ep > 1 && l.expert_tp() == l.tp) {
-        const int64_t n = l.dp * l.cp;
-        auto at = [&](int64_t j) { return rank_of(t, j % l.cp, j / l.cp, p); };
-        for (int64_t r = 0; r < l.ep; ++r)
-          group(GroupKind::EDP, [&](auto& g) {
-            for (int64_t j = r; j < n; j += l.ep) g.push_back(at(j));
-          });
-        for (int64_t k = 0; k < n / l.ep; ++k)
-          group(GroupKind::EP, [&](auto& g) {
-            for (int64_t j = k * l.ep; j < (k + 1) * l.ep; ++j) g.push_back(at(j));
-          });
-      } else if (m.moe.experts > 0 && l.expert_tp() == l.tp) {
-        group(GroupKind::EDP, [&](auto& g) {
-          for (int64_t d = 0; d < l.dp; ++d)
-            for (int64_t c = 0; c < l.cp; ++c) g.push_back(rank_of(t, c, d, p));
-        });
-      }
+      if (m.moe.experts > 0 && l.expert_tp() == l.tp)
+        expert_groups(l.dp * l.cp, [&](int64_t j) { return rank_of(t, j % l.cp, j / l.cp, p); });
     }
   // Whole experts on every rank (expert_tp 1 under TP): the stage's ranks in Megatron-Core's
   // order, u = t + tp·(c + cp·d), EP groups of ep consecutive u, the same experts at u ≡ r mod ep.
   if (m.moe.experts > 0 && l.expert_tp() < l.tp)
-    for (int64_t p = 0; p < l.pp; ++p) {
-      const int64_t n = l.tp * l.cp * l.dp;
-      auto at = [&](int64_t u) { return rank_of(u % l.tp, u / l.tp % l.cp, u / (l.tp * l.cp), p); };
-      for (int64_t r = 0; r < l.ep; ++r)
-        group(GroupKind::EDP, [&](auto& g) {
-          for (int64_t u = r; u < n; u += l.ep) g.push_back(at(u));
-        });
-      for (int64_t k = 0; k < n / l.ep; ++k)
-        group(GroupKind::EP, [&](auto& g) {
-          for (int64_t u = k * l.ep; u < (k + 1) * l.ep; ++u) g.push_back(at(u));
-        });
-    }
+    for (int64_t p = 0; p < l.pp; ++p)
+      expert_groups(l.tp * l.cp * l.dp,
+                    [&](int64_t u) { return rank_of(u % l.tp, u / l.tp % l.cp, u / (l.tp * l.cp), p); });
   for (int64_t d = 0; d < l.dp; ++d)
     for (int64_t c = 0; c < l.cp; ++c)
       for (int64_t t = 0; t < l.tp; ++t)
