@@ -15,7 +15,7 @@ StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
   // replicated; the vocabulary shards over TP; experts shard over EP, then their own TP.
   StageParams p;
   const double t = static_cast<double>(in.tp), h = static_cast<double>(m.hidden);
-  const double et = static_cast<double>(in.etp > 0 ? in.etp : in.tp);
+  const double et = static_cast<double>(in.expert_tp());
   const int64_t end = in.end_layer < 0 ? m.layers : in.end_layer;
   const double norms = m.biases ? 4 * h : 2 * h;
   for (int64_t l = in.first_layer; l < end; ++l) {
@@ -50,7 +50,7 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   const double e = dtype_bits(m.dtype) / 8.0;
   const double dp_all = static_cast<double>(in.dp * in.cp);
   // The ranks holding the same experts: DP x CP (x TP / their own TP) over EP.
-  const double tp_over_etp = static_cast<double>(in.tp) / static_cast<double>(in.etp > 0 ? in.etp : in.tp);
+  const double tp_over_etp = static_cast<double>(in.tp) / static_cast<double>(in.expert_tp());
   const double edp = std::max(1.0, dp_all * tp_over_etp / static_cast<double>(in.ep));
   auto shard = [&](int stage) {  // ZeRO divisor for dense and expert parameters
     return in.zero_stage >= stage ? std::pair{dp_all, edp} : std::pair{1.0, 1.0};

@@ -45,6 +45,7 @@ struct MemoryBreakdown {
 struct MemoryInputs {
   int64_t tp = 1, cp = 1, dp = 1, ep = 1, pp = 1;
   int64_t etp = 0;  // the experts' TP degree (0: tp)
+  int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   int64_t zero_stage = 0;
   bool zero3_params_held = false;  // ZeRO 3 keeps gathered parameters from forward to backward (not re-gathered)
   bool zero3_grad_once = false;    // ZeRO 3 accumulates unsharded gradients until the last micro-batch

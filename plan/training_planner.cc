@@ -223,7 +223,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
   if (m.ffn_hidden % p.tp != 0)
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
-  const int64_t etp = p.expert_tp > 0 ? p.expert_tp : p.tp;
+  const int64_t etp = l.etp;
   if (p.expert_tp > 0 && m.moe.experts == 0)
     fail(s, "parallel.expert_tp", "expert_tp needs a mixture-of-experts model (model.moe.experts > 0)");
   if (etp != p.tp && etp != 1)
@@ -1328,19 +1328,31 @@ class StageBuilder {
   int64_t moe_rows_tokens() const { return moe_sp() && !moe_tp_gather() ? seq_tokens_ : tokens_; }
   // The ranks that hold the same experts and reduce their gradients together.
   int64_t expert_dp() const { return (t_ / l_.expert_tp()) * l_.dp * l_.cp / l_.ep; }
+  // What a MoE layer's forward or backward works on: its local experts, the rows each takes
+  // and the share of them that is padding (cap), the experts' width on this rank, the tokens
+  // the rank routes, the bytes of the EP all-to-all and of the TP gather.
+  struct MoeShape {
+    int64_t local = 0, per_expert = 0, fe = 0, own = 0;
+    double cap = 1, a2a = 0, gathered = 0;
+  };
+  MoeShape moe_shape(int32_t L, bool forward) {
+    const ExpertLoad load = expert_load(L, forward);
+    MoeShape x;
+    x.local = m_.moe.experts / l_.ep;
+    x.per_expert = load.per_expert;
+    x.fe = m_.moe.expert_ffn_hidden / l_.expert_tp();
+    x.own = moe_sp() ? seq_tokens_ : tokens_;
+    x.cap = 1.0 / load.useful;
+    x.a2a = static_cast<double>(x.own * m_.moe.top_k * m_.hidden * e_) * load.a2a_scale;
+    x.gathered = x.a2a * static_cast<double>(moe_tp_gather() ? t_ : 1);
+    return x;
+  }
   uint32_t moe_forward(int32_t L, Phase ph, uint32_t in) {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     const MoeConfig& moe = m_.moe;
-    const int64_t local = moe.experts / l_.ep;
-    const ExpertLoad load = expert_load(L, true);
-    const int64_t per_expert = load.per_expert;
-    const double cap = 1.0 / load.useful;
-    const int64_t fe = moe.expert_ffn_hidden / l_.expert_tp();
-    const int64_t own = moe_sp() ? seq_tokens_ : tokens_;
+    const auto [local, per_expert, fe, own, cap, a2a, gathered] = moe_shape(L, true);
     uint32_t router = add_gemm("moe-router", ph, L, own, moe.experts, h, deps(in), 1, 1.0, act_dtype_);
-    const double a2a = static_cast<double>(own * moe.top_k * h * e_) * load.a2a_scale;
-    const double gathered = a2a * static_cast<double>(moe_tp_gather() ? t_ : 1);
     uint32_t disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
     if (l_.ep > 1)
       disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
@@ -1427,14 +1439,7 @@ class StageBuilder {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     const MoeConfig& moe = m_.moe;
-    const int64_t local = moe.experts / l_.ep;
-    const ExpertLoad load = expert_load(L, false);
-    const int64_t per_expert = load.per_expert;
-    const double cap = 1.0 / load.useful;
-    const int64_t fe = moe.expert_ffn_hidden / l_.expert_tp();
-    const int64_t own = moe_sp() ? seq_tokens_ : tokens_;
-    const double a2a = static_cast<double>(own * moe.top_k * h * e_) * load.a2a_scale;
-    const double gathered = a2a * static_cast<double>(moe_tp_gather() ? t_ : 1);
+    const auto [local, per_expert, fe, own, cap, a2a, gathered] = moe_shape(L, false);
     const double unpermuted = a2a / static_cast<double>(moe.top_k);
     uint32_t comb = add_memory("moe-unpermute-backward", Phase::Backward, L, unpermuted, a2a, 0, deps(dy));
     if (l_.ep > 1)

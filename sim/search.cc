@@ -284,8 +284,7 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
     if (l.zero_stage == 1 || l.zero_stage == 2) {
       // The updated parameters' all-gather, whole: the simulation's first forward waits on
       // its buckets about as long as they take (the Search test's dense layouts).
-      const double gather = dense_and_expert(CollectiveKind::AllGather, bytes_per, 1.0);
-      e.dp_exposed_s += gather;
+      e.dp_exposed_s += dense_and_expert(CollectiveKind::AllGather, bytes_per, 1.0);
     }
     if (l.zero_stage == 3) {
       // Every micro-batch gathers each layer's weights for forward and backward and
