@@ -109,8 +109,23 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
     // rank's own when each rank holds whole experts (expert_tp 1 under SP).
     gathered = rows * lin / tp_over_etp;
   }
-  const double sharded = 2.0 * q + 4.0 * kv + lin * q + mlp;  // Q, K and V, proj input, the MLP's
-  double full_layer = in.sequence_parallel ? sbh * (replicated + sharded) / t : sbh * (replicated + sharded / t);
+  double attention = 2.0 * q + 4.0 * kv + lin * q;  // Q, K and V, the projection's input
+  double latents = 0;                                // MLA's, on the rank's tokens under SP
+  if (m.is_mla()) {
+    // Multi-head latent attention (docs/model.md): the kernel keeps the query and key
+    // (qk + rope a head), the contiguous value and its output (the projection's input);
+    // each up projection, a LayerNorm-Linear, its latent input and normed copy. Recomputing
+    // the up projections (mla_up_proj) frees the query, key and value and keeps the latents
+    // alone.
+    const MlaConfig& a = m.mla;
+    const double n = static_cast<double>(m.heads);
+    const double qk = static_cast<double>(a.qk_head_dim + a.rope_head_dim), v = static_cast<double>(a.v_head_dim);
+    attention = ((in.mla_up_recompute ? 0.0 : 2.0 * n * qk * 2.0 + 2.0 * n * v) + lin * n * v) / h;
+    latents = static_cast<double>(a.q_lora_rank + a.kv_lora_rank) * (in.mla_up_recompute ? 2.0 : 2.0 + lin) / h;
+  }
+  const double sharded = attention + mlp;  // per head or expert column: split over TP
+  double full_layer = in.sequence_parallel ? sbh * (replicated + latents + sharded) / t
+                                           : sbh * (replicated + latents + sharded / t);
   full_layer += sbh * gathered;
   if (in.unfused_scores) {
     const double s_local = tokens / static_cast<double>(in.micro_batch);

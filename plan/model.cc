@@ -32,6 +32,14 @@ ModelConfig moe(ModelConfig m, int64_t experts, int64_t top_k, int64_t shared, i
   return m;
 }
 
+ModelConfig deepseek_v3() {
+  ModelConfig m = moe(make("deepseek-v3", 61, 7168, 128, 128, 18432, FfnType::Swiglu, 129280, 4096, false), 256, 8, 1,
+                      2048, 3);
+  m.mla = {1536, 512, 128, 64, 128};
+  m.mtp_layers = 1;
+  return m;
+}
+
 // GPT-3: Brown et al. 2020, Table 2.1 (1.3B with 16 heads of 128, as Megatron-LM runs
 // it); vocabulary 51200 (50257 padded). Llama 3: Meta's model cards / params.json.
 const std::vector<ModelConfig>& presets() {
@@ -53,9 +61,10 @@ const std::vector<ModelConfig>& presets() {
       make("megatron-529.6b", 105, 20480, 128, 128, 4 * 20480, FfnType::Gelu, 51200, 2048, true),
       make("megatron-1t", 128, 25600, 160, 160, 4 * 25600, FfnType::Gelu, 51200, 2048, true),
       moe(make("mixtral-8x7b", 32, 4096, 32, 8, 14336, FfnType::Swiglu, 32000, 4096, false), 8, 2, 0, 14336, 0),
-      // DeepSeek-V3-like: MLA approximated by MHA of the same width; 256 routed experts
-      // (top 8) and one shared, the first 3 layers dense.
-      moe(make("deepseek-v3", 61, 7168, 128, 128, 18432, FfnType::Swiglu, 129280, 4096, false), 256, 8, 1, 2048, 3),
+      // DeepSeek-V3 (DeepSeek-AI 2024, Table/config.json): multi-head latent attention
+      // (q_lora 1536, kv_lora 512, heads of 128 + 64 rotary, values of 128), 256 routed
+      // experts (top 8) and one shared, the first 3 layers dense, one MTP module.
+      deepseek_v3(),
   };
   return kPresets;
 }
@@ -63,6 +72,15 @@ const std::vector<ModelConfig>& presets() {
 }  // namespace
 
 int64_t ModelConfig::attention_params() const {
+  if (is_mla()) {
+    // Query (down, its norm, up; or one projection), the key/value latent with the shared
+    // rotary key, its norm, the up projection to every head's key and value, the output.
+    const int64_t qk = mla.qk_head_dim + mla.rope_head_dim;
+    const int64_t q = mla.q_lora_rank > 0 ? hidden * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * heads * qk
+                                          : hidden * heads * qk;
+    return q + hidden * (mla.kv_lora_rank + mla.rope_head_dim) + mla.kv_lora_rank +
+           mla.kv_lora_rank * heads * (mla.qk_head_dim + mla.v_head_dim) + heads * mla.v_head_dim * hidden;
+  }
   const int64_t d = head_dim();
   return hidden * (heads + 2 * kv_heads) * d + heads * d * hidden + (biases ? (heads + 2 * kv_heads) * d + hidden : 0);
 }
@@ -159,7 +177,14 @@ int64_t ModelConfig::total_params() const {
   const int64_t pos = learned_positions ? seq_len * hidden : 0;
   int64_t sum = 0;
   for (int64_t l = 0; l < layers; ++l) sum += layer_params(l);
-  return sum + embed + pos + 2 * hidden;
+  return sum + embed + pos + 2 * hidden + mtp_layers * mtp_params();
+}
+
+int64_t ModelConfig::mtp_params() const {
+  // Megatron-Core's MultiTokenPredictionLayer: the two norms of the hidden state and the
+  // next token's embedding, their projection (2h -> h), a transformer layer like the last
+  // one, its final norm; the embedding and the output layer are the model's own.
+  return 2 * hidden * hidden + 3 * hidden + layer_params(layers - 1);
 }
 
 const ModelConfig* find_model_preset(std::string_view name) {

@@ -33,6 +33,20 @@ struct MoeConfig {
   MoeRouting routing;
 };
 
+// Multi-head latent attention (DeepSeek-V2 and V3; Megatron-Core's MLASelfAttention;
+// docs/model.md, "Multi-head latent attention"): the query through a rank-q_lora_rank
+// bottleneck (0: one projection h -> heads·(qk_head_dim + rope_head_dim)), keys and values
+// up-projected from a shared latent of kv_lora_rank, and one rotary key of rope_head_dim
+// that every head shares. A query or key head is qk_head_dim + rope_head_dim wide, a value
+// head v_head_dim.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;  // 0: not MLA
+  int64_t qk_head_dim = 0;
+  int64_t rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+};
+
 // One entry of a model given as a list of layer types (`model.blocks`, docs/model.md,
 // "Models as lists of blocks"): `count` layers of one type and shape. A sample is `batch`
 // rows of `tokens` positions of `hidden` features (AlphaFold's MSA: rows = sequences,
@@ -74,7 +88,20 @@ struct ModelConfig {
   int64_t head_channels = 0;       // a head's width when it is not hidden / heads (Qwen3, Gemma; Megatron's
                                    // --kv-channels); 0: hidden / heads
   MoeConfig moe;
+  MlaConfig mla;
+  int64_t mtp_layers = 0;  // multi-token prediction modules after the last layer (DeepSeek-V3: 1)
 
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+  // The attention kernel's heads and width: under MLA every head has its own key and value
+  // (up-projected), query and key heads qk + rope wide and value heads v wide; the kernel
+  // is timed as heads of their mean width, (qk + rope + v) / 2, whose products and bytes
+  // are the same (docs/model.md).
+  int64_t attn_kv_heads() const { return is_mla() ? heads : kv_heads; }
+  int64_t attn_head_dim() const {
+    return is_mla() ? (mla.qk_head_dim + mla.rope_head_dim + mla.v_head_dim) / 2 : head_dim();
+  }
+  // The attention output's width, the output projection's input: heads x value width.
+  int64_t attn_out_width() const { return heads * (is_mla() ? mla.v_head_dim : head_dim()); }
   int64_t head_dim() const { return head_channels > 0 ? head_channels : hidden / heads; }
   bool moe_layer(int64_t layer) const { return moe.experts > 0 && layer >= moe.dense_layers; }
   int64_t mlp_matrices() const { return ffn_type == FfnType::Swiglu ? 3 : 2; }
@@ -84,8 +111,10 @@ struct ModelConfig {
   // Weights of one transformer layer: QKV + output projection, MLP (or router, experts
   // and shared experts), norms.
   int64_t layer_params(int64_t layer = 0) const;
-  // All weights: layers, token embedding (and an untied output layer), final norm.
+  // All weights: layers, token embedding (and an untied output layer), final norm, and
+  // the multi-token prediction modules.
   int64_t total_params() const;
+  int64_t mtp_params() const;  // one multi-token prediction module
 };
 
 const ModelConfig* find_model_preset(std::string_view name);

@@ -43,6 +43,23 @@ std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int6
   return {first, base + (is_short(vs) ? 0 : 1)};
 }
 
+std::pair<int64_t, int64_t> stage_layers(const TrainingLayout& l, int64_t layers, int64_t vs) {
+  const int64_t n = l.pp * l.virtual_stages;
+  if (l.first_stage_layers < 0 && l.last_stage_layers < 0) return virtual_stage_layers(layers, n, vs);
+  const int64_t first = l.first_stage_layers, last = l.last_stage_layers;
+  const int64_t given = std::max<int64_t>(first, 0) + std::max<int64_t>(last, 0);
+  const int64_t middle_stages = l.pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
+  const int64_t middle = middle_stages > 0 ? (layers - given) / middle_stages : 0;
+  auto count = [&](int64_t v) {
+    const int64_t st = v % l.pp;
+    const int64_t stage = st == 0 && first >= 0 ? first : st == l.pp - 1 && last >= 0 ? last : middle;
+    return stage / l.virtual_stages;
+  };
+  int64_t start = 0;
+  for (int64_t v = 0; v < vs; ++v) start += count(v);
+  return {start, count(vs)};
+}
+
 DType main_grad_dtype(const Scenario& s) {
   return chosen_dtype(s.parallel.grad_reduce_dtype, s.model.dtype == DType::FP16 ? DType::FP16 : DType::FP32);
 }
@@ -61,11 +78,21 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.ep = p.ep;
   l.etp = p.expert_tp > 0 ? p.expert_tp : p.tp;
   l.virtual_stages = p.virtual_stages;
+  l.first_stage_layers = p.first_stage_layers;
+  l.last_stage_layers = p.last_stage_layers;
   l.micro_batch = p.micro_batch;
   l.zero_stage = p.zero_stage;
   l.bucket_params = p.bucket_params;
   l.schedule = p.schedule;
   l.recompute = s.training.recompute;
+  // Megatron-Core's --recompute-modules under selective granularity (default core_attn).
+  auto recomputes = [&](const char* module) {
+    return l.recompute == "selective" && std::find(s.training.recompute_modules.begin(),
+                                                   s.training.recompute_modules.end(),
+                                                   module) != s.training.recompute_modules.end();
+  };
+  l.recompute_core_attn = recomputes("core_attn");
+  l.mla_up_recompute = recomputes("mla_up_proj");
   l.sequence_parallel = p.sequence_parallel && p.tp > 1;
   l.flash_attention = s.training.attention != "unfused";  // flash, flash2 and triton are fused kernels
   l.fp8 = m.dtype == DType::FP8;
@@ -223,6 +250,26 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
   if (m.ffn_hidden % p.tp != 0)
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
+  if (m.is_mla()) {
+    const MlaConfig& a = m.mla;
+    if (a.q_lora_rank % p.tp != 0)
+      fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.mla.q_lora_rank = " + str(a.q_lora_rank) +
+                                 " (the query's down projection is column-parallel)");
+    if ((a.kv_lora_rank + a.rope_head_dim) % p.tp != 0)
+      fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.mla.kv_lora_rank + rope_head_dim = " +
+                                 str(a.kv_lora_rank + a.rope_head_dim) +
+                                 " (the key/value down projection is column-parallel)");
+    if (l.eager)
+      fail(s, "model.mla", "multi-head latent attention is planned as Megatron-Core runs it, expected "
+                           "training.framework: megatron");
+    if (m.dtype == DType::FP8)
+      fail(s, "model.mla", "multi-head latent attention under FP8 is not modelled (DeepSeek-V3 trains its FP8 with "
+                           "block-wise scaling, which Transformer Engine's recipes here are not), expected model.dtype "
+                           "bf16");
+    if (s.training.attention != "flash")
+      fail(s, "training.attention", "multi-head latent attention runs Transformer Engine's fused kernel (queries and "
+                                    "keys wider than values), expected training.attention: flash");
+  }
   const int64_t etp = l.etp;
   if (p.expert_tp > 0 && m.moe.experts == 0)
     fail(s, "parallel.expert_tp", "expert_tp needs a mixture-of-experts model (model.moe.experts > 0)");
@@ -242,6 +289,21 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, p.virtual_stages > 1 ? "parallel.virtual_stages" : "parallel.pp",
          "pp·virtual_stages = " + str(p.pp * p.virtual_stages) + " is more than model.layers + 2 = " +
              str(m.layers + 2) + ": every model chunk needs a layer, the embedding or the output layer");
+  if (p.first_stage_layers >= 0 || p.last_stage_layers >= 0) {
+    const char* key = p.first_stage_layers >= 0 ? "parallel.first_stage_layers" : "parallel.last_stage_layers";
+    if (p.pp < 2) fail(s, key, "an uneven pipeline split needs pp >= 2");
+    const int64_t given = std::max<int64_t>(p.first_stage_layers, 0) + std::max<int64_t>(p.last_stage_layers, 0);
+    const int64_t middle_stages = p.pp - (p.first_stage_layers >= 0 ? 1 : 0) - (p.last_stage_layers >= 0 ? 1 : 0);
+    const int64_t rest = m.layers - given;
+    if (rest < 0 || (middle_stages == 0 && rest != 0) || (middle_stages > 0 && rest % middle_stages != 0))
+      fail(s, key, "first and last stages of " + str(std::max<int64_t>(p.first_stage_layers, 0)) + " and " +
+                       str(std::max<int64_t>(p.last_stage_layers, 0)) + " layers leave " + str(rest) + " of " +
+                       str(m.layers) + " for " + str(middle_stages) + " other stages, expected an even share each");
+    for (int64_t stage : {p.first_stage_layers, p.last_stage_layers, middle_stages > 0 ? rest / middle_stages : 0})
+      if (stage > 0 && stage % p.virtual_stages != 0)
+        fail(s, key, "a stage of " + str(stage) + " layers does not split into " + str(p.virtual_stages) +
+                         " model chunks (parallel.virtual_stages)");
+  }
   if (p.virtual_stages > 1 && (p.schedule != "interleaved-1f1b" || p.pp < 2))
     fail(s, "parallel.virtual_stages", "virtual_stages > 1 needs schedule: interleaved-1f1b and pp > 1");
   if (p.schedule == "interleaved-1f1b" && p.virtual_stages < 2 && p.pp > 1)
@@ -550,10 +612,10 @@ class StageBuilder {
     Op op = base(name, OpKind::Attention, ph, layer, compute_);
     op.batch = l_.micro_batch;
     op.heads = m_.heads / t_;
-    op.kv_heads = m_.kv_heads / t_;
+    op.kv_heads = m_.attn_kv_heads() / t_;
     op.q_len = q_len;
     op.kv_len = kv_len;
-    op.head_dim = m_.head_dim();
+    op.head_dim = m_.attn_head_dim();
     op.causal = true;
     op.dropout = m_.dropout > 0 && !l_.eager;  // eager: the reference stack runs no dropout
     op.dtype = attn_dtype_;
@@ -924,7 +986,7 @@ class StageBuilder {
     const Phase ph = Phase::Backward;
     // Selective recompute (Korthikanti et al. 2022): the attention core's forward runs
     // again here instead of keeping its 5·a·s²·b bytes per layer.
-    if (l_.recompute == "selective") {
+    if (l_.recompute_core_attn) {
       recomputing_ = true;
       dout = join(dout, unfused_attention_forward(ph, L, q, kv, dout));
       recomputing_ = false;
@@ -948,10 +1010,10 @@ class StageBuilder {
 
   int32_t layer_of(int64_t chunk, int64_t i) const {
     return static_cast<int32_t>(
-        virtual_stage_layers(m_.layers, l_.pp * l_.virtual_stages, chunk * l_.pp + stage_).first + i);
+        stage_layers(l_, m_.layers, chunk * l_.pp + stage_).first + i);
   }
   int64_t chunk_layers(int64_t chunk) const {
-    return virtual_stage_layers(m_.layers, l_.pp * l_.virtual_stages, chunk * l_.pp + stage_).second;
+    return stage_layers(l_, m_.layers, chunk * l_.pp + stage_).second;
   }
   bool first_virtual(int64_t chunk) const { return chunk == 0 && stage_ == 0; }
   bool last_virtual(int64_t chunk) const { return chunk == l_.virtual_stages - 1 && stage_ == l_.pp - 1; }
@@ -1164,7 +1226,7 @@ class StageBuilder {
     // log-sum-exps; in the backward each block's dK, dV concatenated and, with its dQ,
     // accumulated. Bytes in units of the rank's query (Q) and K+V (KV) tensors, each
     // step's averaged over the ring's ranks (a step's halves fall to different ranks).
-    const double Q = static_cast<double>(l_.micro_batch * q * (m_.heads / t_) * m_.head_dim() * e_);
+    const double Q = static_cast<double>(l_.micro_batch * q * (m_.heads / t_) * m_.attn_head_dim() * e_);
     const double c = static_cast<double>(l_.cp - 1);
     uint32_t pack = add_memory("cp-kv-pack", ph, L, KV + (fwd ? 0.25 * c * (Q + KV) : 0.0),
                                KV + (fwd ? 0.25 * c * (Q + KV) : 0.0), 0, deps(input));
@@ -1194,7 +1256,8 @@ class StageBuilder {
 
   // A CP rank's K and V: its s/cp tokens of the TP rank's K/V heads.
   double cp_kv_bytes() const {
-    return 2.0 * static_cast<double>(l_.micro_batch * (m_.seq_len / l_.cp) * (m_.kv_heads / t_) * m_.head_dim() * e_);
+    return 2.0 * static_cast<double>(l_.micro_batch * (m_.seq_len / l_.cp) * (m_.attn_kv_heads() / t_) *
+                                     m_.attn_head_dim() * e_);
   }
 
   // All-gather context parallelism (parallel.cp_comm: all-gather; Transformer Engine's
@@ -1260,6 +1323,151 @@ class StageBuilder {
                                   rope_writes(true) * n * e_, 3.0 * n, deps(after));
     const double qkv = static_cast<double>(tokens_ * qkv_ * e_);
     return add_memory("qkv-grad-cat", Phase::Backward, L, qkv, qkv, 0, deps(r));
+  }
+
+  // ---- multi-head latent attention (Megatron-Core's MLASelfAttention) -----------------
+  // As core_r0.12.0 runs it with Transformer Engine's layer spec and qk_layernorm
+  // (docs/model.md, "Multi-head latent attention"). Every projection is a column-parallel
+  // TE Linear: under SP each gathers its own input over TP. The two down projections'
+  // outputs are split over TP, so each is all-gathered along its width and concatenated
+  // (gather_from_tensor_model_parallel_region), and under SP the rank keeps its own tokens
+  // again (a contiguous copy); the up projections are LayerNorm-Linears (the norm on the
+  // rank's tokens, then the gather). The rotary part of every query head and the one
+  // shared rotary key are rotated, the query and key concatenated from their parts, the
+  // value made contiguous, and the attention kernel runs query/key heads of qk + rope and
+  // value heads of v.
+  // A column-parallel GEMM of `k` inputs and `n` outputs on the sequence, its input gathered
+  // over TP under SP.
+  uint32_t sp_gemm(const char* ag, const char* gemm, Phase ph, int32_t L, uint32_t in, int64_t n, int64_t k) {
+    uint32_t x = in;
+    if (t_ > 1 && l_.sequence_parallel)
+      x = add_coll(ag, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, L, static_cast<double>(tokens_ * k * e_),
+                   deps(in));
+    return add_gemm(gemm, ph, L, tokens_, n, k, deps(x));
+  }
+  // A down projection's output, `width` wide split over TP: all-gathered along the width and
+  // concatenated; under SP the rank's tokens of its first `kept` columns copied out.
+  uint32_t latent_gather(const char* ag, const char* cat, const char* scatter, Phase ph, int32_t L, uint32_t in,
+                         int64_t width, int64_t kept) {
+    if (t_ == 1) return in;
+    const double full = static_cast<double>(tokens_ * width * e_);
+    uint32_t x = add_coll(ag, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, L, full, deps(in));
+    x = add_memory(cat, ph, L, full, full, 0, deps(x));
+    if (!l_.sequence_parallel) return x;
+    const double own = static_cast<double>(seq_tokens_ * kept * e_);
+    return add_memory(scatter, ph, L, own, own, 0, deps(x));
+  }
+  // A norm over the rank's tokens of a latent (the LayerNorm-Linear's own norm).
+  uint32_t latent_norm(const char* name, Phase ph, int32_t L, uint32_t in, int64_t width) {
+    const double x = static_cast<double>(seq_tokens_ * width * e_);
+    return add_memory(name, ph, L, ph == Phase::Backward && !recomputing_ ? 3 * x : x,
+                      ph == Phase::Backward && !recomputing_ ? 2 * x : x, 8.0 * x / static_cast<double>(e_), deps(in));
+  }
+  // The up projections with the rotary embedding and the query's, key's and value's
+  // assembly: what training.recompute_modules' mla_up_proj runs again before the
+  // attention's backward (Megatron-Core's CheckpointWithoutOutput: the outputs are dropped
+  // once the attention has run; the latents they came from are kept).
+  uint32_t mla_up(int32_t L, Phase ph, uint32_t q, uint32_t kv) {
+    const MlaConfig& a = m_.mla;
+    const int64_t n = m_.heads / t_, qk = a.qk_head_dim + a.rope_head_dim;
+    if (a.q_lora_rank > 0)
+      q = sp_gemm("allgather-q-up-input", "q-up", ph, L, latent_norm("q-layernorm", ph, L, q, a.q_lora_rank), n * qk,
+                  a.q_lora_rank);
+    else
+      q = sp_gemm("allgather-q-input", "q-proj", ph, L, q, n * qk, m_.hidden);
+    kv = sp_gemm("allgather-kv-up-input", "kv-up", ph, L, latent_norm("kv-layernorm", ph, L, kv, a.kv_lora_rank),
+                 n * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank);
+    const double tok = static_cast<double>(tokens_), e = static_cast<double>(e_);
+    const double rot = tok * static_cast<double>((n + 1) * a.rope_head_dim);
+    uint32_t r = add_memory("rotary", ph, L, rope_reads(false) * rot * e, rope_writes(false) * rot * e, 3.0 * rot,
+                            deps(q, kv));
+    const double query = tok * static_cast<double>(n * qk) * e;
+    r = add_memory("mla-query-cat", ph, L, query, query, 0, deps(r));
+    r = add_memory("mla-key-cat", ph, L, tok * static_cast<double>(n * a.qk_head_dim + a.rope_head_dim) * e, query, 0,
+                   deps(r));
+    const double value = tok * static_cast<double>(n * a.v_head_dim) * e;
+    return add_memory("mla-value-copy", ph, L, value, value, 0, deps(r));
+  }
+  uint32_t mla_forward(int32_t L, Phase ph, uint32_t ln) {
+    const MlaConfig& a = m_.mla;
+    const int64_t h = m_.hidden;
+    uint32_t q = ln;
+    if (a.q_lora_rank > 0) {
+      q = sp_gemm("allgather-q-down-input", "q-down", ph, L, ln, a.q_lora_rank / t_, h);
+      q = latent_gather("q-down-allgather", "q-down-cat", "q-down-scatter", ph, L, q, a.q_lora_rank, a.q_lora_rank);
+    }
+    uint32_t kv = sp_gemm("allgather-kv-down-input", "kv-down", ph, L, ln, (a.kv_lora_rank + a.rope_head_dim) / t_, h);
+    kv = latent_gather("kv-down-allgather", "kv-down-cat", "kv-down-scatter", ph, L, kv,
+                       a.kv_lora_rank + a.rope_head_dim, a.kv_lora_rank);
+    return mla_up(L, ph, q, kv);
+  }
+  // From the attention's input gradients to the layer input's: the assembly's and the
+  // rotary embedding's backward, then each projection's data gradient (reduced over TP)
+  // and weight gradient (its input gathered again under SP), the latents' norms, their
+  // gathers undone. `proj_w`: the output projection's weight gradient, which runs first.
+  uint32_t mla_backward(int32_t L, uint32_t dqkv, uint32_t proj_w) {
+    const MlaConfig& a = m_.mla;
+    const int64_t h = m_.hidden, n = m_.heads / t_, qk = a.qk_head_dim + a.rope_head_dim;
+    const Phase b = Phase::Backward;
+    const double tok = static_cast<double>(tokens_), e = static_cast<double>(e_);
+    const double rot = tok * static_cast<double>((n + 1) * a.rope_head_dim);
+    uint32_t r = add_memory("rotary-backward", b, L, rope_reads(true) * rot * e, rope_writes(true) * rot * e,
+                            3.0 * rot, deps(dqkv));
+    // The query's split undone (a copy), the shared key's gradient summed over the heads,
+    // the key's and value's gradients joined into the up projection's output gradient.
+    const double query = tok * static_cast<double>(n * qk) * e;
+    const uint32_t dq = add_memory("mla-query-grad-cat", b, L, query, query, 0, deps(r));
+    r = add_memory("mla-rope-key-grad-sum", b, L, tok * static_cast<double>(n * a.rope_head_dim) * e,
+                   tok * static_cast<double>(a.rope_head_dim) * e, 0, deps(r));
+    const double kv_out = tok * static_cast<double>(n * (a.qk_head_dim + a.v_head_dim)) * e;
+    const uint32_t dkv = add_memory("mla-kv-grad-cat", b, L, kv_out, kv_out, 0, deps(r));
+    uint32_t last_w = proj_w;
+    // A column-parallel layer's backward: data gradient, reduced over TP (reduce-scatter
+    // under SP); weight gradient on its input, gathered again under SP.
+    auto linear_backward = [&](const char* name, uint32_t dy, int64_t in, int64_t out, bool latent_in) {
+      const std::string nm(name);
+      uint32_t d = add_gemm((nm + "-dgrad").c_str(), b, L, tokens_, in, out, deps(dy));
+      if (t_ > 1)
+        d = add_coll(l_.sequence_parallel ? ("reduce-scatter-" + nm + "-grad").c_str() : ("allreduce-" + nm + "-grad").c_str(),
+                     l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP,
+                     tp_, b, L, tok * static_cast<double>(in) * e, deps(d));
+      uint32_t x = dy;
+      if (t_ > 1 && l_.sequence_parallel)
+        x = add_coll(("allgather-" + nm + "-input-wgrad").c_str(), CollectiveKind::AllGather, GroupKind::TP, tp_, b, L,
+                     tok * static_cast<double>(in) * e, deps(dy));
+      last_w = main_grad_add(("grad-accumulate-" + nm).c_str(), L, in, out,
+                             add_gemm((nm + "-wgrad").c_str(), b, L, in, out, tokens_, deps(x, last_w)));
+      (void)latent_in;
+      return d;
+    };
+    // A down projection's gathers undone: under SP the rank's tokens gathered back, then
+    // the rank's columns of the whole width copied out.
+    auto latent_scatter = [&](const char* ag, const char* split, uint32_t dy, int64_t width, int64_t kept) {
+      if (t_ == 1) return dy;
+      uint32_t x = dy;
+      if (l_.sequence_parallel)
+        x = add_coll(ag, CollectiveKind::AllGather, GroupKind::TP, tp_, b, L, tok * static_cast<double>(kept) * e,
+                     deps(dy));
+      const double mine = tok * static_cast<double>(width / t_) * e;
+      return add_memory(split, b, L, mine, mine, 0, deps(x));
+    };
+    uint32_t kv = linear_backward("kv-up", dkv, a.kv_lora_rank, n * (a.qk_head_dim + a.v_head_dim), true);
+    kv = latent_norm("kv-layernorm-backward", b, L, kv, a.kv_lora_rank);
+    kv = latent_scatter("kv-down-grad-allgather", "kv-down-grad-split", kv, a.kv_lora_rank + a.rope_head_dim,
+                        a.kv_lora_rank);
+    kv = linear_backward("kv-down", join(kv, r), h, (a.kv_lora_rank + a.rope_head_dim) / t_, false);
+    uint32_t q;
+    if (a.q_lora_rank > 0) {
+      q = linear_backward("q-up", dq, a.q_lora_rank, n * qk, true);
+      q = latent_norm("q-layernorm-backward", b, L, q, a.q_lora_rank);
+      q = latent_scatter("q-down-grad-allgather", "q-down-grad-split", q, a.q_lora_rank, a.q_lora_rank);
+      q = linear_backward("q-down", q, h, a.q_lora_rank / t_, false);
+    } else {
+      q = linear_backward("q-proj", dq, h, n * qk, false);
+    }
+    // The two paths' input gradients summed (autograd's accumulation).
+    const double own = static_cast<double>(seq_tokens_ * h * e_);
+    return add_memory("mla-input-grad-add", b, L, 2 * own, own, own / e, deps(q, kv, last_w));
   }
 
   // ---- the MLP: dense, or router + experts (+ shared experts) -------------------------
@@ -1509,7 +1717,8 @@ class StageBuilder {
     uint32_t ln = add_memory("layernorm-1", ph, L, act, act, 8.0 * act / static_cast<double>(e_),
                              pg == kNone ? deps(x) : deps(x, pg));
     ln = fp8_quantize_fused("fp8-quantize-qkv-input", ph, L, seq_tokens_, h, ln, true);
-    uint32_t qkv = rope_forward(ph, L, ag_then_gemm("allgather-qkv-input", "qkv", ph, L, ln, qkv_, h));
+    uint32_t qkv = m_.is_mla() ? mla_forward(L, ph, ln)
+                               : rope_forward(ph, L, ag_then_gemm("allgather-qkv-input", "qkv", ph, L, ln, qkv_, h));
     const int64_t q = m_.seq_len / l_.cp;
     uint32_t at;
     if (!recomputing_)
@@ -1518,7 +1727,7 @@ class StageBuilder {
       at = add_attention("attention", ph, L, q, q, deps(qkv));
     else
       at = unfused_attention_forward(ph, L, q, q, qkv);
-    const int64_t attn_out = m_.heads * m_.head_dim() / t_;
+    const int64_t attn_out = m_.attn_out_width() / t_;
     at = fp8_cast("fp8-cast-attn-out", ph, L, tokens_, attn_out, at);
     uint32_t red = gemm_then_reduce("attn-proj", "tp-allreduce-attn", "reduce-scatter-attn", ph, L, deps(at), h,
                                     attn_out);
@@ -1968,6 +2177,101 @@ class StageBuilder {
     return it == param_gather_.end() ? kNone : it->second;
   }
 
+  // One transformer layer's backward (Megatron path or eager), from its output gradient
+  // to its input's; its gradients join the buckets in the last micro-batch.
+  uint32_t layer_backward(int32_t L, uint32_t g, bool last_micro_batch) {
+    const double act = act_bytes();
+    const int64_t h = m_.hidden;
+    if (l_.eager) {
+      if (l_.recompute == "full") {
+        recomputing_ = true;
+        g = layer_forward_eager(L, g, Phase::Backward);
+        recomputing_ = false;
+      }
+      g = layer_backward_eager(L, g, last_micro_batch);
+      return g;
+    }
+    if (l_.recompute == "full") {
+      // Full recompute: the layer's forward runs again from its stored input.
+      recomputing_ = true;
+      g = layer_forward(L, g, Phase::Backward);
+      recomputing_ = false;
+    }
+    // MLP: row-parallel down projection, then column-parallel up projection whose
+    // input-gradient reduction overlaps its weight-gradient GEMM.
+    uint32_t mlp_w = kNone, up_w = kNone;
+    uint32_t red = mlp_backward(L, bias_dropout_add_backward("dropout-backward-mlp", "bias-grad-fc2", L, g,
+                                                               !m_.moe_layer(L)),
+                                mlp_w, up_w);
+    if (m_.moe_layer(L)) {
+      tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
+      up_w = mlp_w;
+    }
+    // Before 2026-12-05 the dropout's mask was read by the LayerNorm backwards instead.
+    const double mask = l_.plan_before_2026_12_05 && m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
+    uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
+                              12.0 * act / static_cast<double>(e_), deps(red, up_w));
+    ln2 = bias_dropout_add_backward("dropout-backward-attn", "bias-grad-proj", L, ln2);
+    const int64_t attn_out = m_.attn_out_width() / t_;
+    ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, seq_tokens_, m_.hidden, ln2, 0, true);
+    uint32_t proj_d = ag_then_gemm("allgather-attn-grad", "attn-proj-dgrad", Phase::Backward, L, ln2, attn_out, h);
+    uint32_t proj_w = main_grad_add("grad-accumulate-attn-proj", L, h, attn_out,
+                                    add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_,
+                                             deps(gathered_)));
+    // Selective recompute under a fused kernel: Megatron-Core checkpoints the core
+    // attention (`checkpoint_core_attention`), so its forward kernel, ring exchange
+    // included, runs again once the output gradient arrives, before its backward.
+    if (l_.mla_up_recompute) {
+      recomputing_ = true;
+      proj_d = join(proj_d, mla_up(L, Phase::Backward, proj_d, proj_d));
+      recomputing_ = false;
+    }
+    if (l_.recompute_core_attn && l_.flash_attention) {
+      recomputing_ = true;
+      proj_d = join(proj_d, ring_attention(L, Phase::Backward, proj_d, true));
+      recomputing_ = false;
+    }
+    if (m_.is_mla()) {
+      g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
+                     12.0 * act / static_cast<double>(e_),
+                     deps(mla_backward(L, ring_attention(L, Phase::Backward, proj_d), proj_w)));
+      g = small_param_grad_adds(L, g);
+      if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once))
+        add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
+      return g;
+    }
+    uint32_t at = rope_backward(L, ring_attention(L, Phase::Backward, proj_d));
+    at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
+    // The input's all-gather (for the weight gradient) runs beside the data-gradient GEMM,
+    // the data gradient's reduce-scatter beside the weight-gradient GEMM: Megatron's
+    // LinearWithGradAccumulationAndAsyncCommunication and TE's bulk overlaps alike.
+    // Without TP the order stays: TE's _Linear.backward runs the data gradient first.
+    uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at, l_.tp_overlap_qkv_dgrad_sms);
+    uint32_t qkv_w = kNone;
+    auto qkv_wgrad = [&] {
+      qkv_w = main_grad_add("grad-accumulate-qkv", L, h, qkv_,
+                            add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
+      return qkv_w;
+    };
+    uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
+                                     Phase::Backward, L, deps(at), h, qkv_, qkv_wgrad);
+    // Megatron-LM's own layer: each bias gradient is a sum of the output gradient over the
+    // tokens, a reduction kernel of its own (TE's kernels reduce them as they go): QKV and
+    // FC1 over their TP columns, the projection and FC2 biases over the (sequence-parallel)
+    // hidden rows.
+    if (l_.local_impl && m_.biases && !m_.moe_layer(L)) {
+      const double cols = static_cast<double>(tokens_ * (qkv_ + m_.ffn_hidden / t_));
+      const double rows = 2.0 * static_cast<double>(seq_tokens_ * h);
+      red1 = add_memory("bias-grad-sums", Phase::Backward, L, (cols + rows) * static_cast<double>(e_),
+                        static_cast<double>((qkv_ + m_.ffn_hidden / t_ + 2 * h) * 4), cols + rows, deps(red1));
+    }
+    g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
+                   12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
+    g = small_param_grad_adds(L, g);
+    if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
+    return g;
+  }
+
   void backward_block(int64_t chunk, bool last_micro_batch) {
     const double act = act_bytes();
     const int64_t h = m_.hidden;
@@ -2033,79 +2337,7 @@ class StageBuilder {
       const uint32_t zg = zero3_backward_gather(L, g);
       if (zg != g) g = join(g, zg);
       zero3_prefetch_below(i > 0 ? layer_of(chunk, i - 1) : -1);
-      if (l_.eager) {
-        if (l_.recompute == "full") {
-          recomputing_ = true;
-          g = layer_forward_eager(L, g, Phase::Backward);
-          recomputing_ = false;
-        }
-        g = layer_backward_eager(L, g, last_micro_batch);
-        continue;
-      }
-      if (l_.recompute == "full") {
-        // Full recompute: the layer's forward runs again from its stored input.
-        recomputing_ = true;
-        g = layer_forward(L, g, Phase::Backward);
-        recomputing_ = false;
-      }
-      // MLP: row-parallel down projection, then column-parallel up projection whose
-      // input-gradient reduction overlaps its weight-gradient GEMM.
-      uint32_t mlp_w = kNone, up_w = kNone;
-      uint32_t red = mlp_backward(L, bias_dropout_add_backward("dropout-backward-mlp", "bias-grad-fc2", L, g,
-                                                                 !m_.moe_layer(L)),
-                                  mlp_w, up_w);
-      if (m_.moe_layer(L)) {
-        tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
-        up_w = mlp_w;
-      }
-      // Before 2026-12-05 the dropout's mask was read by the LayerNorm backwards instead.
-      const double mask = l_.plan_before_2026_12_05 && m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
-      uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
-                                12.0 * act / static_cast<double>(e_), deps(red, up_w));
-      ln2 = bias_dropout_add_backward("dropout-backward-attn", "bias-grad-proj", L, ln2);
-      const int64_t attn_out = m_.heads * m_.head_dim() / t_;
-      ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, seq_tokens_, m_.hidden, ln2, 0, true);
-      uint32_t proj_d = ag_then_gemm("allgather-attn-grad", "attn-proj-dgrad", Phase::Backward, L, ln2, attn_out, h);
-      uint32_t proj_w = main_grad_add("grad-accumulate-attn-proj", L, h, attn_out,
-                                      add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_,
-                                               deps(gathered_)));
-      // Selective recompute under a fused kernel: Megatron-Core checkpoints the core
-      // attention (`checkpoint_core_attention`), so its forward kernel, ring exchange
-      // included, runs again once the output gradient arrives, before its backward.
-      if (l_.recompute == "selective" && l_.flash_attention) {
-        recomputing_ = true;
-        proj_d = join(proj_d, ring_attention(L, Phase::Backward, proj_d, true));
-        recomputing_ = false;
-      }
-      uint32_t at = rope_backward(L, ring_attention(L, Phase::Backward, proj_d));
-      at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
-      // The input's all-gather (for the weight gradient) runs beside the data-gradient GEMM,
-      // the data gradient's reduce-scatter beside the weight-gradient GEMM: Megatron's
-      // LinearWithGradAccumulationAndAsyncCommunication and TE's bulk overlaps alike.
-      // Without TP the order stays: TE's _Linear.backward runs the data gradient first.
-      uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at, l_.tp_overlap_qkv_dgrad_sms);
-      uint32_t qkv_w = kNone;
-      auto qkv_wgrad = [&] {
-        qkv_w = main_grad_add("grad-accumulate-qkv", L, h, qkv_,
-                              add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
-        return qkv_w;
-      };
-      uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
-                                       Phase::Backward, L, deps(at), h, qkv_, qkv_wgrad);
-      // Megatron-LM's own layer: each bias gradient is a sum of the output gradient over the
-      // tokens, a reduction kernel of its own (TE's kernels reduce them as they go): QKV and
-      // FC1 over their TP columns, the projection and FC2 biases over the (sequence-parallel)
-      // hidden rows.
-      if (l_.local_impl && m_.biases && !m_.moe_layer(L)) {
-        const double cols = static_cast<double>(tokens_ * (qkv_ + m_.ffn_hidden / t_));
-        const double rows = 2.0 * static_cast<double>(seq_tokens_ * h);
-        red1 = add_memory("bias-grad-sums", Phase::Backward, L, (cols + rows) * static_cast<double>(e_),
-                          static_cast<double>((qkv_ + m_.ffn_hidden / t_ + 2 * h) * 4), cols + rows, deps(red1));
-      }
-      g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
-                     12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
-      g = small_param_grad_adds(L, g);
-      if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
+      g = layer_backward(L, g, last_micro_batch);
     }
     if (first_virtual(chunk) && l_.eager) {
       // embedding_dense_backward: the token ids sorted, the FP32 rows summed per id into a
@@ -2252,7 +2484,6 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
   const bool adam = s.training.optimizer == "adam";
   std::vector<MemoryBreakdown> out;
   // Memory per stage: the schedule tells how many layer-activations are held at the peak.
-  const int64_t chunks = l.pp * l.virtual_stages;
   for (int64_t st = 0; st < l.pp; ++st) {
     MemoryInputs mi;
     mi.tp = l.tp;
@@ -2272,13 +2503,14 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.adam = adam;
     mi.fp8 = l.fp8;
     mi.fp8_params = l.fp8_params;
-    mi.unfused_scores = !l.flash_attention && l.recompute == "none";
+    mi.unfused_scores = !l.flash_attention && !l.recompute_core_attn && l.recompute != "full";
+    mi.mla_up_recompute = l.mla_up_recompute;
     mi.fused_cross_entropy = l.fused_cross_entropy && l.eager;  // Megatron's fused loss keeps its FP32 softmax
     // Counted in layers, chunk by chunk: with an uneven split a chunk may hold a layer
     // fewer, or none (only the embedding or the output layer).
     std::vector<int64_t> chunk_layers(static_cast<size_t>(l.virtual_stages));
     for (int64_t c = 0; c < l.virtual_stages; ++c)
-      chunk_layers[static_cast<size_t>(c)] = virtual_stage_layers(m.layers, chunks, c * l.pp + st).second;
+      chunk_layers[static_cast<size_t>(c)] = stage_layers(l, m.layers, c * l.pp + st).second;
     int64_t live = 0, peak = 0;
     for (const PipelineBlock& b :
          pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st, l.microbatch_group)) {
@@ -2291,7 +2523,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     for (int64_t c = 0; c < l.virtual_stages; ++c) {
       MemoryInputs ci = mi;
       const int64_t vs = c * l.pp + st;
-      std::tie(ci.first_layer, ci.end_layer) = virtual_stage_layers(m.layers, chunks, vs);
+      std::tie(ci.first_layer, ci.end_layer) = stage_layers(l, m.layers, vs);
       ci.end_layer += ci.first_layer;
       ci.embedding = vs == 0;
       ci.output = vs == l.pp * l.virtual_stages - 1;

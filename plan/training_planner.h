@@ -34,6 +34,7 @@ struct TrainingLayout {
   int64_t etp = 0;  // the experts' TP degree: tp, or 1 (parallel.expert_tp); 0: tp
   int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   int64_t virtual_stages = 1;
+  int64_t first_stage_layers = -1, last_stage_layers = -1;  // -1: an even split
   int64_t microbatch_group = 1;  // interleaved: micro-batches run back to back on one chunk (N)
   int64_t micro_batch = 1;
   int64_t micro_batches = 1;  // per DP rank per iteration
@@ -43,6 +44,8 @@ struct TrainingLayout {
   bool sequence_parallel = false;
   std::string schedule = "1f1b";
   std::string recompute = "none";
+  bool recompute_core_attn = false;  // selective: the attention core's forward again in the backward
+  bool mla_up_recompute = false;     // selective with mla_up_proj: MLA's up projections again
   bool flash_attention = true;      // training.attention: flash | unfused
   bool fp8 = false;                 // model.dtype fp8: Transformer Engine's FP8 linear layers
   bool fp8_attention = false;       // the attention core in FP8 too
@@ -127,6 +130,10 @@ PlacementStrides placement_strides(const std::string& placement, const TrainingL
 // it does not divide, the stages one layer short are the two ends inward (Llama 3 405B:
 // 126 layers over 16 stages are 7, fourteen of 8, 7).
 std::pair<int64_t, int64_t> virtual_stage_layers(int64_t layers, int64_t n, int64_t vs);
+// The layout's split: {first layer, layers} of virtual stage vs (= chunk·pp + stage), the
+// first and last stages' counts as the layout gives them (each split evenly over its
+// chunks) and the rest even over the middle stages; else virtual_stage_layers.
+std::pair<int64_t, int64_t> stage_layers(const TrainingLayout& l, int64_t layers, int64_t vs);
 
 // The layout the scenario asks for, checked (InputError at the offending key).
 TrainingLayout check_training_layout(const Scenario& s);

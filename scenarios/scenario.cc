@@ -324,6 +324,27 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.model.moe.dense_layers = as_int(n, "model.moe.dense_layers", 0); }},
       {"model.moe.expert_ffn_hidden", "integer", "0", "MLP inner size of one expert",
        [](const N& n, S& s) { s.model.moe.expert_ffn_hidden = as_int(n, "model.moe.expert_ffn_hidden", 0); }},
+      {"model.mla", "mapping", "",
+       "multi-head latent attention (DeepSeek-V2/V3, Megatron-Core's --multi-latent-attention): queries through a "
+       "low-rank bottleneck, keys and values from a shared latent (docs/model.md, \"Multi-head latent attention\")",
+       nullptr},
+      {"model.mla.q_lora_rank", "integer", "0",
+       "the query's bottleneck (DeepSeek-V3 1536); 0: one projection h -> heads·(qk_head_dim + rope_head_dim)",
+       [](const N& n, S& s) { s.model.mla.q_lora_rank = as_int(n, "model.mla.q_lora_rank", 0, kMaxModelDim); }},
+      {"model.mla.kv_lora_rank", "integer", "0", "the key/value latent's width (DeepSeek-V3 512); 0: no MLA",
+       [](const N& n, S& s) { s.model.mla.kv_lora_rank = as_int(n, "model.mla.kv_lora_rank", 0, kMaxModelDim); }},
+      {"model.mla.qk_head_dim", "integer", "0", "a query/key head's part without rotary embedding (DeepSeek-V3 128)",
+       [](const N& n, S& s) { s.model.mla.qk_head_dim = as_int(n, "model.mla.qk_head_dim", 1, kMaxModelDim); }},
+      {"model.mla.rope_head_dim", "integer", "0",
+       "a query/key head's rotary part (DeepSeek-V3 64); the key's is one, shared by every head",
+       [](const N& n, S& s) { s.model.mla.rope_head_dim = as_int(n, "model.mla.rope_head_dim", 1, kMaxModelDim); }},
+      {"model.mla.v_head_dim", "integer", "0", "a value head's width (DeepSeek-V3 128)",
+       [](const N& n, S& s) { s.model.mla.v_head_dim = as_int(n, "model.mla.v_head_dim", 1, kMaxModelDim); }},
+      {"model.mtp_layers", "integer", "preset's (DeepSeek-V3 1, else 0)",
+       "multi-token prediction modules after the last layer (DeepSeek-V3, Megatron-Core's --mtp-num-layers): each "
+       "predicts one more token with its own norms, projection and transformer layer and the shared output layer, "
+       "on the last pipeline stage",
+       [](const N& n, S& s) { s.model.mtp_layers = as_int(n, "model.mtp_layers", 0, 16); }},
       {"parallel", "mapping", "", "the parallel layout", nullptr},
       {"parallel.dp", "integer", "GPUs/(tp·pp·cp)", "data-parallel degree (auto: GPUs / (tp·pp·cp))",
        [](const N& n, S& s) {
@@ -364,6 +385,15 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"parallel.virtual_stages", "integer", "1", "model chunks per pipeline rank",
        [](const N& n, S& s) { s.parallel.virtual_stages = as_degree(n, "parallel.virtual_stages"); }},
+      {"parallel.first_stage_layers", "integer", "an even split",
+       "layers on the first pipeline stage, where it holds fewer or more than the rest (Megatron-Core's "
+       "--decoder-first-pipeline-num-layers, NeMo's num_layers_in_first_pipeline_stage); the stages not given share "
+       "the remaining layers evenly, and each stage's layers split evenly over its virtual_stages chunks",
+       [](const N& n, S& s) { s.parallel.first_stage_layers = as_int(n, "parallel.first_stage_layers", 0, kMaxModelDim); }},
+      {"parallel.last_stage_layers", "integer", "an even split",
+       "layers on the last pipeline stage (--decoder-last-pipeline-num-layers; DeepSeek-V3's recipes leave it short "
+       "for the output layer and the multi-token prediction module)",
+       [](const N& n, S& s) { s.parallel.last_stage_layers = as_int(n, "parallel.last_stage_layers", 0, kMaxModelDim); }},
       {"parallel.microbatch_group", "integer", "pp",
        "interleaved-1f1b: micro-batches each model chunk runs back to back before the next chunk (Megatron-Core's "
        "--microbatch-group-size-per-virtual-pipeline-stage, from pp to the micro-batches per pipeline; pp is the "
@@ -534,6 +564,20 @@ const std::vector<KeySpec>& key_table() {
       {"training.recompute", "name", "none", "none | selective | full",
        [](const N& n, S& s) {
          s.training.recompute = as_enum(n, "training.recompute", {"none", "selective", "full"});
+       }},
+      {"training.recompute_modules", "list", "[core_attn]",
+       "with recompute: selective, what runs again in the backward instead of keeping its outputs (Megatron-Core's "
+       "--recompute-modules): core_attn (the attention kernel's forward) | mla_up_proj (multi-head latent "
+       "attention's up projections, rotary embedding and the query, key and value assembled from them, rebuilt from "
+       "the kept latents); docs/model.md",
+       [](const N& n, S& s) {
+         if (n.kind != YNode::Kind::Seq)
+           throw InputError(n.mark, "training.recompute_modules must be a list, e.g. [core_attn, mla_up_proj], got " +
+                                        n.kind_name());
+         s.training.recompute_modules.clear();
+         for (const YNode& v : n.seq)
+           s.training.recompute_modules.push_back(
+               as_enum(v, "training.recompute_modules", {"core_attn", "mla_up_proj"}));
        }},
       {"training.optimizer", "name", "adam", "adam | sgd",
        [](const N& n, S& s) {
@@ -1505,6 +1549,18 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   if (m.head_channels == 0 && m.hidden % m.heads != 0)
     throw InputError(s.mark("model.heads"), "model.heads (" + std::to_string(m.heads) + ") must divide model.hidden (" +
                                                 std::to_string(m.hidden) + "), or give model.head_dim");
+  if (m.is_mla()) {
+    const MlaConfig& a = m.mla;
+    if (a.qk_head_dim <= 0 || a.rope_head_dim <= 0 || a.v_head_dim <= 0)
+      throw InputError(s.mark("model.mla"), "model.mla needs qk_head_dim, rope_head_dim and v_head_dim (DeepSeek-V3: "
+                                            "128, 64, 128)");
+    if (m.head_channels > 0)
+      throw InputError(s.mark("model.head_dim"),
+                       "model.head_dim does not apply under model.mla: its heads' widths are model.mla's");
+    if (m.learned_positions)
+      throw InputError(s.mark("model.mla"), "model.mla's keys carry a rotary part, expected a model without a learned "
+                                            "position table (ffn_type swiglu, or a Llama-like preset)");
+  }
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
     throw InputError(s.mark("model.kv_heads"), "model.kv_heads (" + std::to_string(m.kv_heads) +
                                                    ") must divide model.heads (" + std::to_string(m.heads) + ")");
@@ -1576,6 +1632,16 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       throw InputError(st.mark, "straggler node " + std::to_string(st.index) + " is past the cluster's " +
                                     std::to_string(s.cluster.nodes) + " nodes, expected 0.." +
                                     std::to_string(s.cluster.nodes - 1));
+  }
+  if (s.marks.count("training.recompute_modules")) {
+    if (s.training.recompute != "selective")
+      throw InputError(s.mark("training.recompute_modules"),
+                       "training.recompute_modules applies under selective recompute, expected training.recompute: "
+                       "selective (it is " + s.training.recompute + ")");
+    for (const std::string& mod : s.training.recompute_modules)
+      if (mod == "mla_up_proj" && !m.is_mla())
+        throw InputError(s.mark("training.recompute_modules"),
+                         "training.recompute_modules: mla_up_proj needs multi-head latent attention (model.mla)");
   }
   if (s.inference && s.marks.count("training"))
     throw InputError(s.mark("training"), "a training: block beside inference: is not used, expected one of the two");

@@ -28,6 +28,9 @@ struct ParallelConfig {
   int64_t zero_stage = 0;
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;
+  // Layers on the first and the last pipeline stage where they differ from the rest
+  // (Megatron-Core's --decoder-first/last-pipeline-num-layers); -1: an even split.
+  int64_t first_stage_layers = -1, last_stage_layers = -1;
   int64_t microbatch_group = 0;  // interleaved: contiguous micro-batches per chunk (0: pp)
   int64_t micro_batch = 1;
   std::string placement = "tp-cp-ep-dp-pp";
@@ -59,6 +62,9 @@ struct TrainingConfig {
   int64_t global_batch = 0;  // 0: one micro-batch per DP rank
   int64_t iterations = 1;
   std::string recompute = "none";
+  // Under selective recompute, what runs again in the backward (Megatron-Core's
+  // --recompute-modules): core_attn | mla_up_proj.
+  std::vector<std::string> recompute_modules = {"core_attn"};
   std::string optimizer = "adam";
   std::string attention = "flash";  // flash (fused, IO-aware) | unfused (scores and softmax through HBM)
   // none | unpad (flash-attn's bert_padding around a variable-length kernel: MPT's flash path)
