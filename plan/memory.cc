@@ -34,6 +34,21 @@ StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
   // The output layer: its own weights when untied; when tied and pipelined, the last
   // stage keeps a copy of the embedding (Megatron) whose gradients meet the first's.
   if (in.output) p.dense += (!m.tied_embeddings || !in.embedding ? vocab : 0.0) + 2 * h;
+  // Multi-token prediction modules: a layer like the last, the projection (2h x h), three
+  // norms, and (away from the first stage) the stage's own copy of the embedding table.
+  if (in.output && in.mtp_layers > 0) {
+    const int64_t l = m.layers - 1;
+    double dense = static_cast<double>(m.attention_params()) / t + norms + 2.0 * h * h / t + 3.0 * h;
+    double expert = 0;
+    if (m.moe_layer(l)) {
+      dense += h * static_cast<double>(m.moe.experts) + static_cast<double>(m.moe.shared_experts * m.expert_params()) / t;
+      expert = static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * static_cast<double>(m.expert_params()) / et;
+    } else {
+      dense += static_cast<double>(m.dense_mlp_params()) / t;
+    }
+    p.dense += static_cast<double>(in.mtp_layers) * dense + (in.embedding ? 0.0 : vocab);
+    p.expert += static_cast<double>(in.mtp_layers) * expert;
+  }
   return p;
 }
 
@@ -135,7 +150,8 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   const double per_layer = in.full_recompute ? 2.0 * sbh / (in.sequence_parallel ? t : 1.0) : full_layer;
   b.activations = per_layer * in.in_flight_layers + (in.full_recompute ? full_layer : 0.0);
   if (in.output)
-    b.activations += tokens * static_cast<double>(padded_vocab(m, in.tp)) / t * (in.fused_cross_entropy ? e : e + 4.0);
+    b.activations += static_cast<double>(1 + in.mtp_layers) * tokens * static_cast<double>(padded_vocab(m, in.tp)) / t *
+                     (in.fused_cross_entropy ? e : e + 4.0);
   if (in.pp > 1) b.buffers += 2.0 * 2.0 * sbh * e / (in.sequence_parallel ? t : 1.0);
   if (in.zero_stage >= 3 && !in.zero3_params_held) {
     // Two layers gathered at a time (one in use, one prefetched).

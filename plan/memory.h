@@ -60,6 +60,7 @@ struct MemoryInputs {
   bool fp8_params = false;  // parallel.fp8_param_gather: FP8 weights (and their transpose), no 16-bit copy
   bool unfused_scores = false;    // unfused attention whose scores are kept for the backward
   bool mla_up_recompute = false;  // MLA's query, key and value rebuilt in the backward, not kept
+  int64_t mtp_layers = 0;         // with output: the multi-token prediction modules after it
   bool fused_cross_entropy = false;  // the loss keeps only the 16-bit logits (no FP32 softmax)
   int64_t first_layer = 0, end_layer = -1;  // the stage's layers; end -1: all
   bool embedding = true;                    // the stage holds the token embedding

@@ -14,6 +14,10 @@ int64_t ServingShape::stage_layers(int64_t stage) const {
 int64_t ServingShape::kv_heads_local() const { return std::max<int64_t>(1, model.kv_heads / tp); }
 
 double ServingShape::kv_layer_bytes() const {
+  // Multi-head latent attention caches its latent and the shared rotary key, whole on every
+  // TP rank (vLLM's and TensorRT-LLM's MLA backends).
+  if (model.is_mla())
+    return static_cast<double>(model.mla.kv_lora_rank + model.mla.rope_head_dim) * dtype_bits(kv_dtype) / 8.0;
   return 2.0 * static_cast<double>(kv_heads_local() * model.head_dim()) * dtype_bits(kv_dtype) / 8.0;
 }
 
@@ -62,10 +66,10 @@ std::vector<Op> iteration_attention_ops(const ServingShape& sh, const IterationB
     op.kind = OpKind::Attention;
     op.dtype = sh.fp8_context_attention ? DType::FP8 : m.dtype;
     op.heads = m.heads / sh.tp;
-    op.kv_heads = sh.kv_heads_local();
+    op.kv_heads = m.is_mla() ? op.heads : sh.kv_heads_local();  // MLA's prefill: keys and values up-projected
     op.q_len = c.tokens;
     op.kv_len = c.past + c.tokens;
-    op.head_dim = m.head_dim();
+    op.head_dim = m.attn_head_dim();
     op.causal = true;
     op.flops = attention_flops(op);
     const double q = static_cast<double>(c.tokens * op.heads * op.head_dim) * (dtype_bits(op.dtype) / 8.0);
@@ -118,14 +122,18 @@ class IterationBuilder {
     for (int64_t i = 0; i < sh_.stage_layers(stage_); ++i) {
       const auto layer = static_cast<int32_t>(first + i);
       memory("add_norm", 2 * T * h * e_, 2 * T * h * e_, layer);
-      gemm("qkv", b_.tokens, qkv_out, m_.hidden, layer);
-      memory("rotary", rope, rope, layer);
-      if (with_attention)
-        for (Op op : attention) {
-          op.name = plan_.intern(op.kind == OpKind::Attention ? "prefill_attention" : "decode_attention");
-          add(op, compute_, layer);
-        }
-      gemm("attn_out", b_.tokens, m_.hidden, attn_out, layer);
+      if (m_.is_mla()) {
+        mla(layer, attention, with_attention);
+      } else {
+        gemm("qkv", b_.tokens, qkv_out, m_.hidden, layer);
+        memory("rotary", rope, rope, layer);
+        if (with_attention)
+          for (Op op : attention) {
+            op.name = plan_.intern(op.kind == OpKind::Attention ? "prefill_attention" : "decode_attention");
+            add(op, compute_, layer);
+          }
+      }
+      gemm("attn_out", b_.tokens, m_.hidden, m_.is_mla() ? m_.attn_out_width() / tp : attn_out, layer);
       all_reduce("attn_all_reduce", T * h * e_, layer);
       memory("add_norm", 2 * T * h * e_, 2 * T * h * e_, layer);
       if (m_.moe_layer(layer)) {
@@ -274,6 +282,54 @@ class IterationBuilder {
       memory("shared_expert_activation", m_.mlp_matrices() == 3 ? 2 * g : g, g, layer);
       gemm("shared_expert_out", b_.tokens, m_.hidden, fs, layer);
     }
+  }
+
+  // Multi-head latent attention as vLLM's and TensorRT-LLM's MLA backends serve it
+  // (docs/model.md, "Multi-head latent attention"): the down projections of every token (one
+  // replicated GEMM to the query's bottleneck, the latent and the rotary key), the latents'
+  // norms, the query's up projection (column-parallel), the rotary part. A prefill
+  // up-projects its context's latents to every head's key and value and runs attention of
+  // qk + rope query/key heads and v value heads; a decode token's query is absorbed into
+  // the latent space (its non-rotary part times each head's key up-projection), attends over
+  // the cached latents as one key/value head shared by the rank's heads, and its output is
+  // projected out of the latent by each head's value up-projection.
+  void mla(int32_t layer, const std::vector<Op>& attention, bool with_attention) {
+    const MlaConfig& a = m_.mla;
+    const int64_t tp = sh_.tp, n = m_.heads / tp, qk = a.qk_head_dim + a.rope_head_dim;
+    const double T = static_cast<double>(b_.tokens);
+    gemm("mla_down", b_.tokens, a.q_lora_rank + a.kv_lora_rank + a.rope_head_dim, m_.hidden, layer);
+    const double lat = T * static_cast<double>(a.q_lora_rank + a.kv_lora_rank) * e_;
+    memory("mla_latent_norms", lat, lat, layer);
+    if (a.q_lora_rank > 0) gemm("q_up", b_.tokens, n * qk, a.q_lora_rank, layer);
+    const double rot = T * static_cast<double>((n + 1) * a.rope_head_dim) * e_;
+    memory("rotary", rot, rot, layer);
+    int64_t prefill = 0, context = 0;
+    for (const PrefillChunk& c : b_.prefill) prefill += c.tokens, context += c.past + c.tokens;
+    const int64_t decode = b_.tokens - prefill;
+    if (context > 0) gemm("kv_up", context, n * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank, layer);
+    if (decode > 0) batched_gemm("q_absorb", decode, a.kv_lora_rank, a.qk_head_dim, n, layer);
+    if (with_attention)
+      for (Op op : attention) {
+        op.name = plan_.intern(op.kind == OpKind::Attention ? "prefill_attention" : "decode_attention");
+        add(op, compute_, layer);
+      }
+    if (decode > 0) batched_gemm("v_absorb", decode, a.v_head_dim, a.kv_lora_rank, n, layer);
+  }
+  // `batch` GEMMs of m × n × k, each with its own weights (a head's slice of an up
+  // projection): torch.bmm over the heads.
+  void batched_gemm(const char* name, int64_t m, int64_t n, int64_t k, int64_t batch, int32_t layer) {
+    Op op;
+    op.kind = OpKind::Gemm;
+    op.name = plan_.intern(name);
+    op.dtype = m_.dtype;
+    op.m = m;
+    op.n = n;
+    op.k = k;
+    op.batch = batch;
+    op.flops = gemm_flops(op);
+    op.bytes_read = static_cast<int64_t>(static_cast<double>(batch * (m * k + k * n)) * e_);
+    op.bytes_written = static_cast<int64_t>(static_cast<double>(batch * m * n) * e_);
+    add(op, compute_, layer);
   }
 
   // A grouped GEMM over `experts` weight matrices (n × k each) and `rows` routed rows in all:

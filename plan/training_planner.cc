@@ -250,6 +250,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
   if (m.ffn_hidden % p.tp != 0)
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
+  if (m.mtp_layers > 0 && l.eager)
+    fail(s, "model.mtp_layers", "multi-token prediction is planned as Megatron-Core runs it, expected "
+                                "training.framework: megatron");
+  if (m.mtp_layers > 0 && !m.blocks.empty())
+    fail(s, "model.mtp_layers", "multi-token prediction follows a transformer's last layer, expected no model.blocks");
   if (m.is_mla()) {
     const MlaConfig& a = m.mla;
     if (a.q_lora_rank % p.tp != 0)
@@ -2037,12 +2042,26 @@ class StageBuilder {
         x = add_memory("nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
       }
     } else if (last_virtual(chunk)) {
+      x = logits_and_loss(mtp_forward(x), -1, "");
+      x = loss_sync(x, chunk);
+    } else {
+      sent(add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
+                   "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), deps(x), false,
+                   false, l_.overlap_p2p));
+    }
+    prev_ = x;
+  }
+
+  // The final norm, the vocab-parallel output layer and the loss over its logits: the
+  // model's (`L` -1) or a multi-token prediction module's (its layer, names `pre`-fixed).
+  uint32_t logits_and_loss(uint32_t x, int32_t L, const std::string& pre) {
+    {
       const double act = act_bytes();
-      uint32_t ln =
-          add_memory("final-layernorm", Phase::Forward, -1, act, act, 8.0 * act / static_cast<double>(e_), deps(x));
-      uint32_t in = tp_gather("allgather-logits-input", Phase::Forward, -1, ln);
-      const uint32_t pg = param_gather_for(-1);
-      uint32_t logits = add_gemm("logits", Phase::Forward, -1, tokens_, vocab_local_, m_.hidden,
+      uint32_t ln = add_memory((pre + "final-layernorm").c_str(), Phase::Forward, L, act, act,
+                               8.0 * act / static_cast<double>(e_), deps(x));
+      uint32_t in = tp_gather((pre + "allgather-logits-input").c_str(), Phase::Forward, L, ln);
+      const uint32_t pg = L < 0 ? param_gather_for(-1) : kNone;
+      uint32_t logits = add_gemm((pre + "logits").c_str(), Phase::Forward, L, tokens_, vocab_local_, m_.hidden,
                                  pg == kNone ? deps(in) : deps(in, pg), 1, 1.0, act_dtype_);
       const double lg = static_cast<double>(tokens_ * vocab_local_);
       // Megatron's vocab-parallel cross-entropy on logits.float(): the cast, max, shift,
@@ -2054,19 +2073,104 @@ class StageBuilder {
       // scalar broadcast across the row: PyTorch's loop for those two passes is not
       // vectorized and is bound by the SMs (MemAccess::BroadcastLoop, 2 lg elements).
       const bool fused = l_.fused_cross_entropy;
-      x = add_memory("cross-entropy", Phase::Forward, -1, lg * (static_cast<double>(e_) + (fused ? 8.0 : 20.0)),
-                     lg * (fused ? 12.0 : 16.0), 5.0 * lg, deps(logits));
+      x = add_memory((pre + "cross-entropy").c_str(), Phase::Forward, L,
+                     lg * (static_cast<double>(e_) + (fused ? 8.0 : 20.0)), lg * (fused ? 12.0 : 16.0), 5.0 * lg,
+                     deps(logits));
       if (!fused) x = accessed(x, MemAccess::BroadcastLoop, 2.0 * lg);
       if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
-        x = add_coll("cross-entropy-allreduce", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Forward, -1,
-                     3.0 * static_cast<double>(tokens_) * 4, deps(x));
-      x = loss_sync(x, chunk);
-    } else {
-      sent(add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
-                   "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), deps(x), false,
-                   false, l_.overlap_p2p));
+        x = add_coll((pre + "cross-entropy-allreduce").c_str(), CollectiveKind::AllReduce, GroupKind::TP, tp_,
+                     Phase::Forward, L, 3.0 * static_cast<double>(tokens_) * 4, deps(x));
     }
-    prev_ = x;
+    return x;
+  }
+
+  // ---- multi-token prediction (Megatron-Core's MultiTokenPredictionBlock) ------------
+  // On the last stage, after the last layer, each module k (its layer numbered layers + k):
+  // the next token's embedding looked up (the stage's own copy of the table, its partial
+  // sums reduced over TP), the two norms (that embedding's and the hidden state's), their
+  // concatenation projected back to h (a column-parallel TE Linear: input gathered under
+  // SP, output gathered along its width and the rank's tokens taken again), a transformer
+  // layer like the model's last, and its own final norm, logits over the shared output
+  // layer and loss, which joins the model's loss (MTPLossAutoScaler). docs/model.md.
+  uint32_t mtp_forward(uint32_t x) {
+    if (m_.mtp_layers == 0) return x;
+    const double act = act_bytes(), e = static_cast<double>(e_);
+    const int64_t h = m_.hidden;
+    uint32_t hid = x, losses = x;
+    for (int64_t k = 0; k < m_.mtp_layers; ++k) {
+      const auto L = static_cast<int32_t>(m_.layers + k);
+      uint32_t emb = add_memory("mtp-embedding", Phase::Forward, L, full_act_bytes() + static_cast<double>(tokens_ * 8),
+                                full_act_bytes(), 0, deps(hid));
+      emb = tp_reduce("mtp-embedding-allreduce", "mtp-embedding-reduce-scatter", Phase::Forward, L, emb);
+      uint32_t c = add_memory("mtp-norms", Phase::Forward, L, 2 * act, 2 * act, 16.0 * act / e, deps(emb, hid));
+      c = add_memory("mtp-concat", Phase::Forward, L, 2 * act, 2 * act, 0, deps(c));
+      c = sp_gemm("allgather-mtp-proj-input", "mtp-proj", Phase::Forward, L, c, h / t_, 2 * h);
+      c = latent_gather("mtp-proj-allgather", "mtp-proj-cat", "mtp-proj-scatter", Phase::Forward, L, c, h, h);
+      const uint32_t g = zero3_gather(Phase::Forward, L, c);
+      hid = layer_forward(L, g == c ? c : join(c, g), Phase::Forward);
+      losses = logits_and_loss(hid, L, "mtp-");
+    }
+    return join(x, losses);
+  }
+  // The modules' backward, last first, from the main model's final-norm gradient `g`: each
+  // module's loss, output layer (its weight gradient into the shared one's), final norm,
+  // layer, projection, norms and embedding; the hidden state's gradient added into the
+  // main one's.
+  uint32_t mtp_backward(uint32_t g, bool last_micro_batch) {
+    if (m_.mtp_layers == 0) return g;
+    const double act = act_bytes(), e = static_cast<double>(e_);
+    const int64_t h = m_.hidden;
+    const Phase b = Phase::Backward;
+    uint32_t d = g;
+    for (int64_t k = m_.mtp_layers - 1; k >= 0; --k) {
+      const auto L = static_cast<int32_t>(m_.layers + k);
+      const double lg = static_cast<double>(tokens_ * vocab_local_);
+      const bool fused = l_.fused_cross_entropy;
+      d = add_memory("mtp-cross-entropy-backward", b, L, lg * (fused ? 4.0 : 8.0),
+                     lg * ((fused ? 0.0 : 4.0) + e), 3.0 * lg, deps(d));
+      if (!fused) d = accessed(d, MemAccess::BroadcastLoop, lg);
+      const uint32_t dg = add_gemm("mtp-logits-dgrad", b, L, tokens_, h, vocab_local_, deps(d), 1, 1.0, act_dtype_);
+      const uint32_t x = tp_gather("allgather-mtp-logits-input-wgrad", b, L, d);
+      const uint32_t w = main_grad_add(
+          "grad-accumulate-logits", L, vocab_local_, h,
+          add_gemm("mtp-logits-wgrad", b, L, vocab_local_, h, tokens_, deps(d, x), 1, 1.0, act_dtype_));
+      d = tp_reduce("mtp-logits-grad-allreduce", "mtp-logits-grad-reduce-scatter", b, L, dg);
+      d = add_memory("mtp-final-layernorm-backward", b, L, 2 * act, act, 10.0 * act / e, deps(d, w));
+      d = layer_backward(L, d, last_micro_batch);
+      // The projection: the width gather and the rank's tokens undone, its data gradient
+      // reduced over TP, its weight gradient on the input gathered again.
+      const double tok = static_cast<double>(tokens_);
+      uint32_t pj = d;
+      if (t_ > 1) {
+        if (l_.sequence_parallel)
+          pj = add_coll("mtp-proj-grad-allgather", CollectiveKind::AllGather, GroupKind::TP, tp_, b, L,
+                        tok * static_cast<double>(h) * e, deps(pj));
+        pj = add_memory("mtp-proj-grad-split", b, L, tok * static_cast<double>(h / t_) * e,
+                        tok * static_cast<double>(h / t_) * e, 0, deps(pj));
+      }
+      uint32_t pd = add_gemm("mtp-proj-dgrad", b, L, tokens_, 2 * h, h / t_, deps(pj));
+      if (t_ > 1)
+        pd = add_coll(l_.sequence_parallel ? "reduce-scatter-mtp-proj-grad" : "allreduce-mtp-proj-grad",
+                      l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP,
+                      tp_, b, L, tok * static_cast<double>(2 * h) * e, deps(pd));
+      uint32_t px = pj;
+      if (t_ > 1 && l_.sequence_parallel)
+        px = add_coll("allgather-mtp-proj-input-wgrad", CollectiveKind::AllGather, GroupKind::TP, tp_, b, L,
+                      tok * static_cast<double>(2 * h) * e, deps(pj));
+      const uint32_t pw = main_grad_add("grad-accumulate-mtp-proj", L, 2 * h, h / t_,
+                                        add_gemm("mtp-proj-wgrad", b, L, 2 * h, h / t_, tokens_, deps(px)));
+      // The two norms' backward; the embedding's gradient scattered into the stage's table.
+      uint32_t nb = add_memory("mtp-norms-backward", b, L, 6 * act, 4 * act, 24.0 * act / e, deps(pd, pw));
+      const uint32_t eg = tp_gather("mtp-embedding-grad-allgather", b, L, nb);
+      const double table = static_cast<double>(vocab_local_ * h);
+      const double ge = dtype_bits(grad_dtype_) / 8.0;
+      const uint32_t emb = add_memory("mtp-embedding-backward", b, L, 2 * full_act_bytes() + table * (e + ge),
+                                      full_act_bytes() + table * (e + ge), 0, deps(eg));
+      if (last_micro_batch)
+        add_grads(L, static_cast<double>(2 * h * (h / t_) + 3 * h) + table, 0, emb);
+      d = add_memory("mtp-hidden-grad-add", b, L, 2 * act, act, act / e, deps(nb, emb));
+    }
+    return join(g, d);
   }
 
   // Megatron-LM's loss_func on the last stage, between a micro-batch's forward and its
@@ -2130,8 +2234,19 @@ class StageBuilder {
       for (int64_t i = 0; i < chunk_layers(c); ++i)
         p += expert ? layer_expert_params(layer_of(c, i)) : layer_dense_params(layer_of(c, i));
       if (!expert) p += embedding_params(first_virtual(c), last_virtual(c));
+      if (last_virtual(c))
+        for (int64_t k = 0; k < m_.mtp_layers; ++k) {
+          const auto L = static_cast<int32_t>(m_.layers + k);
+          p += expert ? layer_expert_params(L) : layer_dense_params(L) + mtp_extra_params();
+        }
     }
     return p;
+  }
+  // A multi-token prediction module's own weights beside its layer: the projection (2h x
+  // h over TP), its three norms, and the stage's copy of the embedding table.
+  double mtp_extra_params() const {
+    const double h = static_cast<double>(m_.hidden);
+    return 2.0 * h * h / static_cast<double>(t_) + 3.0 * h + static_cast<double>(vocab_local_) * h;
   }
   double embedding_params_local() const {
     double p = 0;
@@ -2323,6 +2438,7 @@ class StageBuilder {
       uint32_t d = tp_reduce("logits-grad-allreduce", "logits-grad-reduce-scatter", Phase::Backward, -1, dgrad);
       g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * act, act,
                      10.0 * act / static_cast<double>(e_), deps(d, wgrad));
+      g = mtp_backward(g, last_micro_batch);
     } else {
       const uint32_t recv =
           add_p2p("pp-recv-grad", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
@@ -2511,6 +2627,8 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     std::vector<int64_t> chunk_layers(static_cast<size_t>(l.virtual_stages));
     for (int64_t c = 0; c < l.virtual_stages; ++c)
       chunk_layers[static_cast<size_t>(c)] = stage_layers(l, m.layers, c * l.pp + st).second;
+    // The multi-token prediction modules' layers run in the last chunk of the last stage.
+    if (st == l.pp - 1) chunk_layers.back() += m.mtp_layers;
     int64_t live = 0, peak = 0;
     for (const PipelineBlock& b :
          pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st, l.microbatch_group)) {
@@ -2527,6 +2645,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
       ci.end_layer += ci.first_layer;
       ci.embedding = vs == 0;
       ci.output = vs == l.pp * l.virtual_stages - 1;
+      ci.mtp_layers = ci.output ? m.mtp_layers : 0;
       ci.in_flight_layers = c == 0 ? mi.in_flight_layers : 0;
       ci.pp = c == 0 ? l.pp : 1;
       const MemoryBreakdown b = training_memory(m, ci);

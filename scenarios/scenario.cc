@@ -1380,8 +1380,10 @@ void trtllm_bench_engine_limits(Scenario& s) {
   const double gib = 1024.0 * 1024.0 * 1024.0;
   const double tp = static_cast<double>(s.parallel.tp), pp = static_cast<double>(s.parallel.pp);
   const double kv_heads = std::max(tp, static_cast<double>(m.kv_heads));
-  const double gib_per_token = 2.0 * static_cast<double>(m.layers) * kv_heads * static_cast<double>(m.head_dim()) *
-                               bytes(inf.kv_dtype_for(m.dtype)) / gib;
+  // Under MLA every rank caches the whole latent and rotary key.
+  const double kv_width = m.is_mla() ? tp * static_cast<double>(m.mla.kv_lora_rank + m.mla.rope_head_dim)
+                                     : 2.0 * kv_heads * static_cast<double>(m.head_dim());
+  const double gib_per_token = static_cast<double>(m.layers) * kv_width * bytes(inf.kv_dtype_for(m.dtype)) / gib;
   // The engine's size in GB (parameters / 10^9 x bytes), taken from the memory in GiB as the
   // source does; its later versions count the engine in GiB too.
   const double engine = static_cast<double>(m.total_params()) * bytes(weights) / 1e9;

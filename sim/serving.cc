@@ -955,6 +955,10 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
     const DType kv = c.kv_dtype_for(s.model.dtype);
     for (const ModelConfig* m : {&s.model, draft_model}) {
       if (!m) continue;
+      if (m->is_mla())
+        throw InputError(s.mark("inference.decode_attention"),
+                         "turbomind-v0.1's decode kernel runs multi-head attention, the model has latent attention "
+                         "(model.mla); expected decode_attention: streaming");
       if (m->head_dim() != 128)
         throw InputError(s.mark("inference.decode_attention"),
                          "turbomind-v0.1's decode kernel is built for a head dim of 128, the model has " +
