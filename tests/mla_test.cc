@@ -1,0 +1,269 @@
+// Multi-head latent attention, multi-token prediction and uneven pipeline splits: the
+// shapes, bytes and parameters Megatron-Core's MLASelfAttention and MultiTokenPredictionBlock
+// give, and the serving engines' latent cache.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plan/serving_plan.h"
+#include "plan/training_planner.h"
+#include "support/temp_scenario.h"
+
+namespace clustersim {
+namespace {
+
+using testing::scenario_from_text;
+
+// DeepSeek-V3's shapes at 4 layers (the first dense), 16 experts, on one node.
+const std::string kSmall =
+    "cluster: {preset: dgx-h100, nodes: 1}\n"
+    "model: {preset: deepseek-v3, layers: 4, mtp_layers: MTP, moe: {experts: 16}}\n"
+    "parallel: {tp: TP, dp: DP, ep: 4, expert_tp: 1, sequence_parallel: SP, zero_stage: 1}\n"
+    "training: {global_batch: 8, rope_fusion: false RECOMPUTE}\n";
+
+std::string with(std::string y, const std::map<std::string, std::string>& v) {
+  for (const auto& [k, x] : v) {
+    const size_t at = y.find(k);
+    if (at != std::string::npos) y.replace(at, k.size(), x);
+  }
+  return y;
+}
+
+std::string small(int tp, int mtp = 0, const std::string& recompute = "") {
+  return with(kSmall, {{"MTP", std::to_string(mtp)},
+                       {"TP", std::to_string(tp)},
+                       {"DP", std::to_string(8 / tp)},
+                       {"SP", tp > 1 ? "true" : "false"},
+                       {"RECOMPUTE", recompute}});
+}
+
+// The ops of rank 0 named `name` in micro-batch 0, layer `layer`, forward or backward.
+std::vector<Op> ops_named(const TrainingPlan& tp, const std::string& name, int32_t layer, Phase ph) {
+  std::vector<Op> out;
+  for (const Op& op : tp.plan.programs[0].ops)
+    if (tp.plan.names[op.name] == name && op.layer == layer && op.micro_batch == 0 && op.phase == ph)
+      out.push_back(op);
+  return out;
+}
+
+TEST(Mla, DeepSeekV3HasItsPublishedParameterCount) {
+  const ModelConfig& m = *find_model_preset("deepseek-v3");
+  ASSERT_TRUE(m.is_mla());
+  // q: 7168·1536 + 1536 + 1536·128·192; kv: 7168·576 + 512 + 512·128·256; out: 128·128·7168.
+  EXPECT_EQ(m.attention_params(), 187107328);
+  // 671B without the MTP module (DeepSeek-AI 2024: 671B total): 3 dense layers of 583,483,392,
+  // 58 MoE layers of 11,507,286,016, the embedding and the output layer (2 x 129,280 x 7,168)
+  // and the final norm's 2h; the module adds ~11.6B (its layer and projection).
+  const int64_t main = m.total_params() - m.mtp_layers * m.mtp_params();
+  EXPECT_EQ(main, 3 * int64_t{583483392} + 58 * int64_t{11507286016} + 2 * int64_t{129280} * 7168 + 2 * 7168);
+  EXPECT_NEAR(static_cast<double>(main) / 1e9, 671.0, 0.05);
+  EXPECT_EQ(m.mtp_params(), 2 * 7168 * 7168 + 3 * 7168 + m.layer_params(60));
+  // The attention kernel: 128 heads each with its own key and value, timed at (192 + 128) / 2.
+  EXPECT_EQ(m.attn_kv_heads(), 128);
+  EXPECT_EQ(m.attn_head_dim(), 160);
+  EXPECT_EQ(m.attn_out_width(), 128 * 128);
+}
+
+TEST(Mla, ProjectionsGathersAndAttentionAsMegatronCoreRunsThem) {
+  const TrainingPlan tp = build_training_plan(scenario_from_text(small(2), "mla"));
+  const int64_t s = 4096, t = 2;
+  auto gemm = [&](const std::string& name, int64_t n, int64_t k) {
+    const auto ops = ops_named(tp, name, 1, Phase::Forward);
+    ASSERT_EQ(ops.size(), 1u) << name;
+    EXPECT_EQ(ops[0].m, s) << name;
+    EXPECT_EQ(ops[0].n, n) << name;
+    EXPECT_EQ(ops[0].k, k) << name;
+  };
+  // Column-parallel down projections split their outputs over TP; the up projections too.
+  gemm("q-down", 1536 / t, 7168);
+  gemm("kv-down", 576 / t, 7168);
+  gemm("q-up", 128 / t * 192, 1536);
+  gemm("kv-up", 128 / t * 256, 512);
+  gemm("attn-proj", 7168, 128 / t * 128);
+  // Each column-parallel layer gathers its own input under SP (the two down projections the
+  // same hidden states, twice); the down projections' outputs are gathered along their width.
+  auto coll = [&](const std::string& name, double bytes) {
+    const auto ops = ops_named(tp, name, 1, Phase::Forward);
+    ASSERT_EQ(ops.size(), 1u) << name;
+    EXPECT_EQ(ops[0].kind, OpKind::Collective) << name;
+    EXPECT_EQ(ops[0].collective, CollectiveKind::AllGather) << name;
+    EXPECT_EQ(ops[0].bytes, static_cast<int64_t>(bytes)) << name;
+  };
+  coll("allgather-q-down-input", s * 7168 * 2.0);
+  coll("allgather-kv-down-input", s * 7168 * 2.0);
+  coll("q-down-allgather", s * 1536 * 2.0);
+  coll("kv-down-allgather", s * 576 * 2.0);
+  coll("allgather-q-up-input", s * 1536 * 2.0);
+  coll("allgather-kv-up-input", s * 512 * 2.0);
+  // The kernel: 64 heads a rank, each its own key and value, at the mean width 160: its
+  // products are QK^T at 192 and PV at 128.
+  const auto at = ops_named(tp, "attention", 1, Phase::Forward);
+  ASSERT_EQ(at.size(), 1u);
+  EXPECT_EQ(at[0].heads, 64);
+  EXPECT_EQ(at[0].kv_heads, 64);
+  EXPECT_EQ(at[0].head_dim, 160);
+  // The value made contiguous: one read and one write of s·64·128 elements.
+  const auto v = ops_named(tp, "mla-value-copy", 1, Phase::Forward);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].bytes_read, s * 64 * 128 * 2);
+  // Backward: every projection's data and weight gradients, the data gradients reduce-scattered.
+  for (const char* name : {"q-down", "q-up", "kv-down", "kv-up"}) {
+    EXPECT_EQ(ops_named(tp, std::string(name) + "-dgrad", 1, Phase::Backward).size(), 1u) << name;
+    EXPECT_EQ(ops_named(tp, std::string(name) + "-wgrad", 1, Phase::Backward).size(), 1u) << name;
+    EXPECT_EQ(ops_named(tp, std::string("reduce-scatter-") + name + "-grad", 1, Phase::Backward).size(), 1u) << name;
+  }
+  // Without TP nothing is gathered and the down projections are whole.
+  const TrainingPlan one = build_training_plan(scenario_from_text(small(1), "mla1"));
+  EXPECT_TRUE(ops_named(one, "q-down-allgather", 1, Phase::Forward).empty());
+  EXPECT_EQ(ops_named(one, "q-down", 1, Phase::Forward).at(0).n, 1536);
+}
+
+TEST(Mla, UpProjectionRecomputeTradesMemoryForTheUpProjectionsAgain) {
+  const TrainingPlan keep = build_training_plan(scenario_from_text(small(2, 0, ", recompute: none"), "keep"));
+  const TrainingPlan again = build_training_plan(
+      scenario_from_text(small(2, 0, ", recompute: selective, recompute_modules: [mla_up_proj]"), "again"));
+  // The up projections run again before the attention's backward, as recomputed ops; the
+  // attention core does not.
+  auto recomputed = [&](const TrainingPlan& tp, const std::string& name) {
+    for (const Op& op : ops_named(tp, name, 1, Phase::Backward))
+      if (op.recompute) return true;
+    return false;
+  };
+  EXPECT_TRUE(recomputed(again, "q-up"));
+  EXPECT_TRUE(recomputed(again, "kv-up"));
+  EXPECT_FALSE(recomputed(again, "attention"));
+  EXPECT_FALSE(recomputed(keep, "q-up"));
+  // The query, key and value are not kept: 2·(2·192 + 128) bytes a head and token fewer, on
+  // 64 heads of 4096 tokens, per layer held.
+  const double per_layer = 4096.0 * 64 * 2 * (2 * 192 + 128);
+  const double saved = keep.memory.activations - again.memory.activations;
+  EXPECT_GT(saved, per_layer);
+  // ... and the model FLOPs do not count the recompute.
+  EXPECT_NEAR(keep.model_flops_per_rank, again.model_flops_per_rank, 1e-9 * keep.model_flops_per_rank);
+  EXPECT_GT(again.hardware_flops_per_rank, keep.hardware_flops_per_rank);
+}
+
+TEST(Mla, RefusedWhereItIsNotModelled) {
+  auto refused = [](const std::string& y, const std::string& key) {
+    try {
+      build_training_plan(scenario_from_text(y, "refused"));
+      ADD_FAILURE() << "accepted: " << y;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  refused(with(small(2), {{"global_batch: 8", "global_batch: 8, framework: pytorch-eager"}}), "training.framework");
+  refused(with(small(2), {{"deepseek-v3,", "deepseek-v3, dtype: fp8,"}}), "model.dtype");
+  refused(with(small(2), {{"rope_fusion: false", "rope_fusion: false, attention: unfused"}}), "training.attention");
+  refused(with(small(2), {{"rope_fusion: false", "rope_fusion: false, recompute_modules: [mla_up_proj]"}}),
+          "training.recompute: selective");
+  refused(with(small(2), {{"deepseek-v3,", "deepseek-v3, mla: {kv_lora_rank: 511},"}}), "kv_lora_rank");
+  refused("cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
+          "training: {global_batch: 8, recompute: selective, recompute_modules: [mla_up_proj]}\n",
+          "model.mla");
+}
+
+TEST(Mtp, ModuleRunsOnTheLastStageWithItsOwnLossAndParameters) {
+  const TrainingPlan none = build_training_plan(scenario_from_text(small(2, 0), "mtp0"));
+  const TrainingPlan one = build_training_plan(scenario_from_text(small(2, 1), "mtp1"));
+  // The module's layer is numbered after the model's, a MoE layer like the last; its
+  // projection takes the two normed halves (2h) to h over TP; its logits are the vocabulary's.
+  const int32_t L = 4;
+  ASSERT_EQ(ops_named(one, "mtp-proj", L, Phase::Forward).size(), 1u);
+  EXPECT_EQ(ops_named(one, "mtp-proj", L, Phase::Forward)[0].k, 2 * 7168);
+  EXPECT_EQ(ops_named(one, "mtp-proj", L, Phase::Forward)[0].n, 7168 / 2);
+  EXPECT_EQ(ops_named(one, "expert-up", L, Phase::Forward).size(), 1u);
+  EXPECT_EQ(ops_named(one, "mtp-logits", L, Phase::Forward).size(), 1u);
+  EXPECT_EQ(ops_named(one, "mtp-logits-wgrad", L, Phase::Backward).size(), 1u);
+  EXPECT_EQ(ops_named(one, "mtp-embedding-backward", L, Phase::Backward).size(), 1u);
+  EXPECT_TRUE(ops_named(none, "mtp-logits", L, Phase::Forward).empty());
+  // More work, more weights (the layer, the projection, the norms, the table's copy only
+  // where the stage has none: here one stage holds both), more activations.
+  EXPECT_GT(one.model_flops_per_rank, none.model_flops_per_rank * 1.2);
+  EXPECT_GT(one.memory.weights, none.memory.weights);
+  EXPECT_GT(one.memory.activations, none.memory.activations);
+}
+
+TEST(Pipeline, FirstAndLastStagesOfTheirOwnSize) {
+  TrainingLayout l;
+  l.pp = 16;
+  // DeepSeek-V3's recipe: 61 layers, the first stage 3, the last 2, fourteen of 4.
+  l.first_stage_layers = 3;
+  l.last_stage_layers = 2;
+  EXPECT_EQ(stage_layers(l, 61, 0), (std::pair<int64_t, int64_t>{0, 3}));
+  EXPECT_EQ(stage_layers(l, 61, 1), (std::pair<int64_t, int64_t>{3, 4}));
+  EXPECT_EQ(stage_layers(l, 61, 14), (std::pair<int64_t, int64_t>{55, 4}));
+  EXPECT_EQ(stage_layers(l, 61, 15), (std::pair<int64_t, int64_t>{59, 2}));
+  // With two chunks a stage each stage's layers split over its chunks: chunk c of stage st is
+  // virtual stage c·pp + st.
+  TrainingLayout v;
+  v.pp = 4;
+  v.virtual_stages = 2;
+  v.first_stage_layers = 2;
+  v.last_stage_layers = 4;
+  // 26 layers: 2, 10, 10, 4 a stage; 1, 5, 5, 2 a chunk.
+  int64_t sum = 0;
+  for (int64_t vs = 0; vs < 8; ++vs) {
+    const auto [first, count] = stage_layers(v, 26, vs);
+    EXPECT_EQ(first, sum) << vs;
+    const std::array<int64_t, 4> per_chunk = {1, 5, 5, 2};
+    EXPECT_EQ(count, per_chunk[static_cast<size_t>(vs % 4)]) << vs;
+    sum += count;
+  }
+  EXPECT_EQ(sum, 26);
+  // A split that leaves the middle stages uneven is refused, with the numbers.
+  try {
+    build_training_plan(scenario_from_text(
+        "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 30}\n"
+        "parallel: {pp: 4, dp: 2, first_stage_layers: 3, last_stage_layers: 2}\ntraining: {global_batch: 8}\n",
+        "uneven"));
+    ADD_FAILURE() << "an uneven middle was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("leave 25 of 30"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Mla, ServedFromALatentCache) {
+  ServingShape sh;
+  sh.model = *find_model_preset("deepseek-v3");
+  sh.tp = 8;
+  // Every TP rank caches the whole latent and rotary key: 576 elements a token and layer.
+  EXPECT_DOUBLE_EQ(sh.kv_layer_bytes(), 576 * 2.0);
+  IterationBatch decode;
+  decode.tokens = decode.emitting = 32;
+  decode.decode_context = 32 * 2000;
+  decode.decode_seqs = 32;
+  const Plan p = build_iteration_plan(sh, decode, true);
+  std::map<std::string, const Op*> first;
+  for (const Op& op : p.programs[0].ops)
+    if (op.layer == 3 && !first.count(p.names[op.name])) first[p.names[op.name]] = &op;
+  // A decode absorbs the query into the latent space and the output out of it, per head.
+  ASSERT_TRUE(first.count("q_absorb") && first.count("v_absorb"));
+  EXPECT_EQ(first["q_absorb"]->batch, 16);
+  EXPECT_EQ(first["q_absorb"]->n, 512);
+  EXPECT_EQ(first["q_absorb"]->k, 128);
+  EXPECT_FALSE(first.count("kv_up"));
+  // The decode kernel streams the latent cache.
+  ASSERT_TRUE(first.count("decode_attention"));
+  EXPECT_EQ(first["decode_attention"]->bytes_read, static_cast<int64_t>(32 * 2000 * 576 * 2.0));
+  // A prefill up-projects its context to every head's key and value.
+  IterationBatch prefill;
+  prefill.tokens = prefill.emitting = 1000;
+  prefill.prefill = {{1000, 0}};
+  const Plan q = build_iteration_plan(sh, prefill, true);
+  bool kv_up = false;
+  for (const Op& op : q.programs[0].ops)
+    if (q.names[op.name] == "kv_up" && op.layer == 3) {
+      kv_up = true;
+      EXPECT_EQ(op.m, 1000);
+      EXPECT_EQ(op.n, 16 * 256);
+      EXPECT_EQ(op.k, 512);
+    }
+  EXPECT_TRUE(kv_up);
+}
+
+}  // namespace
+}  // namespace clustersim
