@@ -41,8 +41,9 @@ StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
     double dense = static_cast<double>(m.attention_params()) / t + norms + 2.0 * h * h / t + 3.0 * h;
     double expert = 0;
     if (m.moe_layer(l)) {
-      dense += h * static_cast<double>(m.moe.experts) + static_cast<double>(m.moe.shared_experts * m.expert_params()) / t;
-      expert = static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * static_cast<double>(m.expert_params()) / et;
+      const double one = static_cast<double>(m.expert_params());
+      dense += h * static_cast<double>(m.moe.experts) + static_cast<double>(m.moe.shared_experts) * one / t;
+      expert = static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * one / et;
     } else {
       dense += static_cast<double>(m.dense_mlp_params()) / t;
     }

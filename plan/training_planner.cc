@@ -1429,20 +1429,20 @@ class StageBuilder {
     uint32_t last_w = proj_w;
     // A column-parallel layer's backward: data gradient, reduced over TP (reduce-scatter
     // under SP); weight gradient on its input, gathered again under SP.
-    auto linear_backward = [&](const char* name, uint32_t dy, int64_t in, int64_t out, bool latent_in) {
+    auto linear_backward = [&](const char* name, uint32_t dy, int64_t in, int64_t out) {
       const std::string nm(name);
       uint32_t d = add_gemm((nm + "-dgrad").c_str(), b, L, tokens_, in, out, deps(dy));
+      const bool sp = l_.sequence_parallel;
       if (t_ > 1)
-        d = add_coll(l_.sequence_parallel ? ("reduce-scatter-" + nm + "-grad").c_str() : ("allreduce-" + nm + "-grad").c_str(),
-                     l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP,
-                     tp_, b, L, tok * static_cast<double>(in) * e, deps(d));
+        d = add_coll(((sp ? "reduce-scatter-" : "allreduce-") + nm + "-grad").c_str(),
+                     sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP, tp_, b, L,
+                     tok * static_cast<double>(in) * e, deps(d));
       uint32_t x = dy;
       if (t_ > 1 && l_.sequence_parallel)
         x = add_coll(("allgather-" + nm + "-input-wgrad").c_str(), CollectiveKind::AllGather, GroupKind::TP, tp_, b, L,
                      tok * static_cast<double>(in) * e, deps(dy));
       last_w = main_grad_add(("grad-accumulate-" + nm).c_str(), L, in, out,
                              add_gemm((nm + "-wgrad").c_str(), b, L, in, out, tokens_, deps(x, last_w)));
-      (void)latent_in;
       return d;
     };
     // A down projection's gathers undone: under SP the rank's tokens gathered back, then
@@ -1456,19 +1456,19 @@ class StageBuilder {
       const double mine = tok * static_cast<double>(width / t_) * e;
       return add_memory(split, b, L, mine, mine, 0, deps(x));
     };
-    uint32_t kv = linear_backward("kv-up", dkv, a.kv_lora_rank, n * (a.qk_head_dim + a.v_head_dim), true);
+    uint32_t kv = linear_backward("kv-up", dkv, a.kv_lora_rank, n * (a.qk_head_dim + a.v_head_dim));
     kv = latent_norm("kv-layernorm-backward", b, L, kv, a.kv_lora_rank);
     kv = latent_scatter("kv-down-grad-allgather", "kv-down-grad-split", kv, a.kv_lora_rank + a.rope_head_dim,
                         a.kv_lora_rank);
-    kv = linear_backward("kv-down", join(kv, r), h, (a.kv_lora_rank + a.rope_head_dim) / t_, false);
+    kv = linear_backward("kv-down", join(kv, r), h, (a.kv_lora_rank + a.rope_head_dim) / t_);
     uint32_t q;
     if (a.q_lora_rank > 0) {
-      q = linear_backward("q-up", dq, a.q_lora_rank, n * qk, true);
+      q = linear_backward("q-up", dq, a.q_lora_rank, n * qk);
       q = latent_norm("q-layernorm-backward", b, L, q, a.q_lora_rank);
       q = latent_scatter("q-down-grad-allgather", "q-down-grad-split", q, a.q_lora_rank, a.q_lora_rank);
-      q = linear_backward("q-down", q, h, a.q_lora_rank / t_, false);
+      q = linear_backward("q-down", q, h, a.q_lora_rank / t_);
     } else {
-      q = linear_backward("q-proj", dq, h, n * qk, false);
+      q = linear_backward("q-proj", dq, h, n * qk);
     }
     // The two paths' input gradients summed (autograd's accumulation).
     const double own = static_cast<double>(seq_tokens_ * h * e_);
@@ -2346,44 +2346,40 @@ class StageBuilder {
       proj_d = join(proj_d, ring_attention(L, Phase::Backward, proj_d, true));
       recomputing_ = false;
     }
+    uint32_t red1 = kNone, qkv_w = kNone;
     if (m_.is_mla()) {
-      g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
-                     12.0 * act / static_cast<double>(e_),
-                     deps(mla_backward(L, ring_attention(L, Phase::Backward, proj_d), proj_w)));
-      g = small_param_grad_adds(L, g);
-      if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once))
-        add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
-      return g;
-    }
-    uint32_t at = rope_backward(L, ring_attention(L, Phase::Backward, proj_d));
-    at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
-    // The input's all-gather (for the weight gradient) runs beside the data-gradient GEMM,
-    // the data gradient's reduce-scatter beside the weight-gradient GEMM: Megatron's
-    // LinearWithGradAccumulationAndAsyncCommunication and TE's bulk overlaps alike.
-    // Without TP the order stays: TE's _Linear.backward runs the data gradient first.
-    uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at, l_.tp_overlap_qkv_dgrad_sms);
-    uint32_t qkv_w = kNone;
-    auto qkv_wgrad = [&] {
-      qkv_w = main_grad_add("grad-accumulate-qkv", L, h, qkv_,
-                            add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
-      return qkv_w;
-    };
-    uint32_t red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
-                                     Phase::Backward, L, deps(at), h, qkv_, qkv_wgrad);
-    // Megatron-LM's own layer: each bias gradient is a sum of the output gradient over the
-    // tokens, a reduction kernel of its own (TE's kernels reduce them as they go): QKV and
-    // FC1 over their TP columns, the projection and FC2 biases over the (sequence-parallel)
-    // hidden rows.
-    if (l_.local_impl && m_.biases && !m_.moe_layer(L)) {
-      const double cols = static_cast<double>(tokens_ * (qkv_ + m_.ffn_hidden / t_));
-      const double rows = 2.0 * static_cast<double>(seq_tokens_ * h);
-      red1 = add_memory("bias-grad-sums", Phase::Backward, L, (cols + rows) * static_cast<double>(e_),
-                        static_cast<double>((qkv_ + m_.ffn_hidden / t_ + 2 * h) * 4), cols + rows, deps(red1));
+      red1 = mla_backward(L, ring_attention(L, Phase::Backward, proj_d), proj_w);
+    } else {
+      uint32_t at = rope_backward(L, ring_attention(L, Phase::Backward, proj_d));
+      at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
+      // The input's all-gather (for the weight gradient) runs beside the data-gradient GEMM,
+      // the data gradient's reduce-scatter beside the weight-gradient GEMM: Megatron's
+      // LinearWithGradAccumulationAndAsyncCommunication and TE's bulk overlaps alike.
+      // Without TP the order stays: TE's _Linear.backward runs the data gradient first.
+      uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at, l_.tp_overlap_qkv_dgrad_sms);
+      auto qkv_wgrad = [&] {
+        qkv_w = main_grad_add("grad-accumulate-qkv", L, h, qkv_,
+                              add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
+        return qkv_w;
+      };
+      red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad",
+                              Phase::Backward, L, deps(at), h, qkv_, qkv_wgrad);
+      // Megatron-LM's own layer: each bias gradient is a sum of the output gradient over the
+      // tokens, a reduction kernel of its own (TE's kernels reduce them as they go): QKV and
+      // FC1 over their TP columns, the projection and FC2 biases over the (sequence-parallel)
+      // hidden rows.
+      if (l_.local_impl && m_.biases && !m_.moe_layer(L)) {
+        const double cols = static_cast<double>(tokens_ * (qkv_ + m_.ffn_hidden / t_));
+        const double rows = 2.0 * static_cast<double>(seq_tokens_ * h);
+        red1 = add_memory("bias-grad-sums", Phase::Backward, L, (cols + rows) * static_cast<double>(e_),
+                          static_cast<double>((qkv_ + m_.ffn_hidden / t_ + 2 * h) * 4), cols + rows, deps(red1));
+      }
     }
     g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
                    12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
     g = small_param_grad_adds(L, g);
-    if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
+    if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once))
+      add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
     return g;
   }
 

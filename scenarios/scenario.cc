@@ -389,11 +389,15 @@ const std::vector<KeySpec>& key_table() {
        "layers on the first pipeline stage, where it holds fewer or more than the rest (Megatron-Core's "
        "--decoder-first-pipeline-num-layers, NeMo's num_layers_in_first_pipeline_stage); the stages not given share "
        "the remaining layers evenly, and each stage's layers split evenly over its virtual_stages chunks",
-       [](const N& n, S& s) { s.parallel.first_stage_layers = as_int(n, "parallel.first_stage_layers", 0, kMaxModelDim); }},
+       [](const N& n, S& s) {
+         s.parallel.first_stage_layers = as_int(n, "parallel.first_stage_layers", 0, kMaxModelDim);
+       }},
       {"parallel.last_stage_layers", "integer", "an even split",
        "layers on the last pipeline stage (--decoder-last-pipeline-num-layers; DeepSeek-V3's recipes leave it short "
        "for the output layer and the multi-token prediction module)",
-       [](const N& n, S& s) { s.parallel.last_stage_layers = as_int(n, "parallel.last_stage_layers", 0, kMaxModelDim); }},
+       [](const N& n, S& s) {
+         s.parallel.last_stage_layers = as_int(n, "parallel.last_stage_layers", 0, kMaxModelDim);
+       }},
       {"parallel.microbatch_group", "integer", "pp",
        "interleaved-1f1b: micro-batches each model chunk runs back to back before the next chunk (Megatron-Core's "
        "--microbatch-group-size-per-virtual-pipeline-stage, from pp to the micro-batches per pipeline; pp is the "
