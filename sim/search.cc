@@ -42,6 +42,9 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
   c.parallel.ep = l.ep;
   c.parallel.expert_tp = l.expert_tp() == l.tp ? 0 : l.expert_tp();
   c.parallel.virtual_stages = l.virtual_stages;
+  // The end stages' own sizes belong to the scenario's pipeline; other pipelines split evenly.
+  if (l.pp != s.parallel.pp || l.virtual_stages != s.parallel.virtual_stages)
+    c.parallel.first_stage_layers = c.parallel.last_stage_layers = -1;
   c.parallel.micro_batch = l.micro_batch;
   c.parallel.zero_stage = l.zero_stage;
   if (l.zero_stage < 3) {

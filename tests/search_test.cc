@@ -151,6 +151,24 @@ TEST(Search, EstimatePricesTheGradNanCheckAsTheSimulationDoes) {
   EXPECT_NEAR(est / sim, 1.0, 0.02) << "estimate " << est << " s, simulation " << sim << " s";
 }
 
+// The end stages' own sizes are the scenario's pipeline's: a candidate of another depth
+// splits its layers evenly, the scenario's own keeps them.
+TEST(Search, EndStageSizesStayWithTheScenariosPipeline) {
+  const Scenario s = scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 30}\n"
+      "parallel: {pp: 4, dp: 2, first_stage_layers: 3, last_stage_layers: 3}\ntraining: {global_batch: 8}\n",
+      "ends");
+  TrainingLayout own = check_training_layout(s);
+  EXPECT_EQ(stage_layers(own, 30, 0).second, 3);
+  TrainingLayout other = own;
+  other.pp = 2;
+  other.dp = 4;
+  const Scenario c = with_layout(s, other);
+  EXPECT_EQ(c.parallel.first_stage_layers, -1);
+  EXPECT_EQ(stage_layers(check_training_layout(c), 30, 0).second, 15);
+  EXPECT_EQ(with_layout(s, own).parallel.first_stage_layers, 3);
+}
+
 TEST(Search, RefusesWhatItCannotSearch) {
   SearchOptions o;
   o.progress = false;
