@@ -120,6 +120,7 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
   Scenario p = s_;
   p.model.layers = kProbeLayers;
   p.model.moe.dense_layers = 0;
+  p.model.mtp_layers = 0;  // the modules' layers: priced on the last stage in estimate()
   const int64_t gpn = s_.cluster.node.gpus;
   const int64_t group = l.tp * l.cp * l.ep;
   p.cluster.nodes = static_cast<int>(std::max<int64_t>(1, (group + gpn - 1) / gpn));
@@ -190,18 +191,19 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   const double bytes_per = dtype_bits(m.dtype) / 8.0;
 
   // The slowest stage's micro-batch: its layers (split as the planner splits them: the
-  // first virtual stages take the remainder), the embedding on the first stage, the
-  // logits and loss on the last, and a send and a receive per model chunk.
-  const int64_t chunks = l.pp * l.virtual_stages;
-  int64_t stage_layers = 0;
+  // first virtual stages take the remainder, or the end stages their own sizes), the
+  // embedding on the first stage, the logits and loss on the last with each multi-token
+  // prediction module's layer, logits and loss, and a send and a receive per model chunk.
+  int64_t fullest = 0;
   double mb = 0;
   for (int64_t st_i = 0; st_i < l.pp; ++st_i) {
     int64_t n = 0;
-    for (int64_t c = 0; c < l.virtual_stages; ++c) n += virtual_stage_layers(m.layers, chunks, c * l.pp + st_i).second;
-    stage_layers = std::max(stage_layers, n);
+    for (int64_t c = 0; c < l.virtual_stages; ++c) n += stage_layers(l, m.layers, c * l.pp + st_i).second;
+    fullest = std::max(fullest, n);
     double t = static_cast<double>(n) * (lt.forward + lt.backward);
     if (st_i == 0) t += lt.first_extra;
-    if (st_i == l.pp - 1) t += lt.last_extra;
+    if (st_i == l.pp - 1)
+      t += lt.last_extra + static_cast<double>(m.mtp_layers) * (lt.forward + lt.backward + lt.last_extra);
     mb = std::max(mb, t);
   }
   if (l.pp > 1) {
@@ -226,17 +228,21 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
     for (int64_t c = 0; c < l.cp; ++c) dp_group.push_back(static_cast<int32_t>(d * st.dp + c * st.cp));
   std::sort(dp_group.begin(), dp_group.end());
   // Expert gradients and weights go over the ranks that hold the same experts (rank 0's
-  // expert-DP group: j = c + cp·d ≡ 0 mod ep, as the planner forms it).
+  // expert-DP group, as the planner forms it: j = c + cp·d ≡ 0 mod ep; with whole experts
+  // on every rank, u = t + tp·(c + cp·d) ≡ 0 mod ep).
   std::vector<int32_t> edp_group;
-  for (int64_t j = 0; j < l.dp * l.cp; j += l.ep)
-    edp_group.push_back(static_cast<int32_t>((j / l.cp) * st.dp + (j % l.cp) * st.cp));
+  const int64_t etp_span = l.expert_tp() == 1 ? l.tp : 1;  // TP ranks the EP groups also take
+  for (int64_t u = 0; u < etp_span * l.dp * l.cp; u += l.ep) {
+    const int64_t t = u % etp_span, j = u / etp_span;
+    edp_group.push_back(static_cast<int32_t>(t * st.tp + (j / l.cp) * st.dp + (j % l.cp) * st.cp));
+  }
   std::sort(edp_group.begin(), edp_group.end());
   MemoryInputs mi;
   mi.tp = l.tp;
   mi.ep = l.ep;
   mi.etp = l.expert_tp();
   mi.first_layer = 0;
-  mi.end_layer = stage_layers;
+  mi.end_layer = fullest;
   mi.embedding = true;
   mi.output = l.pp == 1;
   const StageParams sp = stage_params(m, mi);
@@ -264,8 +270,8 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
     };
     MemoryInputs part = mi;
     part.embedding = part.output = false;
-    std::vector<double> layer(static_cast<size_t>(stage_layers));
-    for (int64_t i = 0; i < stage_layers; ++i) {
+    std::vector<double> layer(static_cast<size_t>(fullest));
+    for (int64_t i = 0; i < fullest; ++i) {
       part.first_layer = i;
       part.end_layer = i + 1;
       const StageParams lp = stage_params(m, part);
@@ -282,7 +288,7 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
         l.zero_stage >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, grad_per_param, 1.0);
     // Buckets start as the last micro-batch's backward frees them: only what outlasts
     // that backward (and at least the last bucket) is exposed.
-    const double hidden = static_cast<double>(stage_layers) * lt.backward;
+    const double hidden = static_cast<double>(fullest) * lt.backward;
     e.dp_exposed_s = std::max(reduce / buckets, reduce - hidden);
     if (l.zero_stage == 1 || l.zero_stage == 2) {
       // The updated parameters' all-gather, whole: the simulation's first forward waits on
@@ -297,7 +303,7 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
       // (parallel.zero3_backward_prefetch): from this layer's pre- or post-backward hook (pre,
       // post), the stream's reduce-scatter of the layer above and this gather run beside its
       // kernels; when the next layer starts (none), both queue in front of it.
-      const double per_layer = 1.0 / static_cast<double>(stage_layers);
+      const double per_layer = 1.0 / static_cast<double>(fullest);
       const double gather = dense_and_expert(CollectiveKind::AllGather, bytes_per, per_layer);
       const double scatter = dense_and_expert(CollectiveKind::ReduceScatter, 4.0, per_layer);
       // The kernels beside a collective run on the SMs its channels leave them
@@ -307,7 +313,7 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
       const double backward = ahead ? std::max(0.0, gather + scatter - lt.backward) : gather + scatter;
       const double beside = std::min(gather, lt.forward) + (ahead ? std::min(gather + scatter, lt.backward) : 0.0);
       const double f = beside_collective(OpKind::Gemm, s_.cluster.node.gpu, opt_.compute);
-      e.dp_exposed_s += m_count * static_cast<double>(stage_layers) *
+      e.dp_exposed_s += m_count * static_cast<double>(fullest) *
                         (std::max(0.0, gather - lt.forward) + backward + beside * (1.0 - 1.0 / f));
     }
   }
