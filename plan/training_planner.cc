@@ -80,6 +80,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.virtual_stages = p.virtual_stages;
   l.first_stage_layers = p.first_stage_layers;
   l.last_stage_layers = p.last_stage_layers;
+  l.shared_expert_overlap = p.moe_shared_expert_overlap;
   l.micro_batch = p.micro_batch;
   l.zero_stage = p.zero_stage;
   l.bucket_params = p.bucket_params;
@@ -1592,8 +1593,11 @@ class StageBuilder {
     uint32_t out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0, deps(comb));
     if (moe.shared_experts > 0) {
       const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / t_;  // shared experts: the dense TP
+      // Overlapped, they start from the layer's input beside the dispatch; else after the
+      // routed experts' combine (Megatron-Core's MoELayer: output + shared_experts(input)).
+      const uint32_t from = l_.shared_expert_overlap ? in : out;
       uint32_t su = add_gemm("shared-expert-up", ph, L, tokens_, (swiglu ? 2 : 1) * fs, h,
-                             deps(moe_sp() ? tp_gather("allgather-shared-expert-input", ph, L, in) : in));
+                             deps(moe_sp() ? tp_gather("allgather-shared-expert-input", ph, L, from) : from));
       uint32_t sd = add_gemm("shared-expert-down", ph, L, tokens_, h, fs, deps(su));
       if (moe_sp()) sd = tp_reduce("", "reduce-scatter-shared-expert", ph, L, sd);
       const double merged = static_cast<double>(own * h * e_);
@@ -1688,7 +1692,10 @@ class StageBuilder {
     wgrad = rw;
     if (moe.shared_experts > 0) {
       const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / t_;  // shared experts: the dense TP
-      const uint32_t g = moe_sp() ? tp_gather("allgather-shared-expert-grad", Phase::Backward, L, dy) : dy;
+      // Not overlapped, autograd reaches them after the routed path's backward (the add's
+      // other branch) on the same stream.
+      const uint32_t from = l_.shared_expert_overlap ? dy : rd;
+      const uint32_t g = moe_sp() ? tp_gather("allgather-shared-expert-grad", Phase::Backward, L, from) : from;
       uint32_t sdd = add_gemm("shared-expert-down-dgrad", Phase::Backward, L, tokens_, fs, h, deps(g));
       uint32_t sdw = add_gemm("shared-expert-down-wgrad", Phase::Backward, L, fs, h, tokens_, deps(g));
       uint32_t sud =

@@ -371,6 +371,11 @@ const std::vector<KeySpec>& key_table() {
        "group as the dense layers are; the dispatcher all-gathers over TP what its ranks received) or 1 (whole "
        "experts on every rank, EP carved out of TP x DP x CP, no gather; needs sequence_parallel when tp > 1)",
        [](const N& n, S& s) { s.parallel.expert_tp = as_degree(n, "parallel.expert_tp"); }},
+      {"parallel.moe_shared_expert_overlap", "bool", "false",
+       "a mixture of experts' shared experts run beside the token dispatcher's all-to-alls and TP collectives "
+       "(Megatron-Core's --moe-shared-expert-overlap; NeMo's DeepSeek configs set it); false: after the routed "
+       "experts' combine, on the same stream (Megatron-Core's MoELayer: output + shared_experts(input)); docs/model.md",
+       [](const N& n, S& s) { s.parallel.moe_shared_expert_overlap = as_bool(n, "parallel.moe_shared_expert_overlap"); }},
       {"parallel.sequence_parallel", "bool", "false", "Megatron SP: all-gather / reduce-scatter instead of all-reduce",
        [](const N& n, S& s) { s.parallel.sequence_parallel = as_bool(n, "parallel.sequence_parallel"); }},
       {"parallel.zero_stage", "integer", "0", "0..3 (3 = FSDP-like)",

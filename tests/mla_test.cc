@@ -187,6 +187,47 @@ TEST(Mtp, ModuleRunsOnTheLastStageWithItsOwnLossAndParameters) {
   EXPECT_GT(one.memory.activations, none.memory.activations);
 }
 
+// Whether op `i` of rank 0's program waits, directly or not, for an op named `name`.
+bool waits_for(const TrainingPlan& tp, uint32_t i, const std::string& name) {
+  const Program& prog = tp.plan.programs[0];
+  std::vector<uint32_t> todo = {i};
+  std::vector<bool> seen(prog.ops.size());
+  while (!todo.empty()) {
+    const Op& op = prog.ops[todo.back()];
+    todo.pop_back();
+    for (uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
+      const uint32_t j = prog.deps[d];
+      if (seen[j]) continue;
+      seen[j] = true;
+      if (tp.plan.names[prog.ops[j].name] == name) return true;
+      todo.push_back(j);
+    }
+  }
+  return false;
+}
+
+TEST(Moe, SharedExpertsBesideTheDispatchOnlyWhenOverlapped) {
+  const std::string y = small(2);
+  auto first = [](const TrainingPlan& tp, const std::string& name) {
+    const Program& prog = tp.plan.programs[0];
+    for (uint32_t i = 0; i < prog.ops.size(); ++i)
+      if (tp.plan.names[prog.ops[i].name] == name && prog.ops[i].layer == 3) return i;
+    return ~0u;
+  };
+  for (bool overlap : {false, true}) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(
+        with(y, {{"zero_stage: 1", std::string("zero_stage: 1, moe_shared_expert_overlap: ") +
+                                       (overlap ? "true" : "false")}}),
+        "shared"));
+    // Megatron-Core's MoELayer adds shared_experts(input) after the routed experts' combine;
+    // with --moe-shared-expert-overlap they run beside the dispatcher's all-to-alls. (Layer 3
+    // is the model's only MoE layer: no earlier all-to-all stands behind its input.)
+    EXPECT_EQ(waits_for(tp, first(tp, "shared-expert-up"), "moe-combine-alltoall"), !overlap) << overlap;
+    EXPECT_EQ(waits_for(tp, first(tp, "shared-expert-down-dgrad"), "moe-dispatch-alltoall-backward"), !overlap)
+        << overlap;
+  }
+}
+
 TEST(Pipeline, FirstAndLastStagesOfTheirOwnSize) {
   TrainingLayout l;
   l.pp = 16;
