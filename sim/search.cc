@@ -134,6 +134,19 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
   p = with_layout(p, pl);
   p.training.grad_nan_check = "false";  // once a step, not a layer's: priced in estimate()
   p.parallel.overlap_grad_reduce = false;
+  LayerTimes t = probe(p);
+  // A mixture of experts with leading dense layers: those layers probed as dense.
+  if (s_.model.moe.experts > 0 && s_.model.moe.dense_layers > 0) {
+    Scenario d = p;
+    d.model.moe.dense_layers = kProbeLayers;
+    const LayerTimes dt = probe(d);
+    t.dense_forward = dt.forward;
+    t.dense_backward = dt.backward;
+  }
+  return layers_.emplace(key, t).first->second;
+}
+
+LayoutEstimator::LayerTimes LayoutEstimator::probe(const Scenario& p) {
   // A probe of one layer costs time, not memory: its micro-batch need not fit on its own.
   PlannerOptions po;
   po.check_memory = false;
@@ -162,7 +175,7 @@ const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLa
   }
   t.forward = f1 > f0 ? static_cast<double>(f1 - f0) * 1e-12 / kProbeLayers : 0;
   t.backward = b1 > b0 ? static_cast<double>(b1 - b0) * 1e-12 / kProbeLayers : 0;
-  return layers_.emplace(key, t).first->second;
+  return t;
 }
 
 double LayoutEstimator::collective_seconds(CollectiveKind kind, const std::vector<int32_t>& gpus, double bytes) {
@@ -197,10 +210,16 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
   int64_t fullest = 0;
   double mb = 0;
   for (int64_t st_i = 0; st_i < l.pp; ++st_i) {
-    int64_t n = 0;
-    for (int64_t c = 0; c < l.virtual_stages; ++c) n += stage_layers(l, m.layers, c * l.pp + st_i).second;
+    int64_t n = 0, dense = 0;
+    for (int64_t c = 0; c < l.virtual_stages; ++c) {
+      const auto [first, count] = stage_layers(l, m.layers, c * l.pp + st_i);
+      n += count;
+      if (m.moe.experts > 0)
+        dense += std::max<int64_t>(0, std::min(first + count, m.moe.dense_layers) - first);
+    }
     fullest = std::max(fullest, n);
-    double t = static_cast<double>(n) * (lt.forward + lt.backward);
+    double t = static_cast<double>(n - dense) * (lt.forward + lt.backward) +
+               static_cast<double>(dense) * (lt.dense_forward + lt.dense_backward);
     if (st_i == 0) t += lt.first_extra;
     if (st_i == l.pp - 1)
       t += lt.last_extra + static_cast<double>(m.mtp_layers) * (lt.forward + lt.backward + lt.last_extra);

@@ -56,9 +56,11 @@ class LayoutEstimator {
  private:
   struct LayerTimes {
     double forward = 0, backward = 0;        // one layer, one micro-batch (TP/CP/EP communication included)
+    double dense_forward = 0, dense_backward = 0;  // a MoE model's leading dense layers (model.moe.dense_layers)
     double first_extra = 0, last_extra = 0;  // embedding (first stage); logits and loss (last stage), fwd + bwd
   };
   const LayerTimes& layer_times(const TrainingLayout& l);
+  LayerTimes probe(const Scenario& p);  // kProbeLayers layers of `p`, simulated
   double collective_seconds(CollectiveKind kind, const std::vector<int32_t>& gpus, double bytes);
 
   const Scenario& s_;

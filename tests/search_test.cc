@@ -115,6 +115,32 @@ TEST(Search, EstimateTracksTheSimulation) {
   EXPECT_GT(1 - 6 * d2 / (n * (n * n - 1)), 0.9);
 }
 
+// A multi-token prediction module is a layer, logits and loss more on the last stage, not a
+// ninth layer of the estimate's probe; the end stages' own sizes are the layout's.
+TEST(Search, EstimatePricesMultiTokenPredictionOnTheLastStage) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 2}\n"
+      "model: {preset: deepseek-v3, layers: 10, moe: {experts: 16}, mtp_layers: 1}\n"
+      "parallel: {tp: 2, pp: 2, dp: 4, ep: 4, sequence_parallel: true, zero_stage: 1, first_stage_layers: 6, "
+      "last_stage_layers: 4}\ntraining: {global_batch: 32, rope_fusion: false}\n",
+      "search-mtp");
+  LayoutEstimator est(s);
+  const TrainingLayout l = check_training_layout(s);
+  const double estimate = est.estimate(l).total_s;
+  const double sim = run_training(s).exec.makespan.seconds();
+  EXPECT_NEAR(estimate / sim, 1.0, 0.06) << estimate << " against " << sim;
+  // Without the module the step is shorter, and the estimate follows.
+  Scenario none = s;
+  none.model.mtp_layers = 0;
+  LayoutEstimator est0(none);
+  const double estimate0 = est0.estimate(check_training_layout(none)).total_s;
+  const double sim0 = run_training(none).exec.makespan.seconds();
+  std::printf("with the module: estimate %.4f sim %.4f; without: estimate %.4f sim %.4f\n", estimate, sim, estimate0,
+              sim0);
+  EXPECT_LT(sim0, sim);
+  EXPECT_NEAR(estimate0 / sim0, 1.0, 0.06) << estimate0 << " against " << sim0;
+}
+
 // The gradients' NaN check (a norm and a host wait per bucket) costs the estimate what its
 // ops cost the simulation, buckets formed as the planner forms them: with small buckets each
 // layer is a bucket of its own, and its norm is short, so a norm priced as timed between
