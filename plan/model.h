@@ -30,6 +30,7 @@ struct MoeConfig {
   int64_t expert_ffn_hidden = 0;
   double capacity_factor = 1.0;  // tokens an expert takes, relative to a perfectly even split
   int64_t dense_layers = 0;      // leading layers that keep a dense MLP (DeepSeek: 3)
+  bool router_fp32 = false;      // the router's GEMMs in FP32 (Megatron-Core's --moe-router-dtype fp32)
   MoeRouting routing;
 };
 

@@ -1527,6 +1527,22 @@ class StageBuilder {
     e.a2a_scale = hot;
     return e;
   }
+  // An FP32 router (--moe-router-dtype fp32; core_r0.12.0 router.py `gating`): the input
+  // cast up to FP32 for the GEMM (and its gradient back down in the backward), and the
+  // three GEMMs in FP32, priced at the FP32 peak (PyTorch leaves TF32 off for matmuls).
+  uint32_t router_cast(const char* name, Phase ph, int32_t L, int64_t rows, uint32_t after) {
+    if (!m_.moe.router_fp32) return after;
+    const double x = static_cast<double>(rows * m_.hidden);
+    const bool up = ph == Phase::Forward || recomputing_;
+    return add_memory(name, ph, L, x * (up ? e_ : 4), x * (up ? 4 : e_), 0, deps(after));
+  }
+  void router_in_fp32(uint32_t gemm) {
+    if (!m_.moe.router_fp32) return;
+    Op& op = p_.ops[gemm];
+    op.dtype = DType::FP32;
+    op.bytes_read = (op.m * op.k + op.k * op.n) * 4;
+    op.bytes_written = op.m * op.n * 4;
+  }
   // Megatron-Core's all-to-all token dispatcher (MoEAlltoAllTokenDispatcher, with the
   // experts split over the TP group as the dense layers are): under sequence parallelism the
   // layer takes the rank's own 1/tp of the tokens, no all-gather before it. The router scores
@@ -1566,7 +1582,9 @@ class StageBuilder {
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
     const MoeConfig& moe = m_.moe;
     const auto [local, per_expert, fe, own, cap, a2a, gathered] = moe_shape(L, true);
-    uint32_t router = add_gemm("moe-router", ph, L, own, moe.experts, h, deps(in), 1, 1.0, act_dtype_);
+    uint32_t router = add_gemm("moe-router", ph, L, own, moe.experts, h,
+                               deps(router_cast("moe-router-input-cast", ph, L, own, in)), 1, 1.0, act_dtype_);
+    router_in_fp32(router);
     uint32_t disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
     if (l_.ep > 1)
       disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
@@ -1686,8 +1704,11 @@ class StageBuilder {
     disp = add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(disp));
     uint32_t rd =
         add_gemm("moe-router-dgrad", Phase::Backward, L, own, h, moe.experts, deps(disp), 1, 1.0, act_dtype_);
+    router_in_fp32(rd);
+    rd = router_cast("moe-router-grad-cast", Phase::Backward, L, own, rd);
     uint32_t rw =
         add_gemm("moe-router-wgrad", Phase::Backward, L, moe.experts, h, own, deps(disp, uw), 1, 1.0, act_dtype_);
+    router_in_fp32(rw);
     uint32_t out = rd;
     wgrad = rw;
     if (moe.shared_experts > 0) {

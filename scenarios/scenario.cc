@@ -322,6 +322,13 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.model.moe.routing.dropless = as_bool(n, "model.moe.routing.dropless"); }},
       {"model.moe.dense_layers", "integer", "0", "leading layers that keep a dense MLP",
        [](const N& n, S& s) { s.model.moe.dense_layers = as_int(n, "model.moe.dense_layers", 0); }},
+      {"model.moe.router_dtype", "name", "auto",
+       "auto (the router's GEMMs in the activations' type) | fp32 (Megatron-Core's --moe-router-dtype fp32: the "
+       "router's input and weight cast to FP32 and its three GEMMs run in FP32, as NeMo's DeepSeek-V3 recipes set); "
+       "docs/model.md",
+       [](const N& n, S& s) {
+         s.model.moe.router_fp32 = as_enum(n, "model.moe.router_dtype", {"auto", "fp32"}) == "fp32";
+       }},
       {"model.moe.expert_ffn_hidden", "integer", "0", "MLP inner size of one expert",
        [](const N& n, S& s) { s.model.moe.expert_ffn_hidden = as_int(n, "model.moe.expert_ffn_hidden", 0); }},
       {"model.mla", "mapping", "",

@@ -228,6 +228,36 @@ TEST(Moe, SharedExpertsBesideTheDispatchOnlyWhenOverlapped) {
   }
 }
 
+TEST(Moe, Fp32RouterRunsItsGemmsInFp32WithItsCasts) {
+  for (bool fp32 : {false, true}) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(
+        with(small(2), {{"moe: {experts: 16}", fp32 ? "moe: {experts: 16, router_dtype: fp32}" : "moe: {experts: 16}"}}),
+        "router"));
+    for (const char* name : {"moe-router", "moe-router-dgrad", "moe-router-wgrad"}) {
+      const Phase ph = std::string(name) == "moe-router" ? Phase::Forward : Phase::Backward;
+      const auto ops = ops_named(tp, name, 3, ph);
+      ASSERT_EQ(ops.size(), 1u) << name;
+      EXPECT_EQ(ops[0].dtype, fp32 ? DType::FP32 : DType::BF16) << name;
+      // 4-byte operands under FP32 (the forward: the rank's 2,048 tokens x 7,168 and the 16 x 7,168 weight).
+      const Op& g = ops[0];
+      EXPECT_EQ(g.bytes_read, (g.m * g.k + g.k * g.n) * (fp32 ? 4 : 2)) << name;
+      if (ph == Phase::Forward) {
+        EXPECT_EQ(g.m * g.k, 2048 * 7168) << name;
+      }
+    }
+    // The input cast up to FP32 (2 bytes read, 4 written an element), its gradient back down.
+    const auto up = ops_named(tp, "moe-router-input-cast", 3, Phase::Forward);
+    const auto down = ops_named(tp, "moe-router-grad-cast", 3, Phase::Backward);
+    EXPECT_EQ(up.size(), fp32 ? 1u : 0u);
+    EXPECT_EQ(down.size(), fp32 ? 1u : 0u);
+    if (fp32) {
+      EXPECT_EQ(up[0].bytes_read, 2048 * 7168 * 2);
+      EXPECT_EQ(up[0].bytes_written, 2048 * 7168 * 4);
+      EXPECT_EQ(down[0].bytes_read, 2048 * 7168 * 4);
+    }
+  }
+}
+
 TEST(Pipeline, FirstAndLastStagesOfTheirOwnSize) {
   TrainingLayout l;
   l.pp = 16;
