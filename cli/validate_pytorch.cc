@@ -123,6 +123,12 @@ int validate_against_pytorch(const Scenario& s, int iterations, int warmup, bool
   const TrainingLayout l = check_training_layout(s);
   const ModelConfig& m = s.model;
   if (m.moe.experts > 0) throw InputError(s.mark("model.moe"), "the PyTorch reference has no mixture of experts");
+  if (m.is_mla())
+    throw InputError(s.mark("model.mla"), "the PyTorch reference has no multi-head latent attention, expected "
+                                          "model.mla.kv_lora_rank: 0");
+  if (m.mtp_layers > 0)
+    throw InputError(s.mark("model.mtp_layers"), "the PyTorch reference has no multi-token prediction, expected "
+                                                 "model.mtp_layers: 0");
   if (m.head_dim() * m.heads != m.hidden)
     throw InputError(s.mark("model.head_dim"), "the PyTorch reference builds heads of hidden / heads, expected no "
                                                "model.head_dim other than " + std::to_string(m.hidden / m.heads));

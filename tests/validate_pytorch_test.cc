@@ -60,6 +60,15 @@ TEST_F(ValidatePytorchTest, AFailingReferenceIsAClearFailure) {
 TEST_F(ValidatePytorchTest, OnlyOneGpuTrainingStepsAndKnownReferences) {
   const std::string many = write("m.yaml", "cluster: {preset: dgx-h200, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n");
   EXPECT_EQ(cli("validate " + quote(many) + " --against pytorch").code, 1);
+  // Latent attention and multi-token prediction are not in the reference's model.
+  const std::string mla =
+      write("mla.yaml",
+            "cluster: {preset: dgx-h200, nodes: 1, gpus_per_node: 1}\n"
+            "model: {preset: deepseek-v3, layers: 2, moe: {experts: 0, dense_layers: 0}, mtp_layers: 0}\n"
+            "training: {global_batch: 1}\n");
+  const CliResult latent = cli("validate " + quote(mla) + " --against pytorch");
+  EXPECT_EQ(latent.code, 1) << latent;
+  EXPECT_NE(latent.err.find("no multi-head latent attention"), std::string::npos) << latent;
   const CliResult bad = cli("validate " + quote(one_gpu()) + " --against tensorflow");
   EXPECT_EQ(bad.code, 1) << bad;
   EXPECT_NE(bad.err.find("expected pytorch"), std::string::npos) << bad;
