@@ -61,7 +61,7 @@ const std::vector<ModelConfig>& presets() {
       make("megatron-529.6b", 105, 20480, 128, 128, 4 * 20480, FfnType::Gelu, 51200, 2048, true),
       make("megatron-1t", 128, 25600, 160, 160, 4 * 25600, FfnType::Gelu, 51200, 2048, true),
       moe(make("mixtral-8x7b", 32, 4096, 32, 8, 14336, FfnType::Swiglu, 32000, 4096, false), 8, 2, 0, 14336, 0),
-      // DeepSeek-V3 (DeepSeek-AI 2024, Table/config.json): multi-head latent attention
+      // DeepSeek-V3 (DeepSeek-AI 2024, the V3 report and its config.json): multi-head latent attention
       // (q_lora 1536, kv_lora 512, heads of 128 + 64 rotary, values of 128), 256 routed
       // experts (top 8) and one shared, the first 3 layers dense, one MTP module.
       deepseek_v3(),
