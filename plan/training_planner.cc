@@ -81,6 +81,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.first_stage_layers = p.first_stage_layers;
   l.last_stage_layers = p.last_stage_layers;
   l.shared_expert_overlap = p.moe_shared_expert_overlap;
+  l.moe_allgather = p.moe_dispatcher == "allgather";
   l.micro_batch = p.micro_batch;
   l.zero_stage = p.zero_stage;
   l.bucket_params = p.bucket_params;
@@ -251,6 +252,12 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.kv_heads = " + str(m.kv_heads));
   if (m.ffn_hidden % p.tp != 0)
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.ffn_hidden = " + str(m.ffn_hidden));
+  if (l.moe_allgather && m.moe.experts == 0)
+    fail(s, "parallel.moe_dispatcher", "a token dispatcher needs a mixture-of-experts model (model.moe.experts > 0)");
+  if (l.moe_allgather && l.tp > 1 && l.etp != 1)
+    fail(s, "parallel.moe_dispatcher",
+         "the allgather dispatcher over TP x EP groups (experts split over TP) is not modelled, expected "
+         "parallel.expert_tp: 1 or tp: 1");
   if (m.mtp_layers > 0 && l.eager)
     fail(s, "model.mtp_layers", "multi-token prediction is planned as Megatron-Core runs it, expected "
                                 "training.framework: megatron");
@@ -1577,6 +1584,64 @@ class StageBuilder {
     x.gathered = x.a2a * static_cast<double>(moe_tp_gather() ? t_ : 1);
     return x;
   }
+  // Megatron-Core's allgather token dispatcher (MoEAllGatherTokenDispatcher, core_r0.12.0
+  // token_dispatcher.py; parallel.moe_dispatcher: allgather): every EP rank's tokens are
+  // all-gathered (with their routing map and probabilities, small), the host reads how many
+  // rows each local expert takes (`tokens_per_expert ... .cpu()`: a wait for the GPU), the
+  // local experts' rows are permuted out of the gathered tokens; after the experts they are
+  // unpermuted into a zero-filled tensor of every gathered token, which is reduce-scattered
+  // back in the router probabilities' type (FP32 under an FP32 router). The backward
+  // all-gathers the output gradient, gathers the rows, and scatter-adds the experts' input
+  // gradients into the gathered tokens before reduce-scattering them. `rows`: the local
+  // experts' rows; `own`: the rank's tokens.
+  double gathered_tokens(int64_t own) const { return static_cast<double>(own * l_.ep); }
+  double probs_bytes() const { return m_.moe.router_fp32 ? 4.0 : static_cast<double>(e_); }
+  uint32_t allgather_dispatch(int32_t L, Phase ph, uint32_t router, int64_t rows, int64_t own) {
+    const double h = static_cast<double>(m_.hidden), e = static_cast<double>(e_);
+    uint32_t x = router;
+    if (l_.ep > 1)
+      x = add_coll("moe-dispatch-allgather-ep", CollectiveKind::AllGather, GroupKind::EP, ep_stream(), ph, L,
+                   gathered_tokens(own) * h * e, deps(x));
+    x = accessed(add_memory("moe-tokens-per-expert-sync", ph, L, 0, 0, 0, deps(x)), MemAccess::HostSync, 1);
+    const double r = static_cast<double>(rows) * h * e;
+    return add_memory("moe-permute", ph, L, r, r, 0, deps(x));
+  }
+  uint32_t allgather_combine(int32_t L, Phase ph, uint32_t experts, int64_t rows, int64_t own) {
+    const double h = static_cast<double>(m_.hidden), e = static_cast<double>(e_);
+    const double all = gathered_tokens(own) * h;
+    uint32_t x = add_memory("moe-unpermute", ph, L, static_cast<double>(rows) * h * e, 2 * all * e, 0, deps(experts));
+    if (l_.ep == 1) return x;
+    const double pb = probs_bytes();
+    if (pb != e) x = add_memory("moe-combine-cast", ph, L, all * e, all * pb, 0, deps(x));
+    x = add_coll("moe-combine-reduce-scatter-ep", CollectiveKind::ReduceScatter, GroupKind::EP, ep_stream(), ph, L,
+                 all * pb, deps(x));
+    if (pb != e) {
+      const double mine = static_cast<double>(own) * h;
+      x = add_memory("moe-combine-cast-back", ph, L, mine * pb, mine * e, 0, deps(x));
+    }
+    return x;
+  }
+  uint32_t allgather_combine_backward(int32_t L, uint32_t dy, int64_t rows, int64_t own) {
+    const double h = static_cast<double>(m_.hidden), e = static_cast<double>(e_);
+    const Phase b = Phase::Backward;
+    const double all = gathered_tokens(own) * h;
+    uint32_t x = dy;
+    if (l_.ep > 1)
+      x = add_coll("moe-combine-allgather-ep-backward", CollectiveKind::AllGather, GroupKind::EP, ep_stream(), b, L,
+                   all * probs_bytes(), deps(x));
+    const double r = static_cast<double>(rows) * h * e;
+    return add_memory("moe-unpermute-backward", b, L, r, r, 0, deps(x));
+  }
+  uint32_t allgather_dispatch_backward(int32_t L, uint32_t dx, int64_t rows, int64_t own) {
+    const double h = static_cast<double>(m_.hidden), e = static_cast<double>(e_);
+    const Phase b = Phase::Backward;
+    const double all = gathered_tokens(own) * h;
+    uint32_t x = add_memory("moe-permute-backward", b, L, static_cast<double>(rows) * h * e, 2 * all * e, 0, deps(dx));
+    if (l_.ep > 1)
+      x = add_coll("moe-dispatch-reduce-scatter-ep-backward", CollectiveKind::ReduceScatter, GroupKind::EP,
+                   ep_stream(), b, L, all * e, deps(x));
+    return x;
+  }
   uint32_t moe_forward(int32_t L, Phase ph, uint32_t in) {
     const int64_t h = m_.hidden;
     const bool swiglu = m_.ffn_type == FfnType::Swiglu;
@@ -1585,10 +1650,15 @@ class StageBuilder {
     uint32_t router = add_gemm("moe-router", ph, L, own, moe.experts, h,
                                deps(router_cast("moe-router-input-cast", ph, L, own, in)), 1, 1.0, act_dtype_);
     router_in_fp32(router);
-    uint32_t disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
-    if (l_.ep > 1)
-      disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
-                      deps(disp));
+    uint32_t disp;
+    if (l_.moe_allgather) {
+      disp = allgather_dispatch(L, ph, router, per_expert * local, own);
+    } else {
+      disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
+      if (l_.ep > 1)
+        disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
+                        deps(disp));
+    }
     if (moe_tp_gather())
       disp = add_coll("moe-dispatch-allgather", CollectiveKind::AllGather, GroupKind::TP, tp_, ph, L, gathered,
                       deps(disp));
@@ -1605,10 +1675,15 @@ class StageBuilder {
     if (moe_tp_gather())
       comb = add_coll("moe-combine-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L,
                       gathered, deps(comb));
-    if (l_.ep > 1)
-      comb = add_coll("moe-combine-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
-                      deps(comb));
-    uint32_t out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0, deps(comb));
+    uint32_t out;
+    if (l_.moe_allgather) {
+      out = allgather_combine(L, ph, comb, per_expert * local, own);
+    } else {
+      if (l_.ep > 1)
+        comb = add_coll("moe-combine-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
+                        deps(comb));
+      out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0, deps(comb));
+    }
     if (moe.shared_experts > 0) {
       const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / t_;  // shared experts: the dense TP
       // Overlapped, they start from the layer's input beside the dispatch; else after the
@@ -1676,10 +1751,15 @@ class StageBuilder {
     const MoeConfig& moe = m_.moe;
     const auto [local, per_expert, fe, own, cap, a2a, gathered] = moe_shape(L, false);
     const double unpermuted = a2a / static_cast<double>(moe.top_k);
-    uint32_t comb = add_memory("moe-unpermute-backward", Phase::Backward, L, unpermuted, a2a, 0, deps(dy));
-    if (l_.ep > 1)
-      comb = add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
-                      Phase::Backward, L, a2a, deps(comb));
+    uint32_t comb;
+    if (l_.moe_allgather) {
+      comb = allgather_combine_backward(L, dy, per_expert * local, own);
+    } else {
+      comb = add_memory("moe-unpermute-backward", Phase::Backward, L, unpermuted, a2a, 0, deps(dy));
+      if (l_.ep > 1)
+        comb = add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
+                        Phase::Backward, L, a2a, deps(comb));
+    }
     if (moe_tp_gather())
       comb = add_coll("moe-combine-allgather-backward", CollectiveKind::AllGather, GroupKind::TP, tp_,
                       Phase::Backward, L, gathered, deps(comb));
@@ -1698,10 +1778,14 @@ class StageBuilder {
     if (moe_tp_gather())
       disp = add_coll("moe-dispatch-reduce-scatter-backward", CollectiveKind::ReduceScatter, GroupKind::TP, tp_,
                       Phase::Backward, L, gathered, deps(disp));
-    if (l_.ep > 1)
-      disp = add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
-                      Phase::Backward, L, a2a, deps(disp));
-    disp = add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(disp));
+    if (l_.moe_allgather) {
+      disp = allgather_dispatch_backward(L, disp, per_expert * local, own);
+    } else {
+      if (l_.ep > 1)
+        disp = add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
+                        Phase::Backward, L, a2a, deps(disp));
+      disp = add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(disp));
+    }
     uint32_t rd =
         add_gemm("moe-router-dgrad", Phase::Backward, L, own, h, moe.experts, deps(disp), 1, 1.0, act_dtype_);
     router_in_fp32(rd);

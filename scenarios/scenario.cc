@@ -378,6 +378,15 @@ const std::vector<KeySpec>& key_table() {
        "group as the dense layers are; the dispatcher all-gathers over TP what its ranks received) or 1 (whole "
        "experts on every rank, EP carved out of TP x DP x CP, no gather; needs sequence_parallel when tp > 1)",
        [](const N& n, S& s) { s.parallel.expert_tp = as_degree(n, "parallel.expert_tp"); }},
+      {"parallel.moe_dispatcher", "name", "alltoall",
+       "a mixture of experts' token dispatcher (Megatron-Core's --moe-token-dispatcher-type): alltoall (the rank's own "
+       "tokens' rows sent to their experts' ranks; NeMo's and Megatron-Bridge's MoE recipes) | allgather (every EP "
+       "rank's tokens all-gathered, the local experts' rows permuted out after the host reads their counts, the "
+       "output reduce-scattered back; Megatron-Core's own default through core_r0.12; needs expert_tp 1 or tp 1); "
+       "docs/model.md",
+       [](const N& n, S& s) {
+         s.parallel.moe_dispatcher = as_enum(n, "parallel.moe_dispatcher", {"alltoall", "allgather"});
+       }},
       {"parallel.moe_shared_expert_overlap", "bool", "false",
        "a mixture of experts' shared experts run beside the token dispatcher's all-to-alls and TP collectives "
        "(Megatron-Core's --moe-shared-expert-overlap; NeMo's DeepSeek configs set it); false: after the routed "

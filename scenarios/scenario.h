@@ -24,6 +24,7 @@ struct ParallelConfig {
   int64_t cp = 1;
   int64_t ep = 1;
   bool moe_shared_expert_overlap = false;  // shared experts beside the dispatcher's communication
+  std::string moe_dispatcher = "alltoall";  // alltoall | allgather (Megatron-Core's token dispatchers)
   int64_t expert_tp = 0;  // the experts' own TP degree (Megatron-Core's --expert-tensor-parallel-size); 0: tp
   bool sequence_parallel = false;
   int64_t zero_stage = 0;

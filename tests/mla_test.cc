@@ -258,6 +258,43 @@ TEST(Moe, Fp32RouterRunsItsGemmsInFp32WithItsCasts) {
   }
 }
 
+TEST(Moe, AllgatherDispatcherGathersEveryEpRanksTokens) {
+  // DeepSeek's shapes at TP 2 with whole experts, EP 4: each rank routes its own 2,048 tokens.
+  const std::string y = with(small(2), {{"zero_stage: 1", "zero_stage: 1, moe_dispatcher: allgather"}});
+  for (bool fp32 : {false, true}) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(
+        fp32 ? with(y, {{"moe: {experts: 16}", "moe: {experts: 16, router_dtype: fp32}"}}) : y, "allgather"));
+    const double all = 4 * 2048.0 * 7168;  // the EP group's tokens x h
+    const auto ag = ops_named(tp, "moe-dispatch-allgather-ep", 3, Phase::Forward);
+    ASSERT_EQ(ag.size(), 1u);
+    EXPECT_EQ(ag[0].bytes, static_cast<int64_t>(all * 2));
+    // The host reads each local expert's row count before the permute.
+    const auto sync = ops_named(tp, "moe-tokens-per-expert-sync", 3, Phase::Forward);
+    ASSERT_EQ(sync.size(), 1u);
+    EXPECT_EQ(sync[0].access, MemAccess::HostSync);
+    // The output reduce-scattered in the router probabilities' type.
+    const auto rs = ops_named(tp, "moe-combine-reduce-scatter-ep", 3, Phase::Forward);
+    ASSERT_EQ(rs.size(), 1u);
+    EXPECT_EQ(rs[0].bytes, static_cast<int64_t>(all * (fp32 ? 4 : 2)));
+    EXPECT_EQ(ops_named(tp, "moe-combine-cast", 3, Phase::Forward).size(), fp32 ? 1u : 0u);
+    // No all-to-all either way; the backward mirrors it.
+    EXPECT_TRUE(ops_named(tp, "moe-dispatch-alltoall", 3, Phase::Forward).empty());
+    EXPECT_EQ(ops_named(tp, "moe-combine-allgather-ep-backward", 3, Phase::Backward).size(), 1u);
+    EXPECT_EQ(ops_named(tp, "moe-dispatch-reduce-scatter-ep-backward", 3, Phase::Backward).size(), 1u);
+    // The experts see the rows the all-to-all would have brought them.
+    const TrainingPlan a2a = build_training_plan(scenario_from_text(small(2), "alltoall"));
+    EXPECT_EQ(ops_named(tp, "expert-up", 3, Phase::Forward).at(0).m,
+              ops_named(a2a, "expert-up", 3, Phase::Forward).at(0).m);
+  }
+  // Experts split over TP would gather over TP x EP, which is refused.
+  try {
+    build_training_plan(scenario_from_text(with(y, {{"expert_tp: 1", "expert_tp: 2"}}), "tpep"));
+    ADD_FAILURE() << "allgather over TP x EP was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("allgather dispatcher over TP x EP"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Pipeline, FirstAndLastStagesOfTheirOwnSize) {
   TrainingLayout l;
   l.pp = 16;
