@@ -18,17 +18,19 @@ StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
   const double et = static_cast<double>(in.expert_tp());
   const int64_t end = in.end_layer < 0 ? m.layers : in.end_layer;
   const double norms = m.biases ? 4 * h : 2 * h;
-  for (int64_t l = in.first_layer; l < end; ++l) {
-    p.dense += static_cast<double>(m.attention_params()) / t + norms;
+  // One transformer layer's weights, added into `into`.
+  auto add_layer = [&](StageParams& into, int64_t l) {
+    into.dense += static_cast<double>(m.attention_params()) / t + norms;
     if (m.moe_layer(l)) {
-      p.dense += h * static_cast<double>(m.moe.experts);  // router, replicated
-      p.dense += static_cast<double>(m.moe.shared_experts * m.expert_params()) / t;
-      p.expert +=
+      into.dense += h * static_cast<double>(m.moe.experts);  // router, replicated
+      into.dense += static_cast<double>(m.moe.shared_experts * m.expert_params()) / t;
+      into.expert +=
           static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * static_cast<double>(m.expert_params()) / et;
     } else {
-      p.dense += static_cast<double>(m.dense_mlp_params()) / t;
+      into.dense += static_cast<double>(m.dense_mlp_params()) / t;
     }
-  }
+  };
+  for (int64_t l = in.first_layer; l < end; ++l) add_layer(p, l);
   const double vocab = static_cast<double>(padded_vocab(m, in.tp)) * h / t;
   if (in.embedding) p.dense += vocab + (m.learned_positions ? static_cast<double>(m.seq_len) * h : 0.0);
   // The output layer: its own weights when untied; when tied and pipelined, the last
@@ -37,18 +39,11 @@ StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
   // Multi-token prediction modules: a layer like the last, the projection (2h x h), three
   // norms, and (away from the first stage) the stage's own copy of the embedding table.
   if (in.output && in.mtp_layers > 0) {
-    const int64_t l = m.layers - 1;
-    double dense = static_cast<double>(m.attention_params()) / t + norms + 2.0 * h * h / t + 3.0 * h;
-    double expert = 0;
-    if (m.moe_layer(l)) {
-      const double one = static_cast<double>(m.expert_params());
-      dense += h * static_cast<double>(m.moe.experts) + static_cast<double>(m.moe.shared_experts) * one / t;
-      expert = static_cast<double>(m.moe.experts) / static_cast<double>(in.ep) * one / et;
-    } else {
-      dense += static_cast<double>(m.dense_mlp_params()) / t;
-    }
-    p.dense += static_cast<double>(in.mtp_layers) * dense + (in.embedding ? 0.0 : vocab);
-    p.expert += static_cast<double>(in.mtp_layers) * expert;
+    StageParams module;
+    add_layer(module, m.layers - 1);
+    const double mtp = static_cast<double>(in.mtp_layers);
+    p.dense += mtp * (module.dense + 2.0 * h * h / t + 3.0 * h) + (in.embedding ? 0.0 : vocab);
+    p.expert += mtp * module.expert;
   }
   return p;
 }

@@ -1414,6 +1414,42 @@ class StageBuilder {
                        a.kv_lora_rank + a.rope_head_dim, a.kv_lora_rank);
     return mla_up(L, ph, q, kv);
   }
+  // A column-parallel layer's backward (`in` inputs, `out` outputs on this rank): its data
+  // gradient reduced over TP (reduce-scatter under SP), its weight gradient on the input
+  // gathered again under SP, after `after_w`; returns the data gradient, `w` the weight
+  // gradient's last op.
+  uint32_t column_backward(const std::string& nm, int32_t L, uint32_t dy, int64_t in, int64_t out, uint32_t after_w,
+                           uint32_t& w) {
+    const Phase b = Phase::Backward;
+    const double bytes = static_cast<double>(tokens_ * in * e_);
+    uint32_t d = add_gemm((nm + "-dgrad").c_str(), b, L, tokens_, in, out, deps(dy));
+    const bool sp = l_.sequence_parallel;
+    if (t_ > 1)
+      d = add_coll(((sp ? "reduce-scatter-" : "allreduce-") + nm + "-grad").c_str(),
+                   sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP, tp_, b, L, bytes,
+                   deps(d));
+    uint32_t x = dy;
+    if (t_ > 1 && sp)
+      x = add_coll(("allgather-" + nm + "-input-wgrad").c_str(), CollectiveKind::AllGather, GroupKind::TP, tp_, b, L,
+                   bytes, deps(dy));
+    w = main_grad_add(("grad-accumulate-" + nm).c_str(), L, in, out,
+                      add_gemm((nm + "-wgrad").c_str(), b, L, in, out, tokens_, deps(x, after_w)));
+    return d;
+  }
+  // latent_gather undone in the backward: under SP the rank's tokens of the `kept` columns
+  // gathered back, then the rank's columns of the whole `width` copied out.
+  uint32_t width_gather_backward(const char* ag, const char* split, int32_t L, uint32_t dy, int64_t width,
+                                 int64_t kept) {
+    if (t_ == 1) return dy;
+    const Phase b = Phase::Backward;
+    uint32_t x = dy;
+    if (l_.sequence_parallel)
+      x = add_coll(ag, CollectiveKind::AllGather, GroupKind::TP, tp_, b, L, static_cast<double>(tokens_ * kept * e_),
+                   deps(dy));
+    const double mine = static_cast<double>(tokens_ * (width / t_) * e_);
+    return add_memory(split, b, L, mine, mine, 0, deps(x));
+  }
+
   // From the attention's input gradients to the layer input's: the assembly's and the
   // rotary embedding's backward, then each projection's data gradient (reduced over TP)
   // and weight gradient (its input gathered again under SP), the latents' norms, their
@@ -1435,34 +1471,11 @@ class StageBuilder {
     const double kv_out = tok * static_cast<double>(n * (a.qk_head_dim + a.v_head_dim)) * e;
     const uint32_t dkv = add_memory("mla-kv-grad-cat", b, L, kv_out, kv_out, 0, deps(r));
     uint32_t last_w = proj_w;
-    // A column-parallel layer's backward: data gradient, reduced over TP (reduce-scatter
-    // under SP); weight gradient on its input, gathered again under SP.
     auto linear_backward = [&](const char* name, uint32_t dy, int64_t in, int64_t out) {
-      const std::string nm(name);
-      uint32_t d = add_gemm((nm + "-dgrad").c_str(), b, L, tokens_, in, out, deps(dy));
-      const bool sp = l_.sequence_parallel;
-      if (t_ > 1)
-        d = add_coll(((sp ? "reduce-scatter-" : "allreduce-") + nm + "-grad").c_str(),
-                     sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP, tp_, b, L,
-                     tok * static_cast<double>(in) * e, deps(d));
-      uint32_t x = dy;
-      if (t_ > 1 && l_.sequence_parallel)
-        x = add_coll(("allgather-" + nm + "-input-wgrad").c_str(), CollectiveKind::AllGather, GroupKind::TP, tp_, b, L,
-                     tok * static_cast<double>(in) * e, deps(dy));
-      last_w = main_grad_add(("grad-accumulate-" + nm).c_str(), L, in, out,
-                             add_gemm((nm + "-wgrad").c_str(), b, L, in, out, tokens_, deps(x, last_w)));
-      return d;
+      return column_backward(name, L, dy, in, out, last_w, last_w);
     };
-    // A down projection's gathers undone: under SP the rank's tokens gathered back, then
-    // the rank's columns of the whole width copied out.
     auto latent_scatter = [&](const char* ag, const char* split, uint32_t dy, int64_t width, int64_t kept) {
-      if (t_ == 1) return dy;
-      uint32_t x = dy;
-      if (l_.sequence_parallel)
-        x = add_coll(ag, CollectiveKind::AllGather, GroupKind::TP, tp_, b, L, tok * static_cast<double>(kept) * e,
-                     deps(dy));
-      const double mine = tok * static_cast<double>(width / t_) * e;
-      return add_memory(split, b, L, mine, mine, 0, deps(x));
+      return width_gather_backward(ag, split, L, dy, width, kept);
     };
     uint32_t kv = linear_backward("kv-up", dkv, a.kv_lora_rank, n * (a.qk_head_dim + a.v_head_dim));
     kv = latent_norm("kv-layernorm-backward", b, L, kv, a.kv_lora_rank);
@@ -2251,26 +2264,9 @@ class StageBuilder {
       d = layer_backward(L, d, last_micro_batch);
       // The projection: the width gather and the rank's tokens undone, its data gradient
       // reduced over TP, its weight gradient on the input gathered again.
-      const double tok = static_cast<double>(tokens_);
-      uint32_t pj = d;
-      if (t_ > 1) {
-        if (l_.sequence_parallel)
-          pj = add_coll("mtp-proj-grad-allgather", CollectiveKind::AllGather, GroupKind::TP, tp_, b, L,
-                        tok * static_cast<double>(h) * e, deps(pj));
-        pj = add_memory("mtp-proj-grad-split", b, L, tok * static_cast<double>(h / t_) * e,
-                        tok * static_cast<double>(h / t_) * e, 0, deps(pj));
-      }
-      uint32_t pd = add_gemm("mtp-proj-dgrad", b, L, tokens_, 2 * h, h / t_, deps(pj));
-      if (t_ > 1)
-        pd = add_coll(l_.sequence_parallel ? "reduce-scatter-mtp-proj-grad" : "allreduce-mtp-proj-grad",
-                      l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP,
-                      tp_, b, L, tok * static_cast<double>(2 * h) * e, deps(pd));
-      uint32_t px = pj;
-      if (t_ > 1 && l_.sequence_parallel)
-        px = add_coll("allgather-mtp-proj-input-wgrad", CollectiveKind::AllGather, GroupKind::TP, tp_, b, L,
-                      tok * static_cast<double>(2 * h) * e, deps(pj));
-      const uint32_t pw = main_grad_add("grad-accumulate-mtp-proj", L, 2 * h, h / t_,
-                                        add_gemm("mtp-proj-wgrad", b, L, 2 * h, h / t_, tokens_, deps(px)));
+      const uint32_t pj = width_gather_backward("mtp-proj-grad-allgather", "mtp-proj-grad-split", L, d, h, h);
+      uint32_t pw = kNone;
+      const uint32_t pd = column_backward("mtp-proj", L, pj, 2 * h, h / t_, kNone, pw);
       // The two norms' backward; the embedding's gradient scattered into the stage's table.
       uint32_t nb = add_memory("mtp-norms-backward", b, L, 6 * act, 4 * act, 24.0 * act / e, deps(pd, pw));
       const uint32_t eg = tp_gather("mtp-embedding-grad-allgather", b, L, nb);
