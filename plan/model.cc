@@ -37,6 +37,17 @@ ModelConfig deepseek_v3() {
                       2048, 3);
   m.mla = {1536, 512, 128, 64, 128};
   m.mtp_layers = 1;
+  // Its routing (the V3 report, 2.1.2; config.json): sigmoid affinities, the load balanced
+  // by a bias on the top-k selection and a sequence-wise balance loss of weight 1e-4, the
+  // experts in 8 groups of which each token's best 4 (node-limited routing), the chosen
+  // affinities normalized and scaled by 2.5.
+  m.moe.score_sigmoid = true;
+  m.moe.expert_bias = true;
+  m.moe.groups = 8;
+  m.moe.group_topk = 4;
+  m.moe.topk_scaling = 2.5;
+  m.moe.load_balancing = "seq_aux_loss";
+  m.moe.aux_loss_coeff = 1e-4;
   return m;
 }
 

@@ -32,6 +32,16 @@ struct MoeConfig {
   int64_t dense_layers = 0;      // leading layers that keep a dense MLP (DeepSeek: 3)
   bool router_fp32 = false;      // the router's GEMMs in FP32 (Megatron-Core's --moe-router-dtype fp32)
   MoeRouting routing;
+  // The routing function after the router's GEMM (docs/model.md, "The router's own
+  // kernels"): Megatron-Core's --moe-router-score-function, --moe-router-enable-expert-bias,
+  // --moe-router-num-groups / --moe-router-group-topk, --moe-router-topk-scaling-factor,
+  // --moe-router-load-balancing-type and --moe-aux-loss-coeff.
+  bool score_sigmoid = false;      // sigmoid scores (DeepSeek-V3); false: softmax
+  bool expert_bias = false;        // aux-loss-free balancing: a per-expert bias added for the top-k only
+  int64_t groups = 0, group_topk = 0;  // group-limited top-k: the best group_topk of `groups` (0: off)
+  double topk_scaling = 0;         // the top-k probabilities scaled (0: not)
+  std::string load_balancing = "aux_loss";  // aux_loss | seq_aux_loss | none
+  double aux_loss_coeff = 0;       // 0: the balancing loss is not computed
 };
 
 // Multi-head latent attention (DeepSeek-V2 and V3; Megatron-Core's MLASelfAttention;

@@ -342,6 +342,27 @@ TrainingLayout check_training_layout(const Scenario& s) {
   }
   if (m.moe.experts > 0 && (m.moe.top_k < 1 || m.moe.top_k > m.moe.experts || m.moe.expert_ffn_hidden < 1))
     fail(s, "model.moe", "a mixture of experts needs 1 <= top_k <= experts and expert_ffn_hidden > 0");
+  if (m.moe.experts > 0) {
+    const MoeConfig& moe = m.moe;
+    if ((moe.groups > 0) != (moe.group_topk > 0))
+      fail(s, moe.groups > 0 ? "model.moe.groups" : "model.moe.group_topk",
+           "group-limited routing takes both model.moe.groups and model.moe.group_topk, expected both set or neither");
+    if (moe.groups > 0 && (moe.experts % moe.groups != 0 || moe.group_topk > moe.groups ||
+                           moe.top_k % moe.group_topk != 0 || moe.top_k / moe.group_topk > moe.experts / moe.groups))
+      fail(s, "model.moe.groups",
+           "model.moe.groups = " + str(moe.groups) + " and group_topk = " + str(moe.group_topk) + " do not fit " +
+               str(moe.experts) + " experts and top_k = " + str(moe.top_k) +
+               ", expected groups dividing the experts, group_topk <= groups dividing top_k, and top_k / group_topk "
+               "experts in a group");
+    if (moe.expert_bias && !moe.score_sigmoid)
+      fail(s, "model.moe.expert_bias",
+           "model.moe.expert_bias: Megatron-Core adds the expert bias to sigmoid scores, expected "
+           "model.moe.score_function: sigmoid");
+    if (s.training.moe_permute == "masked-select" && s.training.framework != "megatron")
+      fail(s, "training.moe_permute", "training.moe_permute names Megatron-Core's permutation, expected "
+                                      "training.framework: megatron");
+  }
+  l.moe_permute = s.training.moe_permute;
   l.global_batch = s.training.global_batch > 0 ? s.training.global_batch : l.dp * l.micro_batch * (p.pp > 1 ? p.pp : 1);
   if (l.global_batch % (l.dp * l.micro_batch) != 0)
     fail(s, "training.global_batch",
@@ -1563,6 +1584,153 @@ class StageBuilder {
     op.bytes_read = (op.m * op.k + op.k * op.n) * 4;
     op.bytes_written = op.m * op.n * 4;
   }
+  // ---- The router's own kernels and the dispatcher's bookkeeping ---------------------
+  // After its GEMM the router selects each token's experts and builds the routing map and
+  // probabilities from small PyTorch ops on [tokens, experts] tensors, each a kernel of its
+  // own (Megatron-Core's topk_softmax_with_capacity, group_limited_topk and the balancing
+  // losses; core_r0.10.0 and core_r0.12.0 moe_utils.py and router.py). The counts are the
+  // kernels one H100 launched running those paths forward and backward
+  // (calibrate/measurements/moe-router-h100-2026-12-06; docs/model.md, "The router's own
+  // kernels"); each kernel moves its [tokens, experts] tensor in and out.
+  struct RouteKernels {
+    int64_t fwd = 0, bwd = 0, aux_fwd = 0, aux_bwd = 0;
+  };
+  bool moe_aux_loss() const { return m_.moe.aux_loss_coeff > 0 && m_.moe.load_balancing != "none"; }
+  RouteKernels route_kernels() const {
+    const MoeConfig& moe = m_.moe;
+    RouteKernels k;
+    // Measured: softmax after the top-k (the top-k's select and sort, the softmax and its
+    // casts, the gates and the routing map scattered, cast and summed): 15 forward, 8
+    // backward. The sigmoid path's base is what DeepSeek-V3's router launched (57 and 29)
+    // less the enumerated kernels of its bias (the bias added for the choice, the chosen
+    // scores gathered, the counts summed and added: 4, and the gather's backward 2), its
+    // groups (the groups' top-2 and their sum, the top groups, the mask built, cast,
+    // inverted, applied, the masked top-k: 11), its scaling (1 and 1), its capacity and its
+    // sequence loss (below).
+    if (moe.score_sigmoid) {
+      k.fwd = 22, k.bwd = 12;
+      if (moe.expert_bias) k.fwd += 4, k.bwd += 2;
+    } else {
+      k.fwd = 15, k.bwd = 8;
+    }
+    if (moe.groups > 0) k.fwd += 11;
+    if (moe.topk_scaling > 0) ++k.fwd, ++k.bwd;
+    // Measured: the capacity's top-k over the tokens, its mask scattered and cast, the gates
+    // masked (6), and the mask's product in the backward (1).
+    if (!moe.routing.dropless) k.fwd += 6, ++k.bwd;
+    if (moe_aux_loss()) {
+      // The switch loss over softmax scores, measured: 8 forward (its softmax and cast, the
+      // sums and products, the tracker's add) and 8 backward. The sequence loss, enumerated:
+      // the map's counts over the sequence, the scores' mean, their product and means, the
+      // coefficient, the tracker (11 forward, 10 backward). Sigmoid scores for the loss take
+      // the sigmoid and its normalization (2 more forward, 3 backward).
+      const bool seq = moe.load_balancing == "seq_aux_loss";
+      k.aux_fwd = seq ? 11 : 8, k.aux_bwd = seq ? 10 : 8;
+      if (moe.score_sigmoid) k.aux_fwd += 2, k.aux_bwd += 3;
+    }
+    return k;
+  }
+  double route_bytes(int64_t own) const {
+    const double el = static_cast<double>(own * m_.moe.experts);
+    return el * (m_.moe.router_fp32 ? 4.0 : static_cast<double>(e_));
+  }
+  uint32_t route_op(const char* name, Phase ph, int32_t L, int64_t kernels, int64_t own, uint32_t after) {
+    if (kernels <= 0) return after;
+    const double b = route_bytes(own) * static_cast<double>(kernels);
+    const uint32_t op = add_memory(name, ph, L, b, b, 0, deps(after));
+    p_.ops[op].k = kernels;
+    return op;
+  }
+  // A collective over TP x CP, Megatron-Core's sequence-partition group for the balancing
+  // loss: run over TP, then over CP (the same sum, or the same gathered whole).
+  uint32_t tp_cp_coll(const char* tp_name, const char* cp_name, CollectiveKind kind, Phase ph, int32_t L,
+                      double bytes, uint32_t after) {
+    uint32_t x = after;
+    const bool reduce = kind == CollectiveKind::AllReduce;
+    const double over_tp = reduce ? bytes : bytes * static_cast<double>(t_);
+    if (moe_sp()) x = add_coll(tp_name, kind, GroupKind::TP, tp_, ph, L, over_tp, deps(x));
+    if (l_.cp > 1) {
+      if (cp_ == 0xff) cp_ = p_.stream("cp");
+      const double over_cp = reduce ? bytes : (moe_sp() ? over_tp : bytes) * static_cast<double>(l_.cp);
+      x = add_coll(cp_name, kind, GroupKind::CP, cp_, ph, L, over_cp, deps(x));
+    }
+    return x;
+  }
+  double aux_score_bytes(int64_t own) const {
+    const double b = m_.moe.router_fp32 || !m_.moe.score_sigmoid ? 4.0 : static_cast<double>(e_);
+    return static_cast<double>(own * m_.moe.experts) * b;
+  }
+  // The forward from the router's GEMM to the routing map and probabilities.
+  uint32_t route_forward(int32_t L, Phase ph, uint32_t router, int64_t own) {
+    const RouteKernels k = route_kernels();
+    uint32_t x = route_op("moe-route", ph, L, k.fwd, own, router);
+    if (k.aux_fwd == 0) return x;
+    if (m_.moe.load_balancing == "seq_aux_loss")  // every sequence's scores
+      x = tp_cp_coll("moe-aux-scores-allgather-tp", "moe-aux-scores-allgather-cp", CollectiveKind::AllGather, ph, L,
+                     aux_score_bytes(own), x);
+    else  // the experts' token counts (int64)
+      x = tp_cp_coll("moe-aux-counts-allreduce-tp", "moe-aux-counts-allreduce-cp", CollectiveKind::AllReduce, ph, L,
+                     8.0 * static_cast<double>(m_.moe.experts), x);
+    return route_op("moe-aux-loss", ph, L, k.aux_fwd, own, x);
+  }
+  uint32_t route_backward(int32_t L, uint32_t g, int64_t own) {
+    const RouteKernels k = route_kernels();
+    const Phase b = Phase::Backward;
+    uint32_t x = route_op("moe-aux-loss-backward", b, L, k.aux_bwd, own, g);
+    if (k.aux_bwd > 0 && m_.moe.load_balancing == "seq_aux_loss")
+      x = tp_cp_coll("moe-aux-scores-reduce-scatter-tp", "moe-aux-scores-reduce-scatter-cp",
+                     CollectiveKind::ReduceScatter, b, L, aux_score_bytes(own), x);
+    return route_op("moe-route-backward", b, L, k.bwd, own, x);
+  }
+  // The all-to-all dispatcher's index bookkeeping and host waits around its permutations
+  // (training.moe_permute). `masked_select` sizes its output on the host: a wait for the GPU
+  // each time (and the select's kernel launched from the emptied queue).
+  //   unfused (core_r0.12.0): a padded router's rows sorted on the device (int8 map,
+  //     transpose, argsort, slice) and the probabilities masked_select-ed (one wait); dropless,
+  //     the tokens and the probabilities masked_select-ed (two), the experts' counts
+  //     all-gathered over TP x EP for the all-to-all's splits, whose own wait falls after them.
+  //   masked-select (core_r0.10.0): the tokens masked_select-ed in the permutation and the
+  //     probabilities in the unpermutation (two waits), padded or not; dropless, the counts
+  //     gathered and a wait for them before the permutation.
+  //   fused (Transformer Engine's permute): no bookkeeping; dropless, the counts and their wait.
+  // Kernels beside the permutation's and unpermutation's own, measured on one H100 over both
+  // paths, forward and backward together: unfused padded 23, masked_select 31 (of which 6 and
+  // 9 in the backward, enumerated: the index gradients' zeros and adds, the masked scatter).
+  uint32_t host_wait(const char* name, Phase ph, int32_t L, uint32_t after) {
+    const uint32_t op = accessed(add_memory(name, ph, L, 0, 0, 0, deps(after)), MemAccess::HostSync, 1);
+    p_.ops[op].k = 1;  // the select's kernel, issued once the host has its size
+    return op;
+  }
+  bool permute_masked_select() const {
+    return l_.moe_permute == "masked-select" || (l_.moe_permute == "unfused" && m_.moe.routing.dropless);
+  }
+  uint32_t dispatch_bookkeeping(int32_t L, Phase ph, uint32_t routed, int64_t own) {
+    uint32_t x = routed;
+    const bool dropless = m_.moe.routing.dropless && (l_.ep > 1 || moe_tp_gather());
+    if (dropless) {
+      const double counts = 8.0 * static_cast<double>(m_.moe.experts);
+      if (l_.ep > 1)
+        x = add_coll("moe-counts-allgather-ep", CollectiveKind::AllGather, GroupKind::EP, ep_stream(), ph, L,
+                     counts * static_cast<double>(l_.ep), deps(x));
+      if (moe_tp_gather())
+        x = add_coll("moe-counts-allgather-tp", CollectiveKind::AllGather, GroupKind::TP, tp_, ph, L,
+                     counts * static_cast<double>(l_.ep * t_), deps(x));
+    }
+    if (l_.moe_permute == "fused") return dropless ? host_wait("moe-splits-sync", ph, L, x) : x;
+    if (l_.moe_permute == "masked-select" && dropless) x = host_wait("moe-splits-sync", ph, L, x);
+    x = route_op("moe-permute-indices", ph, L, permute_masked_select() ? 22 : 17, own, x);
+    x = host_wait("moe-permute-sync", ph, L, x);
+    if (l_.moe_permute == "unfused" && m_.moe.routing.dropless) x = host_wait("moe-permute-probs-sync", ph, L, x);
+    return x;
+  }
+  uint32_t unpermute_bookkeeping(int32_t L, Phase ph, uint32_t combined) {
+    return l_.moe_permute == "masked-select" ? host_wait("moe-unpermute-sync", ph, L, combined) : combined;
+  }
+  uint32_t permute_bookkeeping_backward(int32_t L, uint32_t g, int64_t own) {
+    if (l_.moe_permute == "fused") return g;
+    return route_op("moe-permute-indices-backward", Phase::Backward, L, permute_masked_select() ? 9 : 6, own, g);
+  }
+
   // Megatron-Core's all-to-all token dispatcher (MoEAlltoAllTokenDispatcher, with the
   // experts split over the TP group as the dense layers are): under sequence parallelism the
   // layer takes the rank's own 1/tp of the tokens, no all-gather before it. The router scores
@@ -1663,11 +1831,12 @@ class StageBuilder {
     uint32_t router = add_gemm("moe-router", ph, L, own, moe.experts, h,
                                deps(router_cast("moe-router-input-cast", ph, L, own, in)), 1, 1.0, act_dtype_);
     router_in_fp32(router);
+    router = route_forward(L, ph, router, own);
     uint32_t disp;
     if (l_.moe_allgather) {
       disp = allgather_dispatch(L, ph, router, per_expert * local, own);
     } else {
-      disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(router));
+      disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(dispatch_bookkeeping(L, ph, router, own)));
       if (l_.ep > 1)
         disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
                         deps(disp));
@@ -1695,7 +1864,8 @@ class StageBuilder {
       if (l_.ep > 1)
         comb = add_coll("moe-combine-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
                         deps(comb));
-      out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0, deps(comb));
+      out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0,
+                       deps(unpermute_bookkeeping(L, ph, comb)));
     }
     if (moe.shared_experts > 0) {
       const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / t_;  // shared experts: the dense TP
@@ -1798,7 +1968,9 @@ class StageBuilder {
         disp = add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                         Phase::Backward, L, a2a, deps(disp));
       disp = add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(disp));
+      disp = permute_bookkeeping_backward(L, disp, own);
     }
+    disp = route_backward(L, disp, own);
     uint32_t rd =
         add_gemm("moe-router-dgrad", Phase::Backward, L, own, h, moe.experts, deps(disp), 1, 1.0, act_dtype_);
     router_in_fp32(rd);

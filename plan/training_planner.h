@@ -37,6 +37,7 @@ struct TrainingLayout {
   int64_t first_stage_layers = -1, last_stage_layers = -1;  // -1: an even split
   bool shared_expert_overlap = false;  // shared experts beside the MoE dispatcher's communication
   bool moe_allgather = false;          // Megatron-Core's allgather token dispatcher
+  std::string moe_permute = "unfused";  // unfused | masked-select | fused (training.moe_permute)
   int64_t microbatch_group = 1;  // interleaved: micro-batches run back to back on one chunk (N)
   int64_t micro_batch = 1;
   int64_t micro_batches = 1;  // per DP rank per iteration

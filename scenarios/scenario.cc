@@ -329,6 +329,39 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.model.moe.router_fp32 = as_enum(n, "model.moe.router_dtype", {"auto", "fp32"}) == "fp32";
        }},
+      {"model.moe.score_function", "name", "softmax",
+       "the router's scores (Megatron-Core's --moe-router-score-function): softmax (over the chosen experts' "
+       "logits) | sigmoid (each logit's sigmoid, the chosen ones normalized; DeepSeek-V3); docs/model.md, \"The "
+       "router's own kernels\"",
+       [](const N& n, S& s) {
+         s.model.moe.score_sigmoid = as_enum(n, "model.moe.score_function", {"softmax", "sigmoid"}) == "sigmoid";
+       }},
+      {"model.moe.expert_bias", "bool", "false",
+       "aux-loss-free balancing (--moe-router-enable-expert-bias): a per-expert bias added to the scores for the "
+       "top-k choice, its counts accumulated every micro-batch; needs model.moe.score_function: sigmoid",
+       [](const N& n, S& s) { s.model.moe.expert_bias = as_bool(n, "model.moe.expert_bias"); }},
+      {"model.moe.groups", "integer", "0",
+       "group-limited routing (--moe-router-num-groups): the experts in this many groups, a token's top-k taken "
+       "from its best model.moe.group_topk groups (DeepSeek-V3: 8 and 4); 0: off",
+       [](const N& n, S& s) { s.model.moe.groups = as_int(n, "model.moe.groups", 0, 1 << 20); }},
+      {"model.moe.group_topk", "integer", "0", "group-limited routing (--moe-router-group-topk): the groups a token "
+       "may use; with model.moe.groups",
+       [](const N& n, S& s) { s.model.moe.group_topk = as_int(n, "model.moe.group_topk", 0, 1 << 20); }},
+      {"model.moe.topk_scaling", "number", "0",
+       "the chosen experts' probabilities scaled by this (--moe-router-topk-scaling-factor; DeepSeek-V3 2.5); 0: not",
+       [](const N& n, S& s) { s.model.moe.topk_scaling = as_number(n, "model.moe.topk_scaling", 0, 1e6); }},
+      {"model.moe.load_balancing", "name", "aux_loss",
+       "the balancing loss (--moe-router-load-balancing-type): aux_loss (the switch loss over the micro-batch, its "
+       "expert counts all-reduced over TP x CP) | seq_aux_loss (per sequence, the scores all-gathered over TP x CP) "
+       "| none; computed only with model.moe.aux_loss_coeff > 0",
+       [](const N& n, S& s) {
+         s.model.moe.load_balancing =
+             as_enum(n, "model.moe.load_balancing", {"aux_loss", "seq_aux_loss", "none"});
+       }},
+      {"model.moe.aux_loss_coeff", "number", "0",
+       "the balancing loss's weight (--moe-aux-loss-coeff, default 0; Grok-1 and Mixtral recipes 0.01, DeepSeek-V3 "
+       "1e-4); 0: Megatron-Core skips the loss, its kernels and its collective",
+       [](const N& n, S& s) { s.model.moe.aux_loss_coeff = as_number(n, "model.moe.aux_loss_coeff", 0, 1e6); }},
       {"model.moe.expert_ffn_hidden", "integer", "0", "MLP inner size of one expert",
        [](const N& n, S& s) { s.model.moe.expert_ffn_hidden = as_int(n, "model.moe.expert_ffn_hidden", 0); }},
       {"model.mla", "mapping", "",
@@ -711,6 +744,16 @@ const std::vector<KeySpec>& key_table() {
        "copies of the tensors would on an H200; "
        "docs/model.md",
        [](const N& n, S& s) { s.training.rope_fusion = as_bool(n, "training.rope_fusion"); }},
+      {"training.moe_permute", "name", "unfused",
+       "megatron, MoE: how the dispatcher permutes the tokens into expert order (docs/model.md, \"The router's own "
+       "kernels\"): unfused (core_r0.12: a padded router's rows sorted on the device and its probabilities "
+       "masked_select-ed, whose output size the host reads: one host wait; dropless, the tokens and the probabilities "
+       "masked_select-ed: two) | masked-select (core_r0.10: the permutation's tokens and the unpermutation's "
+       "probabilities masked_select-ed, padded or not: two) | fused (Transformer Engine's permute kernels, "
+       "--moe-permute-fusion: no index bookkeeping, no wait but a dropless dispatcher's own)",
+       [](const N& n, S& s) {
+         s.training.moe_permute = as_enum(n, "training.moe_permute", {"unfused", "masked-select", "fused"});
+       }},
       {"training.defer_embedding_wgrad", "bool", "false",
        "megatron: the output layer's weight-gradient GEMMs are deferred from each micro-batch's backward to after "
        "the last one (Megatron-Core's defer_embedding_wgrad_compute, drained by finish_embedding_wgrad_compute at "

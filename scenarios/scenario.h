@@ -84,6 +84,7 @@ struct TrainingConfig {
   std::string transformer_impl = "transformer-engine";
   std::string grad_nan_check = "auto";  // auto | true | false: Megatron's per-bucket NaN check of the gradients
   bool rope_fusion = true;               // rotary embedding in one fused kernel each way
+  std::string moe_permute = "unfused";   // unfused | masked-select | fused (MoE token permutation)
   bool defer_embedding_wgrad = false;    // the output layer's weight gradients run after the last backward
   int64_t wgrad_deferral_limit = 0;      // of the first this many micro-batches (0: all)
   bool launch_blocking = false;     // CUDA_LAUNCH_BLOCKING=1: each launch returns when its kernel ends

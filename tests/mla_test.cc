@@ -295,6 +295,102 @@ TEST(Moe, AllgatherDispatcherGathersEveryEpRanksTokens) {
   }
 }
 
+// The router's kernels after its GEMM, the balancing loss's collectives and the
+// dispatcher's host waits, as Megatron-Core runs them (docs/model.md, "The router's own
+// kernels"; counts measured in calibrate/measurements/moe-router-h100-2026-12-06).
+TEST(Moe, RouterKernelsBalancingLossAndHostWaitsAsMegatronCoreRunsThem) {
+  auto only = [](const std::vector<Op>& ops) {
+    EXPECT_EQ(ops.size(), 1u);
+    return ops.empty() ? Op{} : ops[0];
+  };
+  // DeepSeek-V3's router (the preset): sigmoid scores with the expert bias, 4 of 8 groups,
+  // scaling, the sequence loss at 1e-4; dropless here (no capacity).
+  {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(small(2), "deepseek"));
+    // Forward: the sigmoid base 22, the bias 4, the groups 11, the scaling 1; the loss 11 + 2.
+    EXPECT_EQ(only(ops_named(tp, "moe-route", 3, Phase::Forward)).k, 22 + 4 + 11 + 1);
+    EXPECT_EQ(only(ops_named(tp, "moe-aux-loss", 3, Phase::Forward)).k, 11 + 2);
+    EXPECT_EQ(only(ops_named(tp, "moe-route-backward", 3, Phase::Backward)).k, 12 + 2 + 1);
+    EXPECT_EQ(only(ops_named(tp, "moe-aux-loss-backward", 3, Phase::Backward)).k, 10 + 3);
+    // Each kernel moves the rank's [2,048 tokens, 16 experts] in and out (BF16 here).
+    EXPECT_EQ(only(ops_named(tp, "moe-route", 3, Phase::Forward)).bytes_read, 38 * 2048 * 16 * 2);
+    // The sequence loss gathers every sequence's scores over TP (2 ranks of 2,048 x 16,
+    // BF16 sigmoid scores) and reduce-scatters their gradient back.
+    EXPECT_EQ(only(ops_named(tp, "moe-aux-scores-allgather-tp", 3, Phase::Forward)).bytes, 2 * 2048 * 16 * 2);
+    EXPECT_EQ(only(ops_named(tp, "moe-aux-scores-reduce-scatter-tp", 3, Phase::Backward)).bytes, 2 * 2048 * 16 * 2);
+    // Dropless: the counts gathered over EP for the all-to-all's splits, and the
+    // permutation's two masked_selects (tokens, probabilities) each a host wait.
+    EXPECT_EQ(only(ops_named(tp, "moe-counts-allgather-ep", 3, Phase::Forward)).bytes, 4 * 16 * 8);
+    EXPECT_EQ(only(ops_named(tp, "moe-permute-sync", 3, Phase::Forward)).access, MemAccess::HostSync);
+    EXPECT_EQ(ops_named(tp, "moe-permute-probs-sync", 3, Phase::Forward).size(), 1u);
+    EXPECT_TRUE(ops_named(tp, "moe-unpermute-sync", 3, Phase::Forward).empty());
+    const Program& prog = tp.plan.programs[0];
+    for (uint32_t i = 0; i < prog.ops.size(); ++i)
+      if (tp.plan.names[prog.ops[i].name] == "moe-dispatch-alltoall" && prog.ops[i].layer == 3 &&
+          prog.ops[i].micro_batch == 0) {
+        EXPECT_TRUE(waits_for(tp, i, "moe-permute-probs-sync"));
+      }
+  }
+  // Padded to capacity: 6 + 1 more kernels, no counts to gather, one wait (the probabilities).
+  {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(
+        with(small(2), {{"moe: {experts: 16}", "moe: {experts: 16, routing: {dist: even, dropless: false}}"}}),
+        "padded"));
+    EXPECT_EQ(only(ops_named(tp, "moe-route", 3, Phase::Forward)).k, 38 + 6);
+    EXPECT_EQ(only(ops_named(tp, "moe-route-backward", 3, Phase::Backward)).k, 15 + 1);
+    EXPECT_TRUE(ops_named(tp, "moe-counts-allgather-ep", 3, Phase::Forward).empty());
+    EXPECT_EQ(ops_named(tp, "moe-permute-sync", 3, Phase::Forward).size(), 1u);
+    EXPECT_TRUE(ops_named(tp, "moe-permute-probs-sync", 3, Phase::Forward).empty());
+  }
+  // Megatron-Core's default router (softmax, no loss: coefficient 0), core_r0.10's
+  // masked_select permutation: the switch loss at 0.01 adds 8 + 8 kernels and the counts'
+  // all-reduce over TP; masked_select waits in the permutation and the unpermutation.
+  {
+    const std::string soft = "moe: {experts: 16, score_function: softmax, expert_bias: false, groups: 0, "
+                             "group_topk: 0, topk_scaling: 0, load_balancing: aux_loss, aux_loss_coeff: COEFF, "
+                             "routing: {dist: even, dropless: false}}";
+    for (const char* coeff : {"0", "0.01"}) {
+      const bool aux = std::string(coeff) != "0";
+      const TrainingPlan tp = build_training_plan(scenario_from_text(
+          with(small(2), {{"moe: {experts: 16}", with(soft, {{"COEFF", coeff}})},
+                          {"rope_fusion: false", "rope_fusion: false, moe_permute: masked-select"}}),
+          "softmax"));
+      EXPECT_EQ(only(ops_named(tp, "moe-route", 3, Phase::Forward)).k, 15 + 6);
+      EXPECT_EQ(only(ops_named(tp, "moe-route-backward", 3, Phase::Backward)).k, 8 + 1);
+      EXPECT_EQ(ops_named(tp, "moe-aux-loss", 3, Phase::Forward).size(), aux ? 1u : 0u);
+      EXPECT_EQ(ops_named(tp, "moe-aux-counts-allreduce-tp", 3, Phase::Forward).size(), aux ? 1u : 0u);
+      if (aux) {
+        EXPECT_EQ(only(ops_named(tp, "moe-aux-loss", 3, Phase::Forward)).k, 8);
+        EXPECT_EQ(only(ops_named(tp, "moe-aux-counts-allreduce-tp", 3, Phase::Forward)).bytes, 16 * 8);
+      }
+      EXPECT_EQ(ops_named(tp, "moe-permute-sync", 3, Phase::Forward).size(), 1u);
+      EXPECT_EQ(ops_named(tp, "moe-unpermute-sync", 3, Phase::Forward).size(), 1u);
+    }
+  }
+  // Transformer Engine's fused permutation: no index kernels and, padded, no wait.
+  {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(
+        with(small(2), {{"moe: {experts: 16}", "moe: {experts: 16, routing: {dist: even, dropless: false}}"},
+                        {"rope_fusion: false", "rope_fusion: false, moe_permute: fused"}}),
+        "fused"));
+    EXPECT_TRUE(ops_named(tp, "moe-permute-indices", 3, Phase::Forward).empty());
+    EXPECT_TRUE(ops_named(tp, "moe-permute-sync", 3, Phase::Forward).empty());
+    EXPECT_TRUE(ops_named(tp, "moe-permute-indices-backward", 3, Phase::Backward).empty());
+  }
+  // Refused: groups without their top-k, or ones that do not fit; a bias on softmax scores.
+  for (const auto& [change, key] : std::vector<std::pair<std::string, std::string>>{
+           {"moe: {experts: 16, group_topk: 0}", "model.moe.groups"},
+           {"moe: {experts: 16, groups: 3}", "model.moe.groups"},
+           {"moe: {experts: 16, score_function: softmax}", "model.moe.expert_bias"}}) {
+    try {
+      build_training_plan(scenario_from_text(with(small(2), {{"moe: {experts: 16}", change}}), "bad"));
+      ADD_FAILURE() << change << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Pipeline, FirstAndLastStagesOfTheirOwnSize) {
   TrainingLayout l;
   l.pp = 16;
