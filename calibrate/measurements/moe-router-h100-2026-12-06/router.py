@@ -232,7 +232,10 @@ def count_kernels(one):
 def permutations(version, pad, tokens=4096, experts=8, topk=2, hidden=1024):
     """One permutation and unpermutation with the probabilities, forward and backward, as
     core_r0.10.0 (masked_select throughout) or core_r0.12.0 (a padded router's rows sorted
-    on the device) run them unfused; the tokens' rows are `hidden` wide."""
+    on the device) run them unfused; the tokens' rows are `hidden` wide. `r012-dispatch`:
+    as core_r0.12.0's all-to-all dispatcher calls them, the probabilities masked_select-ed
+    in the permutation (padded or not) and weighted into the rows there, the unpermutation
+    without them."""
     torch.manual_seed(1)
     x = torch.randn(tokens, hidden, device=DEV, dtype=torch.bfloat16, requires_grad=True)
     logits = torch.randn(tokens, experts, device=DEV)
@@ -242,6 +245,25 @@ def permutations(version, pad, tokens=4096, experts=8, topk=2, hidden=1024):
     probs.requires_grad_(True)
     cap = capacity(tokens * topk, experts, 1.0)
     gout = torch.randn(tokens, hidden, device=DEV, dtype=torch.bfloat16)
+
+    def dispatch():
+        if pad:
+            m = routing_map.to(dtype=torch.int8).T.contiguous()
+            sorted_indices = m.argsort(dim=-1, descending=True, stable=True)[:, :cap].contiguous().view(-1)
+            m = m.bool()
+        else:
+            m = routing_map.bool().T.contiguous()
+            token_indices = torch.arange(tokens, device=DEV).unsqueeze(0).expand(experts, -1)
+            sorted_indices = token_indices.masked_select(m)
+        permuted = x.index_select(0, sorted_indices)
+        permuted_probs = probs.T.contiguous().masked_select(m)
+        permuted = permuted * permuted_probs.unsqueeze(-1)
+        out = torch.zeros(tokens, hidden, dtype=permuted.dtype, device=DEV)
+        out.scatter_add_(0, sorted_indices.unsqueeze(1).expand(-1, hidden), permuted)
+        out.backward(gout)
+
+    if version == "r012-dispatch":
+        return dispatch
 
     def one():
         if version == "r012" and pad:
@@ -269,7 +291,6 @@ def permutations(version, pad, tokens=4096, experts=8, topk=2, hidden=1024):
 
 def sync_cost(n=50):
     """One masked_select between two GEMMs, against an index_select of the same output."""
-    import time
     a = torch.randn(4096, 4096, device=DEV, dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device=DEV, dtype=torch.bfloat16)
     c = torch.empty_like(a)
@@ -293,16 +314,7 @@ def sync_cost(n=50):
     for name, f in (("masked_select", with_sync), ("index_select", without)):
         for _ in range(5):
             f()
-        torch.cuda.synchronize()
-        v = []
-        for _ in range(7):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                f()
-            torch.cuda.synchronize()
-            v.append((time.perf_counter() - t0) / n)
-        res[name] = median(v)
+        res[name] = time_host(f, n)
     return res
 
 
@@ -310,7 +322,8 @@ def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     props = torch.cuda.get_device_properties(0)
     print(json.dumps({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda}), flush=True)
-    for name, cfg in CONFIGS.items():
+    only = sys.argv[2] if len(sys.argv) > 2 else None  # a permutation version alone
+    for name, cfg in ({} if only else CONFIGS).items():
         one = make_iter(cfg)
         for _ in range(10):
             one()
@@ -320,7 +333,7 @@ def main():
         host = time_host(one, n)
         print(json.dumps({"config": name, "kernels": kernels, "seq_s": seq, "host_s": host,
                           "profiled_kernel_s": prof_gpu_s, "kernel_names": names}), flush=True)
-    for name, cfg in CONFIGS.items():
+    for name, cfg in ({} if only else CONFIGS).items():
         one = make_iter(cfg, backward=False)
         for _ in range(5):
             one()
@@ -329,7 +342,10 @@ def main():
         print(json.dumps({"config": name + " forward", "kernels": kernels, "seq_s": time_seq(one, n),
                           "host_s": time_host(one, n), "profiled_kernel_s": prof_gpu_s, "kernel_names": names}),
               flush=True)
-    for version, pad in (("r010", True), ("r012", True), ("r012", False)):
+    for version, pad in (("r010", True), ("r012", True), ("r012", False), ("r012-dispatch", True),
+                         ("r012-dispatch", False)):
+        if only and version != only:
+            continue
         one = permutations(version, pad)
         for _ in range(5):
             one()
@@ -338,6 +354,8 @@ def main():
         print(json.dumps({"config": f"permute {version} {'padded' if pad else 'dropless'}", "kernels": kernels,
                           "host_s": time_host(one, n), "profiled_kernel_s": prof_gpu_s, "kernel_names": names}),
               flush=True)
+    if only:
+        return
     s = sync_cost()
     print(json.dumps({"config": "sync", **s, "sync_s": s["masked_select"] - s["index_select"]}), flush=True)
 
