@@ -358,9 +358,6 @@ TrainingLayout check_training_layout(const Scenario& s) {
       fail(s, "model.moe.expert_bias",
            "model.moe.expert_bias: Megatron-Core adds the expert bias to sigmoid scores, expected "
            "model.moe.score_function: sigmoid");
-    if (s.training.moe_permute == "masked-select" && s.training.framework != "megatron")
-      fail(s, "training.moe_permute", "training.moe_permute names Megatron-Core's permutation, expected "
-                                      "training.framework: megatron");
   }
   l.moe_permute = s.training.moe_permute;
   l.global_batch = s.training.global_batch > 0 ? s.training.global_batch : l.dp * l.micro_batch * (p.pp > 1 ? p.pp : 1);
