@@ -78,6 +78,7 @@ std::string describe_layout(const TrainingLayout& l) {
   std::string out = "dp " + std::to_string(l.dp) + " tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp);
   if (l.cp > 1) out += " cp " + std::to_string(l.cp);
   if (l.ep > 1) out += " ep " + std::to_string(l.ep);
+  if (l.expert_tp() != l.tp) out += " etp " + std::to_string(l.expert_tp());  // whole experts on every rank
   out += ", mb " + std::to_string(l.micro_batch);
   if (l.pp > 1) out += ", " + l.schedule + (l.virtual_stages > 1 ? " v" + std::to_string(l.virtual_stages) : "");
   if (l.pp > 1 && l.virtual_stages > 1 && l.microbatch_group > l.pp)
@@ -415,13 +416,16 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
       for (int64_t pp : divisors(gpus / (tp * cp))) {
         if (pp > m.layers) continue;
         const int64_t dp = gpus / (tp * cp * pp);
-        std::vector<int64_t> eps = {1};
+        // A mixture of experts: the experts split over the TP group (expert_tp = tp, EP carved
+        // out of DP x CP) or whole on every rank (expert_tp 1, EP carved out of TP x DP x CP).
+        std::vector<std::pair<int64_t, int64_t>> expert_layouts = {{1, tp}};  // {ep, expert_tp}
         if (m.moe.experts > 0) {
-          eps.clear();
-          for (int64_t ep : divisors(dp * cp))  // experts are carved out of DP x CP
-            if (m.moe.experts % ep == 0) eps.push_back(ep);
+          expert_layouts.clear();
+          for (int64_t etp : tp > 1 ? std::vector<int64_t>{tp, 1} : std::vector<int64_t>{tp})
+            for (int64_t ep : divisors(tp / etp * dp * cp))
+              if (m.moe.experts % ep == 0) expert_layouts.emplace_back(ep, etp);
         }
-        for (int64_t ep : eps)
+        for (const auto& [ep, etp] : expert_layouts)
           for (int64_t mb : mbs) {
             if (s.training.global_batch % (dp * mb) != 0) continue;
             const int64_t micro_batches = s.training.global_batch / (dp * mb);
@@ -442,7 +446,7 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
                     l.pp = pp;
                     l.cp = cp;
                     l.ep = ep;
-                    l.etp = tp;
+                    l.etp = etp;
                     l.micro_batch = mb;
                     l.micro_batches = micro_batches;
                     l.global_batch = s.training.global_batch;
@@ -486,6 +490,7 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
   }
   auto same = [](const TrainingLayout& a, const TrainingLayout& b) {
     return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep &&
+           a.expert_tp() == b.expert_tp() &&
            a.micro_batch == b.micro_batch && a.schedule == b.schedule && a.virtual_stages == b.virtual_stages &&
            a.zero_stage == b.zero_stage && a.recompute == b.recompute && a.sequence_parallel == b.sequence_parallel;
   };
@@ -636,7 +641,8 @@ std::string search_json(const SearchResult& r) {
     const TrainingLayout& l = c.layout;
     return "{\"dp\": " + std::to_string(l.dp) + ", \"tp\": " + std::to_string(l.tp) +
            ", \"pp\": " + std::to_string(l.pp) + ", \"cp\": " + std::to_string(l.cp) +
-           ", \"ep\": " + std::to_string(l.ep) + ", \"micro_batch\": " + std::to_string(l.micro_batch) +
+           ", \"ep\": " + std::to_string(l.ep) + ", \"expert_tp\": " + std::to_string(l.expert_tp()) +
+           ", \"micro_batch\": " + std::to_string(l.micro_batch) +
            ", \"schedule\": \"" + l.schedule + "\", \"virtual_stages\": " + std::to_string(l.virtual_stages) +
            ", \"zero_stage\": " + std::to_string(l.zero_stage) + ", \"recompute\": \"" + l.recompute +
            "\", \"sequence_parallel\": " + (l.sequence_parallel ? "true" : "false") +

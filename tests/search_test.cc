@@ -241,6 +241,33 @@ TEST(Search, FindsLayoutsForLlama3_70bAt8kOn64H100) {
   for (const SearchCandidate& c : r.top) EXPECT_LE(c.peak_memory_bytes, s.cluster.node.gpu.hbm_bytes);
 }
 
+// A mixture of experts is searched with its experts split over TP and whole on every rank
+// (expert_tp 1, EP carved out of TP x DP x CP, as DeepSeek-V3's recipes run it): the
+// scenario's own whole-expert layout is its baseline as it is, not the split-expert layout
+// of the same degrees, and the layouts say which they are.
+TEST(Search, MixtureOfExpertsWithWholeExpertsOnEveryRank) {
+  const Scenario s = scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\n"
+      "model: {preset: deepseek-v3, layers: 4, mtp_layers: 0, seq_len: 1024, moe: {experts: 16}}\n"
+      "parallel: {tp: 2, dp: 4, ep: 4, expert_tp: 1, sequence_parallel: true, zero_stage: 1}\n"
+      "training: {global_batch: 8}\n",
+      "search-etp");
+  const SearchResult r = quiet_search(s, 2);
+  ASSERT_GE(r.baseline, 0) << r.baseline_reason;
+  const TrainingLayout& own = r.top[static_cast<size_t>(r.baseline)].layout;
+  EXPECT_EQ(own.tp, 2);
+  EXPECT_EQ(own.ep, 4);
+  EXPECT_EQ(own.expert_tp(), 1);
+  EXPECT_NE(search_table(r).find("ep 4 etp 1"), std::string::npos);
+  EXPECT_NE(search_json(r).find("\"expert_tp\": 1"), std::string::npos);
+  // The same degrees with the experts split over TP are another layout, simulated apart.
+  TrainingLayout split = own;
+  split.etp = 2;
+  const Scenario c = with_layout(s, split);
+  EXPECT_EQ(c.parallel.expert_tp, 0);  // the default: the experts' TP is parallel.tp
+  EXPECT_EQ(with_layout(s, own).parallel.expert_tp, 1);
+}
+
 // A scenario's ZeRO 3 / FSDP keys shape its ZeRO 3 candidates; the ZeRO 0-2 candidates
 // are searched without them instead of being refused.
 TEST(Search, Zero3KeysShapeOnlyZero3Layouts) {
