@@ -1213,8 +1213,7 @@ class StageBuilder {
     if (l_.grad_nan_check && bucket_dense_ + bucket_expert_ > 0) {
       const double bytes = (bucket_dense_ + bucket_expert_) * gb;
       ready = add_memory("grad-nan-norm", Phase::Backward, bucket_layer_, bytes, 4, bytes / gb, deps(ready));
-      ready = accessed(add_memory("grad-nan-wait", Phase::Backward, bucket_layer_, 0, 0, 0, deps(ready)),
-                       MemAccess::HostSync, 1);
+      ready = host_wait("grad-nan-wait", Phase::Backward, bucket_layer_, ready);
     }
     const bool sharded = l_.zero_stage >= 1;
     const CollectiveKind kind = sharded ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
@@ -1627,10 +1626,8 @@ class StageBuilder {
     }
     return k;
   }
-  double route_bytes(int64_t own) const {
-    const double el = static_cast<double>(own * m_.moe.experts);
-    return el * (m_.moe.router_fp32 ? 4.0 : static_cast<double>(e_));
-  }
+  // A [tokens, experts] tensor of the router's output type.
+  double route_bytes(int64_t own) const { return static_cast<double>(own * m_.moe.experts) * probs_bytes(); }
   uint32_t route_op(const char* name, Phase ph, int32_t L, int64_t kernels, int64_t own, uint32_t after) {
     if (kernels <= 0) return after;
     const double b = route_bytes(own) * static_cast<double>(kernels);
@@ -1693,11 +1690,6 @@ class StageBuilder {
   // Kernels beside the permutation's and unpermutation's own, measured on one H100 over both
   // paths, forward and backward together: unfused padded 23, masked_select 31 (of which 6 and
   // 9 in the backward, enumerated: the index gradients' zeros and adds, the masked scatter).
-  uint32_t host_wait(const char* name, Phase ph, int32_t L, uint32_t after) {
-    const uint32_t op = accessed(add_memory(name, ph, L, 0, 0, 0, deps(after)), MemAccess::HostSync, 1);
-    p_.ops[op].k = 1;  // the select's kernel, issued once the host has its size
-    return op;
-  }
   bool permute_masked_select() const {
     return l_.moe_permute == "masked-select" || (l_.moe_permute == "unfused" && m_.moe.routing.dropless);
   }
@@ -1713,15 +1705,15 @@ class StageBuilder {
         x = add_coll("moe-counts-allgather-tp", CollectiveKind::AllGather, GroupKind::TP, tp_, ph, L,
                      counts * static_cast<double>(l_.ep * t_), deps(x));
     }
-    if (l_.moe_permute == "fused") return dropless ? host_wait("moe-splits-sync", ph, L, x) : x;
-    if (l_.moe_permute == "masked-select" && dropless) x = host_wait("moe-splits-sync", ph, L, x);
+    if (l_.moe_permute == "fused") return dropless ? host_wait("moe-splits-sync", ph, L, x, 1, 1) : x;
+    if (l_.moe_permute == "masked-select" && dropless) x = host_wait("moe-splits-sync", ph, L, x, 1, 1);
     x = route_op("moe-permute-indices", ph, L, permute_masked_select() ? 22 : 17, own, x);
-    x = host_wait("moe-permute-sync", ph, L, x);
-    if (l_.moe_permute == "unfused" && m_.moe.routing.dropless) x = host_wait("moe-permute-probs-sync", ph, L, x);
+    x = host_wait("moe-permute-sync", ph, L, x, 1, 1);
+    if (l_.moe_permute == "unfused" && m_.moe.routing.dropless) x = host_wait("moe-permute-probs-sync", ph, L, x, 1, 1);
     return x;
   }
   uint32_t unpermute_bookkeeping(int32_t L, Phase ph, uint32_t combined) {
-    return l_.moe_permute == "masked-select" ? host_wait("moe-unpermute-sync", ph, L, combined) : combined;
+    return l_.moe_permute == "masked-select" ? host_wait("moe-unpermute-sync", ph, L, combined, 1, 1) : combined;
   }
   uint32_t permute_bookkeeping_backward(int32_t L, uint32_t g, int64_t own) {
     if (l_.moe_permute == "fused") return g;
@@ -1780,7 +1772,7 @@ class StageBuilder {
     if (l_.ep > 1)
       x = add_coll("moe-dispatch-allgather-ep", CollectiveKind::AllGather, GroupKind::EP, ep_stream(), ph, L,
                    gathered_tokens(own) * h * e, deps(x));
-    x = accessed(add_memory("moe-tokens-per-expert-sync", ph, L, 0, 0, 0, deps(x)), MemAccess::HostSync, 1);
+    x = host_wait("moe-tokens-per-expert-sync", ph, L, x);
     const double r = static_cast<double>(rows) * h * e;
     return add_memory("moe-permute", ph, L, r, r, 0, deps(x));
   }
@@ -2052,6 +2044,14 @@ class StageBuilder {
     p_.ops[op].m = static_cast<int64_t>(elements);
     return op;
   }
+  // The host's own time as an op (compute.host_sync a wait, compute.host_op a small op it
+  // then dispatches alone): `waits` waits for the GPU, then `ops` ops issued one by one.
+  uint32_t host_wait(const char* name, Phase ph, int32_t L, uint32_t after, int64_t waits = 1, int64_t ops = 0) {
+    const uint32_t op = accessed(add_memory(name, ph, L, 0, 0, 0, deps(after)), MemAccess::HostSync,
+                                 static_cast<double>(waits));
+    p_.ops[op].k = ops;
+    return op;
+  }
   double eager_act32() const { return static_cast<double>(tokens_ * m_.hidden) * 4.0; }
   double eager_act16() const { return static_cast<double>(tokens_ * m_.hidden * e_); }
   uint32_t eager_weight_cast(const char* name, Phase ph, int32_t L, double params, uint32_t after) {
@@ -2142,7 +2142,7 @@ class StageBuilder {
   double pad_out_bytes() const { return static_cast<double>(tokens_ * m_.heads * m_.head_dim() * e_); }
   uint32_t unpad_qkv(Phase ph, int32_t L, uint32_t after) {
     if (!l_.attention_unpad) return after;
-    const uint32_t mask = accessed(add_memory("unpad-mask", ph, L, 0, 0, 0, deps(after)), MemAccess::HostSync, 6);
+    const uint32_t mask = host_wait("unpad-mask", ph, L, after, 6);
     return add_memory("unpad-qkv", ph, L, unpad_qkv_bytes(), unpad_qkv_bytes(), 0, deps(mask));
   }
   uint32_t pad_output(Phase ph, int32_t L, uint32_t after) {
@@ -2180,7 +2180,7 @@ class StageBuilder {
     const int64_t n = l_.dp;
     for (int k = 0; k < 2 * l_.train_metrics; ++k) {
       x = add_coll("metric-barrier", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Other, -1, 4, deps(x));
-      x = accessed(add_memory("metric-barrier-wait", Phase::Other, -1, 0, 0, 0, deps(x)), MemAccess::HostSync, 1);
+      x = host_wait("metric-barrier-wait", Phase::Other, -1, x);
       const uint32_t fills = host_ops("metric-gather-fills", n, x);
       const uint32_t gather = add_coll("metric-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_, Phase::Other,
                                        -1, 4.0 * static_cast<double>(n), deps(fills));
@@ -2190,9 +2190,7 @@ class StageBuilder {
   // `count` small eager ops (a fill, a copy) dispatched one by one by the host, with nothing
   // queued ahead of them on the device.
   uint32_t host_ops(const char* name, int64_t count, uint32_t after) {
-    const uint32_t op = accessed(add_memory(name, Phase::Other, -1, 0, 0, 0, deps(after)), MemAccess::HostSync, 0);
-    p_.ops[op].k = count;
-    return op;
+    return host_wait(name, Phase::Other, -1, after, 0, count);
   }
 
   uint32_t layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
@@ -2467,8 +2465,7 @@ class StageBuilder {
       // (compute.backward_relaunch, autograd_node).
       // Counted before the check joins the chunk's ops.
       const int64_t nodes = l_.plan_before_2026_12_05 ? 0 : autograd_nodes(chunk, chunk_begin_);
-      x = accessed(add_memory("loss-nan-check", Phase::Forward, -1, 0, 0, 0, deps(x)), MemAccess::HostSync,
-                   l_.loss_host_syncs);
+      x = host_wait("loss-nan-check", Phase::Forward, -1, x, l_.loss_host_syncs);
       p_.ops[x].n = 1;
       if (!l_.plan_before_2026_12_05) p_.ops[x].batch = nodes;
     }
