@@ -476,7 +476,8 @@ double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
   const double slots = slots_per_element(op.access, p);
   // A memory op that stands for k small kernels launched back to back (k > 1) pays each
   // further kernel's floor and launch gap.
-  const double more = op.k > 1 ? static_cast<double>(op.k - 1) * (p.kernel_latency_s + p.launch_overhead_s) : 0;
+  const int64_t k = memory_kernels(op);
+  const double more = k > 1 ? static_cast<double>(k - 1) * (p.kernel_latency_s + p.launch_overhead_s) : 0;
   return (slots > 0 ? t + static_cast<double>(op.m) * slots / gpu.alu_slot_rate() : t) + more;
 }
 
@@ -488,11 +489,7 @@ int timed_kernel_count(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
     case OpKind::Attention:
       return attention_aux_in_op(op, gpu, p) > 0 ? 1 + attention_backward_aux_kernels(op) : 1;
     case OpKind::Memory:
-      if (op.access == MemAccess::HostSync) return 0;
-      if (op.access == MemAccess::MultiTensor || op.access == MemAccess::BroadcastLoop ||
-          op.access == MemAccess::CudaCoreDecode)
-        return 1;
-      return op.k > 1 ? static_cast<int>(std::min<int64_t>(op.k, 1 << 20)) : 1;
+      return static_cast<int>(std::min<int64_t>(memory_kernels(op), 1 << 20));
     default:
       return 0;
   }

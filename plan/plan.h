@@ -123,6 +123,24 @@ struct Op {
 // The kernel an op runs is the backward's: in the backward phase and not a recomputed forward.
 inline bool backward_kernel(const Op& op) { return op.phase == Phase::Backward && !op.recompute; }
 
+// A Memory op that stands for op.k small kernels launched back to back (the router's, the
+// small gradient adds): every access but those whose op.k means something else (MultiTensor,
+// BroadcastLoop, CudaCoreDecode: one kernel) and the host's waits (HostSync: none). The
+// simulator charges each a floor and a launch gap; the real backend runs each, its share of
+// the bytes.
+inline int64_t memory_kernels(const Op& op) {
+  switch (op.access) {
+    case MemAccess::HostSync:
+      return 0;
+    case MemAccess::MultiTensor:
+    case MemAccess::BroadcastLoop:
+    case MemAccess::CudaCoreDecode:
+      return 1;
+    default:
+      return op.k > 1 ? op.k : 1;
+  }
+}
+
 struct Program {
   std::string name;
   std::vector<std::string> streams;  // stream index -> name ("compute", "tp", "dp", ...)

@@ -1087,6 +1087,16 @@ TEST(ComputeModel, QueuedKernelsSaveWhatTheirTimingEventsCost) {
   Op wait = mem;
   wait.access = MemAccess::HostSync;
   EXPECT_EQ(timed_kernel_count(wait, gpu, p), 0);
+  // Where op.k means something else (tensors of a multi-tensor apply, query heads a block
+  // of a decode kernel), one kernel: the real backend runs what memory_kernels says too.
+  for (const MemAccess a : {MemAccess::MultiTensor, MemAccess::BroadcastLoop, MemAccess::CudaCoreDecode}) {
+    Op one_kernel = mem;
+    one_kernel.access = a;
+    EXPECT_EQ(memory_kernels(one_kernel), 1);
+    EXPECT_EQ(timed_kernel_count(one_kernel, gpu, p), 1);
+  }
+  EXPECT_EQ(memory_kernels(mem), 5);
+  EXPECT_EQ(memory_kernels(wait), 0);
   Op recorded = gemm;
   recorded.fixed_seconds = 1e-3;
   EXPECT_EQ(timed_kernel_count(recorded, gpu, p), 0);

@@ -298,6 +298,41 @@ TEST(RealBackend, RunsASmallTrainingPlan) {
   }
 }
 
+// A memory op that stands for k small kernels (the router's, the small gradient adds) runs
+// as k kernels, each its share of the bytes: the same bytes in 64 kernels take longer than
+// in one by at least a microsecond a further kernel (each launch's ramp and tail), as the
+// simulator charges a floor and a gap each.
+TEST(RealBackend, MemoryOpOfKKernelsRunsEachKernel) {
+  REQUIRE_GPU();
+  Plan plan;
+  plan.world_size = 1;
+  plan.rank_program = {0};
+  plan.rank_gpu = {0};
+  plan.rank_groups.resize(1);
+  plan.rank_groups[0].fill(-1);
+  plan.mirror_of = {0};
+  Program prog;
+  prog.name = "k-kernels";
+  prog.streams = {"compute"};
+  for (const int64_t k : {1, 64}) {
+    Op op = plan.make_op(k == 1 ? "one-kernel" : "sixty-four-kernels", OpKind::Memory, Phase::Forward, 0, 0, 0,
+                         DType::BF16);
+    op.bytes_read = op.bytes_written = int64_t{1} << 20;
+    op.k = k;
+    EXPECT_EQ(memory_kernels(op), k);
+    prog.add(op, {});
+  }
+  plan.programs.push_back(std::move(prog));
+  RealOptions ro;
+  ro.iterations = 5;
+  ro.warmup = 2;
+  const RealResult r = run_plan(plan, ro);
+  ASSERT_EQ(r.spans.size(), 2u);
+  double seconds[2] = {0, 0};
+  for (const SpanRecord& sp : r.spans) seconds[sp.op] = static_cast<double>(sp.end_ps - sp.start_ps) * 1e-12;
+  EXPECT_GT(seconds[1], seconds[0] + 63 * 1e-6) << seconds[0] << " s for one kernel, " << seconds[1] << " for 64";
+}
+
 // --timing stream: no event between ops, each stream's end timed. The step has no spans
 // and is no longer than with an event pair around every op (the events only add; 5 % for
 // the board's noise).
