@@ -31,19 +31,27 @@ StageParams stage_params(const ModelConfig& m, const MemoryInputs& in) {
     }
   };
   for (int64_t l = in.first_layer; l < end; ++l) add_layer(p, l);
-  const double vocab = static_cast<double>(padded_vocab(m, in.tp)) * h / t;
-  if (in.embedding) p.dense += vocab + (m.learned_positions ? static_cast<double>(m.seq_len) * h : 0.0);
-  // The output layer: its own weights when untied; when tied and pipelined, the last
-  // stage keeps a copy of the embedding (Megatron) whose gradients meet the first's.
-  if (in.output) p.dense += (!m.tied_embeddings || !in.embedding ? vocab : 0.0) + 2 * h;
-  // Multi-token prediction modules: a layer like the last, the projection (2h x h), three
-  // norms, and (away from the first stage) the stage's own copy of the embedding table.
+  p.dense += vocab_params(m, in.tp, in.embedding, in.output, in.mtp_layers);
+  // Multi-token prediction modules: a layer like the last, the projection (2h x h) and
+  // three norms (the embedding's copy they read is in vocab_params).
   if (in.output && in.mtp_layers > 0) {
     StageParams module;
     add_layer(module, m.layers - 1);
     const double mtp = static_cast<double>(in.mtp_layers);
-    p.dense += mtp * (module.dense + 2.0 * h * h / t + 3.0 * h) + (in.embedding ? 0.0 : vocab);
+    p.dense += mtp * (module.dense + 2.0 * h * h / t + 3.0 * h);
     p.expert += mtp * module.expert;
+  }
+  return p;
+}
+
+double vocab_params(const ModelConfig& m, int64_t tp, bool first, bool last, int64_t mtp_layers) {
+  const double h = static_cast<double>(m.hidden);
+  const double vocab = static_cast<double>(padded_vocab(m, tp)) * h / static_cast<double>(tp);
+  double p = 0;
+  if (first) p += vocab + (m.learned_positions ? static_cast<double>(m.seq_len) * h : 0.0);
+  if (last) {
+    p += (!m.tied_embeddings || !first ? vocab : 0.0) + 2 * h;
+    if (mtp_layers > 0 && !first && !m.tied_embeddings) p += vocab;
   }
   return p;
 }

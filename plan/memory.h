@@ -68,6 +68,13 @@ struct MemoryInputs {
 };
 
 int64_t padded_vocab(const ModelConfig& m, int64_t tp);  // Megatron: a multiple of 128 · tp
+// The vocabulary tables and the final norm a pipeline stage holds, a TP rank's share: the
+// token embedding (and a learned position table) on the first stage; on the last, the
+// output layer (its own weights when untied; tied and pipelined, a copy of the embedding)
+// and the final norm; with multi-token prediction away from the first stage, the copy of
+// the embedding its modules read (Megatron-Core's GPTModel builds one where mtp_process;
+// tied, the output layer's copy is that one).
+double vocab_params(const ModelConfig& m, int64_t tp, bool first, bool last, int64_t mtp_layers);
 
 struct StageParams {
   double dense = 0;   // local parameters sharded over DP (attention, dense MLP, norms, embeddings)

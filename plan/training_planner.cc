@@ -500,6 +500,7 @@ class StageBuilder {
     }
     std::vector<uint32_t> after = grad_ops_;
     if (prev_ != kNone) after.push_back(prev_);
+    after = finalize_model_grads(after, gb);
     // Optimizer step on the local (ZeRO-sharded) parameters: reads weights, fp32 grads
     // and state; writes weights and state.
     const double shard = l_.zero_stage >= 1 ? static_cast<double>(l_.dp * l_.cp) : 1.0;
@@ -583,6 +584,50 @@ class StageBuilder {
         add_coll("zero-param-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_, Phase::Optimizer, -1, bytes,
                  deps(opt));
     }
+  }
+
+  // Megatron's finalize_model_grads, once every gradient bucket's DP reduction is done
+  // (finish_grad_sync) and before the optimizer (core_r0.8.0 to core_r0.15.0, and
+  // Megatron-LM's train_step of 2021-22):
+  // - with sequence parallelism, each TP rank's norm gradients hold its own tokens' sum:
+  //   _allreduce_layernorm_grads flattens them into one buffer (a cat), all-reduces it over
+  //   TP and copies each tensor back (a copy kernel each);
+  // - with the embedding held by the first and the last stage (the output layer tied to it,
+  //   or the multi-token prediction modules' copy), _allreduce_word_embedding_grads
+  //   all-reduces the two copies' main gradients between those two stages, a TP rank's
+  //   vocabulary share in the gradient's type. Between two ranks the all-reduce is an
+  //   exchange: each sends its copy and adds the one it receives.
+  std::vector<uint32_t> finalize_model_grads(std::vector<uint32_t> after, double gb) {
+    if (l_.eager) return after;
+    const double h = static_cast<double>(m_.hidden);
+    if (t_ > 1 && l_.sequence_parallel) {
+      // Two norms a layer (weight, and bias where the model has them), the final norm on
+      // the last stage, and each multi-token prediction module's layer and three norms.
+      const int64_t per_norm = m_.biases ? 2 : 1;
+      int64_t tensors = 0;
+      for (int64_t c = 0; c < l_.virtual_stages; ++c) {
+        tensors += 2 * per_norm * chunk_layers(c);
+        if (last_virtual(c)) tensors += per_norm * (1 + 5 * m_.mtp_layers);
+      }
+      const double bytes = static_cast<double>(tensors) * h * gb;
+      uint32_t x = add_memory("norm-grads-flatten", Phase::Optimizer, -1, bytes, bytes, 0, after);
+      x = add_coll("norm-grads-allreduce-tp", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Optimizer, -1,
+                   bytes, deps(x));
+      x = add_memory("norm-grads-copy-back", Phase::Optimizer, -1, bytes, bytes, 0, deps(x));
+      p_.ops[x].k = tensors;
+      after = {x};
+    }
+    const bool first = first_virtual(0), last = last_virtual(l_.virtual_stages - 1);
+    if (l_.pp > 1 && (first || last) && (m_.tied_embeddings || m_.mtp_layers > 0)) {
+      const double bytes = static_cast<double>(vocab_local_) * h * gb;
+      const auto peer = static_cast<int32_t>(first ? l_.pp - 1 : 0);
+      const uint32_t sent = add_p2p("embedding-grad-send", OpKind::Send, GroupKind::PP, peer, "embedding-send",
+                                    Phase::Optimizer, -1, bytes, after);
+      const uint32_t got = add_p2p("embedding-grad-recv", OpKind::Recv, GroupKind::PP, peer, "embedding-recv",
+                                   Phase::Optimizer, -1, bytes, after);
+      after = {add_memory("embedding-grad-add", Phase::Optimizer, -1, 2 * bytes, bytes, bytes / gb, deps(sent, got))};
+    }
+    return after;
   }
 
   double model_flops() const { return model_flops_; }
@@ -1063,13 +1108,7 @@ class StageBuilder {
     if (!m_.moe_layer(L)) return 0;
     return static_cast<double>(m_.moe.experts / l_.ep * m_.expert_params()) / static_cast<double>(l_.expert_tp());
   }
-  double embedding_params(bool first, bool last) const {
-    const double vocab = static_cast<double>(padded_vocab(m_, t_) / t_ * m_.hidden);
-    double p = 0;
-    if (first) p += vocab + (m_.learned_positions ? static_cast<double>(m_.seq_len * m_.hidden) : 0.0);
-    if (last) p += (!m_.tied_embeddings || !first ? vocab : 0.0) + 2.0 * static_cast<double>(m_.hidden);
-    return p;
-  }
+  double embedding_params(bool first, bool last) const { return vocab_params(m_, t_, first, last, m_.mtp_layers); }
 
   // ---- ZeRO-3 parameter gathers and gradient scatters, per layer ----------------------
   // Whether each backward gathers its layer's parameters again (ZeRO 3 per micro-batch).
@@ -2517,10 +2556,10 @@ class StageBuilder {
     return p;
   }
   // A multi-token prediction module's own weights beside its layer: the projection (2h x
-  // h over TP), its three norms, and the stage's copy of the embedding table.
+  // h over TP) and its three norms (the embedding's copy it reads: embedding_params).
   double mtp_extra_params() const {
     const double h = static_cast<double>(m_.hidden);
-    return 2.0 * h * h / static_cast<double>(t_) + 3.0 * h + static_cast<double>(vocab_local_) * h;
+    return 2.0 * h * h / static_cast<double>(t_) + 3.0 * h;
   }
   double embedding_params_local() const {
     double p = 0;

@@ -112,8 +112,9 @@ TEST(Planner, TensorParallelCollectivesPerLayer) {
   const TrainingPlan t2 = build_training_plan(sp);
   // SP: each all-reduce becomes reduce-scatter + all-gather, and backward re-gathers
   // the inputs of the column-parallel weight gradients.
-  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP),
-            mbs + 1);  // cross-entropy and the gradient norm only
+  // Cross-entropy, and per step the gradient norm and the norms' gradients (each TP rank's
+  // sum over its own tokens: finalize_model_grads).
+  EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllReduce, GroupKind::TP), mbs + 2);
   EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::ReduceScatter, GroupKind::TP),
             mbs * (4 * layers + 2));
   EXPECT_EQ(count_ops(t2.plan, OpKind::Collective, CollectiveKind::AllGather, GroupKind::TP), mbs * (6 * layers + 1));

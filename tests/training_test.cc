@@ -114,10 +114,13 @@ TEST(Volumes, PipelineDataParallelAndZero) {
   const TrainingPlan tp = build_training_plan(s);
   const double act = 2.0 * 2048 * 2048 * 2;  // b·s·h·bytes
   const int64_t M = 4;
+  // Beside them, once a step, each end stage sends its copy of the tied embedding's FP32
+  // gradient (vocab 51,200 x h) to the other (finalize_model_grads).
+  const double embedding = 51200.0 * 2048 * 4;
   EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 0, OpKind::Send, GroupKind::PP, CollectiveKind::AllReduce),
-                   M * act);  // stage 0: activations
+                   M * act + embedding);  // stage 0: activations
   EXPECT_DOUBLE_EQ(sum_bytes(tp.plan, 1, OpKind::Send, GroupKind::PP, CollectiveKind::AllReduce),
-                   M * act);  // stage 1: gradients
+                   M * act + embedding);  // stage 1: gradients
   // DP: every parameter of the stage, 4 bytes each, once per iteration.
   MemoryInputs in;
   in.pp = 2;
@@ -514,7 +517,8 @@ TEST(Pipeline, BlockingSendsWaitForTheirReceiver) {
       for (uint32_t d = 0; d < op.dep_count; ++d) depended.insert(prog.deps[op.dep_begin + d]);
     size_t waited = 0, posted_late = 0, sends = 0, recvs = 0, beside = 0;
     for (uint32_t i = 0; i < prog.ops.size(); ++i) {
-      if (prog.ops[i].group != GroupKind::PP) continue;
+      // The pipeline's own transfers (not the tied embedding's gradient exchange once a step).
+      if (prog.ops[i].group != GroupKind::PP || prog.ops[i].phase == Phase::Optimizer) continue;
       if (prog.ops[i].kind == OpKind::Send) sends += 1, waited += depended.count(i);
       if (prog.ops[i].kind == OpKind::Recv) recvs += 1, posted_late += prog.ops[i].dep_count > 0;
       beside += prog.ops[i].overlaps_compute;  // its kernel's SMs held beside compute
@@ -901,6 +905,98 @@ TEST(Fidelity, Fp8StepOfLlama3_70bOnH100IsBetween1_2And1_6TimesFaster) {
   const double ratio = with("bf16") / with("fp8");
   EXPECT_GE(ratio, 1.2);
   EXPECT_LE(ratio, 1.6);
+}
+
+// Megatron's finalize_model_grads after the DP gradient sync: with SP, the norms'
+// gradients flattened, all-reduced over TP and copied back a tensor at a time; with the
+// embedding on the first and the last stage (tied output layer, or the multi-token
+// prediction modules' copy), the two copies' gradients exchanged between those stages and
+// added, before the optimizer's norm. Stages in between take no part.
+TEST(Fidelity, FinalizeModelGradsReducesNormAndSharedEmbeddingGradients) {
+  auto named = [](const TrainingPlan& tp, int32_t rank, const std::string& name) {
+    std::vector<std::pair<uint32_t, Op>> out;
+    const Program& prog = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(rank)]];
+    for (uint32_t i = 0; i < prog.ops.size(); ++i)
+      if (tp.plan.names[prog.ops[i].name] == name) out.emplace_back(i, prog.ops[i]);
+    return out;
+  };
+  // Whether op i of the rank's program waits, directly or through others, for an op named `name`.
+  auto waits_for = [](const TrainingPlan& tp, int32_t rank, uint32_t i, const std::string& name) {
+    const Program& prog = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(rank)]];
+    std::vector<uint32_t> todo = {i};
+    std::vector<bool> seen(prog.ops.size());
+    while (!todo.empty()) {
+      const Op& op = prog.ops[todo.back()];
+      todo.pop_back();
+      for (uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
+        const uint32_t j = prog.deps[d];
+        if (seen[j]) continue;
+        seen[j] = true;
+        if (tp.plan.names[prog.ops[j].name] == name) return true;
+        todo.push_back(j);
+      }
+    }
+    return false;
+  };
+  // GPT (LayerNorm with biases, tied embeddings), 8 layers over PP 4, TP 2 with SP; FP32
+  // main gradients. Vocab 51,200: 25,600 rows a TP rank.
+  const TrainingPlan tp = build_training_plan(scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 8, seq_len: 2048}\n"
+      "parallel: {tp: 2, pp: 4, sequence_parallel: true}\ntraining: {global_batch: 8}\n",
+      "finalize"));
+  ASSERT_TRUE(tp.plan.programs.size() >= 4u);
+  const auto& pp_ranks = tp.plan.groups[static_cast<size_t>(tp.plan.group_of(0, GroupKind::PP))].ranks;
+  ASSERT_EQ(pp_ranks.size(), 4u);
+  const int32_t first = pp_ranks[0], middle = pp_ranks[1], last = pp_ranks[3];
+  const double h = 2048, vocab_rows = 51200 / 2;
+  for (const int32_t r : {first, last}) {
+    const auto send = named(tp, r, "embedding-grad-send"), recv = named(tp, r, "embedding-grad-recv");
+    const auto add = named(tp, r, "embedding-grad-add");
+    ASSERT_EQ(send.size(), 1u);
+    ASSERT_EQ(recv.size(), 1u);
+    ASSERT_EQ(add.size(), 1u);
+    EXPECT_EQ(send[0].second.bytes, static_cast<int64_t>(vocab_rows * h * 4));
+    EXPECT_EQ(send[0].second.group, GroupKind::PP);
+    EXPECT_EQ(send[0].second.peer, r == first ? 3 : 0);
+    EXPECT_EQ(add[0].second.bytes_read, 2 * send[0].second.bytes);
+    const auto norm = named(tp, r, "grad-norm");
+    ASSERT_EQ(norm.size(), 1u);
+    EXPECT_TRUE(waits_for(tp, r, norm[0].first, "embedding-grad-add"));
+    EXPECT_TRUE(waits_for(tp, r, add[0].first, "norm-grads-copy-back"));
+  }
+  EXPECT_TRUE(named(tp, middle, "embedding-grad-send").empty());
+  // The norms: two a layer, weight and bias (2 layers a stage), the final norm on the last
+  // stage; FP32 gradients of h each, one copy kernel a tensor.
+  for (const int32_t r : {first, last}) {
+    const int64_t tensors = 2 * 2 * 2 + (r == last ? 2 : 0);
+    const auto flat = named(tp, r, "norm-grads-flatten"), back = named(tp, r, "norm-grads-copy-back");
+    const auto ar = named(tp, r, "norm-grads-allreduce-tp");
+    ASSERT_EQ(flat.size(), 1u);
+    ASSERT_EQ(ar.size(), 1u);
+    ASSERT_EQ(back.size(), 1u);
+    EXPECT_EQ(ar[0].second.bytes, static_cast<int64_t>(tensors * h * 4));
+    EXPECT_EQ(ar[0].second.group, GroupKind::TP);
+    EXPECT_EQ(back[0].second.k, tensors);
+  }
+  // Untied, no multi-token prediction: no exchange; no SP: no norm reduction.
+  const TrainingPlan untied = build_training_plan(scenario_from_text(
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 8, seq_len: 2048}\n"
+      "parallel: {tp: 2, pp: 4}\ntraining: {global_batch: 8}\n",
+      "untied"));
+  for (int32_t r = 0; r < untied.plan.world_size; ++r) {
+    EXPECT_TRUE(named(untied, r, "embedding-grad-send").empty());
+    EXPECT_TRUE(named(untied, r, "norm-grads-allreduce-tp").empty());
+  }
+  // The parameters behind it: an untied last stage with multi-token prediction holds the
+  // output layer and the embedding's copy; tied, one table serves both.
+  ModelConfig m = *find_model_preset("llama3-8b");
+  m.mtp_layers = 1;
+  const double table = 128256.0 / 2 * 4096;  // padded to a multiple of 256: 128,256
+  EXPECT_DOUBLE_EQ(vocab_params(m, 2, false, true, 1), 2 * table + 2 * 4096);
+  EXPECT_DOUBLE_EQ(vocab_params(m, 2, true, true, 1), 2 * table + 2 * 4096);
+  m.tied_embeddings = true;
+  EXPECT_DOUBLE_EQ(vocab_params(m, 2, false, true, 1), table + 2 * 4096);
+  EXPECT_DOUBLE_EQ(vocab_params(m, 2, false, true, 0), table + 2 * 4096);
 }
 
 // With --tp-comm-overlap, sequence parallelism's all-gathers and reduce-scatters run in
