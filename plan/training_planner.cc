@@ -627,6 +627,35 @@ class StageBuilder {
                                    Phase::Optimizer, -1, bytes, after);
       after = {add_memory("embedding-grad-add", Phase::Optimizer, -1, 2 * bytes, bytes, bytes / gb, deps(sent, got))};
     }
+    // Aux-loss-free balancing (model.moe.expert_bias): _update_router_expert_bias stacks the
+    // stage's MoE layers' token counts and biases ([layers, experts] FP32, a kernel each),
+    // all-reduces the counts over TP x DP x CP (here over DP x CP, then TP: the same sum),
+    // takes each layer's mean, the offsets, their sign, scaled by the update rate, added to
+    // the biases (six kernels), and zeroes each layer's counts and copies its new bias back
+    // (two kernels a layer).
+    if (m_.moe.expert_bias) {
+      int64_t layers = 0;
+      for (int64_t c = 0; c < l_.virtual_stages; ++c) {
+        for (int64_t i = 0; i < chunk_layers(c); ++i) layers += m_.moe_layer(layer_of(c, i)) ? 1 : 0;
+        if (last_virtual(c))
+          for (int64_t k = 0; k < m_.mtp_layers; ++k)
+            layers += m_.moe_layer(static_cast<int32_t>(m_.layers + k)) ? 1 : 0;
+      }
+      if (layers > 0) {
+        const double table = static_cast<double>(layers * m_.moe.experts) * 4;
+        uint32_t x = add_memory("expert-bias-stack", Phase::Optimizer, -1, 2 * table, 2 * table, 0, after);
+        p_.ops[x].k = 2;
+        if (l_.dp * l_.cp > 1)
+          x = add_coll("expert-bias-counts-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Optimizer,
+                       -1, table, deps(x));
+        if (t_ > 1)
+          x = add_coll("expert-bias-counts-allreduce-tp", CollectiveKind::AllReduce, GroupKind::TP, tp_,
+                       Phase::Optimizer, -1, table, deps(x));
+        x = add_memory("expert-bias-update", Phase::Optimizer, -1, 7 * table, 8 * table, 6 * table / 4, deps(x));
+        p_.ops[x].k = 6 + 2 * layers;
+        after = {x};
+      }
+    }
     return after;
   }
 

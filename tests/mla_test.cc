@@ -298,6 +298,39 @@ TEST(Moe, AllgatherDispatcherGathersEveryEpRanksTokens) {
 // The router's kernels after its GEMM, the balancing loss's collectives and the
 // dispatcher's host waits, as Megatron-Core runs them (docs/model.md, "The router's own
 // kernels"; counts measured in calibrate/measurements/moe-router-h100-2026-12-06).
+// Aux-loss-free balancing updates the expert bias once a step, after the gradient sync
+// (Megatron-Core's _update_router_expert_bias): the stage's MoE layers' counts and biases
+// stacked, the counts ([layers, 16] FP32) all-reduced over DP x CP and TP, six kernels of
+// arithmetic and two a layer to zero the counts and copy the biases back.
+TEST(Moe, ExpertBiasUpdatedOnceAStepOverTpDpCp) {
+  auto step_ops = [](const TrainingPlan& tp, const std::string& name) {
+    std::vector<Op> out;
+    for (const Op& op : tp.plan.programs[0].ops)
+      if (tp.plan.names[op.name] == name && op.phase == Phase::Optimizer) out.push_back(op);
+    return out;
+  };
+  for (const int mtp : {0, 1}) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(small(2, mtp), "bias"));
+    const int64_t layers = 1 + mtp;  // of 4, the preset's first 3 dense; the prediction module's is MoE
+    const int64_t table = layers * 16 * 4;
+    const auto stack = step_ops(tp, "expert-bias-stack"), update = step_ops(tp, "expert-bias-update");
+    const auto dp = step_ops(tp, "expert-bias-counts-allreduce"), tpr = step_ops(tp, "expert-bias-counts-allreduce-tp");
+    ASSERT_EQ(stack.size(), 1u);
+    ASSERT_EQ(update.size(), 1u);
+    ASSERT_EQ(dp.size(), 1u);
+    ASSERT_EQ(tpr.size(), 1u);
+    EXPECT_EQ(stack[0].k, 2);
+    EXPECT_EQ(stack[0].bytes_read, 2 * table);
+    EXPECT_EQ(dp[0].bytes, table);
+    EXPECT_EQ(dp[0].group, GroupKind::DP);
+    EXPECT_EQ(tpr[0].group, GroupKind::TP);
+    EXPECT_EQ(update[0].k, 6 + 2 * layers);
+  }
+  const TrainingPlan off = build_training_plan(scenario_from_text(
+      with(small(2), {{"moe: {experts: 16}", "moe: {experts: 16, expert_bias: false}"}}), "no-bias"));
+  EXPECT_TRUE(step_ops(off, "expert-bias-update").empty());
+}
+
 TEST(Moe, RouterKernelsBalancingLossAndHostWaitsAsMegatronCoreRunsThem) {
   auto only = [](const std::vector<Op>& ops) {
     EXPECT_EQ(ops.size(), 1u);
