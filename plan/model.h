@@ -42,6 +42,9 @@ struct MoeConfig {
   double topk_scaling = 0;         // the top-k probabilities scaled (0: not)
   std::string load_balancing = "aux_loss";  // aux_loss | seq_aux_loss | none
   double aux_loss_coeff = 0;       // 0: the balancing loss is not computed
+  // Under FP8 the router pads each expert's tokens to a multiple of 16 (Megatron-Core's
+  // --moe-router-padding-for-fp8), so the grouped MLP copies nothing into padded buffers.
+  bool router_padding_for_fp8 = false;
 };
 
 // Multi-head latent attention (DeepSeek-V2 and V3; Megatron-Core's MLASelfAttention;

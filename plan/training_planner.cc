@@ -1005,6 +1005,20 @@ class StageBuilder {
   // (nvte_compute_amax), the amax of a sequence-parallel shard is all-reduced over TP
   // (`amax_over_tp`), then the cast reads it again. Delayed scaling takes the scale from the
   // amax history and records the new amax as the cast writes: one pass.
+  // Transformer Engine's Fp8Padding and Fp8Unpadding around the grouped MLP under FP8
+  // (Megatron-Core's TEGroupedMLP, core_r0.10.0 to core_r0.15.0): FP8 GEMMs take each expert's
+  // rows in multiples of 16, so the dispatched tokens are copied into a buffer with each
+  // expert's rows padded (tex.fused_multi_row_padding) before FC1, and FC2's output copied
+  // out of it (fused_multi_row_unpadding); the backward copies the gradients the other way.
+  // Fp8Padding returns its input untouched only when every count is already a multiple of
+  // 16, which routing does not leave, so the copies run every layer and micro-batch unless
+  // the router pads its map instead (model.moe.router_padding_for_fp8).
+  uint32_t fp8_expert_padding(const char* name, Phase ph, int32_t L, int64_t rows, uint32_t after) {
+    if (!l_.fp8 || m_.moe.router_padding_for_fp8) return after;
+    const double bytes = static_cast<double>(rows) * static_cast<double>(m_.hidden) * static_cast<double>(e_);
+    return add_memory(name, ph, L, bytes, bytes, 0, deps(after));
+  }
+
   uint32_t fp8_cast(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after,
                     double held = 0, bool amax_over_tp = false) {
     if (!l_.fp8) return after;
@@ -1904,6 +1918,7 @@ class StageBuilder {
     // The experts' linear layers are Transformer Engine Linears fed BF16 (the dispatched
     // tokens, the activation's output): under FP8 each casts its input, and the backward
     // each gradient entering it.
+    disp = fp8_expert_padding("fp8-pad-expert-input", ph, L, per_expert * local, disp);
     disp = fp8_cast("fp8-cast-expert-input", ph, L, per_expert * local, h, disp);
     uint32_t up = add_gemm("expert-up", ph, L, per_expert, (swiglu ? 2 : 1) * fe, h, deps(disp), local, 1.0 / cap);
     const double f = static_cast<double>(per_expert * local * fe * e_);
@@ -1911,6 +1926,7 @@ class StageBuilder {
                             8.0 * f / static_cast<double>(e_), deps(up));
     a = fp8_cast("fp8-cast-expert-act", ph, L, per_expert * local, fe, a);
     uint32_t comb = add_gemm("expert-down", ph, L, per_expert, h, fe, deps(a), local, 1.0 / cap);
+    comb = fp8_expert_padding("fp8-unpad-expert-output", ph, L, per_expert * local, comb);
     if (moe_tp_gather())
       comb = add_coll("moe-combine-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L,
                       gathered, deps(comb));
@@ -2003,6 +2019,7 @@ class StageBuilder {
     if (moe_tp_gather())
       comb = add_coll("moe-combine-allgather-backward", CollectiveKind::AllGather, GroupKind::TP, tp_,
                       Phase::Backward, L, gathered, deps(comb));
+    comb = fp8_expert_padding("fp8-pad-expert-output-grad", Phase::Backward, L, per_expert * local, comb);
     comb = fp8_cast("fp8-cast-expert-grad", Phase::Backward, L, per_expert * local, h, comb);
     uint32_t dd = add_gemm("expert-down-dgrad", Phase::Backward, L, per_expert, fe, h, deps(comb), local, 1.0 / cap);
     uint32_t dw = add_gemm("expert-down-wgrad", Phase::Backward, L, fe, h, per_expert, deps(comb), local, 1.0 / cap);
@@ -2014,7 +2031,12 @@ class StageBuilder {
                            1.0 / cap);
     uint32_t uw = add_gemm("expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fe, per_expert, deps(ab, dw),
                            local, 1.0 / cap);
-    uint32_t disp = ud;
+    // The grouped linear's backward is one autograd node (Transformer Engine's
+    // _GroupedLinear.backward: the data gradient, then the weight gradient): the nodes after
+    // it (the padding's backward, the dispatch's gather and all-to-all backward) are issued
+    // once both are queued, so they wait for the weight gradient too.
+    (void)ud;
+    uint32_t disp = fp8_expert_padding("fp8-unpad-expert-input-grad", Phase::Backward, L, per_expert * local, uw);
     if (moe_tp_gather())
       disp = add_coll("moe-dispatch-reduce-scatter-backward", CollectiveKind::ReduceScatter, GroupKind::TP, tp_,
                       Phase::Backward, L, gathered, deps(disp));

@@ -340,6 +340,12 @@ const std::vector<KeySpec>& key_table() {
        "aux-loss-free balancing (--moe-router-enable-expert-bias): a per-expert bias added to the scores for the "
        "top-k choice, its counts accumulated every micro-batch; needs model.moe.score_function: sigmoid",
        [](const N& n, S& s) { s.model.moe.expert_bias = as_bool(n, "model.moe.expert_bias"); }},
+      {"model.moe.router_padding_for_fp8", "bool", "false",
+       "under FP8, the router pads each expert's tokens to a multiple of 16 (Megatron-Core's "
+       "--moe-router-padding-for-fp8), so the grouped MLP needs no padding copies; false: Transformer Engine's "
+       "Fp8Padding copies the dispatched tokens into 16-row-aligned buffers and Fp8Unpadding copies the output "
+       "back, forward and backward (docs/model.md, \"MoE layers\")",
+       [](const N& n, S& s) { s.model.moe.router_padding_for_fp8 = as_bool(n, "model.moe.router_padding_for_fp8"); }},
       {"model.moe.groups", "integer", "0",
        "group-limited routing (--moe-router-num-groups): the experts in this many groups, a token's top-k taken "
        "from its best model.moe.group_topk groups (DeepSeek-V3: 8 and 4); 0: off",

@@ -298,6 +298,56 @@ TEST(Moe, AllgatherDispatcherGathersEveryEpRanksTokens) {
 // The router's kernels after its GEMM, the balancing loss's collectives and the
 // dispatcher's host waits, as Megatron-Core runs them (docs/model.md, "The router's own
 // kernels"; counts measured in calibrate/measurements/moe-router-h100-2026-12-06).
+// Under FP8 the grouped MLP's rows are padded per expert to a multiple of 16: Transformer
+// Engine's Fp8Padding copies the dispatched tokens in, Fp8Unpadding copies FC2's output out,
+// and the backward copies the gradients back the other way, each the rows x h in BF16; none
+// with the router's own padding or in BF16. The grouped linear's backward is one autograd
+// node, so the dispatch's all-to-all backward follows its weight gradient.
+TEST(Moe, Fp8GroupedMlpPadsItsRowsAndTheDispatchBackwardFollowsTheWeightGradient) {
+  const std::string base =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: mixtral-8x7b, layers: 2, seq_len: 4096, dtype: DT, "
+      "moe: {experts: 8, PAD}}\nparallel: {dp: 8, ep: 8}\ntraining: {global_batch: 8}\n";
+  const char* pads[] = {"fp8-pad-expert-input", "fp8-unpad-expert-output", "fp8-pad-expert-output-grad",
+                        "fp8-unpad-expert-input-grad"};
+  const Phase phase[] = {Phase::Forward, Phase::Forward, Phase::Backward, Phase::Backward};
+  {
+    const TrainingPlan tp =
+        build_training_plan(scenario_from_text(with(base, {{"DT", "fp8"}, {"PAD", "top_k: 2"}}), "fp8-pad"));
+    const auto up = ops_named(tp, "expert-up", 1, Phase::Forward);
+    ASSERT_EQ(up.size(), 1u);
+    const int64_t rows = up[0].m * up[0].batch;  // rows an expert x local experts
+    EXPECT_EQ(rows, 4096 * 2);
+    for (int i = 0; i < 4; ++i) {
+      const auto op = ops_named(tp, pads[i], 1, phase[i]);
+      ASSERT_EQ(op.size(), 1u) << pads[i];
+      EXPECT_EQ(op[0].bytes_read, rows * 4096 * 2) << pads[i];
+      EXPECT_EQ(op[0].bytes_written, rows * 4096 * 2) << pads[i];
+    }
+    const Program& prog = tp.plan.programs[0];
+    int checked = 0;
+    for (uint32_t i = 0; i < prog.ops.size(); ++i)
+      if (tp.plan.names[prog.ops[i].name] == "moe-dispatch-alltoall-backward" && prog.ops[i].layer == 1 &&
+          prog.ops[i].micro_batch == 0) {
+        EXPECT_TRUE(waits_for(tp, i, "expert-up-wgrad"));
+        EXPECT_TRUE(waits_for(tp, i, "fp8-unpad-expert-input-grad"));
+        ++checked;
+      }
+    EXPECT_EQ(checked, 1);
+  }
+  for (const auto& [dt, pad] : {std::pair<std::string, std::string>{"fp8", "top_k: 2, router_padding_for_fp8: true"},
+                                {"bf16", "top_k: 2"}}) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(with(base, {{"DT", dt}, {"PAD", pad}}), "no-pad"));
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(ops_named(tp, pads[i], 1, phase[i]).empty()) << dt << " " << pads[i];
+    const Program& prog = tp.plan.programs[0];
+    for (uint32_t i = 0; i < prog.ops.size(); ++i) {
+      if (tp.plan.names[prog.ops[i].name] == "moe-dispatch-alltoall-backward" && prog.ops[i].layer == 1 &&
+          prog.ops[i].micro_batch == 0) {
+        EXPECT_TRUE(waits_for(tp, i, "expert-up-wgrad")) << dt;
+      }
+    }
+  }
+}
+
 // Aux-loss-free balancing updates the expert bias once a step, after the gradient sync
 // (Megatron-Core's _update_router_expert_bias): the stage's MoE layers' counts and biases
 // stacked, the counts ([layers, 16] FP32) all-reduced over DP x CP and TP, six kernels of
