@@ -134,6 +134,9 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
   l.zero3_prefetch = p.zero3_backward_prefetch != "none";
   l.eager = s.training.framework == "pytorch-eager";
+  l.p2p_device_sync = !l.overlap_p2p && l.pp > 1 &&
+                      (p.batch_p2p_sync == "true" ||
+                       (p.batch_p2p_sync == "auto" && !l.eager && !s.training.launch_blocking));
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
   l.plan_before_2026_12_05 = s.training.plan_revision == "2026-12-04";
   l.local_impl = s.training.transformer_impl == "local";
@@ -933,7 +936,8 @@ class StageBuilder {
     for (size_t i = first; i < p_.ops.size(); ++i) {
       const Op& op = p_.ops[i];
       const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
-      if (op.phase == Phase::Forward && !comm && !(checkpointed && op.layer >= 0))
+      // (the pipeline's device synchronize is the host's wait, no node of the graph)
+      if (op.phase == Phase::Forward && !comm && op.name != device_sync_name_ && !(checkpointed && op.layer >= 0))
         ops.emplace_back(op.layer, op.name);
     }
     std::sort(ops.begin(), ops.end());
@@ -2372,7 +2376,9 @@ class StageBuilder {
     chunk_begin_ = static_cast<uint32_t>(p_.ops.size());
     uint32_t x = prev_;
     if (first_virtual(chunk)) {
+      const bool waited = pending_send_ != kNone;
       prev_ = x = after_sends();
+      if (waited && l_.p2p_device_sync) prev_ = x = device_sync("pp-device-sync", Phase::Forward, -1, x, -1);
       // Vocab-parallel embedding: each TP rank looks up its slice, then partial sums meet.
       const uint32_t pg = mb_ == 0 ? param_gather_for(-1) : kNone;
       if (l_.eager) {
@@ -2393,12 +2399,17 @@ class StageBuilder {
                   l_.overlap_p2p);
       const uint32_t in = pp_gather("pp-activation-allgather", Phase::Forward, layer_of(chunk, 0), recv);
       x = add_memory("pp-activation-in", Phase::Forward, layer_of(chunk, 0), 0, 0, 0, deps(in, after_sends()));
+      if (l_.p2p_device_sync) x = device_sync("pp-device-sync", Phase::Forward, layer_of(chunk, 0), x, -1);
     }
     for (int64_t i = 0; i < chunk_layers(chunk); ++i) {
       const int32_t L = layer_of(chunk, i);
       const uint32_t g = zero3_gather(Phase::Forward, L, x);
       x = layer_forward(L, g == x ? x : join(x, g), Phase::Forward);
     }
+    if (l_.p2p_device_sync && chunk_nodes_.size() <= static_cast<size_t>(chunk))
+      chunk_nodes_.resize(static_cast<size_t>(chunk) + 1, -1);
+    if (l_.p2p_device_sync && chunk_nodes_[static_cast<size_t>(chunk)] < 0)
+      chunk_nodes_[static_cast<size_t>(chunk)] = autograd_nodes(chunk, chunk_begin_);
     if (last_virtual(chunk) && l_.eager) {
       // FP32 norm, its cast, the logits' weight cast, then F.cross_entropy(logits.float()):
       // the FP32 copy, log_softmax and nll_loss, each a kernel.
@@ -2583,6 +2594,35 @@ class StageBuilder {
     const uint32_t s = pending_send_;
     pending_send_ = kNone;
     return s == kNone ? prev_ : join(prev_, s);
+  }
+
+  // Megatron's blocking p2p (batch_p2p_comm, whenever overlap_p2p_comm is off) ends each
+  // batched send and receive with torch.cuda.synchronize() (batch_p2p_sync, on by default
+  // through core_r0.15.0; unconditional in the 2021-22 code): the host waits for every op
+  // issued so far on every stream, the DP bucket reductions in flight included, then issues
+  // the next kernels into an empty queue; a backward is launched from there, walking the
+  // chunk's graph (relaunch_nodes >= 0: compute.backward_relaunch and autograd_node a node).
+  uint32_t device_sync(const char* name, Phase ph, int32_t L, uint32_t after, int64_t relaunch_nodes) {
+    for (; scanned_ < p_.ops.size(); ++scanned_) {
+      const size_t st = p_.ops[scanned_].stream;
+      if (last_on_stream_.size() <= st) last_on_stream_.resize(st + 1, kNone);
+      last_on_stream_[st] = static_cast<uint32_t>(scanned_);
+    }
+    // The DP stream: the gradient reductions issued so far (its parameter gathers, issued
+    // at the step's start in the plan, go out bucket by bucket as the forward reaches them
+    // in Megatron, so the host finds only the next one in flight).
+    std::vector<uint32_t> d = deps(after);
+    for (size_t st = 0; st < last_on_stream_.size(); ++st)
+      if (st != compute_ && st != dp_ && last_on_stream_[st] != kNone && last_on_stream_[st] != after)
+        d.push_back(last_on_stream_[st]);
+    if (!grad_ops_.empty()) d.push_back(grad_ops_.back());
+    const uint32_t op = accessed(add_memory(name, ph, L, 0, 0, 0, d), MemAccess::HostSync, 1);
+    device_sync_name_ = p_.ops[op].name;
+    if (relaunch_nodes >= 0) {
+      p_.ops[op].n = 1;
+      p_.ops[op].batch = relaunch_nodes;
+    }
+    return op;
   }
 
   uint32_t join(uint32_t a, uint32_t b) {
@@ -2807,6 +2847,9 @@ class StageBuilder {
       const uint32_t in = pp_gather("pp-grad-allgather", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), recv);
       g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), 0, 0, 0,
                      deps(in, after_sends()));
+      if (l_.p2p_device_sync)
+        g = device_sync("pp-device-sync", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), g,
+                        chunk_nodes_[static_cast<size_t>(chunk)]);
     }
     for (int64_t i = chunk_layers(chunk) - 1; i >= 0; --i) {
       const int32_t L = layer_of(chunk, i);
@@ -2886,6 +2929,10 @@ class StageBuilder {
   int64_t load_count_ = 0;
   uint32_t prev_ = kNone;
   uint32_t chunk_begin_ = 0;  // the first op of the chunk forward_block is planning
+  std::vector<int64_t> chunk_nodes_;         // autograd nodes of each chunk's backward (-1: not yet counted)
+  std::vector<uint32_t> last_on_stream_;     // device_sync: the last op issued on each stream
+  size_t scanned_ = 0;                       // device_sync: ops already seen
+  uint32_t device_sync_name_ = kNone;        // device_sync: its ops' name (no autograd node)
   uint32_t pending_send_ = kNone;  // blocking pipeline p2p: the send the next compute waits for
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;

@@ -67,6 +67,7 @@ struct TrainingLayout {
   bool overlap_grad_reduce = true;  // gradient buckets reduced during the backward
   bool overlap_param_gather = true; // ZeRO 1/2: parameter gathers ahead of the next forward
   bool overlap_p2p = false;         // pipeline p2p posted ahead; false: each blocks the compute stream
+  bool p2p_device_sync = false;     // blocking p2p ends in torch.cuda.synchronize() (parallel.batch_p2p_sync)
   bool pp_scatter_gather = true;    // without SP: pipeline tensors sent as 1/tp slices, all-gathered on arrival
   bool zero3_gather_once = false;   // ZeRO 3: parameters gathered once per step and kept
   bool zero3_keep_for_backward = false;  // ZeRO 3: no re-gather before the backward (SHARD_GRAD_OP)

@@ -539,6 +539,15 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) {
          s.parallel.overlap_p2p_comm = as_enum(n, "parallel.overlap_p2p_comm", {"auto", "true", "false"});
        }},
+      {"parallel.batch_p2p_sync", "name", "auto",
+       "with blocking pipeline sends and receives (parallel.overlap_p2p_comm false), Megatron ends each batched "
+       "send and receive with torch.cuda.synchronize() (--batch-p2p-sync, on by default; unconditional in the "
+       "2021-22 code): the host waits for every stream of the device, DP bucket reductions still running "
+       "included, and the next chunk's kernels, a backward's after compute.backward_relaunch, start from an empty "
+       "queue: true | false | auto (true under training.framework megatron with blocking p2p); docs/model.md",
+       [](const N& n, S& s) {
+         s.parallel.batch_p2p_sync = as_enum(n, "parallel.batch_p2p_sync", {"auto", "true", "false"});
+       }},
       {"parallel.pp_scatter_gather", "bool", "true",
        "without sequence parallelism, each TP rank sends its 1/tp slice of a pipeline activation or gradient and the "
        "receiving stage all-gathers the slices over its TP group (Megatron's scatter-gather optimization, on by "

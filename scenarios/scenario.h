@@ -51,6 +51,7 @@ struct ParallelConfig {
   bool overlap_param_gather = true;    // distributed optimizer: parameter gathers during the next forward
   bool fp8_param_gather = false;       // FP8 models: FP8 weights, gathered in FP8 (Megatron's --fp8-param-gather)
   std::string overlap_p2p_comm = "auto";  // pipeline p2p posted ahead (true) or blocking (false)
+  std::string batch_p2p_sync = "auto";    // blocking p2p ends in torch.cuda.synchronize() (Megatron's batch_p2p_sync)
   bool pp_scatter_gather = true;           // without SP: pipeline tensors as 1/tp slices, gathered on arrival
   std::string zero3_param_gather = "micro-batch";  // ZeRO 3: gather per micro-batch, or once per step
   std::string zero3_grad_sync = "micro-batch";     // ZeRO 3: reduce-scatter per micro-batch, or once per step

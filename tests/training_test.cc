@@ -497,6 +497,72 @@ TEST(Pipeline, SendsAndReceivesPairUp) {
   }
 }
 
+// Megatron's blocking p2p ends each batch with torch.cuda.synchronize() (batch_p2p_sync): at
+// every block that begins with a receive, and at the first stage's forward after a send, the
+// host waits for the last op of every stream and the last gradient reduction issued; before a
+// backward it then launches the backward from an empty queue over the chunk's graph. None where
+// the p2p is posted ahead, with the key off, or in eager PyTorch; the step is slower with it.
+TEST(Pipeline, BlockingP2pSynchronizesTheDevice) {
+  const std::string base =
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 8}\ntraining: {global_batch: 32}\n"
+      "parallel: {pp: 2, dp: 8, micro_batch: 1";
+  auto plan = [&](const std::string& extra) {
+    return build_training_plan(scenario_from_text(base + extra + "}\n", "p2p-sync"));
+  };
+  auto syncs = [](const TrainingPlan& tp, int32_t rank) {
+    const Program& prog = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(rank)]];
+    std::vector<uint32_t> out;
+    for (uint32_t i = 0; i < prog.ops.size(); ++i)
+      if (tp.plan.names[prog.ops[i].name] == "pp-device-sync") out.push_back(i);
+    return out;
+  };
+  const TrainingPlan tp = plan("");
+  const auto& pp_ranks = tp.plan.groups[static_cast<size_t>(tp.plan.group_of(0, GroupKind::PP))].ranks;
+  ASSERT_EQ(pp_ranks.size(), 2u);
+  const int64_t M = 4;  // 32 sequences over DP 8
+  for (const int32_t r : pp_ranks) {
+    const Program& prog = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(r)]];
+    const auto s = syncs(tp, r);
+    // Stage 0: its warm-up forward's send before the next forward, and each backward begins
+    // with the gradient's receive (its steady-state forwards follow a backward that sends
+    // nothing); stage 1: each forward begins with the activation's receive. Megatron's 1F1B
+    // calls: 1 + M and M + 1 (the last stage's final send is the step's last, no block after it).
+    EXPECT_EQ(static_cast<int64_t>(s.size()), r == pp_ranks[0] ? M + 1 : M);
+    size_t backward = 0;
+    for (const uint32_t i : s) {
+      const Op& op = prog.ops[i];
+      EXPECT_EQ(op.access, MemAccess::HostSync);
+      EXPECT_EQ(op.m, 1);
+      if (op.phase == Phase::Backward) {
+        ++backward;
+        EXPECT_EQ(op.n, 1);
+        EXPECT_GT(op.batch, 20);  // four layers' graph
+      }
+      // It waits for the last gradient reduction issued before it, where there is one.
+      int64_t last_grad = -1;
+      for (uint32_t j = 0; j < i; ++j)
+        if (prog.ops[j].kind == OpKind::Collective && prog.ops[j].group == GroupKind::DP &&
+            prog.ops[j].phase == Phase::Backward)
+          last_grad = j;
+      if (last_grad >= 0) {
+        bool found = false;
+        for (uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
+          found = found || prog.deps[d] == static_cast<uint32_t>(last_grad);
+        EXPECT_TRUE(found) << "sync " << i << " does not wait for the DP reduction " << last_grad;
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(backward), r == pp_ranks[0] ? M : 0);
+  }
+  for (const char* extra : {", overlap_p2p_comm: true", ", batch_p2p_sync: false"}) {
+    const TrainingPlan off = plan(extra);
+    for (int32_t r = 0; r < off.plan.world_size; ++r) EXPECT_TRUE(syncs(off, r).empty()) << extra;
+  }
+  const double on = run_training(scenario_from_text(base + "}\n", "p2p-sync")).exec.makespan.seconds();
+  const double off =
+      run_training(scenario_from_text(base + ", batch_p2p_sync: false}\n", "p2p-nosync")).exec.makespan.seconds();
+  EXPECT_GT(on, off);
+}
+
 // Pipeline sends and receives (parallel.overlap_p2p_comm). Blocking (auto under 1F1B, as
 // Megatron's non-interleaved schedule always runs): each receive is posted when the
 // stage's compute reaches it, and the compute after a send waits for that send. Overlapped:
