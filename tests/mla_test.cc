@@ -10,6 +10,7 @@
 
 #include "plan/serving_plan.h"
 #include "plan/training_planner.h"
+#include "support/plan_queries.h"
 #include "support/temp_scenario.h"
 
 namespace clustersim {
@@ -189,21 +190,7 @@ TEST(Mtp, ModuleRunsOnTheLastStageWithItsOwnLossAndParameters) {
 
 // Whether op `i` of rank 0's program waits, directly or not, for an op named `name`.
 bool waits_for(const TrainingPlan& tp, uint32_t i, const std::string& name) {
-  const Program& prog = tp.plan.programs[0];
-  std::vector<uint32_t> todo = {i};
-  std::vector<bool> seen(prog.ops.size());
-  while (!todo.empty()) {
-    const Op& op = prog.ops[todo.back()];
-    todo.pop_back();
-    for (uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
-      const uint32_t j = prog.deps[d];
-      if (seen[j]) continue;
-      seen[j] = true;
-      if (tp.plan.names[prog.ops[j].name] == name) return true;
-      todo.push_back(j);
-    }
-  }
-  return false;
+  return testing::waits_for(tp, tp.plan.programs[0], i, name);
 }
 
 TEST(Moe, SharedExpertsBesideTheDispatchOnlyWhenOverlapped) {

@@ -12,6 +12,7 @@
 #include "plan/training_planner.h"
 #include "sim/executor.h"
 #include "sim/run.h"
+#include "support/plan_queries.h"
 #include "support/temp_scenario.h"
 
 namespace clustersim {
@@ -988,21 +989,7 @@ TEST(Fidelity, FinalizeModelGradsReducesNormAndSharedEmbeddingGradients) {
   };
   // Whether op i of the rank's program waits, directly or through others, for an op named `name`.
   auto waits_for = [](const TrainingPlan& tp, int32_t rank, uint32_t i, const std::string& name) {
-    const Program& prog = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(rank)]];
-    std::vector<uint32_t> todo = {i};
-    std::vector<bool> seen(prog.ops.size());
-    while (!todo.empty()) {
-      const Op& op = prog.ops[todo.back()];
-      todo.pop_back();
-      for (uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
-        const uint32_t j = prog.deps[d];
-        if (seen[j]) continue;
-        seen[j] = true;
-        if (tp.plan.names[prog.ops[j].name] == name) return true;
-        todo.push_back(j);
-      }
-    }
-    return false;
+    return testing::waits_for(tp, tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(rank)]], i, name);
   };
   // GPT (LayerNorm with biases, tied embeddings), 8 layers over PP 4, TP 2 with SP; FP32
   // main gradients. Vocab 51,200: 25,600 rows a TP rank.
