@@ -996,19 +996,6 @@ class StageBuilder {
   }
 
   // ---- Transformer Engine FP8: casts to FP8 (with amax) and the transposes wgrad reads --
-  // A cast-transpose reads the BF16 tensor and writes it twice in FP8 (as is and
-  // transposed). TE fuses the casts of the LayerNorm outputs (QKV, MLP up) and of the
-  // GELU output into those kernels; the attention output and every gradient entering a
-  // linear layer's backward get a kernel of their own.
-  // Transformer Engine's cast-transpose of a rows × cols activation or gradient: its FP8
-  // copy and the transpose the next GEMM reads, and the tensor's amax.
-  // `held`: bytes per element of the tensor read (the activations' type unless given).
-  //
-  // Under current scaling (training.fp8_recipe: tensorwise, TE's Float8CurrentScalingQuantizer)
-  // the scale comes from the tensor itself: a kernel reads it for its amax first
-  // (nvte_compute_amax), the amax of a sequence-parallel shard is all-reduced over TP
-  // (`amax_over_tp`), then the cast reads it again. Delayed scaling takes the scale from the
-  // amax history and records the new amax as the cast writes: one pass.
   // Transformer Engine's Fp8Padding and Fp8Unpadding around the grouped MLP under FP8
   // (Megatron-Core's TEGroupedMLP, core_r0.10.0 to core_r0.15.0): FP8 GEMMs take each expert's
   // rows in multiples of 16, so the dispatched tokens are copied into a buffer with each
@@ -1023,6 +1010,19 @@ class StageBuilder {
     return add_memory(name, ph, L, bytes, bytes, 0, deps(after));
   }
 
+  // A cast-transpose reads the BF16 tensor and writes it twice in FP8 (as is and
+  // transposed). TE fuses the casts of the LayerNorm outputs (QKV, MLP up) and of the
+  // GELU output into those kernels; the attention output and every gradient entering a
+  // linear layer's backward get a kernel of their own.
+  // Transformer Engine's cast-transpose of a rows × cols activation or gradient: its FP8
+  // copy and the transpose the next GEMM reads, and the tensor's amax.
+  // `held`: bytes per element of the tensor read (the activations' type unless given).
+  //
+  // Under current scaling (training.fp8_recipe: tensorwise, TE's Float8CurrentScalingQuantizer)
+  // the scale comes from the tensor itself: a kernel reads it for its amax first
+  // (nvte_compute_amax), the amax of a sequence-parallel shard is all-reduced over TP
+  // (`amax_over_tp`), then the cast reads it again. Delayed scaling takes the scale from the
+  // amax history and records the new amax as the cast writes: one pass.
   uint32_t fp8_cast(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after,
                     double held = 0, bool amax_over_tp = false) {
     if (!l_.fp8) return after;
@@ -2031,15 +2031,13 @@ class StageBuilder {
     uint32_t ab = add_memory("expert-act-backward", Phase::Backward, L, swiglu ? 3 * f : 2 * f, swiglu ? 2 * f : f,
                              10.0 * f / static_cast<double>(e_), deps(dd));
     ab = fp8_cast("fp8-cast-expert-act-grad", Phase::Backward, L, per_expert * local, (swiglu ? 2 : 1) * fe, ab);
-    uint32_t ud = add_gemm("expert-up-dgrad", Phase::Backward, L, per_expert, h, (swiglu ? 2 : 1) * fe, deps(ab), local,
-                           1.0 / cap);
+    add_gemm("expert-up-dgrad", Phase::Backward, L, per_expert, h, (swiglu ? 2 : 1) * fe, deps(ab), local, 1.0 / cap);
     uint32_t uw = add_gemm("expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fe, per_expert, deps(ab, dw),
                            local, 1.0 / cap);
     // The grouped linear's backward is one autograd node (Transformer Engine's
     // _GroupedLinear.backward: the data gradient, then the weight gradient): the nodes after
     // it (the padding's backward, the dispatch's gather and all-to-all backward) are issued
     // once both are queued, so they wait for the weight gradient too.
-    (void)ud;
     uint32_t disp = fp8_expert_padding("fp8-unpad-expert-input-grad", Phase::Backward, L, per_expert * local, uw);
     if (moe_tp_gather())
       disp = add_coll("moe-dispatch-reduce-scatter-backward", CollectiveKind::ReduceScatter, GroupKind::TP, tp_,
