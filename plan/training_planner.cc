@@ -449,6 +449,7 @@ class StageBuilder {
     qkv_ = (m.heads + 2 * m.kv_heads) * m.head_dim() / t_;
 
     grad_dtype_ = l.grad_dtype;  // fp32 main grads for bf16 unless asked (Megatron)
+    chunk_nodes_.assign(static_cast<size_t>(l.virtual_stages), -1);
   }
 
   void build() {
@@ -603,15 +604,14 @@ class StageBuilder {
   std::vector<uint32_t> finalize_model_grads(std::vector<uint32_t> after, double gb) {
     if (l_.eager) return after;
     const double h = static_cast<double>(m_.hidden);
+    const bool first = first_virtual(0), last = last_virtual(l_.virtual_stages - 1);
+    const std::vector<int32_t> layers = held_layers();
     if (t_ > 1 && l_.sequence_parallel) {
       // Two norms a layer (weight, and bias where the model has them), the final norm on
-      // the last stage, and each multi-token prediction module's layer and three norms.
+      // the last stage, and each multi-token prediction module's three norms beside its layer's.
       const int64_t per_norm = m_.biases ? 2 : 1;
-      int64_t tensors = 0;
-      for (int64_t c = 0; c < l_.virtual_stages; ++c) {
-        tensors += 2 * per_norm * chunk_layers(c);
-        if (last_virtual(c)) tensors += per_norm * (1 + 5 * m_.mtp_layers);
-      }
+      const int64_t tensors =
+          per_norm * (2 * static_cast<int64_t>(layers.size()) + (last ? 1 + 3 * m_.mtp_layers : 0));
       const double bytes = static_cast<double>(tensors) * h * gb;
       uint32_t x = add_memory("norm-grads-flatten", Phase::Optimizer, -1, bytes, bytes, 0, after);
       x = add_coll("norm-grads-allreduce-tp", CollectiveKind::AllReduce, GroupKind::TP, tp_, Phase::Optimizer, -1,
@@ -620,7 +620,6 @@ class StageBuilder {
       p_.ops[x].k = tensors;
       after = {x};
     }
-    const bool first = first_virtual(0), last = last_virtual(l_.virtual_stages - 1);
     if (l_.pp > 1 && (first || last) && (m_.tied_embeddings || m_.mtp_layers > 0)) {
       const double bytes = static_cast<double>(vocab_local_) * h * gb;
       const auto peer = static_cast<int32_t>(first ? l_.pp - 1 : 0);
@@ -637,15 +636,10 @@ class StageBuilder {
     // the biases (six kernels), and zeroes each layer's counts and copies its new bias back
     // (two kernels a layer).
     if (m_.moe.expert_bias) {
-      int64_t layers = 0;
-      for (int64_t c = 0; c < l_.virtual_stages; ++c) {
-        for (int64_t i = 0; i < chunk_layers(c); ++i) layers += m_.moe_layer(layer_of(c, i)) ? 1 : 0;
-        if (last_virtual(c))
-          for (int64_t k = 0; k < m_.mtp_layers; ++k)
-            layers += m_.moe_layer(static_cast<int32_t>(m_.layers + k)) ? 1 : 0;
-      }
-      if (layers > 0) {
-        const double table = static_cast<double>(layers * m_.moe.experts) * 4;
+      const int64_t moe_layers =
+          std::count_if(layers.begin(), layers.end(), [&](int32_t L) { return m_.moe_layer(L); });
+      if (moe_layers > 0) {
+        const double table = static_cast<double>(moe_layers * m_.moe.experts) * 4;
         uint32_t x = add_memory("expert-bias-stack", Phase::Optimizer, -1, 2 * table, 2 * table, 0, after);
         p_.ops[x].k = 2;
         if (l_.dp * l_.cp > 1)
@@ -655,7 +649,7 @@ class StageBuilder {
           x = add_coll("expert-bias-counts-allreduce-tp", CollectiveKind::AllReduce, GroupKind::TP, tp_,
                        Phase::Optimizer, -1, table, deps(x));
         x = add_memory("expert-bias-update", Phase::Optimizer, -1, 7 * table, 8 * table, 6 * table / 4, deps(x));
-        p_.ops[x].k = 6 + 2 * layers;
+        p_.ops[x].k = 6 + 2 * moe_layers;
         after = {x};
       }
     }
@@ -2404,8 +2398,6 @@ class StageBuilder {
       const uint32_t g = zero3_gather(Phase::Forward, L, x);
       x = layer_forward(L, g == x ? x : join(x, g), Phase::Forward);
     }
-    if (l_.p2p_device_sync && chunk_nodes_.size() <= static_cast<size_t>(chunk))
-      chunk_nodes_.resize(static_cast<size_t>(chunk) + 1, -1);
     if (l_.p2p_device_sync && chunk_nodes_[static_cast<size_t>(chunk)] < 0)
       chunk_nodes_[static_cast<size_t>(chunk)] = autograd_nodes(chunk, chunk_begin_);
     if (last_virtual(chunk) && l_.eager) {
@@ -2627,6 +2619,18 @@ class StageBuilder {
     if (a == kNone) return b;
     if (b == kNone) return a;
     return add_memory("wait", Phase::Other, -1, 0, 0, 0, deps(a, b));
+  }
+
+  // The layers the stage holds: its chunks' transformer layers, then on the last stage the
+  // multi-token prediction modules' (numbered on from m_.layers).
+  std::vector<int32_t> held_layers() const {
+    std::vector<int32_t> out;
+    for (int64_t c = 0; c < l_.virtual_stages; ++c) {
+      for (int64_t i = 0; i < chunk_layers(c); ++i) out.push_back(layer_of(c, i));
+      if (last_virtual(c))
+        for (int64_t k = 0; k < m_.mtp_layers; ++k) out.push_back(static_cast<int32_t>(m_.layers + k));
+    }
+    return out;
   }
 
   // The stage's parameters: dense (expert = false) or expert, over all its chunks.
