@@ -456,6 +456,12 @@ class StageBuilder {
     const auto order =
         pipeline_schedule(l_.schedule, l_.pp, l_.virtual_stages, l_.micro_batches, stage_, l_.microbatch_group);
     last_mb_.assign(static_cast<size_t>(l_.virtual_stages), -1);
+    // The warm-up: the leading forward blocks, less the steady state's first where a backward
+    // follows the forwards' run before the forwards are all done.
+    size_t forwards = 0;
+    for (const PipelineBlock& b : order) forwards += b.forward;
+    while (warm_forwards_ < order.size() && order[warm_forwards_].forward) ++warm_forwards_;
+    if (warm_forwards_ < forwards) --warm_forwards_;
     for (const PipelineBlock& b : order)
       last_mb_[static_cast<size_t>(b.chunk)] = std::max(last_mb_[static_cast<size_t>(b.chunk)], b.micro_batch);
     const double gb = dtype_bits(grad_dtype_) / 8.0;
@@ -2387,7 +2393,7 @@ class StageBuilder {
     } else {
       const uint32_t recv =
           add_p2p("pp-recv-activation", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
-                  "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), pp_bytes(), p2p_posted(), false, false,
+                  "pp-recv-fwd", Phase::Forward, layer_of(chunk, 0), pp_bytes(), p2p_posted(true), false, false,
                   l_.overlap_p2p);
       const uint32_t in = pp_gather("pp-activation-allgather", Phase::Forward, layer_of(chunk, 0), recv);
       x = add_memory("pp-activation-in", Phase::Forward, layer_of(chunk, 0), 0, 0, 0, deps(in, after_sends()));
@@ -2433,6 +2439,7 @@ class StageBuilder {
                    false, l_.overlap_p2p));
     }
     prev_ = x;
+    fwd_ends_.push_back(x);
   }
 
   // The final norm, the vocab-parallel output layer and the loss over its logits: the
@@ -2573,8 +2580,22 @@ class StageBuilder {
   // receive. The interleaved schedule batches up to four transfers of two chunks at once
   // (send_forward_backward_recv_forward_backward), which block-by-block posting cannot
   // pair without a cycle: there the receives stay posted ahead and only the sends block.
-  std::vector<uint32_t> p2p_posted() const {
-    if (l_.overlap_p2p || l_.virtual_stages > 1 || prev_ == kNone) return {};
+  //
+  // Overlapped, Megatron posts a block's receive with the send that follows the previous
+  // block of the same direction (forward_backward_pipelining_with_interleaving, core_r0.8 to
+  // core_r0.15: send_forward_recv_forward after each forward step, send_backward_recv_backward
+  // after each backward step; the first backward's receive after the warm-up's last forward),
+  // and ProcessGroupNCCL makes its stream wait for the kernels issued before the post: so
+  // the receive starts when that block's compute has finished, not as soon as its stream is
+  // free. The first forward's receive is posted at the step's start.
+  std::vector<uint32_t> p2p_posted(bool forward) const {
+    if (l_.overlap_p2p) {
+      if (forward) return fwd_ends_.empty() ? std::vector<uint32_t>{} : deps(fwd_ends_.back());
+      if (!bwd_ends_.empty()) return deps(bwd_ends_.back());
+      const size_t w = std::min(warm_forwards_, fwd_ends_.size());
+      return w == 0 ? std::vector<uint32_t>{} : deps(fwd_ends_[w - 1]);
+    }
+    if (l_.virtual_stages > 1 || prev_ == kNone) return {};
     return deps(prev_);
   }
   void sent(uint32_t send) {
@@ -2844,8 +2865,8 @@ class StageBuilder {
     } else {
       const uint32_t recv =
           add_p2p("pp-recv-grad", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
-                  "pp-recv-bwd", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), p2p_posted(),
-                  false, false, l_.overlap_p2p);
+                  "pp-recv-bwd", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(),
+                  p2p_posted(false), false, false, l_.overlap_p2p);
       const uint32_t in = pp_gather("pp-grad-allgather", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), recv);
       g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), 0, 0, 0,
                      deps(in, after_sends()));
@@ -2904,6 +2925,7 @@ class StageBuilder {
       params_dense_ += embedding_params(first_virtual(chunk), last_virtual(chunk));
     }
     prev_ = g;
+    bwd_ends_.push_back(g);
   }
 
  private:
@@ -2936,6 +2958,10 @@ class StageBuilder {
   size_t scanned_ = 0;                       // device_sync: ops already seen
   uint32_t device_sync_name_ = kNone;        // device_sync: its ops' name (no autograd node)
   uint32_t pending_send_ = kNone;  // blocking pipeline p2p: the send the next compute waits for
+  // Overlapped pipeline p2p: each forward and backward block's last op, in schedule order,
+  // and how many forward blocks the schedule runs before its first backward.
+  std::vector<uint32_t> fwd_ends_, bwd_ends_;
+  size_t warm_forwards_ = 0;
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;
   // ZeRO 3 backward prefetch: the gather issued ahead for `prefetched_layer_`.

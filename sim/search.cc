@@ -236,7 +236,11 @@ LayoutEstimate LayoutEstimator::estimate(const TrainingLayout& l) {
     x.base_latency = opt_.network.base(LatencyFamily::Ring, Protocol::Simple);
     x.steps.push_back(step);
     const double send = net_->run(x, pair).seconds;
-    mb += 2.0 * static_cast<double>(l.virtual_stages) * send;
+    // Posted a block ahead (parallel.overlap_p2p_comm: the interleaved schedule's default),
+    // a chunk's transfers run beside the other direction's block: none is on the path.
+    const std::string& o = s_.parallel.overlap_p2p_comm;
+    const bool overlapped = o == "true" || (o == "auto" && l.schedule == "interleaved-1f1b");
+    if (!overlapped) mb += 2.0 * static_cast<double>(l.virtual_stages) * send;
   }
   const double m_count = static_cast<double>(l.micro_batches);
   e.compute_s = m_count * mb;

@@ -61,7 +61,12 @@ TEST(Pipeline, BubbleIsPMinusOneOverMOfTheIdealCompute) {
         "bubble");
     const TrainingPlan tp = build_training_plan(s);
     Topology topo(s.cluster);
-    const ExecResult r = execute_plan(tp.plan, topo, ideal_network());
+    // The schedule alone: no NCCL kernel waiting for its peer takes SMs from the compute
+    // beside it (which slows the blocks a receive is posted beside, and not the others).
+    ExecOptions o = ideal_network();
+    o.compute.nccl_channels = 0;
+    o.compute.nccl_net_peer_channels = 0;
+    const ExecResult r = execute_plan(tp.plan, topo, o);
     // Ideal compute: the m micro-batches of one stage (the optimizer step after them is
     // not pipelined), mean over the stages.
     double optimizer = 0;
@@ -567,8 +572,9 @@ TEST(Pipeline, BlockingP2pSynchronizesTheDevice) {
 // Pipeline sends and receives (parallel.overlap_p2p_comm). Blocking (auto under 1F1B, as
 // Megatron's non-interleaved schedule always runs): each receive is posted when the
 // stage's compute reaches it, and the compute after a send waits for that send. Overlapped:
-// receives are posted ahead (no dependencies) and nothing waits for a send. Blocking costs
-// time: the sender waits for the transfer and for its receiver to post the receive.
+// receives are posted a block ahead (after the previous block of their direction: the test
+// below) and nothing waits for a send. Blocking costs time: the sender waits for the transfer
+// and for its receiver to post the receive.
 TEST(Pipeline, BlockingSendsWaitForTheirReceiver) {
   const std::string base =
       "cluster: {preset: dgx-h100, nodes: 2, scale_out: {nic_bandwidth: 10Gbps}}\nmodel: {preset: gpt3-1.3b, "
@@ -599,7 +605,7 @@ TEST(Pipeline, BlockingSendsWaitForTheirReceiver) {
   EXPECT_EQ(blocking[4], 0u);
   const auto ahead = waited_sends_and_posted_recvs(plan(", overlap_p2p_comm: true"));
   EXPECT_EQ(ahead[1], 0u);
-  EXPECT_EQ(ahead[3], 0u);
+  EXPECT_EQ(ahead[3], ahead[2]);  // stage 0 receives gradients only, each after a block
   EXPECT_EQ(ahead[4], ahead[0] + ahead[2]);
   const double t_block = run_training(scenario_from_text(base + "}\n", "p2p-block")).exec.makespan.seconds();
   const double t_ahead =
@@ -612,6 +618,56 @@ TEST(Pipeline, BlockingSendsWaitForTheirReceiver) {
   EXPECT_EQ(inter[3], 0u);
   EXPECT_EQ(inter[4], 0u);  // Megatron's batched blocking p2p: nothing beside compute
   EXPECT_EQ(waited_sends_and_posted_recvs(plan(", schedule: interleaved-1f1b, virtual_stages: 2"))[1], 0u);
+}
+
+// Overlapped pipeline p2p as Megatron's interleaved schedule posts it: a block's receive goes
+// out with the send that follows the previous block of the same direction (send_forward_recv_forward
+// after each forward step, send_backward_recv_backward after each backward step; the first
+// backward's receive after the warm-up's last forward), and ProcessGroupNCCL's stream waits for
+// the kernels issued before the post. So on a middle stage, which receives and sends in every
+// block, forward receive k waits for the op forward send k - 1 waits for, backward receive i for
+// backward send i - 1's, backward receive 0 for forward send w - 1's (w forward blocks of
+// warm-up: (pp - s - 1)·2 + (v - 1)·pp = 8 for stage 1 of pp 4, v 2), and the step's first
+// receive for nothing. A receive posted earlier would hold its channels' SMs beside the
+// previous block's kernels, which in Megatron it does not.
+TEST(Pipeline, OverlappedReceivesArePostedAfterThePreviousBlockOfTheirDirection) {
+  const Scenario s = scenario_from_text(std::string(kTiny) +
+                                            "parallel: {pp: 4, dp: 4, micro_batch: 1, schedule: interleaved-1f1b, "
+                                            "virtual_stages: 2}\ntraining: {global_batch: 32}\n",
+                                        "p2p-posted");
+  PlannerOptions po;
+  po.use_symmetry = false;
+  const TrainingPlan tp = build_training_plan(s, po);
+  const auto& pp_ranks = tp.plan.groups[static_cast<size_t>(tp.plan.group_of(0, GroupKind::PP))].ranks;
+  ASSERT_EQ(pp_ranks.size(), 4u);
+  const Program& prog = tp.plan.programs[tp.plan.rank_program[static_cast<size_t>(pp_ranks[1])]];
+  std::array<std::vector<uint32_t>, 2> recvs, sends;  // [forward, backward], in program order
+  for (uint32_t i = 0; i < prog.ops.size(); ++i) {
+    const Op& op = prog.ops[i];
+    if (op.group != GroupKind::PP || (op.phase != Phase::Forward && op.phase != Phase::Backward)) continue;
+    const size_t d = op.phase == Phase::Backward;
+    if (op.kind == OpKind::Recv) recvs[d].push_back(i);
+    if (op.kind == OpKind::Send) sends[d].push_back(i);
+  }
+  const size_t blocks = 8 * 2;  // 32 sequences over DP 4, two chunks each
+  for (size_t d = 0; d < 2; ++d) {
+    ASSERT_EQ(recvs[d].size(), blocks);
+    ASSERT_EQ(sends[d].size(), blocks);
+  }
+  auto only_dep = [&](uint32_t i) {
+    const Op& op = prog.ops[i];
+    EXPECT_EQ(op.dep_count, 1u) << tp.plan.names[op.name] << " " << i;
+    return op.dep_count == 1 ? prog.deps[op.dep_begin] : ~0u;
+  };
+  EXPECT_EQ(prog.ops[recvs[0][0]].dep_count, 0u);
+  for (size_t k = 1; k < blocks; ++k) {
+    EXPECT_EQ(only_dep(recvs[0][k]), only_dep(sends[0][k - 1])) << "forward receive " << k;
+    EXPECT_EQ(only_dep(recvs[1][k]), only_dep(sends[1][k - 1])) << "backward receive " << k;
+  }
+  EXPECT_EQ(only_dep(recvs[1][0]), only_dep(sends[0][7]));
+  // The schedule runs the ninth forward block before the first backward, so that receive is
+  // planned after it, and still waits only for the eighth.
+  EXPECT_LT(sends[0][8], recvs[1][0]);
 }
 
 // Without sequence parallelism every TP rank holds the whole activation; Megatron's
