@@ -50,19 +50,28 @@ double unit_factor(const Scenario& s) {
     throw InputError(s.mark("reference.unit"),
                      "reference.unit '" + u + "' does not measure " + m + ", expected " + expected);
   };
-  if (u.empty()) return 1.0;
-  if (u == "s" || u == "ms" || u == "us") {
-    if (!time) return refuse("the metric's own unit");
-    return u == "s" ? 1.0 : u == "ms" ? 1e-3 : 1e-6;
-  }
-  if (u == "%" || u == "fraction") {
-    if (!fraction) return refuse("the metric's own unit");
-    return u == "%" ? 0.01 : 1.0;
-  }
-  if (u == "tokens/s" && m.find("tokens_per_s") == std::string::npos) return refuse("s, ms, us, % or fraction");
-  if (u == "TFLOP/s" && m.find("tflops") == std::string::npos) return refuse("tokens/s, s, % or fraction");
-  if (u == "requests/s" && m.find("requests_per_s") == std::string::npos) return refuse("tokens/s, s, % or fraction");
-  return 1.0;
+  const double factor = [&] {
+    if (u.empty()) return 1.0;
+    if (u == "s" || u == "ms" || u == "us") {
+      if (!time) return refuse("the metric's own unit");
+      return u == "s" ? 1.0 : u == "ms" ? 1e-3 : 1e-6;
+    }
+    if (u == "%" || u == "fraction") {
+      if (!fraction) return refuse("the metric's own unit");
+      return u == "%" ? 0.01 : 1.0;
+    }
+    if (u == "tokens/s" && m.find("tokens_per_s") == std::string::npos) return refuse("s, ms, us, % or fraction");
+    if (u == "TFLOP/s" && m.find("tflops") == std::string::npos) return refuse("tokens/s, s, % or fraction");
+    if (u == "requests/s" && m.find("requests_per_s") == std::string::npos) return refuse("tokens/s, s, % or fraction");
+    return 1.0;
+  }();
+  // A fraction is at most 1 (100 %).
+  if (fraction && s.reference.value * factor > 1.0)
+    throw InputError(s.mark("reference.value"), "reference.value of " + m + " is " + format_number(s.reference.value) +
+                                                    (u.empty() ? "" : " " + u) + ", past " +
+                                                    (u == "%" ? "100 %" : "1") + ", expected a fraction of at most " +
+                                                    (u == "%" ? "100" : "1"));
+  return factor;
 }
 
 // The scenario's metric, in the source's count, and (training on one GPU model) the
@@ -413,13 +422,16 @@ std::string accuracy_json(const AccuracyReport& r) {
     }
     o += "}";
   }
-  o += "], \"mape_pct\": " + format_number(r.mape_pct) + ", \"max_abs_error_pct\": " + format_number(r.max_abs_error_pct);
+  // A group without cases has no error: null, not 0.
+  auto pct = [](size_t cases, double v) { return cases == 0 ? std::string("null") : format_number(v); };
+  o += "], \"mape_pct\": " + pct(r.cases.size(), r.mape_pct) +
+       ", \"max_abs_error_pct\": " + pct(r.cases.size(), r.max_abs_error_pct);
   o += ", \"training\": {\"cases\": " + std::to_string(r.training_cases) +
-       ", \"mape_pct\": " + format_number(r.training_mape_pct) +
-       ", \"max_abs_error_pct\": " + format_number(r.training_max_abs_error_pct) + "}";
+       ", \"mape_pct\": " + pct(r.training_cases, r.training_mape_pct) +
+       ", \"max_abs_error_pct\": " + pct(r.training_cases, r.training_max_abs_error_pct) + "}";
   o += ", \"serving\": {\"cases\": " + std::to_string(r.serving_cases) +
-       ", \"mape_pct\": " + format_number(r.serving_mape_pct) +
-       ", \"max_abs_error_pct\": " + format_number(r.serving_max_abs_error_pct) + "}";
+       ", \"mape_pct\": " + pct(r.serving_cases, r.serving_mape_pct) +
+       ", \"max_abs_error_pct\": " + pct(r.serving_cases, r.serving_max_abs_error_pct) + "}";
   o += ", \"unstated_cases\": " + std::to_string(r.unstated_cases) +
        ", \"in_band_cases\": " + std::to_string(r.in_band_cases);
   o += ", \"memory_refused\": [";

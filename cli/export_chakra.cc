@@ -40,19 +40,40 @@ int cmd_export_chakra(const std::vector<std::string>& args) {
   const Scenario s = load_scenario(path, sets, lo);
   if (s.inference || !s.jobs.empty())
     throw InputError(s.mark(s.inference ? "inference" : "jobs"), "export-chakra writes a training scenario's plan");
+  // The scenario's name is each trace's file name: one plain component, so that the files
+  // land in --out and nowhere else.
+  const std::string& n = s.name;
+  if (n.empty() || n[0] == '.' || n.find_first_of("/\\") != std::string::npos)
+    throw InputError(s.mark("name"), "name '" + n + "' cannot name the trace files (" + n +
+                                         ".<rank>.et), expected a name without '/' or '\\' that does not "
+                                         "start with '.'");
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::exists(out, ec) && !std::filesystem::is_directory(out, ec))
+  const fs::file_status st = fs::symlink_status(out, ec);
+  if (fs::is_symlink(st) && !fs::exists(fs::status(out, ec)))
+    throw InputError(SourceMark{"--out", 0, 0}, "--out " + out + " is a link to nothing, expected a folder");
+  if (fs::exists(st) && !fs::is_directory(fs::status(out, ec)))
     throw InputError(SourceMark{"--out", 0, 0}, "--out " + out + " exists and is not a folder");
-  const TrainingPlan tp = build_training_plan(s);
+  const TrainingPlan tp = scenario_plan(s);
   ExecOptions eo;
   apply_calibration(s, eo.compute, eo.network);
   const std::vector<ChakraFile> files = plan_to_chakra(tp.plan, s.name, s.cluster.node.gpu, eo.compute);
-  std::filesystem::create_directories(out);
+  // Every target is checked before any is written: a file that is not a regular one (a
+  // folder, a FIFO, a link) stops the export with nothing written.
+  std::vector<std::string> paths;
   for (const ChakraFile& f : files) {
-    const std::string p = (std::filesystem::path(out) / f.name).string();
-    check_output(SourceMark{"--out", 0, 0}, "--out", p, scenario_inputs(s));
-    write_file_atomically(p, f.bytes);
+    paths.push_back((fs::path(out) / f.name).string());
+    const fs::file_status t = fs::symlink_status(paths.back(), ec);
+    if (fs::exists(t) && !fs::is_regular_file(t))
+      throw InputError(SourceMark{"--out", 0, 0}, "--out: '" + paths.back() +
+                                                      "' exists and is not a regular file, expected a regular file "
+                                                      "or a new path");
+    check_output(SourceMark{"--out", 0, 0}, "--out", paths.back(), scenario_inputs(s));
   }
+  fs::create_directories(out, ec);
+  if (ec)
+    throw InputError(SourceMark{"--out", 0, 0}, "--out " + out + ": cannot create the folder (" + ec.message() + ")");
+  for (size_t i = 0; i < files.size(); ++i) write_file_atomically(paths[i], files[i].bytes);
   std::cout << "wrote " << files.size() - 1 << " Chakra traces (" << s.name << ".<rank>.et) and comm_group.json to "
             << out << "\n";
   return 0;

@@ -1,10 +1,4 @@
 // `clustersim plan`: the scenario's Plan as JSON.
-#include "cli/output.h"
-#include "plan/plan_io.h"
-#include "plan/training_planner.h"
-#include "reports/output_file.h"
-#include "scenarios/scenario.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -13,6 +7,12 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output.h"
+#include "plan/plan_io.h"
+#include "plan/training_planner.h"
+#include "reports/output_file.h"
+#include "scenarios/scenario.h"
+#include "sim/run.h"
 
 namespace clustersim {
 
@@ -38,7 +38,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   if (path.empty()) throw UsageError("plan needs a scenario file");
   const Scenario s = load_scenario(path, sets, lo);
   if (!out.empty()) check_output(SourceMark{"--out", 0, 0}, "--out", out, scenario_inputs(s));
-  const std::string json = plan_to_json(build_training_plan(s).plan);
+  const std::string json = plan_to_json(scenario_plan(s).plan);
   if (out.empty()) {
     std::cout << json;
     return 0;

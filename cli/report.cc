@@ -1,10 +1,8 @@
 // `clustersim report`: one self-contained HTML file for a run.
-#include "cli/output.h"
-#include "reports/html_report.h"
-
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -12,6 +10,8 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output.h"
+#include "reports/html_report.h"
 
 namespace clustersim {
 
@@ -77,6 +77,14 @@ int cmd_report(const std::vector<std::string>& args) {
   }
   if (db.empty()) throw UsageError("report needs a database (RUN.sqlite)");
   if (html.empty()) throw UsageError("report needs --html OUT.html");
+  {
+    // SQLite would open a FIFO and block reading it, and reports a folder as an I/O error.
+    std::error_code ec;
+    if (!std::filesystem::exists(db, ec))
+      throw InputError(SourceMark{db, 0, 0}, "file does not exist, expected a clustersim SQLite database");
+    if (!std::filesystem::is_regular_file(db, ec))
+      throw InputError(SourceMark{db, 0, 0}, "not a regular file, expected a clustersim SQLite database");
+  }
   check_output(SourceMark{"--html", 0, 0}, "--html", html, {db});
   try {
     write_html_report(db, html, opt);

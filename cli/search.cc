@@ -57,6 +57,7 @@ int cmd_search(const std::vector<std::string>& args) {
   const Scenario s = load_scenario(path, sets, lo);
   const SearchResult r = search_layouts(s, opt);
   std::cout << (json ? search_json(r) : search_table(r));
+  std::cerr << search_timing(r);
   return r.best >= 0 ? 0 : 1;
 }
 

@@ -116,7 +116,7 @@ struct ModelConfig {
   }
   // The attention output's width, the output projection's input: heads x value width.
   int64_t attn_out_width() const { return heads * (is_mla() ? mla.v_head_dim : head_dim()); }
-  int64_t head_dim() const { return head_channels > 0 ? head_channels : hidden / heads; }
+  int64_t head_dim() const { return head_channels > 0 ? head_channels : heads > 0 ? hidden / heads : 0; }
   bool moe_layer(int64_t layer) const { return moe.experts > 0 && layer >= moe.dense_layers; }
   int64_t mlp_matrices() const { return ffn_type == FfnType::Swiglu ? 3 : 2; }
   int64_t attention_params() const;

@@ -71,6 +71,16 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, "inference",
          "a training step's plan needs a training scenario, expected no inference block: a serving scenario's "
          "iterations are planned as its engine forms them, and `clustersim run` simulates it");
+  // Training runs in a floating-point recipe (weights and gradients of int8 / int4 are a
+  // serving format), and FP8 needs FP8 tensor cores.
+  if (m.dtype == DType::INT8 || m.dtype == DType::INT4)
+    fail(s, "model.dtype",
+         "training in " + std::string(to_string(m.dtype)) +
+             " is not a recipe a training stack runs, expected fp32, bf16, fp16 or fp8");
+  if (m.dtype == DType::FP8 && s.cluster.node.gpu.peak_fp8 <= 0)
+    fail(s, "model.dtype",
+         "FP8 training needs FP8 tensor cores, which " + s.cluster.node.gpu.name +
+             " lacks; expected bf16 or fp16 there");
   TrainingLayout l;
   l.tp = p.tp;
   l.pp = p.pp;

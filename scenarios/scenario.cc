@@ -1150,6 +1150,10 @@ const std::vector<KeySpec>& key_table() {
       {"reference.value", "number", "(required)", "the published value, in reference.unit",
        [](const N& n, S& s) {
          s.reference.value = as_double(n, "reference.value", 0, true);
+         // A published figure, so that errors relative to it stay finite.
+         if (s.reference.value < 1e-12 || s.reference.value > 1e15)
+           throw InputError(
+               n.mark, "reference.value = " + n.scalar + " is outside 1e-12 to 1e15, expected the published number");
          s.reference.set = true;
        }},
       {"reference.unit", "name", "the metric's", "s | ms | us | % | fraction | tokens/s | TFLOP/s | requests/s",
@@ -1735,6 +1739,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                                                           " is past model.layers = " + std::to_string(m.layers));
   if (s.inference && s.serving.trace.empty()) {
     for (const auto& [what, d] : {std::pair{"prompt_tokens", &s.serving.prompt}, {"output_tokens", &s.serving.output}}) {
+      if (d->dist != "fixed" && d->min > d->max)
+        throw InputError(s.mark(std::string("inference.") + what + ".min"),
+                         std::string("inference.") + what + ".min = " + std::to_string(d->min) +
+                             " is past its max = " + std::to_string(d->max) + ", expected min <= max");
       // Every request of a fixed length, or the shortest one a distribution can draw.
       const int64_t longest = d->dist == "fixed" ? d->value : d->min;
       if (longest > m.seq_len)

@@ -1,14 +1,14 @@
 #include "scenarios/yaml_tree.h"
 
-#include <string_view>
-#include <unordered_set>
-#include <vector>
-
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
 
 namespace clustersim {
 
@@ -96,6 +96,38 @@ YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget) {
 }  // namespace
 
 YNode parse_yaml(const std::string& text, const std::string& file) {
+  // YAML is UTF-8 text; a stray byte would pass into names, keys and the outputs' JSON.
+  {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < text.size();) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+      bool ok = n > 0 && i + n <= text.size() && (n != 2 || c >= 0xC2) && (n != 4 || c <= 0xF4);
+      for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+      if (ok && n == 3) {  // no overlong forms, no surrogates
+        const auto c1 = static_cast<unsigned char>(text[i + 1]);
+        ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
+      }
+      if (ok && n == 4) {
+        const auto c1 = static_cast<unsigned char>(text[i + 1]);
+        ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+      }
+      if (!ok)
+        throw InputError(
+            SourceMark{file, line, col}, "a byte that is not UTF-8 text (0x" + [&] {
+              char b[3];
+              std::snprintf(b, sizeof b, "%02X", c);
+              return std::string(b);
+            }() + "), expected a UTF-8 file");
+      if (c == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+      i += n;
+    }
+  }
   YAML::Node root;
   // A second document would be ignored by the loader: it is an error at its marker. (A
   // line-level scan: yaml-cpp's LoadAll loops forever on some malformed inputs, such as

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <queue>
+#include <string>
 
+#include "reports/summary.h"
+#include "scenarios/error.h"
 #include "sim/rng.h"
 
 namespace clustersim {
@@ -219,6 +223,20 @@ GoodputReport goodput_report(const Scenario& s, const Topology& topo, double ite
   const double iters = std::max(1.0, std::round(tau / iteration_s));  // a checkpoint comes between iterations
   tau = iters * iteration_s;
   g.checkpoint_interval_s = tau;
+  // Work budget: the timeline draws every failure of the run (10^7 expected, as serving's
+  // requests; 10^9 whatever the flag).
+  if (p.mtbf_s > 0) {
+    const double expected = duration / p.mtbf_s;
+    char amount[32];
+    std::snprintf(amount, sizeof amount, "%.3g", expected);
+    if (expected > 1e9 || (!s.allow_large && expected > 1e7))
+      throw InputError(
+          s.mark("faults"),
+          std::string("the run would draw about ") + amount +
+              " failures (training.duration over the system's MTBF of " + format_number(p.mtbf_s) + " s), past " +
+              (expected > 1e9 ? "1e9, the most any run takes" : "the budget of 1e7 (--allow-large runs it anyway)") +
+              ", expected MTBFs of hours");
+  }
   g.timeline = simulate_faults(p, tau, duration, seed);
   if (p.trace_s.empty() && p.mtbf_s > 0) {
     const double m = p.mtbf_s, r = effective_restart(p);

@@ -105,6 +105,8 @@ struct SearchResult {
 // Throws InputError for a scenario that cannot be searched (inference, no global batch).
 SearchResult search_layouts(const Scenario& s, const SearchOptions& opt);
 std::string search_table(const SearchResult& r);
+// The wall-clock times of the two passes, for stderr (not part of the result's bytes).
+std::string search_timing(const SearchResult& r);
 std::string search_json(const SearchResult& r);
 
 }  // namespace clustersim

@@ -21,6 +21,7 @@
 #include "plan/plan.h"
 #include "plan/serving_plan.h"
 #include "reports/progress.h"
+#include "reports/summary.h"
 #include "reports/trace_writer.h"
 #include "scenarios/error.h"
 #include "sim/parallel.h"
@@ -56,8 +57,9 @@ class LengthSampler {
       return d_.min + static_cast<int64_t>(r.uniform() * static_cast<double>(d_.max - d_.min + 1));
     if (d_.dist == "lognormal") {
       const double mu = std::log(d_.mean) - d_.sigma * d_.sigma / 2;  // so the mean is `mean`
-      const double x = std::exp(mu + d_.sigma * r.normal());
-      return std::clamp<int64_t>(std::llround(x), std::max<int64_t>(1, d_.min), d_.max);
+      // Clipped as a double: a draw past int64's range (a mean of 1e20) is the longest length.
+      const double lo = static_cast<double>(std::max<int64_t>(1, d_.min)), hi = static_cast<double>(d_.max);
+      return std::llround(std::clamp(std::exp(mu + d_.sigma * r.normal()), lo, std::max(lo, hi)));
     }
     const double u = r.uniform();
     return d_.min + static_cast<int64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
@@ -100,13 +102,21 @@ std::vector<Arrival> load_trace(const Scenario& s) {
     if (ls >> extra) {
       char* end = nullptr;
       a.group = std::strtoll(extra.c_str(), &end, 10);
-      if (*end != '\0' || a.group < -1 || (s.serving.prefix_groups > 0 && a.group >= s.serving.prefix_groups))
+      if (*end != '\0' || a.group < -1 || a.group >= s.serving.prefix_groups)
         throw InputError(SourceMark{p, lineno, 1},
-                         "bad prefix_group '" + extra + "', expected -1 (none) or 0 .. shared_prefix.groups - 1");
+                         "bad prefix_group '" + extra + "', expected -1 (none)" +
+                             (s.serving.prefix_groups > 0 ? " or 0 .. shared_prefix.groups - 1"
+                                                          : ": the scenario has no shared_prefix groups"));
+      if (ls >> extra)
+        throw InputError(SourceMark{p, lineno, 1}, "trace row has a fifth column '" + extra +
+                                                       "', expected arrival_s, prompt_tokens, output_tokens"
+                                                       "[, prefix_group]");
     }
-    if (a.t < 0 || a.prompt < 1 || a.output < 1 || (!out.empty() && a.t < out.back().t))
+    // Times are doubles in seconds: past ~1e9 s (31 years) they no longer resolve a microsecond.
+    if (!(a.t >= 0 && a.t <= 1e9) || a.prompt < 1 || a.output < 1 || (!out.empty() && a.t < out.back().t))
       throw InputError(SourceMark{p, lineno, 1},
-                       "bad trace row, expected arrival_s >= 0 and not decreasing, token counts >= 1");
+                       "bad trace row, expected 0 <= arrival_s <= 1e9, not decreasing, "
+                       "and token counts >= 1");
     out.push_back(a);
   }
   if (out.empty()) throw InputError(s.mark("inference.arrivals.trace"), "trace '" + p + "' has no requests");
@@ -1011,6 +1021,12 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   if (s.model.heads % tp != 0) throw InputError(s.mark("parallel.tp"), "tp must divide the model's attention heads");
   if (c.trace.empty() && c.rate_per_s <= 0)
     throw InputError(s.mark("inference.arrivals.rate_per_s"), "arrival rate must be positive");
+  // Times are doubles in seconds: past ~1e9 s (31 years) they no longer resolve a microsecond.
+  if (c.trace.empty() && c.arrival_process != "closed" && static_cast<double>(c.requests) / c.rate_per_s > 1e9)
+    throw InputError(s.mark("inference.arrivals.rate_per_s"),
+                     "the arrivals would span about " + format_number(static_cast<double>(c.requests) / c.rate_per_s) +
+                         " s (requests over rate_per_s), past 1e9 s, expected a rate of at least " +
+                         format_number(static_cast<double>(c.requests) / 1e9) + " a second");
 
   ExecOptions eo;
   apply_calibration(s, eo.compute, eo.network);

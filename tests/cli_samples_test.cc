@@ -80,6 +80,15 @@ TEST_F(SamplesCliTest, ExportChakraWritesAFolderOfTraces) {
   ASSERT_EQ(back.code, 0) << back;
   const CliResult orig = cli("run " + quote(s) + " --json");
   EXPECT_DOUBLE_EQ(json_field(back.out, "iteration_time_s"), json_field(orig.out, "iteration_time_s"));
+  // The traces' run has no model: its table, its plan and a second export read the traces.
+  const CliResult table = cli("run w.yaml");
+  EXPECT_EQ(table.code, 0) << table;
+  EXPECT_NE(table.out.find("workload        Chakra traces in traces (8 ranks"), std::string::npos) << table;
+  const CliResult plan = cli("plan w.yaml --out p.json");
+  EXPECT_EQ(plan.code, 0) << plan;
+  EXPECT_NE(read_file(dir_ / "p.json").find("\"world_size\":8,"), std::string::npos);
+  EXPECT_EQ(cli("export-chakra w.yaml --out again").code, 0);
+  EXPECT_GT(read_file(dir_ / "again" / "w.7.et").size(), 1000u);  // the traces' name is the scenario's: w
   write("file", "x");
   EXPECT_EQ(cli("export-chakra " + quote(s) + " --out file").code, 1);
   expect_usage_error(cli("export-chakra " + quote(s)), "--out");

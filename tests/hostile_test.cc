@@ -174,6 +174,11 @@ TEST_F(HostileTest, ABogusRankByIsRefusedBeforeTheSweepRuns) {
   EXPECT_NE(r.err.find("no metric 'bogus'"), std::string::npos) << r;
   EXPECT_LT(t, 5.0);
   EXPECT_TRUE(r.out.empty()) << r;
+  // Resumed whole, no point runs: the stored results are checked instead.
+  ASSERT_EQ(cli("sweep " + quote(s) + " --out " + quote(db)).code, 0);
+  const CliResult resumed = timed("sweep " + quote(s) + " --out " + quote(db) + " --rank-by bogus", t);
+  EXPECT_EQ(resumed.code, 1) << resumed;
+  EXPECT_NE(resumed.err.find("no metric 'bogus'"), std::string::npos) << resumed;
 }
 
 TEST_F(HostileTest, ASetKeyWithAnEmptyPartListsTheKeys) {
@@ -190,9 +195,80 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
   const std::string longp = write("p.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                             "inference: {requests: 4, prompt_tokens: {dist: fixed, value: 100000}}\n");
   expect_refused_fast("run " + quote(longp), "past model.seq_len");
+  const std::string range = write("r.yaml",
+                                  "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                                  "inference: {requests: 4, prompt_tokens: {dist: uniform, min: 300, max: 200}}\n");
+  expect_refused_fast("run " + quote(range), "inference.prompt_tokens.min = 300 is past its max = 200");
+  // Training runs a floating-point recipe; FP8 needs FP8 tensor cores.
+  expect_refused_fast("run " + quote(small()) + " --set model.dtype=int4", "training in int4 is not a recipe");
+  const std::string a100 =
+      write("a.yaml", "cluster: {preset: dgx-a100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n");
+  expect_refused_fast("run " + quote(a100) + " --set model.dtype=fp8", "FP8 training needs FP8 tensor cores");
+}
+
+// Scenario files are UTF-8: a stray byte is refused at its line and column, not passed into
+// names and the outputs' JSON.
+TEST_F(HostileTest, AByteThatIsNotUtf8IsRefusedWhereItIs) {
+  const std::string s = write("u.yaml",
+                              "cluster: {preset: dgx-h100, nodes: 1}\nname: ab\xff\xfe\n"
+                              "model: {preset: gpt3-1.3b, layers: 2}\n");
+  expect_refused_fast("run " + quote(s) + " --json", "u.yaml:2:9: error: a byte that is not UTF-8 text (0xFF)");
+  const std::string ok = write("v.yaml",
+                               "cluster: {preset: dgx-h100, nodes: 1}\nname: \"caf\xc3\xa9 \xe2\x9c\x93\"\n"
+                               "model: {preset: gpt3-1.3b, layers: 2}\n");
+  EXPECT_EQ(cli("run " + quote(ok) + " --json").code, 0);
+}
+
+// Failures drawn one by one, arrivals in double seconds: a run that would draw 10^9 failures
+// or span past 1e9 s is refused before any work; a length draw past int64 clips to its max.
+TEST_F(HostileTest, FailureCountsAndTimeSpansPastTheirRangeAreRefused) {
+  const std::string f = write("f.yaml",
+                              "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                              "faults: {gpu_mtbf: 1ms, restart: 10min, checkpoint_bandwidth: 100GB/s}\n"
+                              "training: {duration: 24h}\n");
+  expect_refused_fast("run " + quote(f), "failures (training.duration over the system's MTBF");
+  expect_refused_fast("run " + quote(f) + " --set faults.gpu_mtbf=10s --set training.duration=10000h",
+                      "past the budget of 1e7 (--allow-large runs it anyway)");
+  const std::string serve = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n";
+  const std::string slow = write("s.yaml", serve + "inference: {requests: 10, arrivals: {rate_per_s: 1e-300}}\n");
+  expect_refused_fast("run " + quote(slow), "past 1e9 s");
+  write("t.csv", "arrival_s,prompt_tokens,output_tokens\n1e308,100,10\n");
+  const std::string trace = write("t.yaml", serve + "inference: {arrivals: {trace: t.csv}}\n");
+  expect_refused_fast("run " + quote(trace), "t.csv:2:1: error: bad trace row, expected 0 <= arrival_s <= 1e9");
+  write("g.csv", "0,100,10,5\n");
+  const std::string group = write("g.yaml", serve + "inference: {arrivals: {trace: g.csv}}\n");
+  expect_refused_fast("run " + quote(group), "the scenario has no shared_prefix groups");
+  write("c.csv", "0,100,10,-1,7\n");
+  const std::string cols = write("c.yaml", serve + "inference: {arrivals: {trace: c.csv}}\n");
+  expect_refused_fast("run " + quote(cols), "a fifth column '7'");
+  const std::string huge = write("h.yaml", serve +
+                                               "inference: {requests: 20, output_tokens: {dist: lognormal, mean: 1e20, "
+                                               "sigma: 0.6, max: 300}}\n");
+  const CliResult r = cli("run " + quote(huge) + " --json", 20);
+  ASSERT_EQ(r.code, 0) << r;
+  auto number = [&](const std::string& key) {
+    const size_t at = r.out.find("\"" + key + "\": ");
+    return at == std::string::npos ? -1.0 : std::stod(r.out.substr(at + key.size() + 4));
+  };
+  // Every draw clipped to 300 output tokens: the tokens a request is 300.
+  EXPECT_NEAR(number("throughput_tokens_per_s") / number("requests_per_s"), 300.0, 1e-6) << r;
 }
 
 // ---- class 6: determinism -------------------------------------------------------------------
+
+// search's result carries no wall-clock time: its bytes are the scenario's (the times go to
+// stderr).
+TEST_F(HostileTest, TwoIdenticalSearchesPrintTheSameBytes) {
+  const std::string s = write("se.yaml",
+                              "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                              "training: {global_batch: 16}\n");
+  const CliResult a = cli("search " + quote(s) + " --top 2 --json", 60),
+                  b = cli("search " + quote(s) + " --top 2 --json", 60);
+  ASSERT_EQ(a.code, 0) << a;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.out.find("wall"), std::string::npos);
+  EXPECT_NE(a.err.find("layouts estimated in"), std::string::npos) << a;
+}
 
 TEST_F(HostileTest, TwoIdenticalThreadedSweepsWriteTheSameBytes) {
   const std::string s = write("sw.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"

@@ -175,6 +175,43 @@ TEST_F(OutputSafetyTest, NoTemporaryIsLeftBeside) {
 
 // ---- class 2: output that cannot be written ------------------------------------------------
 
+// export-chakra names each trace after the scenario: a name that climbs out of --out or is
+// hidden is refused, and nothing is written; every target is checked before the first is
+// written (a FIFO among them leaves the folder as it was); a dangling link is not a folder.
+TEST_F(OutputSafetyTest, ChakraExportWritesOnlyInsideItsFolderAndAllOrNothing) {
+  write("victim.0.et", "keep");
+  const std::string body =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+      "parallel: {tp: 8}\n";
+  for (const std::string& name : {std::string("../victim"), (dir_ / "abs").string(), std::string(),
+                                  std::string(".hidden"), std::string("sub/x")}) {
+    const std::string sc = write("n.yaml", "name: \"" + name + "\"\n" + body);
+    fs::create_directories(dir_ / "out");
+    expect_refused(cli("export-chakra " + quote(sc) + " --out out"), "cannot name the trace files");
+    EXPECT_TRUE(fs::is_empty(dir_ / "out")) << name;
+  }
+  EXPECT_EQ(read_file(dir_ / "victim.0.et"), "keep");
+  const std::string sc = write("e.yaml", "name: e\n" + body);
+  const std::string f = fifo("traces/e.5.et");
+  expect_refused(cli("export-chakra " + quote(sc) + " --out traces", 30), "is not a regular file");
+  EXPECT_TRUE(is_fifo(f));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "traces"), fs::directory_iterator{}), 1);
+  fs::create_symlink(dir_ / "nowhere", dir_ / "dangling");
+  expect_refused(cli("export-chakra " + quote(sc) + " --out dangling"), "is a link to nothing");
+}
+
+// Inputs that would block a reader: a FIFO given as report's or validate's database is
+// refused at once, not opened.
+TEST_F(OutputSafetyTest, ADatabaseThatIsAFifoIsRefusedNotRead) {
+  const std::string f = fifo("db.sqlite");
+  expect_refused(cli("report db.sqlite --html r.html", 30), "not a regular file");
+  EXPECT_FALSE(fs::exists(dir_ / "r.html"));
+  const std::string s = example();
+  expect_refused(cli("validate " + quote(s) + " --profile " + quote(s) + " --real-from db.sqlite", 30),
+                 "not a regular file");
+  EXPECT_TRUE(is_fifo(f));
+}
+
 TEST_F(OutputSafetyTest, RunJsonOnAFullDiskExits3) {
   const CliResult r = to_dev_full("run " + quote(example()) + " --json");
   EXPECT_EQ(r.code, 3) << r;
@@ -475,6 +512,19 @@ TEST_F(AccuracyTest, ABadReferenceIsAnInputErrorAtItsLine) {
       << unknown;
   EXPECT_EQ(cli("accuracy nowhere").code, 1);
   EXPECT_EQ(cli("accuracy").code, 2);
+  // A published figure: finite relative errors, and a fraction at most 1 (100 %).
+  write("cases/a.yaml", train + "reference:\n  metric: tflops_per_gpu\n  value: 5e-324\n  source: x\n");
+  EXPECT_NE(cli("accuracy cases").err.find("cases/a.yaml:5:10: error: reference.value = 5e-324 is outside"),
+            std::string::npos);
+  write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 45\n  unit: fraction\n  source: x\n");
+  EXPECT_NE(cli("accuracy cases").err.find("past 1, expected a fraction of at most 1"), std::string::npos);
+  write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 45\n  unit: \"%\"\n  source: x\n");
+  const CliResult pct = cli("accuracy cases --json");
+  EXPECT_EQ(pct.code, 0) << pct;
+  // No serving case: the serving group's error is null, not 0.
+  EXPECT_NE(pct.out.find("\"serving\": {\"cases\": 0, \"mape_pct\": null, \"max_abs_error_pct\": null}"),
+            std::string::npos)
+      << pct;
 }
 
 }  // namespace
