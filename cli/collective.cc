@@ -45,7 +45,12 @@ int cmd_collective(const std::vector<std::string>& args) {
     if (a == "--op")
       op = need_value(args, i);
     else if (a == "--gpus") {
+      if (have_gpus) throw UsageError("--gpus given twice, expected it once");
       cfg.gpus = as_int(a, need_value(args, i));
+      if (cfg.gpus < 2)
+        throw InputError(SourceMark{"--gpus", 0, 0},
+                         "--gpus 1: a collective over one GPU moves nothing, expected 2 or "
+                         "more");
       have_gpus = true;
     } else if (a == "--nodes")
       nodes = as_int(a, need_value(args, i));

@@ -424,9 +424,12 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
         pg_ranks[kv.first.as<std::string>()] = ranks;
       }
     } catch (const YAML::Exception& e) {
-      bad(groups_file.string(), std::string("cannot read: ") + e.what());
+      throw InputError(SourceMark{groups_file.string(), e.mark.line + 1, e.mark.column + 1},
+                       "not a comm_group.json (" + e.msg + "), expected JSON mapping each group id to its ranks");
     }
   }
+  const bool have_groups_file = fs::exists(groups_file);
+  std::string first_pg;  // without comm_group.json: the one process group every collective may name
 
   Plan plan;
   plan.world_size = world;
@@ -448,6 +451,13 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
       auto pr = pg_ranks.find(pg);
       if (pr == pg_ranks.end()) {
         if (!pg_ranks.empty()) bad(file, "pg_name '" + pg + "' is not in comm_group.json");
+        // With no file, one named group is the world; two are groups whose ranks only the
+        // file would say (running them over every rank would never finish).
+        if (!have_groups_file && first_pg.empty()) first_pg = pg;
+        if (!have_groups_file && pg != first_pg)
+          bad(file, "collectives name process groups '" + first_pg + "' and '" + pg +
+                        "', and the folder has no "
+                        "comm_group.json, expected it beside the traces (clustersim export-chakra writes one)");
       } else {
         ranks = pr->second;
       }

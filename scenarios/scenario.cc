@@ -1420,9 +1420,17 @@ void apply_set(YNode& root, const std::string& arg, int index) {
                          (key == "include" ? "not settable from the command line"
                                            : "a mapping; set one of its keys, e.g. " + key + ".<key>=value"));
   if (!spec) {
-    std::string parent = key.find('.') == std::string::npos ? "" : key.substr(0, key.rfind('.'));
-    unknown_key(parent, key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1),
-                SourceMark{file, 1, 1});
+    // The first part of the key that names nothing, under the longest prefix that does.
+    std::string parent;
+    for (size_t at = 0;;) {
+      const size_t dot = key.find('.', at);
+      const std::string head = key.substr(0, dot);
+      if (dot == std::string::npos || !find_key(head))
+        unknown_key(parent, key.substr(at, dot == std::string::npos ? std::string::npos : dot - at),
+                    SourceMark{file, 1, 1});
+      parent = head;
+      at = dot + 1;
+    }
   }
   YNode value = parse_yaml(arg.substr(eq + 1), file);
   const int col = static_cast<int>(eq) + 2;

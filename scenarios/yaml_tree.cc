@@ -133,26 +133,39 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
   // line-level scan: yaml-cpp's LoadAll loops forever on some malformed inputs, such as
   // ", x", that Load reports.)
   {
-    bool content = false;
+    bool content = false, ended = false;
     int line = 0;
     for (size_t at = 0; at <= text.size();) {
       size_t end = text.find('\n', at);
       if (end == std::string::npos) end = text.size();
       const std::string_view l(text.data() + at, end - at);
       ++line;
-      const bool marker = l.substr(0, 3) == "---" && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
+      auto is_marker = [&](std::string_view m) {
+        return l.substr(0, 3) == m && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
+      };
+      const bool marker = is_marker("---"), stop = is_marker("...");
       if (marker && content)
         throw InputError(SourceMark{file, line, 1},
                          "a second YAML document ('---'): a scenario is one document, expected its keys in the first");
       const size_t first = l.find_first_not_of(" \t\r");
-      if (!marker && first != std::string_view::npos && l[first] != '#') content = true;
+      const bool text_here = !marker && !stop && first != std::string_view::npos && l[first] != '#';
+      // The loader stops at the end marker: what follows it would be silently ignored.
+      if (ended && text_here)
+        throw InputError(SourceMark{file, line, static_cast<int>(first) + 1},
+                         "text after the document's end ('...'), expected the scenario's keys before it");
+      if (stop) ended = true;
+      if (text_here) content = true;
       at = end + 1;
     }
   }
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw InputError(mark_of(e.mark, file), "malformed YAML: " + e.msg);
+    // yaml-cpp reports its recursion limit as "bad file".
+    throw InputError(mark_of(e.mark, file), e.msg == "bad file"
+                                                ? "malformed YAML: nested deeper than the parser takes, expected a "
+                                                  "scenario's few levels of keys and lists"
+                                                : "malformed YAML: " + e.msg);
   }
   int64_t budget = kMaxNodes;
   YNode out = convert(root, file, budget);

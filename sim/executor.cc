@@ -699,6 +699,7 @@ class Executor {
         return out;
       };
       const auto busy = merged(compute);
+      // In picoseconds, exactly: a step with no bubble reports 0, not rounding noise.
       auto exposed = [&](const std::vector<std::pair<int64_t, int64_t>>& v) {
         int64_t total = 0;
         size_t j = 0;
@@ -709,14 +710,16 @@ class Executor {
             covered += std::min(b, busy[k].second) - std::max(a, busy[k].first);
           total += (b - a) - covered;
         }
-        return static_cast<double>(total) * 1e-12;
+        return total;
       };
-      const double exposed_all = exposed(comm_all);
-      result_.exposed_comm_s += exposed_all / n;
-      double busy_s = 0;
-      for (auto [a, b] : busy) busy_s += static_cast<double>(b - a) * 1e-12;
-      result_.bubble_s += std::max(0.0, sim_.now().seconds() - busy_s - exposed_all) / n;
-      for (size_t k = 0; k < kGroupKinds; ++k) result_.exposed_comm_by_kind[k] += exposed(comm[k]) / n;
+      const int64_t exposed_all = exposed(comm_all);
+      result_.exposed_comm_s += static_cast<double>(exposed_all) * 1e-12 / n;
+      int64_t busy_ps = 0;
+      for (auto [a, b] : busy) busy_ps += b - a;
+      result_.bubble_s +=
+          static_cast<double>(std::max<int64_t>(0, sim_.now().picoseconds() - busy_ps - exposed_all)) * 1e-12 / n;
+      for (size_t k = 0; k < kGroupKinds; ++k)
+        result_.exposed_comm_by_kind[k] += static_cast<double>(exposed(comm[k])) * 1e-12 / n;
       if (opt_.keep_spans) result_.spans.insert(result_.spans.end(), spans.begin(), spans.end());
       std::vector<SpanRecord>().swap(spans);
     }

@@ -132,7 +132,7 @@ void add_goodput_metrics(Metrics& m, const GoodputReport& g) {
   m.emplace_back("optimal_checkpoint_interval_s", g.optimal_interval_s);
   m.emplace_back("young_checkpoint_interval_s", g.young_interval_s);
   m.emplace_back("checkpoint_write_s", g.checkpoint_write_s);
-  m.emplace_back("checkpoint_bytes", g.checkpoint_bytes);
+  m.emplace_back("checkpoint_bytes", std::round(g.checkpoint_bytes));
   m.emplace_back("system_mtbf_s", g.system_mtbf_s);
   m.emplace_back("expected_failures", g.expected_failures);
   m.emplace_back("useful_iterations_per_hour", g.useful_iterations_per_hour);
@@ -206,13 +206,14 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"compute_busy_s", out.exec.compute_busy_s},
       {"power_clock", out.exec.power_clock},
       {"slowest_board", slowest_board(s)},
-      {"peak_memory_per_gpu_bytes", out.plan.memory.total()},
-      {"memory_weights_bytes", out.plan.memory.weights},
-      {"memory_gradients_bytes", out.plan.memory.gradients},
-      {"memory_optimizer_bytes", out.plan.memory.optimizer},
-      {"memory_activations_bytes", out.plan.memory.activations},
-      {"memory_buffers_bytes", out.plan.memory.buffers},
-      {"memory_reserved_bytes", out.plan.memory.reserved},
+      // Whole bytes: the memory model's formulas carry fractions of one.
+      {"peak_memory_per_gpu_bytes", std::round(out.plan.memory.total())},
+      {"memory_weights_bytes", std::round(out.plan.memory.weights)},
+      {"memory_gradients_bytes", std::round(out.plan.memory.gradients)},
+      {"memory_optimizer_bytes", std::round(out.plan.memory.optimizer)},
+      {"memory_activations_bytes", std::round(out.plan.memory.activations)},
+      {"memory_buffers_bytes", std::round(out.plan.memory.buffers)},
+      {"memory_reserved_bytes", std::round(out.plan.memory.reserved)},
       {"gpus", gpus},
       {"dp", static_cast<double>(l.dp)},
       {"tp", static_cast<double>(l.tp)},
@@ -343,7 +344,8 @@ Timeline make_timeline(const RunOutcome& run) {
   // for reports.
   t.run.metrics.emplace_back("gpu_memory_bytes", s.cluster.node.gpu.hbm_bytes);
   for (size_t i = 0; i < run.plan.stage_memory.size(); ++i)
-    t.run.metrics.emplace_back("memory_stage_" + std::to_string(i) + "_bytes", run.plan.stage_memory[i].total());
+    t.run.metrics.emplace_back("memory_stage_" + std::to_string(i) + "_bytes",
+                               std::round(run.plan.stage_memory[i].total()));
   const Plan& plan = run.plan.plan;
   t.plan = &plan;
   const Topology& topo = *run.topology;

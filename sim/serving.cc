@@ -1080,10 +1080,18 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
       (cost.kv_bytes_per_token() + (draft ? draft->kv_bytes_per_token() : 0)) * static_cast<double>(c.kv_block_tokens);
   const int64_t blocks =
       free_bytes > 0 ? static_cast<int64_t>(free_bytes / block_bytes) / pp : 0;  // per virtual engine
-  if (blocks < 1)
-    throw InputError(s.mark("parallel.tp"),
-                     "the model does not fit: " + format_number(weights / 1e9) + " GB of weights per GPU on a " +
-                         format_number(s.cluster.node.gpu.hbm_bytes / 1e9) + " GB GPU, expected a larger tp or pp");
+  if (blocks < 1) {
+    // Name what takes the memory: the weights, or the workspace the batch limits size.
+    const bool batch = workspace > weights;
+    throw InputError(
+        s.mark(batch ? (s.marks.count("inference.max_batch_size") ? "inference.max_batch_size"
+                                                                  : "inference.max_batch_tokens")
+                     : "parallel.tp"),
+        "no room for the KV cache: " + format_number(weights / 1e9) + " GB of weights and " +
+            format_number(workspace / 1e9) + " GB of workspace (max_batch_tokens' activations, max_batch_size's " +
+            "sampling buffers) per GPU on a " + format_number(s.cluster.node.gpu.hbm_bytes / 1e9) + " GB GPU, " +
+            (batch ? "expected smaller inference.max_batch_size or max_batch_tokens" : "expected a larger tp or pp"));
+  }
 
   const std::vector<Arrival> arrivals = make_arrivals(s);
   Engine engine(s, cost, draft.get(), blocks, topo, eo.network);

@@ -254,6 +254,39 @@ TEST_F(HostileTest, FailureCountsAndTimeSpansPastTheirRangeAreRefused) {
   EXPECT_NEAR(number("throughput_tokens_per_s") / number("requests_per_s"), 300.0, 1e-6) << r;
 }
 
+// Messages that name the cause: a --set key's first unknown part, the batch limits that leave
+// no room for the KV cache, a second --gpus, one GPU's collective, a document's end marker with
+// text after it, and Chakra traces whose process groups need their comm_group.json.
+TEST_F(HostileTest, MessagesNameWhatIsWrong) {
+  expect_refused_fast("run " + quote(small()) + " --set nonexistent.key=1",
+                      "unknown key 'nonexistent', expected one of");
+  expect_refused_fast("run " + quote(small()) + " --set sweep.parallel.tp=2",
+                      "unknown key 'sweep.parallel', 'sweep' takes a value");
+  const std::string serve = write("b.yaml",
+                                  "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                                  "inference: {requests: 4, max_batch_size: 1000000}\n");
+  expect_refused_fast("run " + quote(serve), "b.yaml:3:42: error: no room for the KV cache");
+  expect_refused_fast("run " + quote(serve), "expected smaller inference.max_batch_size or max_batch_tokens");
+  expect_refused_fast("collective --op all-reduce --gpus 1 --cluster dgx-h100",
+                      "a collective over one GPU moves nothing");
+  const CliResult twice = cli("collective --op all-reduce --gpus 8 --gpus 16 --cluster dgx-h100", 20);
+  EXPECT_EQ(twice.code, 2) << twice;
+  EXPECT_NE(twice.err.find("--gpus given twice"), std::string::npos) << twice;
+  const std::string end = write("e.yaml",
+                                "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+                                "...\nparallel: {tp: 3}\n");
+  expect_refused_fast("run " + quote(end), "e.yaml:4:1: error: text after the document's end ('...')");
+  const std::string s = write("x.yaml",
+                              "name: x\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                              "model: {preset: gpt3-1.3b, layers: 2}\nparallel: {tp: 2, dp: 4}\n");
+  ASSERT_EQ(cli("export-chakra " + quote(s) + " --out tr").code, 0);
+  fs::remove(dir_ / "tr" / "comm_group.json");
+  const std::string w = write("w.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nworkload: {chakra: tr}\n");
+  expect_refused_fast("run " + quote(w), "and the folder has no comm_group.json");
+  write("tr/comm_group.json", "{\"0\": [0, 1\n");
+  expect_refused_fast("run " + quote(w), "comm_group.json:2:1: error: not a comm_group.json");
+}
+
 // ---- class 6: determinism -------------------------------------------------------------------
 
 // search's result carries no wall-clock time: its bytes are the scenario's (the times go to
