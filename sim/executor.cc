@@ -683,8 +683,6 @@ class Executor {
           // bubble nor communication.
           const int64_t gap = s.end_ps > s.start_ps ? launch_gap_.picoseconds() : 0;
           compute.emplace_back(s.start_ps - gap, s.end_ps);
-          result_.compute_busy_s += static_cast<double>(s.end_ps - s.start_ps + gap) * 1e-12 / n;
-          result_.rank_compute_busy_s[static_cast<size_t>(rank)] += static_cast<double>(s.end_ps - s.start_ps + gap) * 1e-12;
         }
       }
       auto merged = [](std::vector<std::pair<int64_t, int64_t>> v) {
@@ -714,8 +712,12 @@ class Executor {
       };
       const int64_t exposed_all = exposed(comm_all);
       result_.exposed_comm_s += static_cast<double>(exposed_all) * 1e-12 / n;
+      // Busy is the union of the kernels' intervals (a gap behind a kernel on another stream,
+      // or two compute streams at once, counts once): never more than the step.
       int64_t busy_ps = 0;
       for (auto [a, b] : busy) busy_ps += b - a;
+      result_.compute_busy_s += static_cast<double>(busy_ps) * 1e-12 / n;
+      result_.rank_compute_busy_s[static_cast<size_t>(rank)] += static_cast<double>(busy_ps) * 1e-12;
       result_.bubble_s +=
           static_cast<double>(std::max<int64_t>(0, sim_.now().picoseconds() - busy_ps - exposed_all)) * 1e-12 / n;
       for (size_t k = 0; k < kGroupKinds; ++k)

@@ -264,6 +264,38 @@ TEST(Executor, BlockingLaunchesSerializeARanksStreams) {
   }
 }
 
+// Compute busy is the union of a rank's kernels: two compute streams at once (an eager
+// stack's side stream, a second kernel beside the first) count their overlap once, so busy
+// never exceeds the step; two kernels side by side of t each give t, not 2t.
+TEST(Executor, ComputeBusyIsTheUnionOfTheKernelsNeverMoreThanTheStep) {
+  Plan p;
+  p.world_size = 1;
+  p.rank_gpu = {0};
+  p.mirror_of = {0};
+  p.rank_groups.assign(1, {-1, -1, -1, -1, -1, -1, -1});
+  Program prog;
+  prog.name = "r0";
+  Op a = memory_op(1'000'000'000);
+  a.stream = prog.stream("compute");
+  a.name = p.intern("a");
+  prog.add(a);
+  Op b = a;
+  b.stream = prog.stream("side");
+  b.name = p.intern("b");
+  prog.add(b);
+  p.programs.push_back(prog);
+  p.rank_program.push_back(0);
+  Topology topo(one_dgx());
+  ExecOptions opt;
+  opt.compute.power_cap = false;
+  const ExecResult r = execute_plan(p, topo, opt);
+  const double one = static_cast<double>(r.spans.at(0).end_ps - r.spans.at(0).start_ps) * 1e-12;
+  EXPECT_DOUBLE_EQ(r.spans.at(0).start_ps, r.spans.at(1).start_ps);  // side by side
+  EXPECT_LE(r.compute_busy_s, r.makespan.seconds());
+  EXPECT_NEAR(r.compute_busy_s, one + opt.compute.launch_overhead_s, 1e-12);
+  EXPECT_EQ(r.bubble_s, 0.0);
+}
+
 // Under blocking launches a plan whose ranks wait on each other in a cycle cannot finish:
 // an interleaved schedule with overlapped pipeline transfers and TP overlap, as a real job
 // with CUDA_LAUNCH_BLOCKING=1 would hang; the error says why.
