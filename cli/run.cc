@@ -1,8 +1,5 @@
 // `clustersim run`: one training iteration or a serving run, as a table or one JSON object.
-#include "cli/output.h"
-#include "sim/jobs.h"
 #include "sim/run.h"
-#include "sim/serving.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +9,10 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output.h"
+#include "reports/summary.h"
+#include "sim/jobs.h"
+#include "sim/serving.h"
 
 namespace clustersim {
 
@@ -57,6 +58,16 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!s.sweep.empty())
     std::cerr << s.mark("sweep").str()
               << ": warning: run simulates the scenario as written; sweep points are not run\n";
+  // A faster chip on the same board: under the power cap each FLOP keeps the energy the
+  // capped rate gives it, so a peak raised alone mostly buys a lower clock (docs/model.md,
+  // "Clocks under the power cap").
+  if (s.power_cap && s.cluster.node.gpu.power_limit_w > 0 && s.marks.count("cluster.gpu_spec.bf16_tflops") &&
+      !s.marks.count("cluster.gpu_spec.capped_bf16_tflops"))
+    std::cerr << s.mark("cluster.gpu_spec.bf16_tflops").str()
+              << ": warning: bf16_tflops is changed but capped_bf16_tflops, the rate at the power limit that sets "
+                 "each FLOP's energy, stays "
+              << format_number(s.cluster.node.gpu.capped_bf16_flops / 1e12)
+              << ": set it too for a chip that does more work a joule, or cluster.power_cap: false\n";
   if (s.inference) {
     check_output_paths(s);
     ServingResult r = run_serving(s, !s.output_sqlite.empty() || !s.output_trace.empty(), true);

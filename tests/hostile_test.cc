@@ -287,6 +287,19 @@ TEST_F(HostileTest, MessagesNameWhatIsWrong) {
   expect_refused_fast("run " + quote(w), "comm_group.json:2:1: error: not a comm_group.json");
 }
 
+// A peak raised alone under the power cap keeps each FLOP's energy: the run says so and runs.
+TEST_F(HostileTest, APeakRaisedWithoutItsCappedRateIsWarnedAbout) {
+  const CliResult r = cli("run " + quote(small()) + " --set cluster.gpu_spec.bf16_tflops=2000", 20);
+  EXPECT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.err.find("warning: bf16_tflops is changed but capped_bf16_tflops"), std::string::npos) << r;
+  const CliResult both =
+      cli("run " + quote(small()) +
+              " --set cluster.gpu_spec.bf16_tflops=2000 --set cluster.gpu_spec.capped_bf16_tflops=1300",
+          20);
+  EXPECT_EQ(both.code, 0) << both;
+  EXPECT_EQ(both.err.find("warning"), std::string::npos) << both;
+}
+
 // ---- class 6: determinism -------------------------------------------------------------------
 
 // search's result carries no wall-clock time: its bytes are the scenario's (the times go to
