@@ -31,6 +31,16 @@ Plan two_ranks_in_a_tp_group() {
   return p;
 }
 
+// One rank on GPU 0 in no group; no program yet.
+Plan one_rank() {
+  Plan p;
+  p.world_size = 1;
+  p.rank_gpu = {0};
+  p.mirror_of = {0};
+  p.rank_groups.assign(1, {-1, -1, -1, -1, -1, -1, -1});
+  return p;
+}
+
 // Two ranks, one program: memory op -> all-reduce over both -> memory op.
 Plan tiny_plan(int64_t first_bytes_rank1) {
   Plan p = two_ranks_in_a_tp_group();
@@ -268,11 +278,7 @@ TEST(Executor, BlockingLaunchesSerializeARanksStreams) {
 // stack's side stream, a second kernel beside the first) count their overlap once, so busy
 // never exceeds the step; two kernels side by side of t each give t, not 2t.
 TEST(Executor, ComputeBusyIsTheUnionOfTheKernelsNeverMoreThanTheStep) {
-  Plan p;
-  p.world_size = 1;
-  p.rank_gpu = {0};
-  p.mirror_of = {0};
-  p.rank_groups.assign(1, {-1, -1, -1, -1, -1, -1, -1});
+  Plan p = one_rank();
   Program prog;
   prog.name = "r0";
   Op a = memory_op(1'000'000'000);
@@ -324,11 +330,7 @@ TEST(Executor, BlockingLaunchesThatWouldHangAreReported) {
 TEST(Executor, KernelsFromAFullQueueTakeTheSavingLess) {
   Topology topo(one_dgx());
   auto makespan = [&](int64_t bytes, bool timed, double latency) {
-    Plan p;
-    p.world_size = 1;
-    p.rank_gpu = {0};
-    p.mirror_of = {0};
-    p.rank_groups.assign(1, {-1, -1, -1, -1, -1, -1, -1});
+    Plan p = one_rank();
     Program prog;
     prog.name = "r0";
     const uint8_t compute = prog.stream("compute");
