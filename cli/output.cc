@@ -44,6 +44,13 @@ void check_output(const SourceMark& mark, const std::string& key, const std::str
     throw InputError(mark, key + " '" + path + "' exists and is not writable");
 }
 
+void check_input_file(const std::string& path, const std::string& expected) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw InputError(SourceMark{path, 0, 0}, "file does not exist, expected " + expected);
+  if (!fs::is_regular_file(path, ec))
+    throw InputError(SourceMark{path, 0, 0}, "not a regular file, expected " + expected);
+}
+
 std::vector<std::string> scenario_inputs(const Scenario& s) {
   std::vector<std::string> in = s.inputs;
   if (!s.calibration.empty()) in.push_back(scenario_relative_path(s, s.calibration));

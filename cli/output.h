@@ -18,6 +18,10 @@ void check_output_paths(const Scenario& s);
 // directory cannot be written.
 void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
                   const std::vector<std::string>& inputs);
+// Refuses (InputError at the path) a database a command reads that does not exist or is not a
+// regular file: SQLite would open a FIFO and block reading it, and reports a folder as an I/O
+// error. `expected` says what it should be.
+void check_input_file(const std::string& path, const std::string& expected);
 // Every file a scenario's run reads: the scenario, its includes, its calibration profile
 // and its request trace.
 std::vector<std::string> scenario_inputs(const Scenario& s);

@@ -2,7 +2,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -77,14 +76,7 @@ int cmd_report(const std::vector<std::string>& args) {
   }
   if (db.empty()) throw UsageError("report needs a database (RUN.sqlite)");
   if (html.empty()) throw UsageError("report needs --html OUT.html");
-  {
-    // SQLite would open a FIFO and block reading it, and reports a folder as an I/O error.
-    std::error_code ec;
-    if (!std::filesystem::exists(db, ec))
-      throw InputError(SourceMark{db, 0, 0}, "file does not exist, expected a clustersim SQLite database");
-    if (!std::filesystem::is_regular_file(db, ec))
-      throw InputError(SourceMark{db, 0, 0}, "not a regular file, expected a clustersim SQLite database");
-  }
+  check_input_file(db, "a clustersim SQLite database");
   check_output(SourceMark{"--html", 0, 0}, "--html", html, {db});
   try {
     write_html_report(db, html, opt);

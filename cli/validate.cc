@@ -64,10 +64,7 @@ std::string clock_line(const std::vector<real::GpuClockSummary>& clocks) {
 // the same kind and shape, and every span must name one of them.
 RealRun read_real_run(const std::string& path, const Plan& plan) {
   auto fail = [&](const std::string& what) { return InputError(SourceMark{path, 0, 0}, what); };
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw fail("file does not exist");
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw fail("not a regular file, expected the SQLite database of a validate run");
+  check_input_file(path, "the SQLite database of a validate run");
   sqlite3* raw = nullptr;
   const int open_rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
   std::unique_ptr<sqlite3, decltype(&sqlite3_close)> db(raw, &sqlite3_close);

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/output.h"
 #include "cli/validate.h"
 #include "plan/training_planner.h"
 #include "reports/summary.h"
@@ -68,9 +69,7 @@ std::string json_text(const std::string& j, const std::string& key) {
 // The step time of the last PyTorch run in the database; its board in *device ("" if none).
 double recorded_step(const std::string& path, const std::string& want, std::string* device) {
   auto fail = [&](const std::string& what) { return InputError(SourceMark{path, 0, 0}, what); };
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec))
-    throw fail("file does not exist, expected a database of calibrate/pytorch_reference.py");
+  check_input_file(path, "a database of calibrate/pytorch_reference.py");
   sqlite3* db = nullptr;
   struct Close {
     sqlite3*& d;

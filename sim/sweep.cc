@@ -243,21 +243,13 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
   for (std::thread& t : threads) t.join();
   progress.finish();
   if (failure) std::rethrow_exception(failure);
-  // A sweep resumed whole ran no point to check the objective on: the stored results do.
-  if (run.empty()) {
-    bool any = false;
-    for (const SweepPointResult& r : rep.results) {
-      if (r.status != "ok") continue;
-      bool found = false;
-      metric_value(r.metrics, rep.objective, found);
-      any = any || found;
-    }
-    if (!any &&
-        std::any_of(rep.results.begin(), rep.results.end(), [](const SweepPointResult& r) { return r.status == "ok"; }))
-      throw InputError(SourceMark{"--rank-by", 0, 0}, "no metric '" + rep.objective +
-                                                          "' in the results, expected one of the run's --json "
-                                                          "metrics, e.g. iteration_time_s or mfu");
-  }
+  // A sweep resumed whole ran no point to check the objective on: its first stored one is.
+  if (run.empty())
+    for (const SweepPointResult& r : rep.results)
+      if (r.status == "ok") {
+        check_objective(r);
+        break;
+      }
   return rep;
 }
 
