@@ -588,15 +588,19 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
         steps.push_back(nvls_tree_step(l, S, prof, req.proto));
         break;
       }
-      double fill = 0;
-      if (req.op == CK::AllReduce) {
-        const int ops = l.nvls_channels * p;
-        const double round = ops * nvls_chunk_bytes(S, ops);
-        fill = (kNvlsPipelineStages - 1) * std::min(S, round);
-      }
+      // All-gather and reduce-scatter pass two warp groups, so their fill is one round. NCCL
+      // picks their chunk by the whole message's bytes over channels x heads, as the
+      // all-reduce's, and a round moves each GPU's share of that: the fill is the same
+      // fraction of each direction's bytes.
+      const int ops = l.nvls_channels * p;
+      const double round = ops * nvls_chunk_bytes(S, ops);
+      const int stages = req.op == CK::AllReduce ? kNvlsPipelineStages : kNvlsGatherScatterStages;
+      const double fill = S > 0 ? (stages - 1) * std::min(S, round) / S : 0;
       CollectiveStep s;
-      const double up = fill + (req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S / p : S * (p - 1) / p));
-      const double down = fill + (req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S * (p - 1) / p : S / p));
+      const double up =
+          (1 + fill) * (req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S / p : S * (p - 1) / p));
+      const double down =
+          (1 + fill) * (req.op == CK::AllReduce ? S : (req.op == CK::AllGather ? S * (p - 1) / p : S / p));
       for (int i = 0; i < p; ++i) {
         s.transfers.push_back(Transfer{i, kSwitch, up});
         s.transfers.push_back(Transfer{kSwitch, i, down});

@@ -88,6 +88,10 @@ double nvls_chunk_bytes(double bytes, int concurrent_ops);
 // into the head's buffer, reduce and multicast through the switch, gather out
 // (src/device/all_reduce.h, RunWorkColl<..., NCCL_ALGO_NVLS, NCCL_PROTO_SIMPLE>).
 constexpr int kNvlsPipelineStages = 3;
+// The same for its one-node all-gather (multicast the rank's chunk, then copy the received
+// chunks out: the Bcast and Gather groups of src/device/all_gather.h) and reduce-scatter
+// (scatter into the buffers, then reduce through the switch and out: src/device/reduce_scatter.h).
+constexpr int kNvlsGatherScatterStages = 2;
 
 struct CollectiveRequest {
   CollectiveKind op = CollectiveKind::AllReduce;

@@ -262,21 +262,48 @@ TEST(Collectives, NvlsBandwidthRampsWithTheMessage) {
   }
 }
 
+// NCCL's one-node NVLS all-gather and reduce-scatter pass each chunk through two warp groups
+// (multicast then copy out; scatter then reduce), the all-reduce through three: the first
+// adds one round of each direction's bytes, the second two. 64 MiB on 8 H100s runs 64 KiB
+// chunks over 16 channels x 8 heads, a round of 8 MiB; 16 GiB runs 128 KiB, 16 MiB.
+TEST(Collectives, NvlsGatherAndScatterFillOneRoundAllReduceTwo) {
+  Topology topo(cluster("dgx-h100", 1));
+  const NetworkProfile prof;
+  auto bytes = [&](CollectiveKind op, double S, bool up) {
+    const Expansion e = expand(op, Algorithm::Nvls, Protocol::Simple, topo, 8, S, prof);
+    for (const CollectiveStep& st : e.steps)
+      for (const Transfer& t : st.transfers)
+        if (up ? (t.src == 0 && t.dst == kSwitch) : (t.src == kSwitch && t.dst == 0)) return t.bytes;
+    return -1.0;
+  };
+  const double mib = 1 << 20, S = 64 * mib, big = 16384 * mib;
+  EXPECT_DOUBLE_EQ(bytes(CollectiveKind::AllGather, S, true), S / 8 * (1 + 8 * mib / S));
+  EXPECT_DOUBLE_EQ(bytes(CollectiveKind::AllGather, S, false), S * 7 / 8 * (1 + 8 * mib / S));
+  EXPECT_DOUBLE_EQ(bytes(CollectiveKind::ReduceScatter, S, true), S * 7 / 8 * (1 + 8 * mib / S));
+  EXPECT_DOUBLE_EQ(bytes(CollectiveKind::ReduceScatter, S, false), S / 8 * (1 + 8 * mib / S));
+  EXPECT_DOUBLE_EQ(bytes(CollectiveKind::AllReduce, S, true), S + 2 * 8 * mib);
+  EXPECT_DOUBLE_EQ(bytes(CollectiveKind::AllGather, big, false), big * 7 / 8 * (1 + 16 * mib / big));
+  // A message of one round or less pays a whole message more (a 1 MiB gather, 16 KiB chunks).
+  EXPECT_DOUBLE_EQ(bytes(CollectiveKind::AllGather, mib, true), mib / 8 * 2);
+}
+
 // NVLS's time never falls as the message grows, across its rounds' edges and its chunk
 // sizes: one byte past a whole round adds a partial round, it does not halve the fill.
 TEST(Collectives, NvlsTimeIsMonotonicInTheMessage) {
   Topology topo(cluster("dgx-h100", 1));
   const NetworkProfile prof;
   AnalyticNetwork net(topo, prof);
-  auto t = [&](double S) {
-    return net.run(expand(CollectiveKind::AllReduce, Algorithm::Nvls, Protocol::Simple, topo, 8, S, prof), first_gpus(8))
-        .seconds;
+  auto t = [&](double S, CollectiveKind op = CollectiveKind::AllReduce) {
+    return net.run(expand(op, Algorithm::Nvls, Protocol::Simple, topo, 8, S, prof), first_gpus(8)).seconds;
   };
-  double last = 0;
-  for (double S = 64.0 * 1024; S <= 80.0 * (1 << 20); S += 16.0 * 1024) {
-    const double now = t(S);
-    ASSERT_GE(now, last) << S;
-    last = now;
+  for (const CollectiveKind op :
+       {CollectiveKind::AllReduce, CollectiveKind::AllGather, CollectiveKind::ReduceScatter}) {
+    double last = 0;
+    for (double S = 64.0 * 1024; S <= 80.0 * (1 << 20); S += 16.0 * 1024) {
+      const double now = t(S, op);
+      ASSERT_GE(now, last) << S << " " << static_cast<int>(op);
+      last = now;
+    }
   }
   // 2 MiB on 8 H100s is one round of 16 KiB chunks (16 channels x 8 heads); a 16 KiB more
   // is a second, nearly empty round: the fill stays two whole rounds.
