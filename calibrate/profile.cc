@@ -1,17 +1,20 @@
 #include "calibrate/profile.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string_view>
-#include <memory>
 #include <tuple>
 #include <vector>
 
 #include "scenarios/units.h"
-#include "topology/gpu.h"
 #include "scenarios/yaml_tree.h"
+#include "topology/gpu.h"
 
 namespace clustersim {
 namespace {
@@ -174,10 +177,20 @@ double number(const YNode& n, const std::string& key, double lo, double hi) {
   if (n.kind != YNode::Kind::Scalar) throw InputError(n.mark, key + " must be a number, got " + n.kind_name());
   char* end = nullptr;
   const double v = std::strtod(n.scalar.c_str(), &end);
-  if (n.scalar.empty() || *end != '\0' || !(v >= lo && v <= hi))
-    throw InputError(n.mark, key + " must be a number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                 "], got '" + n.scalar + "'");
+  if (n.scalar.empty() || *end != '\0' || !(v >= lo && v <= hi)) {
+    char range[64];
+    std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+    throw InputError(n.mark, key + " must be a number in " + range + ", got '" + n.scalar + "'");
+  }
   return v;
+}
+
+// A count (a GEMM's or an attention's dimension): a whole number from 1 to 2^31.
+int64_t whole(const YNode& n, const std::string& key) {
+  const double v = number(n, key, 1, 2147483648.0);
+  if (v != std::floor(v))
+    throw InputError(n.mark, key + ": a dimension must be a whole number, got '" + n.scalar + "'");
+  return static_cast<int64_t>(v);
 }
 
 double seconds(const YNode& n, const std::string& key) {
@@ -221,19 +234,35 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
   // with the reads' share of the bytes last (a half when absent).
   const size_t width = name == "gemm_table" ? 5 : name == "attention_table" ? 6 : 2;
   const size_t widest = name == "gemm_table" ? 5 : name == "attention_table" ? 7 : 3;
+  std::vector<std::pair<std::array<double, 6>, const YNode*>> shapes;  // each row's shape, for duplicates
   for (const YNode& row : table.seq) {
     if (row.kind != YNode::Kind::Seq || row.seq.size() < width || row.seq.size() > widest)
       throw InputError(row.mark, key + ": each row must be a list of " + std::to_string(width) +
                                      (widest > width ? " or " + std::to_string(widest) : std::string()) + " values");
     for (const YNode& cell : row.seq)
       if (cell.kind != YNode::Kind::Scalar) throw InputError(cell.mark, key + ": a row holds plain values");
-    auto num = [&](size_t i, double lo) { return number(row.seq[i], key, lo, 1e30); };
+    // Times from 1 ps to 1e6 s (the scenario's time range).
+    auto time = [&](size_t i) { return number(row.seq[i], key, 1e-12, 1e6); };
+    auto dim = [&](size_t i) { return whole(row.seq[i], key); };
+    // A rate no chip reaches (1e18 FLOP/s, 1e15 bytes/s: a misplaced exponent).
+    auto past = [&](double rate, double most, const char* what) {
+      if (rate > most) {
+        char v[96];
+        std::snprintf(v, sizeof v, "%.3g %s, past %.0e", rate, what, most);
+        throw InputError(row.mark, key + ": this row's time implies " + v + ", expected a measured time");
+      }
+    };
     if (name == "gemm_table") {
       DType d;
       if (!parse_dtype(row.seq[0].scalar, d))
         throw InputError(row.seq[0].mark, key + ": unknown dtype '" + row.seq[0].scalar + "'");
-      out->gemm.push_back(GemmPoint{d, static_cast<int64_t>(num(1, 1)), static_cast<int64_t>(num(2, 1)),
-                                    static_cast<int64_t>(num(3, 1)), num(4, 1e-12)});
+      const GemmPoint g{d, dim(1), dim(2), dim(3), time(4)};
+      shapes.push_back(
+          {{static_cast<double>(d), static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k), 0, 0},
+           &row});
+      past(2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) / g.seconds, 1e18,
+           "FLOP/s");
+      out->gemm.push_back(g);
     } else if (name == "attention_table") {
       const std::string& phase = row.seq[0].scalar;
       if (phase != "forward" && phase != "backward")
@@ -241,14 +270,27 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
       const std::string& causal = row.seq[2].scalar;
       if (causal != "true" && causal != "false")
         throw InputError(row.seq[2].mark, key + ": causal must be true or false");
-      out->attention.push_back(AttentionPoint{
-          phase == "backward", causal == "true", static_cast<int64_t>(num(1, 1)), static_cast<int64_t>(num(3, 1)),
-          static_cast<int64_t>(num(4, 1)), num(5, 1e-12), row.seq.size() == 7 ? static_cast<int64_t>(num(6, 1)) : 1});
+      const AttentionPoint a{
+          phase == "backward", causal == "true", dim(1), dim(3), dim(4), time(5), row.seq.size() == 7 ? dim(6) : 1};
+      shapes.push_back({{a.backward ? 1.0 : 0.0, a.causal ? 1.0 : 0.0, static_cast<double>(a.head_dim),
+                         static_cast<double>(a.seq), static_cast<double>(a.batch_heads), static_cast<double>(a.group)},
+                        &row});
+      out->attention.push_back(a);
     } else {
-      out->memory.push_back(
-          MemoryPoint{num(0, 1), num(1, 1e-12), row.seq.size() == 3 ? number(row.seq[2], key, 0, 1) : 0.5});
+      const MemoryPoint m{number(row.seq[0], key, 1, 1e18), time(1),
+                          row.seq.size() == 3 ? number(row.seq[2], key, 0, 1) : 0.5};
+      shapes.push_back({{m.bytes, m.read_share, 0, 0, 0, 0}, &row});
+      past(m.bytes / m.seconds, 1e15, "bytes/s");
+      out->memory.push_back(m);
     }
   }
+  // A shape measured twice: which time holds would be the table's order.
+  std::sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < shapes.size(); ++i)
+    if (shapes[i].first == shapes[i - 1].first)
+      throw InputError(std::max(shapes[i].second->mark, shapes[i - 1].second->mark,
+                                [](const SourceMark& a, const SourceMark& b) { return a.line < b.line; }),
+                       key + ": this row's shape is listed twice, expected each shape once");
 }
 
 // [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual] rows.

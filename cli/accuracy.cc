@@ -1,13 +1,15 @@
 #include "cli/accuracy.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fnmatch.h>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -281,6 +283,15 @@ AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& optio
       files.push_back(p.string());
   }
   std::sort(files.begin(), files.end());
+  // A file reached twice (a link beside its target, or two links to one file) is one case: the first name.
+  std::set<fs::path> seen;
+  files.erase(std::remove_if(files.begin(), files.end(),
+                             [&](const std::string& f) {
+                               std::error_code e;
+                               const fs::path real = fs::canonical(f, e);
+                               return !e && !seen.insert(real).second;
+                             }),
+              files.end());
   if (files.empty()) {
     std::string patterns;
     for (const std::string& o : options.only) patterns += (patterns.empty() ? "" : ", ") + o;

@@ -163,6 +163,12 @@ int cmd_collective(const std::vector<std::string>& args) {
     if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, total / cfg.nodes);
   }
   if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
+  // The rows count float elements, as nccl-tests' do: a size is whole elements of 4 bytes.
+  for (const auto& [flag, b] : {std::pair{"--min", cfg.min_bytes}, {"--max", cfg.max_bytes}})
+    if (b < 4 || b % 4 != 0)
+      throw InputError(SourceMark{flag, 0, 0}, std::to_string(b) +
+                                                   " B is not a whole number of float elements (4 B each), "
+                                                   "expected a multiple of 4 bytes");
   std::vector<CollectiveRow> rows;
   try {
     rows = run_collective_sweep(cfg);

@@ -34,6 +34,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
       opt.jobs = static_cast<int>(n);
     } else if (a == "--out") {
       opt.database = need_value(args, i);
+      if (opt.database.empty()) throw InputError(SourceMark{"--out", 0, 0}, "expected a database file name, got ''");
     } else if (a == "--rank-by") {
       opt.rank_by = need_value(args, i);
     } else if (a == "--allow-large") {
@@ -53,6 +54,14 @@ int cmd_sweep(const std::vector<std::string>& args) {
   if (path.empty()) throw UsageError("sweep needs a scenario file");
   {
     const Scenario s = load_scenario(path, opt.sets, LoadOptions{opt.allow_large});
+    // Every point sets its swept keys after the --set pairs: one on a swept key would be lost.
+    for (const std::string& set : opt.sets) {
+      const std::string key = set.substr(0, set.find('='));
+      for (const auto& [swept, values] : s.sweep)
+        if (swept == key)
+          throw InputError(SourceMark{"--set", 0, 0}, key + " is swept (sweep." + key +
+                                                          " sets it at every point), expected a key the sweep leaves");
+    }
     if (opt.database.empty()) opt.database = s.output_sqlite;
     if (!opt.database.empty())
       check_output(opt.database == s.output_sqlite ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0}, "--out",

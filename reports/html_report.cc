@@ -920,6 +920,11 @@ void write_html_report(const std::string& db_path, const std::string& out_path, 
   }
   const Run r = load_run(db, id);
   const bool inference = r.kind == "inference";
+  // A serving run's report has no timeline of ranks, stages and streams to pick from.
+  if (inference && (!opt.ranks.empty() || !opt.stages.empty() || !opt.streams.empty()))
+    throw std::invalid_argument("run " + std::to_string(r.id) +
+                                " is a serving run, whose report has no timeline of ranks, stages or streams, "
+                                "expected no --ranks, --stages or --streams");
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + esc(r.name) +
                      " — clustersim report</title><style>" + kStyle + "</style></head><body>";
   html += "<h1>" + esc(r.name) + "</h1><p class=\"sub\">run " + std::to_string(r.id) + " · " + esc(r.kind) + " · " +

@@ -199,8 +199,13 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.cluster.node.gpu.peak_tf32 = 1e12 * as_number(n, "cluster.gpu_spec.tf32_tflops", 0, 1e6); }},
       {"cluster.gpu_spec.fp32_tflops", "number", "GPU's", "FP32 (non-tensor) TFLOP/s",
        [](const N& n, S& s) { s.cluster.node.gpu.peak_fp32 = 1e12 * as_number(n, "cluster.gpu_spec.fp32_tflops", 1e-3, 1e6); }},
-      {"cluster.gpu_spec.hbm", "size", "GPU's", "HBM capacity (e.g. 192GB)",
-       [](const N& n, S& s) { s.cluster.node.gpu.hbm_bytes = as_size(n, "cluster.gpu_spec.hbm"); }},
+      {"cluster.gpu_spec.hbm", "size", "GPU's", "HBM capacity (e.g. 192GB; at least 1GiB: a size without a unit is bytes)",
+       [](const N& n, S& s) {
+         s.cluster.node.gpu.hbm_bytes = as_size(n, "cluster.gpu_spec.hbm");
+         if (s.cluster.node.gpu.hbm_bytes < (int64_t{1} << 30))
+           throw InputError(n.mark, "cluster.gpu_spec.hbm = " + n.scalar +
+                                        " is under 1 GiB (a size without a unit is bytes), expected e.g. 80GB");
+       }},
       {"cluster.gpu_spec.hbm_bandwidth", "bandwidth", "GPU's", "HBM bandwidth (e.g. 8TB/s)",
        [](const N& n, S& s) { s.cluster.node.gpu.hbm_bandwidth = as_bandwidth(n, "cluster.gpu_spec.hbm_bandwidth"); }},
       {"cluster.gpu_spec.sm_count", "integer", "GPU's", "streaming multiprocessors (compute units)",
@@ -1095,8 +1100,8 @@ const std::vector<KeySpec>& key_table() {
       {"inference.speculative", "mapping", "", "speculative decoding", nullptr},
       {"inference.speculative.draft_model", "name", "null", "draft model preset",
        [](const N& n, S& s) { s.serving.draft_model = n.scalar == "null" ? "" : scalar(n, "inference.speculative.draft_model", "a preset"); }},
-      {"inference.speculative.lookahead", "integer", "0", "draft tokens per step",
-       [](const N& n, S& s) { s.serving.lookahead = as_int(n, "inference.speculative.lookahead", 0); }},
+      {"inference.speculative.lookahead", "integer", "0", "draft tokens per step (at most 256)",
+       [](const N& n, S& s) { s.serving.lookahead = as_int(n, "inference.speculative.lookahead", 0, 256); }},
       {"inference.speculative.acceptance_rate", "number", "0.0", "probability a draft token is accepted",
        [](const N& n, S& s) { s.serving.acceptance_rate = as_double(n, "inference.speculative.acceptance_rate", 0, false); }},
       {"collectives", "mapping", "", "collective algorithms", nullptr},
@@ -1261,6 +1266,21 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
           throw InputError(sv.key_mark, "sweep: unknown key '" + sk + "'");
         if (sv.kind != YNode::Kind::Seq || sv.seq.empty())
           throw InputError(sv.mark, "sweep." + sk + " must be a non-empty list of values");
+        // A sweep's points write its own database: a point's output files would be dropped.
+        if (sk.rfind("output.", 0) == 0)
+          throw InputError(sv.key_mark, "sweep: " + sk +
+                                            " names the run's files, which a sweep does not write "
+                                            "(its points go to the sweep's database), expected a setting of the run");
+        for (size_t i = 0; i < sv.seq.size(); ++i) {
+          const YNode& item = sv.seq[i];
+          const SourceMark at = item.mark.known() ? item.mark : sv.mark;
+          const bool no_draft = item.kind == YNode::Kind::Null && sk == "inference.speculative.draft_model";
+          if (item.kind != YNode::Kind::Scalar && !no_draft)
+            throw InputError(at, "sweep." + sk + ": expected a value, got " + item.kind_name());
+          for (size_t j = 0; j < i; ++j)
+            if (sv.seq[j].kind == item.kind && sv.seq[j].scalar == item.scalar)
+              throw InputError(at, "sweep." + sk + ": '" + item.scalar + "' is listed twice, expected each value once");
+        }
         s.sweep.emplace_back(sk, sv);
       }
       continue;
@@ -1759,7 +1779,27 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                              " tokens, past model.seq_len = " + std::to_string(m.seq_len) +
                              " (the longest context the model serves), expected shorter or a longer model.seq_len");
     }
+    // A request's prompt and output share the context: even the shortest must fit.
+    auto shortest = [](const LengthDist& d) { return d.dist == "fixed" ? d.value : d.min; };
+    const int64_t context = shortest(s.serving.prompt) + shortest(s.serving.output);
+    if (context > m.seq_len)
+      throw InputError(s.mark("inference.output_tokens"),
+                       "the shortest request, a prompt of " + std::to_string(shortest(s.serving.prompt)) +
+                           " and an output of " + std::to_string(shortest(s.serving.output)) +
+                           " tokens, runs past model.seq_len = " + std::to_string(m.seq_len) +
+                           " (the longest context the model serves), expected shorter or a longer model.seq_len");
+    // A shared prefix opens the prompt: one longer than every prompt the lengths allow opens none.
+    const LengthDist& pr = s.serving.prompt;
+    const int64_t longest_prompt = pr.dist == "fixed" ? pr.value : pr.max;
+    if (s.serving.prefix_groups > 0 && s.serving.prefix_tokens > longest_prompt)
+      throw InputError(s.mark("inference.shared_prefix.tokens"),
+                       "inference.shared_prefix.tokens = " + std::to_string(s.serving.prefix_tokens) +
+                           " is longer than every prompt (at most " + std::to_string(longest_prompt) +
+                           " tokens), expected a prefix that prompts open with");
   }
+  if (s.inference && !s.serving.trace.empty() && s.marks.count("inference.requests"))
+    throw InputError(s.mark("inference.requests"),
+                     "inference.requests does not apply beside inference.arrivals.trace, whose rows are the requests");
   // Work budgets: a cluster past 2^20 GPUs, or a run past 10^7 requests, is refused before any work.
   const int64_t gpus = static_cast<int64_t>(s.cluster.nodes) * s.cluster.node.gpus;
   if (gpus > (int64_t{1} << 26))  // a ceiling no flag lifts: the cluster's graph would not fit in memory

@@ -1,6 +1,7 @@
 #include "sim/serving.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -76,6 +77,21 @@ struct Arrival {
   int64_t group = -1;  // the shared prefix the prompt opens with (-1: none)
 };
 
+// A trace field as a whole number (a prompt, an output, a prefix group): digits with an
+// optional sign, nothing else.
+bool trace_integer(const std::string& f, int64_t& v) {
+  const char* b = f.data() + (f.size() > 1 && f[0] == '+' ? 1 : 0);
+  const auto [end, ec] = std::from_chars(b, f.data() + f.size(), v);
+  return ec == std::errc() && end == f.data() + f.size();
+}
+
+// An arrival time in seconds: a decimal number (no hex, no inf or nan).
+bool trace_seconds(const std::string& f, double& v) {
+  if (f.empty() || f.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
+  const auto [end, ec] = std::from_chars(f.data() + (f[0] == '+' ? 1 : 0), f.data() + f.size(), v);
+  return ec == std::errc() && end == f.data() + f.size() && std::isfinite(v);
+}
+
 std::vector<Arrival> load_trace(const Scenario& s) {
   const std::string p = scenario_relative_path(s, s.serving.trace);
   std::error_code ec;
@@ -84,39 +100,62 @@ std::vector<Arrival> load_trace(const Scenario& s) {
                      "trace '" + p + "' is not a regular file, expected a CSV file");
   std::ifstream in(p);
   if (!in) throw InputError(s.mark("inference.arrivals.trace"), "cannot open trace '" + p + "', expected a CSV file");
+  constexpr const char* kRow = "expected arrival_s, prompt_tokens, output_tokens[, prefix_group]";
+  const int64_t seq_len = s.model.seq_len, prefix = s.serving.prefix_groups > 0 ? s.serving.prefix_tokens : 0;
   std::vector<Arrival> out;
   std::string line;
   int lineno = 0;
+  bool first = true;  // the first line that is neither blank nor a comment: a header if it starts with a letter
   while (std::getline(in, line)) {
     ++lineno;
-    if (line.empty() || line[0] == '#') continue;
-    std::replace(line.begin(), line.end(), ',', ' ');
-    std::istringstream ls(line);
+    if (lineno == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // a UTF-8 byte order mark
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
+    const bool header = first && std::isalpha(static_cast<unsigned char>(line[line.find_first_not_of(" \t")]));
+    first = false;
+    if (header) continue;
+    // The fields between commas, each with its column, spaces around it dropped.
+    std::vector<std::pair<std::string, int>> f;
+    for (size_t at = 0;;) {
+      const size_t comma = std::min(line.find(',', at), line.size());
+      const size_t b = std::min(line.find_first_not_of(" \t", at), comma);
+      size_t e = comma;
+      while (e > b && (line[e - 1] == ' ' || line[e - 1] == '\t')) --e;
+      f.emplace_back(line.substr(b, e - b), static_cast<int>(b) + 1);
+      if (comma == line.size()) break;
+      at = comma + 1;
+    }
+    auto bad = [&](size_t i, const std::string& what) {
+      return InputError(SourceMark{p, lineno, i < f.size() ? f[i].second : 1}, what);
+    };
+    if (f.size() < 3) throw bad(0, "malformed trace row: " + std::to_string(f.size()) + " field(s), " + kRow);
+    if (f.size() > 4) throw bad(4, "trace row has a fifth column '" + f[4].first + "', " + kRow);
     Arrival a{};
-    if (!(ls >> a.t >> a.prompt >> a.output)) {
-      if (out.empty() && lineno == 1) continue;  // a header
-      SourceMark m{p, lineno, 1};
-      throw InputError(m, "malformed trace row, expected arrival_s, prompt_tokens, output_tokens[, prefix_group]");
-    }
-    std::string extra;
-    if (ls >> extra) {
-      char* end = nullptr;
-      a.group = std::strtoll(extra.c_str(), &end, 10);
-      if (*end != '\0' || a.group < -1 || a.group >= s.serving.prefix_groups)
-        throw InputError(SourceMark{p, lineno, 1},
-                         "bad prefix_group '" + extra + "', expected -1 (none)" +
-                             (s.serving.prefix_groups > 0 ? " or 0 .. shared_prefix.groups - 1"
-                                                          : ": the scenario has no shared_prefix groups"));
-      if (ls >> extra)
-        throw InputError(SourceMark{p, lineno, 1}, "trace row has a fifth column '" + extra +
-                                                       "', expected arrival_s, prompt_tokens, output_tokens"
-                                                       "[, prefix_group]");
-    }
     // Times are doubles in seconds: past ~1e9 s (31 years) they no longer resolve a microsecond.
-    if (!(a.t >= 0 && a.t <= 1e9) || a.prompt < 1 || a.output < 1 || (!out.empty() && a.t < out.back().t))
-      throw InputError(SourceMark{p, lineno, 1},
-                       "bad trace row, expected 0 <= arrival_s <= 1e9, not decreasing, "
-                       "and token counts >= 1");
+    if (!trace_seconds(f[0].first, a.t) || a.t < 0 || a.t > 1e9)
+      throw bad(0, "bad arrival_s '" + f[0].first + "', expected seconds from 0 to 1e9");
+    if (!out.empty() && a.t < out.back().t)
+      throw bad(0, "arrival_s " + f[0].first + " is before the row above's, expected rows in arrival order");
+    // Token counts as the scenario's own length keys allow them (1 .. 16777216).
+    for (const auto& [i, v] : {std::pair<size_t, int64_t*>{1, &a.prompt}, {2, &a.output}})
+      if (!trace_integer(f[i].first, *v) || *v < 1 || *v > (int64_t{1} << 24))
+        throw bad(i, std::string("bad ") + (i == 1 ? "prompt_tokens" : "output_tokens") + " '" + f[i].first +
+                         "', expected a whole number of tokens from 1 to 16777216");
+    if (a.prompt + a.output > seq_len)
+      throw bad(1, "a prompt of " + std::to_string(a.prompt) + " and an output of " + std::to_string(a.output) +
+                       " tokens run past model.seq_len = " + std::to_string(seq_len) +
+                       " (the longest context the model serves), expected shorter or a longer model.seq_len");
+    if (f.size() == 4) {
+      if (!trace_integer(f[3].first, a.group) || a.group < -1 || a.group >= s.serving.prefix_groups)
+        throw bad(3, "bad prefix_group '" + f[3].first + "', expected -1 (none)" +
+                         (s.serving.prefix_groups > 0 ? " or 0 .. shared_prefix.groups - 1"
+                                                      : ": the scenario has no shared_prefix groups"));
+      if (a.group >= 0 && a.prompt < prefix)
+        throw bad(1, "a prompt of " + std::to_string(a.prompt) + " tokens opens with a shared prefix of " +
+                         std::to_string(prefix) +
+                         " (inference.shared_prefix.tokens), expected a prompt at least "
+                         "as long as its prefix");
+    }
     out.push_back(a);
   }
   if (out.empty()) throw InputError(s.mark("inference.arrivals.trace"), "trace '" + p + "' has no requests");
@@ -1022,9 +1061,11 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   if (c.trace.empty() && c.rate_per_s <= 0)
     throw InputError(s.mark("inference.arrivals.rate_per_s"), "arrival rate must be positive");
   // Times are doubles in seconds: past ~1e9 s (31 years) they no longer resolve a microsecond.
-  if (c.trace.empty() && c.arrival_process != "closed" && static_cast<double>(c.requests) / c.rate_per_s > 1e9)
+  const double arrivals_span = static_cast<double>(c.requests) / c.rate_per_s;  // inf for a subnormal rate
+  if (c.trace.empty() && c.arrival_process != "closed" && !(arrivals_span <= 1e9))
     throw InputError(s.mark("inference.arrivals.rate_per_s"),
-                     "the arrivals would span about " + format_number(static_cast<double>(c.requests) / c.rate_per_s) +
+                     "the arrivals would span " +
+                         (arrivals_span < 1e300 ? "about " + format_number(arrivals_span) : std::string("over 1e300")) +
                          " s (requests over rate_per_s), past 1e9 s, expected a rate of at least " +
                          format_number(static_cast<double>(c.requests) / 1e9) + " a second");
 
@@ -1086,7 +1127,8 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
     throw InputError(
         s.mark(batch ? (s.marks.count("inference.max_batch_size") ? "inference.max_batch_size"
                                                                   : "inference.max_batch_tokens")
-                     : "parallel.tp"),
+               : s.marks.count("cluster.gpu_spec.hbm") ? "cluster.gpu_spec.hbm"
+                                                       : "parallel.tp"),
         "no room for the KV cache: " + format_number(weights / 1e9) + " GB of weights and " +
             format_number(workspace / 1e9) + " GB of workspace (max_batch_tokens' activations, max_batch_size's " +
             "sampling buffers) per GPU on a " + format_number(s.cluster.node.gpu.hbm_bytes / 1e9) + " GB GPU, " +
@@ -1101,11 +1143,13 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
   if (progress) engine.show_progress(&bar);
   ServingResult r = engine.run(arrivals);
   bar.finish();
-  r.memory_weights = weights;
-  r.memory_activations = activations;
-  r.memory_buffers = buffers;
-  r.memory_kv_cache = static_cast<double>(blocks * pp) * block_bytes;
-  r.memory_reserved = hbm - weights - activations - buffers - r.memory_kv_cache;
+  // Whole bytes, as a training run reports them: the memory model's formulas carry fractions of one.
+  r.memory_weights = std::round(weights);
+  r.memory_activations = std::round(activations);
+  r.memory_buffers = std::round(buffers);
+  r.memory_kv_cache = std::round(static_cast<double>(blocks * pp) * block_bytes);
+  r.memory_reserved =
+      std::round(hbm - weights - activations - buffers - static_cast<double>(blocks * pp) * block_bytes);
 
   std::vector<double> ttft, tpot, e2e;
   double out_tokens = 0, first = r.requests.front().arrival;

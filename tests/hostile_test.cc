@@ -2,6 +2,8 @@
 // inputs accepted and then unbounded (4), misleading or leaking messages (5), and
 // nondeterministic output (6). Each runs the binary under a time limit: a hang fails.
 #include <chrono>
+#include <cmath>
+#include <filesystem>
 
 #include "tests/cli_harness.h"
 
@@ -53,6 +55,109 @@ TEST_F(HostileTest, AProfileLaunchOverheadOf1e7sIsRefused) {
   const CliResult r = timed("run " + quote(s), t);
   EXPECT_NE(r.code, 0) << r;
   EXPECT_NE(r.err.find("out of range"), std::string::npos) << r;
+}
+
+// Serving lengths that no engine would take: a context past model.seq_len for every request, a
+// shared prefix longer than every prompt, a lookahead past 256 draft tokens, requests beside a
+// trace; a GPU of 80 bytes (a size without a unit is bytes); a rate so small its span is
+// infinite is said as such, not as "null".
+TEST_F(HostileTest, ServingLengthsNoEngineTakesAreRefusedAtTheirKey) {
+  const std::string serve = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n";
+  const std::string f = write("sv.yaml", serve + "inference: {requests: 10}\n");
+  expect_refused_fast("run " + quote(f) +
+                          " --set inference.prompt_tokens.value=8000 --set "
+                          "inference.output_tokens.value=8000",
+                      "the shortest request, a prompt of 8000 and an output of 8000 tokens, runs past model.seq_len");
+  expect_refused_fast("run " + quote(f) +
+                          " --set inference.prompt_tokens.value=128 --set "
+                          "inference.shared_prefix.tokens=5000 --set inference.shared_prefix.groups=1",
+                      "inference.shared_prefix.tokens = 5000 is longer than every prompt (at most 128 tokens)");
+  expect_refused_fast("run " + quote(f) + " --set inference.speculative.lookahead=100000", "expected at most 256");
+  expect_refused_fast("run " + quote(f) + " --set inference.arrivals.rate_per_s=4.9e-324",
+                      "the arrivals would span over 1e300 s");
+  expect_refused_fast("run " + quote(f) + " --set cluster.gpu_spec.hbm=80", "is under 1 GiB");
+  write("t.csv", "0,100,10\n");
+  const std::string traced = write("tr.yaml", serve + "inference: {requests: 3, arrivals: {trace: t.csv}}\n");
+  expect_refused_fast("run " + quote(traced), "inference.requests does not apply beside inference.arrivals.trace");
+  // Memory figures are whole bytes, as a training run's.
+  const CliResult r = cli("run " + quote(f) + " --json", 20);
+  ASSERT_EQ(r.code, 0) << r;
+  for (const char* key : {"memory_reserved_bytes", "memory_kv_cache_bytes", "memory_weights_bytes"}) {
+    const size_t at = r.out.find(std::string("\"") + key + "\": ");
+    ASSERT_NE(at, std::string::npos) << key;
+    const double v = std::stod(r.out.substr(at + std::string(key).size() + 4));
+    EXPECT_GT(v, 0) << key;
+    EXPECT_EQ(v, std::floor(v)) << key;
+  }
+}
+
+// A sweep list is values, each once, of settings a point can change; --set on a swept key
+// and an empty --out are refused before any point runs.
+TEST_F(HostileTest, SweepListsAreValuesEachOnce) {
+  const std::string base = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
+  expect_refused_fast("sweep " + quote(write("n.yaml", base + "sweep:\n  parallel.tp: [1, null]\n")) + " --out " +
+                          quote((dir_ / "n.sqlite").string()),
+                      "n.yaml:4:20: error: sweep.parallel.tp: expected a value, got nothing");
+  expect_refused_fast("sweep " + quote(write("d.yaml", base + "sweep:\n  parallel.tp: [2, 2]\n")),
+                      "sweep.parallel.tp: '2' is listed twice");
+  expect_refused_fast("sweep " + quote(write("o.yaml", base + "sweep:\n  output.sqlite: [a.sqlite, b.sqlite]\n")),
+                      "output.sqlite names the run's files");
+  const std::string ok = write("k.yaml", base + "sweep:\n  parallel.tp: [1, 2]\n");
+  expect_refused_fast("sweep " + quote(ok) + " --set parallel.tp=8", "--set: error: parallel.tp is swept");
+  expect_refused_fast("sweep " + quote(ok) + " --out ''", "--out: error: expected a database file name");
+}
+
+// Numbers as YAML writes them: a leading + on an integer as on a float; hex is an integer
+// form, never a float's (strtod would take 0x10 as 16).
+TEST_F(HostileTest, NumbersReadAsYamlWritesThem) {
+  const std::string serve = write("sv.yaml",
+                                  "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                                  "inference: {requests: 5}\n");
+  expect_refused_fast("run " + quote(serve) + " --set inference.arrivals.rate_per_s=0x10",
+                      "inference.arrivals.rate_per_s must be a number, got '0x10'");
+  EXPECT_EQ(cli("run " + quote(serve) + " --set seed=+1", 20).code, 0);
+}
+
+// A calibration profile's tables: whole dimensions, each shape once, and times no chip
+// reaches refused at their row; a range is printed as written (not 0.000000).
+TEST_F(HostileTest, ProfileTablesAreCheckedRowByRow) {
+  auto check = [&](const std::string& name, const std::string& table, const std::string& phrase) {
+    expect_refused_fast("profile-check " + quote(write(name, "compute:\n" + table)), phrase);
+  };
+  check("a.yaml", "  gemm_table:\n    - [bf16, 64.5, 64, 64, 1e-5]\n",
+        "a.yaml:3:14: error: profile.compute.gemm_table: "
+        "a dimension must be a whole number, got '64.5'");
+  check("b.yaml", "  gemm_table:\n    - [bf16, 64, 64, 64, 1e-5]\n    - [bf16, 64, 64, 64, 2e-5]\n",
+        "b.yaml:4:7: error: profile.compute.gemm_table: this row's shape is listed twice");
+  check("c.yaml", "  gemm_table:\n    - [bf16, 1000000, 1000000, 1000000, 5e-6]\n", "implies 4e+23 FLOP/s, past 1e+18");
+  check("d.yaml", "  memory_table:\n    - [1073741824, 1e-9]\n", "implies 1.07e+18 bytes/s, past 1e+15");
+  check("e.yaml", "  gemm_table:\n    - [bf16, 0, 64, 64, 1e-5]\n", "must be a number in [1, 2.14748e+09], got '0'");
+}
+
+// One file reached by two names (a link beside its target) is one accuracy case.
+TEST_F(HostileTest, AccuracyCountsALinkedFileOnce) {
+  std::filesystem::create_directories(dir_ / "acc");
+  write("acc/case.yaml",
+        "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+        "reference: {metric: iteration_time_s, value: 1, unit: s, source: \"a measurement\"}\n");
+  std::filesystem::create_symlink("case.yaml", dir_ / "acc" / "alias.yaml");
+  const CliResult r = cli("accuracy " + quote((dir_ / "acc").string()), 60);
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.out.find("1 cases"), std::string::npos) << r;
+}
+
+// A serving run's report has no ranks, stages or streams: asking for them is an error, not
+// a report that ignores them.
+TEST_F(HostileTest, AServingReportRefusesATimelineSelection) {
+  const std::string db = (dir_ / "sv.sqlite").string();
+  const std::string f = write("sv.yaml",
+                              "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                              "inference: {requests: 5}\noutput: {sqlite: " +
+                                  db + "}\n");
+  ASSERT_EQ(cli("run " + quote(f), 30).code, 0);
+  expect_refused_fast("report " + quote(db) + " --html " + quote((dir_ / "r.html").string()) + " --ranks 99",
+                      "--ranks: error: run 1 is a serving run");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "r.html"));
 }
 
 // ---- class 4: accepted, then unbounded ----------------------------------------------------
@@ -234,7 +339,7 @@ TEST_F(HostileTest, FailureCountsAndTimeSpansPastTheirRangeAreRefused) {
   expect_refused_fast("run " + quote(slow), "past 1e9 s");
   write("t.csv", "arrival_s,prompt_tokens,output_tokens\n1e308,100,10\n");
   const std::string trace = write("t.yaml", serve + "inference: {arrivals: {trace: t.csv}}\n");
-  expect_refused_fast("run " + quote(trace), "t.csv:2:1: error: bad trace row, expected 0 <= arrival_s <= 1e9");
+  expect_refused_fast("run " + quote(trace), "t.csv:2:1: error: bad arrival_s '1e308', expected seconds from 0 to 1e9");
   write("g.csv", "0,100,10,5\n");
   const std::string group = write("g.yaml", serve + "inference: {arrivals: {trace: g.csv}}\n");
   expect_refused_fast("run " + quote(group), "the scenario has no shared_prefix groups");

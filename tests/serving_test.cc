@@ -216,8 +216,44 @@ TEST(Serving, TraceArrivals) {
     run_serving(b);
     FAIL() << "a malformed trace row must be refused";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("bad.csv:2:1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad.csv:2:5"), std::string::npos) << e.what();  // at 'oops'
   }
+}
+
+// A trace row is three or four comma-separated fields, each checked where it stands: only a
+// first line that starts with a letter is a header; a number that is not whole, a count past
+// 16777216 (the length keys' ceiling), a context past model.seq_len, tabs for commas, an empty
+// fourth field, or a prompt shorter than its shared prefix are refused at their line and column.
+TEST(Serving, TraceRowsAreCheckedFieldByField) {
+  const std::string dir = testing::temp_dir("serving-trace-fields");
+  auto refused = [&](const std::string& rows, const std::string& where, const std::string& extra = "") {
+    std::ofstream(dir + "/t.csv") << rows;
+    try {
+      run_serving(scenario_from_text(serving_yaml("  arrivals: {trace: " + dir + "/t.csv}\n" + extra), "serving"));
+      return std::string("accepted");
+    } catch (const InputError& e) {
+      const std::string w = e.what();
+      return w.find("t.csv:" + where + ": error: ") != std::string::npos ? std::string("ok") : w;
+    }
+  };
+  EXPECT_EQ(refused("0,10.5,10\n1,10,10\n", "1:3"), "ok");  // a first row is data
+  EXPECT_EQ(refused("\xEF\xBB\xBF"
+                    "0,x,10\n",
+                    "1:3"),
+            "ok");                                                                 // after a byte order mark
+  EXPECT_EQ(refused("0,5000000000000000000,5000000000000000000\n", "1:3"), "ok");  // past 2^24 tokens
+  EXPECT_EQ(refused("0,9223372036854775807,10\n", "1:3"), "ok");
+  EXPECT_EQ(refused("0,20000,10\n", "1:3"), "ok");  // past the model's seq_len
+  EXPECT_EQ(refused("0,100,10,\n", "1:10"), "ok");  // an empty prefix group
+  EXPECT_EQ(refused("0\t100\t10\n", "1:1"), "ok");  // tabs are not commas
+  EXPECT_EQ(refused("0,100,10\n0x1,100,10\n", "2:1"), "ok");
+  EXPECT_EQ(refused("0,100,10\nnan,100,10\n", "2:1"), "ok");
+  EXPECT_EQ(refused("0,100,10,0\n", "1:3", "  shared_prefix: {tokens: 2048, groups: 1}\n"), "ok");
+  // Spaces around fields, a header, CRLF line ends and comments are fine.
+  std::ofstream(dir + "/ok.csv") << "arrival_s, prompt_tokens, output_tokens\r\n# note\r\n 0 , 100 , 10 \r\n";
+  EXPECT_EQ(run_serving(scenario_from_text(serving_yaml("  arrivals: {trace: " + dir + "/ok.csv}\n"), "serving"))
+                .requests.size(),
+            1u);
 }
 
 // Prefix caching: with room for every prefix, each replica computes each prefix once and
@@ -271,7 +307,7 @@ TEST(Serving, TracePrefixGroups) {
     run_serving(scenario_from_text(serving_yaml("  arrivals: {trace: " + dir + "/bad.csv}\n" + cfg), "serving"));
     FAIL() << "a prefix group outside shared_prefix.groups must be refused";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("bad.csv:2:1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad.csv:2:12"), std::string::npos) << e.what();
   }
 }
 
