@@ -969,7 +969,7 @@ const std::vector<KeySpec>& key_table() {
        [](const N& n, S& s) { s.serving.request_overhead_s = as_time(n, "inference.request_overhead"); }},
       {"inference.kv_block_tokens", "integer", "16", "tokens per paged KV-cache block",
        [](const N& n, S& s) { s.serving.kv_block_tokens = as_int(n, "inference.kv_block_tokens", 1, 1 << 16); }},
-      {"inference.requests", "integer", "1000", "requests to serve",
+      {"inference.requests", "integer", "1000", "requests to serve (with a trace: its first rows, at most its row count)",
        [](const N& n, S& s) { s.serving.requests = as_int(n, "inference.requests", 1, int64_t{1} << 26); }},
       {"inference.arrivals", "mapping", "", "when requests arrive", nullptr},
       {"inference.arrivals.process", "name", "poisson",
@@ -988,7 +988,7 @@ const std::vector<KeySpec>& key_table() {
        }},
       {"inference.arrivals.seed", "integer", "1", "seed of arrivals and lengths",
        [](const N& n, S& s) { s.serving.arrival_seed = static_cast<uint64_t>(as_int(n, "inference.arrivals.seed", 0)); }},
-      {"inference.arrivals.trace", "path", "none", "CSV of arrival_s, prompt_tokens, output_tokens (instead of a process)",
+      {"inference.arrivals.trace", "path", "none", "CSV of arrival_s, prompt_tokens, output_tokens[, prefix_group] (instead of a process; a first line that starts with a letter is a header)",
        [](const N& n, S& s) { s.serving.trace = scalar(n, "inference.arrivals.trace", "a path"); }},
       {"inference.prompt_tokens", "mapping", "", "prompt length distribution", nullptr},
       {"inference.output_tokens", "mapping", "", "output length distribution", nullptr},
@@ -1797,9 +1797,6 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                            " is longer than every prompt (at most " + std::to_string(longest_prompt) +
                            " tokens), expected a prefix that prompts open with");
   }
-  if (s.inference && !s.serving.trace.empty() && s.marks.count("inference.requests"))
-    throw InputError(s.mark("inference.requests"),
-                     "inference.requests does not apply beside inference.arrivals.trace, whose rows are the requests");
   // Work budgets: a cluster past 2^20 GPUs, or a run past 10^7 requests, is refused before any work.
   const int64_t gpus = static_cast<int64_t>(s.cluster.nodes) * s.cluster.node.gpus;
   if (gpus > (int64_t{1} << 26))  // a ceiling no flag lifts: the cluster's graph would not fit in memory

@@ -106,7 +106,9 @@ std::vector<Arrival> load_trace(const Scenario& s) {
   std::string line;
   int lineno = 0;
   bool first = true;  // the first line that is neither blank nor a comment: a header if it starts with a letter
-  while (std::getline(in, line)) {
+  // inference.requests, where the scenario sets it, serves the trace's first rows.
+  const bool capped = s.marks.count("inference.requests") > 0;
+  while ((!capped || static_cast<int64_t>(out.size()) < s.serving.requests) && std::getline(in, line)) {
     ++lineno;
     if (lineno == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // a UTF-8 byte order mark
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -159,6 +161,10 @@ std::vector<Arrival> load_trace(const Scenario& s) {
     out.push_back(a);
   }
   if (out.empty()) throw InputError(s.mark("inference.arrivals.trace"), "trace '" + p + "' has no requests");
+  if (capped && static_cast<int64_t>(out.size()) < s.serving.requests)
+    throw InputError(s.mark("inference.requests"), "inference.requests = " + std::to_string(s.serving.requests) +
+                                                       " asks for more requests than trace '" + p + "' has rows (" +
+                                                       std::to_string(out.size()) + "), expected at most that many");
   return out;
 }
 

@@ -76,9 +76,13 @@ TEST_F(HostileTest, ServingLengthsNoEngineTakesAreRefusedAtTheirKey) {
   expect_refused_fast("run " + quote(f) + " --set inference.arrivals.rate_per_s=4.9e-324",
                       "the arrivals would span over 1e300 s");
   expect_refused_fast("run " + quote(f) + " --set cluster.gpu_spec.hbm=80", "is under 1 GiB");
-  write("t.csv", "0,100,10\n");
+  // inference.requests serves a trace's first rows, and no more than it has.
+  write("t.csv", "0,100,10\n1,100,10\n");
   const std::string traced = write("tr.yaml", serve + "inference: {requests: 3, arrivals: {trace: t.csv}}\n");
-  expect_refused_fast("run " + quote(traced), "inference.requests does not apply beside inference.arrivals.trace");
+  expect_refused_fast("run " + quote(traced), "inference.requests = 3 asks for more requests than trace");
+  const CliResult one = cli("run " + quote(traced) + " --set inference.requests=1 --json", 20);
+  ASSERT_EQ(one.code, 0) << one;
+  EXPECT_NE(one.out.find("\"requests\": 1,"), std::string::npos) << one;
   // Memory figures are whole bytes, as a training run's.
   const CliResult r = cli("run " + quote(f) + " --json", 20);
   ASSERT_EQ(r.code, 0) << r;
