@@ -9,7 +9,7 @@ cross-entropy, gradients in FP32, torch.nn.utils.clip_grad_norm_(1.0) and
 torch.optim.AdamW(fused=True) on the FP32 parameters. No torch.compile, no activation
 recomputation, no fused kernels beyond what eager PyTorch picks.
 
-The layers are the ones clustersim plans (plan/training_planner.cc, plan/model.cc):
+The layers are the ones clustersim plans (plan/stage_*.cc, plan/model.cc):
 token embedding (GPT: plus a learned position table); per layer a norm (GPT: LayerNorm
 with bias; Llama: RMSNorm), one fused QKV linear of (heads + 2*kv_heads)*head_dim
 outputs (GQA when kv_heads < heads), rotary embedding (Llama), causal
@@ -26,7 +26,7 @@ forward and backward of --micro-batches micro-batches (gradient accumulation), c
 optimizer step and zero_grad. iteration_time_s is the median step. One more step runs
 under torch.profiler afterwards (not timed) and its GPU kernels become `spans` rows.
 
-FLOPs (stated, as clustersim counts model FLOPs, plan/training_planner.cc):
+FLOPs (stated, as clustersim counts model FLOPs, plan/stage_*.cc):
   P = matrix-product weights = layers*(hidden*(heads+2*kv_heads)*head_dim
       + heads*head_dim*hidden + mlp_matrices*hidden*ffn_hidden) + vocab*hidden (logits)
       (embedding lookup, norms, biases and positions are no matrix products)

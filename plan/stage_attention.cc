@@ -1,10 +1,9 @@
 // StageBuilder (plan/stage_builder.h): attention, fused or unfused, with ring attention across the
-// CP group, and multi-head latent attention.
+// CP group, the rotary embedding, and multi-head latent attention.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -15,8 +14,6 @@
 #include "plan/stage_builder.h"
 
 namespace clustersim {
-
-// ---- unfused attention: QK^T and PV as batched GEMMs, scores through HBM ------------
 
 // Megatron-LM before fused attention: per head, S = QK^T (q x kv x d) into HBM, a fused
 // scale-mask-softmax over S (read and write), dropout over S (and its 1-byte mask),
@@ -82,31 +79,6 @@ uint32_t StageBuilder::unfused_attention_backward(int32_t L, int64_t q, int64_t 
                         deps(dq, dk));
   return join(dq, dk);
 }
-
-int32_t StageBuilder::layer_of(int64_t chunk, int64_t i) const {
-  return static_cast<int32_t>(stage_layers(l_, m_.layers, chunk * l_.pp + stage_).first + i);
-}
-
-int64_t StageBuilder::chunk_layers(int64_t chunk) const {
-  return stage_layers(l_, m_.layers, chunk * l_.pp + stage_).second;
-}
-
-double StageBuilder::layer_dense_params(int32_t L) const {
-  const double t = static_cast<double>(t_), h = static_cast<double>(m_.hidden);
-  double p = static_cast<double>(m_.attention_params()) / t + (m_.biases ? 4 * h : 2 * h);
-  if (m_.moe_layer(L))
-    p += h * static_cast<double>(m_.moe.experts) + static_cast<double>(m_.moe.shared_experts * m_.expert_params()) / t;
-  else
-    p += static_cast<double>(m_.dense_mlp_params()) / t;
-  return p;
-}
-
-double StageBuilder::layer_expert_params(int32_t L) const {
-  if (!m_.moe_layer(L)) return 0;
-  return static_cast<double>(m_.moe.experts / l_.ep * m_.expert_params()) / static_cast<double>(l_.expert_tp());
-}
-
-// ---- attention, with ring attention across the CP group ----------------------------
 
 // Ring attention: the local K/V block first, then cp - 1 blocks arriving from the ring
 // predecessor while the block at hand is computed (load-balanced causal split). Forward
@@ -215,8 +187,6 @@ uint32_t StageBuilder::rope_backward(int32_t L, uint32_t after) {
   const double qkv = static_cast<double>(tokens_ * qkv_ * e_);
   return add_memory("qkv-grad-cat", Phase::Backward, L, qkv, qkv, 0, deps(r));
 }
-
-// ---- multi-head latent attention (Megatron-Core's MLASelfAttention) -----------------
 
 // As core_r0.12.0 runs it with Transformer Engine's layer spec and qk_layernorm
 // (docs/model.md, "Multi-head latent attention"). Every projection is a column-parallel

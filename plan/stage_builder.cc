@@ -1,12 +1,12 @@
-// StageBuilder (plan/stage_builder.h): the step's bookends, the blocks and layers in schedule order,
-// the op primitives, weight gradients and Transformer Engine's FP8 casts.
+// StageBuilder (plan/stage_builder.h): the step around the blocks (the gradient buffer, the sync and
+// the optimizer after them, the loss and metrics syncs), the op primitives, the host's waits, weight
+// gradients into the main gradient buffer and Transformer Engine's FP8 casts.
 #include "plan/stage_builder.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -345,41 +345,6 @@ uint32_t StageBuilder::add_p2p(const char* name, OpKind kind, GroupKind group, i
   return p_.add(op, after);
 }
 
-uint32_t StageBuilder::pp_gather(const char* name, Phase ph, int32_t layer, uint32_t recv) {
-  if (!pp_scatter()) return recv;
-  return add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(recv));
-}
-
-// Activations leaving a row-parallel layer: all-reduce, or reduce-scatter under SP.
-uint32_t StageBuilder::tp_reduce(const char* ar, const char* rs, Phase ph, int32_t layer, uint32_t after) {
-  if (t_ == 1) return after;
-  return add_coll(l_.sequence_parallel ? rs : ar,
-                  l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP, tp_,
-                  ph, layer, full_act_bytes(), deps(after));
-}
-
-// Activations entering a column-parallel layer under SP: all-gather the sequence.
-// `bulk_sms`: under the TP overlap, the backward's all-gather of a weight gradient's input
-// is a userbuffers bulk overlap whose kernel holds that many SMs beside the data-gradient
-// GEMM (TE's qkv_dgrad / fc1_dgrad num_sm, no margin), not an NCCL collective's channels.
-uint32_t StageBuilder::tp_gather(const char* name, Phase ph, int32_t layer, uint32_t after, int bulk_sms) {
-  if (t_ == 1 || !l_.sequence_parallel) return after;
-  const uint32_t op =
-      add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(after));
-  return l_.tp_comm_overlap && bulk_sms > 0 ? bulk(op, bulk_sms) : op;
-}
-
-// A TE userbuffers bulk overlap: one comm kernel holding `sms` SMs, no margin (TE's
-// default and every configuration's set_sm_margin for bulk overlaps).
-uint32_t StageBuilder::bulk(uint32_t op, int sms) {
-  p_.ops[op].holds_sms = true;
-  p_.ops[op].held_sms = static_cast<uint16_t>(sms);
-  p_.ops[op].sm_margin = false;
-  return op;
-}
-
-// ---- Weight gradients into the main gradient buffer --------------------------------
-
 // With --gradient-accumulation-fusion the wgrad GEMM adds into the main gradient in its
 // epilogue (nothing more to run). Without it, the GEMM writes a 16-bit gradient and a
 // hook adds it into the buffer: main_grad.add_(grad) at every micro-batch (Megatron-LM's
@@ -390,8 +355,6 @@ uint32_t StageBuilder::main_grad_add(const char* name, int32_t L, int64_t in, in
   const uint32_t op = add_memory(name, Phase::Backward, L, params * (e_ + g), params * g, params, deps(wgrad));
   return dtype_bits(grad_dtype_) / 8 == e_ ? op : accessed(op, MemAccess::DynamicCast, params);
 }
-
-// ---- Transformer Engine FP8: casts to FP8 (with amax) and the transposes wgrad reads --
 
 // Transformer Engine's Fp8Padding and Fp8Unpadding around the grouped MLP under FP8
 // (Megatron-Core's TEGroupedMLP, core_r0.10.0 to core_r0.15.0): FP8 GEMMs take each expert's
@@ -463,6 +426,167 @@ uint32_t StageBuilder::fp8_quantize_fused(const char* name, Phase ph, int32_t L,
   if (amax_over_tp) after = amax_allreduce(name, ph, L, after);
   const double elements = static_cast<double>(rows) * static_cast<double>(cols);
   return cast_transpose(name, ph, L, rows, cols, elements * static_cast<double>(e_), after);
+}
+
+// What eager PyTorch launches for the same layer (docs/model.md, "PyTorch eager"): the
+// parameters are FP32 and autocast casts each linear's weight (and bias) to BF16 at
+// every forward (its cast cache lives for one autocast region: a micro-batch); linear
+// inputs that arrive in FP32 are cast too. layer_norm / rms_norm, log_softmax and
+// nll_loss run in FP32, so the residual stream after the embedding is FP32 and every
+// residual add is FP32 + BF16 -> FP32. Each elementwise op is its own kernel. In the
+// backward, each weight gradient leaves its GEMM in BF16, is cast to FP32 and
+// accumulated into .grad (a copy for the first micro-batch: zero_grad sets None, an
+// add after); bias gradients are a reduction of the output gradient.
+uint32_t StageBuilder::accessed(uint32_t op, MemAccess a, double elements) {
+  p_.ops[op].access = a;
+  p_.ops[op].m = static_cast<int64_t>(elements);
+  return op;
+}
+
+// The host's own time as an op (compute.host_sync a wait, compute.host_op a small op it
+// then dispatches alone): `waits` waits for the GPU, then `ops` ops issued one by one.
+uint32_t StageBuilder::host_wait(const char* name, Phase ph, int32_t L, uint32_t after, int64_t waits, int64_t ops) {
+  const uint32_t op =
+      accessed(add_memory(name, ph, L, 0, 0, 0, deps(after)), MemAccess::HostSync, static_cast<double>(waits));
+  p_.ops[op].k = ops;
+  return op;
+}
+
+// The trainer's training metrics (training.train_metrics), updated after the micro-batch's
+// backward from the logits its forward kept: each a cross-entropy under autocast, which runs
+// log_softmax on the 16-bit logits with an FP32 output (three reads of each row, one FP32
+// write), then nll_loss (Composer's _eval_train_metrics with MPT's LanguageCrossEntropy and
+// LanguagePerplexity; docs/model.md, "Training metrics").
+void StageBuilder::train_metrics(uint32_t after) {
+  const double lg = static_cast<double>(tokens_ * vocab_local_);
+  uint32_t x = after;
+  for (int k = 0; k < l_.train_metrics; ++k) {
+    x = accessed(
+        add_memory("metric-log-softmax", Phase::Forward, -1, lg * 3 * static_cast<double>(e_), lg * 4, 0, deps(x)),
+        MemAccess::MixedSoftmax, lg);
+    x = add_memory("metric-nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
+  }
+}
+
+// Once a batch the trainer computes each training metric, and torchmetrics syncs every
+// state over all ranks (Composer's _compute_and_log_metrics -> Metric.compute ->
+// gather_all_tensors, torchmetrics 0.10-1.3): a barrier (a one-element all-reduce, then the
+// host waits for the device), n fills for the outputs, an all-gather of n elements that
+// ProcessGroupNCCL copies into them one by one, each fill and copy dispatched by the host
+// (compute.host_op) with the device idle after the barrier. MPT's two metrics hold two
+// scalar states each (docs/model.md, "Training metrics").
+void StageBuilder::train_metrics_sync(uint32_t x) {
+  if (l_.train_metrics <= 0 || l_.dp <= 1) return;
+  const int64_t n = l_.dp;
+  for (int k = 0; k < 2 * l_.train_metrics; ++k) {
+    x = add_coll("metric-barrier", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Other, -1, 4, deps(x));
+    x = host_wait("metric-barrier-wait", Phase::Other, -1, x);
+    const uint32_t fills = host_ops("metric-gather-fills", n, x);
+    const uint32_t gather = add_coll("metric-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_, Phase::Other,
+                                     -1, 4.0 * static_cast<double>(n), deps(fills));
+    x = join(gather, host_ops("metric-gather-copies", n, fills));
+  }
+}
+
+// `count` small eager ops (a fill, a copy) dispatched one by one by the host, with nothing
+// queued ahead of them on the device.
+uint32_t StageBuilder::host_ops(const char* name, int64_t count, uint32_t after) {
+  return host_wait(name, Phase::Other, -1, after, 0, count);
+}
+
+// Megatron-LM's loss_func on the last stage, between a micro-batch's forward and its
+// backward (training.loss_sync): the loss and token count (8 bytes) all-reduced over CP
+// when cp > 1; the NaN check (check_for_nan_in_loss_and_grad, on by default since
+// 2023-09: `assert not loss[0].isnan()`, then the rerun state machine's validate_result),
+// a host wait before the backward is launched; the reporting loss all-reduced over DP
+// (every micro-batch until 2025-04, then once a step). Synchronous torch.distributed
+// calls: the compute stream waits for each.
+uint32_t StageBuilder::loss_sync(uint32_t x, int64_t chunk) {
+  if (l_.cp > 1 && l_.loss_allreduce) {
+    if (cp_ == 0xff) cp_ = p_.stream("cp");
+    x = add_coll("loss-cp-allreduce", CollectiveKind::AllReduce, GroupKind::CP, cp_, Phase::Forward, -1, 8, deps(x));
+  }
+  if (l_.loss_host_syncs > 0) {
+    // The wait, then loss.backward() launched from an empty queue, walking the chunk's graph
+    // (compute.backward_relaunch, autograd_node).
+    // Counted before the check joins the chunk's ops.
+    const int64_t nodes = l_.plan_before_2026_12_05 ? 0 : autograd_nodes(chunk, chunk_begin_);
+    x = host_wait("loss-nan-check", Phase::Forward, -1, x, l_.loss_host_syncs);
+    p_.ops[x].n = 1;
+    if (!l_.plan_before_2026_12_05) p_.ops[x].batch = nodes;
+  }
+  if (l_.dp > 1 && l_.loss_allreduce)
+    x = add_coll("loss-dp-allreduce", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Forward, -1, 8, deps(x));
+  return x;
+}
+
+// Megatron's blocking p2p (batch_p2p_comm, whenever overlap_p2p_comm is off) ends each
+// batched send and receive with torch.cuda.synchronize() (batch_p2p_sync, on by default
+// through core_r0.15.0; unconditional in the 2021-22 code): the host waits for every op
+// issued so far on every stream, the DP bucket reductions in flight included, then issues
+// the next kernels into an empty queue; a backward is launched from there, walking the
+// chunk's graph (relaunch_nodes >= 0: compute.backward_relaunch and autograd_node a node).
+uint32_t StageBuilder::device_sync(const char* name, Phase ph, int32_t L, uint32_t after, int64_t relaunch_nodes) {
+  for (; scanned_ < p_.ops.size(); ++scanned_) {
+    const size_t st = p_.ops[scanned_].stream;
+    if (last_on_stream_.size() <= st) last_on_stream_.resize(st + 1, kNone);
+    last_on_stream_[st] = static_cast<uint32_t>(scanned_);
+  }
+  // The DP stream: the gradient reductions issued so far (its parameter gathers, issued
+  // at the step's start in the plan, go out bucket by bucket as the forward reaches them
+  // in Megatron, so the host finds only the next one in flight).
+  std::vector<uint32_t> d = deps(after);
+  for (size_t st = 0; st < last_on_stream_.size(); ++st)
+    if (st != compute_ && st != dp_ && last_on_stream_[st] != kNone && last_on_stream_[st] != after)
+      d.push_back(last_on_stream_[st]);
+  if (!grad_ops_.empty()) d.push_back(grad_ops_.back());
+  const uint32_t op = accessed(add_memory(name, ph, L, 0, 0, 0, d), MemAccess::HostSync, 1);
+  device_sync_name_ = p_.ops[op].name;
+  if (relaunch_nodes >= 0) {
+    p_.ops[op].n = 1;
+    p_.ops[op].batch = relaunch_nodes;
+  }
+  return op;
+}
+
+uint32_t StageBuilder::join(uint32_t a, uint32_t b) {
+  if (a == kNone) return b;
+  if (b == kNone) return a;
+  return add_memory("wait", Phase::Other, -1, 0, 0, 0, deps(a, b));
+}
+
+// The layers the stage holds: its chunks' transformer layers, then on the last stage the
+// multi-token prediction modules' (numbered on from m_.layers).
+std::vector<int32_t> StageBuilder::held_layers() const {
+  std::vector<int32_t> out;
+  for (int64_t c = 0; c < l_.virtual_stages; ++c) {
+    for (int64_t i = 0; i < chunk_layers(c); ++i) out.push_back(layer_of(c, i));
+    if (last_virtual(c))
+      for (int64_t k = 0; k < m_.mtp_layers; ++k) out.push_back(static_cast<int32_t>(m_.layers + k));
+  }
+  return out;
+}
+
+// The stage's parameters: dense (expert = false) or expert, over all its chunks.
+double StageBuilder::local_params(bool expert) const {
+  double p = 0;
+  for (int64_t c = 0; c < l_.virtual_stages; ++c) {
+    for (int64_t i = 0; i < chunk_layers(c); ++i)
+      p += expert ? layer_expert_params(layer_of(c, i)) : layer_dense_params(layer_of(c, i));
+    if (!expert) p += embedding_params(first_virtual(c), last_virtual(c));
+    if (last_virtual(c))
+      for (int64_t k = 0; k < m_.mtp_layers; ++k) {
+        const auto L = static_cast<int32_t>(m_.layers + k);
+        p += expert ? layer_expert_params(L) : layer_dense_params(L) + mtp_extra_params();
+      }
+  }
+  return p;
+}
+
+double StageBuilder::embedding_params_local() const {
+  double p = 0;
+  for (int64_t c = 0; c < l_.virtual_stages; ++c) p += embedding_params(first_virtual(c), last_virtual(c));
+  return p;
 }
 
 }  // namespace clustersim

@@ -1,9 +1,10 @@
 // The builder of one pipeline stage's program for the training planner (plan/training_planner.cc):
 // the ops of each forward and backward block in the schedule's order, with the streams, dependencies,
 // communication and per-step work of the stack the layout names. Its members are defined by topic:
-// stage_builder.cc (blocks, layers, the step's bookends, FP8 casts), stage_comm.cc (TP overlap,
-// ZeRO 3, gradient buckets, the distributed optimizer), stage_attention.cc, stage_moe.cc,
-// stage_eager.cc (plain PyTorch) and stage_mtp.cc (multi-token prediction).
+// stage_builder.cc (the step around the blocks, the op primitives, FP8 casts), stage_blocks.cc (the
+// blocks and layers), stage_comm.cc (pipeline p2p, TP collectives and overlap, ZeRO 3, gradient
+// buckets, the distributed optimizer), stage_attention.cc, stage_moe.cc, stage_eager.cc (plain
+// PyTorch) and stage_mtp.cc (multi-token prediction).
 #pragma once
 
 #include <algorithm>
@@ -65,7 +66,6 @@ class StageBuilder {
   uint32_t tp_reduce(const char* ar, const char* rs, Phase ph, int32_t layer, uint32_t after);
   uint32_t tp_gather(const char* name, Phase ph, int32_t layer, uint32_t after, int bulk_sms = 0);
   uint32_t bulk(uint32_t op, int sms);
-  // ---- TP communication overlap (Megatron-Core --tp-comm-overlap, TE userbuffers) ----
 
   uint32_t ag_then_gemm(const char* ag, const char* gemm, Phase ph, int32_t L, uint32_t in, int64_t n, int64_t k,
                         const std::vector<uint32_t>& extra = {});
@@ -77,10 +77,8 @@ class StageBuilder {
   int64_t autograd_nodes(int64_t chunk, uint32_t first) const;
   int64_t layer_param_tensors(int32_t L) const;
   uint32_t small_param_grad_adds(int32_t L, uint32_t g);
-  // ---- Weight gradients into the main gradient buffer --------------------------------
 
   uint32_t main_grad_add(const char* name, int32_t L, int64_t in, int64_t out, uint32_t wgrad);
-  // ---- Transformer Engine FP8: casts to FP8 (with amax) and the transposes wgrad reads --
 
   uint32_t fp8_expert_padding(const char* name, Phase ph, int32_t L, int64_t rows, uint32_t after);
   uint32_t fp8_cast(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after, double held = 0,
@@ -90,7 +88,6 @@ class StageBuilder {
   uint32_t amax_allreduce(const char* name, Phase ph, int32_t L, uint32_t after);
   uint32_t fp8_quantize_fused(const char* name, Phase ph, int32_t L, int64_t rows, int64_t cols, uint32_t after,
                               bool amax_over_tp = false);
-  // ---- unfused attention: QK^T and PV as batched GEMMs, scores through HBM ------------
 
   uint32_t unfused_attention_forward(Phase ph, int32_t L, int64_t q, int64_t kv, uint32_t in);
   uint32_t context_permute(const char* name, Phase ph, int32_t L, uint32_t after);
@@ -104,13 +101,11 @@ class StageBuilder {
   double layer_dense_params(int32_t L) const;
   double layer_expert_params(int32_t L) const;
   double embedding_params(bool first, bool last) const { return vocab_params(m_, t_, first, last, m_.mtp_layers); }
-  // ---- ZeRO-3 parameter gathers and gradient scatters, per layer ----------------------
 
   bool zero3_backward_gathers() const;
   uint32_t zero3_backward_gather(int32_t L, uint32_t after);
   void zero3_prefetch_below(int32_t below);
   uint32_t zero3_gather(Phase ph, int32_t L, uint32_t after);
-  // ---- data-parallel gradient buckets -------------------------------------------------
 
   void drain_deferred_wgrads();
   void add_grads(int32_t L, double dense, double expert, uint32_t ready);
@@ -118,7 +113,6 @@ class StageBuilder {
   uint32_t add_grad_coll(const char* name, CollectiveKind kind, GroupKind group, int32_t L, double bytes,
                          uint32_t ready);
   void flush_buckets(uint32_t ready);
-  // ---- attention, with ring attention across the CP group ----------------------------
 
   uint32_t ring_attention(int32_t L, Phase ph, uint32_t input);
   uint32_t ring_attention(int32_t L, Phase ph, uint32_t input, bool fwd);
@@ -147,7 +141,6 @@ class StageBuilder {
   double rope_elements() const;
   uint32_t rope_forward(Phase ph, int32_t L, uint32_t after);
   uint32_t rope_backward(int32_t L, uint32_t after);
-  // ---- multi-head latent attention (Megatron-Core's MLASelfAttention) -----------------
 
   uint32_t sp_gemm(const char* ag, const char* gemm, Phase ph, int32_t L, uint32_t in, int64_t n, int64_t k);
   uint32_t latent_gather(const char* ag, const char* cat, const char* scatter, Phase ph, int32_t L, uint32_t in,
@@ -160,7 +153,6 @@ class StageBuilder {
   uint32_t width_gather_backward(const char* ag, const char* split, int32_t L, uint32_t dy, int64_t width,
                                  int64_t kept);
   uint32_t mla_backward(int32_t L, uint32_t dqkv, uint32_t proj_w);
-  // ---- the MLP: dense, or router + experts (+ shared experts) -------------------------
 
   uint32_t mlp_forward(int32_t L, Phase ph, uint32_t ln);
 
@@ -176,7 +168,6 @@ class StageBuilder {
   ExpertLoad expert_load(int32_t L, bool forward);
   uint32_t router_cast(const char* name, Phase ph, int32_t L, int64_t rows, uint32_t after);
   void router_in_fp32(uint32_t gemm);
-  // ---- The router's own kernels and the dispatcher's bookkeeping ---------------------
   // After its GEMM the router selects each token's experts and builds the routing map and
   // probabilities from small PyTorch ops on [tokens, experts] tensors, each a kernel of its
   // own (Megatron-Core's topk_softmax_with_capacity, group_limited_topk and the balancing
@@ -246,7 +237,6 @@ class StageBuilder {
   uint32_t moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad);
   uint8_t ep_stream();
   uint32_t layer_forward(int32_t L, uint32_t x, Phase ph);
-  // ---- plain PyTorch under torch.autocast(bfloat16) (training.framework: pytorch-eager) ----
 
   uint32_t accessed(uint32_t op, MemAccess a, double elements = 0);
   uint32_t host_wait(const char* name, Phase ph, int32_t L, uint32_t after, int64_t waits = 1, int64_t ops = 0);
@@ -275,7 +265,6 @@ class StageBuilder {
   uint32_t layer_backward_eager(int32_t L, uint32_t g, bool last_micro_batch);
   void forward_block(int64_t chunk);
   uint32_t logits_and_loss(uint32_t x, int32_t L, const std::string& pre);
-  // ---- multi-token prediction (Megatron-Core's MultiTokenPredictionBlock) ------------
 
   uint32_t mtp_forward(uint32_t x);
   uint32_t mtp_backward(uint32_t g, bool last_micro_batch);
@@ -289,7 +278,6 @@ class StageBuilder {
   double local_params(bool expert) const;
   double mtp_extra_params() const;
   double embedding_params_local() const;
-  // ---- distributed optimizer: parameter gathers overlapped with the next forward ----
 
   void plan_param_gathers();
   // Bytes a parameter of layer L (-1: the embedding and output layer) moves in the ZeRO 1/2

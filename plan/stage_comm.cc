@@ -1,11 +1,10 @@
-// StageBuilder (plan/stage_builder.h): communication beside the layers: Megatron-Core's TP overlap,
-// ZeRO 3's per-layer gathers and scatters, the data-parallel gradient buckets and the distributed
-// optimizer's parameter gathers.
+// StageBuilder (plan/stage_builder.h): communication beside the layers: the pipeline's sends and
+// receives, TP collectives and Megatron-Core's TP overlap, ZeRO 3's per-layer gathers and scatters,
+// the data-parallel gradient buckets and the distributed optimizer's parameter gathers.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -17,7 +16,38 @@
 
 namespace clustersim {
 
-// ---- TP communication overlap (Megatron-Core --tp-comm-overlap, TE userbuffers) ----
+uint32_t StageBuilder::pp_gather(const char* name, Phase ph, int32_t layer, uint32_t recv) {
+  if (!pp_scatter()) return recv;
+  return add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(recv));
+}
+
+// Activations leaving a row-parallel layer: all-reduce, or reduce-scatter under SP.
+uint32_t StageBuilder::tp_reduce(const char* ar, const char* rs, Phase ph, int32_t layer, uint32_t after) {
+  if (t_ == 1) return after;
+  return add_coll(l_.sequence_parallel ? rs : ar,
+                  l_.sequence_parallel ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, GroupKind::TP, tp_,
+                  ph, layer, full_act_bytes(), deps(after));
+}
+
+// Activations entering a column-parallel layer under SP: all-gather the sequence.
+// `bulk_sms`: under the TP overlap, the backward's all-gather of a weight gradient's input
+// is a userbuffers bulk overlap whose kernel holds that many SMs beside the data-gradient
+// GEMM (TE's qkv_dgrad / fc1_dgrad num_sm, no margin), not an NCCL collective's channels.
+uint32_t StageBuilder::tp_gather(const char* name, Phase ph, int32_t layer, uint32_t after, int bulk_sms) {
+  if (t_ == 1 || !l_.sequence_parallel) return after;
+  const uint32_t op =
+      add_coll(name, CollectiveKind::AllGather, GroupKind::TP, tp_, ph, layer, full_act_bytes(), deps(after));
+  return l_.tp_comm_overlap && bulk_sms > 0 ? bulk(op, bulk_sms) : op;
+}
+
+// A TE userbuffers bulk overlap: one comm kernel holding `sms` SMs, no margin (TE's
+// default and every configuration's set_sm_margin for bulk overlaps).
+uint32_t StageBuilder::bulk(uint32_t op, int sms) {
+  p_.ops[op].holds_sms = true;
+  p_.ops[op].held_sms = static_cast<uint16_t>(sms);
+  p_.ops[op].sm_margin = false;
+  return op;
+}
 
 // All-gather then a column-parallel GEMM. Overlapped (ring exchange): the GEMM runs on
 // the tp chunks of the sequence one at a time, starting on the rank's own chunk while
@@ -112,88 +142,6 @@ uint32_t StageBuilder::gemm_then_reduce(const char* gemm, const char* ar, const 
                     deps(last, arrived));
 }
 
-// The backward of Megatron's bias-dropout-add (bias_dropout_add_fused_train under
-// jit_fuser) for one branch of the residual stream, from its output gradient `g`: with
-// hidden dropout, the dropped branch's gradient is `g` times the mask and 1 / (1 - p), a
-// kernel of its own (the gradient and the 1-byte mask read, the gradient written); with
-// linear biases under Transformer Engine (skip_bias_add: the projection and FC2 return
-// their bias for this op to add), the bias gradient is that gradient summed over the
-// (sequence-parallel) tokens, a reduction. The residual's gradient passes through.
-uint32_t StageBuilder::bias_dropout_add_backward(const char* drop_name, const char* bias_name, int32_t L, uint32_t g,
-                                                 bool biased) {
-  if (l_.plan_before_2026_12_05) return g;
-  const double act = act_bytes(), elems = act / static_cast<double>(e_);
-  if (m_.dropout > 0) g = add_memory(drop_name, Phase::Backward, L, act + elems, act, elems, deps(g));
-  if (biased && m_.biases && !l_.local_impl)
-    g = add_memory(bias_name, Phase::Backward, L, act, static_cast<double>(m_.hidden) * static_cast<double>(e_), elems,
-                   deps(g));
-  return g;
-}
-
-// The nodes loss.backward() walks before its first one runs (autograd's dependency count
-// over the graph from the loss down to this chunk's input): one a forward computation
-// planned since the chunk began (`first`; a GEMM split into chunks beside its
-// communication is one op of its module, and communication records none), one a parameter
-// tensor of its layers and of the embedding or output layer it holds (their AccumulateGrad
-// nodes). A floor: the views and splits a framework records between its kernels add more
-// (docs/model.md, "Each micro-batch's loss"). A chunk's graph ends at its input: a
-// received activation is a leaf.
-int64_t StageBuilder::autograd_nodes(int64_t chunk, uint32_t first) const {
-  // Under full recompute each layer is one checkpoint node; its ops record none.
-  const bool checkpointed = l_.recompute == "full";
-  std::vector<std::pair<int32_t, uint32_t>> ops;  // (layer, name) of each forward computation
-  for (size_t i = first; i < p_.ops.size(); ++i) {
-    const Op& op = p_.ops[i];
-    const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
-    // (the pipeline's device synchronize is the host's wait, no node of the graph)
-    if (op.phase == Phase::Forward && !comm && op.name != device_sync_name_ && !(checkpointed && op.layer >= 0))
-      ops.emplace_back(op.layer, op.name);
-  }
-  std::sort(ops.begin(), ops.end());
-  int64_t nodes = (checkpointed ? chunk_layers(chunk) : 0) +
-                  static_cast<int64_t>(std::unique(ops.begin(), ops.end()) - ops.begin());
-  for (int64_t i = 0; i < chunk_layers(chunk); ++i) nodes += layer_param_tensors(layer_of(chunk, i));
-  if (first_virtual(chunk)) nodes += m_.learned_positions ? 2 : 1;  // the token (and position) tables
-  if (last_virtual(chunk)) nodes += (m_.biases ? 2 : 1) + (m_.tied_embeddings && l_.pp == 1 ? 0 : 1);
-  return nodes;
-}
-
-// A layer's parameter tensors: two norms' gains (and biases), the QKV and projection
-// weights (and biases), then FC1 and FC2 (and biases), or a router and each local
-// expert's two.
-int64_t StageBuilder::layer_param_tensors(int32_t L) const {
-  int64_t n = m_.biases ? 8 : 4;
-  if (m_.moe_layer(L))
-    n += 1 + 2 * (m_.moe.experts / l_.ep);
-  else
-    n += m_.biases ? 4 : 2;
-  return n;
-}
-
-// Megatron's DDP adds each parameter's gradient into its FP32 main gradient from a hook
-// after every micro-batch's backward (`param.main_grad.add_(param.grad.data)`), except
-// where the wgrad GEMM accumulated it there already (gradient-accumulation fusion, or the
-// main_grad_add ops below): the LayerNorm gains and biases and the linear biases, one
-// small kernel each, 16-bit into the main gradient's type (FP32: a dynamic-cast loop).
-// `k` counts the kernels.
-uint32_t StageBuilder::small_param_grad_adds(int32_t L, uint32_t g) {
-  if (l_.plan_before_2026_12_05) return g;
-  const int64_t h = m_.hidden;
-  int64_t kernels = m_.biases ? 4 : 2, elements = kernels * h;  // two norms: gains (and biases)
-  if (m_.biases) {  // QKV and projection biases; FC1's and FC2's in a dense layer
-    kernels += 2, elements += qkv_ + h;
-    if (!m_.moe_layer(L)) kernels += 2, elements += (m_.ffn_type == FfnType::Swiglu ? 2 : 1) * (m_.ffn_hidden / t_) + h;
-  }
-  const double n = static_cast<double>(elements), ge = dtype_bits(grad_dtype_) / 8.0;
-  uint32_t op = add_memory("main-grad-add-small-params", Phase::Backward, L, n * (ge + static_cast<double>(e_)), n * ge,
-                           n, deps(g));
-  if (ge != static_cast<double>(e_)) op = accessed(op, MemAccess::DynamicCast, n);
-  p_.ops[op].k = kernels;
-  return op;
-}
-
-// ---- ZeRO-3 parameter gathers and gradient scatters, per layer ----------------------
-
 // Whether each backward gathers its layer's parameters again (ZeRO 3 per micro-batch).
 bool StageBuilder::zero3_backward_gathers() const {
   return l_.zero_stage >= 3 && l_.dp * l_.cp > 1 && !l_.zero3_gather_once && !l_.zero3_keep_for_backward;
@@ -239,8 +187,6 @@ uint32_t StageBuilder::zero3_gather(Phase ph, int32_t L, uint32_t after) {
   (void)after;
   return g;
 }
-
-// ---- data-parallel gradient buckets -------------------------------------------------
 
 // Megatron-Core's finish_embedding_wgrad_compute: after the last backward, the output
 // layer's deferred weight gradients, one GEMM per deferred micro-batch, each on its
@@ -353,8 +299,6 @@ void StageBuilder::flush_buckets(uint32_t ready) {
   bucket_dense_ = bucket_expert_ = bucket_gather_ = 0;
 }
 
-// ---- distributed optimizer: parameter gathers overlapped with the next forward ----
-
 // Megatron-Core with --overlap-param-gather all-gathers each bucket's updated
 // parameters as the forward reaches it. The buckets are those the backward fills
 // (layers last to first); the gathers are issued in forward order at the start of the
@@ -389,215 +333,41 @@ uint32_t StageBuilder::param_gather_for(int32_t L) const {
   return it == param_gather_.end() ? kNone : it->second;
 }
 
-// One transformer layer's backward (Megatron path or eager), from its output gradient
-// to its input's; its gradients join the buckets in the last micro-batch.
-uint32_t StageBuilder::layer_backward(int32_t L, uint32_t g, bool last_micro_batch) {
-  const double act = act_bytes();
-  const int64_t h = m_.hidden;
-  if (l_.eager) {
-    if (l_.recompute == "full") {
-      recomputing_ = true;
-      g = layer_forward_eager(L, g, Phase::Backward);
-      recomputing_ = false;
-    }
-    g = layer_backward_eager(L, g, last_micro_batch);
-    return g;
+// Pipeline sends and receives (parallel.overlap_p2p_comm). Overlapped, a receive is
+// posted ahead on its own stream and a send runs beside the next chunk. Blocking (Megatron's
+// p2p_communication with wait_on_reqs): the stage posts a block's receive together with
+// the previous block's send once its compute reaches them, as one batch, and computes on
+// only when both are done, so a send also waits for its receiver to reach the matching
+// receive. The interleaved schedule batches up to four transfers of two chunks at once
+// (send_forward_backward_recv_forward_backward), which block-by-block posting cannot
+// pair without a cycle: there the receives stay posted ahead and only the sends block.
+//
+// Overlapped, Megatron posts a block's receive with the send that follows the previous
+// block of the same direction (forward_backward_pipelining_with_interleaving, core_r0.8 to
+// core_r0.15: send_forward_recv_forward after each forward step, send_backward_recv_backward
+// after each backward step; the first backward's receive after the warm-up's last forward),
+// and ProcessGroupNCCL makes its stream wait for the kernels issued before the post: so
+// the receive starts when that block's compute has finished, not as soon as its stream is
+// free. The first forward's receive is posted at the step's start.
+std::vector<uint32_t> StageBuilder::p2p_posted(bool forward) const {
+  if (l_.overlap_p2p) {
+    if (forward) return fwd_ends_.empty() ? std::vector<uint32_t>{} : deps(fwd_ends_.back());
+    if (!bwd_ends_.empty()) return deps(bwd_ends_.back());
+    const size_t w = std::min(warm_forwards_, fwd_ends_.size());
+    return w == 0 ? std::vector<uint32_t>{} : deps(fwd_ends_[w - 1]);
   }
-  if (l_.recompute == "full") {
-    // Full recompute: the layer's forward runs again from its stored input.
-    recomputing_ = true;
-    g = layer_forward(L, g, Phase::Backward);
-    recomputing_ = false;
-  }
-  // MLP: row-parallel down projection, then column-parallel up projection whose
-  // input-gradient reduction overlaps its weight-gradient GEMM.
-  uint32_t mlp_w = kNone, up_w = kNone;
-  uint32_t red = mlp_backward(
-      L, bias_dropout_add_backward("dropout-backward-mlp", "bias-grad-fc2", L, g, !m_.moe_layer(L)), mlp_w, up_w);
-  if (m_.moe_layer(L)) {
-    tp_gather("allgather-mlp-input-wgrad", Phase::Backward, L, mlp_input_ready_);
-    up_w = mlp_w;
-  }
-  // Before 2026-12-05 the dropout's mask was read by the LayerNorm backwards instead.
-  const double mask = l_.plan_before_2026_12_05 && m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
-  uint32_t ln2 = add_memory("layernorm-2-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
-                            12.0 * act / static_cast<double>(e_), deps(red, up_w));
-  ln2 = bias_dropout_add_backward("dropout-backward-attn", "bias-grad-proj", L, ln2);
-  const int64_t attn_out = m_.attn_out_width() / t_;
-  ln2 = fp8_cast("fp8-cast-attn-grad", Phase::Backward, L, seq_tokens_, m_.hidden, ln2, 0, true);
-  uint32_t proj_d = ag_then_gemm("allgather-attn-grad", "attn-proj-dgrad", Phase::Backward, L, ln2, attn_out, h);
-  uint32_t proj_w =
-      main_grad_add("grad-accumulate-attn-proj", L, h, attn_out,
-                    add_gemm("attn-proj-wgrad", Phase::Backward, L, h, attn_out, tokens_, deps(gathered_)));
-  // Selective recompute under a fused kernel: Megatron-Core checkpoints the core
-  // attention (`checkpoint_core_attention`), so its forward kernel, ring exchange
-  // included, runs again once the output gradient arrives, before its backward.
-  if (l_.mla_up_recompute) {
-    recomputing_ = true;
-    proj_d = join(proj_d, mla_up(L, Phase::Backward, proj_d, proj_d));
-    recomputing_ = false;
-  }
-  if (l_.recompute_core_attn && l_.flash_attention) {
-    recomputing_ = true;
-    proj_d = join(proj_d, ring_attention(L, Phase::Backward, proj_d, true));
-    recomputing_ = false;
-  }
-  uint32_t red1 = kNone, qkv_w = kNone;
-  if (m_.is_mla()) {
-    red1 = mla_backward(L, ring_attention(L, Phase::Backward, proj_d), proj_w);
-  } else {
-    uint32_t at = rope_backward(L, ring_attention(L, Phase::Backward, proj_d));
-    at = fp8_cast("fp8-cast-qkv-grad", Phase::Backward, L, tokens_, qkv_, at);
-    // The input's all-gather (for the weight gradient) runs beside the data-gradient GEMM,
-    // the data gradient's reduce-scatter beside the weight-gradient GEMM: Megatron's
-    // LinearWithGradAccumulationAndAsyncCommunication and TE's bulk overlaps alike.
-    // Without TP the order stays: TE's _Linear.backward runs the data gradient first.
-    uint32_t x1 = tp_gather("allgather-qkv-input-wgrad", Phase::Backward, L, at, l_.tp_overlap_qkv_dgrad_sms);
-    auto qkv_wgrad = [&] {
-      qkv_w = main_grad_add("grad-accumulate-qkv", L, h, qkv_,
-                            add_gemm("qkv-wgrad", Phase::Backward, L, h, qkv_, tokens_, deps(x1, proj_w)));
-      return qkv_w;
-    };
-    red1 = gemm_then_reduce("qkv-dgrad", "tp-allreduce-qkv-grad", "reduce-scatter-qkv-grad", Phase::Backward, L,
-                            deps(at), h, qkv_, qkv_wgrad);
-    // Megatron-LM's own layer: each bias gradient is a sum of the output gradient over the
-    // tokens, a reduction kernel of its own (TE's kernels reduce them as they go): QKV and
-    // FC1 over their TP columns, the projection and FC2 biases over the (sequence-parallel)
-    // hidden rows.
-    if (l_.local_impl && m_.biases && !m_.moe_layer(L)) {
-      const double cols = static_cast<double>(tokens_ * (qkv_ + m_.ffn_hidden / t_));
-      const double rows = 2.0 * static_cast<double>(seq_tokens_ * h);
-      red1 = add_memory("bias-grad-sums", Phase::Backward, L, (cols + rows) * static_cast<double>(e_),
-                        static_cast<double>((qkv_ + m_.ffn_hidden / t_ + 2 * h) * 4), cols + rows, deps(red1));
-    }
-  }
-  g = add_memory("layernorm-1-backward", Phase::Backward, L, 3 * act + mask, 2 * act,
-                 12.0 * act / static_cast<double>(e_), deps(red1, qkv_w));
-  g = small_param_grad_adds(L, g);
-  if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once))
-    add_grads(L, layer_dense_params(L), layer_expert_params(L), g);
-  return g;
+  if (l_.virtual_stages > 1 || prev_ == kNone) return {};
+  return deps(prev_);
 }
 
-void StageBuilder::backward_block(int64_t chunk, bool last_micro_batch) {
-  const double act = act_bytes();
-  const int64_t h = m_.hidden;
-  uint32_t g;
-  if (last_virtual(chunk) && l_.eager) {
-    // nll_loss and log_softmax backward on a zero-filled FP32 gradient, cast to BF16 for
-    // the logits' GEMMs; the logits' weight gradient is cast and accumulated in FP32.
-    const double lg = static_cast<double>(tokens_ * vocab_local_);
-    const double a32 = eager_act32();
-    if (l_.fused_cross_entropy) {
-      // The gradient softmax − one-hot, from the logits and the saved log-sum-exp, written
-      // in the logits' type: one read and one write.
-      g = add_memory("cross-entropy-fused-backward", Phase::Backward, -1, lg * static_cast<double>(e_) + tokens_ * 12.0,
-                     lg * static_cast<double>(e_), 3.0 * lg, deps(prev_));
-    } else {
-      g = add_memory("nll-loss-backward", Phase::Backward, -1, static_cast<double>(tokens_) * 8, lg * 4, 0,
-                     deps(prev_));
-      g = add_memory("log-softmax-backward", Phase::Backward, -1, lg * 12, lg * 4, 3.0 * lg, deps(g));
-      g = add_memory("logits-grad-cast", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 0, deps(g));
-    }
-    uint32_t dgrad =
-        add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
-    uint32_t wgrad =
-        add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_);
-    wgrad = eager_grad_accumulate("grad-accumulate-logits", -1, static_cast<double>(vocab_local_ * h), wgrad);
-    g = accessed(add_memory("autocast-cast-logits-input-grad", Phase::Backward, -1, eager_act16(), a32, 0, deps(dgrad)),
-                 MemAccess::DynamicCast, static_cast<double>(tokens_ * h));
-    g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * a32, a32,
-                   10.0 * static_cast<double>(tokens_ * h), deps(g));
-    g = add_memory("final-layernorm-weight-grad", Phase::Backward, -1, 2 * a32, 0, 0, deps(g, wgrad));
-  } else if (last_virtual(chunk)) {
-    const double lg = static_cast<double>(tokens_ * vocab_local_);
-    // Fused: the saved softmax read once, the gradient written in the logits' type.
-    const bool fused = l_.fused_cross_entropy;
-    // Unfused, the softmax is scaled by the loss gradient broadcast across each row
-    // (grad_input.mul_(grad_output.unsqueeze(-1))): one broadcast pass, lg elements.
-    g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * (fused ? 4.0 : 8.0),
-                   lg * ((fused ? 0.0 : 4.0) + static_cast<double>(e_)), 3.0 * lg, deps(prev_));
-    if (!fused) g = accessed(g, MemAccess::BroadcastLoop, lg);
-    uint32_t dgrad =
-        add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
-    // Deferred (training.defer_embedding_wgrad): the weight gradient waits for the end of
-    // the step (drain_deferred_wgrads); the first wgrad_deferral_limit micro-batches' only.
-    uint32_t wgrad = kNone;
-    if (l_.defer_embedding_wgrad && (l_.wgrad_deferral_limit == 0 || deferred_wgrads_ < l_.wgrad_deferral_limit)) {
-      ++deferred_wgrads_;
-    } else {
-      wgrad = main_grad_add(
-          "grad-accumulate-logits", -1, vocab_local_, h,
-          add_gemm("logits-wgrad", Phase::Backward, -1, vocab_local_, h, tokens_, deps(g), 1, 1.0, act_dtype_));
-    }
-    uint32_t d = tp_reduce("logits-grad-allreduce", "logits-grad-reduce-scatter", Phase::Backward, -1, dgrad);
-    g = add_memory("final-layernorm-backward", Phase::Backward, -1, 2 * act, act, 10.0 * act / static_cast<double>(e_),
-                   deps(d, wgrad));
-    g = mtp_backward(g, last_micro_batch);
-  } else {
-    const uint32_t recv =
-        add_p2p("pp-recv-grad", OpKind::Recv, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp), "pp-recv-bwd",
-                Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), p2p_posted(false), false, false,
-                l_.overlap_p2p);
-    const uint32_t in = pp_gather("pp-grad-allgather", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), recv);
-    g = add_memory("pp-grad-in", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), 0, 0, 0,
-                   deps(in, after_sends()));
-    if (l_.p2p_device_sync)
-      g = device_sync("pp-device-sync", Phase::Backward, layer_of(chunk, chunk_layers(chunk) - 1), g,
-                      chunk_nodes_[static_cast<size_t>(chunk)]);
-  }
-  for (int64_t i = chunk_layers(chunk) - 1; i >= 0; --i) {
-    const int32_t L = layer_of(chunk, i);
-    const uint32_t zg = zero3_backward_gather(L, g);
-    if (zg != g) g = join(g, zg);
-    zero3_prefetch_below(i > 0 ? layer_of(chunk, i - 1) : -1);
-    g = layer_backward(L, g, last_micro_batch);
-  }
-  if (first_virtual(chunk) && l_.eager) {
-    // embedding_dense_backward: the token ids sorted, the FP32 rows summed per id into a
-    // zero-filled FP32 table; tied to the logits, that table is added to their gradient.
-    const double table = static_cast<double>(vocab_local_ * m_.hidden) * 4;
-    g = add_memory("embedding-backward", Phase::Backward, -1, 2 * eager_act32(), eager_act32() + table, 0, deps(g));
-    if (m_.tied_embeddings || mb_ > 0)
-      g = add_memory("grad-accumulate-embedding", Phase::Backward, -1, 2 * table, table, table / 4, deps(g));
-    if (m_.learned_positions)
-      g = add_memory("position-grad", Phase::Backward, -1, eager_act32(),
-                     static_cast<double>(m_.seq_len * m_.hidden) * 4, 0, deps(g));
-  } else if (first_virtual(chunk)) {
-    // The embedding's weight gradient is dense (vocab x h per TP rank): zero-filled,
-    // scatter-added per token, then accumulated into the FP32 main gradient.
-    const double table = static_cast<double>(vocab_local_ * m_.hidden);
-    const double ge = dtype_bits(grad_dtype_) / 8.0;
-    g = add_memory("embedding-backward", Phase::Backward, -1, 2 * full_act_bytes() + table * (e_ + ge),
-                   full_act_bytes() + table * (e_ + ge), 0, deps(g));
-    // The table's 16-bit gradient added into an FP32 main gradient: mixed dtypes, PyTorch's
-    // dynamic-cast loop (DDP's hook, main_grad.add_(grad)).
-    if (ge != static_cast<double>(e_) && !l_.plan_before_2026_12_05) g = accessed(g, MemAccess::DynamicCast, table);
-  } else {
-    sent(add_p2p("pp-send-grad", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp),
-                 "pp-send-bwd", Phase::Backward, layer_of(chunk, 0), pp_bytes(), deps(g), false, false,
-                 l_.overlap_p2p));
-  }
-  if (last_micro_batch && (first_virtual(chunk) || last_virtual(chunk))) {
-    // With deferred output-layer weight gradients, its gradient is final only once they
-    // are drained at the end of the step.
-    if (last_virtual(chunk) && deferred_wgrads_ > 0 && !l_.eager)
-      deferred_embedding_params_ = embedding_params(first_virtual(chunk), last_virtual(chunk));
-    else
-      add_grads(-1, embedding_params(first_virtual(chunk), last_virtual(chunk)), 0, g);
-  }
-  if (last_micro_batch) flush_buckets(g);
-  if (last_virtual(chunk) && l_.train_metrics > 0) train_metrics(g);
-  // Parameters the optimizer updates on this stage.
-  if (last_micro_batch) {
-    for (int64_t i = 0; i < chunk_layers(chunk); ++i) {
-      params_dense_ += layer_dense_params(layer_of(chunk, i));
-      params_expert_ += layer_expert_params(layer_of(chunk, i));
-    }
-    params_dense_ += embedding_params(first_virtual(chunk), last_virtual(chunk));
-  }
-  prev_ = g;
-  bwd_ends_.push_back(g);
+void StageBuilder::sent(uint32_t send) {
+  if (!l_.overlap_p2p) pending_send_ = join(pending_send_, send);
+}
+
+uint32_t StageBuilder::after_sends() {
+  const uint32_t s = pending_send_;
+  pending_send_ = kNone;
+  return s == kNone ? prev_ : join(prev_, s);
 }
 
 }  // namespace clustersim

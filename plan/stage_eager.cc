@@ -3,7 +3,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -14,32 +13,6 @@
 #include "plan/stage_builder.h"
 
 namespace clustersim {
-
-// ---- plain PyTorch under torch.autocast(bfloat16) (training.framework: pytorch-eager) ----
-
-// What eager PyTorch launches for the same layer (docs/model.md, "PyTorch eager"): the
-// parameters are FP32 and autocast casts each linear's weight (and bias) to BF16 at
-// every forward (its cast cache lives for one autocast region: a micro-batch); linear
-// inputs that arrive in FP32 are cast too. layer_norm / rms_norm, log_softmax and
-// nll_loss run in FP32, so the residual stream after the embedding is FP32 and every
-// residual add is FP32 + BF16 -> FP32. Each elementwise op is its own kernel. In the
-// backward, each weight gradient leaves its GEMM in BF16, is cast to FP32 and
-// accumulated into .grad (a copy for the first micro-batch: zero_grad sets None, an
-// add after); bias gradients are a reduction of the output gradient.
-uint32_t StageBuilder::accessed(uint32_t op, MemAccess a, double elements) {
-  p_.ops[op].access = a;
-  p_.ops[op].m = static_cast<int64_t>(elements);
-  return op;
-}
-
-// The host's own time as an op (compute.host_sync a wait, compute.host_op a small op it
-// then dispatches alone): `waits` waits for the GPU, then `ops` ops issued one by one.
-uint32_t StageBuilder::host_wait(const char* name, Phase ph, int32_t L, uint32_t after, int64_t waits, int64_t ops) {
-  const uint32_t op =
-      accessed(add_memory(name, ph, L, 0, 0, 0, deps(after)), MemAccess::HostSync, static_cast<double>(waits));
-  p_.ops[op].k = ops;
-  return op;
-}
 
 uint32_t StageBuilder::eager_weight_cast(const char* name, Phase ph, int32_t L, double params, uint32_t after) {
   // FSDP with a 16-bit param_dtype hands the layers 16-bit weights: autocast has nothing
@@ -148,48 +121,6 @@ uint32_t StageBuilder::pad_output(Phase ph, int32_t L, uint32_t after) {
                   o / static_cast<double>(e_));
 }
 
-// The trainer's training metrics (training.train_metrics), updated after the micro-batch's
-// backward from the logits its forward kept: each a cross-entropy under autocast, which runs
-// log_softmax on the 16-bit logits with an FP32 output (three reads of each row, one FP32
-// write), then nll_loss (Composer's _eval_train_metrics with MPT's LanguageCrossEntropy and
-// LanguagePerplexity; docs/model.md, "Training metrics").
-void StageBuilder::train_metrics(uint32_t after) {
-  const double lg = static_cast<double>(tokens_ * vocab_local_);
-  uint32_t x = after;
-  for (int k = 0; k < l_.train_metrics; ++k) {
-    x = accessed(
-        add_memory("metric-log-softmax", Phase::Forward, -1, lg * 3 * static_cast<double>(e_), lg * 4, 0, deps(x)),
-        MemAccess::MixedSoftmax, lg);
-    x = add_memory("metric-nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
-  }
-}
-
-// Once a batch the trainer computes each training metric, and torchmetrics syncs every
-// state over all ranks (Composer's _compute_and_log_metrics -> Metric.compute ->
-// gather_all_tensors, torchmetrics 0.10-1.3): a barrier (a one-element all-reduce, then the
-// host waits for the device), n fills for the outputs, an all-gather of n elements that
-// ProcessGroupNCCL copies into them one by one, each fill and copy dispatched by the host
-// (compute.host_op) with the device idle after the barrier. MPT's two metrics hold two
-// scalar states each (docs/model.md, "Training metrics").
-void StageBuilder::train_metrics_sync(uint32_t x) {
-  if (l_.train_metrics <= 0 || l_.dp <= 1) return;
-  const int64_t n = l_.dp;
-  for (int k = 0; k < 2 * l_.train_metrics; ++k) {
-    x = add_coll("metric-barrier", CollectiveKind::AllReduce, GroupKind::DP, dp_, Phase::Other, -1, 4, deps(x));
-    x = host_wait("metric-barrier-wait", Phase::Other, -1, x);
-    const uint32_t fills = host_ops("metric-gather-fills", n, x);
-    const uint32_t gather = add_coll("metric-allgather", CollectiveKind::AllGather, GroupKind::DP, dp_, Phase::Other,
-                                     -1, 4.0 * static_cast<double>(n), deps(fills));
-    x = join(gather, host_ops("metric-gather-copies", n, fills));
-  }
-}
-
-// `count` small eager ops (a fill, a copy) dispatched one by one by the host, with nothing
-// queued ahead of them on the device.
-uint32_t StageBuilder::host_ops(const char* name, int64_t count, uint32_t after) {
-  return host_wait(name, Phase::Other, -1, after, 0, count);
-}
-
 uint32_t StageBuilder::layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
   const int64_t h = m_.hidden;
   const double a32 = eager_act32(), a16 = eager_act16();
@@ -274,110 +205,6 @@ uint32_t StageBuilder::layer_backward_eager(int32_t L, uint32_t g, bool last_mic
                           "residual-grad-add-attn", L, qd, r, acc);
   if (last_micro_batch || (l_.zero_stage >= 3 && !l_.zero3_grad_once)) add_grads(L, layer_dense_params(L), 0, g);
   return g;
-}
-
-void StageBuilder::forward_block(int64_t chunk) {
-  chunk_begin_ = static_cast<uint32_t>(p_.ops.size());
-  uint32_t x = prev_;
-  if (first_virtual(chunk)) {
-    const bool waited = pending_send_ != kNone;
-    prev_ = x = after_sends();
-    if (waited && l_.p2p_device_sync) prev_ = x = device_sync("pp-device-sync", Phase::Forward, -1, x, -1);
-    // Vocab-parallel embedding: each TP rank looks up its slice, then partial sums meet.
-    const uint32_t pg = mb_ == 0 ? param_gather_for(-1) : kNone;
-    if (l_.eager) {
-      // FP32 table: an FP32 gather, and (GPT) the FP32 position rows added.
-      x = add_memory("embedding", Phase::Forward, -1, eager_act32() + static_cast<double>(tokens_ * 8), eager_act32(),
-                     0, pg == kNone ? deps(prev_) : deps(prev_, pg));
-      if (m_.learned_positions)
-        x = add_memory("position-add", Phase::Forward, -1, 2 * eager_act32(), eager_act32(),
-                       static_cast<double>(tokens_ * m_.hidden), deps(x));
-    } else
-      x = add_memory("embedding", Phase::Forward, -1, full_act_bytes() + static_cast<double>(tokens_ * 8),
-                     full_act_bytes(), 0, pg == kNone ? deps(prev_) : deps(prev_, pg));
-    x = tp_reduce("embedding-allreduce", "embedding-reduce-scatter", Phase::Forward, -1, x);
-  } else {
-    const uint32_t recv = add_p2p("pp-recv-activation", OpKind::Recv, GroupKind::PP,
-                                  static_cast<int32_t>((stage_ + l_.pp - 1) % l_.pp), "pp-recv-fwd", Phase::Forward,
-                                  layer_of(chunk, 0), pp_bytes(), p2p_posted(true), false, false, l_.overlap_p2p);
-    const uint32_t in = pp_gather("pp-activation-allgather", Phase::Forward, layer_of(chunk, 0), recv);
-    x = add_memory("pp-activation-in", Phase::Forward, layer_of(chunk, 0), 0, 0, 0, deps(in, after_sends()));
-    if (l_.p2p_device_sync) x = device_sync("pp-device-sync", Phase::Forward, layer_of(chunk, 0), x, -1);
-  }
-  for (int64_t i = 0; i < chunk_layers(chunk); ++i) {
-    const int32_t L = layer_of(chunk, i);
-    const uint32_t g = zero3_gather(Phase::Forward, L, x);
-    x = layer_forward(L, g == x ? x : join(x, g), Phase::Forward);
-  }
-  if (l_.p2p_device_sync && chunk_nodes_[static_cast<size_t>(chunk)] < 0)
-    chunk_nodes_[static_cast<size_t>(chunk)] = autograd_nodes(chunk, chunk_begin_);
-  if (last_virtual(chunk) && l_.eager) {
-    // FP32 norm, its cast, the logits' weight cast, then F.cross_entropy(logits.float()):
-    // the FP32 copy, log_softmax and nll_loss, each a kernel.
-    uint32_t ln = eager_norm("final-layernorm", "autocast-cast-logits-input", Phase::Forward, -1, x);
-    const double table = static_cast<double>(vocab_local_ * m_.hidden);
-    ln = eager_weight_cast("autocast-cast-logits-weight", Phase::Forward, -1, table, ln);
-    uint32_t logits =
-        add_gemm("logits", Phase::Forward, -1, tokens_, vocab_local_, m_.hidden, deps(ln), 1, 1.0, act_dtype_);
-    const double lg = static_cast<double>(tokens_ * vocab_local_);
-    if (l_.fused_cross_entropy) {
-      // One kernel on the 16-bit logits (FlashAttention's xentropy, after apex's): per row
-      // a pass for the max and one for the sum of exponentials; the loss and the
-      // log-sum-exp out, 8 bytes a row.
-      x = add_memory("cross-entropy-fused", Phase::Forward, -1, lg * 2 * static_cast<double>(e_) + tokens_ * 8.0,
-                     tokens_ * 8.0, 3.0 * lg, deps(logits));
-    } else {
-      x = accessed(
-          add_memory("logits-float", Phase::Forward, -1, lg * static_cast<double>(e_), lg * 4, 0, deps(logits)),
-          MemAccess::DynamicCast, lg);
-      // A vocabulary row is longer than a thread block holds: log_softmax reads it once
-      // per pass (max, sum of exponentials, output), its backward twice and the output
-      // once (PyTorch's cunn_SoftMaxForward / cunn_SoftMaxBackward).
-      x = add_memory("log-softmax", Phase::Forward, -1, lg * 12, lg * 4, 5.0 * lg, deps(x));
-      x = add_memory("nll-loss", Phase::Forward, -1, static_cast<double>(tokens_) * 12, 4, 0, deps(x));
-    }
-  } else if (last_virtual(chunk)) {
-    x = logits_and_loss(mtp_forward(x), -1, "");
-    x = loss_sync(x, chunk);
-  } else {
-    sent(add_p2p("pp-send-activation", OpKind::Send, GroupKind::PP, static_cast<int32_t>((stage_ + 1) % l_.pp),
-                 "pp-send-fwd", Phase::Forward, layer_of(chunk, chunk_layers(chunk) - 1), pp_bytes(), deps(x), false,
-                 false, l_.overlap_p2p));
-  }
-  prev_ = x;
-  fwd_ends_.push_back(x);
-}
-
-// The final norm, the vocab-parallel output layer and the loss over its logits: the
-// model's (`L` -1) or a multi-token prediction module's (its layer, names `pre`-fixed).
-uint32_t StageBuilder::logits_and_loss(uint32_t x, int32_t L, const std::string& pre) {
-  {
-    const double act = act_bytes();
-    uint32_t ln = add_memory((pre + "final-layernorm").c_str(), Phase::Forward, L, act, act,
-                             8.0 * act / static_cast<double>(e_), deps(x));
-    uint32_t in = tp_gather((pre + "allgather-logits-input").c_str(), Phase::Forward, L, ln);
-    const uint32_t pg = L < 0 ? param_gather_for(-1) : kNone;
-    uint32_t logits = add_gemm((pre + "logits").c_str(), Phase::Forward, L, tokens_, vocab_local_, m_.hidden,
-                               pg == kNone ? deps(in) : deps(in, pg), 1, 1.0, act_dtype_);
-    const double lg = static_cast<double>(tokens_ * vocab_local_);
-    // Megatron's vocab-parallel cross-entropy on logits.float(): the cast, max, shift,
-    // exp, sum and softmax passes over the FP32 logits. Fused (--cross-entropy-loss-fusion,
-    // NeMo's and Megatron-Bridge's default), its three jit-fused steps: the cast with the
-    // max (reads e, writes 4), the shift, exponential and sum (reads and writes 4), the
-    // division into the softmax it keeps (reads and writes 4).
-    // Unfused, the shift by the row's maximum and the division by its sum read a per-row
-    // scalar broadcast across the row: PyTorch's loop for those two passes is not
-    // vectorized and is bound by the SMs (MemAccess::BroadcastLoop, 2 lg elements).
-    const bool fused = l_.fused_cross_entropy;
-    x = add_memory((pre + "cross-entropy").c_str(), Phase::Forward, L,
-                   lg * (static_cast<double>(e_) + (fused ? 8.0 : 20.0)), lg * (fused ? 12.0 : 16.0), 5.0 * lg,
-                   deps(logits));
-    if (!fused) x = accessed(x, MemAccess::BroadcastLoop, 2.0 * lg);
-    if (t_ > 1)  // vocab-parallel cross-entropy: max, sum of exponentials and target logit
-      x = add_coll((pre + "cross-entropy-allreduce").c_str(), CollectiveKind::AllReduce, GroupKind::TP, tp_,
-                   Phase::Forward, L, 3.0 * static_cast<double>(tokens_) * 4, deps(x));
-  }
-  return x;
 }
 
 }  // namespace clustersim

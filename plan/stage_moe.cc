@@ -4,7 +4,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -15,8 +14,6 @@
 #include "plan/stage_builder.h"
 
 namespace clustersim {
-
-// ---- the MLP: dense, or router + experts (+ shared experts) -------------------------
 
 // The MLP from its (sequence-parallel) input to its reduced output.
 uint32_t StageBuilder::mlp_forward(int32_t L, Phase ph, uint32_t ln) {
@@ -461,40 +458,6 @@ uint32_t StageBuilder::moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
 uint8_t StageBuilder::ep_stream() {
   if (ep_ == 0xff) ep_ = p_.stream("ep");
   return ep_;
-}
-
-// One transformer layer forward; returns its last op.
-uint32_t StageBuilder::layer_forward(int32_t L, uint32_t x, Phase ph) {
-  if (l_.eager) return layer_forward_eager(L, x, ph);
-  const double act = act_bytes();
-  const int64_t h = m_.hidden;
-  const uint32_t pg = ph == Phase::Forward && mb_ == 0 ? param_gather_for(L) : kNone;
-  // Hidden dropout (fused with the bias and residual adds) writes a 1-byte mask and draws
-  // a Philox number per element, as PyTorch's dropout does (MemAccess::RandomMask).
-  const double mask = m_.dropout > 0 ? act / static_cast<double>(e_) : 0.0;
-  auto drawn = [&](uint32_t op) { return mask > 0 ? accessed(op, MemAccess::RandomMask, mask) : op; };
-  uint32_t ln = add_memory("layernorm-1", ph, L, act, act, 8.0 * act / static_cast<double>(e_),
-                           pg == kNone ? deps(x) : deps(x, pg));
-  ln = fp8_quantize_fused("fp8-quantize-qkv-input", ph, L, seq_tokens_, h, ln, true);
-  uint32_t qkv = m_.is_mla() ? mla_forward(L, ph, ln)
-                             : rope_forward(ph, L, ag_then_gemm("allgather-qkv-input", "qkv", ph, L, ln, qkv_, h));
-  const int64_t q = m_.seq_len / l_.cp;
-  uint32_t at;
-  if (!recomputing_)
-    at = ring_attention(L, Phase::Forward, qkv);
-  else if (l_.flash_attention)
-    at = add_attention("attention", ph, L, q, q, deps(qkv));
-  else
-    at = unfused_attention_forward(ph, L, q, q, qkv);
-  const int64_t attn_out = m_.attn_out_width() / t_;
-  at = fp8_cast("fp8-cast-attn-out", ph, L, tokens_, attn_out, at);
-  uint32_t red =
-      gemm_then_reduce("attn-proj", "tp-allreduce-attn", "reduce-scatter-attn", ph, L, deps(at), h, attn_out);
-  uint32_t ln2 = drawn(add_memory("residual-layernorm-2", ph, L, 2 * act, 2 * act + mask,
-                                  10.0 * act / static_cast<double>(e_), deps(red)));
-  if (!m_.moe_layer(L)) ln2 = fp8_quantize_fused("fp8-quantize-mlp-input", ph, L, seq_tokens_, h, ln2, true);
-  uint32_t red2 = mlp_forward(L, ph, ln2);
-  return drawn(add_memory("residual-add", ph, L, 2 * act, act + mask, act / static_cast<double>(e_), deps(red2)));
 }
 
 }  // namespace clustersim
