@@ -81,7 +81,11 @@ std::vector<Arrival> load_trace(const Scenario& s) {
     if (lineno == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // a UTF-8 byte order mark
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
-    const bool header = first && std::isalpha(static_cast<unsigned char>(line[line.find_first_not_of(" \t")]));
+    // A header names its columns: its first field is a word, not a number strtod reads (nan, inf).
+    std::string lead = line.substr(line.find_first_not_of(" \t"), 8);
+    std::transform(lead.begin(), lead.end(), lead.begin(), [](unsigned char c) { return std::tolower(c); });
+    const bool header = first && std::isalpha(static_cast<unsigned char>(lead[0])) && !lead.starts_with("nan") &&
+                        !lead.starts_with("inf");
     first = false;
     if (header) continue;
     // The fields between commas, each with its column, spaces around it dropped.

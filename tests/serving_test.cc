@@ -248,6 +248,8 @@ TEST(Serving, TraceRowsAreCheckedFieldByField) {
   EXPECT_EQ(refused("0\t100\t10\n", "1:1"), "ok");  // tabs are not commas
   EXPECT_EQ(refused("0,100,10\n0x1,100,10\n", "2:1"), "ok");
   EXPECT_EQ(refused("0,100,10\nnan,100,10\n", "2:1"), "ok");
+  EXPECT_EQ(refused("nan,100,10\n1,100,10\n", "1:1"), "ok");  // not a header: strtod's nan
+  EXPECT_EQ(refused("Inf,100,10\n", "1:1"), "ok");
   EXPECT_EQ(refused("0,100,10,0\n", "1:3", "  shared_prefix: {tokens: 2048, groups: 1}\n"), "ok");
   // Spaces around fields, a header, CRLF line ends and comments are fine.
   std::ofstream(dir + "/ok.csv") << "arrival_s, prompt_tokens, output_tokens\r\n# note\r\n 0 , 100 , 10 \r\n";
