@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "plan/timeline.h"
 #include "real_backend/gpu_monitor.h"
 #include "reports/summary.h"
-#include "reports/timeline.h"
 #include "scenarios/scenario.h"
 
 namespace clustersim {

@@ -31,8 +31,8 @@
 
 #include "cost_models/maxmin.h"
 #include "cost_models/network.h"
-#include "reports/timeline.h"
-#include "sim/time.h"
+#include "plan/time.h"
+#include "plan/timeline.h"
 #include "topology/huge_pages.h"
 
 namespace clustersim {

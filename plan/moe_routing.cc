@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "sim/rng.h"
+#include "plan/rng.h"
 
 namespace clustersim {
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "plan/timeline.h"
 #include "real_backend/gpu_monitor.h"
-#include "reports/timeline.h"
 
 namespace clustersim::real {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/timeline.h"
+#include "plan/timeline.h"
 
 struct sqlite3;
 

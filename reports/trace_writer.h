@@ -8,8 +8,8 @@
 
 #include <string>
 
+#include "plan/timeline.h"
 #include "reports/sqlite_writer.h"
-#include "reports/timeline.h"
 
 namespace clustersim {
 

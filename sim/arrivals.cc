@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "plan/rng.h"
 #include "scenarios/error.h"
-#include "sim/rng.h"
 #include "sim/run.h"
 
 namespace clustersim {

@@ -6,8 +6,8 @@
 #include "cost_models/flow_network.h"
 #include "cost_models/network.h"
 #include "cost_models/tuner.h"
+#include "plan/time.h"
 #include "reports/summary.h"
-#include "sim/time.h"
 
 namespace clustersim {
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "sim/time.h"
+#include "plan/time.h"
 
 namespace clustersim {
 

@@ -21,8 +21,8 @@
 #include "cost_models/compute.h"
 #include "cost_models/protocol.h"
 #include "plan/plan.h"
-#include "reports/timeline.h"
-#include "sim/time.h"
+#include "plan/time.h"
+#include "plan/timeline.h"
 #include "topology/topology.h"
 
 namespace clustersim {

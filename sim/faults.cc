@@ -6,9 +6,9 @@
 #include <queue>
 #include <string>
 
+#include "plan/rng.h"
 #include "reports/summary.h"
 #include "scenarios/error.h"
-#include "sim/rng.h"
 
 namespace clustersim {
 

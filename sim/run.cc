@@ -13,12 +13,12 @@
 
 #include "calibrate/profile.h"
 #include "plan/chakra.h"
+#include "plan/rng.h"
 #include "reports/progress.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/units.h"
 #include "sim/parallel.h"
-#include "sim/rng.h"
 
 namespace clustersim {
 

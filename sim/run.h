@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "plan/timeline.h"
 #include "plan/training_planner.h"
 #include "reports/summary.h"
-#include "reports/timeline.h"
 #include "scenarios/scenario.h"
 #include "sim/executor.h"
 #include "sim/faults.h"

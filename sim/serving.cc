@@ -20,6 +20,7 @@
 #include "cost_models/protocol.h"
 #include "plan/memory.h"
 #include "plan/plan.h"
+#include "plan/rng.h"
 #include "plan/serving_plan.h"
 #include "reports/progress.h"
 #include "reports/summary.h"
@@ -27,7 +28,6 @@
 #include "scenarios/error.h"
 #include "sim/arrivals.h"
 #include "sim/parallel.h"
-#include "sim/rng.h"
 #include "sim/run.h"
 #include "sim/variability.h"
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "plan/rng.h"
 #include "scenarios/scenario.h"
-#include "sim/rng.h"
 #include "topology/topology.h"
 
 namespace clustersim {

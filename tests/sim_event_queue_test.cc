@@ -3,8 +3,8 @@
 #include <random>
 #include <vector>
 
+#include "plan/time.h"
 #include "sim/event_queue.h"
-#include "sim/time.h"
 
 namespace clustersim {
 namespace {

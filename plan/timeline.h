@@ -53,8 +53,8 @@ struct LinkUsage {
 struct LinkLoad {
   int64_t start_ps = 0;
   int64_t end_ps = 0;
-  double bytes = 0;      // per link
-  uint32_t first = 0;    // its links: LinkLoads::links()[first .. first + count)
+  double bytes = 0;    // per link
+  uint32_t first = 0;  // its links: LinkLoads::links()[first .. first + count)
   uint32_t count = 0;
 };
 
@@ -66,8 +66,8 @@ class LinkLoads {
   }
   void add(int64_t start_ps, int64_t end_ps, double bytes, std::span<const uint32_t> links) {
     if (links.empty()) return;
-    loads_.push_back(LinkLoad{start_ps, end_ps, bytes, static_cast<uint32_t>(links_.size()),
-                              static_cast<uint32_t>(links.size())});
+    loads_.push_back(
+        LinkLoad{start_ps, end_ps, bytes, static_cast<uint32_t>(links_.size()), static_cast<uint32_t>(links.size())});
     links_.insert(links_.end(), links.begin(), links.end());
   }
   // One link's record, joined to the last load when it has the same interval and bytes.

@@ -4,11 +4,11 @@
 #pragma once
 
 #include <cmath>
-#include <stdexcept>
-#include <string>
 #include <compare>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace clustersim {
 
