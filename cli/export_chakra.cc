@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/output.h"
+#include "cost_models/compute.h"
 #include "plan/chakra.h"
 #include "plan/training_planner.h"
 #include "reports/output_file.h"
@@ -57,7 +58,8 @@ int cmd_export_chakra(const std::vector<std::string>& args) {
   const TrainingPlan tp = scenario_plan(s);
   ExecOptions eo;
   apply_calibration(s, eo.compute, eo.network);
-  const std::vector<ChakraFile> files = plan_to_chakra(tp.plan, s.name, s.cluster.node.gpu, eo.compute);
+  const std::vector<ChakraFile> files =
+      plan_to_chakra(tp.plan, s.name, program_compute_seconds(tp.plan, s.cluster.node.gpu, eo.compute));
   // Every target is checked before any is written: a file that is not a regular one (a
   // folder, a FIFO, a link) stops the export with nothing written.
   std::vector<std::string> paths;

@@ -856,4 +856,18 @@ double apply_power_cap(const std::vector<Op>& ops, std::vector<double>& seconds,
   return lowest;
 }
 
+std::vector<std::vector<double>> program_compute_seconds(const Plan& plan, const GpuSpec& gpu,
+                                                         const ComputeProfile& profile) {
+  std::vector<std::vector<double>> seconds(plan.programs.size());
+  for (size_t p = 0; p < plan.programs.size(); ++p) {
+    for (const Op& op : plan.programs[p].ops) {
+      const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+      seconds[p].push_back(
+          comm ? 0.0 : queued_seconds(op, compute_seconds(op, gpu, profile), profile.launch_overhead_s, gpu, profile));
+    }
+    apply_power_cap(plan.programs[p].ops, seconds[p], profile.launch_overhead_s, gpu, profile);
+  }
+  return seconds;
+}
+
 }  // namespace clustersim

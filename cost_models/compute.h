@@ -342,6 +342,11 @@ int timed_kernel_count(const Op& op, const GpuSpec& gpu, const ComputeProfile& p
 // n · queue_interval, so it returns that total less gap_s (at least 1 ps: the op stays a
 // kernel). Ops with no timed kernel are returned as they are.
 double queued_seconds(const Op& op, double seconds, double gap_s, const GpuSpec& gpu, const ComputeProfile& profile);
+// Each program's op times, as `run` costs them: compute from a full queue (queued_seconds) at
+// the clock the power cap leaves each phase (apply_power_cap); communication 0. What a
+// Chakra export writes as duration_micros (plan/chakra.h).
+std::vector<std::vector<double>> program_compute_seconds(const Plan& plan, const GpuSpec& gpu,
+                                                         const ComputeProfile& profile);
 // A CUDA-core decode-attention kernel's math (MemAccess::CudaCoreDecode; 0 for any other op):
 // its latency plus the longer of the whole grid's work over every SM and its longest block's
 // work at one block's share of an SM. compute_seconds takes the longer of this and its stream.

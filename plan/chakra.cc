@@ -11,6 +11,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <tuple>
 
 #include "plan/protobuf_wire.h"
@@ -60,8 +61,6 @@ void append_delimited(std::string& out, const std::string& msg) {
   out += msg;
 }
 
-bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
-
 }  // namespace
 
 uint32_t chakra_comm_type(CollectiveKind k) {
@@ -82,20 +81,17 @@ uint32_t chakra_comm_type(CollectiveKind k) {
   return 0;
 }
 
-std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& prefix, const GpuSpec& gpu,
-                                       const ComputeProfile& profile) {
+std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& prefix,
+                                       const std::vector<std::vector<double>>& seconds) {
+  if (seconds.size() != plan.programs.size())
+    throw std::invalid_argument("plan_to_chakra: op times for " + std::to_string(seconds.size()) +
+                                " programs, the plan has " + std::to_string(plan.programs.size()));
+  for (size_t p = 0; p < seconds.size(); ++p)
+    if (seconds[p].size() != plan.programs[p].ops.size())
+      throw std::invalid_argument("plan_to_chakra: program " + std::to_string(p) + " has " +
+                                  std::to_string(plan.programs[p].ops.size()) + " ops and " +
+                                  std::to_string(seconds[p].size()) + " op times");
   std::vector<ChakraFile> files;
-  // Each program's compute times once, from a full queue and at the clock the power cap
-  // leaves each phase (as `run` costs them: cost_models/compute.h, queued_seconds and
-  // apply_power_cap).
-  std::vector<std::vector<double>> seconds(plan.programs.size());
-  for (size_t p = 0; p < plan.programs.size(); ++p) {
-    for (const Op& op : plan.programs[p].ops)
-      seconds[p].push_back(is_comm(op.kind) ? 0.0
-                                            : queued_seconds(op, compute_seconds(op, gpu, profile),
-                                                             profile.launch_overhead_s, gpu, profile));
-    apply_power_cap(plan.programs[p].ops, seconds[p], profile.launch_overhead_s, gpu, profile);
-  }
   std::set<int32_t> used_groups;
   for (int32_t r = 0; r < plan.world_size; ++r) {
     const uint32_t pi = plan.rank_program[static_cast<size_t>(r)];

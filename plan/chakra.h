@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "cost_models/compute.h"
 #include "plan/plan.h"
 #include "topology/gpu.h"
 
@@ -28,11 +27,12 @@ struct ChakraFile {
 };
 
 // The plan as Chakra traces, one per rank, and comm_group.json (the last file). Compute
-// nodes carry num_ops (FLOPs), tensor_size (bytes moved) and duration_micros, the cost
-// model's time for the op on `gpu` with `profile`; every node carries ctrl_deps on the
+// nodes carry num_ops (FLOPs), tensor_size (bytes moved) and duration_micros, the op's
+// time in `op_seconds` (per program and op, as the cost model gives it:
+// program_compute_seconds in cost_models/compute.h); every node carries ctrl_deps on the
 // previous op of its stream, so a consumer keeps the plan's stream order.
-std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& prefix, const GpuSpec& gpu,
-                                       const ComputeProfile& profile);
+std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& prefix,
+                                       const std::vector<std::vector<double>>& op_seconds);
 
 // One decoded node (what the importer and the tests read).
 struct ChakraNode {

@@ -1,6 +1,8 @@
 // Chakra execution traces (plan/chakra.h): the wire format, the export against the plan
 // it came from, the round trip through `workload: {chakra: DIR}`, foreign traces, and
 // what cannot be imported.
+#include "plan/chakra.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,13 +14,13 @@
 #include <sstream>
 #include <tuple>
 
-#include "plan/chakra.h"
+#include "cost_models/compute.h"
 #include "plan/protobuf_wire.h"
 #include "plan/training_planner.h"
 #include "scenarios/error.h"
 #include "sim/run.h"
-#include "topology/presets.h"
 #include "support/temp_scenario.h"
+#include "topology/presets.h"
 
 #ifndef CLUSTERSIM_SOURCE_DIR
 #define CLUSTERSIM_SOURCE_DIR "."
@@ -73,7 +75,8 @@ TEST(Chakra, ExportCarriesThePlan) {
   const Scenario s = layered();
   const TrainingPlan tp = build_training_plan(s);
   const Plan& plan = tp.plan;
-  const std::vector<ChakraFile> files = plan_to_chakra(plan, s.name, s.cluster.node.gpu, ComputeProfile{});
+  const std::vector<ChakraFile> files =
+      plan_to_chakra(plan, s.name, program_compute_seconds(plan, s.cluster.node.gpu, ComputeProfile{}));
   ASSERT_EQ(files.size(), static_cast<size_t>(plan.world_size) + 1);
   EXPECT_EQ(files.back().name, "comm_group.json");
   std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> sends, recvs;  // (src, dst, tag) -> bytes
@@ -130,7 +133,9 @@ TEST(Chakra, RoundTripRunsTheSameStep) {
         "parallel: {" + layout + "}\ntraining: {global_batch: 16}\n", "chakra-rt-s");
     const RunOutcome original = run_training(s);
     fs::create_directories(dir + "/traces");
-    for (const ChakraFile& f : plan_to_chakra(original.plan.plan, "rt", s.cluster.node.gpu, ComputeProfile{}))
+    for (const ChakraFile& f :
+         plan_to_chakra(original.plan.plan, "rt",
+                        program_compute_seconds(original.plan.plan, s.cluster.node.gpu, ComputeProfile{})))
       std::ofstream(dir + "/traces/" + f.name, std::ios::binary) << f.bytes;
     std::ofstream(dir + "/w.yaml") << "cluster: {preset: dgx-h100, nodes: 2}\nworkload: {chakra: traces}\n";
     const RunOutcome back = run_training(load_scenario(dir + "/w.yaml"));
@@ -151,7 +156,8 @@ TEST(Chakra, ImportKeepsKernelShapes) {
       "training: {global_batch: 8}\n",
       "chakra-shape-s");
   const TrainingPlan tp = build_training_plan(s);
-  for (const ChakraFile& f : plan_to_chakra(tp.plan, "sh", s.cluster.node.gpu, ComputeProfile{}))
+  for (const ChakraFile& f :
+       plan_to_chakra(tp.plan, "sh", program_compute_seconds(tp.plan, s.cluster.node.gpu, ComputeProfile{})))
     std::ofstream(dir + "/traces/" + f.name, std::ios::binary) << f.bytes;
   const Plan back = plan_from_chakra(dir + "/traces", s.cluster.node.gpu);
   const Program& a = tp.plan.programs[0];
@@ -186,7 +192,8 @@ TEST(Chakra, MixtralExampleRoundTrips) {
   const std::string src = std::string(CLUSTERSIM_SOURCE_DIR) + "/scenarios/examples/training/mixtral-8x7b-64xh100-ep.yaml";
   const Scenario s = load_scenario(src);
   const RunOutcome original = run_training(s);
-  for (const ChakraFile& f : plan_to_chakra(original.plan.plan, "mx", s.cluster.node.gpu, ComputeProfile{}))
+  for (const ChakraFile& f : plan_to_chakra(
+           original.plan.plan, "mx", program_compute_seconds(original.plan.plan, s.cluster.node.gpu, ComputeProfile{})))
     std::ofstream(dir + "/traces/" + f.name, std::ios::binary) << f.bytes;
   std::ofstream(dir + "/w.yaml") << "cluster: {preset: " << s.cluster.node.preset << ", nodes: " << s.cluster.nodes
                                  << "}\nnetwork_model: " << s.network_model << "\nworkload: {chakra: traces}\n";
@@ -291,8 +298,9 @@ TEST(Chakra, ProtocDecodesTheExport) {
   if (std::system("protoc --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "protoc is not installed";
   const std::string dir = temp_dir("chakra-protoc");
   const Scenario s = layered();
+  const Plan plan = build_training_plan(s).plan;
   const std::vector<ChakraFile> files =
-      plan_to_chakra(build_training_plan(s).plan, s.name, s.cluster.node.gpu, ComputeProfile{});
+      plan_to_chakra(plan, s.name, program_compute_seconds(plan, s.cluster.node.gpu, ComputeProfile{}));
   // The first node message of rank 0, without its length prefix.
   const std::string& b = files[0].bytes;
   wire::Reader r(b);

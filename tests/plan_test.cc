@@ -249,7 +249,8 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
   for (const std::string& y : scenarios) {
     const TrainingPlan tp = build_training_plan(scenario_from_text(y, "access"));
     const Plan back = plan_from_json(plan_to_json(tp.plan), "plan.json");
-    const std::vector<ChakraFile> files = plan_to_chakra(tp.plan, "a", *find_gpu_preset("h100-sxm"), ComputeProfile{});
+    const std::vector<ChakraFile> files =
+        plan_to_chakra(tp.plan, "a", program_compute_seconds(tp.plan, *find_gpu_preset("h100-sxm"), ComputeProfile{}));
     const ChakraTrace trace = decode_chakra(files[0].bytes);
     std::vector<const ChakraNode*> memory;
     for (const ChakraNode& n : trace.nodes)
@@ -289,7 +290,8 @@ TEST(PlanIo, CarriesEveryMemoryAccessClass) {
   const Plan it = build_iteration_plan(sh, ib, true);
   const Plan it_back = plan_from_json(plan_to_json(it), "plan.json");
   const ChakraTrace it_trace = decode_chakra(
-      plan_to_chakra(it, "a", *find_gpu_preset("a100-sxm-80gb"), ComputeProfile{})[0].bytes);
+      plan_to_chakra(it, "a", program_compute_seconds(it, *find_gpu_preset("a100-sxm-80gb"), ComputeProfile{}))[0]
+          .bytes);
   int decodes = 0;
   for (size_t i = 0; i < it.programs[0].ops.size(); ++i) {
     const Op& a = it.programs[0].ops[i];
