@@ -15,14 +15,23 @@ const std::string& scalar(const YNode& n, const std::string& key, const char* ex
   return n.scalar;
 }
 
+bool parse_integer(const std::string& s, int64_t& v) {
+  const char* first = s.data() + (s.size() > 1 && s[0] == '+' && s[1] != '-' ? 1 : 0);
+  const auto [p, ec] = std::from_chars(first, s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+bool parse_decimal(const std::string& s, double& v) {
+  if (s.empty() || s.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
+  char* end = nullptr;
+  v = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(v);
+}
+
 int64_t as_int(const YNode& n, const std::string& key, int64_t min, int64_t max) {
   const std::string& s = scalar(n, key, "an integer");
   int64_t v = 0;
-  // YAML's decimal integers: an optional sign, then digits (a leading + as a number key takes it).
-  const char* first = s.data() + (s.size() > 1 && s[0] == '+' && s[1] != '-' ? 1 : 0);
-  auto [p, ec] = std::from_chars(first, s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size())
-    throw InputError(n.mark, key + " must be an integer, got '" + s + "'");
+  if (!parse_integer(s, v)) throw InputError(n.mark, key + " must be an integer, got '" + s + "'");
   if (v < min)
     throw InputError(
         n.mark, key + " must be " + (min == 1 ? std::string("positive") : ">= " + std::to_string(min)) + ", got " + s);
@@ -51,12 +60,8 @@ std::string bound_text(double v) {
 
 double as_double(const YNode& n, const std::string& key, double min, bool exclusive) {
   const std::string& s = scalar(n, key, "a number");
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  // Decimal notation only, as YAML's floats: strtod would also take hex (0x10) and inf or nan.
-  if (s.empty() || s.find_first_not_of("0123456789.eE+-") != std::string::npos || end != s.c_str() + s.size() ||
-      !std::isfinite(v))
-    throw InputError(n.mark, key + " must be a number, got '" + s + "'");
+  double v = 0;
+  if (!parse_decimal(s, v)) throw InputError(n.mark, key + " must be a number, got '" + s + "'");
   if (exclusive ? v <= min : v < min)
     throw InputError(n.mark, key + " must be " + (exclusive ? "> " : ">= ") + bound_text(min) + ", got " + s);
   return v;

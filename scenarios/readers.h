@@ -17,6 +17,11 @@ inline constexpr int64_t kMaxCount = 1 << 20;
 inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;
 
 const std::string& scalar(const YNode& n, const std::string& key, const char* expected);
+// Numbers as YAML writes them, for a scenario's keys and the files they name (a request
+// trace): an integer is an optional sign and digits (a leading + too); a decimal is
+// decimal notation, finite (strtod alone would also take hex such as 0x10, inf and nan).
+bool parse_integer(const std::string& s, int64_t& v);
+bool parse_decimal(const std::string& s, double& v);
 int64_t as_int(const YNode& n, const std::string& key, int64_t min, int64_t max = INT64_MAX);
 std::vector<int64_t> int_list(const YNode& n, const std::string& key, int64_t min, int64_t max);
 int as_count(const YNode& n, const std::string& key);

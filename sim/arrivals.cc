@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,7 @@
 
 #include "plan/rng.h"
 #include "scenarios/error.h"
+#include "scenarios/readers.h"
 #include "sim/run.h"
 
 namespace clustersim {
@@ -44,21 +44,6 @@ class LengthSampler {
   LengthDist d_;
   std::vector<double> cdf_;
 };
-
-// A trace field as a whole number (a prompt, an output, a prefix group): digits with an
-// optional sign, nothing else.
-bool trace_integer(const std::string& f, int64_t& v) {
-  const char* b = f.data() + (f.size() > 1 && f[0] == '+' ? 1 : 0);
-  const auto [end, ec] = std::from_chars(b, f.data() + f.size(), v);
-  return ec == std::errc() && end == f.data() + f.size();
-}
-
-// An arrival time in seconds: a decimal number (no hex, no inf or nan).
-bool trace_seconds(const std::string& f, double& v) {
-  if (f.empty() || f.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
-  const auto [end, ec] = std::from_chars(f.data() + (f[0] == '+' ? 1 : 0), f.data() + f.size(), v);
-  return ec == std::errc() && end == f.data() + f.size() && std::isfinite(v);
-}
 
 std::vector<Arrival> load_trace(const Scenario& s) {
   const std::string p = scenario_relative_path(s, s.serving.trace);
@@ -106,13 +91,13 @@ std::vector<Arrival> load_trace(const Scenario& s) {
     if (f.size() > 4) throw bad(4, "trace row has a fifth column '" + f[4].first + "', " + kRow);
     Arrival a{};
     // Times are doubles in seconds: past ~1e9 s (31 years) they no longer resolve a microsecond.
-    if (!trace_seconds(f[0].first, a.t) || a.t < 0 || a.t > 1e9)
+    if (!parse_decimal(f[0].first, a.t) || a.t < 0 || a.t > 1e9)
       throw bad(0, "bad arrival_s '" + f[0].first + "', expected seconds from 0 to 1e9");
     if (!out.empty() && a.t < out.back().t)
       throw bad(0, "arrival_s " + f[0].first + " is before the row above's, expected rows in arrival order");
     // Token counts as the scenario's own length keys allow them (1 .. 16777216).
     for (const auto& [i, v] : {std::pair<size_t, int64_t*>{1, &a.prompt}, {2, &a.output}})
-      if (!trace_integer(f[i].first, *v) || *v < 1 || *v > (int64_t{1} << 24))
+      if (!parse_integer(f[i].first, *v) || *v < 1 || *v > (int64_t{1} << 24))
         throw bad(i, std::string("bad ") + (i == 1 ? "prompt_tokens" : "output_tokens") + " '" + f[i].first +
                          "', expected a whole number of tokens from 1 to 16777216");
     if (a.prompt + a.output > seq_len)
@@ -120,7 +105,7 @@ std::vector<Arrival> load_trace(const Scenario& s) {
                        " tokens run past model.seq_len = " + std::to_string(seq_len) +
                        " (the longest context the model serves), expected shorter or a longer model.seq_len");
     if (f.size() == 4) {
-      if (!trace_integer(f[3].first, a.group) || a.group < -1 || a.group >= s.serving.prefix_groups)
+      if (!parse_integer(f[3].first, a.group) || a.group < -1 || a.group >= s.serving.prefix_groups)
         throw bad(3, "bad prefix_group '" + f[3].first + "', expected -1 (none)" +
                          (s.serving.prefix_groups > 0 ? " or 0 .. shared_prefix.groups - 1"
                                                       : ": the scenario has no shared_prefix groups"));
