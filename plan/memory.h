@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <string>
 
-#include "plan/model.h"
+#include "scenarios/model.h"
 
 namespace clustersim {
 

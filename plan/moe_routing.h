@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "plan/model.h"
+#include "scenarios/model.h"
 
 namespace clustersim {
 

@@ -18,12 +18,9 @@
 #include <string_view>
 #include <vector>
 
-namespace clustersim {
+#include "topology/dtype.h"
 
-enum class DType : uint8_t { FP32, BF16, FP16, FP8, INT8, INT4 };
-int dtype_bits(DType d);
-std::string_view to_string(DType d);
-bool parse_dtype(std::string_view s, DType& out);
+namespace clustersim {
 
 enum class OpKind : uint8_t { Gemm, Attention, Memory, Collective, Send, Recv };
 std::string_view to_string(OpKind k);

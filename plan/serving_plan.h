@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "plan/model.h"
 #include "plan/plan.h"
+#include "scenarios/model.h"
 
 namespace clustersim {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "plan/plan.h"
 #include "scenarios/yaml_tree.h"
+#include "topology/dtype.h"
 
 namespace clustersim {
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "plan/model.h"
 #include "scenarios/error.h"
+#include "scenarios/model.h"
 #include "scenarios/yaml_tree.h"
 #include "topology/topology.h"
 

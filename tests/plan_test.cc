@@ -6,10 +6,10 @@
 #include "cost_models/compute.h"
 #include "plan/chakra.h"
 #include "plan/memory.h"
-#include "plan/model.h"
 #include "plan/plan_io.h"
 #include "plan/serving_plan.h"
 #include "plan/training_planner.h"
+#include "scenarios/model.h"
 #include "support/temp_scenario.h"
 
 namespace clustersim {

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "plan/plan.h"
+#include "topology/dtype.h"
 
 namespace clustersim {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "plan/plan.h"
+#include "topology/dtype.h"
 
 namespace clustersim {
 
@@ -36,12 +36,12 @@ struct MoeConfig {
   // kernels"): Megatron-Core's --moe-router-score-function, --moe-router-enable-expert-bias,
   // --moe-router-num-groups / --moe-router-group-topk, --moe-router-topk-scaling-factor,
   // --moe-router-load-balancing-type and --moe-aux-loss-coeff.
-  bool score_sigmoid = false;      // sigmoid scores (DeepSeek-V3); false: softmax
-  bool expert_bias = false;        // aux-loss-free balancing: a per-expert bias added for the top-k only
-  int64_t groups = 0, group_topk = 0;  // group-limited top-k: the best group_topk of `groups` (0: off)
-  double topk_scaling = 0;         // the top-k probabilities scaled (0: not)
+  bool score_sigmoid = false;               // sigmoid scores (DeepSeek-V3); false: softmax
+  bool expert_bias = false;                 // aux-loss-free balancing: a per-expert bias added for the top-k only
+  int64_t groups = 0, group_topk = 0;       // group-limited top-k: the best group_topk of `groups` (0: off)
+  double topk_scaling = 0;                  // the top-k probabilities scaled (0: not)
   std::string load_balancing = "aux_loss";  // aux_loss | seq_aux_loss | none
-  double aux_loss_coeff = 0;       // 0: the balancing loss is not computed
+  double aux_loss_coeff = 0;                // 0: the balancing loss is not computed
   // Under FP8 the router pads each expert's tokens to a multiple of 16 (Megatron-Core's
   // --moe-router-padding-for-fp8), so the grouped MLP copies nothing into padded buffers.
   bool router_padding_for_fp8 = false;
@@ -70,7 +70,7 @@ struct BlockSpec {
   Type type = Type::Mlp;
   std::string name;
   int64_t count = 1;
-  int64_t stage = -1;  // pipeline stage (a component); -1: split by FLOPs
+  int64_t stage = -1;   // pipeline stage (a component); -1: split by FLOPs
   bool frozen = false;  // no weight gradients (a diffusion model's text encoder and VAE)
   bool column = false;  // tensors sharded along the other axis under parallel.tp (axial attention)
   bool causal = false;
@@ -78,7 +78,7 @@ struct BlockSpec {
   int64_t height = 0, width = 0, channels_in = 0, channels_out = 0, kernel = 1, stride = 1;
 
   int64_t params() const;
-  double forward_flops() const;  // one sample
+  double forward_flops() const;        // one sample
   double activation_elements() const;  // the block's input, one sample
 };
 std::string_view to_string(BlockSpec::Type t);

@@ -1,4 +1,4 @@
-#include "plan/model.h"
+#include "scenarios/model.h"
 
 namespace clustersim {
 namespace {
@@ -33,8 +33,8 @@ ModelConfig moe(ModelConfig m, int64_t experts, int64_t top_k, int64_t shared, i
 }
 
 ModelConfig deepseek_v3() {
-  ModelConfig m = moe(make("deepseek-v3", 61, 7168, 128, 128, 18432, FfnType::Swiglu, 129280, 4096, false), 256, 8, 1,
-                      2048, 3);
+  ModelConfig m =
+      moe(make("deepseek-v3", 61, 7168, 128, 128, 18432, FfnType::Swiglu, 129280, 4096, false), 256, 8, 1, 2048, 3);
   m.mla = {1536, 512, 128, 64, 128};
   m.mtp_layers = 1;
   // Its routing (the V3 report, 2.1.2; config.json): sigmoid affinities, the load balanced
@@ -160,8 +160,8 @@ double BlockSpec::forward_flops() const {
     case Type::Moe:
       return 2.0 * rows * h * static_cast<double>(experts) + static_cast<double>(top_k) * 4.0 * rows * h * f;
     case Type::Conv: {
-      const double out = static_cast<double>(batch) * static_cast<double>(height / stride) *
-                         static_cast<double>(width / stride);
+      const double out =
+          static_cast<double>(batch) * static_cast<double>(height / stride) * static_cast<double>(width / stride);
       return 2.0 * out * static_cast<double>(channels_out) * static_cast<double>(channels_in * kernel * kernel);
     }
     case Type::Norm:
