@@ -10,9 +10,13 @@ userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192) with what the release chang
   - the cluster: GB200 NVL72 racks, the GPUs as 64-GPU NVLink domains (the job's TP x PP x CP);
   - FP8: scripts/performance/utils.py's default recipe "ds", bf16_with_fp8_mixed (delayed scaling, fp8_param_gather
     True), grad_reduce_in_fp32 False, as the case file has it apart from the recipe;
-  - BF16: bf16_mixed (grad_reduce_in_fp32 True) and userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192
-    (proj_fprop and fc2_fprop pipelined on 32 and 8 SMs with the SM margin, qkv_wgrad 24 SMs, fc1_wgrad 2).
-Not expressed: use_precision_aware_optimizer (BF16) and the job's placement on 72-GPU racks.
+  - BF16: bf16_mixed with the 405B recipe's pretrain_performance_optimizations, which sets the plugin's
+    grad_reduce_in_fp32 False for every precision (nemo/collections/llm/recipes/llama31_405b.py at 7a8f1cc; the
+    strategy copies it into the DDP config), so gradients are kept and reduced in BF16 as in the case file; and
+    userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192 (proj_fprop and fc2_fprop pipelined on 32 and 8 SMs with
+    the SM margin, qkv_wgrad 24 SMs, fc1_wgrad 2).
+Not expressed: use_precision_aware_optimizer (BF16; set_primary_perf_configs in scripts/performance/utils.py at
+7a8f1cc, its state dtypes left at FP32) and the job's placement on 72-GPU racks.
 
 The same release's Nemotron-4 340B FP8 rows on GB200 (nemotron/README.md: TP 8, PP 4, VP 12, micro-batch 1; weak
 scaling at GBS = GPUs / 4, 1.483 / 1.517 / 1.549 s on 128 / 256 / 512 GPUs, and strong scaling at GBS 512, 21.83 /
@@ -56,12 +60,12 @@ NEMOTRON_SETS = ['cluster.preset=dgx-gb200-nvl72', 'cluster.gpus_per_node=64', '
                  'parallel.tp_overlap_qkv_wgrad_sms=32', 'parallel.tp_overlap_fc1_dgrad_sms=2',
                  'parallel.tp_overlap_fc1_wgrad_sms=8', 'training.recompute=none', 'training.attention=flash']
 H100_BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_gather=false',
-             'parallel.grad_reduce_dtype=fp32', 'parallel.tp_overlap_reduce_scatter=pipeline',
+             'parallel.tp_overlap_reduce_scatter=pipeline',
              'parallel.tp_overlap_proj_sms=24', 'parallel.tp_overlap_fc2_sms=8',
              'parallel.tp_overlap_sm_margin=true']
 FP8 = ['training.fp8_recipe=delayed']
 BF16 = ['model.dtype=bf16', 'training.fp8_recipe=delayed', 'parallel.fp8_param_gather=false',
-        'parallel.grad_reduce_dtype=fp32', 'parallel.tp_overlap_reduce_scatter=pipeline',
+        'parallel.tp_overlap_reduce_scatter=pipeline',
         'parallel.tp_overlap_proj_sms=32', 'parallel.tp_overlap_fc2_sms=8', 'parallel.tp_overlap_sm_margin=true',
         'parallel.tp_overlap_qkv_wgrad_sms=24', 'parallel.tp_overlap_fc1_wgrad_sms=2']
 RATED = ['cluster.gpu_spec.power_limit=1200', 'cluster.gpu_spec.capped_bf16_tflops=1765']  # the board's rating
