@@ -129,23 +129,27 @@ TEST_F(ValidatePytorchTest, RecordedPytorchStepsArePredictedWithTheCalibratedPro
 // H100 preset and the built-in defaults, no profile measured on that board. Each is within
 // 7 % and their mean within 5 % (+2.3 to +6.5 %, mean 4.2 %; the model is slow on every one;
 // 4.7-7.4 %, mean 5.8 %, before the kernels were costed from a full queue).
+// The seven steps on two H100 machines (run5, run7), which differ by 2-8 % a step: the model
+// with the defaults within 7 % of each step on each, and within 5 % on average on each.
 TEST_F(ValidatePytorchTest, RecordedH100StepsArePredictedWithTheDefaults) {
   const std::string src = CLUSTERSIM_SOURCE_DIR;
   const std::vector<std::string>& scenarios = kSevenSteps;
-  double sum = 0;
-  for (const std::string& s : scenarios) {
-    const std::string name = s.substr(s.find('/') + 1);
-    const CliResult r =
-        cli("validate " + quote(src + "/scenarios/examples/" + s + ".yaml") +
-            " --against pytorch --set cluster.preset=dgx-h100 --set calibration=" +
-            quote(src + "/calibrate/profiles/defaults.yaml") + " --set training.framework=pytorch-eager --real-from " +
-            quote(src + "/calibrate/measurements/pytorch/run5/h100/pt-" + name + ".sqlite") + " --json");
-    ASSERT_EQ(r.code, 0) << r;
-    const double err = std::fabs(json_field(r.out, "iteration_error"));
-    EXPECT_LE(err, 0.07) << s << "\n" << r;
-    sum += err;
+  for (const std::string run : {"run5", "run7"}) {
+    double sum = 0;
+    for (const std::string& s : scenarios) {
+      const std::string name = s.substr(s.find('/') + 1);
+      const CliResult r = cli(
+          "validate " + quote(src + "/scenarios/examples/" + s + ".yaml") +
+          " --against pytorch --set cluster.preset=dgx-h100 --set calibration=" +
+          quote(src + "/calibrate/profiles/defaults.yaml") + " --set training.framework=pytorch-eager --real-from " +
+          quote(src + "/calibrate/measurements/pytorch/" + run + "/h100/pt-" + name + ".sqlite") + " --json");
+      ASSERT_EQ(r.code, 0) << r;
+      const double err = std::fabs(json_field(r.out, "iteration_error"));
+      EXPECT_LE(err, 0.07) << run << " " << s << "\n" << r;
+      sum += err;
+    }
+    EXPECT_LE(sum / static_cast<double>(scenarios.size()), 0.05) << run;
   }
-  EXPECT_LE(sum / static_cast<double>(scenarios.size()), 0.05);
 }
 
 // A recording or a calibration profile of another board than the scenario's GPU still
