@@ -776,11 +776,19 @@ TEST_F(CliTest, SimulatorStartsWithoutTheGpuLibraries) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer's shadow memory inflates the resident size";
 #else
+  // RUSAGE_CHILDREN keeps the largest child this process has waited for, so the reading
+  // says something of --version only while no earlier child was that large (ctest runs
+  // each test in a process of its own).
+  constexpr long kBoundKb = 64 * 1024;
+  rusage before{};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &before), 0);
+  if (before.ru_maxrss >= kBoundKb)
+    GTEST_SKIP() << "an earlier child of this process held " << before.ru_maxrss << " KB";
   const CliResult r = cli("--version");
   ASSERT_EQ(r.code, 0) << r;
   rusage children{};
   ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &children), 0);
-  EXPECT_LT(children.ru_maxrss, 64 * 1024) << "KB resident, the largest child so far";
+  EXPECT_LT(children.ru_maxrss, kBoundKb) << "KB resident, the largest child so far";
 #endif
 }
 
