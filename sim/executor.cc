@@ -11,6 +11,7 @@
 
 #include "cost_models/flow_network.h"
 #include "cost_models/network.h"
+#include "cost_models/power_cap.h"
 #include "cost_models/tuner.h"
 #include "sim/event_queue.h"
 #include "sim/variability.h"

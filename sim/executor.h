@@ -19,6 +19,7 @@
 
 #include "cost_models/collective.h"
 #include "cost_models/compute.h"
+#include "cost_models/power_cap.h"
 #include "cost_models/protocol.h"
 #include "plan/plan.h"
 #include "plan/time.h"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "calibrate/profile.h"
+#include "cost_models/power_cap.h"
 #include "plan/chakra.h"
 #include "plan/rng.h"
 #include "reports/progress.h"

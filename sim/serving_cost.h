@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "cost_models/compute.h"
+#include "cost_models/power_cap.h"
 #include "plan/serving_plan.h"
 #include "scenarios/scenario.h"
 #include "sim/executor.h"

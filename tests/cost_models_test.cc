@@ -9,6 +9,7 @@
 #include "cost_models/compute.h"
 #include "cost_models/flow_network.h"
 #include "cost_models/network.h"
+#include "cost_models/power_cap.h"
 #include "cost_models/tuner.h"
 #include "support/attention_op.h"
 #include "support/clusters.h"

@@ -1,8 +1,6 @@
 #include "sim/serving.h"
 
 #include <gtest/gtest.h>
-
-#include <tuple>
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -10,7 +8,9 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <tuple>
 
+#include "cost_models/power_cap.h"
 #include "scenarios/error.h"
 #include "sim/executor.h"
 #include "sim/run.h"

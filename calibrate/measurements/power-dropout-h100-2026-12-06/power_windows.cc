@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cost_models/compute.h"
+#include "cost_models/power_cap.h"
 #include "sim/run.h"
 
 int main(int argc, char** argv) {

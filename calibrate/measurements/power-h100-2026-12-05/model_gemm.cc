@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cost_models/compute.h"
+#include "cost_models/power_cap.h"
 #include "topology/gpu.h"
 
 int main(int argc, char** argv) {
