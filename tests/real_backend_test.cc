@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -461,6 +462,13 @@ bool have_mpirun(std::string& launcher) {
   return code == 0;
 }
 
+// The clustersim binary the MPI tests launch: CLUSTERSIM_TEST_BINARY where set (a copy carried
+// to a GPU machine without the build tree, beside its clustersim-real), else the build's own.
+std::string clustersim_binary() {
+  const char* env = std::getenv("CLUSTERSIM_TEST_BINARY");
+  return env && *env ? env : CLUSTERSIM_BINARY;
+}
+
 std::string small_scenario() {
   const std::string path = testing::temp_dir("mpi") + "/s.yaml";
   std::ofstream(path)
@@ -479,7 +487,7 @@ TEST(RealBackendMpi, WrongProcessCountIsAnError) {
   if (!have_mpirun(mpirun)) GTEST_SKIP() << "mpirun cannot start processes here";
   int code = 0;
   const std::string out =
-      shell("timeout 120 " + mpirun + " -n 2 " + CLUSTERSIM_BINARY + " real " + small_scenario() + " --mpi", code);
+      shell("timeout 120 " + mpirun + " -n 2 " + clustersim_binary() + " real " + small_scenario() + " --mpi", code);
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("the plan has 1 ranks but mpirun started 2 processes"), std::string::npos) << out;
 }
@@ -493,7 +501,7 @@ TEST(RealBackendMpi, RunsUnderMpirun) {
   std::string mpirun;
   if (!have_mpirun(mpirun)) GTEST_SKIP() << "mpirun cannot start processes here";
   int code = 0;
-  const std::string out = shell("timeout 300 " + mpirun + " -n 1 " + CLUSTERSIM_BINARY + " real " + small_scenario() +
+  const std::string out = shell("timeout 300 " + mpirun + " -n 1 " + clustersim_binary() + " real " + small_scenario() +
                                     " --mpi --iterations 2 --warmup 1 --json",
                                 code);
   EXPECT_EQ(code, 0) << out;
