@@ -1,0 +1,481 @@
+// Chakra execution traces read back into a Plan: the decoder of the protobuf stream and the
+// import that turns each rank's nodes into ops (plan/chakra.h).
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <queue>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+#include "plan/chakra.h"
+#include "plan/protobuf_wire.h"
+#include "scenarios/error.h"
+
+namespace clustersim {
+namespace {
+
+namespace fs = std::filesystem;
+using wire::Reader;
+
+}  // namespace
+
+ChakraTrace decode_chakra(const std::string& bytes) {
+  ChakraTrace t;
+  Reader outer(bytes);
+  bool have_meta = false;
+  while (!outer.done()) {
+    const std::string_view msg = outer.take(outer.varint());
+    Reader r(msg);
+    if (!have_meta) {
+      have_meta = true;
+      while (!r.done()) {
+        const wire::Field f = r.field();
+        if (f.number == 1 && f.type == wire::kLength) t.version = std::string(f.data);
+      }
+      continue;
+    }
+    ChakraNode n;
+    while (!r.done()) {
+      const wire::Field f = r.field();
+      switch (f.number) {
+        case 1:
+          n.id = f.value;
+          break;
+        case 2:
+          n.name = std::string(f.data);
+          break;
+        case 3:
+          n.type = static_cast<uint32_t>(f.value);
+          break;
+        case 4:
+          Reader::append_varints(f, n.ctrl_deps);
+          break;
+        case 5:
+          Reader::append_varints(f, n.data_deps);
+          break;
+        case 7:
+          n.duration_micros = f.value;
+          break;
+        case 10: {
+          Reader a(f.data);
+          std::string name;
+          wire::Field value;
+          bool have_value = false;
+          while (!a.done()) {
+            const wire::Field af = a.field();
+            if (af.number == 1)
+              name = std::string(af.data);
+            else if (af.number != 2) {
+              value = af;
+              have_value = true;
+            }
+          }
+          if (!have_value) break;
+          const auto i = static_cast<int64_t>(value.value);
+          if (name == "num_ops")
+            n.num_ops = i;
+          else if (name == "tensor_size")
+            n.tensor_size = value.value;
+          else if (name == "comm_type")
+            n.comm_type = i;
+          else if (name == "comm_size")
+            n.comm_size = i;
+          else if (name == "comm_src")
+            n.comm_src = static_cast<int32_t>(i);
+          else if (name == "comm_dst")
+            n.comm_dst = static_cast<int32_t>(i);
+          else if (name == "comm_tag")
+            n.comm_tag = static_cast<int32_t>(i);
+          else if (name == "holds_sms")
+            n.holds_sms = value.value != 0;
+          else if (name == "held_sms")
+            n.held_sms = static_cast<uint16_t>(std::clamp<int64_t>(i, 0, 4096));
+          else if (name == "sm_margin")
+            n.sm_margin = value.value != 0;
+          else if (name == "overlaps_compute")
+            n.overlaps_compute = value.value != 0;
+          else if (name == "pg_name" && value.type == wire::kLength)
+            n.pg_name = std::string(value.data);
+          else if (name == "duration_s" && value.type == wire::kFixed64)
+            n.duration_s = value.as_double();
+          else if (name == "stream" && value.type == wire::kLength)
+            n.stream = std::string(value.data);
+          else if (name == "group_kind" && value.type == wire::kLength)
+            n.group_kind = std::string(value.data);
+          else if (name == "phase" && value.type == wire::kLength)
+            n.phase = std::string(value.data);
+          else if (name == "op_kind" && value.type == wire::kLength)
+            n.op_kind = std::string(value.data);
+          else if (name == "dtype" && value.type == wire::kLength)
+            n.dtype = std::string(value.data);
+          else if (name == "flops" && value.type == wire::kFixed64)
+            n.shape.flops = value.as_double();
+          else if (name == "causal")
+            n.shape.causal = value.value != 0;
+          else if (name == "dropout")
+            n.shape.dropout = value.value != 0;
+          else if (name == "recompute")
+            n.shape.recompute = value.value != 0;
+          else if (name.rfind("shape_", 0) == 0 || name == "bytes_read" || name == "bytes_written" ||
+                   name == "mem_access" || name == "heads" || name == "kv_heads" || name == "q_len" ||
+                   name == "kv_len" || name == "head_dim") {
+            // Sizes past 2^50 are no kernel: the node keeps its recorded time instead.
+            if (i < 0 || i > (int64_t{1} << 50)) {
+              n.shape_invalid = true;
+              break;
+            }
+            Op& o = n.shape;
+            if (name == "shape_m")
+              o.m = i;
+            else if (name == "shape_n")
+              o.n = i;
+            else if (name == "shape_k")
+              o.k = i;
+            else if (name == "shape_batch")
+              o.batch = i;
+            else if (name == "bytes_read")
+              o.bytes_read = i;
+            else if (name == "bytes_written")
+              o.bytes_written = i;
+            else if (name == "mem_access")
+              o.access = i >= 0 && i <= static_cast<int64_t>(kLastMemAccess) ? static_cast<MemAccess>(i)
+                                                                             : MemAccess::Streaming;
+            else if (name == "heads")
+              o.heads = i;
+            else if (name == "kv_heads")
+              o.kv_heads = i;
+            else if (name == "q_len")
+              o.q_len = i;
+            else if (name == "kv_len")
+              o.kv_len = i;
+            else if (name == "head_dim")
+              o.head_dim = i;
+          }
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    t.nodes.push_back(std::move(n));
+  }
+  if (!have_meta) throw wire::ParseError("no GlobalMetadata message");
+  return t;
+}
+
+namespace {
+
+// Whether a compute node carries a whole kernel shape of its kind (and a dtype).
+bool has_shape(const ChakraNode& n, OpKind kind) {
+  DType d;
+  if (n.shape_invalid || n.dtype.empty() || !parse_dtype(n.dtype, d)) return false;
+  const Op& s = n.shape;
+  const int64_t limit = int64_t{1} << 24;  // a dimension past this is no kernel anyone runs
+  switch (kind) {
+    case OpKind::Gemm:
+      return s.m > 0 && s.n > 0 && s.k > 0 && s.batch > 0 && s.m <= limit && s.n <= limit && s.k <= limit &&
+             s.batch <= limit;
+    case OpKind::Attention:
+      return s.batch > 0 && s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.q_len > 0 && s.kv_len > 0 &&
+             s.head_dim > 0 && s.batch <= limit && s.heads <= limit && s.q_len <= limit && s.kv_len <= limit &&
+             s.head_dim <= 1024;
+    case OpKind::Memory:  // a host wait moves nothing: its counts of waits and dispatches are its shape
+      return s.bytes_read + s.bytes_written > 0 || (s.access == MemAccess::HostSync && (s.m > 0 || s.k > 0));
+    default:
+      return false;
+  }
+}
+
+template <typename E, size_t N>
+bool name_to(const std::string& s, const std::array<E, N>& all, E& out) {
+  for (E e : all)
+    if (to_string(e) == s) {
+      out = e;
+      return true;
+    }
+  return false;
+}
+constexpr std::array<GroupKind, 7> kKinds = {GroupKind::TP, GroupKind::DP,  GroupKind::PP,   GroupKind::CP,
+                                             GroupKind::EP, GroupKind::EDP, GroupKind::World};
+constexpr std::array<Phase, 4> kPhases = {Phase::Forward, Phase::Backward, Phase::Optimizer, Phase::Other};
+
+[[noreturn]] void bad(const std::string& file, const std::string& what) {
+  throw InputError(SourceMark{file, 0, 0}, what);
+}
+
+}  // namespace
+
+Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    bad(dir, "workload.chakra: not a directory, expected a folder of <name>.<rank>.et files");
+  // The traces, by rank.
+  const std::regex pattern(R"((.*)\.(\d+)\.et)");
+  std::map<int64_t, fs::path> by_rank;
+  std::string prefix;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || !std::regex_match(name, m, pattern)) continue;
+    if (prefix.empty()) prefix = m[1];
+    if (m[1] != prefix)
+      bad(e.path().string(), "traces of two workloads in one folder: '" + prefix + "' and '" + std::string(m[1]) + "'");
+    if (m[2].length() > 7) bad(e.path().string(), "rank number past 2^20");
+    by_rank[std::stoll(m[2])] = e.path();
+  }
+  if (by_rank.empty()) bad(dir, "workload.chakra: no <name>.<rank>.et file in the folder");
+  const auto world = static_cast<int32_t>(by_rank.size());
+  if (by_rank.rbegin()->first != world - 1)
+    bad(dir, "workload.chakra: ranks must be 0.." + std::to_string(world - 1) + ", a rank is missing");
+
+  // Process groups from comm_group.json (ASTRA-sim's format), when there is one.
+  std::map<std::string, std::vector<int32_t>> pg_ranks;
+  const fs::path groups_file = fs::path(dir) / "comm_group.json";
+  if (fs::exists(groups_file)) {
+    try {
+      const YAML::Node root = YAML::LoadFile(groups_file.string());
+      if (!root.IsMap()) bad(groups_file.string(), "comm_group.json must map a group id to its list of ranks");
+      for (const auto& kv : root) {
+        std::vector<int32_t> ranks;
+        for (const auto& r : kv.second) {
+          const auto v = r.as<int64_t>();
+          if (v < 0 || v >= world)
+            bad(groups_file.string(), "group " + kv.first.as<std::string>() + " names rank " + std::to_string(v) +
+                                          ", past the " + std::to_string(world) + " traces");
+          ranks.push_back(static_cast<int32_t>(v));
+        }
+        pg_ranks[kv.first.as<std::string>()] = ranks;
+      }
+    } catch (const YAML::Exception& e) {
+      throw InputError(SourceMark{groups_file.string(), e.mark.line + 1, e.mark.column + 1},
+                       "not a comm_group.json (" + e.msg + "), expected JSON mapping each group id to its ranks");
+    }
+  }
+  const bool have_groups_file = fs::exists(groups_file);
+  std::string first_pg;  // without comm_group.json: the one process group every collective may name
+
+  Plan plan;
+  plan.world_size = world;
+  plan.rank_groups.assign(static_cast<size_t>(world), {});
+  for (auto& g : plan.rank_groups) g.fill(-1);
+  std::vector<int32_t> all(static_cast<size_t>(world));
+  for (int32_t r = 0; r < world; ++r) all[static_cast<size_t>(r)] = r;
+  plan.add_group(GroupKind::World, all);
+  for (int32_t r = 0; r < world; ++r) {
+    plan.rank_gpu.push_back(r);
+    plan.mirror_of.push_back(r);  // nothing is known to be symmetric: every rank is simulated
+  }
+  std::map<std::string, int32_t> pg_group;  // pg name -> plan group
+  auto group_for = [&](const std::string& file, const std::string& pg, const std::string& kind_name) -> int32_t {
+    auto it = pg_group.find(pg);
+    if (it != pg_group.end()) return it->second;
+    std::vector<int32_t> ranks = all;
+    if (!pg.empty()) {
+      auto pr = pg_ranks.find(pg);
+      if (pr == pg_ranks.end()) {
+        if (!pg_ranks.empty()) bad(file, "pg_name '" + pg + "' is not in comm_group.json");
+        // With no file, one named group is the world; two are groups whose ranks only the
+        // file would say (running them over every rank would never finish).
+        if (!have_groups_file && first_pg.empty()) first_pg = pg;
+        if (!have_groups_file && pg != first_pg)
+          bad(file, "collectives name process groups '" + first_pg + "' and '" + pg +
+                        "', and the folder has no "
+                        "comm_group.json, expected it beside the traces (clustersim export-chakra writes one)");
+      } else {
+        ranks = pr->second;
+      }
+    }
+    // A group kind none of its ranks has yet: the one the trace names, else (all ranks)
+    // the world, else the first free.
+    GroupKind kind = GroupKind::World;
+    bool named = !kind_name.empty() && name_to(kind_name, kKinds, kind) && kind != GroupKind::World;
+    auto free_for_all = [&](GroupKind k) {
+      for (int32_t r : ranks)
+        if (plan.rank_groups[static_cast<size_t>(r)][static_cast<size_t>(k)] >= 0) return false;
+      return true;
+    };
+    if (named && free_for_all(kind)) return pg_group[pg] = plan.add_group(kind, ranks);
+    if (ranks == all) return pg_group[pg] = 0;
+    named = false;
+    for (GroupKind k : kKinds)
+      if (k != GroupKind::World && free_for_all(k)) {
+        kind = k;
+        named = true;
+        break;
+      }
+    if (!named) bad(file, "more than 6 process groups meet at one rank; clustersim holds 6 besides the world");
+    return pg_group[pg] = plan.add_group(kind, ranks);
+  };
+
+  std::map<std::string, uint32_t> program_of;  // encoded program -> index (identical ranks share one)
+  for (const auto& [rank, path] : by_rank) {
+    const std::string file = path.string();
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    ChakraTrace t;
+    try {
+      t = decode_chakra(ss.str());
+    } catch (const std::exception& e) {
+      bad(file, std::string("not a Chakra trace: ") + e.what());
+    }
+    // Dependency order (Kahn), ties in file order; ids must be unique, deps must exist.
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < t.nodes.size(); ++i)
+      if (!index.emplace(t.nodes[i].id, i).second)
+        bad(file, "node id " + std::to_string(t.nodes[i].id) + " appears twice");
+    std::vector<std::vector<size_t>> parents(t.nodes.size()), children(t.nodes.size());
+    for (size_t i = 0; i < t.nodes.size(); ++i) {
+      std::set<size_t> ps;
+      for (const auto* deps : {&t.nodes[i].data_deps, &t.nodes[i].ctrl_deps})
+        for (uint64_t d : *deps) {
+          auto it = index.find(d);
+          if (it == index.end())
+            bad(file, "node " + std::to_string(t.nodes[i].id) + " depends on node " + std::to_string(d) +
+                          ", which the trace lacks");
+          ps.insert(it->second);
+        }
+      parents[i].assign(ps.begin(), ps.end());
+      for (size_t p : ps) children[p].push_back(i);
+    }
+    std::vector<size_t> pending(t.nodes.size()), order;
+    std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+    for (size_t i = 0; i < t.nodes.size(); ++i)
+      if ((pending[i] = parents[i].size()) == 0) ready.push(i);
+    while (!ready.empty()) {
+      const size_t i = ready.top();
+      ready.pop();
+      order.push_back(i);
+      for (size_t c : children[i])
+        if (--pending[c] == 0) ready.push(c);
+    }
+    if (order.size() != t.nodes.size()) bad(file, "the trace's dependencies form a cycle");
+    std::vector<uint32_t> op_of(t.nodes.size());
+    Program prog;
+    prog.name = "chakra";
+    for (size_t i : order) {
+      const ChakraNode& n = t.nodes[i];
+      Op op;
+      op.name = plan.intern(n.name.empty() ? "node-" + std::to_string(n.id) : n.name);
+      if (!n.phase.empty()) name_to(n.phase, kPhases, op.phase);
+      std::string stream;
+      switch (n.type) {
+        case 4: {  // COMP_NODE (a GEMM or attention kernel keeps its kind: it sets how NCCL's kernels slow it)
+          op.kind = n.op_kind == "gemm" ? OpKind::Gemm : n.op_kind == "attention" ? OpKind::Attention : OpKind::Memory;
+          if (has_shape(n, op.kind)) {
+            // A kernel of known shape (clustersim's own attributes): costed by the compute
+            // model on the cluster's GPU, and run as such by the real backend.
+            const Op& sh = n.shape;
+            parse_dtype(n.dtype, op.dtype);
+            op.m = sh.m, op.n = sh.n, op.k = sh.k, op.batch = sh.batch;
+            op.bytes_read = sh.bytes_read, op.bytes_written = sh.bytes_written, op.access = sh.access;
+            op.heads = sh.heads, op.kv_heads = sh.kv_heads, op.q_len = sh.q_len, op.kv_len = sh.kv_len;
+            op.head_dim = sh.head_dim, op.causal = sh.causal, op.dropout = sh.dropout, op.flops = sh.flops;
+            op.recompute = sh.recompute;
+            stream = "compute";
+            break;
+          }
+          op.flops = static_cast<double>(std::max<int64_t>(0, n.num_ops));
+          op.bytes_read = static_cast<int64_t>(std::min<uint64_t>(n.tensor_size, uint64_t{1} << 50));
+          double t_s = n.duration_s > 0 ? n.duration_s : static_cast<double>(n.duration_micros) * 1e-6;
+          // No time in the trace: a roofline of its FLOPs at the BF16 peak and its bytes at
+          // HBM bandwidth (what ASTRA-sim's roofline mode does).
+          if (t_s <= 0)
+            t_s = std::max(op.flops / gpu.peak_bf16, static_cast<double>(op.bytes_read) / gpu.hbm_bandwidth);
+          op.fixed_seconds = std::min(t_s, 1e6);
+          stream = "compute";
+          break;
+        }
+        case 7: {  // COMM_COLL_NODE
+          op.kind = OpKind::Collective;
+          switch (n.comm_type) {
+            case 0:
+              op.collective = CollectiveKind::AllReduce;
+              break;
+            case 1:
+              op.collective = CollectiveKind::Reduce;
+              break;
+            case 2:
+              op.collective = CollectiveKind::AllGather;
+              break;
+            case 5:
+              op.collective = CollectiveKind::Broadcast;
+              break;
+            case 6:
+              op.collective = CollectiveKind::AllToAll;
+              break;
+            case 7:
+              op.collective = CollectiveKind::ReduceScatter;
+              break;
+            case 9:
+              op.collective = CollectiveKind::AllReduce;
+              break;  // a barrier: an all-reduce of nothing
+            default:
+              bad(file, "node " + std::to_string(n.id) + ": collective type " + std::to_string(n.comm_type) +
+                            " (gather, scatter, reduce-scatter-block) is not modelled");
+          }
+          op.bytes = n.comm_type == 9 ? 0 : std::max<int64_t>(0, n.comm_size);
+          const int32_t g = group_for(file, n.pg_name, n.group_kind);
+          op.group = plan.groups[static_cast<size_t>(g)].kind;
+          if (std::find(plan.groups[static_cast<size_t>(g)].ranks.begin(),
+                        plan.groups[static_cast<size_t>(g)].ranks.end(),
+                        static_cast<int32_t>(rank)) == plan.groups[static_cast<size_t>(g)].ranks.end())
+            bad(file, "node " + std::to_string(n.id) + ": rank " + std::to_string(rank) + " is not in its group '" +
+                          n.pg_name + "'");
+          op.holds_sms = n.holds_sms;
+          op.held_sms = n.held_sms;
+          stream = "comm";
+          break;
+        }
+        case 5:
+        case 6: {  // COMM_SEND_NODE / COMM_RECV_NODE
+          op.kind = n.type == 5 ? OpKind::Send : OpKind::Recv;
+          const int32_t peer = n.type == 5 ? n.comm_dst : n.comm_src;
+          const int32_t self = n.type == 5 ? n.comm_src : n.comm_dst;
+          if (peer < 0 || peer >= world || (self >= 0 && self != rank))
+            bad(file, "node " + std::to_string(n.id) +
+                          ": comm_src / comm_dst do not name this rank and a peer among the " + std::to_string(world) +
+                          " traces");
+          op.group = GroupKind::World;
+          op.peer = peer;
+          op.bytes = std::max<int64_t>(0, n.comm_size);
+          op.holds_sms = n.holds_sms;
+          op.held_sms = n.held_sms;
+          op.sm_margin = n.sm_margin;
+          op.overlaps_compute = n.overlaps_compute;
+          stream = "p2p";
+          break;
+        }
+        default:  // metadata, memory load/store and other nodes: ordering only
+          op.kind = OpKind::Memory;
+          stream = "compute";
+          break;
+      }
+      op.stream = prog.stream(n.stream.empty() ? stream : n.stream);
+      std::vector<uint32_t> after;
+      for (size_t p : parents[i]) after.push_back(op_of[p]);
+      op_of[i] = prog.add(op, after);
+    }
+    // Ranks whose nodes are byte for byte the same (their metadata aside) share a program.
+    const std::string bytes = ss.str();
+    Reader skip(bytes);
+    const uint64_t meta = skip.varint();
+    const std::string key = bytes.substr(std::min<size_t>(bytes.size(), skip.offset() + meta));
+    auto it = program_of.find(key);
+    if (it == program_of.end()) {
+      it = program_of.emplace(key, static_cast<uint32_t>(plan.programs.size())).first;
+      plan.programs.push_back(std::move(prog));
+    }
+    plan.rank_program.push_back(it->second);
+  }
+  return plan;
+}
+
+}  // namespace clustersim
