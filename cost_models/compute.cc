@@ -14,10 +14,12 @@
 #include "cost_models/power_cap.h"
 
 namespace clustersim {
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
 
 double gemm_wave_efficiency(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   if (gpu.sm_count <= 0) return 1.0;
-  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t tiles = ceil_div(op.m, p.gemm_tile_m) * ceil_div(op.n, p.gemm_tile_n) * std::max<int64_t>(1, op.batch);
   const int64_t waves = ceil_div(tiles, gpu.sm_count);
   return static_cast<double>(tiles) / static_cast<double>(waves * gpu.sm_count);
@@ -616,7 +618,6 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
   const double sms = static_cast<double>(std::max(1, gpu.sm_count));
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   const double batch = static_cast<double>(std::max<int64_t>(1, op.batch));
-  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   double best = -1;
   for (const Tile& t : kTiles) {
     for (int64_t split = 1; split <= 8; split *= 2) {

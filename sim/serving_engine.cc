@@ -10,6 +10,9 @@
 #include "scenarios/error.h"
 
 namespace clustersim::serve {
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
 
 Engine::Engine(const Scenario& s, IterationCost& cost, IterationCost* draft, int64_t blocks_per_replica, Topology& topo,
                const NetworkProfile& network)

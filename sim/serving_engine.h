@@ -67,8 +67,6 @@ struct Work {
   bool decode;
 };
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 class Engine {
  public:
   Engine(const Scenario& s, IterationCost& cost, IterationCost* draft, int64_t blocks_per_replica, Topology& topo,
