@@ -126,7 +126,7 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
             throw other_plan(p, i,
                              "'" + name + "' has " + field[f] + " " + std::to_string(sqlite3_column_int64(st, 4 + f)) +
                                  ", expected the scenario's " + std::to_string(want[f]));
-        const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+        const bool comm = is_comm(op.kind);
         const std::string coll = text(st, 17), grp = text(st, 18);
         if ((sqlite3_column_int(st, 16) != 0) != op.causal ||
             coll != (op.kind == OpKind::Collective ? std::string(to_string(op.collective)) : std::string()) ||

@@ -659,7 +659,7 @@ std::vector<std::vector<double>> program_compute_seconds(const Plan& plan, const
   std::vector<std::vector<double>> seconds(plan.programs.size());
   for (size_t p = 0; p < plan.programs.size(); ++p) {
     for (const Op& op : plan.programs[p].ops) {
-      const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+      const bool comm = is_comm(op.kind);
       seconds[p].push_back(
           comm ? 0.0 : queued_seconds(op, compute_seconds(op, gpu, profile), profile.launch_overhead_s, gpu, profile));
     }

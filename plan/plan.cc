@@ -234,7 +234,7 @@ double gemm_flops(const Op& op) {
 }
 
 double kernel_flops(const Op& op) {
-  if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) return 0;
+  if (is_comm(op.kind)) return 0;
   if (op.flops > 0) return op.flops;
   return op.kind == OpKind::Gemm ? gemm_flops(op) : op.kind == OpKind::Attention ? attention_flops(op) : 0.0;
 }

@@ -24,6 +24,8 @@ namespace clustersim {
 
 enum class OpKind : uint8_t { Gemm, Attention, Memory, Collective, Send, Recv };
 std::string_view to_string(OpKind k);
+// Collectives, sends and receives: the network's to cost, no kernel of the compute model.
+inline bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
 
 enum class CollectiveKind : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Reduce };
 std::string_view to_string(CollectiveKind k);

@@ -47,7 +47,7 @@ int64_t StageBuilder::autograd_nodes(int64_t chunk, uint32_t first) const {
   std::vector<std::pair<int32_t, uint32_t>> ops;  // (layer, name) of each forward computation
   for (size_t i = first; i < p_.ops.size(); ++i) {
     const Op& op = p_.ops[i];
-    const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+    const bool comm = is_comm(op.kind);
     // (the pipeline's device synchronize is the host's wait, no node of the graph)
     if (op.phase == Phase::Forward && !comm && op.name != device_sync_name_ && !(checkpointed && op.layer >= 0))
       ops.emplace_back(op.layer, op.name);

@@ -268,8 +268,6 @@ double op_flops(const Op& op) {
   return 0;
 }
 
-bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
-
 // Bytes a span moves: the message for communication, HBM traffic for everything else.
 int64_t op_bytes(const Op& op) { return is_comm(op.kind) ? op.bytes : op.bytes_read + op.bytes_written; }
 

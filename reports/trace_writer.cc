@@ -157,7 +157,7 @@ void write_spans(JsonOut& out, const Timeline& t) {
                        " / stream " + std::to_string(span.stream) + " missing from its program");
     const Op& op = prog.ops[span.op];
     if (op.name >= plan.names.size()) throw TraceError("op " + std::to_string(span.op) + " has no name");
-    const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+    const bool comm = is_comm(op.kind);
     double flops = op.flops;
     if (flops <= 0 && op.kind == OpKind::Gemm) flops = gemm_flops(op);
     if (flops <= 0 && op.kind == OpKind::Attention) flops = attention_flops(op);

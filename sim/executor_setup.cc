@@ -220,7 +220,7 @@ void Executor::summarize() {
     std::array<std::vector<std::pair<int64_t, int64_t>>, kGroupKinds> comm;
     for (const SpanRecord& s : spans) {
       const Op& op = prog.ops[s.op];
-      if (op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+      if (is_comm(op.kind)) {
         comm[static_cast<size_t>(op.group)].emplace_back(s.start_ps, s.end_ps);
         comm_all.emplace_back(s.start_ps, s.end_ps);
       } else {

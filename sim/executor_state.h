@@ -73,8 +73,6 @@ struct RankState {
   uint32_t first_open = 0;
 };
 
-inline bool is_comm(OpKind k) { return k == OpKind::Collective || k == OpKind::Send || k == OpKind::Recv; }
-
 // Factors [gemm, attention, memory] beside NCCL's kernels (cost_models/compute.h).
 struct BesideNccl {
   std::array<double, 3> collective{}, p2p_node{}, p2p_net{};

@@ -2413,7 +2413,7 @@ TEST(LossSync, RelaunchWalksTheChunksAutogradGraph) {
     int64_t forward_ops = 0;  // micro-batch 0's forward ops before its check, on the last stage
     for (const Op& op : prog.ops) {
       if (tp.plan.names[op.name] == "loss-nan-check") return std::make_pair(op.batch, forward_ops);
-      const bool comm = op.kind == OpKind::Collective || op.kind == OpKind::Send || op.kind == OpKind::Recv;
+      const bool comm = is_comm(op.kind);
       if (op.phase == Phase::Forward && op.micro_batch == 0 && !comm) ++forward_ops;
     }
     return std::make_pair(int64_t{-1}, forward_ops);
