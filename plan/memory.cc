@@ -151,8 +151,13 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
     const double scores = static_cast<double>(m.heads) * s_local * s_local * static_cast<double>(in.micro_batch) / t;
     full_layer += scores * (m.dropout > 0 ? 5.0 : 2.0);
   }
-  const double per_layer = in.full_recompute ? 2.0 * sbh / (in.sequence_parallel ? t : 1.0) : full_layer;
-  b.activations = per_layer * in.in_flight_layers + (in.full_recompute ? full_layer : 0.0);
+  // Under full recompute a recomputed layer keeps only its input; the layers a partial
+  // recompute leaves out keep everything, and the layer being recomputed holds all of its
+  // own for its backward.
+  const double kept = in.full_recompute ? in.in_flight_kept_layers : in.in_flight_layers;
+  const double per_recomputed = 2.0 * sbh / (in.sequence_parallel ? t : 1.0);
+  const bool recomputes = in.full_recompute && in.in_flight_layers > kept;
+  b.activations = full_layer * kept + per_recomputed * (in.in_flight_layers - kept) + (recomputes ? full_layer : 0.0);
   if (in.output)
     b.activations += static_cast<double>(1 + in.mtp_layers) * tokens * static_cast<double>(padded_vocab(m, in.tp)) / t *
                      (in.fused_cross_entropy ? e : e + 4.0);

@@ -53,6 +53,7 @@ struct MemoryInputs {
   double grad_bytes = 0;           // the main gradient's bytes a parameter (0: 2 for fp16 models, else 4)
   int64_t micro_batch = 1;
   double in_flight_layers = 0;  // layer-activations held at the peak (layers × micro-batches)
+  double in_flight_kept_layers = 0;  // full recompute: those of them not recomputed, holding all they keep
   bool sequence_parallel = false;
   bool full_recompute = false;
   bool adam = true;

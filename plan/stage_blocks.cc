@@ -42,19 +42,19 @@ uint32_t StageBuilder::bias_dropout_add_backward(const char* drop_name, const ch
 // (docs/model.md, "Each micro-batch's loss"). A chunk's graph ends at its input: a
 // received activation is a leaf.
 int64_t StageBuilder::autograd_nodes(int64_t chunk, uint32_t first) const {
-  // Under full recompute each layer is one checkpoint node; its ops record none.
-  const bool checkpointed = l_.recompute == "full";
+  // Under full recompute each recomputed layer is one checkpoint node; its ops record none.
   std::vector<std::pair<int32_t, uint32_t>> ops;  // (layer, name) of each forward computation
   for (size_t i = first; i < p_.ops.size(); ++i) {
     const Op& op = p_.ops[i];
     const bool comm = is_comm(op.kind);
     // (the pipeline's device synchronize is the host's wait, no node of the graph)
-    if (op.phase == Phase::Forward && !comm && op.name != device_sync_name_ && !(checkpointed && op.layer >= 0))
+    if (op.phase == Phase::Forward && !comm && op.name != device_sync_name_ &&
+        !(op.layer >= 0 && full_recompute(op.layer)))
       ops.emplace_back(op.layer, op.name);
   }
   std::sort(ops.begin(), ops.end());
-  int64_t nodes = (checkpointed ? chunk_layers(chunk) : 0) +
-                  static_cast<int64_t>(std::unique(ops.begin(), ops.end()) - ops.begin());
+  int64_t nodes = static_cast<int64_t>(std::unique(ops.begin(), ops.end()) - ops.begin());
+  for (int64_t i = 0; i < chunk_layers(chunk); ++i) nodes += full_recompute(layer_of(chunk, i)) ? 1 : 0;
   for (int64_t i = 0; i < chunk_layers(chunk); ++i) nodes += layer_param_tensors(layer_of(chunk, i));
   if (first_virtual(chunk)) nodes += m_.learned_positions ? 2 : 1;  // the token (and position) tables
   if (last_virtual(chunk)) nodes += (m_.biases ? 2 : 1) + (m_.tied_embeddings && l_.pp == 1 ? 0 : 1);
@@ -101,7 +101,7 @@ uint32_t StageBuilder::layer_backward(int32_t L, uint32_t g, bool last_micro_bat
   const double act = act_bytes();
   const int64_t h = m_.hidden;
   if (l_.eager) {
-    if (l_.recompute == "full") {
+    if (full_recompute(L)) {
       recomputing_ = true;
       g = layer_forward_eager(L, g, Phase::Backward);
       recomputing_ = false;
@@ -109,7 +109,7 @@ uint32_t StageBuilder::layer_backward(int32_t L, uint32_t g, bool last_micro_bat
     g = layer_backward_eager(L, g, last_micro_batch);
     return g;
   }
-  if (l_.recompute == "full") {
+  if (full_recompute(L)) {
     // Full recompute: the layer's forward runs again from its stored input.
     recomputing_ = true;
     g = layer_forward(L, g, Phase::Backward);
@@ -312,6 +312,20 @@ int32_t StageBuilder::layer_of(int64_t chunk, int64_t i) const {
 
 int64_t StageBuilder::chunk_layers(int64_t chunk) const {
   return stage_layers(l_, m_.layers, chunk * l_.pp + stage_).second;
+}
+
+// Megatron-Core's block method checkpoints the first recompute_num_layers layers of each
+// model chunk (TransformerBlock._checkpointed_forward); a multi-token prediction layer
+// counts on from the last chunk's.
+bool StageBuilder::full_recompute(int32_t L) const {
+  if (l_.recompute != "full") return false;
+  if (l_.recompute_num_layers < 0) return true;
+  int64_t position = L - static_cast<int64_t>(m_.layers) + chunk_layers(l_.virtual_stages - 1);
+  for (int64_t c = 0; c < l_.virtual_stages; ++c) {
+    const int32_t first = layer_of(c, 0);
+    if (L >= first && L < first + chunk_layers(c)) position = L - first;
+  }
+  return position < l_.recompute_num_layers;
 }
 
 double StageBuilder::layer_dense_params(int32_t L) const {

@@ -95,6 +95,9 @@ class StageBuilder {
                         const std::vector<uint32_t>& after);
   uint32_t unfused_attention_backward(int32_t L, int64_t q, int64_t kv, uint32_t dout);
   int32_t layer_of(int64_t chunk, int64_t i) const;
+  // Whether layer L's forward runs again in its backward (training.recompute full, within
+  // training.recompute_num_layers of its chunk's first layer).
+  bool full_recompute(int32_t L) const;
   int64_t chunk_layers(int64_t chunk) const;
   bool first_virtual(int64_t chunk) const { return chunk == 0 && stage_ == 0; }
   bool last_virtual(int64_t chunk) const { return chunk == l_.virtual_stages - 1 && stage_ == l_.pp - 1; }

@@ -100,6 +100,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
            std::find(s.training.recompute_modules.begin(), s.training.recompute_modules.end(), module) !=
                s.training.recompute_modules.end();
   };
+  l.recompute_num_layers = s.training.recompute_num_layers;
+  if (s.marks.count("training.recompute_num_layers") && l.recompute != "full")
+    fail(s, "training.recompute_num_layers",
+         "training.recompute_num_layers counts the layers that full recompute runs again, expected "
+         "training.recompute: full");
   l.recompute_core_attn = recomputes("core_attn");
   l.mla_up_recompute = recomputes("mla_up_proj");
   l.sequence_parallel = p.sequence_parallel && p.tp > 1;

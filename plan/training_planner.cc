@@ -87,7 +87,9 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.adam = adam;
     mi.fp8 = l.fp8;
     mi.fp8_params = l.fp8_params;
-    mi.unfused_scores = !l.flash_attention && !l.recompute_core_attn && l.recompute != "full";
+    // A partial full recompute leaves layers that keep their scores.
+    mi.unfused_scores =
+        !l.flash_attention && !l.recompute_core_attn && (l.recompute != "full" || l.recompute_num_layers >= 0);
     mi.mla_up_recompute = l.mla_up_recompute;
     mi.fused_cross_entropy = l.fused_cross_entropy && l.eager;  // Megatron's fused loss keeps its FP32 softmax
     // Counted in layers, chunk by chunk: with an uneven split a chunk may hold a layer
@@ -97,14 +99,22 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
       chunk_layers[static_cast<size_t>(c)] = stage_layers(l, m.layers, c * l.pp + st).second;
     // The multi-token prediction modules' layers run in the last chunk of the last stage.
     if (st == l.pp - 1) chunk_layers.back() += m.mtp_layers;
-    int64_t live = 0, peak = 0;
+    // Under a partial full recompute, the layers past the first recompute_num_layers of
+    // each chunk keep all their activations: counted apart, at the peak of the layers held.
+    auto kept_of = [&](int64_t layers) {
+      return l.recompute == "full" && l.recompute_num_layers >= 0 ? layers - std::min(layers, l.recompute_num_layers)
+                                                                  : 0;
+    };
+    int64_t live = 0, live_kept = 0, peak = 0, peak_kept = 0;
     for (const PipelineBlock& b :
          pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st, l.microbatch_group)) {
-      const int64_t layers = chunk_layers[static_cast<size_t>(b.chunk)];
+      const int64_t layers = chunk_layers[static_cast<size_t>(b.chunk)], kept = kept_of(layers);
       live += b.forward ? layers : -layers;
-      peak = std::max(peak, live);
+      live_kept += b.forward ? kept : -kept;
+      if (live > peak || (live == peak && live_kept > peak_kept)) peak = live, peak_kept = live_kept;
     }
     mi.in_flight_layers = static_cast<double>(peak);
+    mi.in_flight_kept_layers = static_cast<double>(peak_kept);
     MemoryBreakdown total;
     for (int64_t c = 0; c < l.virtual_stages; ++c) {
       MemoryInputs ci = mi;
@@ -115,6 +125,9 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
       ci.output = vs == l.pp * l.virtual_stages - 1;
       ci.mtp_layers = ci.output ? m.mtp_layers : 0;
       ci.in_flight_layers = c == 0 ? mi.in_flight_layers : 0;
+      ci.in_flight_kept_layers = c == 0 ? mi.in_flight_kept_layers : 0;
+      // The stage's layers in flight, and the one being recomputed, are counted once.
+      ci.full_recompute = c == 0 && mi.full_recompute;
       ci.pp = c == 0 ? l.pp : 1;
       const MemoryBreakdown b = training_memory(m, ci);
       total.weights += b.weights;

@@ -47,6 +47,7 @@ struct TrainingLayout {
   bool sequence_parallel = false;
   std::string schedule = "1f1b";
   std::string recompute = "none";
+  int64_t recompute_num_layers = -1;  // full: the layers of each chunk recomputed, from its first (-1: all)
   bool recompute_core_attn = false;  // selective: the attention core's forward again in the backward
   bool mla_up_recompute = false;     // selective with mla_up_proj: MLA's up projections again
   bool flash_attention = true;      // training.attention: flash | unfused

@@ -27,6 +27,14 @@ void add_training_keys(KeyList& t) {
            [](const N& n, S& s) {
              s.training.recompute = as_enum(n, "training.recompute", {"none", "selective", "full"});
            }},
+          {"training.recompute_num_layers", "integer", "all",
+           "with recompute: full, how many layers of each pipeline chunk run their forward again in the backward, "
+           "from the chunk's first; the rest keep their activations (Megatron-Core's --recompute-method block "
+           "--recompute-num-layers N; TorchTitan's selective layer checkpointing of every k-th layer is layers / k); "
+           "docs/model.md",
+           [](const N& n, S& s) {
+             s.training.recompute_num_layers = as_int(n, "training.recompute_num_layers", 0, int64_t{1} << 20);
+           }},
           {"training.recompute_modules", "list", "[core_attn]",
            "with recompute: selective, what runs again in the backward instead of keeping its outputs (Megatron-Core's "
            "--recompute-modules): core_attn (the attention kernel's forward) | mla_up_proj (multi-head latent "

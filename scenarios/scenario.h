@@ -65,6 +65,10 @@ struct TrainingConfig {
   int64_t global_batch = 0;  // 0: one micro-batch per DP rank
   int64_t iterations = 1;
   std::string recompute = "none";
+  // Under full recompute, the layers of each pipeline chunk that run again, counted from
+  // the chunk's first (Megatron-Core's --recompute-method block --recompute-num-layers);
+  // -1: every layer.
+  int64_t recompute_num_layers = -1;
   // Under selective recompute, what runs again in the backward (Megatron-Core's
   // --recompute-modules): core_attn | mla_up_proj.
   std::vector<std::string> recompute_modules = {"core_attn"};

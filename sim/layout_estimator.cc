@@ -48,6 +48,9 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
       l.schedule == "interleaved-1f1b" && l.pp > 1 && l.microbatch_group >= l.pp ? l.microbatch_group : 0;
   c.parallel.sequence_parallel = l.sequence_parallel;
   c.training.recompute = l.recompute;
+  // A partial recompute belongs to the layouts that recompute in full.
+  c.training.recompute_num_layers = l.recompute == "full" ? l.recompute_num_layers : -1;
+  if (l.recompute != "full") c.marks.erase("training.recompute_num_layers");
   c.training.global_batch = l.global_batch;
   c.output_sqlite.clear();
   c.output_trace.clear();
@@ -66,6 +69,8 @@ std::string describe_layout(const TrainingLayout& l) {
   if (l.zero_stage > 0) out += ", zero " + std::to_string(l.zero_stage);
   if (l.sequence_parallel) out += ", sp";
   if (l.recompute != "none") out += ", recompute " + l.recompute;
+  if (l.recompute == "full" && l.recompute_num_layers >= 0)
+    out += " (" + std::to_string(l.recompute_num_layers) + " layers a chunk)";
   return out;
 }
 

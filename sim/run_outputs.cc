@@ -165,6 +165,10 @@ std::string summary_table(const RunOutcome& run) {
                   100.0 * get("power_clock"), get("slowest_board"));
     clock = c;
   }
+  std::string recompute;
+  if (l.recompute != "none") recompute = ", recompute " + l.recompute;
+  if (l.recompute == "full" && l.recompute_num_layers >= 0)
+    recompute += " (the first " + std::to_string(l.recompute_num_layers) + " layers of each chunk)";
   char buf[2048];
   std::snprintf(
       buf, sizeof buf,
@@ -172,7 +176,7 @@ std::string summary_table(const RunOutcome& run) {
       "model           %s (%.2fB parameters), seq %lld, %s\n"
       "cluster         %s, %s network\n"
       "layout          dp %lld  tp %lld  pp %lld  cp %lld  ep %lld%s, %s, ZeRO %lld, micro-batch %lld x %lld, global "
-      "batch %lld\n"
+      "batch %lld%s\n"
       "iteration       %.6f s   (%lld iteration(s): %.6f s)\n"
       "throughput      %.1f tokens/s\n"
       "per GPU         %.1f TFLOP/s model, %.1f TFLOP/s hardware, MFU %.1f%%%s\n"
@@ -188,9 +192,9 @@ std::string summary_table(const RunOutcome& run) {
       l.pp > 1 ? (l.schedule + (l.virtual_stages > 1 ? " x" + std::to_string(l.virtual_stages) : std::string())).c_str()
                : "no pipeline",
       static_cast<long long>(l.zero_stage), static_cast<long long>(l.micro_batch),
-      static_cast<long long>(l.micro_batches), static_cast<long long>(l.global_batch), get("iteration_time_s"),
-      static_cast<long long>(s.training.iterations), get("total_time_s"), get("tokens_per_s"), get("tflops_per_gpu"),
-      get("hardware_tflops_per_gpu"), 100.0 * get("mfu"), clock.c_str(), get("exposed_comm_s"),
+      static_cast<long long>(l.micro_batches), static_cast<long long>(l.global_batch), recompute.c_str(),
+      get("iteration_time_s"), static_cast<long long>(s.training.iterations), get("total_time_s"), get("tokens_per_s"),
+      get("tflops_per_gpu"), get("hardware_tflops_per_gpu"), 100.0 * get("mfu"), clock.c_str(), get("exposed_comm_s"),
       get("exposed_comm_tp_s"), get("exposed_comm_dp_s"), get("exposed_comm_pp_s"), get("exposed_comm_cp_s"),
       get("exposed_comm_ep_s"), get("compute_busy_s"), get("bubble_s"), 100.0 * get("bubble_fraction"),
       format_size(static_cast<int64_t>(get("peak_memory_per_gpu_bytes"))).c_str(), run.plan.memory.describe().c_str(),

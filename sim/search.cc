@@ -161,9 +161,9 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
   }
   auto same = [](const TrainingLayout& a, const TrainingLayout& b) {
     return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep &&
-           a.expert_tp() == b.expert_tp() &&
-           a.micro_batch == b.micro_batch && a.schedule == b.schedule && a.virtual_stages == b.virtual_stages &&
-           a.zero_stage == b.zero_stage && a.recompute == b.recompute && a.sequence_parallel == b.sequence_parallel;
+           a.expert_tp() == b.expert_tp() && a.micro_batch == b.micro_batch && a.schedule == b.schedule &&
+           a.virtual_stages == b.virtual_stages && a.zero_stage == b.zero_stage && a.recompute == b.recompute &&
+           a.recompute_num_layers == b.recompute_num_layers && a.sequence_parallel == b.sequence_parallel;
   };
   if (have_baseline) {
     auto found =

@@ -63,6 +63,60 @@ TEST(Memory, ShardsOverTensorParallelism) {
   EXPECT_DOUBLE_EQ(training_memory(g, gi).activations, gsbh * (34.0 + 5.0 * 16 * 2048 / 2048) / 8 * 24);
 }
 
+TEST(Memory, PartialFullRecomputeKeepsTheLayersItLeavesOut) {
+  // 32 layers in flight at the peak, 12 of them past recompute_num_layers of their chunk:
+  // those keep all of a layer (34/t s·b·h under SP), the 20 recomputed keep their input
+  // (2/t s·b·h), and one layer's worth is live while its forward runs again.
+  const ModelConfig& m = *find_model_preset("llama3-8b");
+  MemoryInputs in;
+  in.tp = 8;
+  in.sequence_parallel = true;
+  in.output = false;
+  in.in_flight_layers = 32;
+  in.full_recompute = true;
+  in.in_flight_kept_layers = 12;
+  const double sbh = 8192.0 * 4096;
+  EXPECT_DOUBLE_EQ(training_memory(m, in).activations, sbh * (34.0 * 12 + 2.0 * 20 + 34.0) / 8);
+  // Every layer kept: nothing is recomputed, nothing extra is live.
+  in.in_flight_kept_layers = 32;
+  EXPECT_DOUBLE_EQ(training_memory(m, in).activations, sbh * 34.0 / 8 * 32);
+}
+
+TEST(Planner, PartialFullRecomputeRunsTheFirstLayersOfEachChunkAgain) {
+  // Megatron-Core's --recompute-method block: the first N layers of each model chunk.
+  // Stage 0 of an interleaved pipeline of 2 stages x 2 chunks over 8 layers holds layers
+  // 0-1 (chunk 0) and 4-5 (chunk 1); with N = 1 only layers 0 and 4 run again.
+  const std::string base =
+      "cluster: {preset: dgx-h100, nodes: 1}\n"
+      "model: {preset: gpt3-1.3b, layers: 8}\n"
+      "parallel: {dp: 4, pp: 2, virtual_stages: 2, schedule: interleaved-1f1b}\n";
+  auto plan = [&](const std::string& training) {
+    return build_training_plan(scenario_from_text(base + "training: {global_batch: 16" + training + "}\n", "rc"));
+  };
+  const TrainingPlan one = plan(", recompute: full, recompute_num_layers: 1");
+  std::set<int32_t> recomputed;
+  for (const Op& op : one.plan.programs[0].ops)
+    if (op.recompute) recomputed.insert(op.layer);
+  EXPECT_EQ(recomputed, (std::set<int32_t>{0, 4}));
+  // None of a chunk's layers: the plan and memory of no recompute; all of them: of full.
+  const TrainingPlan none = plan(""), zero = plan(", recompute: full, recompute_num_layers: 0");
+  EXPECT_EQ(plan_to_json(zero.plan), plan_to_json(none.plan));
+  EXPECT_DOUBLE_EQ(zero.memory.activations, none.memory.activations);
+  const TrainingPlan full = plan(", recompute: full"), two = plan(", recompute: full, recompute_num_layers: 2");
+  EXPECT_EQ(plan_to_json(two.plan), plan_to_json(full.plan));
+  EXPECT_DOUBLE_EQ(two.memory.activations, full.memory.activations);
+  EXPECT_LT(full.memory.activations, one.memory.activations);
+  EXPECT_LT(one.memory.activations, none.memory.activations);
+  // The count means nothing without full recompute: an error at its own line.
+  try {
+    plan(",\n  recompute: selective, recompute_num_layers: 1");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("s.yaml:5:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected training.recompute: full"), std::string::npos) << e.what();
+  }
+}
+
 constexpr const char* kBase = R"(
 cluster: {preset: dgx-h100, nodes: 2}
 model: {preset: gpt3-1.3b}
