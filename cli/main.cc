@@ -130,6 +130,9 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
           cmd + " needs the real backend: CUDA, cuBLASLt and NCCL were not found when this build was configured");
 #endif
     }
+    // Commands that take nothing say so rather than ignore what they were given.
+    if ((cmd == "keys" || cmd == "--version") && !args.empty())
+      throw UsageError(cmd + " takes no arguments, got '" + args.front() + "'");
     if (cmd == "keys") return cmd_keys();
     if (cmd == "accuracy") {
       try {

@@ -18,19 +18,19 @@ void check_output_path(const Scenario& s, const std::string& key, const std::str
   check_output(s.mark(key), key, path, inputs);
 }
 
-}  // namespace
-
-void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
-                  const std::vector<std::string>& inputs) {
+// The checks of check_output on `target`, the file `path` names, in messages about `path`.
+void check_output_target(const SourceMark& mark, const std::string& key, const std::string& path,
+                         const std::string& target, const std::vector<std::string>& inputs) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) throw InputError(mark, key + " '" + path + "' is a directory, expected a file path");
-  if (const std::string why = output_path_problem(path); !why.empty())
+  if (fs::is_directory(target, ec))
+    throw InputError(mark, key + " '" + path + "' is a directory, expected a file path");
+  if (const std::string why = output_path_problem(target); !why.empty())
     throw InputError(mark, key + " '" + path + "' is " + why + ", expected a regular file or a new path");
   for (const std::string& in : inputs)
-    if (same_file(path, in))
+    if (same_file(target, in))
       throw InputError(mark, key + " '" + path + "' is an input of this command ('" + in +
                                  "'), expected a path that is not read");
-  fs::path dir = fs::path(path).parent_path();
+  fs::path dir = fs::path(target).parent_path();
   if (dir.empty()) dir = ".";
   // The nearest existing ancestor must be a writable directory (missing ones are created).
   fs::path probe = dir;
@@ -40,8 +40,27 @@ void check_output(const SourceMark& mark, const std::string& key, const std::str
     throw InputError(mark, key + " '" + path + "': '" + probe.string() + "' is not a directory");
   if (::access(probe.c_str(), W_OK) != 0)
     throw InputError(mark, key + " '" + path + "': directory '" + probe.string() + "' is not writable");
-  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+  if (fs::exists(target, ec) && ::access(target.c_str(), W_OK) != 0)
     throw InputError(mark, key + " '" + path + "' exists and is not writable");
+}
+
+}  // namespace
+
+void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
+                  const std::vector<std::string>& inputs) {
+  check_output_target(mark, key, path, path, inputs);
+  // A path through folders that do not exist yet resolves only once the command makes
+  // them ("new/../s.yaml" is then "s.yaml"): it is checked as it will resolve.
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  if (ec) return;
+  const fs::path resolved = fs::weakly_canonical(absolute, ec);
+  if (!ec && resolved != absolute) check_output_target(mark, key, path, resolved.string(), inputs);
+}
+
+void make_parent_dirs(const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty()) fs::create_directories(dir);
 }
 
 void check_input_file(const std::string& path, const std::string& expected) {
@@ -70,6 +89,9 @@ void check_output_paths(const Scenario& s) {
   const std::vector<std::string> inputs = scenario_inputs(s);
   check_output_path(s, "output.sqlite", s.output_sqlite, inputs);
   check_output_path(s, "output.trace", s.output_trace, inputs);
+  for (const char* key : {"output.trace_ranks", "output.trace_stages"})
+    if (s.marks.count(key) && s.output_trace.empty())
+      throw InputError(s.mark(key), std::string(key) + " selects what the trace shows, expected output.trace too");
   for (int64_t r : s.trace_ranks)
     if (r >= s.gpus())
       throw InputError(s.mark("output.trace_ranks"), "output.trace_ranks names rank " + std::to_string(r) +

@@ -26,9 +26,10 @@ int cmd_plan(const std::vector<std::string>& args) {
       sets.push_back(need_value(args, i));
     else if (a == "--allow-large")
       lo.allow_large = true;
-    else if (a == "--out")
+    else if (a == "--out") {
       out = need_value(args, i);
-    else if (!a.empty() && a[0] == '-')
+      if (out.empty()) throw InputError(SourceMark{"--out", 0, 0}, "expected a file name, got ''");
+    } else if (!a.empty() && a[0] == '-')
       throw UsageError("unknown option '" + a + "' for plan");
     else if (path.empty())
       path = a;
@@ -43,6 +44,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::cout << json;
     return 0;
   }
+  make_parent_dirs(out);
   write_file_atomically(out, json);
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "reports/html_report.h"
+#include "reports/output_file.h"
 
 namespace clustersim {
 
@@ -78,12 +79,17 @@ int cmd_report(const std::vector<std::string>& args) {
   if (html.empty()) throw UsageError("report needs --html OUT.html");
   check_input_file(db, "a clustersim SQLite database");
   check_output(SourceMark{"--html", 0, 0}, "--html", html, {db});
+  std::string page;
   try {
-    write_html_report(db, html, opt);
+    page = render_html_report(db, opt);
+  } catch (const ReportInputError& e) {
+    throw InputError(SourceMark{e.no_such_run ? "--run" : db, 0, 0}, e.what());
   } catch (const std::invalid_argument& e) {
     throw InputError(SourceMark{!opt.ranks.empty() ? "--ranks" : !opt.stages.empty() ? "--stages" : "--streams", 0, 0},
                      e.what());
   }
+  make_parent_dirs(html);
+  write_file_atomically(html, page);
   std::cerr << "wrote " << html << "\n";
   return 0;
 }

@@ -26,7 +26,7 @@ Run load_run(Db& db, int64_t id) {
             r.network_model = text(st, 4);
             r.yaml = text(st, 5);
           });
-  if (r.id < 0) throw std::runtime_error("no complete run " + std::to_string(id) + " in the database");
+  if (r.id < 0) throw ReportInputError("no complete run " + std::to_string(id) + " in the database", true);
   db.each("SELECT key, value FROM metrics WHERE run_id = ? ORDER BY rowid", {id},
           [&](sqlite3_stmt* st) { r.metrics.emplace_back(text(st, 0), sqlite3_column_double(st, 1)); });
   return r;

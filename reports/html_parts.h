@@ -37,7 +37,7 @@ class Db {
   void each(const std::string& sql, std::vector<int64_t> params, const std::function<void(sqlite3_stmt*)>& row) {
     sqlite3_stmt* st = nullptr;
     if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
-      throw std::runtime_error("cannot read " + path_ + ": " + sqlite3_errmsg(db_) + " (is it a clustersim database?)");
+      throw ReportInputError("cannot read " + path_ + ": " + sqlite3_errmsg(db_) + " (is it a clustersim database?)");
     for (size_t i = 0; i < params.size(); ++i) sqlite3_bind_int64(st, static_cast<int>(i) + 1, params[i]);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) row(st);
@@ -50,12 +50,12 @@ class Db {
     sqlite3_stmt* st = nullptr;
     if (sqlite3_prepare_v2(db_, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", -1, &st, nullptr) !=
         SQLITE_OK)
-      throw std::runtime_error(path_ + " is damaged or not a SQLite database (SQLite: " + sqlite3_errmsg(db_) + ")");
+      throw ReportInputError(path_ + " is damaged or not a SQLite database (SQLite: " + sqlite3_errmsg(db_) + ")");
     sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
     const int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-      throw std::runtime_error(path_ + " is damaged or not a SQLite database (SQLite: " + sqlite3_errmsg(db_) + ")");
+      throw ReportInputError(path_ + " is damaged or not a SQLite database (SQLite: " + sqlite3_errmsg(db_) + ")");
     return rc == SQLITE_ROW;
   }
 

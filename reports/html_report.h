@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,19 @@ struct ReportOptions {
   std::vector<std::string> streams;
 };
 
-// Throws std::runtime_error (unreadable database, no such run) or std::invalid_argument
-// (a timeline selection that matches nothing); writes `out` whole or not at all.
+// The database is not what a report reads: not SQLite, not clustersim's, or without the
+// run asked for (`no_such_run`). The reader's input is wrong, not the machine.
+struct ReportInputError : std::runtime_error {
+  explicit ReportInputError(const std::string& what, bool no_such_run = false)
+      : std::runtime_error(what), no_such_run(no_such_run) {}
+  bool no_such_run;
+};
+
+// Throws ReportInputError, std::runtime_error (a database that cannot be opened or read)
+// or std::invalid_argument (a timeline selection that matches nothing); writes `out`
+// whole or not at all.
 void write_html_report(const std::string& db_path, const std::string& out_path, const ReportOptions& opt = {});
+// The same page as a string, for a caller that writes it itself.
+std::string render_html_report(const std::string& db_path, const ReportOptions& opt = {});
 
 }  // namespace clustersim

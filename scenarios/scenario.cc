@@ -548,6 +548,19 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                      std::to_string(static_cast<int64_t>(s.cluster.nodes) * s.cluster.node.gpus) +
                          " GPUs is past the budget of 1048576 GPUs per cluster "
                          "(--allow-large runs it anyway)");
+  // A node's GPUs are wired all to all and its NICs each to the fabric: the cost of
+  // building them grows with their square and their number, past what any machine has.
+  constexpr int64_t kMaxGpusPerNode = 4096;
+  if (!s.allow_large && s.cluster.node.gpus > kMaxGpusPerNode)
+    throw InputError(s.mark("cluster.gpus_per_node"), "cluster.gpus_per_node = " + std::to_string(s.cluster.node.gpus) +
+                                                          " is past the budget of " + std::to_string(kMaxGpusPerNode) +
+                                                          " GPUs a node (--allow-large runs it anyway)");
+  const int64_t max_nics = std::max<int64_t>(64, 8 * static_cast<int64_t>(s.cluster.node.gpus));
+  if (!s.allow_large && s.cluster.node.nics > max_nics)
+    throw InputError(s.mark("cluster.scale_out.nics_per_node"),
+                     "cluster.scale_out.nics_per_node = " + std::to_string(s.cluster.node.nics) +
+                         " is past the budget of " + std::to_string(max_nics) +
+                         " NICs a node (8 a GPU, at least 64; --allow-large runs it anyway)");
   if (!s.allow_large && s.inference && s.serving.requests > 10'000'000)
     throw InputError(s.mark("inference.requests"), "inference.requests = " + std::to_string(s.serving.requests) +
                                                        " is past the budget of 10000000 requests per run "

@@ -58,11 +58,13 @@ double prefix(std::string_view& unit) {
                    {"Mi", 1024.0 * 1024},
                    {"Gi", 1024.0 * 1024 * 1024},
                    {"Ti", 1024.0 * 1024 * 1024 * 1024},
+                   {"Pi", 1024.0 * 1024 * 1024 * 1024 * 1024},
                    {"K", 1e3},
                    {"k", 1e3},
                    {"M", 1e6},
                    {"G", 1e9},
-                   {"T", 1e12}};
+                   {"T", 1e12},
+                   {"P", 1e15}};
   for (const auto& p : kPrefixes) {
     if (unit.size() > p.p.size() && unit.substr(0, p.p.size()) == p.p) {
       unit.remove_prefix(p.p.size());
@@ -82,7 +84,8 @@ bool parse_size(std::string_view text, int64_t& bytes, std::string& why) {
   if (!unit.empty()) {
     f = prefix(unit);
     if (unit != "B") {
-      why = "unknown size unit in '" + std::string(trim(text)) + "', expected B, KB, KiB, MB, MiB, GB, GiB, TB or TiB";
+      why = "unknown size unit in '" + std::string(trim(text)) +
+            "', expected B, KB, KiB, MB, MiB, GB, GiB, TB, TiB, PB or PiB";
       return false;
     }
   }

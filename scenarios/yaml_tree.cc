@@ -53,10 +53,30 @@ SourceMark mark_of(const YAML::Mark& m, const std::string& file) { return Source
 // hundred bytes name billions of nodes (an alias bomb), and no scenario needs a tenth.
 constexpr int64_t kMaxNodes = 200'000;
 
-YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget) {
+// Mappings and lists nested deeper than this are refused: no scenario needs a tenth, and
+// the conversion recurses once a level.
+constexpr size_t kMaxDepth = 256;
+
+// `above`: the mappings and lists this node is inside. An alias that names an anchor
+// around it makes the node graph a cycle, which would recurse without end.
+YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget, std::vector<YAML::Node>& above) {
   if (--budget < 0)
     throw InputError(mark_of(n.Mark(), file), "the document expands to more than " + std::to_string(kMaxNodes) +
                                                   " values (YAML aliases?), expected a scenario of plain keys");
+  if (n.IsMap() || n.IsSequence()) {
+    for (const YAML::Node& a : above)
+      if (a.is(n))
+        throw InputError(mark_of(n.Mark(), file),
+                         "a YAML alias refers to an anchor that contains it, expected a value that ends");
+    if (above.size() >= kMaxDepth)
+      throw InputError(mark_of(n.Mark(), file), "mappings and lists nested more than " + std::to_string(kMaxDepth) +
+                                                    " deep, expected a scenario of plain keys");
+  }
+  struct Inside {
+    std::vector<YAML::Node>& above;
+    Inside(std::vector<YAML::Node>& a, const YAML::Node& n) : above(a) { above.push_back(n); }
+    ~Inside() { above.pop_back(); }
+  } inside(above, n);
   YNode out;
   out.mark = mark_of(n.Mark(), file);
   switch (n.Type()) {
@@ -70,7 +90,7 @@ YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget) {
       break;
     case YAML::NodeType::Sequence:
       out.kind = YNode::Kind::Seq;
-      for (const auto& item : n) out.seq.push_back(convert(item, file, budget));
+      for (const auto& item : n) out.seq.push_back(convert(item, file, budget, above));
       break;
     case YAML::NodeType::Map: {
       out.kind = YNode::Kind::Map;
@@ -82,7 +102,7 @@ YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget) {
                            "a key must be a plain name, not " + std::string(kv.first.IsMap() ? "a mapping" : "a list"));
         std::string key = kv.first.Scalar();
         if (!seen.insert(key).second) throw InputError(km, "duplicate key '" + key + "'");
-        YNode child = convert(kv.second, file, budget);
+        YNode child = convert(kv.second, file, budget, above);
         child.key_mark = km;
         if (child.kind == YNode::Kind::Null) child.mark = km;
         out.map.emplace_back(std::move(key), std::move(child));
@@ -148,7 +168,10 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
         throw InputError(SourceMark{file, line, 1},
                          "a second YAML document ('---'): a scenario is one document, expected its keys in the first");
       const size_t first = l.find_first_not_of(" \t\r");
-      const bool text_here = !marker && !stop && first != std::string_view::npos && l[first] != '#';
+      // A directive (%YAML, %TAG) at the start of a line before the first marker heads the
+      // document; it is not content.
+      const bool directive = !content && !l.empty() && l[0] == '%';
+      const bool text_here = !marker && !stop && !directive && first != std::string_view::npos && l[first] != '#';
       // The loader stops at the end marker: what follows it would be silently ignored.
       if (ended && text_here)
         throw InputError(SourceMark{file, line, static_cast<int>(first) + 1},
@@ -168,7 +191,8 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
                                                 : "malformed YAML: " + e.msg);
   }
   int64_t budget = kMaxNodes;
-  YNode out = convert(root, file, budget);
+  std::vector<YAML::Node> above;
+  YNode out = convert(root, file, budget, above);
   if (out.kind == YNode::Kind::Null) out.mark = SourceMark{file, 1, 1};
   return out;
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -77,6 +78,7 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
   }
 
   std::vector<std::pair<TrainingLayout, LayoutEstimate>> ranked;
+  std::map<std::string, int64_t> refusals;  // the checks' messages, counted
   const std::vector<int64_t> mbs = {1, 2, 4, 8};
   for (int64_t tp : divisors(gpn)) {
     if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) continue;
@@ -130,8 +132,10 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
                     try {
                       const Scenario c = with_layout(s, l);
                       l = check_training_layout(c);
-                    } catch (const InputError&) {
+                    } catch (const InputError& e) {
                       ++res.invalid;
+                      const int64_t n = ++refusals[e.detail()];
+                      if (n > res.invalid_reason_count) res.invalid_reason = e.detail(), res.invalid_reason_count = n;
                       continue;
                     }
                     if (est.memory_bytes(l) > hbm) {  // before any costing: a probe never runs for it
@@ -296,7 +300,13 @@ std::string search_table(const SearchResult& r) {
                   c.baseline ? "  <- the scenario's layout" : "");
     out += buf;
   }
-  if (r.best < 0) return out + "no layout fits\n";
+  if (r.best < 0)
+    return out + "no layout fits" +
+           (r.invalid_reason.empty()
+                ? std::string()
+                : "; the checks' most frequent refusal (" + std::to_string(r.invalid_reason_count) + " of " +
+                      std::to_string(r.invalid) + " invalid): " + r.invalid_reason) +
+           "\n";
   const SearchCandidate& best = r.top[static_cast<size_t>(r.best)];
   out += "best: " + describe_layout(best.layout) + "\n";
   if (r.baseline >= 0) {
@@ -331,8 +341,8 @@ std::string search_json(const SearchResult& r) {
            ", \"baseline\": " + (c.baseline ? "true" : "false") + "}";
   };
   std::string out = "{\"name\": \"" + json_escape(r.name) + "\", \"enumerated\": " + std::to_string(r.enumerated) +
-                    ", \"invalid\": " + std::to_string(r.invalid) +
-                    ", \"over_memory\": " + std::to_string(r.over_memory) +
+                    ", \"invalid\": " + std::to_string(r.invalid) + ", \"invalid_reason\": \"" +
+                    json_escape(r.invalid_reason) + "\"" + ", \"over_memory\": " + std::to_string(r.over_memory) +
                     ", \"estimated\": " + std::to_string(r.estimated);
   out += ", \"best\": " + (r.best >= 0 ? layout_json(r.top[static_cast<size_t>(r.best)]) : std::string("null"));
   out += ", \"baseline\": " +

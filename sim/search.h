@@ -51,6 +51,8 @@ struct SearchResult {
   std::string name;
   int64_t enumerated = 0;      // layouts generated
   int64_t invalid = 0;         // refused by the planner's checks
+  std::string invalid_reason;  // the checks' most frequent refusal (the first of equals), "" when none
+  int64_t invalid_reason_count = 0;
   int64_t over_memory = 0;     // pruned by the memory model
   int64_t estimated = 0;       // ranked by the estimate
   double estimate_wall_s = 0;  // wall time of enumeration + estimates

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -171,8 +172,12 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
   }
   rep.results.resize(todo.size());
 
+  // A database that exists is read for the points it holds; a new one is made with the
+  // first row saved, so a sweep refused before any (its objective) leaves none behind.
   std::unique_ptr<SweepStore> store;
-  if (!opt.database.empty()) store = std::make_unique<SweepStore>(opt.database);
+  std::error_code exists_ec;
+  if (!opt.database.empty() && std::filesystem::exists(opt.database, exists_ec))
+    store = std::make_unique<SweepStore>(opt.database);
   // Points already in the database are not run again.
   std::vector<size_t> run;
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -197,8 +202,10 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
     done[k] = 1;
     progress.tick(rep.results[run[k]].settings);
     try {
-      for (; saved < run.size() && done[saved]; ++saved)
+      for (; saved < run.size() && done[saved]; ++saved) {
+        if (!store && !opt.database.empty()) store = std::make_unique<SweepStore>(opt.database);
         if (store) store->put(sweep_row(rep, rep.results[run[saved]]));
+      }
     } catch (...) {
       if (!failure) failure = std::current_exception();
     }
@@ -213,17 +220,21 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
                                                           "' in the results, expected one of the run's --json "
                                                           "metrics, e.g. iteration_time_s or mfu");
   };
+  // Nothing is saved until the objective has been checked: the points before the first
+  // that runs wait for it.
   size_t first = 0;
+  std::vector<SweepPointResult> waiting;
   for (; first < run.size(); ++first) {
     SweepPointResult r = run_sweep_point(path, opt.sets, *todo[run[first]], opt.allow_large);
     const bool ok = r.status == "ok";
     if (ok) check_objective(r);
-    finish(first, std::move(r));
+    waiting.push_back(std::move(r));
     if (ok) {
       ++first;
       break;
     }
   }
+  for (size_t k = 0; k < waiting.size(); ++k) finish(k, std::move(waiting[k]));
   std::atomic<size_t> next{first};
   auto worker = [&] {
     for (;;) {

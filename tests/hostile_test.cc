@@ -176,6 +176,18 @@ TEST_F(HostileTest, AYamlAliasBombIsRefusedAtOnce) {
   expect_refused_fast("run " + quote(write("bomb.yaml", y + "model: *a9\n")), "YAML aliases");
 }
 
+TEST_F(HostileTest, AYamlAliasInsideItsOwnAnchorIsRefused) {
+  // The alias makes the node graph a cycle: refused at the alias, not followed forever.
+  expect_refused_fast("run " + quote(write("cycle.yaml",
+                                           "cluster: &c {preset: dgx-h100, x: *c}\n"
+                                           "model: {preset: gpt3-1.3b}\n")),
+                      "cycle.yaml:1:10: error: a YAML alias refers to an anchor that contains it");
+  expect_refused_fast("run " + small() + " --set 'name=&a [*a]'", "an anchor that contains it");
+  std::string deep = "model: ";
+  for (int i = 0; i < 300; ++i) deep += "[";
+  expect_refused_fast("run " + quote(write("deep.yaml", deep + "\n")), "error:");
+}
+
 TEST_F(HostileTest, IncludesThatIncludeTheNextTwiceLoadEachFileOnce) {
   for (int i = 0; i < 31; ++i) {
     const std::string next = "f" + std::to_string(i + 1) + ".yaml";
@@ -208,6 +220,15 @@ TEST_F(HostileTest, BudgetsAreRefusedBeforeAnyWork) {
                                                 "--set training.global_batch=65536",
                       "layer passes per stage");
   expect_refused_fast("collective --op all-reduce --gpus 8 --cluster dgx-h100 --concurrent 1000000", "budget of 1048576");
+  // A node's GPUs are wired all to all and its NICs each to the fabric: both bounded.
+  expect_refused_fast("run " + quote(small()) +
+                          " --set cluster.gpus_per_node=65536 --set parallel.tp=1 "
+                          "--set parallel.dp=65536",
+                      "budget of 4096 GPUs a node");
+  expect_refused_fast("run " + quote(small()) +
+                          " --set cluster.nodes=2 --set parallel.dp=2 "
+                          "--set cluster.scale_out.nics_per_node=1048576",
+                      "budget of 64 NICs a node");
   // --allow-large lifts a budget, never the ceiling past it.
   expect_refused_fast("run " + quote(small()) + " --allow-large --set cluster.nodes=1000000 --set cluster.gpus_per_node=1000",
                       "the most any run takes");
@@ -238,6 +259,11 @@ TEST_F(HostileTest, AllowLargeRunsPastABudget) {
 TEST_F(HostileTest, ASecondYamlDocumentIsAnError) {
   const std::string s = write("two.yaml", "cluster: {preset: dgx-h100}\n---\nmodel: {preset: gpt3-1.3b}\n");
   expect_refused_fast("run " + quote(s), "a second YAML document");
+  // A %YAML directive heads the one document: read, not taken for a second.
+  const std::string d = write("directive.yaml",
+                              "%YAML 1.2\n---\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                              "model: {preset: gpt3-1.3b, layers: 2}\n");
+  EXPECT_EQ(cli("run " + quote(d)).code, 0);
 }
 
 TEST_F(HostileTest, AnIncludedFileThatIsNotAScenarioIsNotEchoed) {
@@ -263,9 +289,16 @@ TEST_F(HostileTest, AHugeValueIsNotEchoedWhole) {
 TEST_F(HostileTest, ADamagedDatabaseIsSaidToBeDamaged) {
   write("bad.sqlite", std::string(8192, '\x5a'));
   double t = 0;
+  // Read by report, it is bad input (exit 1); written into by run, a failure while writing (3).
   const CliResult r = timed("report bad.sqlite --html out.html", t);
-  EXPECT_EQ(r.code, 3) << r;
+  EXPECT_EQ(r.code, 1) << r;
   EXPECT_NE(r.err.find("is damaged or not a SQLite database"), std::string::npos) << r;
+  EXPECT_FALSE(fs::exists(dir_ / "out.html"));
+  // A run the database does not hold is bad input too, at --run.
+  ASSERT_EQ(cli("run " + quote(small()) + " --set output.sqlite=good.sqlite").code, 0);
+  const CliResult missing = timed("report good.sqlite --html out.html --run 99", t);
+  EXPECT_EQ(missing.code, 1) << missing;
+  EXPECT_NE(missing.err.find("--run: error: no complete run 99"), std::string::npos) << missing;
   EXPECT_FALSE(fs::exists(dir_ / "out.html"));
   const CliResult w = timed("run " + quote(small()) + " --set output.sqlite=bad.sqlite", t);
   EXPECT_EQ(w.code, 3) << w;
@@ -283,6 +316,7 @@ TEST_F(HostileTest, ABogusRankByIsRefusedBeforeTheSweepRuns) {
   EXPECT_NE(r.err.find("no metric 'bogus'"), std::string::npos) << r;
   EXPECT_LT(t, 5.0);
   EXPECT_TRUE(r.out.empty()) << r;
+  EXPECT_FALSE(std::filesystem::exists(db)) << "a refused sweep leaves no database";
   // Resumed whole, no point runs: the stored results are checked instead.
   ASSERT_EQ(cli("sweep " + quote(s) + " --out " + quote(db)).code, 0);
   const CliResult resumed = timed("sweep " + quote(s) + " --out " + quote(db) + " --rank-by bogus", t);
@@ -313,6 +347,14 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
   const std::string a100 =
       write("a.yaml", "cluster: {preset: dgx-a100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n");
   expect_refused_fast("run " + quote(a100) + " --set model.dtype=fp8", "FP8 training needs FP8 tensor cores");
+  // What selects a trace needs the trace; a plan written to '' would go to stdout.
+  expect_refused_fast("run " + quote(small()) + " --set 'output.trace_ranks=[0]'", "expected output.trace too");
+  expect_refused_fast("plan " + quote(small()) + " --out ''", "--out: error: expected a file name");
+  for (const char* cmd : {"keys extra", "--version extra"}) {
+    const CliResult r = cli(cmd);
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << r;
+    EXPECT_NE(r.err.find("takes no arguments"), std::string::npos) << r;
+  }
 }
 
 // Scenario files are UTF-8: a stray byte is refused at its line and column, not passed into

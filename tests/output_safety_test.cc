@@ -101,6 +101,42 @@ TEST_F(OutputSafetyTest, TraceOverTheScenarioThroughAnotherNameIsRefused) {
   EXPECT_EQ(read_file(s), before);
 }
 
+TEST_F(OutputSafetyTest, APathThroughAFolderNotYetMadeIsCheckedAsItWillResolve) {
+  // "new/../s.yaml" names the scenario once the run has made "new": refused before any
+  // work, nothing made, nothing written. The same for a directory reached that way: the
+  // database beside it is not written either.
+  const std::string s = example();
+  const std::string before = read_file(s);
+  const std::string via = (dir_ / "new" / ".." / fs::path(s).filename()).string();
+  expect_refused(cli("run " + quote(s) + " --set output.trace=" + quote(via)), "is an input of this command");
+  EXPECT_EQ(read_file(s), before);
+  EXPECT_FALSE(fs::exists(dir_ / "new"));
+  fs::create_directory(dir_ / "d");
+  const std::string db = (dir_ / "r.sqlite").string();
+  expect_refused(cli("run " + quote(s) + " --set output.sqlite=" + quote(db) +
+                     " --set output.trace=" + quote((dir_ / "new2" / ".." / "d").string())),
+                 "is a directory");
+  EXPECT_FALSE(fs::exists(db));
+  EXPECT_FALSE(fs::exists(dir_ / "new2"));
+}
+
+TEST_F(OutputSafetyTest, PlanAndReportMakeTheFoldersTheirOutputNeeds) {
+  // As run's output.* do: the folders above the file are made when it is written, and
+  // not when the command is refused first.
+  const std::string s = example();
+  EXPECT_EQ(cli("plan " + quote(s) + " --out " + quote((dir_ / "a" / "b" / "p.json").string())).code, 0);
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "a" / "b" / "p.json"));
+  const std::string db = (dir_ / "r.sqlite").string();
+  ASSERT_EQ(cli("run " + quote(s) + " --set output.sqlite=" + quote(db)).code, 0);
+  EXPECT_EQ(cli("report " + quote(db) + " --html " + quote((dir_ / "c" / "r.html").string())).code, 0);
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "c" / "r.html"));
+  write("text.sqlite", "not a database");
+  const CliResult bad =
+      cli("report " + quote((dir_ / "text.sqlite").string()) + " --html " + quote((dir_ / "d" / "r.html").string()));
+  EXPECT_EQ(bad.code, 1) << bad;
+  EXPECT_FALSE(fs::exists(dir_ / "d"));
+}
+
 TEST_F(OutputSafetyTest, TraceOverTheCalibrationProfileIsRefused) {
   const std::string profile = std::string(CLUSTERSIM_SOURCE_DIR) + "/calibrate/profiles/h200.yaml";
   const fs::path copy = dir_ / "p.yaml";

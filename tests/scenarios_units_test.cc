@@ -98,9 +98,16 @@ TEST(Units, DocumentedRangesAreCheckedAtLoad) {
   EXPECT_FALSE(parse_bandwidth("1bps", v, why));
   EXPECT_NE(why.find("1Mbps to 1PB/s"), std::string::npos) << why;
   EXPECT_TRUE(parse_bandwidth("1Mbps", v, why));
+  EXPECT_TRUE(parse_bandwidth("1PB/s", v, why)) << why;  // the range's own end, in its own unit
+  EXPECT_DOUBLE_EQ(v, 1e15);
   EXPECT_FALSE(parse_bandwidth("2PB/s", v, why));
+  EXPECT_NE(why.find("out of range"), std::string::npos) << why;
   EXPECT_TRUE(parse_size("1024TiB", b, why));
+  EXPECT_TRUE(parse_size("1PiB", b, why)) << why;
+  EXPECT_EQ(b, int64_t{1} << 50);
   EXPECT_FALSE(parse_size("1025TiB", b, why));
+  EXPECT_FALSE(parse_size("2PB", b, why));
+  EXPECT_NE(why.find("out of range"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -210,6 +210,21 @@ TEST(Search, RefusesWhatItCannotSearch) {
                InputError);
 }
 
+// When the checks refuse every layout, the answer says why: their most frequent refusal.
+TEST(Search, NoLayoutFitsSaysWhatTheChecksRefused) {
+  const SearchResult r = quiet_search(
+      scenario_from_text("name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+                         "parallel: {moe_dispatcher: allgather}\ntraining: {global_batch: 8}\n",
+                         "search-none"),
+      2);
+  EXPECT_LT(r.best, 0);
+  EXPECT_GT(r.invalid, 0);
+  EXPECT_EQ(r.invalid_reason_count, r.invalid);
+  EXPECT_NE(r.invalid_reason.find("needs a mixture-of-experts model"), std::string::npos) << r.invalid_reason;
+  EXPECT_NE(search_table(r).find("no layout fits; the checks' most frequent refusal"), std::string::npos);
+  EXPECT_NE(search_json(r).find("\"invalid_reason\": \"a token dispatcher needs"), std::string::npos);
+}
+
 // A scenario whose own layout does not fit still gets an answer, and says why its layout
 // is not among the candidates.
 TEST(Search, BaselineThatDoesNotFitIsExplained) {
