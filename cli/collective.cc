@@ -73,7 +73,7 @@ int cmd_collective(const std::vector<std::string>& args) {
       char* end = nullptr;
       oversub = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(oversub >= 1.0) || oversub > 1e6)
-        throw InputError(SourceMark{a, 0, 0}, "expected a number >= 1, got '" + v + "'");
+        throw InputError(SourceMark{a, 0, 0}, "expected a number from 1 to 1e6, got '" + v + "'");
     } else if (a == "--nics-per-leaf")
       nics_per_leaf = as_int(a, need_value(args, i));
     else if (a == "--profile")

@@ -144,7 +144,7 @@ bool parse_seconds(std::string_view text, std::span<const TimeUnit> units, doubl
 
 bool parse_time(std::string_view text, double& seconds, std::string& why) {
   static constexpr TimeUnit kUnits[] = {{"ps", 1e-12}, {"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6},
-                                        {"ms", 1e-3},  {"s", 1.0},   {"min", 60.0}};
+                                        {"μs", 1e-6},  {"ms", 1e-3}, {"s", 1.0},   {"min", 60.0}};
   // Picoseconds of a run stay within int64.
   return parse_seconds(text, kUnits, kMaxTimeSeconds, "time", "at most 1e6 s (11.6 days)",
                        "ps, ns, us, ms or s (e.g. 2us)", "ps, ns, us, ms or s", seconds, why);

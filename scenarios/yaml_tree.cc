@@ -2,7 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -208,7 +210,12 @@ YNode load_yaml_file(const std::string& path, const SourceMark& included_from) {
   if (!ec && std::filesystem::is_regular_file(status) && std::filesystem::file_size(path, ec) > (64u << 20))
     throw InputError(where, "'" + path + "' is larger than 64 MiB, expected a YAML scenario file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(where, "cannot read scenario file '" + path + "'");
+  if (!in) {
+    // Why, where the file system says: missing, a link to nothing or in a loop, no permission.
+    const int e = errno;
+    throw InputError(where, "cannot read scenario file '" + path + "'" +
+                                (e != 0 ? std::string(": ") + std::strerror(e) : std::string()));
+  }
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_yaml(ss.str(), path);

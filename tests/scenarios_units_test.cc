@@ -98,6 +98,11 @@ TEST(Units, DocumentedRangesAreCheckedAtLoad) {
   EXPECT_FALSE(parse_bandwidth("1bps", v, why));
   EXPECT_NE(why.find("1Mbps to 1PB/s"), std::string::npos) << why;
   EXPECT_TRUE(parse_bandwidth("1Mbps", v, why));
+  // A microsecond in either sign: MICRO SIGN (U+00B5) or GREEK SMALL LETTER MU (U+03BC).
+  EXPECT_TRUE(parse_time("5\u00b5s", v, why)) << why;
+  EXPECT_DOUBLE_EQ(v, 5e-6);
+  EXPECT_TRUE(parse_time("5\u03bcs", v, why)) << why;
+  EXPECT_DOUBLE_EQ(v, 5e-6);
   EXPECT_TRUE(parse_bandwidth("1PB/s", v, why)) << why;  // the range's own end, in its own unit
   EXPECT_DOUBLE_EQ(v, 1e15);
   EXPECT_FALSE(parse_bandwidth("2PB/s", v, why));
