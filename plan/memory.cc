@@ -154,10 +154,23 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   // Under full recompute a recomputed layer keeps only its input; the layers a partial
   // recompute leaves out keep everything, and the layer being recomputed holds all of its
   // own for its backward.
+  // TorchTitan's op policy keeps what its saved ops output, and the layer's input: Q and
+  // V (the odd matmuls wq and wv), the attention kernel's output, and under SwiGLU w1's and
+  // w2's outputs, otherwise the up projection's; K, the attention projection's output,
+  // w3's and every other op's come again. The layer being recomputed holds the rest.
+  double stored_layer = full_layer;
+  if (in.op_recompute) {
+    const double replicated_kept = 2.0 + (gated == 2.0 ? 2.0 : 0.0);
+    const double sharded_kept = 2.0 * q + 2.0 * kv + 2.0 * q + 2.0 * f;
+    stored_layer =
+        in.sequence_parallel ? sbh * (replicated_kept + sharded_kept) / t : sbh * (replicated_kept + sharded_kept / t);
+  }
   const double kept = in.full_recompute ? in.in_flight_kept_layers : in.in_flight_layers;
   const double per_recomputed = 2.0 * sbh / (in.sequence_parallel ? t : 1.0);
-  const bool recomputes = in.full_recompute && in.in_flight_layers > kept;
-  b.activations = full_layer * kept + per_recomputed * (in.in_flight_layers - kept) + (recomputes ? full_layer : 0.0);
+  const bool recomputes =
+      (in.full_recompute && in.in_flight_layers > kept) || (in.op_recompute && in.in_flight_layers > 0);
+  b.activations = stored_layer * kept + per_recomputed * (in.in_flight_layers - kept) +
+                  (recomputes ? full_layer - (in.op_recompute ? stored_layer : 0.0) : 0.0);
   if (in.output)
     b.activations += static_cast<double>(1 + in.mtp_layers) * tokens * static_cast<double>(padded_vocab(m, in.tp)) / t *
                      (in.fused_cross_entropy ? e : e + 4.0);

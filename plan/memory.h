@@ -56,6 +56,7 @@ struct MemoryInputs {
   double in_flight_kept_layers = 0;  // full recompute: those of them not recomputed, holding all they keep
   bool sequence_parallel = false;
   bool full_recompute = false;
+  bool op_recompute = false;  // TorchTitan's selective op policy: the matmuls' and attention's outputs kept
   bool adam = true;
   bool fp8 = false;               // Transformer Engine FP8 linear layers
   bool fp8_params = false;  // parallel.fp8_param_gather: FP8 weights (and their transpose), no 16-bit copy

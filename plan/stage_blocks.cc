@@ -49,12 +49,13 @@ int64_t StageBuilder::autograd_nodes(int64_t chunk, uint32_t first) const {
     const bool comm = is_comm(op.kind);
     // (the pipeline's device synchronize is the host's wait, no node of the graph)
     if (op.phase == Phase::Forward && !comm && op.name != device_sync_name_ &&
-        !(op.layer >= 0 && full_recompute(op.layer)))
+        !(op.layer >= 0 && (full_recompute(op.layer) || l_.recompute == "op")))
       ops.emplace_back(op.layer, op.name);
   }
   std::sort(ops.begin(), ops.end());
   int64_t nodes = static_cast<int64_t>(std::unique(ops.begin(), ops.end()) - ops.begin());
-  for (int64_t i = 0; i < chunk_layers(chunk); ++i) nodes += full_recompute(layer_of(chunk, i)) ? 1 : 0;
+  for (int64_t i = 0; i < chunk_layers(chunk); ++i)
+    nodes += full_recompute(layer_of(chunk, i)) || l_.recompute == "op" ? 1 : 0;
   for (int64_t i = 0; i < chunk_layers(chunk); ++i) nodes += layer_param_tensors(layer_of(chunk, i));
   if (first_virtual(chunk)) nodes += m_.learned_positions ? 2 : 1;  // the token (and position) tables
   if (last_virtual(chunk)) nodes += (m_.biases ? 2 : 1) + (m_.tied_embeddings && l_.pp == 1 ? 0 : 1);
@@ -101,10 +102,11 @@ uint32_t StageBuilder::layer_backward(int32_t L, uint32_t g, bool last_micro_bat
   const double act = act_bytes();
   const int64_t h = m_.hidden;
   if (l_.eager) {
-    if (full_recompute(L)) {
+    if (full_recompute(L) || l_.recompute == "op") {
       recomputing_ = true;
+      op_policy_ = l_.recompute == "op";
       g = layer_forward_eager(L, g, Phase::Backward);
-      recomputing_ = false;
+      recomputing_ = op_policy_ = false;
     }
     g = layer_backward_eager(L, g, last_micro_batch);
     return g;
@@ -255,7 +257,7 @@ void StageBuilder::backward_block(int64_t chunk, bool last_micro_batch) {
   for (int64_t i = chunk_layers(chunk) - 1; i >= 0; --i) {
     const int32_t L = layer_of(chunk, i);
     const uint32_t zg = zero3_backward_gather(L, g);
-    if (zg != g) g = join(g, zg);
+    if (zg != g) g = zero3_copy_out(Phase::Backward, L, join(g, zg));
     zero3_prefetch_below(i > 0 ? layer_of(chunk, i - 1) : -1);
     g = layer_backward(L, g, last_micro_batch);
   }
@@ -408,7 +410,7 @@ void StageBuilder::forward_block(int64_t chunk) {
   for (int64_t i = 0; i < chunk_layers(chunk); ++i) {
     const int32_t L = layer_of(chunk, i);
     const uint32_t g = zero3_gather(Phase::Forward, L, x);
-    x = layer_forward(L, g == x ? x : join(x, g), Phase::Forward);
+    x = layer_forward(L, g == x ? x : zero3_copy_out(Phase::Forward, L, join(x, g)), Phase::Forward);
   }
   if (l_.p2p_device_sync && chunk_nodes_[static_cast<size_t>(chunk)] < 0)
     chunk_nodes_[static_cast<size_t>(chunk)] = autograd_nodes(chunk, chunk_begin_);

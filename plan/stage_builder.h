@@ -109,6 +109,9 @@ class StageBuilder {
   uint32_t zero3_backward_gather(int32_t L, uint32_t after);
   void zero3_prefetch_below(int32_t below);
   uint32_t zero3_gather(Phase ph, int32_t L, uint32_t after);
+  // After layer L's gather `g` joined the stream at `joined`: FSDP2's copy-out on the
+  // compute stream (parallel.fsdp_version 2), else `joined`.
+  uint32_t zero3_copy_out(Phase ph, int32_t L, uint32_t joined);
 
   void drain_deferred_wgrads();
   void add_grads(int32_t L, double dense, double expert, uint32_t ready);
@@ -327,6 +330,9 @@ class StageBuilder {
   size_t warm_forwards_ = 0;
   uint32_t mlp_input_ready_ = kNone;
   bool recomputing_ = false;
+  // The recomputation under PyTorch's selective checkpointing with TorchTitan's op policy
+  // (training.recompute: op): matmuls and attention saved but every second matmul.
+  bool op_policy_ = false;
   // ZeRO 3 backward prefetch: the gather issued ahead for `prefetched_layer_`.
   uint32_t prefetched_gather_ = kNone;
   int32_t prefetched_layer_ = -1;

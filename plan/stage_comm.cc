@@ -168,6 +168,16 @@ void StageBuilder::zero3_prefetch_below(int32_t below) {
   prefetched_layer_ = below;
 }
 
+// fully_shard's unshard ends on the compute stream (FSDPParamGroup.wait_for_unshard ->
+// foreach_all_gather_copy_out): the all-gather's output is one flat buffer, and
+// split_with_sizes_copy copies it out into each parameter's unsharded tensor, reading and
+// writing the layer's gathered bytes before its first kernel.
+uint32_t StageBuilder::zero3_copy_out(Phase ph, int32_t L, uint32_t joined) {
+  if (!l_.fsdp2) return joined;
+  const double bytes = layer_dense_params(L) * dtype_bits(l_.fsdp_param_dtype) / 8.0;
+  return add_memory("fsdp2-copy-out", ph, L, bytes, bytes, 0, deps(joined));
+}
+
 uint32_t StageBuilder::zero3_gather(Phase ph, int32_t L, uint32_t after) {
   if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
   // Gathered once: what the first micro-batch's forward gathered stays until the step

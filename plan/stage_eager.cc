@@ -126,15 +126,22 @@ uint32_t StageBuilder::layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
   const double a32 = eager_act32(), a16 = eager_act16();
   const int64_t attn_out = m_.heads * m_.head_dim();
   const int64_t f = m_.ffn_hidden;
+  // Recomputed under TorchTitan's op policy (op_policy_), the matmuls and the attention
+  // kernel are saved but every second matmul of the layer, counted in the order the
+  // Llama block calls them (wq, wk, wv, wo, w1, w3, w2): wk, wo and SwiGLU's w3 run
+  // again, with every op that is no matmul.
+  const bool op_policy = recomputing_ && op_policy_;
   // Under model.dtype fp8 each linear is a te.Linear: its BF16 input is cast to FP8 with
   // the transpose its wgrad reads (fp8_cast), and its weight as eager_linear_weight says.
   uint32_t n1 = eager_norm("layernorm-1", "autocast-cast-qkv-input", ph, L, x);
   n1 = fp8_cast("te-cast-qkv-input", ph, L, tokens_, h, n1);
+  const int64_t qkv_width = op_policy ? m_.kv_heads * m_.head_dim() / t_ : qkv_;  // wk alone
   uint32_t qkv =
-      add_gemm("qkv", ph, L, tokens_, qkv_, h,
+      add_gemm("qkv", ph, L, tokens_, qkv_width, h,
                deps(eager_linear_weight("autocast-cast-qkv-weight", "te-cast-qkv-weight", ph, L, h, qkv_, n1)));
   qkv = unpad_qkv(ph, L, eager_rotary(ph, L, qkv));
-  uint32_t at = pad_output(ph, L, add_attention("attention", ph, L, m_.seq_len, m_.seq_len, deps(qkv)));
+  uint32_t at =
+      pad_output(ph, L, op_policy ? qkv : add_attention("attention", ph, L, m_.seq_len, m_.seq_len, deps(qkv)));
   at = fp8_cast("te-cast-proj-input", ph, L, tokens_, attn_out, at);
   uint32_t proj =
       add_gemm("attn-proj", ph, L, tokens_, h, attn_out,
@@ -144,17 +151,26 @@ uint32_t StageBuilder::layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
       accessed(add_memory("residual-add-attn", ph, L, a32 + a16, a32, th, deps(proj, x)), MemAccess::DynamicCast, th);
   uint32_t n2 = eager_norm("layernorm-2", "autocast-cast-mlp-input", ph, L, r1);
   n2 = fp8_cast("te-cast-up-input", ph, L, tokens_, h, n2);
+  const bool gated = m_.ffn_type == FfnType::Swiglu;
   uint32_t up =
-      add_gemm("mlp-up", ph, L, tokens_, mlp_in_, h,
-               deps(eager_linear_weight("autocast-cast-up-weight", "te-cast-up-weight", ph, L, h, mlp_in_, n2)));
+      op_policy && !gated
+          ? n2  // the up projection is the fifth matmul, kept
+          : add_gemm("mlp-up", ph, L, tokens_, op_policy ? mlp_in_ / 2 : mlp_in_, h,  // w3 alone under the policy
+                     deps(eager_linear_weight("autocast-cast-up-weight", "te-cast-up-weight", ph, L, h, mlp_in_, n2)));
   const double f16 = static_cast<double>(tokens_ * f * e_);
   uint32_t act;
-  if (m_.ffn_type == FfnType::Swiglu) {
+  if (gated) {
     act = add_memory("silu", ph, L, f16, f16, 4.0 * f16 / static_cast<double>(e_), deps(up));
     act = add_memory("swiglu-mul", ph, L, 2 * f16, f16, f16 / static_cast<double>(e_), deps(act));
   } else {
     act = add_memory("gelu", ph, L, f16, f16, 8.0 * f16 / static_cast<double>(e_), deps(up));
   }
+  // PyTorch's non-reentrant checkpoint stops recomputing once every tensor the backward
+  // saved is back (torch.utils.checkpoint's early stop, on by default): the last is the
+  // down projection's input, so neither that plain linear's GEMM nor the residual add
+  // after it runs again. A te.Linear (FP8) is one autograd function whose saved tensors
+  // come at its end, so its GEMM does.
+  if (recomputing_ && !l_.fp8) return act;
   act = fp8_cast("te-cast-down-input", ph, L, tokens_, f, act);
   uint32_t down =
       add_gemm("mlp-down", ph, L, tokens_, h, f,

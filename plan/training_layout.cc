@@ -100,8 +100,16 @@ TrainingLayout check_training_layout(const Scenario& s) {
            std::find(s.training.recompute_modules.begin(), s.training.recompute_modules.end(), module) !=
                s.training.recompute_modules.end();
   };
+  if (l.recompute == "op" && s.training.framework != "pytorch-eager")
+    fail(s, "training.recompute",
+         "training.recompute: op is PyTorch's selective checkpointing (TorchTitan's policy), expected "
+         "training.framework: pytorch-eager");
+  if (l.recompute == "op" && m.dtype == DType::FP8)
+    fail(s, "training.recompute",
+         "training.recompute: op saves matmul outputs, which Transformer Engine's FP8 linears do not run as "
+         "matmuls, expected model.dtype bf16 or fp16");
   l.recompute_num_layers = s.training.recompute_num_layers;
-  if (s.marks.count("training.recompute_num_layers") && l.recompute != "full")
+  if (s.training.recompute_num_layers >= 0 && l.recompute != "full")
     fail(s, "training.recompute_num_layers",
          "training.recompute_num_layers counts the layers that full recompute runs again, expected "
          "training.recompute: full");
@@ -147,6 +155,11 @@ TrainingLayout check_training_layout(const Scenario& s) {
   l.zero3_keep_for_backward = p.zero_stage >= 3 && p.zero3_param_gather != "micro-batch";
   l.zero3_prefetch = p.zero3_backward_prefetch != "none";
   l.eager = s.training.framework == "pytorch-eager";
+  if (p.fsdp_version != 1 && (!l.eager || p.zero_stage < 3))
+    fail(s, "parallel.fsdp_version",
+         "parallel.fsdp_version names PyTorch's FSDP, expected parallel.zero_stage: 3 under training.framework: "
+         "pytorch-eager");
+  l.fsdp2 = l.eager && p.zero_stage >= 3 && p.fsdp_version == 2;
   l.p2p_device_sync =
       !l.overlap_p2p && l.pp > 1 &&
       (p.batch_p2p_sync == "true" || (p.batch_p2p_sync == "auto" && !l.eager && !s.training.launch_blocking));

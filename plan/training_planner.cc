@@ -84,6 +84,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.micro_batch = l.micro_batch;
     mi.sequence_parallel = l.sequence_parallel;
     mi.full_recompute = l.recompute == "full";
+    mi.op_recompute = l.recompute == "op";
     mi.adam = adam;
     mi.fp8 = l.fp8;
     mi.fp8_params = l.fp8_params;
@@ -128,6 +129,7 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
       ci.in_flight_kept_layers = c == 0 ? mi.in_flight_kept_layers : 0;
       // The stage's layers in flight, and the one being recomputed, are counted once.
       ci.full_recompute = c == 0 && mi.full_recompute;
+      ci.op_recompute = c == 0 && mi.op_recompute;
       ci.pp = c == 0 ? l.pp : 1;
       const MemoryBreakdown b = training_memory(m, ci);
       total.weights += b.weights;

@@ -76,6 +76,7 @@ struct TrainingLayout {
   // layer's backward hooks, ahead of its reduce-scatter (parallel.zero3_backward_prefetch pre
   // or post: the same order on the GPU), or when the layer below's backward begins (none).
   bool zero3_prefetch = true;
+  bool fsdp2 = false;  // pytorch-eager ZeRO 3 as fully_shard: the gathered parameters copied out per tensor
   DType fsdp_param_dtype = DType::BF16;  // ZeRO 3: gathered parameters
   DType fsdp_reduce_dtype = DType::FP32; // ZeRO 3: reduce-scattered gradients
   bool zero3_grad_once = false;     // ZeRO 3: gradients accumulated unsharded, reduce-scattered once per step

@@ -251,6 +251,12 @@ void add_parallel_keys(KeyList& t) {
            [](const N& n, S& s) {
              s.parallel.fsdp_reduce_dtype = as_enum(n, "parallel.fsdp_reduce_dtype", {"auto", "fp32", "bf16", "fp16"});
            }},
+          {"parallel.fsdp_version", "integer", "1",
+           "ZeRO 3 under training.framework pytorch-eager: 1 (FullyShardedDataParallel: each layer's flat parameter "
+           "gathered into its unsharded buffer, the layers' tensors views of it) | 2 (fully_shard, per-parameter "
+           "sharding: after each all-gather the compute stream copies the gathered bytes out into every "
+           "parameter's own tensor, split_with_sizes_copy; TorchTitan's and torchtune's); docs/model.md",
+           [](const N& n, S& s) { s.parallel.fsdp_version = as_int(n, "parallel.fsdp_version", 1, 2); }},
           {"parallel.grad_reduce_dtype", "name", "auto",
            "ZeRO 0-2 under training.framework megatron: the dtype of the main-gradient buffer the micro-batches "
            "accumulate into and the DP all-reduce / reduce-scatter moves: auto (fp32 for bf16 and fp8 models, as "

@@ -23,17 +23,24 @@ void add_training_keys(KeyList& t) {
            [](const N& n, S& s) { s.training.global_batch = as_int(n, "training.global_batch", 1, int64_t{1} << 32); }},
           {"training.iterations", "integer", "1", "iterations (identical in a deterministic model: one is simulated)",
            [](const N& n, S& s) { s.training.iterations = as_int(n, "training.iterations", 1, int64_t{1} << 32); }},
-          {"training.recompute", "name", "none", "none | selective | full",
+          {"training.recompute", "name", "none",
+           "none | selective (Megatron-Core's: training.recompute_modules) | full (each layer's forward again from "
+           "its input) | op (pytorch-eager: PyTorch's selective checkpointing with TorchTitan's op policy, each "
+           "layer's matmul and attention outputs kept but every second matmul's, the other ops run again; "
+           "docs/model.md)",
            [](const N& n, S& s) {
-             s.training.recompute = as_enum(n, "training.recompute", {"none", "selective", "full"});
+             s.training.recompute = as_enum(n, "training.recompute", {"none", "selective", "full", "op"});
            }},
           {"training.recompute_num_layers", "integer", "all",
-           "with recompute: full, how many layers of each pipeline chunk run their forward again in the backward, "
+           "with recompute: full, all or how many layers of each pipeline chunk run their forward again in the "
+           "backward, "
            "from the chunk's first; the rest keep their activations (Megatron-Core's --recompute-method block "
            "--recompute-num-layers N; TorchTitan's selective layer checkpointing of every k-th layer is layers / k); "
            "docs/model.md",
            [](const N& n, S& s) {
-             s.training.recompute_num_layers = as_int(n, "training.recompute_num_layers", 0, int64_t{1} << 20);
+             s.training.recompute_num_layers = n.kind == YNode::Kind::Scalar && n.scalar == "all"
+                                                   ? -1
+                                                   : as_int(n, "training.recompute_num_layers", 0, int64_t{1} << 20);
            }},
           {"training.recompute_modules", "list", "[core_attn]",
            "with recompute: selective, what runs again in the backward instead of keeping its outputs (Megatron-Core's "

@@ -58,6 +58,7 @@ struct ParallelConfig {
   std::string zero3_backward_prefetch = "pre";     // ZeRO 3: when the layer below's backward gather is issued
   std::string fsdp_param_dtype = "auto";   // ZeRO 3: dtype parameters are gathered in (auto: the stack's)
   std::string fsdp_reduce_dtype = "auto";  // ZeRO 3: dtype gradients are reduce-scattered in
+  int64_t fsdp_version = 1;                // ZeRO 3 under pytorch-eager: PyTorch's FSDP (1) or fully_shard (2)
   std::string grad_reduce_dtype = "auto";  // ZeRO 0-2: the main-gradient buffer's dtype, reduced in it
 };
 

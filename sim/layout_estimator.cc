@@ -35,6 +35,7 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
     c.parallel.zero3_backward_prefetch = defaults.zero3_backward_prefetch;
     c.parallel.fsdp_param_dtype = defaults.fsdp_param_dtype;
     c.parallel.fsdp_reduce_dtype = defaults.fsdp_reduce_dtype;
+    c.parallel.fsdp_version = defaults.fsdp_version;
   } else {
     // Megatron's ZeRO 0-2 gradient buffer dtype shapes those layouts only.
     c.parallel.grad_reduce_dtype = ParallelConfig{}.grad_reduce_dtype;
@@ -50,7 +51,6 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
   c.training.recompute = l.recompute;
   // A partial recompute belongs to the layouts that recompute in full.
   c.training.recompute_num_layers = l.recompute == "full" ? l.recompute_num_layers : -1;
-  if (l.recompute != "full") c.marks.erase("training.recompute_num_layers");
   c.training.global_batch = l.global_batch;
   c.output_sqlite.clear();
   c.output_trace.clear();

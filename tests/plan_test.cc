@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 #include <set>
 
@@ -115,6 +116,105 @@ TEST(Planner, PartialFullRecomputeRunsTheFirstLayersOfEachChunkAgain) {
     EXPECT_NE(std::string(e.what()).find("s.yaml:5:"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("expected training.recompute: full"), std::string::npos) << e.what();
   }
+}
+
+// The ops of rank 0's program in `ph` that are recomputed (or not), by name, with each
+// one's GEMM FLOPs summed.
+std::map<std::string, double> recomputed_ops(const TrainingPlan& tp, bool recomputed = true) {
+  std::map<std::string, double> out;
+  for (const Op& op : tp.plan.programs[0].ops)
+    if (op.recompute == recomputed && op.phase == Phase::Backward && op.layer == 0)
+      out[tp.plan.names[op.name]] += op.kind == OpKind::Gemm ? gemm_flops(op) : 0.0;
+  return out;
+}
+
+constexpr const char* kEager = R"(
+cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}
+model: {preset: llama3-8b, layers: 2, seq_len: 1024, vocab: 32000}
+parallel: {micro_batch: 1}
+training: {framework: pytorch-eager, global_batch: 1, recompute: )";
+
+TEST(Planner, EagerRecomputeStopsOnceTheSavedTensorsAreBack) {
+  // torch.utils.checkpoint (non-reentrant, early stop on): the last tensor a Llama block's
+  // backward saved is the down projection's input, so neither that GEMM nor the residual
+  // add after it runs again. Megatron's checkpoint reruns the whole layer.
+  const auto eager = recomputed_ops(build_training_plan(scenario_from_text(std::string(kEager) + "full}\n", "early")));
+  EXPECT_TRUE(eager.count("qkv") && eager.count("attention") && eager.count("mlp-up") && eager.count("swiglu-mul"));
+  EXPECT_FALSE(eager.count("mlp-down"));
+  EXPECT_FALSE(eager.count("residual-add-mlp"));
+  const auto megatron = recomputed_ops(build_training_plan(scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b, layers: 2, seq_len: 1024}\n"
+      "training: {recompute: full, global_batch: 1}\n",
+      "early-megatron")));
+  EXPECT_TRUE(megatron.count("mlp-down"));
+}
+
+TEST(Planner, TorchTitansOpPolicyRunsEverySecondMatmulAgain) {
+  // Llama's matmuls in call order are wq, wk, wv, wo, w1, w3, w2; the policy keeps the odd
+  // ones and the attention kernel's output, so wk, wo and w3 run again with every op that
+  // is no matmul, up to the down projection's input.
+  const Scenario s = scenario_from_text(std::string(kEager) + "op}\n", "op-policy");
+  const auto op = recomputed_ops(build_training_plan(s));
+  const ModelConfig& m = s.model;
+  const double tokens = 1024, h = static_cast<double>(m.hidden);
+  const double kv = static_cast<double>(m.kv_heads * m.head_dim()), f = static_cast<double>(m.ffn_hidden);
+  EXPECT_DOUBLE_EQ(op.at("qkv"), 2 * tokens * kv * h);       // wk alone
+  EXPECT_DOUBLE_EQ(op.at("attn-proj"), 2 * tokens * h * h);  // wo
+  EXPECT_DOUBLE_EQ(op.at("mlp-up"), 2 * tokens * f * h);     // w3 alone
+  EXPECT_FALSE(op.count("attention"));
+  EXPECT_FALSE(op.count("mlp-down"));
+  for (const char* kernel : {"layernorm-1", "rotary", "residual-add-attn", "layernorm-2", "silu", "swiglu-mul"})
+    EXPECT_TRUE(op.count(kernel)) << kernel;
+  // Its memory: the layer's input, Q, V, the attention output, w1's and w2's outputs a
+  // layer (2 + 2 + 2/4 + 2 + 2·3.5 + 2 s·b·h for Llama 3 8B), between none and full.
+  auto activations = [&](const char* recompute) {
+    return build_training_plan(scenario_from_text(std::string(kEager) + recompute + "}\n", "op-mem"))
+        .memory.activations;
+  };
+  const double none = activations("none"), full = activations("full"), pol = activations("op");
+  EXPECT_LT(full, pol);
+  EXPECT_LT(pol, none);
+  const double sbh = tokens * h, kept = 2 + 2 + 2 * kv / h + 2 + 2 * f / h + 2;
+  MemoryInputs in;
+  in.in_flight_layers = 2;
+  in.output = false;
+  in.op_recompute = true;
+  MemoryInputs all = in;
+  all.op_recompute = false;
+  const double full_layer = training_memory(m, all).activations / 2;
+  EXPECT_NEAR(training_memory(m, in).activations, 2 * sbh * kept + (full_layer - sbh * kept), 1.0);
+  // The policy is PyTorch's, over matmuls: not Megatron's, not FP8's linears.
+  EXPECT_THROW(build_training_plan(scenario_from_text(
+                   "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
+                   "training: {recompute: op, global_batch: 1}\n",
+                   "op-megatron")),
+               InputError);
+}
+
+TEST(Planner, Fsdp2CopiesEachGatherOutIntoTheParameters) {
+  // fully_shard: after each all-gather (the forward's and the backward's again), the
+  // compute stream copies the layer's gathered BF16 bytes out, read and written once.
+  const std::string base =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2, seq_len: 1024, vocab: 32000}\n"
+      "parallel: {dp: 8, zero_stage: 3, fsdp_param_dtype: bf16";
+  auto copies = [&](const std::string& version) {
+    const TrainingPlan tp = build_training_plan(
+        scenario_from_text(base + version + "}\ntraining: {framework: pytorch-eager, global_batch: 8}\n", "fsdp2"));
+    std::vector<double> bytes;
+    for (const Op& op : tp.plan.programs[0].ops)
+      if (tp.plan.names[op.name] == "fsdp2-copy-out" && op.layer == 0) bytes.push_back(op.bytes_read);
+    return bytes;
+  };
+  EXPECT_TRUE(copies("").empty());
+  const std::vector<double> two = copies(", fsdp_version: 2");
+  ASSERT_EQ(two.size(), 2u);
+  const ModelConfig& m = *find_model_preset("llama3-8b");
+  const double layer = static_cast<double>(m.attention_params()) + 3.0 * static_cast<double>(m.hidden * m.ffn_hidden) +
+                       2.0 * static_cast<double>(m.hidden);
+  EXPECT_DOUBLE_EQ(two[0], 2 * layer);
+  EXPECT_THROW(build_training_plan(
+                   scenario_from_text(base + ", fsdp_version: 2}\ntraining: {global_batch: 8}\n", "fsdp2-megatron")),
+               InputError);
 }
 
 constexpr const char* kBase = R"(

@@ -5,8 +5,8 @@ the rank's tokens over the logging interval). Each row runs scenarios/examples/p
 (plain PyTorch, FSDP2 with BF16 parameters and FP32 reduce-scatters, SDPA's FlashAttention-2, FP32 logits) with the
 row's shape, batch and activation checkpointing: "selective layer" is TorchTitan's default selective_ac_option "2",
 every second TransformerBlock checkpointed, so training.recompute=full with recompute_num_layers = layers / 2; "full"
-is every block. "selective op" (torch's selective checkpointing with TorchTitan's policy: every second matmul and every
-non-matmul op run again) is not modelled, and those rows are listed, not run. The cluster is not stated: DGX A100's
+is every block; "selective op" is torch's selective checkpointing with TorchTitan's policy (every second matmul and every
+op that is no matmul or attention run again), training.recompute=op. The cluster is not stated: DGX A100's
 fabric is assumed, and these layouts are compute-bound in the model (exposed communication under 1 % of a step).
 Run from the repository root after ./setup.sh (a few seconds on two cores):
     python3 scenarios/published/heldout/torchtitan_a100.py [--set key=value ...]"""
@@ -30,15 +30,16 @@ extra = extra_sets(sys.argv[1:])
 
 def run(row):
     model, batch, ac, published = row
-    if ac == 'selective op':
-        return row, None, 'selective op checkpointing is not modelled'
     layers, hidden, heads, kv, ffn, vocab, seq = SHAPES[model]
     sets = ['model.layers=%d' % layers, 'model.hidden=%d' % hidden, 'model.heads=%d' % heads,
             'model.kv_heads=%d' % kv, 'model.ffn_hidden=%d' % ffn, 'model.vocab=%d' % vocab,
             'model.seq_len=%d' % seq, 'parallel.micro_batch=%d' % batch, 'training.global_batch=%d' % (batch * GPUS)]
-    # None of the layers run again is no checkpointing, all of them full, op for op (the base file recomputes).
-    recomputed = {'none': 0, 'full': layers, 'selective layer': layers // 2}[ac]
-    sets += ['training.recompute_num_layers=%d' % recomputed]
+    if ac == 'selective op':
+        # The count belongs to full recompute: the file's goes back to its default.
+        sets += ['training.recompute=op', 'training.recompute_num_layers=all']
+    else:
+        # None of the layers run again is no checkpointing, all of them full, op for op (the base file recomputes).
+        sets += ['training.recompute_num_layers=%d' % {'none': 0, 'full': layers, 'selective layer': layers // 2}[ac]]
     d, why = run_json(BASE, sets + extra)
     if d is None:
         return row, None, why.split('error: ')[-1][:120]
