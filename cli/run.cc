@@ -22,6 +22,7 @@ int cmd_run(const std::vector<std::string>& args) {
   bool json = false;
   LoadOptions lo;  // --allow-large: past the work budgets
   RunOptions opt;
+  bool jobs_given = false;
   int64_t samples = 0;  // 0: one run, no percentiles
   int jobs = 1;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -39,7 +40,7 @@ int cmd_run(const std::vector<std::string>& args) {
     else if (a == "--samples")
       samples = need_count(args, i, "--samples", 100000);
     else if (a == "--jobs")
-      jobs = static_cast<int>(need_count(args, i, "--jobs", 1024));
+      jobs = static_cast<int>(need_count(args, i, "--jobs", 1024)), jobs_given = true;
     else if (!a.empty() && a[0] == '-')
       throw UsageError("unknown option '" + a + "' for run");
     else if (path.empty())
@@ -48,6 +49,7 @@ int cmd_run(const std::vector<std::string>& args) {
       throw UsageError("run takes one scenario file, got '" + path + "' and '" + a + "'");
   }
   if (path.empty()) throw UsageError("run needs a scenario file");
+  if (jobs_given && samples == 0) throw UsageError("--jobs spreads --samples over threads, expected --samples N too");
   Scenario s = load_scenario(path, sets, lo);
   if (!s.jobs.empty()) {
     if (samples > 0) throw UsageError("--samples draws one scenario's variability; a jobs: file runs each job once");

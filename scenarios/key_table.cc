@@ -176,6 +176,9 @@ const std::vector<KeySpec>& key_table() {
                                       "unknown key '" + k + "' in a job, expected one of: scenario, first_node, nodes");
                  }
                  if (j.scenario.empty()) throw InputError(item.mark, "a job needs scenario: PATH");
+                 if (!j.nodes.empty() && item.find("first_node"))
+                   throw InputError(item.find("first_node")->key_mark,
+                                    "a job places itself by first_node or by nodes, expected one of them");
                  s.jobs.push_back(j);
                }
              }},

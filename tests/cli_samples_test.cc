@@ -98,6 +98,8 @@ TEST_F(SamplesCliTest, BadSampleCountsAreUsageErrors) {
   const std::string s = write("s.yaml", kTraining);
   for (const char* bad : {"--samples 0", "--samples x", "--samples", "--jobs 0"})
     expect_usage_error(cli("run " + quote(s) + " " + bad), bad[2] == 's' ? "--samples" : "--jobs");
+  // Threads for samples that are not drawn would be ignored: said instead.
+  expect_usage_error(cli("run " + quote(s) + " --jobs 2"), "expected --samples N too");
 }
 
 }  // namespace

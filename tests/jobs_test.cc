@@ -69,12 +69,15 @@ TEST(Jobs, AShortJobKeepsIteratingBesideALongOne) {
 }
 
 TEST(Jobs, PlacementsAreChecked) {
-  for (const std::string& bad : {std::string("jobs:\n  - {scenario: a.yaml, nodes: [0, 1]}\n  - {scenario: b.yaml, nodes: [1, 2]}\n"),
-                                 std::string("jobs:\n  - {scenario: a.yaml, first_node: 3}\n"),
-                                 std::string("jobs:\n  - {scenario: a.yaml, nodes: [0]}\n"),
-                                 std::string("jobs:\n  - {scenario: a.yaml}\nmodel: {preset: gpt3-1.3b}\n"),
-                                 std::string("jobs:\n  - {scenario: a.yaml}\noutput: {sqlite: x.sqlite}\n"),
-                                 std::string("jobs:\n  - {first_node: 0}\n")}) {
+  for (const std::string& bad :
+       {std::string("jobs:\n  - {scenario: a.yaml, nodes: [0, 1]}\n  - {scenario: b.yaml, nodes: [1, 2]}\n"),
+        std::string("jobs:\n  - {scenario: a.yaml, first_node: 3}\n"),
+        std::string("jobs:\n  - {scenario: a.yaml, nodes: [0]}\n"),
+        std::string("jobs:\n  - {scenario: a.yaml}\nmodel: {preset: gpt3-1.3b}\n"),
+        std::string("jobs:\n  - {scenario: a.yaml}\noutput: {sqlite: x.sqlite}\n"),
+        std::string("jobs:\n  - {first_node: 0}\n"),
+        // placed twice: by its list and by a first node that would be dropped
+        std::string("jobs:\n  - {scenario: a.yaml, nodes: [0, 1], first_node: 1}\n")}) {
     EXPECT_THROW(run_jobs(load_scenario(write_files("jobs-bad", bad))), InputError) << bad;
   }
 }
