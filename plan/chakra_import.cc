@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,6 +18,7 @@
 #include "plan/chakra.h"
 #include "plan/protobuf_wire.h"
 #include "scenarios/error.h"
+#include "scenarios/units.h"
 
 namespace clustersim {
 namespace {
@@ -360,6 +362,7 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
     std::vector<uint32_t> op_of(t.nodes.size());
     Program prog;
     prog.name = "chakra";
+    double compute_s = 0;  // the rank's kernels, one after another
     for (size_t i : order) {
       const ChakraNode& n = t.nodes[i];
       Op op;
@@ -379,17 +382,36 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
             op.heads = sh.heads, op.kv_heads = sh.kv_heads, op.q_len = sh.q_len, op.kv_len = sh.kv_len;
             op.head_dim = sh.head_dim, op.causal = sh.causal, op.dropout = sh.dropout, op.flops = sh.flops;
             op.recompute = sh.recompute;
+            // Its work at the GPU's peak counts toward the step as a duration would.
+            compute_s += std::max(kernel_flops(op) / gpu.peak_bf16,
+                                  static_cast<double>(op.bytes_read + op.bytes_written) / gpu.hbm_bandwidth);
+            if (!(compute_s <= kMaxTimeSeconds))
+              bad(file, "the kernels up to node " + std::to_string(n.id) +
+                            " add up to more than 1e6 s at the GPU's peak, expected a trace of one training step");
             stream = "compute";
             break;
           }
           op.flops = static_cast<double>(std::max<int64_t>(0, n.num_ops));
           op.bytes_read = static_cast<int64_t>(std::min<uint64_t>(n.tensor_size, uint64_t{1} << 50));
           double t_s = n.duration_s > 0 ? n.duration_s : static_cast<double>(n.duration_micros) * 1e-6;
+          // A kernel longer than the documented range of times is a damaged trace, not one to
+          // run for days of simulated time and fail there.
+          if (!(t_s <= kMaxTimeSeconds)) {
+            char secs[32];
+            std::snprintf(secs, sizeof secs, "%.3g", t_s);
+            bad(file, "node " + std::to_string(n.id) + " runs " + secs +
+                          " s, past 1e6 s, expected a kernel's duration (duration_micros or duration_s)");
+          }
           // No time in the trace: a roofline of its FLOPs at the BF16 peak and its bytes at
           // HBM bandwidth (what ASTRA-sim's roofline mode does).
           if (t_s <= 0)
             t_s = std::max(op.flops / gpu.peak_bf16, static_cast<double>(op.bytes_read) / gpu.hbm_bandwidth);
-          op.fixed_seconds = std::min(t_s, 1e6);
+          op.fixed_seconds = std::min(t_s, kMaxTimeSeconds);
+          compute_s += op.fixed_seconds;
+          if (compute_s > kMaxTimeSeconds)
+            bad(file, "the kernels up to node " + std::to_string(n.id) +
+                          " add up to more than 1e6 s (their durations, or their FLOPs and bytes at the GPU's "
+                          "peak), expected a trace of one training step");
           stream = "compute";
           break;
         }

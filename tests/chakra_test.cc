@@ -264,6 +264,9 @@ TEST(Chakra, WhatCannotBeImportedIsAnError) {
   EXPECT_THROW(attempt({{"j.0.et", ok}, {"j.2.et", ok}}), InputError);                // rank 1 missing
   EXPECT_THROW(attempt({{"j.0.et", "garbage"}}), InputError);                         // not a trace
   EXPECT_THROW(attempt({{"j.0.et", ok}, {"k.1.et", ok}}), InputError);                // two workloads
+  // A kernel past the documented range of times (2e6 s): refused at the trace, not run
+  // into an overflow of simulated time.
+  EXPECT_THROW(attempt({{"j.0.et", foreign_trace(2e12, 0, 0)}}), InputError);
   // Nodes built by hand: a cycle, a dependency on a node the trace lacks, a process
   // group comm_group.json does not know.
   auto trace = [](const std::vector<std::pair<uint64_t, std::vector<uint64_t>>>& nodes, const std::string& pg) {
