@@ -483,13 +483,7 @@ int cmd_accuracy(const std::vector<std::string>& args) {
       if (options.kind != "training" && options.kind != "serving")
         throw UsageError("--kind takes training or serving, got '" + options.kind + "'");
     } else if (a == "--jobs" || a == "-j") {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      const std::string v = args[++i];
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 1024)
-        throw InputError(SourceMark{a, 0, 0}, "expected a thread count from 1 to 1024, got '" + v + "'");
-      options.jobs = static_cast<int>(n);
+      options.jobs = static_cast<int>(need_count(args, i, a, 1024));
     } else if (!a.empty() && a[0] == '-') {
       throw std::invalid_argument("unknown option '" + a + "' for accuracy");
     } else if (dir.empty()) {

@@ -19,14 +19,6 @@ int cmd_search(const std::vector<std::string>& args) {
   SearchOptions opt;
   bool json = false;
   LoadOptions lo;  // --allow-large: past the work budgets
-  auto count = [&](const std::string& flag, const std::string& v, int lo, int hi) {
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (*end != '\0' || n < lo || n > hi)
-      throw InputError(SourceMark{flag, 0, 0}, "expected an integer from " + std::to_string(lo) + " to " +
-                                                   std::to_string(hi) + ", got '" + v + "'");
-    return static_cast<int>(n);
-  };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--set") {
@@ -34,9 +26,9 @@ int cmd_search(const std::vector<std::string>& args) {
     } else if (a.rfind("--set=", 0) == 0) {
       sets.push_back(a.substr(6));
     } else if (a == "--top") {
-      opt.top_k = count(a, need_value(args, i), 1, 1000);
+      opt.top_k = static_cast<int>(need_count(args, i, a, 1000));
     } else if (a == "--jobs" || a == "-j") {
-      opt.jobs = count(a, need_value(args, i), 1, 1024);
+      opt.jobs = static_cast<int>(need_count(args, i, a, 1024));
     } else if (a == "--refine") {
       opt.refine = need_value(args, i);
       if (opt.refine != "flow" && opt.refine != "analytic")

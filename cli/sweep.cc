@@ -26,12 +26,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
     } else if (a.rfind("--set=", 0) == 0) {
       opt.sets.push_back(a.substr(6));
     } else if (a == "--jobs" || a == "-j") {
-      const std::string v = need_value(args, i);
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (*end != '\0' || n < 1 || n > 1024)
-        throw InputError(SourceMark{a, 0, 0}, "expected a thread count from 1 to 1024, got '" + v + "'");
-      opt.jobs = static_cast<int>(n);
+      opt.jobs = static_cast<int>(need_count(args, i, a, 1024));
     } else if (a == "--out") {
       opt.database = need_value(args, i);
       if (opt.database.empty()) throw InputError(SourceMark{"--out", 0, 0}, "expected a database file name, got ''");

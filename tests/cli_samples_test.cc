@@ -100,6 +100,9 @@ TEST_F(SamplesCliTest, BadSampleCountsAreUsageErrors) {
     expect_usage_error(cli("run " + quote(s) + " " + bad), bad[2] == 's' ? "--samples" : "--jobs");
   // Threads for samples that are not drawn would be ignored: said instead.
   expect_usage_error(cli("run " + quote(s) + " --jobs 2"), "expected --samples N too");
+  // Every command reads --jobs the same way: a usage error, as run's.
+  for (const char* cmd : {"sweep ", "search ", "accuracy "})
+    expect_usage_error(cli(cmd + quote(s) + " --jobs 0"), "--jobs expects an integer from 1 to 1024");
 }
 
 }  // namespace
