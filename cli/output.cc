@@ -48,6 +48,11 @@ void check_output_target(const SourceMark& mark, const std::string& key, const s
 
 void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
                   const std::vector<std::string>& inputs) {
+  if (path.empty()) throw InputError(mark, key + " is empty, expected a file path");
+  // A path that ends in a folder ("x/", "x/.", "x/..") names no file to write.
+  const fs::path named(path);
+  if (path.back() == '/' || named.filename() == "." || named.filename() == "..")
+    throw InputError(mark, key + " '" + path + "' names a folder, expected a file path");
   check_output_target(mark, key, path, path, inputs);
   // A path through folders that do not exist yet resolves only once the command makes
   // them ("new/../s.yaml" is then "s.yaml"): it is checked as it will resolve.
@@ -80,8 +85,10 @@ std::vector<std::string> scenario_inputs(const Scenario& s) {
 void check_output_paths(const Scenario& s) {
   if (!s.output_sqlite.empty() && !s.output_trace.empty()) {
     std::error_code ec;
-    const bool same = s.output_sqlite == s.output_trace ||
-                      fs::weakly_canonical(s.output_sqlite, ec) == fs::weakly_canonical(s.output_trace, ec);
+    std::error_code ec2;
+    const fs::path a = fs::weakly_canonical(fs::absolute(s.output_sqlite, ec), ec);
+    const fs::path b = fs::weakly_canonical(fs::absolute(s.output_trace, ec2), ec2);
+    const bool same = s.output_sqlite == s.output_trace || (!ec && !ec2 && a == b);
     if (same)
       throw InputError(s.mark("output.trace"),
                        "output.trace names the same file as output.sqlite, expected two different paths");

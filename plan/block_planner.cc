@@ -326,16 +326,31 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
   const ParallelConfig& p = s.parallel;
   const std::vector<BlockSpec>& blocks = s.model.blocks;
   // What the block planner does not model is refused, not ignored.
-  for (const char* key : {"parallel.cp", "parallel.ep", "parallel.sequence_parallel", "parallel.virtual_stages",
-                          "parallel.tp_comm_overlap", "parallel.zero3_param_gather", "parallel.zero3_grad_sync",
-                          "parallel.fsdp_param_dtype", "parallel.fsdp_reduce_dtype", "parallel.fp8_param_gather",
-                          "parallel.tp_overlap_reduce_scatter", "parallel.tp_overlap_proj_sms",
-                          "parallel.tp_overlap_fc2_sms", "parallel.tp_overlap_sm_margin",
-                          "parallel.tp_overlap_qkv_dgrad_sms", "parallel.tp_overlap_fc1_dgrad_sms",
-                          "parallel.tp_overlap_qkv_wgrad_sms", "parallel.tp_overlap_fc1_wgrad_sms",
-                          "parallel.tp_async_grad_reduce", "training.defer_embedding_wgrad",
-                          "training.wgrad_deferral_limit", "training.fp8_attention",
-                          "training.fp8_recipe"})
+  for (const char* key : {"parallel.cp",
+                          "parallel.ep",
+                          "parallel.sequence_parallel",
+                          "parallel.virtual_stages",
+                          "parallel.tp_comm_overlap",
+                          "parallel.zero3_param_gather",
+                          "parallel.zero3_grad_sync",
+                          "parallel.fsdp_param_dtype",
+                          "parallel.fsdp_reduce_dtype",
+                          "parallel.fp8_param_gather",
+                          "parallel.tp_overlap_reduce_scatter",
+                          "parallel.tp_overlap_proj_sms",
+                          "parallel.tp_overlap_fc2_sms",
+                          "parallel.tp_overlap_sm_margin",
+                          "parallel.tp_overlap_qkv_dgrad_sms",
+                          "parallel.tp_overlap_fc1_dgrad_sms",
+                          "parallel.tp_overlap_qkv_wgrad_sms",
+                          "parallel.tp_overlap_fc1_wgrad_sms",
+                          "parallel.tp_async_grad_reduce",
+                          "training.defer_embedding_wgrad",
+                          "training.wgrad_deferral_limit",
+                          "training.fp8_attention",
+                          "training.fp8_recipe",
+                          "training.recompute_num_layers",
+                          "parallel.fsdp_version"})
     if (s.marks.count(key)) fail(s, key, std::string(key) + " does not apply to model.blocks, expected it left out");
   if (p.zero_stage != 0) fail(s, "parallel.zero_stage", "model.blocks trains with plain data parallelism, expected zero_stage 0");
   if (s.training.recompute != "none") fail(s, "training.recompute", "model.blocks keeps its activations, expected recompute none");

@@ -49,13 +49,12 @@ int64_t StageBuilder::autograd_nodes(int64_t chunk, uint32_t first) const {
     const bool comm = is_comm(op.kind);
     // (the pipeline's device synchronize is the host's wait, no node of the graph)
     if (op.phase == Phase::Forward && !comm && op.name != device_sync_name_ &&
-        !(op.layer >= 0 && (full_recompute(op.layer) || l_.recompute == "op")))
+        !(op.layer >= 0 && full_recompute(op.layer)))
       ops.emplace_back(op.layer, op.name);
   }
   std::sort(ops.begin(), ops.end());
   int64_t nodes = static_cast<int64_t>(std::unique(ops.begin(), ops.end()) - ops.begin());
-  for (int64_t i = 0; i < chunk_layers(chunk); ++i)
-    nodes += full_recompute(layer_of(chunk, i)) || l_.recompute == "op" ? 1 : 0;
+  for (int64_t i = 0; i < chunk_layers(chunk); ++i) nodes += full_recompute(layer_of(chunk, i)) ? 1 : 0;
   for (int64_t i = 0; i < chunk_layers(chunk); ++i) nodes += layer_param_tensors(layer_of(chunk, i));
   if (first_virtual(chunk)) nodes += m_.learned_positions ? 2 : 1;  // the token (and position) tables
   if (last_virtual(chunk)) nodes += (m_.biases ? 2 : 1) + (m_.tied_embeddings && l_.pp == 1 ? 0 : 1);
@@ -317,17 +316,16 @@ int64_t StageBuilder::chunk_layers(int64_t chunk) const {
 }
 
 // Megatron-Core's block method checkpoints the first recompute_num_layers layers of each
-// model chunk (TransformerBlock._checkpointed_forward); a multi-token prediction layer
-// counts on from the last chunk's.
+// model chunk (TransformerBlock._checkpointed_forward); a multi-token prediction layer is
+// checkpointed only when every layer is (MultiTokenPredictionLayer skips the block method).
 bool StageBuilder::full_recompute(int32_t L) const {
   if (l_.recompute != "full") return false;
   if (l_.recompute_num_layers < 0) return true;
-  int64_t position = L - static_cast<int64_t>(m_.layers) + chunk_layers(l_.virtual_stages - 1);
   for (int64_t c = 0; c < l_.virtual_stages; ++c) {
     const int32_t first = layer_of(c, 0);
-    if (L >= first && L < first + chunk_layers(c)) position = L - first;
+    if (L >= first && L < first + chunk_layers(c)) return recomputed_layers(l_, L - first + 1) > L - first;
   }
-  return position < l_.recompute_num_layers;
+  return false;
 }
 
 double StageBuilder::layer_dense_params(int32_t L) const {

@@ -169,8 +169,8 @@ uint32_t StageBuilder::layer_forward_eager(int32_t L, uint32_t x, Phase ph) {
   // saved is back (torch.utils.checkpoint's early stop, on by default): the last is the
   // down projection's input, so neither that plain linear's GEMM nor the residual add
   // after it runs again. A te.Linear (FP8) is one autograd function whose saved tensors
-  // come at its end, so its GEMM does.
-  if (recomputing_ && !l_.fp8) return act;
+  // come at its end, so its GEMM does; the reentrant checkpoint reruns the layer whole.
+  if (recomputing_ && !l_.fp8 && !l_.checkpoint_reentrant) return act;
   act = fp8_cast("te-cast-down-input", ph, L, tokens_, f, act);
   uint32_t down =
       add_gemm("mlp-down", ph, L, tokens_, h, f,

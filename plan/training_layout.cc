@@ -104,11 +104,22 @@ TrainingLayout check_training_layout(const Scenario& s) {
     fail(s, "training.recompute",
          "training.recompute: op is PyTorch's selective checkpointing (TorchTitan's policy), expected "
          "training.framework: pytorch-eager");
+  if (l.recompute == "op" && (s.training.attention == "triton" || s.training.attention == "unfused" ||
+                              s.training.attention_padding != "none" || m.biases))
+    fail(s, "training.recompute",
+         "training.recompute: op follows TorchTitan's Llama block: linears without bias (aten.mm) and PyTorch's "
+         "SDPA, which its policy saves, expected training.attention flash or flash2, no attention_padding and a "
+         "model without linear biases");
   if (l.recompute == "op" && m.dtype == DType::FP8)
     fail(s, "training.recompute",
          "training.recompute: op saves matmul outputs, which Transformer Engine's FP8 linears do not run as "
          "matmuls, expected model.dtype bf16 or fp16");
   l.recompute_num_layers = s.training.recompute_num_layers;
+  l.checkpoint_reentrant = s.training.checkpoint_reentrant;
+  if (l.checkpoint_reentrant && (s.training.framework != "pytorch-eager" || l.recompute != "full"))
+    fail(s, "training.checkpoint_reentrant",
+         "training.checkpoint_reentrant names torch.utils.checkpoint's variant, expected training.framework: "
+         "pytorch-eager with training.recompute: full (the op policy needs the non-reentrant one)");
   if (s.training.recompute_num_layers >= 0 && l.recompute != "full")
     fail(s, "training.recompute_num_layers",
          "training.recompute_num_layers counts the layers that full recompute runs again, expected "

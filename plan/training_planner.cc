@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <set>
 #include <string_view>
 #include <tuple>
 
@@ -63,6 +64,11 @@ std::vector<PipelineBlock> pipeline_schedule(const std::string& schedule, int64_
   return out;
 }
 
+int64_t recomputed_layers(const TrainingLayout& l, int64_t layers) {
+  if (l.recompute != "full") return 0;
+  return l.recompute_num_layers < 0 ? layers : std::min(layers, l.recompute_num_layers);
+}
+
 std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const TrainingLayout& l) {
   const ModelConfig& m = s.model;
   const bool adam = s.training.optimizer == "adam";
@@ -98,24 +104,43 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     std::vector<int64_t> chunk_layers(static_cast<size_t>(l.virtual_stages));
     for (int64_t c = 0; c < l.virtual_stages; ++c)
       chunk_layers[static_cast<size_t>(c)] = stage_layers(l, m.layers, c * l.pp + st).second;
-    // The multi-token prediction modules' layers run in the last chunk of the last stage.
-    if (st == l.pp - 1) chunk_layers.back() += m.mtp_layers;
-    // Under a partial full recompute, the layers past the first recompute_num_layers of
-    // each chunk keep all their activations: counted apart, at the peak of the layers held.
-    auto kept_of = [&](int64_t layers) {
-      return l.recompute == "full" && l.recompute_num_layers >= 0 ? layers - std::min(layers, l.recompute_num_layers)
-                                                                  : 0;
-    };
-    int64_t live = 0, live_kept = 0, peak = 0, peak_kept = 0;
+    // Under full recompute, the layers a chunk does not recompute (past the first
+    // recompute_num_layers; the multi-token prediction modules', which run in the last chunk
+    // of the last stage, unless every layer is) keep all their activations.
+    std::vector<int64_t> chunk_kept(chunk_layers.size());
+    for (size_t c = 0; c < chunk_layers.size(); ++c)
+      chunk_kept[c] = l.recompute == "full" ? chunk_layers[c] - recomputed_layers(l, chunk_layers[c]) : 0;
+    if (st == l.pp - 1) {
+      chunk_layers.back() += m.mtp_layers;
+      if (l.recompute == "full" && l.recompute_num_layers >= 0) chunk_kept.back() += m.mtp_layers;
+    }
+    // The layers held at each point of the schedule, kept and recomputed apart; the peak is
+    // the point that needs the most memory (with every layer alike, the most layers).
+    std::set<std::pair<int64_t, int64_t>> held;
+    int64_t live = 0, live_kept = 0;
     for (const PipelineBlock& b :
          pipeline_schedule(l.schedule, l.pp, l.virtual_stages, l.micro_batches, st, l.microbatch_group)) {
-      const int64_t layers = chunk_layers[static_cast<size_t>(b.chunk)], kept = kept_of(layers);
+      const int64_t layers = chunk_layers[static_cast<size_t>(b.chunk)],
+                    kept = chunk_kept[static_cast<size_t>(b.chunk)];
       live += b.forward ? layers : -layers;
       live_kept += b.forward ? kept : -kept;
-      if (live > peak || (live == peak && live_kept > peak_kept)) peak = live, peak_kept = live_kept;
+      if (b.forward) held.emplace(live, live_kept);
     }
-    mi.in_flight_layers = static_cast<double>(peak);
-    mi.in_flight_kept_layers = static_cast<double>(peak_kept);
+    const bool partial = l.recompute == "full" && l.recompute_num_layers >= 0;
+    double most = -1;
+    for (const auto& [layers, kept] : held) {
+      MemoryInputs at = mi;
+      at.in_flight_layers = static_cast<double>(layers);
+      at.in_flight_kept_layers = static_cast<double>(kept);
+      at.output = false;
+      // Layers alike: the most layers is the most memory (the set's last, without costing each).
+      const double bytes = partial ? training_memory(m, at).activations : static_cast<double>(layers);
+      if (bytes > most) {
+        most = bytes;
+        mi.in_flight_layers = at.in_flight_layers;
+        mi.in_flight_kept_layers = at.in_flight_kept_layers;
+      }
+    }
     MemoryBreakdown total;
     for (int64_t c = 0; c < l.virtual_stages; ++c) {
       MemoryInputs ci = mi;

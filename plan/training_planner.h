@@ -48,6 +48,7 @@ struct TrainingLayout {
   std::string schedule = "1f1b";
   std::string recompute = "none";
   int64_t recompute_num_layers = -1;  // full: the layers of each chunk recomputed, from its first (-1: all)
+  bool checkpoint_reentrant = false;  // pytorch-eager: the reentrant checkpoint, each layer rerun whole
   bool recompute_core_attn = false;  // selective: the attention core's forward again in the backward
   bool mla_up_recompute = false;     // selective with mla_up_proj: MLA's up projections again
   bool flash_attention = true;      // training.attention: flash | unfused
@@ -120,6 +121,11 @@ struct PlannerOptions {
 };
 
 TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt = {});
+
+// Of a pipeline chunk's `layers` transformer layers, how many run their forward again in
+// the backward under full recompute (training.recompute_num_layers: the first N; all by
+// default); 0 without it. Multi-token prediction layers are not counted here.
+int64_t recomputed_layers(const TrainingLayout& l, int64_t layers);
 
 // The main-gradient buffer's dtype (parallel.grad_reduce_dtype; auto: FP16 for fp16
 // models, else FP32).

@@ -42,6 +42,12 @@ void add_training_keys(KeyList& t) {
                                                    ? -1
                                                    : as_int(n, "training.recompute_num_layers", 0, int64_t{1} << 20);
            }},
+          {"training.checkpoint_reentrant", "bool", "false",
+           "pytorch-eager with recompute: full: the layers checkpointed with torch.utils.checkpoint's reentrant "
+           "variant (use_reentrant=True, Composer's activation_checkpointing_reentrant default), which reruns each "
+           "layer whole; false: the non-reentrant one (PyTorch's recommendation; TorchTitan's, LLM Foundry's "
+           "yamls), which stops once the saved tensors are back, before the down projection; docs/model.md",
+           [](const N& n, S& s) { s.training.checkpoint_reentrant = as_bool(n, "training.checkpoint_reentrant"); }},
           {"training.recompute_modules", "list", "[core_attn]",
            "with recompute: selective, what runs again in the backward instead of keeping its outputs (Megatron-Core's "
            "--recompute-modules): core_attn (the attention kernel's forward) | mla_up_proj (multi-head latent "

@@ -70,6 +70,9 @@ struct TrainingConfig {
   // the chunk's first (Megatron-Core's --recompute-method block --recompute-num-layers);
   // -1: every layer.
   int64_t recompute_num_layers = -1;
+  // pytorch-eager: torch.utils.checkpoint with use_reentrant=True, which reruns a layer whole
+  // (no early stop); false: the non-reentrant checkpoint.
+  bool checkpoint_reentrant = false;
   // Under selective recompute, what runs again in the backward (Megatron-Core's
   // --recompute-modules): core_attn | mla_up_proj.
   std::vector<std::string> recompute_modules = {"core_attn"};

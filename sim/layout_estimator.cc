@@ -70,7 +70,7 @@ std::string describe_layout(const TrainingLayout& l) {
   if (l.sequence_parallel) out += ", sp";
   if (l.recompute != "none") out += ", recompute " + l.recompute;
   if (l.recompute == "full" && l.recompute_num_layers >= 0)
-    out += " (" + std::to_string(l.recompute_num_layers) + " layers a chunk)";
+    out += " " + std::to_string(l.recompute_num_layers) + " a chunk";
   return out;
 }
 
@@ -100,9 +100,27 @@ double LayoutEstimator::memory_bytes(const TrainingLayout& l) const {
 // runs beside them; estimate() prices them).
 constexpr int64_t kProbeLayers = 8;
 const LayoutEstimator::LayerTimes& LayoutEstimator::layer_times(const TrainingLayout& l) {
-  const auto key = std::make_tuple(l.tp, l.cp, l.ep, l.micro_batch, l.sequence_parallel, l.recompute);
+  const auto key =
+      std::make_tuple(l.tp, l.cp, l.ep, l.micro_batch, l.sequence_parallel, l.recompute, l.recompute_num_layers);
   auto it = layers_.find(key);
   if (it != layers_.end()) return it->second;
+  if (l.recompute == "full" && l.recompute_num_layers >= 0) {
+    // Some layers of each chunk recomputed: a layer's time is the mean over the chunk's
+    // layers of the probes without recompute and with it.
+    TrainingLayout all = l, none = l;
+    all.recompute_num_layers = -1;
+    none.recompute = "none";
+    none.recompute_num_layers = -1;
+    const LayerTimes a = layer_times(all), n = layer_times(none);
+    const int64_t chunk = std::max<int64_t>(1, s_.model.layers / std::max<int64_t>(1, l.pp * l.virtual_stages));
+    const double r = static_cast<double>(recomputed_layers(l, chunk)) / static_cast<double>(chunk);
+    LayerTimes t = n;
+    t.forward = n.forward + r * (a.forward - n.forward);
+    t.backward = n.backward + r * (a.backward - n.backward);
+    t.dense_forward = n.dense_forward + r * (a.dense_forward - n.dense_forward);
+    t.dense_backward = n.dense_backward + r * (a.dense_backward - n.dense_backward);
+    return layers_.emplace(key, t).first->second;
+  }
   Scenario p = s_;
   p.model.layers = kProbeLayers;
   p.model.moe.dense_layers = 0;

@@ -54,7 +54,7 @@ class LayoutEstimator {
   ExecOptions opt_;
   std::unique_ptr<Topology> topo_;
   std::unique_ptr<AnalyticNetwork> net_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, std::string>, LayerTimes> layers_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, std::string, int64_t>, LayerTimes> layers_;
   std::map<std::tuple<int, int32_t, int32_t, size_t, int64_t>, double> colls_;
 };
 

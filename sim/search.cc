@@ -329,10 +329,12 @@ std::string search_json(const SearchResult& r) {
     return "{\"dp\": " + std::to_string(l.dp) + ", \"tp\": " + std::to_string(l.tp) +
            ", \"pp\": " + std::to_string(l.pp) + ", \"cp\": " + std::to_string(l.cp) +
            ", \"ep\": " + std::to_string(l.ep) + ", \"expert_tp\": " + std::to_string(l.expert_tp()) +
-           ", \"micro_batch\": " + std::to_string(l.micro_batch) +
-           ", \"schedule\": \"" + l.schedule + "\", \"virtual_stages\": " + std::to_string(l.virtual_stages) +
+           ", \"micro_batch\": " + std::to_string(l.micro_batch) + ", \"schedule\": \"" + l.schedule +
+           "\", \"virtual_stages\": " + std::to_string(l.virtual_stages) +
            ", \"zero_stage\": " + std::to_string(l.zero_stage) + ", \"recompute\": \"" + l.recompute +
-           "\", \"sequence_parallel\": " + (l.sequence_parallel ? "true" : "false") +
+           "\", \"recompute_num_layers\": " +
+           (l.recompute_num_layers < 0 ? std::string("\"all\"") : std::to_string(l.recompute_num_layers)) +
+           ", \"sequence_parallel\": " + (l.sequence_parallel ? "true" : "false") +
            ", \"iteration_time_s\": " + format_number(c.simulated_s) +
            ", \"estimated_iteration_time_s\": " + format_number(c.estimate.total_s) +
            ", \"mfu\": " + format_number(c.mfu) + ", \"bubble_fraction\": " + format_number(c.bubble_fraction) +

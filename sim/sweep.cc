@@ -203,7 +203,11 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
     progress.tick(rep.results[run[k]].settings);
     try {
       for (; saved < run.size() && done[saved]; ++saved) {
-        if (!store && !opt.database.empty()) store = std::make_unique<SweepStore>(opt.database);
+        if (!store && !opt.database.empty()) {
+          const std::filesystem::path dir = std::filesystem::path(opt.database).parent_path();
+          if (!dir.empty()) std::filesystem::create_directories(dir);
+          store = std::make_unique<SweepStore>(opt.database);
+        }
         if (store) store->put(sweep_row(rep, rep.results[run[saved]]));
       }
     } catch (...) {

@@ -108,6 +108,21 @@ TEST(Planner, PartialFullRecomputeRunsTheFirstLayersOfEachChunkAgain) {
   EXPECT_DOUBLE_EQ(two.memory.activations, full.memory.activations);
   EXPECT_LT(full.memory.activations, one.memory.activations);
   EXPECT_LT(one.memory.activations, none.memory.activations);
+  // A multi-token prediction layer is recomputed only when every layer is (Megatron-Core's
+  // MultiTokenPredictionLayer skips the block method).
+  auto mtp_recomputed = [&](const std::string& n) {
+    const TrainingPlan tp = build_training_plan(scenario_from_text(
+        "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 4, mtp_layers: 1}\n"
+        "parallel: {dp: 8}\ntraining: {recompute: full, recompute_num_layers: " +
+            n + ", global_batch: 8}\n",
+        "rc-mtp"));
+    std::set<int32_t> layers;
+    for (const Op& op : tp.plan.programs[0].ops)
+      if (op.recompute) layers.insert(op.layer);
+    return layers;
+  };
+  EXPECT_EQ(mtp_recomputed("1"), (std::set<int32_t>{0}));
+  EXPECT_EQ(mtp_recomputed("all"), (std::set<int32_t>{0, 1, 2, 3, 4}));
   // The count means nothing without full recompute: an error at its own line.
   try {
     plan(",\n  recompute: selective, recompute_num_layers: 1");
@@ -142,6 +157,10 @@ TEST(Planner, EagerRecomputeStopsOnceTheSavedTensorsAreBack) {
   EXPECT_TRUE(eager.count("qkv") && eager.count("attention") && eager.count("mlp-up") && eager.count("swiglu-mul"));
   EXPECT_FALSE(eager.count("mlp-down"));
   EXPECT_FALSE(eager.count("residual-add-mlp"));
+  // The reentrant checkpoint (use_reentrant=True) reruns the layer whole.
+  const auto reentrant = recomputed_ops(build_training_plan(
+      scenario_from_text(std::string(kEager) + "full, checkpoint_reentrant: true}\n", "early-reentrant")));
+  EXPECT_TRUE(reentrant.count("mlp-down") && reentrant.count("residual-add-mlp"));
   const auto megatron = recomputed_ops(build_training_plan(scenario_from_text(
       "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b, layers: 2, seq_len: 1024}\n"
       "training: {recompute: full, global_batch: 1}\n",
