@@ -44,6 +44,37 @@ void check_output_target(const SourceMark& mark, const std::string& key, const s
     throw InputError(mark, key + " '" + path + "' exists and is not writable");
 }
 
+// `path` as the file system will resolve it once the command has made the folders it
+// lacks: component by component, a component that exists followed (links included), one
+// that does not taken as a folder still to be made, so a ".." after it returns to where it
+// was made and what follows is resolved from there ("new/../link/../x" is where link's
+// parent is). Empty when a component cannot be examined.
+fs::path resolved_as_made(const std::string& path) {
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  if (ec) return {};
+  fs::path at = absolute.root_path();
+  bool made = false;  // `at` is a folder still to be made (not canonical)
+  for (const fs::path& part : absolute.relative_path()) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      at = at.parent_path();
+      made = made && !fs::exists(at, ec);
+      continue;
+    }
+    const fs::path next = at / part;
+    if (!made && fs::exists(fs::symlink_status(next, ec))) {
+      const fs::path real = fs::weakly_canonical(next, ec);
+      if (ec) return {};
+      at = real;
+    } else {
+      at = next;
+      made = true;
+    }
+  }
+  return at;
+}
+
 }  // namespace
 
 void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
@@ -58,9 +89,8 @@ void check_output(const SourceMark& mark, const std::string& key, const std::str
   // them ("new/../s.yaml" is then "s.yaml"): it is checked as it will resolve.
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec);
-  if (ec) return;
-  const fs::path resolved = fs::weakly_canonical(absolute, ec);
-  if (!ec && resolved != absolute) check_output_target(mark, key, path, resolved.string(), inputs);
+  const fs::path resolved = resolved_as_made(path);
+  if (!ec && !resolved.empty() && resolved != absolute) check_output_target(mark, key, path, resolved.string(), inputs);
 }
 
 void make_parent_dirs(const std::string& path) {

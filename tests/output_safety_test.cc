@@ -118,6 +118,15 @@ TEST_F(OutputSafetyTest, APathThroughAFolderNotYetMadeIsCheckedAsItWillResolve) 
                  "is a directory");
   EXPECT_FALSE(fs::exists(db));
   EXPECT_FALSE(fs::exists(dir_ / "new2"));
+  // After the folder to be made, a link is followed as the file system will follow it:
+  // "new3/../link/../s.yaml" is the scenario when link points at a folder beside it.
+  fs::create_directories(dir_ / "sub" / "deeper");
+  fs::create_directory_symlink(dir_ / "sub" / "deeper", dir_ / "link");
+  const std::string inner = write("sub/s.yaml", read_file(s));
+  const std::string through = (dir_ / "new3" / ".." / "link" / ".." / "s.yaml").string();
+  expect_refused(cli("run " + quote(inner) + " --set output.trace=" + quote(through)), "is an input of this command");
+  EXPECT_EQ(read_file(inner), read_file(s));
+  EXPECT_FALSE(fs::exists(dir_ / "new3"));
 }
 
 TEST_F(OutputSafetyTest, PlanAndReportMakeTheFoldersTheirOutputNeeds) {
