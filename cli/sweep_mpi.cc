@@ -2,10 +2,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <vector>
 
+#include "cli/output.h"
 #include "reports/sqlite_writer.h"
 
 #ifdef CLUSTERSIM_SWEEP_MPI
@@ -103,8 +105,11 @@ int sweep_mpi(const std::string& path, SweepOptions opt, bool json) {
     std::vector<int64_t> todo;
     std::vector<SweepPointResult> reused;
     if (rank == 0) {
+      // Read where it exists; made once the points have run (a refused sweep leaves none).
       std::unique_ptr<SweepStore> store;
-      if (!opt.database.empty()) store = std::make_unique<SweepStore>(opt.database);
+      std::error_code ec;
+      if (!opt.database.empty() && std::filesystem::exists(opt.database, ec))
+        store = std::make_unique<SweepStore>(opt.database);
       for (const SweepPoint& p : points) {
         SweepRow row;
         if (store && store->find(fingerprint, p.settings, row) && row.status != "error") {
@@ -158,7 +163,10 @@ int sweep_mpi(const std::string& path, SweepOptions opt, bool json) {
       rep.results.resize(points.size());
       for (SweepPointResult& r : reused) rep.results[static_cast<size_t>(r.index)] = std::move(r);
       std::unique_ptr<SweepStore> store;
-      if (!opt.database.empty()) store = std::make_unique<SweepStore>(opt.database);
+      if (!opt.database.empty()) {
+        make_parent_dirs(opt.database);
+        store = std::make_unique<SweepStore>(opt.database);
+      }
       for (SweepPointResult& r : ran) {
         if (store) store->put(sweep_row(rep, r));
         rep.results[static_cast<size_t>(r.index)] = std::move(r);
