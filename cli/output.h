@@ -18,9 +18,6 @@ void check_output_paths(const Scenario& s);
 // directory cannot be written.
 void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
                   const std::vector<std::string>& inputs);
-// Makes the folders above an output `path` that do not exist yet, as run's outputs have
-// them made (check_output found the nearest one that exists to be a writable directory).
-void make_parent_dirs(const std::string& path);
 // Refuses (InputError at the path) a database a command reads that does not exist or is not a
 // regular file: SQLite would open a FIFO and block reading it, and reports a folder as an I/O
 // error. `expected` says what it should be.

@@ -189,10 +189,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       std::fprintf(stderr, "calibrate: %d/%d %s\n", done, total, what.c_str());
     }
   };
-  {
-    const std::filesystem::path rp(raw);
-    if (!rp.parent_path().empty()) std::filesystem::create_directories(rp.parent_path());
-  }
+  make_parent_dirs(raw);
   RawStore store(raw, real::device_name(0));
   mo.cached = [&](const std::string& key, double& seconds) { return store.get(key, seconds); };
   mo.record = [&](const std::string& key, double seconds) { store.put(key, seconds); };
@@ -311,8 +308,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
         y += "    - [" + c.op + ", " + c.algo + ", " + c.proto + ", " + std::to_string(c.ranks) + ", " +
              std::to_string(static_cast<int64_t>(c.bytes)) + ", " + num(c.seconds) + "]\n";
   }
-  const std::filesystem::path p(out);
-  if (!p.parent_path().empty()) std::filesystem::create_directories(p.parent_path());
+  make_parent_dirs(out);
   write_file_atomically(out, y);
   load_profile(out);  // what was written reads back
   std::cout << "calibrate: " << r.gemm.size() << " GEMM shapes, " << r.attention.size() << " attention points, "

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cli/output.h"
+#include "reports/output_file.h"
 #include "reports/sqlite_writer.h"
 
 #ifdef CLUSTERSIM_SWEEP_MPI

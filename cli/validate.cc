@@ -19,6 +19,7 @@
 #include "cli/args.h"
 #include "cli/output.h"
 #include "plan/training_planner.h"
+#include "reports/output_file.h"
 #include "reports/sqlite_writer.h"
 #include "reports/summary.h"
 #include "scenarios/error.h"
@@ -323,8 +324,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
 
   // Both timelines in one database.
   if (!s.output_sqlite.empty()) {
-    const std::filesystem::path dir = std::filesystem::path(s.output_sqlite).parent_path();
-    if (!dir.empty()) std::filesystem::create_directories(dir);
+    make_parent_dirs(s.output_sqlite);
     Timeline st = make_timeline(sim);
     write_sqlite(st, s.output_sqlite);
     Timeline rt;

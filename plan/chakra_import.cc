@@ -362,7 +362,16 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
     std::vector<uint32_t> op_of(t.nodes.size());
     Program prog;
     prog.name = "chakra";
-    double compute_s = 0;  // the rank's kernels, one after another
+    // The rank's kernels, one after another: past the documented range of times, a damaged
+    // trace, refused here rather than run into an overflow of simulated time.
+    double compute_s = 0;
+    auto add_compute = [&](double seconds, uint64_t id) {
+      compute_s += seconds;
+      if (!(compute_s <= kMaxTimeSeconds))
+        bad(file, "the kernels up to node " + std::to_string(id) +
+                      " add up to more than 1e6 s (their durations, or their FLOPs and bytes at the GPU's peak), "
+                      "expected a trace of one training step");
+    };
     for (size_t i : order) {
       const ChakraNode& n = t.nodes[i];
       Op op;
@@ -383,11 +392,9 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
             op.head_dim = sh.head_dim, op.causal = sh.causal, op.dropout = sh.dropout, op.flops = sh.flops;
             op.recompute = sh.recompute;
             // Its work at the GPU's peak counts toward the step as a duration would.
-            compute_s += std::max(kernel_flops(op) / gpu.peak_bf16,
-                                  static_cast<double>(op.bytes_read + op.bytes_written) / gpu.hbm_bandwidth);
-            if (!(compute_s <= kMaxTimeSeconds))
-              bad(file, "the kernels up to node " + std::to_string(n.id) +
-                            " add up to more than 1e6 s at the GPU's peak, expected a trace of one training step");
+            add_compute(std::max(kernel_flops(op) / gpu.peak_bf16,
+                                 static_cast<double>(op.bytes_read + op.bytes_written) / gpu.hbm_bandwidth),
+                        n.id);
             stream = "compute";
             break;
           }
@@ -407,11 +414,7 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
           if (t_s <= 0)
             t_s = std::max(op.flops / gpu.peak_bf16, static_cast<double>(op.bytes_read) / gpu.hbm_bandwidth);
           op.fixed_seconds = std::min(t_s, kMaxTimeSeconds);
-          compute_s += op.fixed_seconds;
-          if (compute_s > kMaxTimeSeconds)
-            bad(file, "the kernels up to node " + std::to_string(n.id) +
-                          " add up to more than 1e6 s (their durations, or their FLOPs and bytes at the GPU's "
-                          "peak), expected a trace of one training step");
+          add_compute(op.fixed_seconds, n.id);
           stream = "compute";
           break;
         }

@@ -119,6 +119,11 @@ void AtomicFile::commit() {
   committed_ = true;
 }
 
+void make_parent_dirs(const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty()) fs::create_directories(dir);
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   AtomicFile f(path);
   f.write(bytes);

@@ -52,6 +52,10 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// Makes the folders above an output `path` that do not exist yet (the commands' output
+// checks have found the nearest one that exists to be a writable directory).
+void make_parent_dirs(const std::string& path);
+
 // Writes `bytes` to `path` through an AtomicFile.
 void write_file_atomically(const std::string& path, const std::string& bytes);
 

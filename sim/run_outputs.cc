@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/output_file.h"
 #include "reports/sqlite_writer.h"
 #include "reports/trace_writer.h"
 #include "scenarios/units.h"
@@ -105,11 +106,8 @@ void write_outputs(const RunOutcome& run) {
   const Scenario& s = run.scenario;
   if (s.output_sqlite.empty() && s.output_trace.empty()) return;
   const Timeline t = make_timeline(run);
-  for (const std::string* p : {&s.output_sqlite, &s.output_trace}) {
-    if (p->empty()) continue;
-    fs::path dir = fs::path(*p).parent_path();
-    if (!dir.empty()) fs::create_directories(dir);
-  }
+  for (const std::string* p : {&s.output_sqlite, &s.output_trace})
+    if (!p->empty()) make_parent_dirs(*p);
   if (!s.output_sqlite.empty()) write_sqlite(t, s.output_sqlite);
   if (!s.output_trace.empty()) {
     if (s.trace_ranks.empty() && s.trace_stages.empty()) {

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "reports/output_file.h"
 #include "reports/progress.h"
 #include "reports/sqlite_writer.h"
 #include "scenarios/error.h"
@@ -204,8 +205,7 @@ SweepReport run_sweep(const std::string& path, const SweepOptions& opt) {
     try {
       for (; saved < run.size() && done[saved]; ++saved) {
         if (!store && !opt.database.empty()) {
-          const std::filesystem::path dir = std::filesystem::path(opt.database).parent_path();
-          if (!dir.empty()) std::filesystem::create_directories(dir);
+          make_parent_dirs(opt.database);
           store = std::make_unique<SweepStore>(opt.database);
         }
         if (store) store->put(sweep_row(rep, rep.results[run[saved]]));
