@@ -152,9 +152,9 @@ YNode load_profile_tree(const std::string& path, const SourceMark& from) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::is_regular_file(status) || std::filesystem::file_size(path, ec) > (64u << 20))
-    return load_yaml_file(path, from);
+    return load_yaml_file(path, from, "a YAML calibration profile");
   std::ifstream in(path, std::ios::binary);
-  if (!in) return load_yaml_file(path, from);
+  if (!in) return load_yaml_file(path, from, "a YAML calibration profile");
   std::stringstream ss;
   ss << in.rdbuf();
   std::string text = ss.str();
@@ -386,7 +386,13 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
   const YNode root = load_profile_tree(path, from);
   CalibrationProfile p;
   p.path = path;
-  if (root.kind == YNode::Kind::Null) return p;
+  // A profile that calibrates nothing would run on the built-in defaults, silently: an
+  // empty file, or the wrong one, is an error.
+  if (root.kind == YNode::Kind::Null ||
+      (root.kind == YNode::Kind::Map && !root.find("compute") && !root.find("network")))
+    throw InputError(root.kind == YNode::Kind::Null ? SourceMark{path, 1, 1} : root.mark,
+                     "the calibration profile calibrates nothing, expected compute: or network: tables (as "
+                     "clustersim calibrate --out writes them)");
   auto tables = std::make_shared<MeasuredTables>();
   std::vector<CollectiveFitRow> fits;
   const YNode* points = nullptr;

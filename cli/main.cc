@@ -185,6 +185,10 @@ using namespace clustersim;
 // cuBLASLt and NCCL costs ~200 MB and ~50 ms at every start, which a simulation should
 // not pay. Does not return: the command runs there, or fails here naming the binary.
 bool needs_gpu_binary(const std::string& cmd, const std::vector<std::string>& args) {
+  // --help is answered here: the usage needs no GPU, nor the binary that drives them.
+  if (std::find(args.begin(), args.end(), "--help") != args.end() ||
+      std::find(args.begin(), args.end(), "-h") != args.end())
+    return false;
   if (cmd == "real" || cmd == "calibrate") return true;
   // validate --real-from compares with a recording: no GPU.
   return cmd == "validate" && std::find(args.begin(), args.end(), "--real-from") == args.end() &&

@@ -54,8 +54,10 @@ int cmd_sweep(const std::vector<std::string>& args) {
       const std::string key = set.substr(0, set.find('='));
       for (const auto& [swept, values] : s.sweep)
         if (swept == key)
-          throw InputError(SourceMark{"--set", 0, 0}, key + " is swept (sweep." + key +
-                                                          " sets it at every point), expected a key the sweep leaves");
+          throw InputError(SourceMark{"--set", 0, 0},
+                           key + " is swept (sweep." + key +
+                               " sets it at every point), expected a key the sweep leaves, or --set sweep." + key +
+                               "=[...] to change its list");
     }
     if (opt.database.empty()) opt.database = s.output_sqlite;
     if (!opt.database.empty())

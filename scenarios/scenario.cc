@@ -155,6 +155,35 @@ void apply_set(YNode& root, const std::string& arg, int index) {
                                         if (k.key.find('.') == std::string::npos) t += (t.empty() ? "" : ", ") + k.key;
                                       return t;
                                     }());
+  // sweep's keys are themselves dotted key paths: sweep.parallel.tp=[2,4] is the sweep's
+  // entry parallel.tp, as the scenario writes it under sweep:.
+  if (key.rfind("sweep.", 0) == 0) {
+    const std::string target = key.substr(6);
+    const KeySpec* t = find_key(target);
+    if (!t || !t->apply || target == "sweep" || target.rfind("sweep.", 0) == 0)
+      throw InputError(SourceMark{file, 1, 1}, "sweep: unknown key '" + target +
+                                                   "', expected a key that takes a value, e.g. "
+                                                   "sweep.parallel.tp=[2,4,8]");
+    YNode value = parse_yaml(arg.substr(eq + 1), file);
+    value.mark = SourceMark{file, 1, static_cast<int>(eq) + 2};
+    value.key_mark = SourceMark{file, 1, 1};
+    YNode* sweep = root.find("sweep");
+    if (!sweep) {
+      YNode m;
+      m.kind = YNode::Kind::Map;
+      m.mark = m.key_mark = value.key_mark;
+      root.map.emplace_back("sweep", m);
+      sweep = &root.map.back().second;
+    } else if (sweep->kind != YNode::Kind::Map) {
+      sweep->kind = YNode::Kind::Map;
+      sweep->map.clear();
+    }
+    if (YNode* entry = sweep->find(target))
+      *entry = value;
+    else
+      sweep->map.emplace_back(target, value);
+    return;
+  }
   const KeySpec* spec = find_key(key);
   if (spec && !spec->apply)
     throw InputError(SourceMark{file, 1, 1},

@@ -123,7 +123,7 @@ NodeSpec read_node(const YNode& n, const std::string& where, int& count) {
 }  // namespace
 
 ClusterSpec load_topology_file(const std::string& path, const SourceMark& from) {
-  const YNode root = load_yaml_file(path, from);
+  const YNode root = load_yaml_file(path, from, "a YAML topology file");
   if (root.kind != YNode::Kind::Map)
     throw InputError(SourceMark{path, 1, 1}, "a topology file is a mapping with nodes:, expected e.g. "
                                              "nodes: [{preset: dgx-h100, count: 2}]");

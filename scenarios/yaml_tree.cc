@@ -199,21 +199,23 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
   return out;
 }
 
-YNode load_yaml_file(const std::string& path, const SourceMark& included_from) {
+YNode load_yaml_file(const std::string& path, const SourceMark& included_from, const char* what) {
   const SourceMark where = included_from.known() ? included_from : SourceMark{path, 0, 0};
   // Only regular files, and not huge ones: a directory, a device (/dev/zero) or a FIFO
   // would read as nothing or never end.
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
-    throw InputError(where, "'" + path + "' is not a regular file, expected a YAML scenario file");
+    throw InputError(where, "'" + path + "' is not a regular file, expected " + what);
   if (!ec && std::filesystem::is_regular_file(status) && std::filesystem::file_size(path, ec) > (64u << 20))
-    throw InputError(where, "'" + path + "' is larger than 64 MiB, expected a YAML scenario file");
+    throw InputError(where, "'" + path + "' is larger than 64 MiB, expected " + what);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     // Why, where the file system says: missing, a link to nothing or in a loop, no permission.
     const int e = errno;
-    throw InputError(where, "cannot read scenario file '" + path + "'" +
+    std::string noun = what;  // "a YAML scenario file" -> "scenario file"
+    if (noun.rfind("a YAML ", 0) == 0) noun = noun.substr(7);
+    throw InputError(where, "cannot read " + noun + " '" + path + "'" +
                                 (e != 0 ? std::string(": ") + std::strerror(e) : std::string()));
   }
   std::stringstream ss;

@@ -37,7 +37,8 @@ struct YNode {
 // Parses YAML text; `file` names it in marks. Malformed YAML and duplicate keys throw
 // InputError.
 YNode parse_yaml(const std::string& text, const std::string& file);
-YNode load_yaml_file(const std::string& path, const SourceMark& included_from);
+YNode load_yaml_file(const std::string& path, const SourceMark& included_from,
+                     const char* what = "a YAML scenario file");
 
 // Deep merge: maps merge key by key, anything else in `over` replaces `base`.
 void merge_yaml(YNode& base, const YNode& over);

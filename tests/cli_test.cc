@@ -820,6 +820,21 @@ TEST_F(CliTest, GpuCommandWithoutTheGpuBinaryNamesIt) {
   EXPECT_FALSE(fs::exists(dir_ / "p.yaml"));
 }
 
+// The usage of a GPU command needs neither a GPU nor the binary that drives them.
+TEST_F(CliTest, GpuCommandHelpWithoutTheGpuBinary) {
+  const fs::path alone = dir_ / "bin" / "clustersim";
+  fs::create_directories(alone.parent_path());
+  fs::copy_file(CLUSTERSIM_BINARY, alone);
+  for (const char* line : {"validate --help", "real -h", "calibrate --suite gemm --help", "validate S.yaml -h"}) {
+    const std::string cmd =
+        quote(alone.string()) + " " + line + " >" + quote((dir_ / "o").string()) + " 2>" + quote((dir_ / "e").string());
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << line;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << line << ": " << read_file(dir_ / "e");
+    EXPECT_NE(read_file(dir_ / "o").find("usage: clustersim"), std::string::npos) << line;
+  }
+}
+
 // clustersim-real S.yaml is clustersim real S.yaml.
 TEST_F(CliTest, ClustersimRealRunsAScenario) {
   if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "a GPU is present: the plan would run on it";

@@ -1,6 +1,8 @@
 // Hostile inputs, one test per class: overflow past int64 picoseconds or bytes (class 3),
 // inputs accepted and then unbounded (4), misleading or leaking messages (5), and
 // nondeterministic output (6). Each runs the binary under a time limit: a hang fails.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -109,6 +111,20 @@ TEST_F(HostileTest, SweepListsAreValuesEachOnce) {
   const std::string ok = write("k.yaml", base + "sweep:\n  parallel.tp: [1, 2]\n");
   expect_refused_fast("sweep " + quote(ok) + " --set parallel.tp=8", "--set: error: parallel.tp is swept");
   expect_refused_fast("sweep " + quote(ok) + " --out ''", "--out: error: expected a database file name");
+  // --set sweep.KEY=[...] sets one list of the sweep (its keys are key paths), or adds one.
+  expect_refused_fast("sweep " + quote(ok) + " --set sweep.parallel.nosuch=[1]",
+                      "sweep: unknown key 'parallel.nosuch', expected a key that takes a value");
+  expect_refused_fast("sweep " + quote(ok) + " --set sweep.parallel.tp=4",
+                      "sweep.parallel.tp must be a non-empty list of values");
+  const CliResult narrowed =
+      cli("sweep " + quote(ok) + " --set 'sweep.parallel.tp=[2]' --set " + "'sweep.parallel.micro_batch=[1,2]' --out " +
+              quote((dir_ / "s.sqlite").string()) + " --json",
+          60);
+  ASSERT_EQ(narrowed.code, 0) << narrowed;
+  EXPECT_NE(narrowed.out.find("\"points\": 2,"), std::string::npos) << narrowed;
+  EXPECT_NE(narrowed.out.find("\"settings\": \"parallel.tp=2, parallel.micro_batch=2\""), std::string::npos)
+      << narrowed;
+  EXPECT_EQ(narrowed.out.find("parallel.tp=1"), std::string::npos) << narrowed;
 }
 
 // Numbers as YAML writes them: a leading + on an integer as on a float; hex is an integer
@@ -120,6 +136,22 @@ TEST_F(HostileTest, NumbersReadAsYamlWritesThem) {
   expect_refused_fast("run " + quote(serve) + " --set inference.arrivals.rate_per_s=0x10",
                       "inference.arrivals.rate_per_s must be a number, got '0x10'");
   EXPECT_EQ(cli("run " + quote(serve) + " --set seed=+1", 20).code, 0);
+}
+
+// A calibration profile that calibrates nothing (an empty file, a file of other keys) is
+// refused, not run on the built-in defaults; a FIFO in its place is named as a profile.
+TEST_F(HostileTest, AProfileThatCalibratesNothingIsRefused) {
+  const std::string base = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
+  write("empty.yaml", "");
+  expect_refused_fast("run " + quote(write("e.yaml", base + "calibration: empty.yaml\n")),
+                      "empty.yaml:1:1: error: the calibration profile calibrates nothing");
+  write("gpu.yaml", "gpu: h100-sxm\ndate: 2026-01-01\n");
+  expect_refused_fast("run " + quote(write("g.yaml", base + "calibration: gpu.yaml\n")),
+                      "the calibration profile calibrates nothing, expected compute: or network:");
+  const std::string fifo = (dir_ / "f.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused_fast("run " + quote(write("f.yaml", base + "calibration: f.fifo\n")),
+                      "is not a regular file, expected a YAML calibration profile");
 }
 
 // A calibration profile's tables: whole dimensions, each shape once, and times no chip
@@ -411,7 +443,9 @@ TEST_F(HostileTest, MessagesNameWhatIsWrong) {
   expect_refused_fast("run " + quote(small()) + " --set nonexistent.key=1",
                       "unknown key 'nonexistent', expected one of");
   expect_refused_fast("run " + quote(small()) + " --set sweep.parallel.tp=2",
-                      "unknown key 'sweep.parallel', 'sweep' takes a value");
+                      "sweep.parallel.tp must be a non-empty list of values");
+  expect_refused_fast("run " + quote(small()) + " --set sweep.nonexistent.key=[1]",
+                      "sweep: unknown key 'nonexistent.key'");
   const std::string serve = write("b.yaml",
                                   "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                   "inference: {requests: 4, max_batch_size: 1000000}\n");
