@@ -44,7 +44,7 @@ constexpr const char* kUsage =
     "  report RUN.sqlite --html OUT.html [--run ID] [--max-spans N] [--ranks R,..] [--stages S,..]\n"
     "         [--streams compute,tp,..]\n"
     "                                                a self-contained HTML report of one run (default: the last)\n"
-    "  search S.yaml [--top K] [--jobs N] [--refine flow|analytic] [--set key=value]... [--json]\n"
+    "  search S.yaml [--top K] [--jobs N] [--refine flow|analytic] [--set key=value]... [--out R.sqlite] [--json]\n"
     "                                                the fastest valid training layout for the model, cluster and\n"
     "                                                global batch: estimate every layout, simulate the best K\n"
     "  real S.yaml [--set key=value]... [--iterations N] [--warmup W] [--timing ops|stream] [--mpi] [--json]\n"

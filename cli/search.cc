@@ -1,5 +1,4 @@
 // `clustersim search`: the fastest valid training layout for the model, cluster and batch.
-#include "scenarios/scenario.h"
 #include "sim/search.h"
 
 #include <cstdio>
@@ -10,6 +9,11 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/output.h"
+#include "reports/output_file.h"
+#include "reports/sqlite_writer.h"
+#include "scenarios/scenario.h"
+#include "sim/sweep.h"
 
 namespace clustersim {
 
@@ -18,6 +22,7 @@ int cmd_search(const std::vector<std::string>& args) {
   std::vector<std::string> sets;
   SearchOptions opt;
   bool json = false;
+  std::string out;  // the candidates' rows go to this database (default: output.sqlite)
   LoadOptions lo;  // --allow-large: past the work budgets
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -33,6 +38,9 @@ int cmd_search(const std::vector<std::string>& args) {
       opt.refine = need_value(args, i);
       if (opt.refine != "flow" && opt.refine != "analytic")
         throw InputError(SourceMark{a, 0, 0}, "expected flow or analytic, got '" + opt.refine + "'");
+    } else if (a == "--out") {
+      out = need_value(args, i);
+      if (out.empty()) throw InputError(SourceMark{"--out", 0, 0}, "expected a database file name, got ''");
     } else if (a == "--allow-large") {
       lo.allow_large = true;
     } else if (a == "--json") {
@@ -47,7 +55,22 @@ int cmd_search(const std::vector<std::string>& args) {
   }
   if (path.empty()) throw UsageError("search needs a scenario file");
   const Scenario s = load_scenario(path, sets, lo);
+  // search simulates its candidates without a timeline: a trace it was asked for would be
+  // silently missing.
+  if (!s.output_trace.empty())
+    throw InputError(s.mark("output.trace"),
+                     "output.trace: search writes no timeline, expected clustersim run with the layout it "
+                     "chooses (its settings are in the output.sqlite rows)");
+  if (out.empty()) out = s.output_sqlite;
+  if (!out.empty())
+    check_output(out == s.output_sqlite ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0}, "--out", out,
+                 scenario_inputs(s));
   const SearchResult r = search_layouts(s, opt);
+  if (!out.empty() && !r.top.empty()) {
+    make_parent_dirs(out);
+    SweepStore store(out);
+    for (const SweepRow& row : search_rows(r, scenario_fingerprint(s))) store.put(row);
+  }
   std::cout << (json ? search_json(r) : search_table(r));
   std::cerr << search_timing(r);
   return r.best >= 0 ? 0 : 1;

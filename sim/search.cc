@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -78,7 +79,7 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
   }
 
   std::vector<std::pair<TrainingLayout, LayoutEstimate>> ranked;
-  std::map<std::string, int64_t> refusals;  // the checks' messages, counted
+  std::map<std::string, std::pair<int64_t, std::string>> refusals;  // by class: count, first message
   const std::vector<int64_t> mbs = {1, 2, 4, 8};
   for (int64_t tp : divisors(gpn)) {
     if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) continue;
@@ -134,8 +135,11 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
                       l = check_training_layout(c);
                     } catch (const InputError& e) {
                       ++res.invalid;
-                      const int64_t n = ++refusals[e.detail()];
-                      if (n > res.invalid_reason_count) res.invalid_reason = e.detail(), res.invalid_reason_count = n;
+                      // Counted by class (the same check at other numbers is one reason); the first
+                      // message of the most frequent class is the one shown.
+                      auto& [n, example] = refusals[refusal_class(e.detail())];
+                      if (n++ == 0) example = e.detail();
+                      if (n > res.invalid_reason_count) res.invalid_reason = example, res.invalid_reason_count = n;
                       continue;
                     }
                     if (est.memory_bytes(l) > hbm) {  // before any costing: a probe never runs for it
@@ -323,25 +327,31 @@ std::string search_table(const SearchResult& r) {
   return out;
 }
 
+namespace {
+
+// One candidate as a JSON object: its layout, its simulated and estimated times.
+std::string layout_json(const SearchCandidate& c) {
+  const TrainingLayout& l = c.layout;
+  return "{\"dp\": " + std::to_string(l.dp) + ", \"tp\": " + std::to_string(l.tp) +
+         ", \"pp\": " + std::to_string(l.pp) + ", \"cp\": " + std::to_string(l.cp) +
+         ", \"ep\": " + std::to_string(l.ep) + ", \"expert_tp\": " + std::to_string(l.expert_tp()) +
+         ", \"micro_batch\": " + std::to_string(l.micro_batch) + ", \"schedule\": \"" + l.schedule +
+         "\", \"virtual_stages\": " + std::to_string(l.virtual_stages) +
+         ", \"zero_stage\": " + std::to_string(l.zero_stage) + ", \"recompute\": \"" + l.recompute +
+         "\", \"recompute_num_layers\": " +
+         (l.recompute_num_layers < 0 ? std::string("\"all\"") : std::to_string(l.recompute_num_layers)) +
+         ", \"sequence_parallel\": " + (l.sequence_parallel ? "true" : "false") +
+         ", \"iteration_time_s\": " + format_number(c.simulated_s) +
+         ", \"estimated_iteration_time_s\": " + format_number(c.estimate.total_s) +
+         ", \"mfu\": " + format_number(c.mfu) + ", \"bubble_fraction\": " + format_number(c.bubble_fraction) +
+         ", \"exposed_comm_s\": " + format_number(c.exposed_comm_s) +
+         ", \"peak_memory_per_gpu_bytes\": " + format_number(c.peak_memory_bytes) +
+         ", \"baseline\": " + (c.baseline ? "true" : "false") + "}";
+}
+
+}  // namespace
+
 std::string search_json(const SearchResult& r) {
-  auto layout_json = [](const SearchCandidate& c) {
-    const TrainingLayout& l = c.layout;
-    return "{\"dp\": " + std::to_string(l.dp) + ", \"tp\": " + std::to_string(l.tp) +
-           ", \"pp\": " + std::to_string(l.pp) + ", \"cp\": " + std::to_string(l.cp) +
-           ", \"ep\": " + std::to_string(l.ep) + ", \"expert_tp\": " + std::to_string(l.expert_tp()) +
-           ", \"micro_batch\": " + std::to_string(l.micro_batch) + ", \"schedule\": \"" + l.schedule +
-           "\", \"virtual_stages\": " + std::to_string(l.virtual_stages) +
-           ", \"zero_stage\": " + std::to_string(l.zero_stage) + ", \"recompute\": \"" + l.recompute +
-           "\", \"recompute_num_layers\": " +
-           (l.recompute_num_layers < 0 ? std::string("\"all\"") : std::to_string(l.recompute_num_layers)) +
-           ", \"sequence_parallel\": " + (l.sequence_parallel ? "true" : "false") +
-           ", \"iteration_time_s\": " + format_number(c.simulated_s) +
-           ", \"estimated_iteration_time_s\": " + format_number(c.estimate.total_s) +
-           ", \"mfu\": " + format_number(c.mfu) + ", \"bubble_fraction\": " + format_number(c.bubble_fraction) +
-           ", \"exposed_comm_s\": " + format_number(c.exposed_comm_s) +
-           ", \"peak_memory_per_gpu_bytes\": " + format_number(c.peak_memory_bytes) +
-           ", \"baseline\": " + (c.baseline ? "true" : "false") + "}";
-  };
   std::string out = "{\"name\": \"" + json_escape(r.name) + "\", \"enumerated\": " + std::to_string(r.enumerated) +
                     ", \"invalid\": " + std::to_string(r.invalid) + ", \"invalid_reason\": \"" +
                     json_escape(r.invalid_reason) + "\"" + ", \"over_memory\": " + std::to_string(r.over_memory) +
@@ -352,6 +362,55 @@ std::string search_json(const SearchResult& r) {
   out += ", \"candidates\": [";
   for (size_t i = 0; i < r.top.size(); ++i) out += (i ? ", " : "") + layout_json(r.top[i]);
   return out + "]}\n";
+}
+
+std::string layout_settings(const TrainingLayout& l) {
+  std::string out = "parallel.dp=" + std::to_string(l.dp) + ", parallel.tp=" + std::to_string(l.tp) +
+                    ", parallel.pp=" + std::to_string(l.pp) + ", parallel.cp=" + std::to_string(l.cp) +
+                    ", parallel.ep=" + std::to_string(l.ep) +
+                    ", parallel.micro_batch=" + std::to_string(l.micro_batch) + ", parallel.schedule=" + l.schedule;
+  if (l.ep > 1) out += ", parallel.expert_tp=" + std::to_string(l.expert_tp());
+  if (l.schedule == "interleaved-1f1b") out += ", parallel.virtual_stages=" + std::to_string(l.virtual_stages);
+  out += ", parallel.zero_stage=" + std::to_string(l.zero_stage) +
+         ", parallel.sequence_parallel=" + (l.sequence_parallel ? "true" : "false") +
+         ", training.recompute=" + l.recompute;
+  if (l.recompute == "full")
+    out += ", training.recompute_num_layers=" +
+           (l.recompute_num_layers < 0 ? std::string("all") : std::to_string(l.recompute_num_layers));
+  return out;
+}
+
+std::vector<SweepRow> search_rows(const SearchResult& r, const std::string& fingerprint) {
+  std::vector<SweepRow> rows;
+  for (size_t i = 0; i < r.top.size(); ++i) {
+    const SearchCandidate& c = r.top[i];
+    SweepRow row;
+    row.sweep = "search " + r.name;
+    row.fingerprint = "search-" + fingerprint;
+    row.point = static_cast<int64_t>(i);
+    row.settings = layout_settings(c.layout);
+    row.status = "ok";
+    row.objective = "iteration_time_s";
+    row.value = c.simulated_s;
+    row.metrics_json = layout_json(c);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string refusal_class(const std::string& message) {
+  std::string out;
+  for (size_t i = 0; i < message.size();) {
+    if (std::isdigit(static_cast<unsigned char>(message[i]))) {
+      out += '#';
+      while (i < message.size() &&
+             (std::isdigit(static_cast<unsigned char>(message[i])) || message[i] == '.' || message[i] == ','))
+        ++i;
+    } else {
+      out += message[i++];
+    }
+  }
+  return out;
 }
 
 }  // namespace clustersim

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "plan/training_planner.h"
+#include "reports/sqlite_writer.h"
 #include "scenarios/scenario.h"
 #include "sim/layout_estimator.h"
 #include "topology/topology.h"
@@ -69,5 +70,15 @@ std::string search_table(const SearchResult& r);
 // The wall-clock times of the two passes, for stderr (not part of the result's bytes).
 std::string search_timing(const SearchResult& r);
 std::string search_json(const SearchResult& r);
+// The class of a check's refusal: its message with each number (digits, with their points
+// and thousands commas) as '#', so the same check refused at other numbers counts once.
+std::string refusal_class(const std::string& message);
+// A layout as the --set pairs that run it ("parallel.dp=8, parallel.tp=4, ..."): what
+// `clustersim run S.yaml --set ...` takes to simulate that candidate again.
+std::string layout_settings(const TrainingLayout& l);
+// The simulated candidates as rows of the sweep_results table, fastest first (point 0 the
+// best): sweep "search NAME", fingerprint "search-" + the scenario's, objective
+// iteration_time_s, metrics the candidate's JSON object as --json prints it.
+std::vector<SweepRow> search_rows(const SearchResult& r, const std::string& fingerprint);
 
 }  // namespace clustersim

@@ -349,6 +349,56 @@ TEST_F(CliTest, HelpAndVersion) {
   EXPECT_EQ(cli("nosuchcommand --help").code, 2);
 }
 
+// search writes its simulated candidates to output.sqlite (or --out), fastest first, each with
+// the --set pairs that run it again: run with those pairs gives the candidate's own time. A
+// trace, which search does not write, is refused rather than silently missing.
+TEST_F(CliTest, SearchWritesItsCandidatesWithTheSettingsThatRunThem) {
+  const std::string body =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+      "training: {global_batch: 16}\n";
+  const std::string s = write("s.yaml", body + "output: {sqlite: out/search.sqlite}\n");
+  const CliResult r = cli("search " + quote(s) + " --top 3 --refine analytic --json", 120);
+  ASSERT_EQ(r.code, 0) << r;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2((dir_ / "out" / "search.sqlite").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT point, settings, status, objective, value, sweep FROM sweep_results "
+                               "ORDER BY point",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  std::vector<std::pair<std::string, double>> rows;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    EXPECT_EQ(sqlite3_column_int64(st, 0), static_cast<int64_t>(rows.size()));
+    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 2)), "ok");
+    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 3)), "iteration_time_s");
+    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 5)), "search s");
+    rows.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), sqlite3_column_double(st, 4));
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  ASSERT_GE(rows.size(), 3u);
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_LE(rows[i - 1].second, rows[i].second) << "fastest first";
+  // The best row's settings, as --set pairs, run the same layout to the same time.
+  std::string sets;
+  for (size_t at = 0; at <= rows[0].first.size();) {
+    const size_t comma = rows[0].first.find(", ", at);
+    sets += " --set " + quote(rows[0].first.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    at = comma == std::string::npos ? rows[0].first.size() + 1 : comma + 2;
+  }
+  const CliResult again = cli("run " + quote(write("plain.yaml", body)) + sets + " --json", 60);
+  ASSERT_EQ(again.code, 0) << again;
+  const size_t at = again.out.find("\"iteration_time_s\": ");
+  ASSERT_NE(at, std::string::npos) << again;
+  EXPECT_NEAR(std::stod(again.out.substr(at + 20)), rows[0].second, 1e-9 * rows[0].second) << rows[0].first;
+  // output.trace is refused, before any work; an empty --out is refused.
+  const CliResult traced = cli("search " + quote(write("t.yaml", body + "output: {trace: t.json}\n")), 20);
+  EXPECT_EQ(traced.code, 1) << traced;
+  EXPECT_NE(traced.err.find("output.trace: search writes no timeline"), std::string::npos) << traced;
+  EXPECT_FALSE(fs::exists(dir_ / "t.json"));
+  EXPECT_EQ(cli("search " + quote(s) + " --out ''", 20).code, 1);
+}
+
 // ---- run: positive -------------------------------------------------------------------------
 
 // The spans table, one line per row, through the sqlite3 C API.

@@ -210,6 +210,14 @@ TEST(Search, RefusesWhatItCannotSearch) {
                InputError);
 }
 
+// The same check refused at other numbers is one class of refusal.
+TEST(Search, RefusalsAreCountedByClass) {
+  EXPECT_EQ(refusal_class("parallel.pp = 3 does not divide model.layers = 32"),
+            refusal_class("parallel.pp = 5 does not divide model.layers = 32"));
+  EXPECT_EQ(refusal_class("needs 1,024.5 GiB at tp 8"), "needs # GiB at tp #");
+  EXPECT_NE(refusal_class("tp 2 needs sequence_parallel"), refusal_class("tp 2 needs a mixture-of-experts model"));
+}
+
 // When the checks refuse every layout, the answer says why: their most frequent refusal.
 TEST(Search, NoLayoutFitsSaysWhatTheChecksRefused) {
   const SearchResult r = quiet_search(
