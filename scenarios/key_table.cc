@@ -24,7 +24,14 @@ const std::vector<KeySpec>& key_table() {
     KeyList t;
     t.insert(t.end(), {
                           {"name", "string", "file name", "free text stored with every run",
-                           [](const N& n, S& s) { s.name = scalar(n, "name", "text"); }},
+                           [](const N& n, S& s) {
+                             s.name = scalar(n, "name", "text");
+                             // Printed as is in the summary table: a control character would
+                             // reach the terminal (an escape sequence recolours or rewrites it).
+                             for (const unsigned char c : s.name)
+                               if (c < 0x20 || c == 0x7f)
+                                 throw InputError(n.mark, "name holds a control character, expected printable text");
+                           }},
                           {"include", "list of paths", "[]",
                            "files merged first (relative to this file); this file wins", nullptr},
                           {"seed", "integer", "1", "seed of every random choice in the run",

@@ -138,6 +138,16 @@ TEST_F(HostileTest, NumbersReadAsYamlWritesThem) {
   EXPECT_EQ(cli("run " + quote(serve) + " --set seed=+1", 20).code, 0);
 }
 
+// A name is printed as is in the summary: a control character (an escape sequence, a bell, a
+// line break) is refused at its line, not sent to the terminal.
+TEST_F(HostileTest, AControlCharacterInTheNameIsRefused) {
+  const std::string body = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
+  for (const char* name : {"\"a\\e[31mred\"", "\"bell\\x07\"", "\"two\\nlines\"", "\"del\\x7f\""})
+    expect_refused_fast("run " + quote(write("n.yaml", std::string("name: ") + name + "\n" + body)),
+                        "n.yaml:1:7: error: name holds a control character, expected printable text");
+  EXPECT_EQ(cli("run " + quote(write("ok.yaml", "name: \"caf\u00e9 run 2\"\n" + body)), 20).code, 0);
+}
+
 // A calibration profile that calibrates nothing (an empty file, a file of other keys) is
 // refused, not run on the built-in defaults; a FIFO in its place is named as a profile.
 TEST_F(HostileTest, AProfileThatCalibratesNothingIsRefused) {
