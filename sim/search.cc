@@ -186,6 +186,13 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
     found->baseline = true;
   }
   const auto t1 = std::chrono::steady_clock::now();
+  // The refinement can take minutes on a large cluster (each candidate a whole simulation):
+  // say what comes, and with one thread show each simulation's own progress.
+  if (opt.progress && !cands.empty())
+    std::fprintf(stderr,
+                 "search: %lld layouts enumerated, %lld estimated, in %.3g s; simulating %zu op by op (%s network)\n",
+                 static_cast<long long>(res.enumerated), static_cast<long long>(res.estimated),
+                 std::chrono::duration<double>(t1 - t0).count(), cands.size(), opt.refine.c_str());
   Progress progress("search: simulating", static_cast<int64_t>(cands.size()), opt.progress);
   std::atomic<size_t> next{0};
   std::mutex mu;
@@ -201,6 +208,7 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
         RunOptions ro;
         ro.record_link_usage = false;
         ro.keep_spans = false;
+        ro.progress = opt.progress && opt.jobs <= 1;
         const RunOutcome out = run_training(sc, ro);
         for (const auto& [k, v] : out.metrics) {
           if (k == "iteration_time_s") c.simulated_s = v;
@@ -277,7 +285,8 @@ std::string explain(const SearchCandidate& a, const SearchCandidate& b) {
 }  // namespace
 
 std::string search_timing(const SearchResult& r) {
-  std::string out = "search: " + std::to_string(r.enumerated) + " layouts estimated in " + secs(r.estimate_wall_s);
+  std::string out = "search: " + std::to_string(r.enumerated) + " layouts enumerated and " +
+                    std::to_string(r.estimated) + " estimated in " + secs(r.estimate_wall_s);
   if (r.estimate_wall_s > 0) {
     char buf[64];
     std::snprintf(buf, sizeof buf, " (%.0f layouts/min)", 60.0 * static_cast<double>(r.enumerated) / r.estimate_wall_s);
