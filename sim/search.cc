@@ -322,6 +322,17 @@ std::string search_table(const SearchResult& r) {
            "\n";
   const SearchCandidate& best = r.top[static_cast<size_t>(r.best)];
   out += "best: " + describe_layout(best.layout) + "\n";
+  // The --set pairs that run it: the scenario with these is the winner, op by op.
+  {
+    const std::string settings = layout_settings(best.layout);
+    std::string sets;
+    for (size_t at = 0; at < settings.size();) {
+      const size_t comma = settings.find(", ", at);
+      sets += " --set " + settings.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      at = comma == std::string::npos ? settings.size() : comma + 2;
+    }
+    out += "run it:" + sets + "\n";
+  }
   if (r.baseline >= 0) {
     const SearchCandidate& base = r.top[static_cast<size_t>(r.baseline)];
     if (r.baseline == r.best)

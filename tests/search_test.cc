@@ -51,6 +51,11 @@ TEST(Search, Gpt3On1024A100BeatsMegatronsLayout) {
   EXPECT_NE(table.find("why, against the scenario's layout"), std::string::npos) << table;
   EXPECT_NE(table.find("pipeline bubble"), std::string::npos);
   EXPECT_NE(search_json(r).find("\"baseline\": {\"dp\": 16, \"tp\": 8, \"pp\": 8"), std::string::npos);
+  // The table ends its answer with the --set pairs that run the winner.
+  EXPECT_NE(table.find("run it: --set parallel.dp=" + std::to_string(best.layout.dp) + " --set parallel.tp=" +
+                       std::to_string(best.layout.tp) + " --set parallel.pp=" + std::to_string(best.layout.pp)),
+            std::string::npos)
+      << table;
 }
 
 // The estimate that ranks layouts follows the op-by-op simulation: over a spread of
