@@ -14,6 +14,7 @@
 
 #include "scenarios/key_table.h"
 #include "scenarios/readers.h"
+#include "scenarios/set_option.h"
 #include "scenarios/topology_file.h"
 #include "scenarios/units.h"
 #include "topology/presets.h"
@@ -108,109 +109,6 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
   return merged;
 }
 
-// Puts `value` at the dotted `key`, creating mappings on the way.
-void set_node(YNode& root, const std::string& key, const YNode& value) {
-  YNode* cur = &root;
-  size_t start = 0;
-  for (;;) {
-    size_t dot = key.find('.', start);
-    std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    YNode* next = cur->find(part);
-    if (dot == std::string::npos) {
-      if (next)
-        *next = value;
-      else
-        cur->map.emplace_back(part, value);
-      return;
-    }
-    if (!next) {
-      YNode m;
-      m.kind = YNode::Kind::Map;
-      m.mark = m.key_mark = value.mark;
-      cur->map.emplace_back(part, m);
-      next = &cur->map.back().second;
-    } else if (next->kind != YNode::Kind::Map) {
-      next->kind = YNode::Kind::Map;
-      next->map.clear();
-    }
-    cur = next;
-    start = dot + 1;
-  }
-}
-
-void apply_set(YNode& root, const std::string& arg, int index) {
-  const std::string file = "--set '" + arg + "'";
-  const size_t eq = arg.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw InputError(SourceMark{file, 1, 1}, "--set expects key=value, e.g. --set parallel.tp=4");
-  const std::string key = arg.substr(0, eq);
-  if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
-    throw InputError(
-        SourceMark{file, 1, 1}, "--set key '" + key +
-                                    "' has an empty part, expected dotted names such as parallel.tp; "
-                                    "top-level keys: " +
-                                    [] {
-                                      std::string t;
-                                      for (const auto& k : key_table())
-                                        if (k.key.find('.') == std::string::npos) t += (t.empty() ? "" : ", ") + k.key;
-                                      return t;
-                                    }());
-  // sweep's keys are themselves dotted key paths: sweep.parallel.tp=[2,4] is the sweep's
-  // entry parallel.tp, as the scenario writes it under sweep:.
-  if (key.rfind("sweep.", 0) == 0) {
-    const std::string target = key.substr(6);
-    const KeySpec* t = find_key(target);
-    if (!t || !t->apply || target == "sweep" || target.rfind("sweep.", 0) == 0)
-      throw InputError(SourceMark{file, 1, 1}, "sweep: unknown key '" + target +
-                                                   "', expected a key that takes a value, e.g. "
-                                                   "sweep.parallel.tp=[2,4,8]");
-    YNode value = parse_yaml(arg.substr(eq + 1), file);
-    value.mark = SourceMark{file, 1, static_cast<int>(eq) + 2};
-    value.key_mark = SourceMark{file, 1, 1};
-    YNode* sweep = root.find("sweep");
-    if (!sweep) {
-      YNode m;
-      m.kind = YNode::Kind::Map;
-      m.mark = m.key_mark = value.key_mark;
-      root.map.emplace_back("sweep", m);
-      sweep = &root.map.back().second;
-    } else if (sweep->kind != YNode::Kind::Map) {
-      sweep->kind = YNode::Kind::Map;
-      sweep->map.clear();
-    }
-    if (YNode* entry = sweep->find(target))
-      *entry = value;
-    else
-      sweep->map.emplace_back(target, value);
-    return;
-  }
-  const KeySpec* spec = find_key(key);
-  if (spec && !spec->apply)
-    throw InputError(SourceMark{file, 1, 1},
-                     "'" + key + "' is " +
-                         (key == "include" ? "not settable from the command line"
-                                           : "a mapping; set one of its keys, e.g. " + key + ".<key>=value"));
-  if (!spec) {
-    // The first part of the key that names nothing, under the longest prefix that does.
-    std::string parent;
-    for (size_t at = 0;;) {
-      const size_t dot = key.find('.', at);
-      const std::string head = key.substr(0, dot);
-      if (dot == std::string::npos || !find_key(head))
-        unknown_key(parent, key.substr(at, dot == std::string::npos ? std::string::npos : dot - at),
-                    SourceMark{file, 1, 1});
-      parent = head;
-      at = dot + 1;
-    }
-  }
-  YNode value = parse_yaml(arg.substr(eq + 1), file);
-  const int col = static_cast<int>(eq) + 2;
-  value.mark = SourceMark{file, 1, col};
-  value.key_mark = SourceMark{file, 1, 1};
-  (void)index;
-  set_node(root, key, value);
-}
-
 // The mean of a length distribution (zipf's from the integral of its truncated density).
 double length_mean(const LengthDist& d) {
   const double lo = static_cast<double>(d.min), hi = static_cast<double>(d.max);
@@ -297,7 +195,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   std::vector<std::string> stack;
   Loaded loaded;
   YNode root = load_with_includes(path, SourceMark{}, stack, loaded);
-  for (size_t i = 0; i < sets.size(); ++i) apply_set(root, sets[i], static_cast<int>(i) + 1);
+  for (size_t i = 0; i < sets.size(); ++i) apply_set(root, sets[i]);
   for (const auto& [key, value] : overrides) set_node(root, key, value);
   if (YNode* inc = root.find("include")) *inc = YNode{};
 
