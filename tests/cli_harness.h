@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,5 +129,21 @@ class CliTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+// The rows of `sql` on `db`, one line each, columns joined by |, NULL as NULL.
+inline std::string query_text(sqlite3* db, const std::string& sql) {
+  sqlite3_stmt* st = nullptr;
+  std::string out;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) return "prepare failed";
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    for (int c = 0; c < sqlite3_column_count(st); ++c) {
+      const unsigned char* t = sqlite3_column_text(st, c);
+      out += (c ? "|" : "") + std::string(t ? reinterpret_cast<const char*>(t) : "NULL");
+    }
+    out += "\n";
+  }
+  sqlite3_finalize(st);
+  return out;
+}
 
 }  // namespace
