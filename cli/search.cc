@@ -16,6 +16,30 @@
 #include "sim/sweep.h"
 
 namespace clustersim {
+namespace {
+
+// The simulated candidates as rows of the sweep_results table, fastest first (point 0 the
+// best): sweep "search NAME", fingerprint "search-" + the scenario's, objective
+// iteration_time_s, metrics the candidate's JSON object as --json prints it.
+std::vector<SweepRow> search_rows(const SearchResult& r, const std::string& fingerprint) {
+  std::vector<SweepRow> rows;
+  for (size_t i = 0; i < r.top.size(); ++i) {
+    const SearchCandidate& c = r.top[i];
+    SweepRow row;
+    row.sweep = "search " + r.name;
+    row.fingerprint = "search-" + fingerprint;
+    row.point = static_cast<int64_t>(i);
+    row.settings = layout_settings(c.layout);
+    row.status = "ok";
+    row.objective = "iteration_time_s";
+    row.value = c.simulated_s;
+    row.metrics_json = candidate_json(c);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace
 
 int cmd_search(const std::vector<std::string>& args) {
   std::string path;

@@ -347,10 +347,7 @@ std::string search_table(const SearchResult& r) {
   return out;
 }
 
-namespace {
-
-// One candidate as a JSON object: its layout, its simulated and estimated times.
-std::string layout_json(const SearchCandidate& c) {
+std::string candidate_json(const SearchCandidate& c) {
   const TrainingLayout& l = c.layout;
   return "{\"dp\": " + std::to_string(l.dp) + ", \"tp\": " + std::to_string(l.tp) +
          ", \"pp\": " + std::to_string(l.pp) + ", \"cp\": " + std::to_string(l.cp) +
@@ -369,18 +366,16 @@ std::string layout_json(const SearchCandidate& c) {
          ", \"baseline\": " + (c.baseline ? "true" : "false") + "}";
 }
 
-}  // namespace
-
 std::string search_json(const SearchResult& r) {
   std::string out = "{\"name\": \"" + json_escape(r.name) + "\", \"enumerated\": " + std::to_string(r.enumerated) +
                     ", \"invalid\": " + std::to_string(r.invalid) + ", \"invalid_reason\": \"" +
                     json_escape(r.invalid_reason) + "\"" + ", \"over_memory\": " + std::to_string(r.over_memory) +
                     ", \"estimated\": " + std::to_string(r.estimated);
-  out += ", \"best\": " + (r.best >= 0 ? layout_json(r.top[static_cast<size_t>(r.best)]) : std::string("null"));
+  out += ", \"best\": " + (r.best >= 0 ? candidate_json(r.top[static_cast<size_t>(r.best)]) : std::string("null"));
   out += ", \"baseline\": " +
-         (r.baseline >= 0 ? layout_json(r.top[static_cast<size_t>(r.baseline)]) : std::string("null"));
+         (r.baseline >= 0 ? candidate_json(r.top[static_cast<size_t>(r.baseline)]) : std::string("null"));
   out += ", \"candidates\": [";
-  for (size_t i = 0; i < r.top.size(); ++i) out += (i ? ", " : "") + layout_json(r.top[i]);
+  for (size_t i = 0; i < r.top.size(); ++i) out += (i ? ", " : "") + candidate_json(r.top[i]);
   return out + "]}\n";
 }
 
@@ -398,24 +393,6 @@ std::string layout_settings(const TrainingLayout& l) {
     out += ", training.recompute_num_layers=" +
            (l.recompute_num_layers < 0 ? std::string("all") : std::to_string(l.recompute_num_layers));
   return out;
-}
-
-std::vector<SweepRow> search_rows(const SearchResult& r, const std::string& fingerprint) {
-  std::vector<SweepRow> rows;
-  for (size_t i = 0; i < r.top.size(); ++i) {
-    const SearchCandidate& c = r.top[i];
-    SweepRow row;
-    row.sweep = "search " + r.name;
-    row.fingerprint = "search-" + fingerprint;
-    row.point = static_cast<int64_t>(i);
-    row.settings = layout_settings(c.layout);
-    row.status = "ok";
-    row.objective = "iteration_time_s";
-    row.value = c.simulated_s;
-    row.metrics_json = layout_json(c);
-    rows.push_back(std::move(row));
-  }
-  return rows;
 }
 
 std::string refusal_class(const std::string& message) {

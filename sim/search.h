@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "plan/training_planner.h"
-#include "reports/sqlite_writer.h"
 #include "scenarios/scenario.h"
 #include "sim/layout_estimator.h"
 #include "topology/topology.h"
@@ -76,9 +75,7 @@ std::string refusal_class(const std::string& message);
 // A layout as the --set pairs that run it ("parallel.dp=8, parallel.tp=4, ..."): what
 // `clustersim run S.yaml --set ...` takes to simulate that candidate again.
 std::string layout_settings(const TrainingLayout& l);
-// The simulated candidates as rows of the sweep_results table, fastest first (point 0 the
-// best): sweep "search NAME", fingerprint "search-" + the scenario's, objective
-// iteration_time_s, metrics the candidate's JSON object as --json prints it.
-std::vector<SweepRow> search_rows(const SearchResult& r, const std::string& fingerprint);
+// One candidate as the JSON object --json prints: its layout, simulated and estimated times.
+std::string candidate_json(const SearchCandidate& c);
 
 }  // namespace clustersim
