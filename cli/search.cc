@@ -29,7 +29,7 @@ std::vector<SweepRow> search_rows(const SearchResult& r, const std::string& fing
     row.sweep = "search " + r.name;
     row.fingerprint = "search-" + fingerprint;
     row.point = static_cast<int64_t>(i);
-    row.settings = layout_settings(c.layout);
+    row.settings = c.settings;
     row.status = "ok";
     row.objective = "iteration_time_s";
     row.value = c.simulated_s;

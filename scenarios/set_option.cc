@@ -1,9 +1,10 @@
 // `--set key=value` on a scenario's merged YAML tree: the key checked against the key table
 // (its first unknown part named), the value parsed as YAML and put in place; sweep.KEY sets one
-// list of the sweep, whose keys are key paths.
+// list of the sweep, whose keys are key paths; a null value restores a key's default.
 #include "scenarios/set_option.h"
 
 #include <string>
+#include <vector>
 
 #include "scenarios/error.h"
 #include "scenarios/key_table.h"
@@ -39,6 +40,32 @@ void set_node(YNode& root, const std::string& key, const YNode& value) {
   }
 }
 
+namespace {
+
+// Removes the entry at the dotted `key`, if there is one.
+void remove_node(YNode& root, const std::string& key) {
+  YNode* cur = &root;
+  for (size_t start = 0;;) {
+    if (cur->kind != YNode::Kind::Map) return;
+    const size_t dot = key.find('.', start);
+    const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (dot == std::string::npos) {
+      std::erase_if(cur->map, [&](const auto& kv) { return kv.first == part; });
+      return;
+    }
+    cur = cur->find(part);
+    if (!cur) return;
+    start = dot + 1;
+  }
+}
+
+// YAML's spellings of null, as a --set value.
+bool is_null_text(const std::string& text) {
+  return text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL";
+}
+
+}  // namespace
+
 void apply_set(YNode& root, const std::string& arg) {
   const std::string file = "--set '" + arg + "'";
   const size_t eq = arg.find('=');
@@ -69,6 +96,14 @@ void apply_set(YNode& root, const std::string& arg) {
     value.mark = SourceMark{file, 1, static_cast<int>(eq) + 2};
     value.key_mark = SourceMark{file, 1, 1};
     YNode* sweep = root.find("sweep");
+    // sweep.KEY=null takes that list out of the sweep (and an emptied sweep: out of the scenario).
+    if (is_null_text(arg.substr(eq + 1))) {
+      if (sweep && sweep->kind == YNode::Kind::Map) {
+        std::erase_if(sweep->map, [&](const auto& kv) { return kv.first == target; });
+        if (sweep->map.empty()) remove_node(root, "sweep");
+      }
+      return;
+    }
     if (!sweep) {
       YNode m;
       m.kind = YNode::Kind::Map;
@@ -108,6 +143,12 @@ void apply_set(YNode& root, const std::string& arg) {
   const int col = static_cast<int>(eq) + 2;
   value.mark = SourceMark{file, 1, col};
   value.key_mark = SourceMark{file, 1, 1};
+  // KEY=null (or KEY=, or KEY=~): the key as if not written, its default. Only those
+  // spellings: text that merely parses to nothing stays an error at the key.
+  if (is_null_text(arg.substr(eq + 1))) {
+    remove_node(root, key);
+    return;
+  }
   set_node(root, key, value);
 }
 

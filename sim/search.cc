@@ -186,13 +186,16 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
     found->baseline = true;
   }
   const auto t1 = std::chrono::steady_clock::now();
+  // The scenario's own network model unless --refine names one: its own layout's row is then
+  // what `run` gives.
+  res.network_model = opt.refine.empty() ? s.network_model : opt.refine;
   // The refinement can take minutes on a large cluster (each candidate a whole simulation):
   // say what comes, and with one thread show each simulation's own progress.
   if (opt.progress && !cands.empty())
     std::fprintf(stderr,
                  "search: %lld layouts enumerated, %lld estimated, in %.3g s; simulating %zu op by op (%s network)\n",
                  static_cast<long long>(res.enumerated), static_cast<long long>(res.estimated),
-                 std::chrono::duration<double>(t1 - t0).count(), cands.size(), opt.refine.c_str());
+                 std::chrono::duration<double>(t1 - t0).count(), cands.size(), res.network_model.c_str());
   Progress progress("search: simulating", static_cast<int64_t>(cands.size()), opt.progress);
   std::atomic<size_t> next{0};
   std::mutex mu;
@@ -204,7 +207,8 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
       SearchCandidate& c = cands[i];
       try {
         Scenario sc = with_layout(s, c.layout);
-        sc.network_model = opt.refine;
+        sc.network_model = res.network_model;
+        c.settings = candidate_settings(s, c.layout, res.network_model);
         RunOptions ro;
         ro.record_link_usage = false;
         ro.keep_spans = false;
@@ -324,7 +328,7 @@ std::string search_table(const SearchResult& r) {
   out += "best: " + describe_layout(best.layout) + "\n";
   // The --set pairs that run it: the scenario with these is the winner, op by op.
   {
-    const std::string settings = layout_settings(best.layout);
+    const std::string settings = best.settings;
     std::string sets;
     for (size_t at = 0; at < settings.size();) {
       const size_t comma = settings.find(", ", at);
@@ -363,7 +367,7 @@ std::string candidate_json(const SearchCandidate& c) {
          ", \"mfu\": " + format_number(c.mfu) + ", \"bubble_fraction\": " + format_number(c.bubble_fraction) +
          ", \"exposed_comm_s\": " + format_number(c.exposed_comm_s) +
          ", \"peak_memory_per_gpu_bytes\": " + format_number(c.peak_memory_bytes) +
-         ", \"baseline\": " + (c.baseline ? "true" : "false") + "}";
+         ", \"baseline\": " + (c.baseline ? "true" : "false") + ", \"settings\": \"" + json_escape(c.settings) + "\"}";
 }
 
 std::string search_json(const SearchResult& r) {
@@ -379,19 +383,51 @@ std::string search_json(const SearchResult& r) {
   return out + "]}\n";
 }
 
-std::string layout_settings(const TrainingLayout& l) {
-  std::string out = "parallel.dp=" + std::to_string(l.dp) + ", parallel.tp=" + std::to_string(l.tp) +
-                    ", parallel.pp=" + std::to_string(l.pp) + ", parallel.cp=" + std::to_string(l.cp) +
-                    ", parallel.ep=" + std::to_string(l.ep) +
-                    ", parallel.micro_batch=" + std::to_string(l.micro_batch) + ", parallel.schedule=" + l.schedule;
-  if (l.ep > 1) out += ", parallel.expert_tp=" + std::to_string(l.expert_tp());
-  if (l.schedule == "interleaved-1f1b") out += ", parallel.virtual_stages=" + std::to_string(l.virtual_stages);
-  out += ", parallel.zero_stage=" + std::to_string(l.zero_stage) +
-         ", parallel.sequence_parallel=" + (l.sequence_parallel ? "true" : "false") +
-         ", training.recompute=" + l.recompute;
-  if (l.recompute == "full")
-    out += ", training.recompute_num_layers=" +
-           (l.recompute_num_layers < 0 ? std::string("all") : std::to_string(l.recompute_num_layers));
+std::string candidate_settings(const Scenario& s, const TrainingLayout& l, const std::string& network_model) {
+  const Scenario c = with_layout(s, l);
+  std::string out;
+  auto add = [&](const char* key, const std::string& value) {
+    out += (out.empty() ? "" : ", ") + (key + ("=" + value));
+  };
+  auto num = [](int64_t x) { return std::to_string(x); };
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  // The layout, whole.
+  add("parallel.dp", num(c.parallel.dp));
+  add("parallel.tp", num(c.parallel.tp));
+  add("parallel.pp", num(c.parallel.pp));
+  add("parallel.cp", num(c.parallel.cp));
+  add("parallel.ep", num(c.parallel.ep));
+  if (c.model.moe.experts > 0) add("parallel.expert_tp", num(l.expert_tp()));
+  add("parallel.micro_batch", num(c.parallel.micro_batch));
+  add("parallel.schedule", c.parallel.schedule);
+  add("parallel.virtual_stages", num(c.parallel.virtual_stages));
+  add("parallel.zero_stage", num(c.parallel.zero_stage));
+  add("parallel.sequence_parallel", flag(c.parallel.sequence_parallel));
+  add("training.recompute", c.training.recompute);
+  if (c.training.recompute == "full" || c.training.recompute_num_layers != s.training.recompute_num_layers)
+    add("training.recompute_num_layers",
+        c.training.recompute_num_layers < 0 ? std::string("all") : num(c.training.recompute_num_layers));
+  // What the layout changed beside it: a key back at its default is null (run's --set takes
+  // KEY=null as the key unwritten).
+  auto int_key = [&](const char* key, int64_t was, int64_t now, int64_t unset) {
+    if (now != was) add(key, now == unset ? std::string("null") : num(now));
+  };
+  int_key("parallel.microbatch_group", s.parallel.microbatch_group, c.parallel.microbatch_group, 0);
+  int_key("parallel.first_stage_layers", s.parallel.first_stage_layers, c.parallel.first_stage_layers, -1);
+  int_key("parallel.last_stage_layers", s.parallel.last_stage_layers, c.parallel.last_stage_layers, -1);
+  auto name_key = [&](const char* key, const std::string& was, const std::string& now) {
+    if (now != was) add(key, now);
+  };
+  name_key("parallel.zero3_param_gather", s.parallel.zero3_param_gather, c.parallel.zero3_param_gather);
+  name_key("parallel.zero3_grad_sync", s.parallel.zero3_grad_sync, c.parallel.zero3_grad_sync);
+  name_key("parallel.zero3_backward_prefetch", s.parallel.zero3_backward_prefetch, c.parallel.zero3_backward_prefetch);
+  name_key("parallel.fsdp_param_dtype", s.parallel.fsdp_param_dtype, c.parallel.fsdp_param_dtype);
+  name_key("parallel.fsdp_reduce_dtype", s.parallel.fsdp_reduce_dtype, c.parallel.fsdp_reduce_dtype);
+  if (c.parallel.fsdp_version != s.parallel.fsdp_version) add("parallel.fsdp_version", num(c.parallel.fsdp_version));
+  name_key("parallel.grad_reduce_dtype", s.parallel.grad_reduce_dtype, c.parallel.grad_reduce_dtype);
+  if (c.parallel.fp8_param_gather != s.parallel.fp8_param_gather)
+    add("parallel.fp8_param_gather", flag(c.parallel.fp8_param_gather));
+  add("network_model", network_model);
   return out;
 }
 

@@ -4,8 +4,8 @@
 // parallelism is enumerated; layouts that do not divide or do not fit in memory (the
 // planner's own checks and memory model) are pruned; the rest are ranked by a closed-form
 // estimate built from the same cost models; the best K — and the scenario's own layout,
-// as the baseline — are then simulated op by op on the flow network, and the fastest
-// simulated layout wins.
+// as the baseline — are then simulated op by op (on the scenario's network model, or the
+// one SearchOptions::refine names), and the fastest simulated layout wins.
 //
 // The estimate: one transformer layer's forward and backward are simulated once per
 // (tp, cp, ep, micro-batch, sequence parallelism, recompute) on the executor (a one-layer
@@ -33,7 +33,7 @@ namespace clustersim {
 struct SearchOptions {
   int top_k = 8;                // layouts simulated op by op after the estimate
   int jobs = 1;                 // threads for those simulations
-  std::string refine = "flow";  // network model of the simulations: flow | analytic
+  std::string refine;           // network model of the simulations: flow | analytic ("": the scenario's own)
   bool progress = true;
 };
 
@@ -45,6 +45,7 @@ struct SearchCandidate {
   double mfu = 0;
   double bubble_fraction = 0, exposed_comm_s = 0, peak_memory_bytes = 0;
   bool baseline = false;  // the scenario's own layout
+  std::string settings;   // the --set pairs that run it (candidate_settings)
 };
 
 struct SearchResult {
@@ -57,6 +58,7 @@ struct SearchResult {
   int64_t estimated = 0;       // ranked by the estimate
   double estimate_wall_s = 0;  // wall time of enumeration + estimates
   double refine_wall_s = 0;
+  std::string network_model;         // the one the candidates were simulated on
   std::vector<SearchCandidate> top;  // simulated, fastest first
   int best = -1;                     // index into top
   int baseline = -1;                 // index into top, when the scenario's layout is valid
@@ -72,9 +74,12 @@ std::string search_json(const SearchResult& r);
 // The class of a check's refusal: its message with each number (digits, with their points
 // and thousands commas) as '#', so the same check refused at other numbers counts once.
 std::string refusal_class(const std::string& message);
-// A layout as the --set pairs that run it ("parallel.dp=8, parallel.tp=4, ..."): what
-// `clustersim run S.yaml --set ...` takes to simulate that candidate again.
-std::string layout_settings(const TrainingLayout& l);
+// A candidate as the --set pairs that run it ("parallel.dp=8, parallel.tp=4, ..."): the layout
+// and whatever else search changed in the scenario `s` to simulate it (the end stages' sizes,
+// the micro-batch group, ZeRO 3's choices where ZeRO 3 is not the candidate's, a null for a
+// key back at its default) and the network model, so that `clustersim run S.yaml --set ...`
+// simulates that candidate again.
+std::string candidate_settings(const Scenario& s, const TrainingLayout& l, const std::string& network_model);
 // One candidate as the JSON object --json prints: its layout, simulated and estimated times.
 std::string candidate_json(const SearchCandidate& c);
 

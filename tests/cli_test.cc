@@ -349,48 +349,69 @@ TEST_F(CliTest, HelpAndVersion) {
   EXPECT_EQ(cli("nosuchcommand --help").code, 2);
 }
 
+// search's database rows: each simulated candidate with the --set pairs that run it again.
+class SearchCliTest : public CliTest {
+ protected:
+  // (settings, simulated time) of every row, point 0 first; each row's point, status and
+  // objective checked on the way.
+  std::vector<std::pair<std::string, double>> rows_of(const fs::path& db_path, const std::string& sweep) {
+    sqlite3* db = nullptr;
+    std::vector<std::pair<std::string, double>> rows;
+    if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << "cannot open " << db_path;
+      sqlite3_close(db);
+      return rows;
+    }
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db,
+                                 "SELECT point, settings, status, objective, value, sweep FROM sweep_results "
+                                 "ORDER BY point",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      EXPECT_EQ(sqlite3_column_int64(st, 0), static_cast<int64_t>(rows.size()));
+      EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 2)), "ok");
+      EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 3)), "iteration_time_s");
+      EXPECT_EQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 5)), "search " + sweep);
+      rows.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), sqlite3_column_double(st, 4));
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return rows;
+  }
+  // Each row's settings, as --set pairs on the scenario `file`, run to the row's own time.
+  void expect_rows_rerun(const std::string& file, const std::vector<std::pair<std::string, double>>& rows) {
+    for (const auto& [settings, seconds] : rows) {
+      std::string sets;
+      for (size_t at = 0; at <= settings.size();) {
+        const size_t comma = settings.find(", ", at);
+        sets += " --set " + quote(settings.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+        at = comma == std::string::npos ? settings.size() + 1 : comma + 2;
+      }
+      const CliResult again = cli("run " + quote(file) + sets + " --json", 60);
+      ASSERT_EQ(again.code, 0) << settings << "\n" << again;
+      const size_t at = again.out.find("\"iteration_time_s\": ");
+      ASSERT_NE(at, std::string::npos) << again;
+      EXPECT_NEAR(std::stod(again.out.substr(at + 20)), seconds, 1e-9 * seconds) << settings;
+    }
+  }
+};
+
 // search writes its simulated candidates to output.sqlite (or --out), fastest first, each with
 // the --set pairs that run it again: run with those pairs gives the candidate's own time. A
 // trace, which search does not write, is said to be missing rather than silently absent.
-TEST_F(CliTest, SearchWritesItsCandidatesWithTheSettingsThatRunThem) {
+TEST_F(SearchCliTest, WritesItsCandidatesWithTheSettingsThatRunThem) {
   const std::string body =
       "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
       "training: {global_batch: 16}\n";
   const std::string s = write("s.yaml", body + "output: {sqlite: out/search.sqlite}\n");
-  const CliResult r = cli("search " + quote(s) + " --top 3 --refine analytic --json", 120);
+  const CliResult r = cli("search " + quote(s) + " --top 3 --json", 120);
   ASSERT_EQ(r.code, 0) << r;
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2((dir_ / "out" / "search.sqlite").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db,
-                               "SELECT point, settings, status, objective, value, sweep FROM sweep_results "
-                               "ORDER BY point",
-                               -1, &st, nullptr),
-            SQLITE_OK);
-  std::vector<std::pair<std::string, double>> rows;
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    EXPECT_EQ(sqlite3_column_int64(st, 0), static_cast<int64_t>(rows.size()));
-    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 2)), "ok");
-    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 3)), "iteration_time_s");
-    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 5)), "search s");
-    rows.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), sqlite3_column_double(st, 4));
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
+  const auto rows = rows_of(dir_ / "out" / "search.sqlite", "s");
   ASSERT_GE(rows.size(), 3u);
   for (size_t i = 1; i < rows.size(); ++i) EXPECT_LE(rows[i - 1].second, rows[i].second) << "fastest first";
-  // The best row's settings, as --set pairs, run the same layout to the same time.
-  std::string sets;
-  for (size_t at = 0; at <= rows[0].first.size();) {
-    const size_t comma = rows[0].first.find(", ", at);
-    sets += " --set " + quote(rows[0].first.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-    at = comma == std::string::npos ? rows[0].first.size() + 1 : comma + 2;
-  }
-  const CliResult again = cli("run " + quote(write("plain.yaml", body)) + sets + " --json", 60);
-  ASSERT_EQ(again.code, 0) << again;
-  const size_t at = again.out.find("\"iteration_time_s\": ");
-  ASSERT_NE(at, std::string::npos) << again;
-  EXPECT_NEAR(std::stod(again.out.substr(at + 20)), rows[0].second, 1e-9 * rows[0].second) << rows[0].first;
+  expect_rows_rerun(write("plain.yaml", body), rows);
+  EXPECT_NE(r.out.find("\"settings\": \"" + rows[0].first + "\""), std::string::npos) << r;
   // A trace, which search does not write, is said to be missing; an empty --out is refused.
   const CliResult traced =
       cli("search " + quote(write("t.yaml", body + "output: {trace: t.json}\n")) + " --top 1 --refine analytic", 60);
@@ -398,6 +419,31 @@ TEST_F(CliTest, SearchWritesItsCandidatesWithTheSettingsThatRunThem) {
   EXPECT_NE(traced.err.find("t.yaml:4:17: warning: search writes no trace"), std::string::npos) << traced;
   EXPECT_FALSE(fs::exists(dir_ / "t.json"));
   EXPECT_EQ(cli("search " + quote(s) + " --out ''", 20).code, 1);
+}
+
+// What search changes beside the layout is in the settings too: the end stages' sizes and the
+// micro-batch group the scenario's own pipeline had (null: back to the default), the experts'
+// TP degree of a mixture of experts, and the network model the candidates ran on.
+TEST_F(SearchCliTest, SettingsCarryWhatSearchChangedBesideTheLayout) {
+  const std::string uneven = write("u.yaml",
+                                   "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: llama3-8b, layers: 30}\n"
+                                   "parallel: {tp: 2, pp: 4, schedule: interleaved-1f1b, virtual_stages: 2, "
+                                   "microbatch_group: 8, first_stage_layers: 6}\ntraining: {global_batch: 64}\n");
+  ASSERT_EQ(cli("search " + quote(uneven) + " --top 4 --refine flow --out u.sqlite", 300).code, 0);
+  const auto rows = rows_of(dir_ / "u.sqlite", "u");
+  ASSERT_GE(rows.size(), 4u);
+  EXPECT_NE(rows[0].first.find("network_model=flow"), std::string::npos) << rows[0].first;
+  expect_rows_rerun(uneven, rows);
+  const std::string moe = write("m.yaml",
+                                "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: mixtral-8x7b, layers: 4}\n"
+                                "parallel: {tp: 2, ep: 4, expert_tp: 1, sequence_parallel: true, zero_stage: 1}\n"
+                                "training: {global_batch: 32}\n");
+  ASSERT_EQ(cli("search " + quote(moe) + " --top 4 --out m.sqlite", 300).code, 0);
+  const auto moe_rows = rows_of(dir_ / "m.sqlite", "m");
+  ASSERT_GE(moe_rows.size(), 4u);
+  for (const auto& [settings, seconds] : moe_rows)
+    EXPECT_NE(settings.find("parallel.expert_tp="), std::string::npos) << settings;
+  expect_rows_rerun(moe, moe_rows);
 }
 
 // ---- run: positive -------------------------------------------------------------------------

@@ -508,7 +508,7 @@ TEST_F(HostileTest, TwoIdenticalSearchesPrintTheSameBytes) {
   EXPECT_EQ(a.out, b.out);
   EXPECT_EQ(a.out.find("wall"), std::string::npos);
   EXPECT_NE(a.err.find(" estimated in "), std::string::npos) << a;
-  EXPECT_NE(a.err.find("simulating 3 op by op (flow network)"), std::string::npos) << a;
+  EXPECT_NE(a.err.find("simulating 3 op by op (analytic network)"), std::string::npos) << a;
 }
 
 TEST_F(HostileTest, TwoIdenticalThreadedSweepsWriteTheSameBytes) {

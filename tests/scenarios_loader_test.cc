@@ -400,6 +400,25 @@ TEST_F(LoaderTest, SetAddsKeysAndBlocksAndAppliesInOrder) {
   EXPECT_EQ(s.model.name, "llama3-8b");
 }
 
+// KEY=null (KEY=~, KEY=) puts a key back to its default, an included one too; sweep.KEY=null
+// takes that list out of the sweep. Text that only parses to nothing is still an error.
+TEST_F(LoaderTest, SetNullRestoresTheDefault) {
+  write("base.yaml", kBase);
+  const std::string p = write("main.yaml",
+                              "include: [base.yaml]\nparallel: {tp: 4, virtual_stages: 1}\n"
+                              "sweep: {parallel.tp: [1, 2], parallel.micro_batch: [1, 2]}\n");
+  EXPECT_EQ(load_scenario(p, {"parallel.tp=null"}).parallel.tp, ParallelConfig{}.tp);
+  EXPECT_EQ(load_scenario(p, {"parallel.tp=~"}).parallel.tp, ParallelConfig{}.tp);
+  EXPECT_EQ(load_scenario(p, {"parallel.tp="}).parallel.tp, ParallelConfig{}.tp);
+  EXPECT_LOAD_ERROR(p, std::vector<std::string>{"parallel.tpp=null"}, "--set 'parallel.tpp=null':1:1",
+                    "unknown key 'parallel.tpp', did you mean 'tp'?");
+  const Scenario one = load_scenario(p, {"sweep.parallel.tp=null"});
+  ASSERT_EQ(one.sweep.size(), 1u);
+  EXPECT_EQ(one.sweep[0].first, "parallel.micro_batch");
+  EXPECT_TRUE(load_scenario(p, {"sweep.parallel.tp=null", "sweep.parallel.micro_batch=~"}).sweep.empty());
+  EXPECT_LOAD_ERROR(p, std::vector<std::string>{"seed=, x"}, "--set 'seed=, x':1:1", "seed has no value");
+}
+
 TEST_F(LoaderTest, SetOverridesAnIncludedValue) {
   write("base.yaml", kBase);
   const std::string p = write("main.yaml", "include: [base.yaml]\nparallel: {tp: 1}\n");
