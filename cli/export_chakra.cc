@@ -48,6 +48,15 @@ int cmd_export_chakra(const std::vector<std::string>& args) {
     throw InputError(s.mark("name"), "name '" + n + "' cannot name the trace files (" + n +
                                          ".<rank>.et), expected a name without '/' or '\\' that does not "
                                          "start with '.'");
+  // The longest file name, the last rank's, within the file system's 255 bytes a name.
+  const size_t suffix = 1 + std::to_string(s.gpus() - 1).size() + 3;  // ".<rank>.et"
+  if (n.size() + suffix > 255)
+    throw InputError(s.mark("name"), "name is " + std::to_string(n.size()) +
+                                         " bytes, too long for the trace files' names (NAME.<rank>.et), expected at "
+                                         "most " +
+                                         std::to_string(255 - suffix) + " bytes");
+  if (const std::string why = path_name_problem(out); !why.empty())
+    throw InputError(SourceMark{"--out", 0, 0}, "--out " + why);
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(out, ec);

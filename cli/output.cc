@@ -84,6 +84,8 @@ void check_output(const SourceMark& mark, const std::string& key, const std::str
   const fs::path named(path);
   if (path.back() == '/' || named.filename() == "." || named.filename() == "..")
     throw InputError(mark, key + " '" + path + "' names a folder, expected a file path");
+  if (const std::string why = path_name_problem(path); !why.empty())
+    throw InputError(mark, key + " '" + path.substr(0, 64) + (path.size() > 64 ? "..." : "") + "' " + why);
   check_output_target(mark, key, path, path, inputs);
   // A path through folders that do not exist yet resolves only once the command makes
   // them ("new/../s.yaml" is then "s.yaml"): it is checked as it will resolve.

@@ -51,9 +51,24 @@ std::string output_path_problem(const std::string& path) {
       if (::lstat(path.c_str(), &lst) == 0) return "a symbolic link to nothing";
       return "";
     }
-    return "cannot be examined: " + errno_text(errno);
+    return "a path that cannot be examined (" + errno_text(errno) + ")";
   }
   if (!S_ISREG(st.st_mode)) return kind_of(st);
+  return "";
+}
+
+std::string path_name_problem(const std::string& path) {
+  if (path.size() > 4095)
+    return "is " + std::to_string(path.size()) + " bytes long, expected a path of at most 4,095 bytes";
+  for (size_t at = 0; at < path.size();) {
+    const size_t slash = path.find('/', at);
+    const size_t len = (slash == std::string::npos ? path.size() : slash) - at;
+    if (len > 255)
+      return "has a name of " + std::to_string(len) + " bytes ('" + path.substr(at, 16) +
+             "...'), expected names of at most 255 bytes";
+    if (slash == std::string::npos) break;
+    at = slash + 1;
+  }
   return "";
 }
 

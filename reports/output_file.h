@@ -26,6 +26,10 @@ std::string output_path_problem(const std::string& path);
 
 // True when `a` and `b` exist and are the same file (device and inode), whatever the
 // paths that name them.
+// Why the file system would refuse `path` as a name, whether or not its folders exist yet: a
+// component past 255 bytes or the whole past 4,095 (Linux's NAME_MAX and PATH_MAX). Empty
+// when it would not.
+std::string path_name_problem(const std::string& path);
 bool same_file(const std::string& a, const std::string& b);
 
 class AtomicFile {

@@ -245,6 +245,27 @@ TEST_F(OutputSafetyTest, ChakraExportWritesOnlyInsideItsFolderAndAllOrNothing) {
   expect_refused(cli("export-chakra " + quote(sc) + " --out dangling"), "is a link to nothing");
 }
 
+// A name the file system would refuse (a component past 255 bytes) is refused before any
+// work, whether or not its folders exist yet: nothing is written, no folder made (a run had
+// written its database, made the trace's folder and then failed with exit 3).
+TEST_F(OutputSafetyTest, ANameTooLongForTheFileSystemIsRefusedBeforeAnyWork) {
+  const std::string s = example();
+  const std::string long_name = std::string(300, 'T') + ".json";
+  expect_refused(cli("run " + quote(s) + " --set output.sqlite=db/r.sqlite --set output.trace=new/" + long_name),
+                 "has a name of 305 bytes");
+  EXPECT_FALSE(fs::exists(dir_ / "db"));
+  EXPECT_FALSE(fs::exists(dir_ / "new"));
+  expect_refused(cli("run " + quote(s) + " --set output.sqlite=" + std::string(300, 'D') + "/r.sqlite"),
+                 "expected names of at most 255 bytes");
+  const std::string named = write("n.yaml", "name: " + std::string(300, 'n') + "\n" +
+                                                "cluster: {preset: dgx-h100, nodes: 1}\n"
+                                                "model: {preset: gpt3-1.3b, layers: 2}\nparallel: {tp: 8}\n");
+  expect_refused(cli("export-chakra " + quote(named) + " --out traces"), "name is 300 bytes, too long");
+  expect_refused(cli("export-chakra " + quote(s) + " --out a/" + std::string(300, 'x')), "--out has a name of 300");
+  EXPECT_FALSE(fs::exists(dir_ / "traces"));
+  EXPECT_FALSE(fs::exists(dir_ / "a"));
+}
+
 // Inputs that would block a reader: a FIFO given as report's or validate's database is
 // refused at once, not opened.
 TEST_F(OutputSafetyTest, ADatabaseThatIsAFifoIsRefusedNotRead) {
