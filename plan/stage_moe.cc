@@ -54,6 +54,9 @@ StageBuilder::ExpertLoad StageBuilder::expert_load(int32_t L, bool forward) {
   }
   e.per_expert = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(even * hot)));
   e.a2a_scale = hot;
+  // The hot rank's rows set the time; the model's FLOPs are the mean rank's, its even share
+  // (MFU counts the work the model asks for, not what the skew piles on one rank).
+  e.useful = std::min(1.0, even / static_cast<double>(e.per_expert));
   return e;
 }
 

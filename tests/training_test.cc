@@ -533,6 +533,22 @@ TEST(Memory, MoeLayerKeepsTheRoutedRows) {
               1e3);
 }
 
+// Skewed routing makes the hot rank's experts take more rows, and so the step longer, but
+// the model's FLOPs stay the mean rank's: MFU falls with the skew (it had risen with it, the
+// hot rank's extra rows counted as model FLOPs).
+TEST(Model, SkewedRoutingSlowsTheStepAndKeepsTheModelsFlops) {
+  auto plan = [&](const std::string& routing) {
+    return build_training_plan(scenario_from_text(
+        "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: mixtral-8x7b, layers: 2, moe: {routing: " + routing +
+            "}}\nparallel: {tp: 2, sequence_parallel: true, ep: 8}\ntraining: {global_batch: 16}\n",
+        "skew"));
+  };
+  const TrainingPlan even = plan("{dist: even}"), skewed = plan("{dist: zipf, alpha: 0.5}");
+  EXPECT_GT(skewed.moe_hot_rank_load, 1.2);
+  EXPECT_GT(skewed.hardware_flops_per_rank, 1.1 * even.hardware_flops_per_rank) << "the hot rank's rows";
+  EXPECT_NEAR(skewed.model_flops_per_rank, even.model_flops_per_rank, 1e-3 * even.model_flops_per_rank);
+}
+
 // model.head_dim: heads whose width is not hidden / heads (Qwen3 30B-A3B: hidden 2048, 32
 // query heads and 4 KV heads of 128). QKV projects h to (32 + 2·4)·128, the output
 // projection 32·128 back to h; the parameters and the saved Q, K, V follow.
