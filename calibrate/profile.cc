@@ -386,13 +386,11 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
   const YNode root = load_profile_tree(path, from);
   CalibrationProfile p;
   p.path = path;
-  // A profile that calibrates nothing would run on the built-in defaults, silently: an
-  // empty file, or the wrong one, is an error.
-  if (root.kind == YNode::Kind::Null ||
-      (root.kind == YNode::Kind::Map && !root.find("compute") && !root.find("network")))
-    throw InputError(root.kind == YNode::Kind::Null ? SourceMark{path, 1, 1} : root.mark,
-                     "the calibration profile calibrates nothing, expected compute: or network: tables (as "
-                     "clustersim calibrate --out writes them)");
+  bool calibrated = false;  // a member of compute: or network: was read
+  if (root.kind == YNode::Kind::Null)
+    throw InputError(SourceMark{path, 1, 1},
+                     "the calibration profile calibrates nothing, expected compute: or "
+                     "network: tables (as clustersim calibrate --out writes them)");
   auto tables = std::make_shared<MeasuredTables>();
   std::vector<CollectiveFitRow> fits;
   const YNode* points = nullptr;
@@ -404,17 +402,45 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
             if (k == "sm_clock_mhz") p.sm_clock_mhz = number(v, key, 1, 100000);
             if (k == "compute") {
               members(v, key,
-                      {"gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_efficiency",
-                       "launch_overhead", "kernel_latency", "gemm_table", "attention_table", "memory_table",
-                       "queue_saving", "queue_interval", "gemm_stream_k",
-                       "overlap_slowdown", "nccl_channels", "nccl_net_peer_channels", "gemm_backend", "attention_backend",
-                       "dynamic_cast_ops_per_element", "multi_tensor_efficiency", "attention_dropout_ops", "flash2_dropout_ops", "blocking_launch",
-                       "dropout_rng_ops_per_element", "scatter_ops_per_element", "index_put_ops_per_element",
-                       "host_sync", "backward_relaunch", "autograd_node", "host_op", "mixed_softmax_ops_per_element",
-                       "triton_attention_factor", "strided_copy_ops_per_element", "cat_copy_ops_per_element",
-                       "tanh_gelu_ops_per_element", "broadcast_loop_ops_per_element", "multi_tensor_ops_per_byte",
+                      {"gemm_efficiency",
+                       "fp8_gemm_efficiency",
+                       "attention_efficiency",
+                       "memory_efficiency",
+                       "launch_overhead",
+                       "kernel_latency",
+                       "gemm_table",
+                       "attention_table",
+                       "memory_table",
+                       "queue_saving",
+                       "queue_interval",
+                       "gemm_stream_k",
+                       "overlap_slowdown",
+                       "nccl_channels",
+                       "nccl_net_peer_channels",
+                       "gemm_backend",
+                       "attention_backend",
+                       "dynamic_cast_ops_per_element",
+                       "multi_tensor_efficiency",
+                       "attention_dropout_ops",
+                       "flash2_dropout_ops",
+                       "blocking_launch",
+                       "dropout_rng_ops_per_element",
+                       "scatter_ops_per_element",
+                       "index_put_ops_per_element",
+                       "host_sync",
+                       "backward_relaunch",
+                       "autograd_node",
+                       "host_op",
+                       "mixed_softmax_ops_per_element",
+                       "triton_attention_factor",
+                       "strided_copy_ops_per_element",
+                       "cat_copy_ops_per_element",
+                       "tanh_gelu_ops_per_element",
+                       "broadcast_loop_ops_per_element",
+                       "multi_tensor_ops_per_byte",
                        "boost_energy_ratio"},
                       [&](const std::string& c, const YNode& cv, const std::string& ck) {
+                        calibrated = true;
                         if (c == "gemm_backend" || c == "attention_backend") {
                           if (cv.kind != YNode::Kind::Scalar)
                             throw InputError(cv.mark, ck + " must be a string naming the kernels' library");
@@ -485,6 +511,7 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                       {"link_efficiency", "nvls_efficiency", "protocols", "base_latency", "hop_latency",
                        "collective_table", "collective_points"},
                       [&](const std::string& nk, const YNode& nv, const std::string& nkey) {
+                        calibrated = true;
                         if (nk == "nvls_efficiency") n.nvls_efficiency = number(nv, nkey, 1e-6, 1.0);
                         if (nk == "collective_table") read_collective_table(nv, nkey, &fits);
                         if (nk == "collective_points") points = &nv, points_key = nkey;
@@ -532,6 +559,12 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                       });
             }
           });
+  // A profile that calibrates nothing would run on the built-in defaults, silently: an
+  // empty file, one of other keys only, or empty compute: and network: blocks is an error.
+  if (!calibrated)
+    throw InputError(root.mark,
+                     "the calibration profile calibrates nothing, expected compute: or network: tables (as "
+                     "clustersim calibrate --out writes them)");
   if (points) read_collective_points(*points, points_key, &fits);
   if (!fits.empty()) p.network.collective_fits = std::make_shared<const std::vector<CollectiveFitRow>>(std::move(fits));
   if (!tables->gemm.empty() || !tables->attention.empty() || !tables->memory.empty()) {

@@ -158,6 +158,11 @@ TEST_F(HostileTest, AProfileThatCalibratesNothingIsRefused) {
   write("gpu.yaml", "gpu: h100-sxm\ndate: 2026-01-01\n");
   expect_refused_fast("run " + quote(write("g.yaml", base + "calibration: gpu.yaml\n")),
                       "the calibration profile calibrates nothing, expected compute: or network:");
+  write("blocks.yaml", "gpu: h100-sxm\ncompute: {}\nnetwork: {}\n");
+  expect_refused_fast("run " + quote(write("b.yaml", base + "calibration: blocks.yaml\n")),
+                      "the calibration profile calibrates nothing");
+  write("typo.yaml", "computee: {gemm_efficiency: 0.5}\n");
+  expect_refused_fast("run " + quote(write("t.yaml", base + "calibration: typo.yaml\n")), "computee");
   const std::string fifo = (dir_ / "f.fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_refused_fast("run " + quote(write("f.yaml", base + "calibration: f.fifo\n")),
