@@ -39,6 +39,9 @@ int cmd_export_chakra(const std::vector<std::string>& args) {
   if (path.empty()) throw UsageError("export-chakra needs a scenario file");
   if (out.empty()) throw UsageError("export-chakra needs --out DIR, the folder the traces go to");
   const Scenario s = load_scenario(path, sets, lo);
+  if (!s.sweep.empty())
+    std::cerr << s.mark("sweep").str()
+              << ": warning: export-chakra writes the scenario as written; sweep points are not exported\n";
   if (s.inference || !s.jobs.empty())
     throw InputError(s.mark(s.inference ? "inference" : "jobs"), "export-chakra writes a training scenario's plan");
   // The scenario's name is each trace's file name: one plain component, so that the files

@@ -38,6 +38,9 @@ int cmd_plan(const std::vector<std::string>& args) {
   }
   if (path.empty()) throw UsageError("plan needs a scenario file");
   const Scenario s = load_scenario(path, sets, lo);
+  if (!s.sweep.empty())
+    std::cerr << s.mark("sweep").str()
+              << ": warning: plan writes the scenario as written; sweep points are not planned\n";
   if (!out.empty()) check_output(SourceMark{"--out", 0, 0}, "--out", out, scenario_inputs(s));
   const std::string json = plan_to_json(scenario_plan(s).plan);
   if (out.empty()) {

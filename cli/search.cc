@@ -79,6 +79,9 @@ int cmd_search(const std::vector<std::string>& args) {
   }
   if (path.empty()) throw UsageError("search needs a scenario file");
   const Scenario s = load_scenario(path, sets, lo);
+  if (!s.sweep.empty())
+    std::cerr << s.mark("sweep").str()
+              << ": warning: search starts from the scenario as written; sweep points are not searched\n";
   // search simulates its candidates without a timeline: say so rather than leave a trace the
   // scenario names silently unwritten (a scenario made for run keeps working here).
   if (!s.output_trace.empty())

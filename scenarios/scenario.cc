@@ -264,6 +264,15 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
       if (s.marks.count(own))
         throw InputError(s.mark(own),
                          std::string(own) + ": does not go with workload.chakra, the traces give the workload");
+    // The step is the traces': of training:, only what prices or repeats their ops applies.
+    static const std::set<std::string> kChakraTraining = {"training.iterations", "training.duration",
+                                                          "training.step_overhead", "training.attention",
+                                                          "training.launch_blocking"};
+    for (const auto& [key, mark] : s.marks)
+      if (key.rfind("training.", 0) == 0 && !kChakraTraining.count(key))
+        throw InputError(mark, key +
+                                   " does not go with workload.chakra (the traces give the step), expected only "
+                                   "training.iterations, duration, step_overhead, attention and launch_blocking");
     if (s.marks.count("faults")) {
       s.faults.set = true;
       if (s.faults.checkpoint_size_bytes < 0)

@@ -161,6 +161,19 @@ JobsOutcome run_jobs(const Scenario& s) {
       throw InputError(spec.mark, "job " + spec.scenario +
                                       " has jobs:, variability:, faults: or sweep:, expected a plain training or "
                                       "serving scenario");
+    // What the shared cluster decides is the jobs: file's: a job's own would be ignored.
+    for (const auto& [key, mark] : js.marks) {
+      const bool cluster_own =
+          key == "cluster" || key == "cluster.preset" || key == "cluster.nodes" || key == "cluster.gpus_per_node";
+      const bool shared = (key.rfind("cluster.", 0) == 0 && !cluster_own) || key == "calibration" ||
+                          key == "collectives" || key.rfind("collectives.", 0) == 0 || key == "network_model" ||
+                          key == "output" || key.rfind("output.", 0) == 0;
+      if (shared)
+        throw InputError(mark, key + " in job " + spec.scenario +
+                                   ": the shared cluster's fabric, profile, collectives and network model are the "
+                                   "jobs: file's, and a jobs: run writes no output: files, expected it there or not "
+                                   "at all");
+    }
     if (!spec.nodes.empty()) {
       if (static_cast<int64_t>(spec.nodes.size()) != js.cluster.nodes)
         throw InputError(spec.mark, "job " + spec.scenario + " lists " + std::to_string(spec.nodes.size()) +

@@ -45,6 +45,12 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
                      "alike on a generated fabric (run or sweep the layouts instead)");
   if (s.inference)
     throw InputError(s.mark("inference"), "search finds training layouts, expected a scenario without inference:");
+  if (!s.jobs.empty())
+    throw InputError(s.mark("jobs"), "search finds one training job's layout, expected one job's scenario, not jobs:");
+  if (!s.chakra_dir.empty())
+    throw InputError(s.mark("workload"),
+                     "search finds layouts of a model, and workload.chakra's traces fix theirs, expected model: and "
+                     "parallel:");
   if (s.training.global_batch <= 0)
     throw InputError(s.mark("training"),
                      "search keeps the global batch fixed, expected training.global_batch to be set");

@@ -401,6 +401,32 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
     EXPECT_EQ(r.code, 2) << cmd << "\n" << r;
     EXPECT_NE(r.err.find("takes no arguments"), std::string::npos) << r;
   }
+  // A job's own fabric, profile, collectives or outputs: the shared cluster's are what run.
+  const std::string job_body =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+      "training: {global_batch: 8}\n";
+  const std::string jobs = "cluster: {preset: dgx-h100, nodes: 2}\njobs:\n  - {scenario: j.yaml, first_node: 0}\n";
+  for (const char* extra : {"collectives: {algorithm: tree}\n", "calibration: ../p.yaml\n",
+                            "output: {sqlite: j.sqlite}\n", "network_model: flow\n"}) {
+    write("j.yaml", job_body + extra);
+    expect_refused_fast("run " + quote(write("jobs.yaml", jobs)), "j.yaml:4:");
+  }
+  write("j.yaml",
+        "cluster: {preset: dgx-h100, nodes: 1, gpu_spec: {hbm: 40GB}}\n" + job_body.substr(job_body.find('\n') + 1));
+  expect_refused_fast("run " + quote(write("jobs.yaml", jobs)), "cluster.gpu_spec in job j.yaml");
+  expect_refused_fast("search " + quote(write("jobs.yaml", jobs)), "search finds one training job's layout");
+  // A workload of Chakra traces takes of training: only its count and duration.
+  ASSERT_EQ(cli("export-chakra " + quote(write("c.yaml", job_body)) + " --out ch", 30).code, 0);
+  const std::string chakra = "cluster: {preset: dgx-h100, nodes: 1}\nworkload: {chakra: ch}\n";
+  expect_refused_fast("run " + quote(write("w.yaml", chakra + "training: {global_batch: 999}\n")),
+                      "w.yaml:3:26: error: training.global_batch does not go with workload.chakra");
+  EXPECT_EQ(cli("run " + quote(write("w2.yaml", chakra + "training: {iterations: 2}\n")), 30).code, 0);
+  expect_refused_fast("search " + quote(write("w3.yaml", chakra)), "workload.chakra's traces fix theirs");
+  // plan, export-chakra and search say that a sweep: block is not theirs.
+  const CliResult planned = cli("plan " + quote(write("sw.yaml", job_body + "sweep: {parallel.tp: [1, 2]}\n")), 30);
+  EXPECT_EQ(planned.code, 0) << planned;
+  EXPECT_NE(planned.err.find("sw.yaml:4:8: warning: plan writes the scenario as written"), std::string::npos)
+      << planned;
 }
 
 // Scenario files are UTF-8: a stray byte is refused at its line and column, not passed into
