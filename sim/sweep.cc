@@ -24,8 +24,17 @@ namespace clustersim {
 namespace {
 
 // A value as the user would type it after key=: scalars as written, others as flow YAML.
+// A swept value as the settings string writes it, which is also how --set reads it back: a
+// scalar that holds a comma, a quote or a backslash, or is empty or padded, in YAML's double
+// quotes (otherwise "a, b=c" would read as two settings, and two points could share a key).
 std::string value_text(const YNode& v) {
-  if (v.kind == YNode::Kind::Scalar) return v.scalar;
+  if (v.kind == YNode::Kind::Scalar) {
+    const std::string& t = v.scalar;
+    if (!t.empty() && t.find_first_of(",\"\\") == std::string::npos && t.front() != ' ' && t.back() != ' ') return t;
+    std::string q = "\"";
+    for (const char c : t) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    return q + "\"";
+  }
   if (v.kind == YNode::Kind::Null) return "null";
   std::string t = emit_yaml(v);
   while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();

@@ -111,6 +111,17 @@ TEST_F(HostileTest, SweepListsAreValuesEachOnce) {
   const std::string ok = write("k.yaml", base + "sweep:\n  parallel.tp: [1, 2]\n");
   expect_refused_fast("sweep " + quote(ok) + " --set parallel.tp=8", "--set: error: parallel.tp is swept");
   expect_refused_fast("sweep " + quote(ok) + " --out ''", "--out: error: expected a database file name");
+  // A value holding ", " is quoted in the settings: two points never share a database row.
+  const std::string commas = write("c.yaml", base +
+                                                 "sweep:\n  name: [\"x, parallel.tp=2\", x]\n"
+                                                 "  parallel.tp: [1, \"2\"]\n");
+  const CliResult both =
+      cli("sweep " + quote(commas) + " --out " + quote((dir_ / "c.sqlite").string()) + " --json", 60);
+  ASSERT_EQ(both.code, 0) << both;
+  EXPECT_NE(both.out.find("\"settings\": \"name=\\\"x, parallel.tp=2\\\", parallel.tp=1\""), std::string::npos) << both;
+  const CliResult again =
+      cli("sweep " + quote(commas) + " --out " + quote((dir_ / "c.sqlite").string()) + " --json", 60);
+  EXPECT_EQ(again.out, both.out) << "a second sweep reads each of the four points back";
   // --set sweep.KEY=[...] sets one list of the sweep (its keys are key paths), or adds one.
   expect_refused_fast("sweep " + quote(ok) + " --set sweep.parallel.nosuch=[1]",
                       "sweep: unknown key 'parallel.nosuch', expected a key that takes a value");
