@@ -39,14 +39,16 @@ int cmd_report(const std::vector<std::string>& args) {
     } else if (a == "--run") {
       const std::string v = need_value(args, i);
       char* end = nullptr;
+      errno = 0;
       opt.run_id = std::strtoll(v.c_str(), &end, 10);
-      if (*end != '\0' || opt.run_id < 1)
+      if (*end != '\0' || opt.run_id < 1 || errno == ERANGE)
         throw InputError(SourceMark{"--run", 0, 0}, "expected a run id (a positive integer), got '" + v + "'");
     } else if (a == "--max-spans") {
       const std::string v = need_value(args, i);
       char* end = nullptr;
+      errno = 0;
       opt.max_spans = std::strtoll(v.c_str(), &end, 10);
-      if (*end != '\0' || opt.max_spans < 1)
+      if (*end != '\0' || opt.max_spans < 1 || errno == ERANGE)
         throw InputError(SourceMark{"--max-spans", 0, 0}, "expected a positive integer, got '" + v + "'");
     } else if (a == "--ranks" || a == "--stages") {
       const std::string v = need_value(args, i);

@@ -90,8 +90,8 @@ int cmd_search(const std::vector<std::string>& args) {
                  "output.sqlite, or its table) to get one\n";
   if (out.empty()) out = s.output_sqlite;
   if (!out.empty())
-    check_output(out == s.output_sqlite ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0}, "--out", out,
-                 scenario_inputs(s));
+    check_output(out == s.output_sqlite ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0},
+                 out == s.output_sqlite ? "output.sqlite" : "--out", out, scenario_inputs(s));
   const SearchResult r = search_layouts(s, opt);
   if (!out.empty() && !r.top.empty()) {
     make_parent_dirs(out);

@@ -302,7 +302,7 @@ TrainingLayout check_training_layout(const Scenario& s) {
       fail(s, "parallel.dp",
            "dp·tp·pp·cp = " + str(l.dp) + "·" + str(p.tp) + "·" + str(p.pp) + "·" + str(p.cp) + " = " +
                str(l.dp * model_par) + " but the cluster has " + str(gpus) + " GPUs (" + str(s.cluster.nodes) +
-               " nodes × " + str(s.cluster.node.gpus) + ")");
+               (s.cluster.nodes == 1 ? " node × " : " nodes × ") + str(s.cluster.node.gpus) + ")");
   }
   if (m.heads % p.tp != 0)
     fail(s, "parallel.tp", "tp = " + str(p.tp) + " does not divide model.heads = " + str(m.heads));

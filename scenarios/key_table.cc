@@ -22,21 +22,28 @@ const std::vector<KeySpec>& key_table() {
   using N = YNode;
   static const std::vector<KeySpec> kKeys = [] {
     KeyList t;
-    t.insert(t.end(), {
-                          {"name", "string", "file name", "free text stored with every run",
-                           [](const N& n, S& s) {
-                             s.name = scalar(n, "name", "text");
-                             // Printed as is in the summary table: a control character would
-                             // reach the terminal (an escape sequence recolours or rewrites it).
-                             for (const unsigned char c : s.name)
-                               if (c < 0x20 || c == 0x7f)
-                                 throw InputError(n.mark, "name holds a control character, expected printable text");
-                           }},
-                          {"include", "list of paths", "[]",
-                           "files merged first (relative to this file); this file wins", nullptr},
-                          {"seed", "integer", "1", "seed of every random choice in the run",
-                           [](const N& n, S& s) { s.seed = static_cast<uint64_t>(as_int(n, "seed", 0)); }},
-                      });
+    t.insert(
+        t.end(),
+        {
+            {"name", "string", "file name", "free text stored with every run",
+             [](const N& n, S& s) {
+               s.name = scalar(n, "name", "text");
+               // Printed as is in the summary table: a control character would
+               // reach the terminal (an escape sequence recolours or rewrites it).
+               // C1 controls (U+0080-U+009F) are 0xC2 0x80-0x9F in UTF-8.
+               const std::string& t = s.name;
+               for (size_t i = 0; i < t.size(); ++i) {
+                 const auto c = static_cast<unsigned char>(t[i]);
+                 const bool c1 = c == 0xC2 && i + 1 < t.size() && static_cast<unsigned char>(t[i + 1]) >= 0x80 &&
+                                 static_cast<unsigned char>(t[i + 1]) <= 0x9F;
+                 if (c < 0x20 || c == 0x7f || c1)
+                   throw InputError(n.mark, "name holds a control character, expected printable text");
+               }
+             }},
+            {"include", "list of paths", "[]", "files merged first (relative to this file); this file wins", nullptr},
+            {"seed", "integer", "1", "seed of every random choice in the run",
+             [](const N& n, S& s) { s.seed = static_cast<uint64_t>(as_int(n, "seed", 0)); }},
+        });
     add_cluster_keys(t);
     add_model_keys(t);
     add_parallel_keys(t);
@@ -323,6 +330,11 @@ bool is_name(const std::string& k) {
 }  // namespace
 
 [[noreturn]] void unknown_key(std::string parent, const std::string& key, const SourceMark& mark) {
+  // yaml-cpp reads a merge key as a plain key named <<.
+  if (key == "<<")
+    throw InputError(mark,
+                     "YAML merge keys (<<) are not supported, expected the keys written out, or include: to "
+                     "merge another file");
   // Under a parent that is not a mapping of keys itself, list the nearest one's.
   while (!parent.empty() && !find_key(parent))
     parent = parent.find('.') == std::string::npos ? "" : parent.substr(0, parent.rfind('.'));

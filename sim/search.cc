@@ -311,15 +311,18 @@ std::string search_table(const SearchResult& r) {
                     std::to_string(r.invalid) + " invalid, " + std::to_string(r.over_memory) + " over memory, " +
                     std::to_string(r.estimated) + " estimated; " + std::to_string(r.top.size()) +
                     " simulated op by op\n";
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%4s  %-58s %12s %12s %7s %9s %10s\n", "rank", "layout", "simulated", "estimate",
+  // The layout column as wide as its longest entry (at least 58), so the columns stay aligned.
+  int width = 58;
+  for (const SearchCandidate& c : r.top) width = std::max(width, static_cast<int>(describe_layout(c.layout).size()));
+  char buf[1024];
+  std::snprintf(buf, sizeof buf, "%4s  %-*s %12s %12s %7s %9s %10s\n", "rank", width, "layout", "simulated", "estimate",
                 "mfu", "bubble", "memory");
   out += buf;
   for (size_t i = 0; i < r.top.size(); ++i) {
     const SearchCandidate& c = r.top[i];
-    std::snprintf(buf, sizeof buf, "%4zu  %-58s %12s %12s %7s %9s %10s%s\n", i + 1, describe_layout(c.layout).c_str(),
-                  secs(c.simulated_s).c_str(), secs(c.estimate.total_s).c_str(), pct(c.mfu).c_str(),
-                  pct(c.bubble_fraction).c_str(), gib(c.peak_memory_bytes).c_str(),
+    std::snprintf(buf, sizeof buf, "%4zu  %-*s %12s %12s %7s %9s %10s%s\n", i + 1, width,
+                  describe_layout(c.layout).c_str(), secs(c.simulated_s).c_str(), secs(c.estimate.total_s).c_str(),
+                  pct(c.mfu).c_str(), pct(c.bubble_fraction).c_str(), gib(c.peak_memory_bytes).c_str(),
                   c.baseline ? "  <- the scenario's layout" : "");
     out += buf;
   }

@@ -153,7 +153,7 @@ TEST_F(HostileTest, NumbersReadAsYamlWritesThem) {
 // line break) is refused at its line, not sent to the terminal.
 TEST_F(HostileTest, AControlCharacterInTheNameIsRefused) {
   const std::string body = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
-  for (const char* name : {"\"a\\e[31mred\"", "\"bell\\x07\"", "\"two\\nlines\"", "\"del\\x7f\""})
+  for (const char* name : {"\"a\\e[31mred\"", "\"bell\\x07\"", "\"two\\nlines\"", "\"del\\x7f\"", "\"c1\\u0085\""})
     expect_refused_fast("run " + quote(write("n.yaml", std::string("name: ") + name + "\n" + body)),
                         "n.yaml:1:7: error: name holds a control character, expected printable text");
   EXPECT_EQ(cli("run " + quote(write("ok.yaml", "name: \"caf\u00e9 run 2\"\n" + body)), 20).code, 0);
@@ -498,6 +498,21 @@ TEST_F(HostileTest, MessagesNameWhatIsWrong) {
                       "sweep.parallel.tp must be a non-empty list of values");
   expect_refused_fast("run " + quote(small()) + " --set sweep.nonexistent.key=[1]",
                       "sweep: unknown key 'nonexistent.key'");
+  // A YAML merge key is said to be one, not matched against the key names.
+  expect_refused_fast("run " + quote(write("merge.yaml",
+                                           "base: &b {tp: 8}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                                           "model: {preset: gpt3-1.3b}\nparallel:\n  <<: *b\n")),
+                      "merge.yaml:1:1: error: unknown key 'base'");
+  expect_refused_fast("run " + quote(write("merge2.yaml",
+                                           "cluster: {preset: dgx-h100, nodes: 1}\n"
+                                           "model: {preset: gpt3-1.3b}\nparallel:\n  <<: {tp: 8}\n")),
+                      "YAML merge keys (<<) are not supported");
+  // A run id past int64 is said to be out of range, not read as the largest one.
+  EXPECT_EQ(cli("report x.sqlite --html r.html --run 99999999999999999999").code, 1);
+  EXPECT_NE(cli("report x.sqlite --html r.html --run 99999999999999999999").err.find("expected a run id"),
+            std::string::npos);
+  // One node, not "1 nodes".
+  expect_refused_fast("run " + quote(small()) + " --set parallel.dp=3", "(1 node × 8)");
   const std::string serve = write("b.yaml",
                                   "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                   "inference: {requests: 4, max_batch_size: 1000000}\n");
