@@ -56,7 +56,9 @@ double percentile(std::vector<double> v, double q) {
   const double pos = q * static_cast<double>(v.size() - 1);
   const size_t i = static_cast<size_t>(pos);
   const double f = pos - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+  // a + (b − a)·f: equal neighbours give their value exactly, so the percentiles stay ordered
+  // (a·(1 − f) + b·f can round a higher quantile below a lower one).
+  return i + 1 < v.size() ? v[i] + (v[i + 1] - v[i]) * f : v[i];
 }
 
 }  // namespace

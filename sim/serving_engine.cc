@@ -249,18 +249,24 @@ void Engine::evict(Replica& r) {
   r.prefixes.erase(victim);
 }
 
-void Engine::attach_prefix(Replica& r, Req& x) {
-  if (x.group < 0 || x.kv > 0 || x.swapped) return;
-  ++result_.prefix_lookups;
+int64_t Engine::attach_prefix(Replica& r, Req& x) {
+  if (x.group < 0 || x.kv > 0 || x.swapped) return -1;
   auto it = r.prefixes.find(x.group);
-  if (it == r.prefixes.end()) return;
+  if (it == r.prefixes.end()) return 0;
   const int64_t use = std::min(it->second.blocks, (x.prompt - 1) / c_.kv_block_tokens);
-  if (use <= 0) return;
+  if (use <= 0) return 0;
   if (it->second.refs++ == 0) r.idle_blocks -= it->second.blocks;
   x.shared_blocks = use;
   x.kv = use * c_.kv_block_tokens;
+  return x.kv;
+}
+
+void Engine::count_prefix(int64_t looked) {
+  if (looked < 0) return;
+  ++result_.prefix_lookups;
+  if (looked == 0) return;
   ++result_.prefix_hits;
-  result_.prefix_tokens_reused += x.kv;
+  result_.prefix_tokens_reused += looked;
 }
 
 void Engine::detach_prefix(Replica& r, Req& x) {
@@ -337,11 +343,12 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
     if (r.running.empty()) {
       while (!r.waiting.empty() && static_cast<int64_t>(r.running.size()) < c_.max_batch_size) {
         Req& x = reqs_[static_cast<size_t>(r.waiting.front())];
-        attach_prefix(r, x);
+        const int64_t looked = attach_prefix(r, x);
         if (!grow(r, x, x.prompt + x.output - x.kv)) {
           detach_prefix(r, x);
           break;
         }
+        count_prefix(looked);
         r.running.push_back(r.waiting.front());
         r.waiting.pop_front();
       }
@@ -373,7 +380,7 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
         r.waiting.pop_front();
         continue;
       }
-      attach_prefix(r, x);
+      const int64_t looked = attach_prefix(r, x);
       int64_t chunk = x.target - x.kv;
       // TensorRT-LLM chunks only a context longer than max_num_tokens (it could not
       // run otherwise); shorter ones join whole while they fit, unless context chunking
@@ -389,6 +396,7 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
         detach_prefix(r, x);
         break;
       }
+      count_prefix(looked);
       r.running.push_back(r.waiting.front());
       r.waiting.pop_front();
       w.push_back({r.running.back(), chunk, false});

@@ -100,9 +100,13 @@ class Engine {
   // Prefix caching, on admission of a request with nothing cached: when its prefix's
   // blocks are on this replica it references them and prefills only the rest (at least
   // its last prompt token, whose logits it needs). Only whole blocks are shared.
-  void attach_prefix(Replica& r, Req& x);
+  // Returns what the lookup found (-1: no lookup, else the tokens reused), which counts
+  // only once the request is admitted (count_prefix): a request left waiting looks again.
+  int64_t attach_prefix(Replica& r, Req& x);
   // Undoes attach_prefix when the request could not be admitted after all.
   void detach_prefix(Replica& r, Req& x);
+  // Counts an admitted request's lookup and what it reused.
+  void count_prefix(int64_t looked);
   // A request that computed its prefix itself hands those blocks to the replica's cache.
   void register_prefix(Replica& r, Req& x);
 

@@ -259,6 +259,24 @@ TEST(Serving, PrefixCachingReusesSharedPrefixes) {
   EXPECT_LE(metric(on, "kv_cache_peak_utilization"), metric(off, "kv_cache_peak_utilization"));
 }
 
+// A request counts its prefix lookup once it is admitted, however many times it was looked
+// at while waiting: under a queue the tokens reused and the tokens prefilled still add up to
+// the prompts (a waiting request had counted a hit at each admission attempt).
+TEST(Serving, PrefixReuseCountsAdmittedRequestsOnly) {
+  const std::string one =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b}\n"
+      "inference:\n  scheduler: vllm\n  requests: 100\n"
+      "  arrivals: {process: poisson, rate_per_s: 50, seed: 3}\n"
+      "  prompt_tokens: {dist: fixed, value: 3000}\n  output_tokens: {dist: fixed, value: 10}\n"
+      "  shared_prefix: {tokens: 2048, groups: 4}\n  prefix_caching: true\n";
+  const ServingResult r = run_serving(scenario_from_text(one, "prefix-queue"), true);
+  int64_t prefilled = 0;
+  for (const IterationRow& it : r.iteration_log) prefilled += it.prefill_tokens;
+  EXPECT_EQ(static_cast<double>(prefilled) + metric(r, "prefix_tokens_reused"), 100 * 3000.0);
+  EXPECT_EQ(metric(r, "prefix_tokens_reused"), 96 * 2048.0);  // every request but each group's first
+  EXPECT_DOUBLE_EQ(metric(r, "prefix_cache_hit_rate"), 0.96);
+}
+
 // Under KV pressure idle prefixes are evicted (least recently used first): fewer hits than
 // with room for all, every request still served once, the cache never over capacity.
 TEST(Serving, PrefixCacheEvictsUnderPressure) {
