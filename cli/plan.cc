@@ -38,6 +38,8 @@ int cmd_plan(const std::vector<std::string>& args) {
   }
   if (path.empty()) throw UsageError("plan needs a scenario file");
   const Scenario s = load_scenario(path, sets, lo);
+  if (!s.jobs.empty())
+    throw InputError(s.mark("jobs"), "plan writes one training scenario's plan, expected a job's own file, not jobs:");
   if (!s.sweep.empty())
     std::cerr << s.mark("sweep").str()
               << ": warning: plan writes the scenario as written; sweep points are not planned\n";

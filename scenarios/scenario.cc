@@ -438,10 +438,39 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   }
   if (s.inference && s.marks.count("training"))
     throw InputError(s.mark("training"), "a training: block beside inference: is not used, expected one of the two");
+  // A serving replica's layout is its TP and PP degrees; the rest of parallel: lays out
+  // training and would be ignored (cp and ep are refused by the serving engine, by name).
+  if (s.inference)
+    for (const auto& [key, mark] : s.marks)
+      if (key.rfind("parallel.", 0) == 0 && key != "parallel.tp" && key != "parallel.pp" && key != "parallel.cp" &&
+          key != "parallel.ep")
+        throw InputError(mark, key +
+                                   " lays out training, and a serving replica is parallel.tp x parallel.pp, expected "
+                                   "only those (replicas: inference.replicas)");
   if (m.moe.dense_layers > m.layers)
     throw InputError(s.mark("model.moe.dense_layers"),
                      "model.moe.dense_layers = " + std::to_string(m.moe.dense_layers) +
                          " is past model.layers = " + std::to_string(m.layers));
+  if (s.inference) {
+    // Keys the arrivals would not use: a trace gives the arrivals and the lengths; a closed
+    // loop has no rate; only gamma gaps have a cv; only a closed loop has clients.
+    const std::string process = s.serving.arrival_process;
+    for (const auto& [key, mark] : s.marks) {
+      const bool lengths = key.rfind("inference.prompt_tokens", 0) == 0 || key.rfind("inference.output_tokens", 0) == 0;
+      std::string why;
+      if (!s.serving.trace.empty() &&
+          (lengths || key == "inference.arrivals.process" || key == "inference.arrivals.concurrency" ||
+           key == "inference.arrivals.rate_per_s" || key == "inference.arrivals.cv"))
+        why = "inference.arrivals.trace gives the arrivals and the lengths";
+      else if (key == "inference.arrivals.rate_per_s" && process == "closed")
+        why = "a closed loop sends each request when the client's last one ends, at no rate";
+      else if (key == "inference.arrivals.cv" && process != "gamma")
+        why = "only gamma gaps have a coefficient of variation (process: gamma)";
+      else if (key == "inference.arrivals.concurrency" && process != "closed")
+        why = "only a closed loop has clients (process: closed)";
+      if (!why.empty()) throw InputError(mark, key + " would not be used: " + why);
+    }
+  }
   if (s.inference && s.serving.trace.empty()) {
     for (const auto& [what, d] :
          {std::pair{"prompt_tokens", &s.serving.prompt}, {"output_tokens", &s.serving.output}}) {

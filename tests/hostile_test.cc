@@ -433,6 +433,30 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
                       "w.yaml:3:26: error: training.global_batch does not go with workload.chakra");
   EXPECT_EQ(cli("run " + quote(write("w2.yaml", chakra + "training: {iterations: 2}\n")), 30).code, 0);
   expect_refused_fast("search " + quote(write("w3.yaml", chakra)), "workload.chakra's traces fix theirs");
+  // A serving replica is parallel.tp x parallel.pp: the training layout's keys are refused.
+  const std::string serve =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+      "inference: {requests: 4}\n";
+  for (const char* key : {"dp=2", "zero_stage=3", "sequence_parallel=true", "micro_batch=4"})
+    expect_refused_fast("run " + quote(write("sv.yaml", serve)) + " --set parallel." + key,
+                        "lays out training, and a serving replica is parallel.tp x parallel.pp");
+  // Arrival keys the arrivals would not use.
+  write("t.csv", "0,100,10\n1,100,10\n");
+  const std::string traced =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+      "inference: {requests: 2, arrivals: {trace: t.csv}}\n";
+  expect_refused_fast("run " + quote(write("tr.yaml", traced)) + " --set inference.arrivals.rate_per_s=100",
+                      "inference.arrivals.rate_per_s would not be used: inference.arrivals.trace gives");
+  expect_refused_fast("run " + quote(write("tr.yaml", traced)) + " --set inference.prompt_tokens.value=5",
+                      "inference.prompt_tokens would not be used: inference.arrivals.trace gives");
+  expect_refused_fast("run " + quote(write("sv.yaml", serve)) +
+                          " --set inference.arrivals.process=closed --set inference.arrivals.rate_per_s=3",
+                      "a closed loop sends each request when the client's last one ends");
+  expect_refused_fast("run " + quote(write("sv.yaml", serve)) + " --set inference.arrivals.cv=2",
+                      "only gamma gaps have a coefficient of variation");
+  expect_refused_fast("run " + quote(write("sv.yaml", serve)) + " --set inference.arrivals.concurrency=4",
+                      "only a closed loop has clients");
+  expect_refused_fast("plan " + quote(write("jobs.yaml", jobs)), "plan writes one training scenario's plan");
   // plan, export-chakra and search say that a sweep: block is not theirs.
   const CliResult planned = cli("plan " + quote(write("sw.yaml", job_body + "sweep: {parallel.tp: [1, 2]}\n")), 30);
   EXPECT_EQ(planned.code, 0) << planned;
