@@ -318,7 +318,10 @@ AccuracyReport run_accuracy(const std::string& dir, const AccuracyOptions& optio
         slots[i].c = run_case(files[i], options.sets);
         slots[i].ok = true;
       } catch (const InputError& e) {
-        slots[i].error = e.what();
+        // The case is named: an error at a --set or an included file's line does not say
+        // which case refused it.
+        const std::string what = e.what();
+        slots[i].error = what.rfind(files[i], 0) == 0 ? what : files[i] + ": " + what;
       } catch (const std::exception& e) {
         slots[i].error = files[i] + ": error: " + e.what();
       }
@@ -494,8 +497,10 @@ int cmd_accuracy(const std::vector<std::string>& args) {
   }
   if (dir.empty()) throw std::invalid_argument("accuracy needs a folder of scenarios");
   const AccuracyReport r = run_accuracy(dir, options);
-  // Nothing ran (an override every case refuses): the errors alone, no empty table.
+  // Nothing ran (an override every case refuses): the errors alone, no empty table; --json
+  // still prints its object, with no cases and the failures.
   if (r.cases.empty()) {
+    if (json) std::cout << accuracy_json(r);
     for (const std::string& f : r.failed) std::cerr << f << "\n";
     return 1;
   }

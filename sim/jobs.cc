@@ -232,7 +232,10 @@ JobsOutcome run_jobs(const Scenario& s) {
       if (jobs[i].s.inference) continue;
       std::vector<LoadedJob*> one = {training[t++]};
       const Plan alone_plan = merge_plans(one, gpn);
-      const ExecResult e = execute_plan(alone_plan, topo, eo);
+      // A job's slowest board is among its own GPUs, not the whole cluster's.
+      ExecOptions alone_eo = eo;
+      alone_eo.compute.slowest_board = slowest_board(s, one[0]->s.gpus());
+      const ExecResult e = execute_plan(alone_plan, topo, alone_eo);
       out.jobs[i].alone = job_iteration(*one[0], e);
       out.jobs[i].alone_exposed_comm_s = e.exposed_comm_s;
     }
@@ -251,7 +254,13 @@ JobsOutcome run_jobs(const Scenario& s) {
     std::vector<double> nominal;
     for (const Link& l : topo.links()) nominal.push_back(l.bandwidth);
     for (auto [l, rate] : background) topo.set_link_bandwidth(l, std::max(0.05 * nominal[l], nominal[l] - rate));
-    const ExecResult e = execute_plan(merged, topo, eo);
+    // One board factor prices the merged run: the largest training job's (each job's ranks
+    // meet only their own job's, and the largest job's slowest board is the slowest of all).
+    ExecOptions shared_eo = eo;
+    int64_t largest = 0;
+    for (const LoadedJob* j : training) largest = std::max(largest, j->s.gpus());
+    shared_eo.compute.slowest_board = slowest_board(s, largest);
+    const ExecResult e = execute_plan(merged, topo, shared_eo);
     for (auto [l, rate] : background) topo.set_link_bandwidth(l, nominal[l]);
     training_rates = mean_link_rates(e, topo.links().size());
     out.simulated_ranks = static_cast<int64_t>(e.simulated_ranks.size());

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -67,9 +68,11 @@ void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfil
 
 double slowest_board(const Scenario& s) {
   // The GPUs that meet at the job's collectives: a serving replica's, or every GPU of a
-  // training job (its DP, TP, PP and CP groups chain them all within a step; a Chakra
-  // workload's ranks are the cluster's).
-  const int64_t meet = s.inference ? s.parallel.tp * s.parallel.pp : s.gpus();
+  // training job (its DP, TP, PP and CP groups chain them all within a step).
+  return slowest_board(s, s.inference ? s.parallel.tp * s.parallel.pp : s.gpus());
+}
+
+double slowest_board(const Scenario& s, int64_t meet) {
   return std::max(0.05, 1.0 - s.board_spread * expected_max_normal(meet));
 }
 
@@ -166,6 +169,9 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   PlannerOptions po;
   po.check_memory = opt.check_memory;
   out.plan = scenario_plan(s, po);
+  // A Chakra workload's GPUs are its traces' ranks, not the cluster's.
+  const double board = s.chakra_dir.empty() ? slowest_board(s) : slowest_board(s, out.plan.plan.world_size);
+  eo.compute.slowest_board = board;
   if (s.variability.any()) {
     out.variability = draw_variability(s, out.plan.plan, *out.topology, stream_seed(s.seed, 0), opt.simulate_all_ranks);
     apply_draw(out.variability, *out.topology, eo);
@@ -204,7 +210,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"exposed_comm_ep_s", ex[static_cast<size_t>(GroupKind::EP)]},
       {"compute_busy_s", out.exec.compute_busy_s},
       {"power_clock", out.exec.power_clock},
-      {"slowest_board", slowest_board(s)},
+      {"slowest_board", board},
       // Whole bytes: the memory model's formulas carry fractions of one.
       {"peak_memory_per_gpu_bytes", std::round(out.plan.memory.total())},
       {"memory_weights_bytes", std::round(out.plan.memory.weights)},
@@ -226,6 +232,14 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"simulated_ranks", static_cast<double>(out.exec.simulated_ranks.size())},
       {"events", static_cast<double>(out.exec.events)},
   };
+  // A workload of Chakra traces has no layout the simulator chose (the importer's placeholder
+  // would read as dp = ranks, tp = pp = 1): those fields are left out.
+  if (!s.chakra_dir.empty())
+    std::erase_if(out.metrics, [](const auto& kv) {
+      static const std::set<std::string> kLayout = {
+          "dp", "tp", "pp", "cp", "ep", "zero_stage", "virtual_stages", "micro_batches", "global_batch"};
+      return kLayout.count(kv.first) > 0;
+    });
   if (s.model.moe.routing.dist != "even") out.metrics.emplace_back("moe_hot_rank_load", out.plan.moe_hot_rank_load);
   if (!s.model.blocks.empty())  // no tokens: samples (images, proteins) per second
     out.metrics.emplace_back("samples_per_s", static_cast<double>(l.global_batch) / iter);

@@ -62,6 +62,9 @@ void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfil
 // 1 − cluster.board_spread · E[max of n standard normals], n the GPUs that meet at the
 // job's collectives (a serving replica's tp × pp); ComputeProfile::slowest_board.
 double slowest_board(const Scenario& s);
+// The same for `meet` GPUs meeting at the collectives (a Chakra workload's ranks, one job of
+// a jobs: run).
+double slowest_board(const Scenario& s, int64_t meet);
 // The scenario's collective algorithm, protocol and network model, as executor options.
 void collective_options(const Scenario& s, ExecOptions& eo);
 // Runs `n` seeded draws of the scenario's variability: the first is `run` itself (seed

@@ -242,6 +242,9 @@ std::string summary_table(const RunOutcome& run) {
     out.replace(from, to - from,
                 "workload        Chakra traces in " + s.chakra_dir + " (" + std::to_string(run.plan.plan.world_size) +
                     " ranks, " + std::to_string(run.plan.plan.programs.size()) + " distinct program(s))");
+    // Nor a layout the simulator chose: the traces carry theirs.
+    const size_t lf = out.find("layout          "), lt = out.find('\n', lf);
+    if (lf != std::string::npos) out.replace(lf, lt - lf, "layout          the traces' own (their groups and ops)");
   }
   if (s.model.moe.routing.dist != "even") {
     std::snprintf(buf, sizeof buf, "MoE routing     %s: the most-loaded EP rank takes %.3fx an even share (mean)\n",

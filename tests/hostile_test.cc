@@ -431,7 +431,13 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
   const std::string chakra = "cluster: {preset: dgx-h100, nodes: 1}\nworkload: {chakra: ch}\n";
   expect_refused_fast("run " + quote(write("w.yaml", chakra + "training: {global_batch: 999}\n")),
                       "w.yaml:3:26: error: training.global_batch does not go with workload.chakra");
-  EXPECT_EQ(cli("run " + quote(write("w2.yaml", chakra + "training: {iterations: 2}\n")), 30).code, 0);
+  const CliResult traced_run = cli("run " + quote(write("w2.yaml", chakra + "training: {iterations: 2}\n")), 30);
+  EXPECT_EQ(traced_run.code, 0) << traced_run;
+  // Its layout is the traces', not the importer's placeholder (dp = ranks, global batch 0).
+  EXPECT_NE(traced_run.out.find("layout          the traces' own"), std::string::npos) << traced_run;
+  const CliResult traced_json = cli("run " + quote(write("w2.yaml", chakra)) + " --json", 30);
+  EXPECT_EQ(traced_json.out.find("\"dp\":"), std::string::npos) << traced_json;
+  EXPECT_EQ(traced_json.out.find("\"global_batch\":"), std::string::npos) << traced_json;
   expect_refused_fast("search " + quote(write("w3.yaml", chakra)), "workload.chakra's traces fix theirs");
   // A serving replica is parallel.tp x parallel.pp: the training layout's keys are refused.
   const std::string serve =

@@ -68,6 +68,22 @@ TEST(Jobs, AShortJobKeepsIteratingBesideALongOne) {
   EXPECT_NEAR(o.jobs[0].slowdown(), 1.0, 1e-6);
 }
 
+// A job's slowest board is among its own GPUs: the same job alone takes the same time on a
+// cluster of its size and on one 64 times larger (the whole cluster's count had priced it).
+TEST(Jobs, AJobsSlowestBoardIsAmongItsOwnGpus) {
+  auto alone = [](int64_t nodes) {
+    const std::string dir = temp_dir("jobs-board-" + std::to_string(nodes));
+    std::ofstream(dir + "/a.yaml") << "name: a\ncluster: {preset: dgx-h100, nodes: 2}\n"
+                                      "model: {preset: gpt3-1.3b, layers: 4}\ntraining: {global_batch: 16}\n";
+    std::ofstream(dir + "/jobs.yaml") << "cluster: {preset: dgx-h100, nodes: " << nodes
+                                      << "}\njobs:\n  - {scenario: a.yaml, first_node: 0}\n";
+    return run_jobs(load_scenario(dir + "/jobs.yaml")).jobs.at(0);
+  };
+  const JobOutcome small = alone(2), large = alone(128);
+  EXPECT_DOUBLE_EQ(small.alone, large.alone);
+  EXPECT_DOUBLE_EQ(small.shared, large.shared);
+}
+
 TEST(Jobs, PlacementsAreChecked) {
   for (const std::string& bad :
        {std::string("jobs:\n  - {scenario: a.yaml, nodes: [0, 1]}\n  - {scenario: b.yaml, nodes: [1, 2]}\n"),

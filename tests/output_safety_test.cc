@@ -412,6 +412,14 @@ TEST_F(AccuracyTest, SetAndOnlyRunAWhatIfOverTheCases) {
   const CliResult refused = cli("accuracy cases --only other --set training.train_metrics=2");
   EXPECT_EQ(refused.code, 1) << refused;
   EXPECT_NE(refused.err.find("training.train_metrics"), std::string::npos) << refused;
+  EXPECT_NE(refused.err.find("other.yaml: --set 'training.train_metrics=2'"), std::string::npos)
+      << "the case that refused it is named\n"
+      << refused;
+  // Nothing ran: --json still prints its object, with the failure.
+  const CliResult refused_json = cli("accuracy cases --only other --set training.train_metrics=2 --json");
+  EXPECT_EQ(refused_json.code, 1) << refused_json;
+  EXPECT_NE(refused_json.out.find("\"cases\": [], \"mape_pct\": null"), std::string::npos) << refused_json;
+  EXPECT_NE(refused_json.out.find("\"failed\": [\""), std::string::npos) << refused_json;
   // --kind keeps one kind: a training override over a folder with a serving case.
   write("cases/serve.yaml",
         "cluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
