@@ -170,7 +170,11 @@ void add_model_keys(KeyList& t) {
            "stride} "
            "(docs/model.md, \"Models as lists of blocks\")",
            [](const N& n, S& s) { s.model.blocks = read_blocks(n); }},
-          {"model.dtype", "dtype", "bf16", "fp32 | bf16 | fp16 | fp8 | int8 | int4",
+          {"model.dtype", "dtype", "bf16",
+           "fp32 | bf16 | fp16 | fp8 | int8 | int4; serving: the weights in it, the GEMMs at its tensor-core rate "
+           "where "
+           "the GPU has one (fp8 without FP8 tensor cores, as on Ampere: weight-only, 16-bit math; int4: 4-bit "
+           "weights with 8-bit math, W4A8, at the INT8 rate); training: fp32 to fp8",
            [](const N& n, S& s) { s.model.dtype = as_dtype(n, "model.dtype"); }},
           {"model.tied_embeddings", "bool", "preset's", "output layer shares the token embedding",
            [](const N& n, S& s) { s.model.tied_embeddings = as_bool(n, "model.tied_embeddings"); }},
