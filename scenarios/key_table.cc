@@ -416,9 +416,15 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
           throw InputError(uv.key_mark, "reference.unstated: unknown key '" + uk + "', expected a setting of the run");
         if (uv.kind != YNode::Kind::Seq || uv.seq.empty())
           throw InputError(uv.mark, "reference.unstated." + uk + " must be a non-empty list of values");
-        for (const YNode& item : uv.seq)
+        for (size_t i = 0; i < uv.seq.size(); ++i) {
+          const YNode& item = uv.seq[i];
           if (item.kind != YNode::Kind::Scalar)
             throw InputError(item.mark, "reference.unstated." + uk + ": expected a value, got " + item.kind_name());
+          for (size_t j = 0; j < i; ++j)
+            if (uv.seq[j].scalar == item.scalar)
+              throw InputError(item.mark, "reference.unstated." + uk + ": '" + item.scalar +
+                                              "' is listed twice, expected each value once");
+        }
         combinations *= uv.seq.size();
         if (combinations > 64)
           throw InputError(uv.mark, "reference.unstated spans more than 64 combinations, expected at most 64");

@@ -565,6 +565,9 @@ TEST_F(AccuracyTest, BadUnstatedSettingsAreInputErrorsAtTheirLine) {
                      "    training.step_overhead: [1ms, 2ms, 3ms, 4ms, 5ms, 6ms, 7ms, 8ms]\n")
                 .find("more than 64 combinations"),
             std::string::npos);
+  EXPECT_NE(error_of("    parallel.micro_batch: [4, 4]\n")
+                .find("reference.unstated.parallel.micro_batch: '4' is listed twice"),
+            std::string::npos);
   // None of the combinations runs: the file's error, with the first refusal.
   EXPECT_NE(error_of("    parallel.micro_batch: [3, 5]\n").find("no combination of reference.unstated runs"),
             std::string::npos);
