@@ -211,12 +211,13 @@ GoodputReport goodput_report(const Scenario& s, const Topology& topo, double ite
   GoodputReport g;
   FaultParams p = fault_params(s, topo);
   const double duration = s.training.duration_s;
-  g.system_mtbf_s = p.mtbf_s;
   g.checkpoint_write_s = p.checkpoint_s;
   g.checkpoint_bytes = p.checkpoint_bytes;
-  // With a trace alone, the interval is chosen as if its failures came at their mean rate.
+  // With a trace alone, the interval is chosen as if its failures came at their mean rate,
+  // and that mean gap is the system's MTBF reported (it had read 0).
   FaultParams chooser = p;
   if (chooser.mtbf_s <= 0) chooser.mtbf_s = duration / static_cast<double>(std::max<size_t>(1, p.trace_s.size()));
+  g.system_mtbf_s = chooser.mtbf_s;
   g.optimal_interval_s = optimal_interval(chooser);
   g.young_interval_s = young_interval(chooser);
   double tau = s.faults.checkpoint_interval_s > 0 ? s.faults.checkpoint_interval_s : g.optimal_interval_s;

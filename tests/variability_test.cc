@@ -345,6 +345,13 @@ TEST(Faults, ScenarioReportsGoodputOverItsDuration) {
   EXPECT_NEAR(k, std::round(k), 1e-6);
   EXPECT_NEAR(metric(r, "system_mtbf_s"), 5000 * 3600.0 / 16, 1e-3);
   EXPECT_DOUBLE_EQ(metric(r, "checkpoint_bytes"), 14.0 * static_cast<double>(r.scenario.model.total_params()));
+  // A failure trace alone: the system's MTBF is the trace's mean gap, not 0.
+  const RunOutcome traced = run_training(scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\nparallel: {dp: 16}\n"
+      "training: {duration: 24h}\n"
+      "faults: {failures: [1h, 2h, 3h], restart: 10min, checkpoint_bandwidth: 1GB/s}\n",
+      "faults-trace"));
+  EXPECT_NEAR(metric(traced, "system_mtbf_s"), 8 * 3600.0, 1e-6);
   EXPECT_NEAR(metric(r, "checkpoint_write_s"), metric(r, "checkpoint_bytes") / 1e9, 1e-9);
   ASSERT_TRUE(r.goodput.has_value());
   EXPECT_FALSE(r.goodput->timeline.events.empty());
