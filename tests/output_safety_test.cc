@@ -587,6 +587,11 @@ TEST_F(AccuracyTest, ABadReferenceIsAnInputErrorAtItsLine) {
   const CliResult unknown = cli("accuracy cases");
   EXPECT_NE(unknown.err.find("is not a metric of this run, expected one of: iteration_time_s"), std::string::npos)
       << unknown;
+  // A count the run takes as given is not a prediction.
+  write("cases/a.yaml", train + "reference:\n  metric: global_batch\n  value: 3\n  source: x\n");
+  const CliResult given = cli("accuracy cases");
+  EXPECT_NE(given.err.find("reference.metric 'global_batch' is not a metric of this run"), std::string::npos) << given;
+  EXPECT_EQ(given.err.find(", dp, "), std::string::npos) << given;
   EXPECT_EQ(cli("accuracy nowhere").code, 1);
   EXPECT_EQ(cli("accuracy").code, 2);
   // A published figure: finite relative errors, and a fraction at most 1 (100 %).
