@@ -32,6 +32,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
       if (opt.database.empty()) throw InputError(SourceMark{"--out", 0, 0}, "expected a database file name, got ''");
     } else if (a == "--rank-by") {
       opt.rank_by = need_value(args, i);
+      if (opt.rank_by.empty()) throw InputError(SourceMark{"--rank-by", 0, 0}, "expected a metric name, got ''");
     } else if (a == "--allow-large") {
       opt.allow_large = true;
     } else if (a == "--json") {

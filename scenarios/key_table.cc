@@ -220,8 +220,9 @@ const std::vector<KeySpec>& key_table() {
                s.protocol = as_enum(n, "collectives.protocol", {"auto", "LL", "LL128", "Simple"});
              }},
             {"network_model", "name", "auto",
-             "auto (flow where concurrent transfers must share a link: nodes with fewer NICs than GPUs, or an "
-             "oversubscribed fabric; analytic otherwise) | analytic (each collective alone on the network) | flow "
+             "auto (flow where concurrent transfers must share a link: nodes with fewer NICs than GPUs, an "
+             "oversubscribed fabric, or a topology file's explicit links; analytic otherwise) | analytic (each "
+             "collective alone on the network) | flow "
              "(max-min shared links: concurrent transfers contend)",
              [](const N& n, S& s) {
                s.network_model = as_enum(n, "network_model", {"auto", "analytic", "flow"});

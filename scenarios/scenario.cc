@@ -30,6 +30,9 @@ namespace {
 std::string auto_network_model(const ClusterSpec& c) {
   if (c.nodes < 2) return "analytic";
   if (c.fabric.oversubscription > 1.0) return "flow";
+  // An explicit fabric (a topology file's links) may funnel any traffic through one link:
+  // only the flow network shares it.
+  if (!c.fabric_links.empty()) return "flow";
   for (int n = 0; n < c.nodes; ++n) {
     const NodeSpec& node = c.node_at(n);
     if (node.nics < node.gpus) return "flow";
@@ -415,8 +418,19 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     const SpreadDist& d = key == "variability.gpu_speed" ? s.variability.gpu_speed : s.variability.link_speed;
     if (d.dist != "none" && !s.marks.count(key + ".sigma"))
       throw InputError(s.mark(key + ".dist"), key + ".sigma is required with dist " + d.dist + ", expected e.g. 0.05");
+    // A spread with no distribution would be drawn from none: dropped without a word.
+    if (d.dist == "none" && s.marks.count(key + ".sigma"))
+      throw InputError(s.mark(key + ".sigma"),
+                       key + ".sigma would not be used: dist is none, expected dist: normal or lognormal beside it");
   }
-  for (const Straggler& st : s.variability.stragglers) {
+  for (size_t i = 0; i < s.variability.stragglers.size(); ++i) {
+    const Straggler& st = s.variability.stragglers[i];
+    // Two slowdowns of one GPU, node or link would multiply: say which one holds.
+    for (size_t j = 0; j < i; ++j) {
+      const Straggler& o = s.variability.stragglers[j];
+      if (o.kind == st.kind && (st.kind == "link" ? o.link == st.link : o.index == st.index))
+        throw InputError(st.mark, "variability.stragglers names this " + st.kind + " twice, expected each once");
+    }
     if (st.kind == "gpu" && st.index >= s.gpus())
       throw InputError(st.mark, "straggler gpu " + std::to_string(st.index) + " is past the cluster's " +
                                     std::to_string(s.gpus()) + " GPUs, expected 0.." + std::to_string(s.gpus() - 1));

@@ -33,7 +33,7 @@ Timeline make_timeline(const RunOutcome& run) {
       t.run.faults.push_back(FaultSpan{e.start_s, e.end_s, e.kind, e.component});
   // Memory of each pipeline stage (every rank of a stage holds the same) and the GPU's,
   // for reports.
-  t.run.metrics.emplace_back("gpu_memory_bytes", s.cluster.node.gpu.hbm_bytes);
+  t.run.metrics.emplace_back("gpu_memory_bytes", std::round(s.cluster.node.gpu.hbm_bytes));  // whole bytes
   for (size_t i = 0; i < run.plan.stage_memory.size(); ++i)
     t.run.metrics.emplace_back("memory_stage_" + std::to_string(i) + "_bytes",
                                std::round(run.plan.stage_memory[i].total()));

@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "reports/output_file.h"
@@ -103,10 +105,30 @@ std::vector<SweepPoint> sweep_points(const Scenario& base, size_t max_points) {
 
 std::string scenario_fingerprint(const Scenario& base) {
   uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : base.config_yaml) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
+  auto mix = [&](const std::string& text) {
+    for (unsigned char c : text) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(base.config_yaml);
+  // The files the points read are part of what they are: a topology file, a calibration
+  // profile or a request trace edited between two sweeps must not let the second reuse the
+  // first's rows (the scenario's own text and its includes, less the sweep: block that
+  // says which points, are in config_yaml already).
+  auto mix_file = [&](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream bytes;
+    if (in) bytes << in.rdbuf();
+    mix("\n" + path + (in ? "\n" + bytes.str() : std::string("\n(missing)")));
+  };
+  if (!base.cluster.topology_file.empty()) mix_file(base.cluster.topology_file);
+  if (!base.calibration.empty()) mix_file(scenario_relative_path(base, base.calibration));
+  if (!base.serving.trace.empty()) mix_file(scenario_relative_path(base, base.serving.trace));
+  for (const auto& [key, values] : base.sweep)
+    if (key == "cluster.topology_file" || key == "calibration" || key == "inference.arrivals.trace")
+      for (const YNode& v : values.seq)
+        if (v.kind == YNode::Kind::Scalar) mix_file(scenario_relative_path(base, v.scalar));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

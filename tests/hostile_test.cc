@@ -463,6 +463,13 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
   expect_refused_fast("run " + quote(write("sv.yaml", serve)) + " --set inference.arrivals.concurrency=4",
                       "only a closed loop has clients");
   expect_refused_fast("plan " + quote(write("jobs.yaml", jobs)), "plan writes one training scenario's plan");
+  // A spread without its distribution, and one straggler named twice.
+  expect_refused_fast("run " + quote(small()) + " --set variability.gpu_speed.sigma=0.1",
+                      "variability.gpu_speed.sigma would not be used: dist is none");
+  expect_refused_fast("run " + quote(small()) +
+                          " --set 'variability.stragglers=[{gpu: 3, slowdown: 2}, {gpu: 3, "
+                          "slowdown: 3}]'",
+                      "variability.stragglers names this gpu twice");
   // plan, export-chakra and search say that a sweep: block is not theirs.
   const CliResult planned = cli("plan " + quote(write("sw.yaml", job_body + "sweep: {parallel.tp: [1, 2]}\n")), 30);
   EXPECT_EQ(planned.code, 0) << planned;

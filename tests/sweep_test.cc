@@ -121,6 +121,27 @@ TEST(Sweep, ResumesFromTheDatabase) {
   EXPECT_EQ(count_rows(db, "status = 'ok' AND value IS NOT NULL AND json_extract(metrics, '$.mfu') > 0"), 8);
 }
 
+// The files a sweep's points read are part of their fingerprint: a topology file edited
+// between two sweeps runs its points again (the second had reused the first's rows).
+TEST(Sweep, AnEditedTopologyFileRunsThePointsAgain) {
+  const std::string dir = testing::temp_dir("sweep-topology");
+  const std::string db = dir + "/r.sqlite";
+  fs::remove(db);
+  std::ofstream(dir + "/t.yaml") << "nodes:\n  - {preset: dgx-h100, count: 1}\n";
+  const std::string path = dir + "/s.yaml";
+  std::ofstream(path) << "name: t\ncluster: {topology_file: t.yaml}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+                         "training: {global_batch: 16}\nsweep:\n  parallel.tp: [1, 2]\n";
+  SweepOptions o;
+  o.progress = false;
+  o.database = db;
+  const SweepReport first = run_sweep(path, o);
+  for (const SweepPointResult& r : run_sweep(path, o).results) EXPECT_TRUE(r.reused);
+  std::ofstream(dir + "/t.yaml") << "nodes:\n  - {preset: dgx-a100, count: 1}\n";
+  const SweepReport edited = run_sweep(path, o);
+  for (const SweepPointResult& r : edited.results) EXPECT_FALSE(r.reused);
+  EXPECT_NE(first.fingerprint, edited.fingerprint);
+}
+
 TEST(Sweep, ServingScenariosRankByGoodput) {
   const std::string path = write_scenario(
       "sweep-serving",

@@ -269,5 +269,23 @@ TEST(MeshPresets, Mi300xIsAFullMesh) {
   EXPECT_LT(a2a, 2.0 * bytes * 7 / 8 / (7 * 64e9));  // the seven links at once, not one after another
 }
 
+// Explicit links may funnel traffic through one: network_model auto takes the flow network
+// there (it took the analytic one, which saw a 400 Gb/s leaf-to-leaf link as uncontended).
+TEST_F(TopologyFile, ExplicitLinksTakeTheFlowNetworkByDefault) {
+  std::string links;
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 8; ++k)
+      links += "  - {between: [node" + std::to_string(n) + "/nic" + std::to_string(k) + ", leaf" + std::to_string(n) +
+               "], bandwidth: 400Gbps}\n";
+  write("thin.yaml", "nodes:\n  - {preset: dgx-h100, count: 2}\nswitches: [leaf0, leaf1]\nlinks:\n" + links +
+                         "  - {between: [leaf0, leaf1], bandwidth: 400Gbps}\n");
+  const std::string body =
+      "cluster: {topology_file: thin.yaml}\nmodel: {preset: gpt3-1.3b}\n"
+      "parallel: {tp: 8, dp: 2}\ntraining: {global_batch: 16}\n";
+  const Scenario s = load_scenario(write("s.yaml", body));
+  EXPECT_EQ(s.network_model, "flow");
+  EXPECT_EQ(load_scenario(write("a.yaml", body + "network_model: analytic\n")).network_model, "analytic");
+}
+
 }  // namespace
 }  // namespace clustersim
