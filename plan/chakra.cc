@@ -148,6 +148,13 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
         n.bytes(10, attr_i32("comm_dst", dst));
         n.bytes(10, attr_i32("comm_tag", seq[{src, dst, static_cast<int>(op.phase)}]++));
         n.bytes(10, attr_i64("comm_size", op.bytes));
+        // The communicator it runs on (PP's, CP's ring): NCCL gives a posted send or receive
+        // the channels its whole communicator allows, so the group travels with it.
+        if (const int32_t g = plan.group_of(r, op.group); g >= 0) {
+          used_groups.insert(g);
+          n.bytes(10, attr_str("pg_name", std::to_string(g)));
+          n.bytes(10, attr_str("group_kind", std::string(to_string(op.group))));
+        }
         if (op.holds_sms) n.bytes(10, attr_bool("holds_sms", true));
         if (op.held_sms > 0) n.bytes(10, attr_i32("held_sms", op.held_sms));
         if (op.sm_margin) n.bytes(10, attr_bool("sm_margin", true));

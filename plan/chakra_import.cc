@@ -470,6 +470,19 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
                           " traces");
           op.group = GroupKind::World;
           op.peer = peer;
+          // On the communicator the trace names (clustersim's own traces name it): the peer is
+          // then its index there, and the channels the send holds are that group's.
+          if (!n.pg_name.empty()) {
+            const int32_t g = group_for(file, n.pg_name, n.group_kind);
+            const auto& members = plan.groups[static_cast<size_t>(g)].ranks;
+            const auto self_at = std::find(members.begin(), members.end(), static_cast<int32_t>(rank));
+            const auto peer_at = std::find(members.begin(), members.end(), peer);
+            if (self_at == members.end() || peer_at == members.end())
+              bad(file, "node " + std::to_string(n.id) + ": rank " + std::to_string(rank) + " and its peer " +
+                            std::to_string(peer) + " are not both in its group '" + n.pg_name + "'");
+            op.group = plan.groups[static_cast<size_t>(g)].kind;
+            op.peer = static_cast<int32_t>(peer_at - members.begin());
+          }
           op.bytes = std::max<int64_t>(0, n.comm_size);
           op.holds_sms = n.holds_sms;
           op.held_sms = n.held_sms;

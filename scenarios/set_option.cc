@@ -121,6 +121,13 @@ void apply_set(YNode& root, const std::string& arg) {
     return;
   }
   const KeySpec* spec = find_key(key);
+  // KEY=null (or KEY=, or KEY=~): the key as if not written, its default; a block's keys all
+  // (output=null: no output files). Only those spellings: text that merely parses to nothing
+  // stays an error at the key.
+  if (spec && key != "include" && is_null_text(arg.substr(eq + 1))) {
+    remove_node(root, key);
+    return;
+  }
   if (spec && !spec->apply)
     throw InputError(SourceMark{file, 1, 1},
                      "'" + key + "' is " +
@@ -143,12 +150,6 @@ void apply_set(YNode& root, const std::string& arg) {
   const int col = static_cast<int>(eq) + 2;
   value.mark = SourceMark{file, 1, col};
   value.key_mark = SourceMark{file, 1, 1};
-  // KEY=null (or KEY=, or KEY=~): the key as if not written, its default. Only those
-  // spellings: text that merely parses to nothing stays an error at the key.
-  if (is_null_text(arg.substr(eq + 1))) {
-    remove_node(root, key);
-    return;
-  }
   set_node(root, key, value);
 }
 
