@@ -417,6 +417,12 @@ TEST_F(LoaderTest, SetNullRestoresTheDefault) {
   EXPECT_EQ(one.sweep[0].first, "parallel.micro_batch");
   EXPECT_TRUE(load_scenario(p, {"sweep.parallel.tp=null", "sweep.parallel.micro_batch=~"}).sweep.empty());
   EXPECT_LOAD_ERROR(p, std::vector<std::string>{"seed=, x"}, "--set 'seed=, x':1:1", "seed has no value");
+  // A whole block too: output=null writes no output files.
+  const std::string out = write("o.yaml", std::string(kBase) + "output: {sqlite: a.sqlite, trace: a.json}\n");
+  const Scenario none = load_scenario(out, {"output=null"});
+  EXPECT_TRUE(none.output_sqlite.empty());
+  EXPECT_TRUE(none.output_trace.empty());
+  EXPECT_LOAD_ERROR(out, std::vector<std::string>{"include=null"}, "--set 'include=null':1:1", "not settable");
 }
 
 TEST_F(LoaderTest, SetOverridesAnIncludedValue) {
