@@ -368,6 +368,20 @@ bool is_name(const std::string& k) {
   throw InputError(mark, msg);
 }
 
+// A list of one setting's values (a sweep's, reference.unstated's): each a value (null too
+// where `null_ok`: a draft model's "none"), each once.
+void check_value_list(const YNode& list, const std::string& name, bool null_ok) {
+  for (size_t i = 0; i < list.seq.size(); ++i) {
+    const YNode& item = list.seq[i];
+    const SourceMark at = item.mark.known() ? item.mark : list.mark;
+    if (item.kind != YNode::Kind::Scalar && !(null_ok && item.kind == YNode::Kind::Null))
+      throw InputError(at, name + ": expected a value, got " + item.kind_name());
+    for (size_t j = 0; j < i; ++j)
+      if (list.seq[j].kind == item.kind && list.seq[j].scalar == item.scalar)
+        throw InputError(at, name + ": '" + item.scalar + "' is listed twice, expected each value once");
+  }
+}
+
 // Collects (key, node) leaves in document order, rejecting unknown keys.
 void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std::string, const YNode*>>& leaves,
           Scenario& s) {
@@ -392,16 +406,7 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
           throw InputError(sv.key_mark, "sweep: " + sk +
                                             " names the run's files, which a sweep does not write "
                                             "(its points go to the sweep's database), expected a setting of the run");
-        for (size_t i = 0; i < sv.seq.size(); ++i) {
-          const YNode& item = sv.seq[i];
-          const SourceMark at = item.mark.known() ? item.mark : sv.mark;
-          const bool no_draft = item.kind == YNode::Kind::Null && sk == "inference.speculative.draft_model";
-          if (item.kind != YNode::Kind::Scalar && !no_draft)
-            throw InputError(at, "sweep." + sk + ": expected a value, got " + item.kind_name());
-          for (size_t j = 0; j < i; ++j)
-            if (sv.seq[j].kind == item.kind && sv.seq[j].scalar == item.scalar)
-              throw InputError(at, "sweep." + sk + ": '" + item.scalar + "' is listed twice, expected each value once");
-        }
+        check_value_list(sv, "sweep." + sk, sk == "inference.speculative.draft_model");
         s.sweep.emplace_back(sk, sv);
       }
       continue;
@@ -417,15 +422,7 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
           throw InputError(uv.key_mark, "reference.unstated: unknown key '" + uk + "', expected a setting of the run");
         if (uv.kind != YNode::Kind::Seq || uv.seq.empty())
           throw InputError(uv.mark, "reference.unstated." + uk + " must be a non-empty list of values");
-        for (size_t i = 0; i < uv.seq.size(); ++i) {
-          const YNode& item = uv.seq[i];
-          if (item.kind != YNode::Kind::Scalar)
-            throw InputError(item.mark, "reference.unstated." + uk + ": expected a value, got " + item.kind_name());
-          for (size_t j = 0; j < i; ++j)
-            if (uv.seq[j].scalar == item.scalar)
-              throw InputError(item.mark, "reference.unstated." + uk + ": '" + item.scalar +
-                                              "' is listed twice, expected each value once");
-        }
+        check_value_list(uv, "reference.unstated." + uk, false);
         combinations *= uv.seq.size();
         if (combinations > 64)
           throw InputError(uv.mark, "reference.unstated spans more than 64 combinations, expected at most 64");

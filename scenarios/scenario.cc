@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <set>
 
 #include "scenarios/key_table.h"
@@ -110,6 +111,20 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
   merge_yaml(merged, doc);
   loaded.trees.emplace_back(canon, merged);
   return merged;
+}
+
+// Refuses, at its line, the first key written under `prefix` that is neither one of
+// `allowed` nor under one of them: a key the run would ignore. The message is the key and `why`.
+void refuse_keys_under(const Scenario& s, const std::string& prefix, std::initializer_list<const char*> allowed,
+                       const std::string& why) {
+  for (const auto& [key, mark] : s.marks) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    const bool kept = std::any_of(allowed.begin(), allowed.end(), [&key](const char* a) {
+      const std::string k = a;
+      return key == k || key.rfind(k + ".", 0) == 0;
+    });
+    if (!kept) throw InputError(mark, key + why);
+  }
 }
 
 // The mean of a length distribution (zipf's from the integral of its truncated density).
@@ -268,14 +283,11 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         throw InputError(s.mark(own),
                          std::string(own) + ": does not go with workload.chakra, the traces give the workload");
     // The step is the traces': of training:, only what prices or repeats their ops applies.
-    static const std::set<std::string> kChakraTraining = {"training.iterations", "training.duration",
-                                                          "training.step_overhead", "training.attention",
-                                                          "training.launch_blocking"};
-    for (const auto& [key, mark] : s.marks)
-      if (key.rfind("training.", 0) == 0 && !kChakraTraining.count(key))
-        throw InputError(mark, key +
-                                   " does not go with workload.chakra (the traces give the step), expected only "
-                                   "training.iterations, duration, step_overhead, attention and launch_blocking");
+    refuse_keys_under(s, "training.",
+                      {"training.iterations", "training.duration", "training.step_overhead", "training.attention",
+                       "training.launch_blocking"},
+                      " does not go with workload.chakra (the traces give the step), expected only "
+                      "training.iterations, duration, step_overhead, attention and launch_blocking");
     if (s.marks.count("faults")) {
       s.faults.set = true;
       if (s.faults.checkpoint_size_bytes < 0)
@@ -313,10 +325,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     throw InputError(SourceMark{path, 1, 1}, "model is required: a preset or its fields");
   if (!m.blocks.empty()) {
     // A model of blocks: the transformer's fields do not apply.
-    for (const auto& [key, mark] : s.marks)
-      if (key.rfind("model.", 0) == 0 && key != "model.blocks" && key != "model.dtype" && key != "model.name" &&
-          key.rfind("model.blocks.", 0) != 0)
-        throw InputError(mark, key + " does not go with model.blocks, expected the shapes in the blocks");
+    refuse_keys_under(s, "model.", {"model.blocks", "model.dtype", "model.name"},
+                      " does not go with model.blocks, expected the shapes in the blocks");
     if (s.inference) throw InputError(s.mark("inference"), "inference: serves transformer models, not model.blocks");
     if (m.name.empty()) m.name = "blocks";
   } else {
@@ -455,12 +465,9 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   // A serving replica's layout is its TP and PP degrees; the rest of parallel: lays out
   // training and would be ignored (cp and ep are refused by the serving engine, by name).
   if (s.inference)
-    for (const auto& [key, mark] : s.marks)
-      if (key.rfind("parallel.", 0) == 0 && key != "parallel.tp" && key != "parallel.pp" && key != "parallel.cp" &&
-          key != "parallel.ep")
-        throw InputError(mark, key +
-                                   " lays out training, and a serving replica is parallel.tp x parallel.pp, expected "
-                                   "only those (replicas: inference.replicas)");
+    refuse_keys_under(s, "parallel.", {"parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep"},
+                      " lays out training, and a serving replica is parallel.tp x parallel.pp, expected only those "
+                      "(replicas: inference.replicas)");
   if (m.moe.dense_layers > m.layers)
     throw InputError(s.mark("model.moe.dense_layers"),
                      "model.moe.dense_layers = " + std::to_string(m.moe.dense_layers) +
