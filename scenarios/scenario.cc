@@ -117,13 +117,14 @@ YNode load_with_includes(const std::string& path, const SourceMark& from, std::v
 // `allowed` nor under one of them: a key the run would ignore. The message is the key and `why`.
 void refuse_keys_under(const Scenario& s, const std::string& prefix, std::initializer_list<const char*> allowed,
                        const std::string& why) {
-  for (const auto& [key, mark] : s.marks) {
+  for (const auto& entry : s.marks) {
+    const std::string& key = entry.first;  // a plain reference: clang's lambdas do not capture bindings
     if (key.rfind(prefix, 0) != 0) continue;
     const bool kept = std::any_of(allowed.begin(), allowed.end(), [&key](const char* a) {
       const std::string k = a;
       return key == k || key.rfind(k + ".", 0) == 0;
     });
-    if (!kept) throw InputError(mark, key + why);
+    if (!kept) throw InputError(entry.second, key + why);
   }
 }
 
