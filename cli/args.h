@@ -1,6 +1,7 @@
 // What every command shares: the usage error (exit 2) and reading a flag's value.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
@@ -19,14 +20,22 @@ inline std::string need_value(const std::vector<std::string>& args, size_t& i) {
   return args[++i];
 }
 
-// The integer after the flag at args[i], from 1 to `max`; UsageError otherwise.
-inline int64_t need_count(const std::vector<std::string>& args, size_t& i, const std::string& flag, int64_t max) {
+// The integer after the flag at args[i], from `lo` to `hi`; UsageError otherwise.
+inline int64_t need_int(const std::vector<std::string>& args, size_t& i, const std::string& flag, int64_t lo,
+                        int64_t hi) {
   const std::string v = need_value(args, i);
   char* end = nullptr;
+  errno = 0;
   const long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < 1 || n > max)
-    throw UsageError(flag + " expects an integer from 1 to " + std::to_string(max) + ", got '" + v + "'");
+  if (v.empty() || *end != '\0' || errno == ERANGE || n < lo || n > hi)
+    throw UsageError(flag + " expects an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" +
+                     v + "'");
   return n;
+}
+
+// The integer after the flag at args[i], from 1 to `max`; UsageError otherwise.
+inline int64_t need_count(const std::vector<std::string>& args, size_t& i, const std::string& flag, int64_t max) {
+  return need_int(args, i, flag, 1, max);
 }
 
 // `--timing ops | stream` after the flag at args[i]: true for ops (an event pair around

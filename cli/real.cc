@@ -30,24 +30,14 @@ int cmd_real(const std::vector<std::string>& args) {
   std::vector<std::string> sets;
   bool json = false, mpi = false, op_events = true;
   int iterations = 5, warmup = 2;
-  auto count = [](const std::string& flag, const std::string& v, int lo) {
-    try {
-      size_t used = 0;
-      const long x = std::stol(v, &used);
-      if (used != v.size() || x < lo || x > 100000) throw std::invalid_argument(v);
-      return static_cast<int>(x);
-    } catch (const std::exception&) {
-      throw InputError(SourceMark{flag, 0, 0}, "expected an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-    }
-  };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--set")
       sets.push_back(need_value(args, i));
     else if (a == "--iterations")
-      iterations = count(a, need_value(args, i), 1);
+      iterations = static_cast<int>(need_int(args, i, a, 1, 100000));
     else if (a == "--warmup")
-      warmup = count(a, need_value(args, i), 0);
+      warmup = static_cast<int>(need_int(args, i, a, 0, 100000));
     else if (a == "--json")
       json = true;
     else if (a == "--mpi")

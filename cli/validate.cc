@@ -185,6 +185,18 @@ RealRun read_real_run(const std::string& path, const Plan& plan) {
   return r;
 }
 
+namespace {
+
+// `--profile P.yaml` in place of the scenario's calibration: key, a fault in it marked at
+// the flag rather than at the scenario.
+void use_profile(Scenario& s, const std::string& profile) {
+  if (profile.empty()) return;
+  s.calibration = std::filesystem::absolute(profile).string();
+  s.marks["calibration"] = SourceMark{"--profile", 0, 0};
+}
+
+}  // namespace
+
 int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   std::string path, profile, real_from, against;
   std::vector<std::string> sets;
@@ -199,9 +211,9 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
     else if (a == "--set")
       sets.push_back(value_of(args, i));
     else if (a == "--iterations")
-      iterations = std::stoi(value_of(args, i));
+      iterations = static_cast<int>(need_int(args, i, a, 1, 100000));
     else if (a == "--warmup")
-      warmup = std::stoi(value_of(args, i));
+      warmup = static_cast<int>(need_int(args, i, a, 0, 100000));
     else if (a == "--json")
       json = true;
     else if (a == "--real-from")
@@ -219,7 +231,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   if (path.empty()) throw std::invalid_argument("validate needs a scenario file");
   if (!against.empty()) {
     Scenario s = load_scenario(path, sets);
-    if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
+    use_profile(s, profile);
     return validate_against_pytorch(s, iterations, warmup, json, real_from);
   }
   if (real_from.empty() && !hooks.run_training)
@@ -231,7 +243,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
         "validate runs the scenario on a GPU, and this machine has none (--real-from DB.sqlite compares with a real "
         "run recorded earlier)");
   Scenario s = load_scenario(path, sets);
-  if (!profile.empty()) s.calibration = std::filesystem::absolute(profile).string();
+  use_profile(s, profile);
   if (s.inference && !op_events)
     throw std::invalid_argument("--timing stream times training steps; serving validation times each iteration's ops");
   if (s.inference && !real_from.empty())

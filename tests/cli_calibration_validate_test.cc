@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -237,6 +238,20 @@ TEST_F(CalibrationCliTest, ValidateAgainstRecordedRealRunsMeetsTheTargets) {
   EXPECT_NE(shorter.err.find("is of another plan"), std::string::npos) << shorter;
   EXPECT_NE(shorter.err.find(", expected the scenario's "), std::string::npos) << shorter;
   EXPECT_FALSE(fs::exists(dir_ / "refused.sqlite")) << "nothing written for a refused recording";
+  // A --profile that is no profile is named itself, not the scenario that it replaces.
+  ASSERT_EQ(::mkfifo((dir_ / "fifo").c_str(), 0600), 0);
+  const CliResult fifo = cli("validate " + quote(src + "/scenarios/examples/validation/gpt3-1.3b-mb3-1xh200.yaml") +
+                             " --profile " + quote((dir_ / "fifo").string()) + " --real-from " +
+                             quote(src + "/calibrate/measurements/validation/gpt3-1.3b-mb3-1xh200.sqlite") + " --set " +
+                             quote("output.sqlite=" + (dir_ / "fifo.sqlite").string()));
+  EXPECT_EQ(fifo.code, 1) << fifo;
+  EXPECT_EQ(fifo.err.rfind((dir_ / "fifo").string() + ": error: ", 0), 0) << fifo;
+  EXPECT_FALSE(fs::exists(dir_ / "fifo.sqlite")) << fifo;
+  for (const char* bad : {" --iterations x", " --warmup -1", " --iterations 99999999999999999999"}) {
+    const CliResult count = cli("validate " + quote(kExample) + bad + " --real-from /nonexistent.sqlite");
+    EXPECT_EQ(count.code, 2) << count;
+    EXPECT_NE(count.err.find("expects an integer from"), std::string::npos) << count;
+  }
   const CliResult missing = cli("validate " + quote(kExample) + " --real-from /nonexistent.sqlite");
   EXPECT_EQ(missing.code, 1) << missing;
   EXPECT_NE(missing.err.find("/nonexistent.sqlite: error: file does not exist"), std::string::npos) << missing;
