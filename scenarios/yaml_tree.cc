@@ -115,6 +115,13 @@ YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget, std
   return out;
 }
 
+// "FF" for the byte 0xFF.
+std::string hex_byte(unsigned char c) {
+  char b[3];
+  std::snprintf(b, sizeof b, "%02X", c);
+  return std::string(b);
+}
+
 }  // namespace
 
 YNode parse_yaml(const std::string& text, const std::string& file) {
@@ -134,13 +141,14 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
         const auto c1 = static_cast<unsigned char>(text[i + 1]);
         ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
       }
+      // YAML's printable set leaves out the C0 controls but tab, line feed and carriage
+      // return, and DEL: yaml-cpp would read a NUL as an escape, far from where it stands.
+      if (ok && n == 1 && ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F))
+        throw InputError(SourceMark{file, line, col},
+                         "a control character (0x" + hex_byte(c) + ") that YAML does not allow, expected text");
       if (!ok)
-        throw InputError(
-            SourceMark{file, line, col}, "a byte that is not UTF-8 text (0x" + [&] {
-              char b[3];
-              std::snprintf(b, sizeof b, "%02X", c);
-              return std::string(b);
-            }() + "), expected a UTF-8 file");
+        throw InputError(SourceMark{file, line, col},
+                         "a byte that is not UTF-8 text (0x" + hex_byte(c) + "), expected a UTF-8 file");
       if (c == '\n') {
         ++line;
         col = 1;

@@ -484,6 +484,13 @@ TEST_F(HostileTest, AByteThatIsNotUtf8IsRefusedWhereItIs) {
                               "cluster: {preset: dgx-h100, nodes: 1}\nname: ab\xff\xfe\n"
                               "model: {preset: gpt3-1.3b, layers: 2}\n");
   expect_refused_fast("run " + quote(s) + " --json", "u.yaml:2:9: error: a byte that is not UTF-8 text (0xFF)");
+  // A NUL (or another control character YAML leaves out) is refused where it stands: the
+  // parser alone read it as an escape two columns on.
+  const std::string nul =
+      write("n.yaml", std::string("cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b") + '\0' + "}\n");
+  expect_refused_fast("run " + quote(nul), "n.yaml:2:26: error: a control character (0x00) that YAML does not allow");
+  const std::string del = write("d.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nname: a\x7f\n");
+  expect_refused_fast("run " + quote(del), "d.yaml:2:8: error: a control character (0x7F)");
   const std::string ok = write("v.yaml",
                                "cluster: {preset: dgx-h100, nodes: 1}\nname: \"caf\xc3\xa9 \xe2\x9c\x93\"\n"
                                "model: {preset: gpt3-1.3b, layers: 2}\n");
