@@ -64,7 +64,17 @@ std::string memory_svg(const Run& r, double hbm_hint) {
   }
   if (stages.empty() && r.has("peak_memory_per_gpu_bytes")) stages.push_back(r.metric("peak_memory_per_gpu_bytes"));
   if (stages.empty()) return "<p>No memory figures in this run.</p>";
+  // A cluster of several GPU models gives each stage the capacity of its smallest GPU:
+  // a mark across each bar then, one line across the chart otherwise.
+  std::vector<double> caps;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const std::string k = "gpu_memory_stage_" + std::to_string(i) + "_bytes";
+    if (!r.has(k)) break;
+    caps.push_back(r.metric(k));
+  }
+  if (caps.size() != stages.size()) caps.clear();
   double top = std::max(hbm_hint, *std::max_element(stages.begin(), stages.end()));
+  for (const double cap : caps) top = std::max(top, cap);
   const double w = std::min(900.0, std::max(380.0, 120 + 40.0 * static_cast<double>(stages.size()))), h = 260;
   Chart c(w, h, -0.5, static_cast<double>(stages.size()) - 0.5, 0, top * 1.05);
   c.axes(
@@ -81,10 +91,19 @@ std::string memory_svg(const Run& r, double hbm_hint) {
       c.raw("<text x=\"" + fmt("%.1f", c.X(static_cast<double>(i))) + "\" y=\"" + fmt("%.1f", h - Chart::kBottom + 16) +
             "\" text-anchor=\"middle\">" + std::to_string(i) + "</text>");
   }
-  if (hbm_hint > 0)
+  if (!caps.empty()) {
+    for (size_t i = 0; i < caps.size(); ++i) {
+      const double x = c.X(static_cast<double>(i)) - bw / 2 - 3;
+      c.raw("<line x1=\"" + fmt("%.1f", x) + "\" x2=\"" + fmt("%.1f", x + bw + 6) + "\" y1=\"" +
+            fmt("%.1f", c.Y(caps[i])) + "\" y2=\"" + fmt("%.1f", c.Y(caps[i])) +
+            "\" stroke=\"#e15759\" stroke-width=\"2\"><title>stage " + std::to_string(i) + "'s GPUs: " + gib(caps[i]) +
+            "</title></line>");
+    }
+  } else if (hbm_hint > 0) {
     c.raw("<line x1=\"" + fmt("%.1f", Chart::kLeft) + "\" x2=\"" + fmt("%.1f", w - Chart::kRight) + "\" y1=\"" +
           fmt("%.1f", c.Y(hbm_hint)) + "\" y2=\"" + fmt("%.1f", c.Y(hbm_hint)) +
           "\" stroke=\"#e15759\" stroke-dasharray=\"4 3\"><title>GPU memory " + gib(hbm_hint) + "</title></line>");
+  }
   std::string parts = "<p class=\"note\">Fullest stage: ";
   for (const char* k : {"weights", "gradients", "optimizer", "activations", "buffers"}) {
     const std::string key = std::string("memory_") + k + "_bytes";

@@ -38,6 +38,20 @@ Timeline make_timeline(const RunOutcome& run) {
     t.run.metrics.emplace_back("memory_stage_" + std::to_string(i) + "_bytes",
                                std::round(run.plan.stage_memory[i].total()));
   const Plan& plan = run.plan.plan;
+  // A cluster of several GPU models: each stage against the smallest GPU that holds it.
+  if (!s.cluster.one_gpu_model() && !run.plan.stage_memory.empty()) {
+    std::vector<double> cap(run.plan.stage_memory.size(), 0.0);
+    const int64_t gpn = s.cluster.node.gpus;
+    for (int32_t r = 0; r < plan.world_size; ++r) {
+      const size_t stage = plan.rank_program[static_cast<size_t>(r)];
+      if (stage >= cap.size()) continue;
+      const double hbm = s.cluster.node_at(static_cast<int>(plan.rank_gpu[static_cast<size_t>(r)] / gpn)).gpu.hbm_bytes;
+      cap[stage] = cap[stage] > 0 ? std::min(cap[stage], hbm) : hbm;
+    }
+    for (size_t i = 0; i < cap.size(); ++i)
+      if (cap[i] > 0)
+        t.run.metrics.emplace_back("gpu_memory_stage_" + std::to_string(i) + "_bytes", std::round(cap[i]));
+  }
   t.plan = &plan;
   const Topology& topo = *run.topology;
   for (int32_t r = 0; r < plan.world_size; ++r) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "sim/run.h"
 #include "sim/serving.h"
 #include "support/temp_scenario.h"
+#include "topology/gpu.h"
 
 namespace clustersim {
 namespace {
@@ -44,6 +46,38 @@ std::string metric_text(const Metrics& m, const std::string& k) {
   for (const auto& [key, v] : m)
     if (key == k) return format_number(v);
   return "?";
+}
+
+// A cluster of two GPU models: each stage's bar is marked at its own GPUs' capacity (an
+// H200 stage, an H100 stage), not one line at the first node's.
+TEST(Report, MixedClusterMarksEachStagesOwnCapacity) {
+  const std::string dir = testing::temp_dir("report-mixed");
+  {
+    std::ofstream(dir + "/mixed.topology.yaml")
+        << "nodes:\n  - {preset: dgx-h200, count: 1}\n  - {preset: dgx-h100, count: 1}\nfabric: {topology: fat-tree}\n";
+    std::ofstream(dir + "/s.yaml") << "name: mixed\ncluster: {topology_file: mixed.topology.yaml}\n"
+                                      "model: {preset: gpt3-1.3b, layers: 4}\nparallel: {tp: 8, pp: 2}\n"
+                                      "training: {global_batch: 8}\n";
+  }
+  Scenario s = load_scenario(dir + "/s.yaml");
+  s.output_sqlite = dir + "/m.sqlite";
+  const RunOutcome out = run_training(s);
+  write_outputs(out);
+  const Timeline t = make_timeline(out);
+  double cap0 = 0, cap1 = 0;
+  for (const auto& [k, v] : t.run.metrics) {
+    if (k == "gpu_memory_stage_0_bytes") cap0 = v;
+    if (k == "gpu_memory_stage_1_bytes") cap1 = v;
+  }
+  EXPECT_EQ(cap0, std::round(find_gpu_preset("h200-sxm")->hbm_bytes));
+  EXPECT_EQ(cap1, std::round(find_gpu_preset("h100-sxm")->hbm_bytes));
+  write_html_report(dir + "/m.sqlite", dir + "/m.html");
+  const std::string h = slurp(dir + "/m.html");
+  char want[2][64];
+  std::snprintf(want[0], sizeof want[0], "stage 0's GPUs: %.2f GiB", cap0 / (1ull << 30));
+  std::snprintf(want[1], sizeof want[1], "stage 1's GPUs: %.2f GiB", cap1 / (1ull << 30));
+  for (const char* w : want) EXPECT_NE(h.find(w), std::string::npos) << w;
+  EXPECT_EQ(h.find("<title>GPU memory "), std::string::npos) << "no single line for a mixed cluster";
 }
 
 TEST(Report, TrainingRunHasEverySectionAndTheSummarysNumbers) {
