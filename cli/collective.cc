@@ -1,24 +1,25 @@
 // `clustersim collective`: a collective's size sweep, printed like nccl-tests.
-#include "calibrate/profile.h"
-#include "scenarios/topology_file.h"
-#include "scenarios/units.h"
-#include "sim/collective_sweep.h"
-#include "topology/presets.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "calibrate/profile.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "scenarios/scenario.h"
+#include "scenarios/topology_file.h"
+#include "scenarios/units.h"
+#include "sim/collective_sweep.h"
+#include "topology/presets.h"
 
 namespace clustersim {
 
 int cmd_collective(const std::vector<std::string>& args) {
   CollectiveSweepConfig cfg;
-  std::string preset, topology_file, op = "all-reduce", algo = "auto", proto = "auto", model = "analytic", fabric = "fat-tree";
+  std::string preset, topology_file, op = "all-reduce", algo = "auto", proto = "auto", model = "auto",
+                                     fabric = "fat-tree";
   double oversub = 1.0;
   int nics_per_leaf = 32;
   int nodes = 0;
@@ -114,10 +115,12 @@ int cmd_collective(const std::vector<std::string>& args) {
                        "unknown protocol '" + proto + "', expected auto, LL, LL128 or Simple");
     cfg.protocol = p;
   }
-  if (model != "analytic" && model != "flow")
+  if (model != "auto" && model != "analytic" && model != "flow")
     throw InputError(SourceMark{"--network-model", 0, 0},
-                     "unknown network model '" + model + "', expected analytic or flow");
-  cfg.flow = model == "flow";
+                     "unknown network model '" + model + "', expected auto, analytic or flow");
+  if (cfg.kind == SweepOp::SendRecv && cfg.algorithm)
+    throw InputError(SourceMark{"--algo", 0, 0},
+                     "send-recv is one transfer between two GPUs, not an algorithm's steps, expected no --algo");
   if (!topology_file.empty()) {
     // The cluster as the file gives it; the groups take its first GPUs.
     for (const char* flag : {"--nodes", "--fabric", "--oversubscription", "--nics-per-leaf"})
@@ -162,6 +165,14 @@ int cmd_collective(const std::vector<std::string>& args) {
                            std::to_string(node->gpus) + "; add --nodes");
     if (cfg.nodes > 1) cfg.cluster.node.nics = std::min(cfg.cluster.node.nics, total / cfg.nodes);
   }
+  // auto as a scenario's network_model: flow where concurrent transfers share a link (GPUs
+  // sharing a NIC, an oversubscribed fabric, a topology file's explicit links).
+  if (model == "auto") {
+    ClusterSpec used = cfg.cluster;
+    if (topology_file.empty()) used.nodes = cfg.nodes;
+    model = auto_network_model(used);
+  }
+  cfg.flow = model == "flow";
   if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
   // The rows count float elements, as nccl-tests' do: a size is whole elements of 4 bytes.
   for (const auto& [flag, b] : {std::pair{"--min", cfg.min_bytes}, {"--max", cfg.max_bytes}})

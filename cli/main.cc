@@ -32,7 +32,7 @@ constexpr const char* kUsage =
     "                                                simulate a training or serving scenario (--samples: N\n"
     "                                                seeded draws of its variability:, p5 / p50 / p95)\n"
     "  collective --op OP --gpus N (--cluster PRESET [--nodes K] | --topology-file T.yaml) [--algo A] [--proto P]\n"
-    "             [--network-model analytic|flow] [--concurrent K] [--fabric F] [--oversubscription X]\n"
+    "             [--network-model auto|analytic|flow] [--concurrent K] [--fabric F] [--oversubscription X]\n"
     "             [--nics-per-leaf N] [--profile P.yaml] [--min SIZE] [--max SIZE] [--json]\n"
     "                                                collective size sweep, nccl-tests style\n"
     "  plan S.yaml [--set key=value]... [--out FILE] write the scenario's Plan as JSON (stdout by default)\n"

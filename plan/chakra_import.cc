@@ -245,15 +245,23 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
       const YAML::Node root = YAML::LoadFile(groups_file.string());
       if (!root.IsMap()) bad(groups_file.string(), "comm_group.json must map a group id to its list of ranks");
       for (const auto& kv : root) {
+        const std::string id = kv.first.as<std::string>();
+        if (pg_ranks.count(id))
+          bad(groups_file.string(), "group " + id + " is listed twice, expected each group id once");
         std::vector<int32_t> ranks;
+        std::vector<char> seen(static_cast<size_t>(world), 0);
         for (const auto& r : kv.second) {
           const auto v = r.as<int64_t>();
           if (v < 0 || v >= world)
-            bad(groups_file.string(), "group " + kv.first.as<std::string>() + " names rank " + std::to_string(v) +
-                                          ", past the " + std::to_string(world) + " traces");
+            bad(groups_file.string(),
+                "group " + id + " names rank " + std::to_string(v) + ", past the " + std::to_string(world) + " traces");
+          if (seen[static_cast<size_t>(v)]++)
+            bad(groups_file.string(),
+                "group " + id + " lists rank " + std::to_string(v) + " twice, expected each rank once");
           ranks.push_back(static_cast<int32_t>(v));
         }
-        pg_ranks[kv.first.as<std::string>()] = ranks;
+        if (ranks.empty()) bad(groups_file.string(), "group " + id + " has no ranks, expected its list of ranks");
+        pg_ranks[id] = ranks;
       }
     } catch (const YAML::Exception& e) {
       throw InputError(SourceMark{groups_file.string(), e.mark.line + 1, e.mark.column + 1},

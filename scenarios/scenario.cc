@@ -23,25 +23,6 @@
 namespace clustersim {
 namespace {
 
-// The analytic network costs each transfer alone on its route. That is exact where every
-// GPU owns its NIC on a non-blocking fabric, as in DGX nodes on a rail-optimized or full
-// fat-tree. Where GPUs share a NIC, or leaves share an oversubscribed uplink, the DP
-// groups of one node's TP and PP ranks reduce at the same time through the same link, and
-// only the flow network, which shares links among concurrent transfers, sees it.
-std::string auto_network_model(const ClusterSpec& c) {
-  if (c.nodes < 2) return "analytic";
-  if (c.fabric.oversubscription > 1.0) return "flow";
-  // An explicit fabric (a topology file's links) may funnel any traffic through one link:
-  // only the flow network shares it.
-  if (!c.fabric_links.empty()) return "flow";
-  for (int n = 0; n < c.nodes; ++n) {
-    const NodeSpec& node = c.node_at(n);
-    if (node.nics < node.gpus) return "flow";
-    if (c.node_specs.empty()) break;  // every node built alike
-  }
-  return "analytic";
-}
-
 namespace fs = std::filesystem;
 
 std::vector<std::string> include_list(const YNode& root) {
@@ -193,6 +174,25 @@ void trtllm_bench_engine_limits(Scenario& s) {
 }
 
 }  // namespace
+
+// The analytic network costs each transfer alone on its route. That is exact where every
+// GPU owns its NIC on a non-blocking fabric, as in DGX nodes on a rail-optimized or full
+// fat-tree. Where GPUs share a NIC, or leaves share an oversubscribed uplink, the DP
+// groups of one node's TP and PP ranks reduce at the same time through the same link, and
+// only the flow network, which shares links among concurrent transfers, sees it.
+std::string auto_network_model(const ClusterSpec& c) {
+  if (c.nodes < 2) return "analytic";
+  if (c.fabric.oversubscription > 1.0) return "flow";
+  // An explicit fabric (a topology file's links) may funnel any traffic through one link:
+  // only the flow network shares it.
+  if (!c.fabric_links.empty()) return "flow";
+  for (int n = 0; n < c.nodes; ++n) {
+    const NodeSpec& node = c.node_at(n);
+    if (node.nics < node.gpus) return "flow";
+    if (c.node_specs.empty()) break;  // every node built alike
+  }
+  return "analytic";
+}
 
 SourceMark Scenario::mark(const std::string& key) const {
   for (std::string k = key;;) {
@@ -517,6 +517,18 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                            " and an output of " + std::to_string(shortest(s.serving.output)) +
                            " tokens, runs past model.seq_len = " + std::to_string(m.seq_len) +
                            " (the longest context the model serves), expected shorter or a longer model.seq_len");
+    // A shared prefix needs both halves: its length and how many distinct ones there are
+    // (groups: 0, written, turns it off).
+    const bool tokens_alone =
+        s.serving.prefix_tokens > 0 && s.serving.prefix_groups == 0 && !s.marks.count("inference.shared_prefix.groups");
+    if (tokens_alone || (s.serving.prefix_groups > 0 && s.serving.prefix_tokens == 0)) {
+      const bool tokens = tokens_alone;
+      throw InputError(s.mark(tokens ? "inference.shared_prefix.tokens" : "inference.shared_prefix.groups"),
+                       tokens ? "inference.shared_prefix.tokens is set but no shared_prefix.groups, so no request "
+                                "opens with a prefix; expected groups >= 1 (the distinct prefixes)"
+                              : "inference.shared_prefix.groups is set but no shared_prefix.tokens, so the prefixes "
+                                "are empty; expected tokens >= 1 (each prefix's length)");
+    }
     // A shared prefix opens the prompt: one longer than every prompt the lengths allow opens none.
     const LengthDist& pr = s.serving.prompt;
     const int64_t longest_prompt = pr.dist == "fixed" ? pr.value : pr.max;

@@ -285,4 +285,9 @@ struct KeyDoc {
 };
 std::vector<KeyDoc> scenario_key_docs();
 
+// The network model `auto` resolves to for a cluster: flow where concurrent transfers must
+// share a link (nodes with fewer NICs than GPUs, an oversubscribed fabric, a topology file's
+// explicit links), analytic otherwise.
+std::string auto_network_model(const ClusterSpec& c);
+
 }  // namespace clustersim

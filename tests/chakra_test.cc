@@ -296,6 +296,10 @@ TEST(Chakra, WhatCannotBeImportedIsAnError) {
   EXPECT_THROW(attempt({{"j.0.et", trace({{1, {5}}}, "")}}), InputError);            // no node 5
   EXPECT_THROW(attempt({{"j.0.et", trace({{1, {}}}, "9")}, {"comm_group.json", "{\"0\": [0]}"}}), InputError);
   EXPECT_NO_THROW(attempt({{"j.0.et", trace({{1, {}}, {2, {1}}}, "0")}, {"comm_group.json", "{\"0\": [0]}"}}));
+  // A group that lists a rank twice, a group id given twice, a group of no ranks: each
+  // would leave a collective that never meets, refused as the file's fault instead.
+  for (const char* groups : {"{\"0\": [0, 0]}", "{\"0\": [0], \"0\": [0]}", "{\"0\": []}"})
+    EXPECT_THROW(attempt({{"j.0.et", trace({{1, {}}}, "0")}, {"comm_group.json", groups}}), InputError) << groups;
   EXPECT_THROW(scenario_from_text("cluster: {preset: dgx-h100}\nworkload: {chakra: t}\nmodel: {preset: gpt3-1.3b}\n", "chakra-bad2"),
                InputError);
 }

@@ -219,7 +219,16 @@ TEST_F(CollectiveCliTest, CollectiveConcurrentGroupsContendUnderFlow) {
   const double eight_tight = time_of(" --network-model flow --concurrent 8" + tight);
   EXPECT_NEAR(one_tight, one, 0.01 * one);
   EXPECT_GT(eight_tight, 1.5 * one_tight);
-  EXPECT_NEAR(time_of(" --concurrent 8" + tight), one, 0.01 * one);  // analytic: each group alone
+  EXPECT_NEAR(time_of(" --network-model analytic --concurrent 8" + tight), one, 0.01 * one);  // each group alone
+  // auto, the default, is a scenario's auto: flow on the oversubscribed fabric, so the
+  // contention shows without asking; analytic on the non-blocking one.
+  EXPECT_NEAR(time_of(" --concurrent 8" + tight), eight_tight, 1e-9 * eight_tight);
+  EXPECT_NE(cli(base + " --concurrent 8" + tight).out.find("\"network_model\": \"flow\""), std::string::npos);
+  EXPECT_NE(cli(base + " --concurrent 8").out.find("\"network_model\": \"analytic\""), std::string::npos);
+  // send-recv is one transfer: an algorithm would be ignored, so it is refused.
+  const CliResult algo = cli("collective --op send-recv --gpus 8 --cluster dgx-h100 --algo tree");
+  EXPECT_EQ(algo.code, 1) << algo;
+  EXPECT_NE(algo.err.find("--algo: error: send-recv is one transfer"), std::string::npos) << algo;
 }
 
 // GB200 NVL72 keeps 72 GPUs in one NVLink domain: its all-reduce beats the same 72

@@ -74,6 +74,14 @@ TEST_F(HostileTest, ServingLengthsNoEngineTakesAreRefusedAtTheirKey) {
                           " --set inference.prompt_tokens.value=128 --set "
                           "inference.shared_prefix.tokens=5000 --set inference.shared_prefix.groups=1",
                       "inference.shared_prefix.tokens = 5000 is longer than every prompt (at most 128 tokens)");
+  // Half a shared prefix would share nothing, silently; groups: 0 written turns it off.
+  expect_refused_fast("run " + quote(f) + " --set inference.shared_prefix.tokens=256",
+                      "inference.shared_prefix.tokens is set but no shared_prefix.groups");
+  expect_refused_fast("run " + quote(f) + " --set inference.shared_prefix.groups=4",
+                      "inference.shared_prefix.groups is set but no shared_prefix.tokens");
+  EXPECT_EQ(
+      cli("run " + quote(f) + " --set inference.shared_prefix.tokens=64 --set inference.shared_prefix.groups=0").code,
+      0);
   expect_refused_fast("run " + quote(f) + " --set inference.speculative.lookahead=100000", "expected at most 256");
   expect_refused_fast("run " + quote(f) + " --set inference.arrivals.rate_per_s=4.9e-324",
                       "the arrivals would span over 1e300 s");
