@@ -167,11 +167,13 @@ const std::vector<KeySpec>& key_table() {
              [](const N& n, S& s) { s.faults.repair_s = as_duration(n, "faults.repair"); }},
             {"jobs", "list", "[]",
              "several jobs on this file's cluster: [{scenario: train.yaml, first_node: 0}, {scenario: serve.yaml, "
-             "nodes: [8, 9]}]; each job's own file gives its model, layout and size (sim/jobs.h)",
+             "nodes: [8, 9]}]; each job's own file gives its model, layout and size (sim/jobs.h; relative to this "
+             "file)",
              [](const N& n, S& s) {
                if (n.kind != YNode::Kind::Seq || n.seq.empty())
-                 throw InputError(
-                     n.mark, "jobs must be a non-empty list of {scenario: PATH, first_node: N}, got " + n.kind_name());
+                 throw InputError(n.mark,
+                                  "jobs must be a non-empty list of {scenario: PATH, first_node: N}, got " +
+                                      (n.kind == YNode::Kind::Seq ? std::string("an empty list") : n.kind_name()));
                for (const YNode& item : n.seq) {
                  if (item.kind != YNode::Kind::Map)
                    throw InputError(item.mark,
@@ -179,9 +181,10 @@ const std::vector<KeySpec>& key_table() {
                  JobSpec j;
                  j.mark = item.mark;
                  for (const auto& [k, v] : item.map) {
-                   if (k == "scenario")
+                   if (k == "scenario") {
                      j.scenario = scalar(v, "jobs.scenario", "a path");
-                   else if (k == "first_node")
+                     j.path = as_path(v, "jobs.scenario");
+                   } else if (k == "first_node")
                      j.first_node = as_int(v, "jobs.first_node", 0, kMaxCount);
                    else if (k == "nodes")
                      j.nodes = int_list(v, "jobs.nodes", 0, kMaxCount);
@@ -200,7 +203,7 @@ const std::vector<KeySpec>& key_table() {
             {"workload.chakra", "path", "none",
              "a folder of Chakra execution traces (<name>.<rank>.et, comm_group.json; relative to this file): one rank "
              "per trace, run on the cluster (plan/chakra.h)",
-             [](const N& n, S& s) { s.chakra_dir = scalar(n, "workload.chakra", "a path"); }},
+             [](const N& n, S& s) { s.chakra_dir = as_path(n, "workload.chakra"); }},
         });
     add_inference_keys(t);
     t.insert(
@@ -230,7 +233,7 @@ const std::vector<KeySpec>& key_table() {
             {"calibration", "path", "none",
              "calibration profile YAML (calibrate/profiles/*.yaml; relative to this file); else the built-in defaults; "
              "a warning if the profile's gpu: is another model than the cluster's GPU",
-             [](const N& n, S& s) { s.calibration = scalar(n, "calibration", "a path"); }},
+             [](const N& n, S& s) { s.calibration = as_path(n, "calibration"); }},
             {"cluster.power_cap", "bool", "true",
              "run each phase's kernels at the SM clock the board's power limit leaves their mix (GPUs with a power "
              "model: h100-sxm, h200-sxm, or gpu_spec's power keys; docs/model.md); false: every kernel at its burst "

@@ -35,10 +35,7 @@ void add_cluster_keys(KeyList& t) {
            "the cluster node by node, with its own GPUs, boards and fabric (docs/topology-files.md; relative to this "
            "file), instead of preset, nodes, gpu, gpu_spec and scale_out",
            [](const N& n, S& s) {
-             const std::string& given = scalar(n, "cluster.topology_file", "a path");
-             fs::path p(given);
-             if (p.is_relative() && n.mark.file != "--set" && !n.mark.file.empty())
-               p = fs::path(n.mark.file).parent_path() / p;
+             const fs::path p = as_path(n, "cluster.topology_file");
              s.cluster = load_topology_file(p.string(), n.mark);
              std::error_code ec;
              s.inputs.push_back(fs::weakly_canonical(p, ec).string());

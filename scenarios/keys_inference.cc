@@ -79,8 +79,8 @@ void add_inference_keys(KeyList& t) {
            }},
           {"inference.arrivals.trace", "path", "none",
            "CSV of arrival_s, prompt_tokens, output_tokens[, prefix_group] (instead of a process; a first line that "
-           "starts with a letter is a header)",
-           [](const N& n, S& s) { s.serving.trace = scalar(n, "inference.arrivals.trace", "a path"); }},
+           "starts with a letter is a header; relative to this file)",
+           [](const N& n, S& s) { s.serving.trace = as_path(n, "inference.arrivals.trace"); }},
           {"inference.prompt_tokens", "mapping", "", "prompt length distribution", nullptr},
           {"inference.output_tokens", "mapping", "", "output length distribution", nullptr},
           {"inference.prompt_tokens.dist", "name", "fixed", "fixed | uniform | lognormal | zipf",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "scenarios/units.h"
 
@@ -13,6 +14,14 @@ namespace clustersim {
 const std::string& scalar(const YNode& n, const std::string& key, const char* expected) {
   if (n.kind != YNode::Kind::Scalar) throw InputError(n.mark, key + " must be " + expected + ", got " + n.kind_name());
   return n.scalar;
+}
+
+std::string as_path(const YNode& n, const std::string& key) {
+  const std::filesystem::path p(scalar(n, key, "a path"));
+  const std::string& from = n.mark.file;
+  if (p.is_relative() && !from.empty() && from.rfind("--set", 0) != 0)
+    return (std::filesystem::path(from).parent_path() / p).string();
+  return p.string();
 }
 
 bool parse_integer(const std::string& s, int64_t& v) {

@@ -17,6 +17,10 @@ inline constexpr int64_t kMaxCount = 1 << 20;
 inline constexpr int64_t kMaxModelDim = int64_t{1} << 24;
 
 const std::string& scalar(const YNode& n, const std::string& key, const char* expected);
+// A path key's value, resolved as the keys' docs say: a relative path written in a file (a
+// scenario, an include, a sweep: list) is relative to that file's folder; one given on the
+// command line (--set) is relative to the working directory.
+std::string as_path(const YNode& n, const std::string& key);
 // Numbers as YAML writes them, for a scenario's keys and the files they name (a request
 // trace): an integer is an optional sign and digits (a leading + too); a decimal is
 // decimal notation, finite (strtod alone would also take hex such as 0x10, inf and nan).

@@ -299,9 +299,6 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         throw InputError(s.mark("faults"), "faults.checkpoint_bandwidth is required, expected e.g. 100GB/s");
     }
     s.model.name = "chakra traces";
-    s.chakra_dir =
-        (fs::path(s.chakra_dir).is_relative() ? fs::path(path).parent_path() / s.chakra_dir : fs::path(s.chakra_dir))
-            .string();
     s.merged_yaml = emit_yaml(root);
     s.config_yaml = s.merged_yaml;
     return s;

@@ -121,7 +121,8 @@ struct Straggler {
 
 // One job of a `jobs:` file: its own scenario, placed on the shared cluster from a node on.
 struct JobSpec {
-  std::string scenario;        // path, relative to the jobs: file
+  std::string scenario;        // path as written, relative to the file that names it
+  std::string path;            // the same, resolved (scenarios/readers.h, as_path)
   int64_t first_node = 0;      // the job's nodes are first_node .. first_node + its cluster.nodes - 1
   std::vector<int64_t> nodes;  // or these nodes of the shared cluster, in the job's node order
   SourceMark mark;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -151,7 +152,12 @@ JobsOutcome run_jobs(const Scenario& s) {
   std::set<int64_t> taken;
   for (const JobSpec& spec : s.jobs) {
     LoadedJob j;
-    j.s = load_scenario(scenario_relative_path(s, spec.scenario));
+    // A job's file that is not there is the jobs: entry's fault, marked there.
+    std::error_code ec;
+    if (!std::filesystem::exists(spec.path, ec))
+      throw InputError(spec.mark, "job scenario '" + spec.scenario + "' does not exist (looked for " + spec.path +
+                                      "), expected a scenario file relative to this file");
+    j.s = load_scenario(spec.path);
     const Scenario& js = j.s;
     if (js.cluster.node.preset != s.cluster.node.preset || js.cluster.node.gpus != gpn)
       throw InputError(spec.mark, "job " + spec.scenario + " runs on " + js.cluster.node.preset + " nodes of " +
@@ -182,7 +188,11 @@ JobsOutcome run_jobs(const Scenario& s) {
     } else {
       for (int64_t n = 0; n < js.cluster.nodes; ++n) j.nodes.push_back(spec.first_node + n);
     }
+    std::set<int64_t> mine;
     for (int64_t n : j.nodes) {
+      if (!mine.insert(n).second)
+        throw InputError(spec.mark, "job " + spec.scenario + " lists node " + std::to_string(n) +
+                                        " twice, expected each of its nodes once");
       if (n >= s.cluster.nodes)
         throw InputError(spec.mark, "job " + spec.scenario + " needs node " + std::to_string(n) +
                                         ", past the shared cluster's " + std::to_string(s.cluster.nodes) + " nodes");

@@ -18,6 +18,7 @@
 #include "reports/progress.h"
 #include "reports/sqlite_writer.h"
 #include "scenarios/error.h"
+#include "scenarios/readers.h"
 #include "scenarios/yaml_tree.h"
 #include "sim/run.h"
 #include "sim/serving.h"
@@ -128,7 +129,7 @@ std::string scenario_fingerprint(const Scenario& base) {
   for (const auto& [key, values] : base.sweep)
     if (key == "cluster.topology_file" || key == "calibration" || key == "inference.arrivals.trace")
       for (const YNode& v : values.seq)
-        if (v.kind == YNode::Kind::Scalar) mix_file(scenario_relative_path(base, v.scalar));
+        if (v.kind == YNode::Kind::Scalar) mix_file(as_path(v, key));  // as the point's key reads it
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -1,19 +1,22 @@
 // Several jobs on one fabric (sim/jobs.h): contention on a shared bottleneck, placement
 // checks, training beside serving.
+#include "sim/jobs.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "scenarios/error.h"
-#include "sim/jobs.h"
 #include "support/temp_scenario.h"
 
 namespace clustersim {
 namespace {
 
 using testing::temp_dir;
+namespace fs = std::filesystem;
 
 // Four one-GPU nodes, two per leaf, one spine up-link per leaf (oversubscription 2): a
 // job on nodes {0, 2} and one on {1, 3} both cross leaf 0's up-link.
@@ -96,6 +99,34 @@ TEST(Jobs, PlacementsAreChecked) {
         std::string("jobs:\n  - {scenario: a.yaml, nodes: [0, 1], first_node: 1}\n")}) {
     EXPECT_THROW(run_jobs(load_scenario(write_files("jobs-bad", bad))), InputError) << bad;
   }
+  // Each message names what is wrong, where: a node a job lists twice, a job file that is
+  // not there (marked at its entry in the jobs: file).
+  auto message = [](const std::string& block) {
+    try {
+      run_jobs(load_scenario(write_files("jobs-msg", block)));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message("jobs:\n  - {scenario: a.yaml, nodes: [0, 0]}\n").find("lists node 0 twice"), std::string::npos);
+  const std::string missing = message("jobs:\n  - {scenario: gone.yaml, first_node: 0}\n");
+  EXPECT_NE(missing.find("jobs.yaml:3:5: error: job scenario 'gone.yaml' does not exist"), std::string::npos)
+      << missing;
+}
+
+// A job's scenario path is relative to the file that names it, whatever the working folder.
+TEST(Jobs, AJobsPathIsRelativeToItsFile) {
+  const std::string path = write_files("jobs-relative", "jobs:\n  - {scenario: a.yaml, first_node: 0}\n");
+  const std::string dir = temp_dir("jobs-elsewhere");
+  std::ofstream(dir + "/a.yaml") << "name: elsewhere\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\n"
+                                    "model: {preset: gpt3-1.3b, layers: 2}\ntraining: {global_batch: 1}\n";
+  const fs::path before = fs::current_path();
+  fs::current_path(dir);  // a.yaml here is another job
+  const JobsOutcome o = run_jobs(load_scenario(path));
+  fs::current_path(before);
+  ASSERT_EQ(o.jobs.size(), 1u);
+  EXPECT_EQ(o.jobs[0].name, "a");
 }
 
 // A disaggregated serving job's KV transfers cross the same up-links as a training job's

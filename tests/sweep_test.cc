@@ -142,6 +142,34 @@ TEST(Sweep, AnEditedTopologyFileRunsThePointsAgain) {
   EXPECT_NE(first.fingerprint, edited.fingerprint);
 }
 
+// A swept topology file is hashed as the point reads it, beside the scenario that names it,
+// not as a same-named file in the working folder; a --set path is the working folder's.
+TEST(Sweep, ASweptTopologyFileIsTheOneBesideItsScenario) {
+  const std::string dir = testing::temp_dir("sweep-topology-swept");
+  fs::create_directories(dir + "/here");
+  fs::create_directories(dir + "/sub");
+  const std::string db = dir + "/r.sqlite";
+  std::ofstream(dir + "/here/t.yaml") << "nodes:\n  - {preset: dgx-h100, count: 1}\n";  // the decoy
+  std::ofstream(dir + "/sub/t.yaml") << "nodes:\n  - {preset: dgx-h100, count: 1}\n";
+  const std::string path = dir + "/sub/s.yaml";
+  std::ofstream(path) << "name: t\ncluster: {topology_file: t.yaml}\nmodel: {preset: gpt3-1.3b, layers: 4}\n"
+                         "training: {global_batch: 16}\nsweep:\n  cluster.topology_file: [t.yaml]\n";
+  const fs::path before = fs::current_path();
+  fs::current_path(dir + "/here");
+  SweepOptions o;
+  o.progress = false;
+  o.database = db;
+  const SweepReport first = run_sweep(path, o);
+  std::ofstream(dir + "/sub/t.yaml") << "nodes:\n  - {preset: dgx-a100, count: 1}\n";
+  const SweepReport edited = run_sweep(path, o);
+  for (const SweepPointResult& r : edited.results) EXPECT_FALSE(r.reused);
+  EXPECT_NE(first.fingerprint, edited.fingerprint);
+  // --set names a path from the working folder, its folders kept.
+  fs::current_path(dir);
+  EXPECT_EQ(load_scenario(path, {"cluster.topology_file=here/t.yaml"}).cluster.node.gpu.name, "h100-sxm");
+  fs::current_path(before);
+}
+
 TEST(Sweep, ServingScenariosRankByGoodput) {
   const std::string path = write_scenario(
       "sweep-serving",
