@@ -23,8 +23,15 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
   c.parallel.expert_tp = l.expert_tp() == l.tp ? 0 : l.expert_tp();
   c.parallel.virtual_stages = l.virtual_stages;
   // The end stages' own sizes belong to the scenario's pipeline; other pipelines split evenly.
-  if (l.pp != s.parallel.pp || l.virtual_stages != s.parallel.virtual_stages)
+  // A key the layout puts back to its default is unwritten too: the checks that a key goes
+  // with its layout look at what was written.
+  auto unwrite = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys) c.marks.erase(k);
+  };
+  if (l.pp != s.parallel.pp || l.virtual_stages != s.parallel.virtual_stages) {
     c.parallel.first_stage_layers = c.parallel.last_stage_layers = -1;
+    unwrite({"parallel.first_stage_layers", "parallel.last_stage_layers"});
+  }
   c.parallel.micro_batch = l.micro_batch;
   c.parallel.zero_stage = l.zero_stage;
   if (l.zero_stage < 3) {
@@ -36,12 +43,18 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
     c.parallel.fsdp_param_dtype = defaults.fsdp_param_dtype;
     c.parallel.fsdp_reduce_dtype = defaults.fsdp_reduce_dtype;
     c.parallel.fsdp_version = defaults.fsdp_version;
+    unwrite({"parallel.zero3_param_gather", "parallel.zero3_grad_sync", "parallel.zero3_backward_prefetch",
+             "parallel.fsdp_param_dtype", "parallel.fsdp_reduce_dtype", "parallel.fsdp_version"});
   } else {
     // Megatron's ZeRO 0-2 gradient buffer dtype shapes those layouts only.
     c.parallel.grad_reduce_dtype = ParallelConfig{}.grad_reduce_dtype;
+    unwrite({"parallel.grad_reduce_dtype"});
   }
   // FP8 weights live in a sharded optimizer: the ZeRO 0 layouts keep 16-bit weights.
-  if (l.zero_stage < 1) c.parallel.fp8_param_gather = false;
+  if (l.zero_stage < 1) {
+    c.parallel.fp8_param_gather = false;
+    unwrite({"parallel.fp8_param_gather"});
+  }
   c.parallel.schedule = l.schedule;
   // The micro-batch group a layout was checked with (the scenario's own, or pp); the
   // layouts search builds carry none and take the default.
@@ -49,6 +62,11 @@ Scenario with_layout(const Scenario& s, const TrainingLayout& l) {
       l.schedule == "interleaved-1f1b" && l.pp > 1 && l.microbatch_group >= l.pp ? l.microbatch_group : 0;
   c.parallel.sequence_parallel = l.sequence_parallel;
   c.training.recompute = l.recompute;
+  // The modules a selective recompute names belong to the layouts that recompute selectively.
+  if (l.recompute != "selective") {
+    c.training.recompute_modules = TrainingConfig{}.recompute_modules;
+    unwrite({"training.recompute_modules"});
+  }
   // A partial recompute belongs to the layouts that recompute in full.
   c.training.recompute_num_layers = l.recompute == "full" ? l.recompute_num_layers : -1;
   c.training.global_batch = l.global_batch;

@@ -173,8 +173,12 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
     c.estimate = ranked[i].second;
     cands.push_back(c);
   }
-  auto same = [](const TrainingLayout& a, const TrainingLayout& b) {
-    return a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep &&
+  // The micro-batch group in effect: pp (the default, written or not) unless more is given.
+  auto group = [](const TrainingLayout& l) {
+    return l.schedule == "interleaved-1f1b" && l.pp > 1 ? std::max(l.microbatch_group, l.pp) : int64_t{0};
+  };
+  auto same = [&](const TrainingLayout& a, const TrainingLayout& b) {
+    return group(a) == group(b) && a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep &&
            a.expert_tp() == b.expert_tp() && a.micro_batch == b.micro_batch && a.schedule == b.schedule &&
            a.virtual_stages == b.virtual_stages && a.zero_stage == b.zero_stage && a.recompute == b.recompute &&
            a.recompute_num_layers == b.recompute_num_layers && a.sequence_parallel == b.sequence_parallel;
@@ -425,16 +429,18 @@ std::string candidate_settings(const Scenario& s, const TrainingLayout& l, const
   int_key("parallel.first_stage_layers", s.parallel.first_stage_layers, c.parallel.first_stage_layers, -1);
   int_key("parallel.last_stage_layers", s.parallel.last_stage_layers, c.parallel.last_stage_layers, -1);
   auto name_key = [&](const char* key, const std::string& was, const std::string& now) {
-    if (now != was) add(key, now);
+    if (now != was) add(key, s.marks.count(key) && !c.marks.count(key) ? std::string("null") : now);
   };
   name_key("parallel.zero3_param_gather", s.parallel.zero3_param_gather, c.parallel.zero3_param_gather);
   name_key("parallel.zero3_grad_sync", s.parallel.zero3_grad_sync, c.parallel.zero3_grad_sync);
   name_key("parallel.zero3_backward_prefetch", s.parallel.zero3_backward_prefetch, c.parallel.zero3_backward_prefetch);
   name_key("parallel.fsdp_param_dtype", s.parallel.fsdp_param_dtype, c.parallel.fsdp_param_dtype);
   name_key("parallel.fsdp_reduce_dtype", s.parallel.fsdp_reduce_dtype, c.parallel.fsdp_reduce_dtype);
-  if (c.parallel.fsdp_version != s.parallel.fsdp_version) add("parallel.fsdp_version", num(c.parallel.fsdp_version));
+  // Keys the candidate's layout leaves unwritten (with_layout) that the scenario wrote: null.
+  for (const char* key : {"parallel.fsdp_version", "parallel.fp8_param_gather", "training.recompute_modules"})
+    if (s.marks.count(key) && !c.marks.count(key)) add(key, "null");
   name_key("parallel.grad_reduce_dtype", s.parallel.grad_reduce_dtype, c.parallel.grad_reduce_dtype);
-  if (c.parallel.fp8_param_gather != s.parallel.fp8_param_gather)
+  if (c.parallel.fp8_param_gather != s.parallel.fp8_param_gather && c.marks.count("parallel.fp8_param_gather"))
     add("parallel.fp8_param_gather", flag(c.parallel.fp8_param_gather));
   add("network_model", network_model);
   return out;

@@ -446,6 +446,38 @@ TEST_F(SearchCliTest, SettingsCarryWhatSearchChangedBesideTheLayout) {
   expect_rows_rerun(moe, moe_rows);
 }
 
+// Keys the scenario wrote for its own layout that a candidate's layout does not take (the
+// modules of a selective recompute, ZeRO 3's prefetch) are null in the candidate's settings,
+// so its row reruns; and the scenario's own row is its own layout, micro-batch group and all.
+TEST_F(SearchCliTest, KeysACandidateDoesNotTakeAreNull) {
+  const std::string base = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 4}\n";
+  const std::string sel = write("sel.yaml", base +
+                                                "training: {global_batch: 16, recompute: selective, "
+                                                "recompute_modules: [core_attn]}\n");
+  ASSERT_EQ(cli("search " + quote(sel) + " --top 3 --out sel.sqlite", 120).code, 0);
+  const auto sel_rows = rows_of(dir_ / "sel.sqlite", "sel");
+  ASSERT_GE(sel_rows.size(), 3u);
+  EXPECT_NE(sel_rows[0].first.find("training.recompute_modules=null"), std::string::npos) << sel_rows[0].first;
+  expect_rows_rerun(sel, sel_rows);
+  const std::string zp = write("zp.yaml", base +
+                                              "parallel: {zero_stage: 3, zero3_backward_prefetch: post}\n"
+                                              "training: {global_batch: 16}\n");
+  const CliResult z = cli("search " + quote(zp) + " --top 8 --out zp.sqlite", 120);
+  ASSERT_EQ(z.code, 0) << z;
+  expect_rows_rerun(zp, rows_of(dir_ / "zp.sqlite", "zp"));
+  const std::string mg = write("mg.yaml", base +
+                                              "parallel: {dp: 4, pp: 2, schedule: interleaved-1f1b, virtual_stages: 2, "
+                                              "microbatch_group: 8}\ntraining: {global_batch: 64}\n");
+  const CliResult ms = cli("search " + quote(mg) + " --top 3 --json", 120);
+  ASSERT_EQ(ms.code, 0) << ms;
+  const size_t b = ms.out.find("\"baseline\": {");
+  ASSERT_NE(b, std::string::npos) << ms;
+  const CliResult own = cli("run " + quote(mg) + " --json");
+  ASSERT_EQ(own.code, 0) << own;
+  EXPECT_NEAR(json_field(ms.out.substr(b), "iteration_time_s"), json_field(own.out, "iteration_time_s"), 1e-9)
+      << "the scenario's row is its own layout";
+}
+
 // ---- run: positive -------------------------------------------------------------------------
 
 // The spans table, one line per row, through the sqlite3 C API.
