@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 void check_output_path(const Scenario& s, const std::string& key, const std::string& path,
                        const std::vector<std::string>& inputs) {
   if (path.empty()) return;
-  check_output(s.mark(key), key, path, inputs);
+  check_output(s.mark(key), key, path, inputs, key == "output.sqlite");
 }
 
 // The checks of check_output on `target`, the file `path` names, in messages about `path`.
@@ -78,13 +78,13 @@ fs::path resolved_as_made(const std::string& path) {
 }  // namespace
 
 void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
-                  const std::vector<std::string>& inputs) {
+                  const std::vector<std::string>& inputs, bool database) {
   if (path.empty()) throw InputError(mark, key + " is empty, expected a file path");
   // A path that ends in a folder ("x/", "x/.", "x/..") names no file to write.
   const fs::path named(path);
   if (path.back() == '/' || named.filename() == "." || named.filename() == "..")
     throw InputError(mark, key + " '" + path + "' names a folder, expected a file path");
-  if (const std::string why = path_name_problem(path); !why.empty())
+  if (const std::string why = path_name_problem(path, database); !why.empty())
     throw InputError(mark, key + " '" + path.substr(0, 64) + (path.size() > 64 ? "..." : "") + "' " + why);
   check_output_target(mark, key, path, path, inputs);
   // A path through folders that do not exist yet resolves only once the command makes

@@ -15,9 +15,9 @@ namespace clustersim {
 void check_output_paths(const Scenario& s);
 // Refuses (InputError at `mark`) an output path that is a directory, a device, a FIFO or
 // anything but a regular file or a new path, or that names one of `inputs`, or whose
-// directory cannot be written.
+// directory cannot be written. `database`: a SQLite file, whose name leaves room for its journal.
 void check_output(const SourceMark& mark, const std::string& key, const std::string& path,
-                  const std::vector<std::string>& inputs);
+                  const std::vector<std::string>& inputs, bool database = false);
 // Refuses (InputError at the path) a database a command reads that does not exist or is not a
 // regular file: SQLite would open a FIFO and block reading it, and reports a folder as an I/O
 // error. `expected` says what it should be.

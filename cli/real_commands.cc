@@ -124,7 +124,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   if (out.empty()) throw std::invalid_argument("calibrate needs --out P.yaml");
   if (raw.empty()) raw = out + ".raw.sqlite";
   check_output(SourceMark{"--out", 0, 0}, "--out", out, {raw});
-  check_output(SourceMark{"--raw", 0, 0}, "--raw", raw, {});
+  check_output(SourceMark{"--raw", 0, 0}, "--raw", raw, {}, true);
   if (out == raw) throw InputError(SourceMark{"--raw", 0, 0}, "--raw names the profile --out writes, expected another file");
   if (real::device_count() == 0) throw std::runtime_error("calibrate measures a GPU, and this machine has none");
   real::MicrobenchOptions mo;

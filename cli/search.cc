@@ -88,11 +88,17 @@ int cmd_search(const std::vector<std::string>& args) {
     std::cerr << s.mark("output.trace").str()
               << ": warning: search writes no trace; run the layout it chooses (the --set pairs of its rows in "
                  "output.sqlite, or its table) to get one\n";
-  if (out.empty()) out = s.output_sqlite;
+  const bool from_scenario = out.empty();
+  if (from_scenario) out = s.output_sqlite;
   if (!out.empty())
-    check_output(out == s.output_sqlite ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0},
-                 out == s.output_sqlite ? "output.sqlite" : "--out", out, scenario_inputs(s));
-  const SearchResult r = search_layouts(s, opt);
+    check_output(from_scenario ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0},
+                 from_scenario ? "output.sqlite" : "--out", out, scenario_inputs(s), true);
+  SearchResult r = search_layouts(s, opt);
+  // A candidate is the scenario with the user's own --set pairs, then its own: both rerun it.
+  std::string own;
+  for (const std::string& set : sets) own += (own.empty() ? "" : ", ") + set;
+  if (!own.empty())
+    for (SearchCandidate& c : r.top) c.settings = own + (c.settings.empty() ? "" : ", " + c.settings);
   if (!out.empty() && !r.top.empty()) {
     make_parent_dirs(out);
     SweepStore store(out);

@@ -251,7 +251,7 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
   if (s.inference) return hooks.run_serving(s, iterations, warmup, json);
   check_output_paths(s);
   if (!real_from.empty() && !s.output_sqlite.empty())
-    check_output(s.mark("output.sqlite"), "output.sqlite", s.output_sqlite, {real_from});
+    check_output(s.mark("output.sqlite"), "output.sqlite", s.output_sqlite, {real_from}, true);
   PlannerOptions po;
   po.use_symmetry = false;
   const TrainingPlan tp = build_training_plan(s, po);

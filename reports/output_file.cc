@@ -57,7 +57,7 @@ std::string output_path_problem(const std::string& path) {
   return "";
 }
 
-std::string path_name_problem(const std::string& path) {
+std::string path_name_problem(const std::string& path, bool database) {
   if (path.size() > 4095)
     return "is " + std::to_string(path.size()) + " bytes long, expected a path of at most 4,095 bytes";
   for (size_t at = 0; at < path.size();) {
@@ -66,7 +66,12 @@ std::string path_name_problem(const std::string& path) {
     if (len > 255)
       return "has a name of " + std::to_string(len) + " bytes ('" + path.substr(at, 16) +
              "...'), expected names of at most 255 bytes";
-    if (slash == std::string::npos) break;
+    if (slash == std::string::npos) {
+      if (database && len > 255 - 8)
+        return "has a name of " + std::to_string(len) + " bytes ('" + path.substr(at, 16) +
+               "...'), expected at most 247 for a SQLite database (its journal adds '-journal' to the name)";
+      break;
+    }
     at = slash + 1;
   }
   return "";

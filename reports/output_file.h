@@ -28,8 +28,9 @@ std::string output_path_problem(const std::string& path);
 // paths that name them.
 // Why the file system would refuse `path` as a name, whether or not its folders exist yet: a
 // component past 255 bytes or the whole past 4,095 (Linux's NAME_MAX and PATH_MAX). Empty
-// when it would not.
-std::string path_name_problem(const std::string& path);
+// when it would not. A SQLite database's last name leaves room for its "-journal" beside it
+// (247 bytes).
+std::string path_name_problem(const std::string& path, bool database = false);
 bool same_file(const std::string& a, const std::string& b);
 
 class AtomicFile {

@@ -381,7 +381,9 @@ void check_value_list(const YNode& list, const std::string& name, bool null_ok) 
       throw InputError(at, name + ": expected a value, got " + item.kind_name());
     for (size_t j = 0; j < i; ++j)
       if (list.seq[j].kind == item.kind && list.seq[j].scalar == item.scalar)
-        throw InputError(at, name + ": '" + item.scalar + "' is listed twice, expected each value once");
+        throw InputError(at, name + ": " +
+                                 (item.kind == YNode::Kind::Null ? std::string("null") : "'" + item.scalar + "'") +
+                                 " is listed twice, expected each value once");
   }
 }
 

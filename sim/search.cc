@@ -257,6 +257,17 @@ SearchResult search_layouts(const Scenario& s, const SearchOptions& opt) {
 
 namespace {
 
+// A word as a POSIX shell reads it back: as is when it holds nothing the shell treats
+// specially, else in single quotes.
+std::string shell_word(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._=/:+-,@%") ==
+                        std::string::npos)
+    return w;
+  std::string q = "'";
+  for (const char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 std::string pct(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
@@ -345,7 +356,7 @@ std::string search_table(const SearchResult& r) {
     std::string sets;
     for (size_t at = 0; at < settings.size();) {
       const size_t comma = settings.find(", ", at);
-      sets += " --set " + settings.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      sets += " --set " + shell_word(settings.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
       at = comma == std::string::npos ? settings.size() : comma + 2;
     }
     out += "run it:" + sets + "\n";

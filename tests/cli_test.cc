@@ -476,6 +476,13 @@ TEST_F(SearchCliTest, KeysACandidateDoesNotTakeAreNull) {
   ASSERT_EQ(own.code, 0) << own;
   EXPECT_NEAR(json_field(ms.out.substr(b), "iteration_time_s"), json_field(own.out, "iteration_time_s"), 1e-9)
       << "the scenario's row is its own layout";
+  // search's own --set pairs are part of every row: the row alone reruns the candidate.
+  const std::string plain = write("p.yaml", base + "training: {global_batch: 16}\n");
+  ASSERT_EQ(cli("search " + quote(plain) + " --top 2 --set model.seq_len=1024 --out p.sqlite", 120).code, 0);
+  const auto set_rows = rows_of(dir_ / "p.sqlite", "p");
+  ASSERT_GE(set_rows.size(), 2u);
+  EXPECT_EQ(set_rows[0].first.rfind("model.seq_len=1024, ", 0), 0u) << set_rows[0].first;
+  expect_rows_rerun(plain, set_rows);
 }
 
 // ---- run: positive -------------------------------------------------------------------------

@@ -264,6 +264,15 @@ TEST_F(OutputSafetyTest, ANameTooLongForTheFileSystemIsRefusedBeforeAnyWork) {
   expect_refused(cli("export-chakra " + quote(s) + " --out a/" + std::string(300, 'x')), "--out has a name of 300");
   EXPECT_FALSE(fs::exists(dir_ / "traces"));
   EXPECT_FALSE(fs::exists(dir_ / "a"));
+  // A database's name leaves room for its journal ("-journal" beside it): 250 bytes is
+  // refused at once for a database, where the simulation had run and then failed with exit 3.
+  const std::string db250 = std::string(243, 'j') + ".sqlite";
+  expect_refused(cli("run " + quote(s) + " --set output.trace=null --set output.sqlite=" + db250),
+                 "expected at most 247 for a SQLite database");
+  expect_refused(cli("sweep " + quote(s) + " --out " + db250), "expected at most 247 for a SQLite database");
+  EXPECT_FALSE(fs::exists(dir_ / db250));
+  const std::string json250 = std::string(245, 'j') + ".json";  // a trace has no journal
+  EXPECT_EQ(cli("run " + quote(s) + " --set output.sqlite=null --set output.trace=" + json250).code, 0);
 }
 
 // Inputs that would block a reader: a FIFO given as report's or validate's database is
