@@ -264,24 +264,35 @@ JobsOutcome run_jobs(const Scenario& s) {
     std::vector<double> nominal;
     for (const Link& l : topo.links()) nominal.push_back(l.bandwidth);
     for (auto [l, rate] : background) topo.set_link_bandwidth(l, std::max(0.05 * nominal[l], nominal[l] - rate));
-    // One board factor prices the merged run: the largest training job's (each job's ranks
-    // meet only their own job's, and the largest job's slowest board is the slowest of all).
-    ExecOptions shared_eo = eo;
+    // A job's boards are its own GPUs': the merged run is priced at each training job's own
+    // slowest board, once per distinct factor (jobs of one size share a run), and each job
+    // takes its time from the run priced for it. The fabric's mean load comes from the run of
+    // the largest job, whose boards are the slowest.
     int64_t largest = 0;
     for (const LoadedJob* j : training) largest = std::max(largest, j->s.gpus());
-    shared_eo.compute.slowest_board = slowest_board(s, largest);
-    const ExecResult e = execute_plan(merged, topo, shared_eo);
-    for (auto [l, rate] : background) topo.set_link_bandwidth(l, nominal[l]);
-    training_rates = mean_link_rates(e, topo.links().size());
-    out.simulated_ranks = static_cast<int64_t>(e.simulated_ranks.size());
-    out.events = static_cast<int64_t>(e.events);
-    for (size_t i = 0, t = 0; i < jobs.size(); ++i) {
-      if (jobs[i].s.inference) continue;
-      out.jobs[i].shared = job_iteration(*training[t++], e);
-      // The exposed communication of the shared run is a mean over all jobs' simulated
-      // ranks; per job, it is the iteration's growth on top of the job's own exposure.
-      out.jobs[i].shared_exposed_comm_s = out.jobs[i].alone_exposed_comm_s + out.jobs[i].shared - out.jobs[i].alone;
+    std::map<int64_t, size_t> sizes;  // GPUs of a job -> its run, in increasing size
+    for (const LoadedJob* j : training) sizes.emplace(j->s.gpus(), 0);
+    for (auto& [gpus, unused] : sizes) {
+      (void)unused;
+      ExecOptions shared_eo = eo;
+      shared_eo.compute.slowest_board = slowest_board(s, gpus);
+      const ExecResult e = execute_plan(merged, topo, shared_eo);
+      if (gpus == largest) {
+        training_rates = mean_link_rates(e, topo.links().size());
+        out.simulated_ranks = static_cast<int64_t>(e.simulated_ranks.size());
+      }
+      out.events += static_cast<int64_t>(e.events);
+      for (size_t i = 0, t = 0; i < jobs.size(); ++i) {
+        if (jobs[i].s.inference) continue;
+        const LoadedJob& j = *training[t++];
+        if (j.s.gpus() != gpus) continue;
+        out.jobs[i].shared = job_iteration(j, e);
+        // The exposed communication of the shared run is a mean over all jobs' simulated
+        // ranks; per job, it is the iteration's growth on top of the job's own exposure.
+        out.jobs[i].shared_exposed_comm_s = out.jobs[i].alone_exposed_comm_s + out.jobs[i].shared - out.jobs[i].alone;
+      }
     }
+    for (auto [l, rate] : background) topo.set_link_bandwidth(l, nominal[l]);
   }
   // Serving jobs lose what the training jobs' mean rate takes of their KV links.
   for (size_t i = 0; i < jobs.size(); ++i) {

@@ -33,7 +33,7 @@ struct JobOutcome {
 
 struct JobsOutcome {
   std::vector<JobOutcome> jobs;
-  int64_t simulated_ranks = 0, events = 0;  // of the shared training run
+  int64_t simulated_ranks = 0, events = 0;  // of the shared training runs (events: over all of them)
 };
 
 // Throws InputError for a job that does not fit the cluster, overlaps another, or names a

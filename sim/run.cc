@@ -76,6 +76,11 @@ double slowest_board(const Scenario& s, int64_t meet) {
   return std::max(0.05, 1.0 - s.board_spread * expected_max_normal(meet));
 }
 
+double plan_board(const Scenario& s, const Plan& plan) {
+  // A Chakra workload's GPUs are its traces' ranks, not the cluster's.
+  return s.chakra_dir.empty() ? slowest_board(s) : slowest_board(s, plan.world_size);
+}
+
 double step_overhead_seconds(const Scenario& s) {
   return s.training.step_overhead_set ? s.training.step_overhead_s : kDefaultStepOverheadS;
 }
@@ -169,9 +174,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
   PlannerOptions po;
   po.check_memory = opt.check_memory;
   out.plan = scenario_plan(s, po);
-  // A Chakra workload's GPUs are its traces' ranks, not the cluster's.
-  const double board = s.chakra_dir.empty() ? slowest_board(s) : slowest_board(s, out.plan.plan.world_size);
-  eo.compute.slowest_board = board;
+  eo.compute.slowest_board = plan_board(s, out.plan.plan);
   if (s.variability.any()) {
     out.variability = draw_variability(s, out.plan.plan, *out.topology, stream_seed(s.seed, 0), opt.simulate_all_ranks);
     apply_draw(out.variability, *out.topology, eo);
@@ -210,7 +213,7 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt) {
       {"exposed_comm_ep_s", ex[static_cast<size_t>(GroupKind::EP)]},
       {"compute_busy_s", out.exec.compute_busy_s},
       {"power_clock", out.exec.power_clock},
-      {"slowest_board", board},
+      {"slowest_board", eo.compute.slowest_board},
       // Whole bytes: the memory model's formulas carry fractions of one.
       {"peak_memory_per_gpu_bytes", std::round(out.plan.memory.total())},
       {"memory_weights_bytes", std::round(out.plan.memory.weights)},
@@ -290,6 +293,7 @@ void run_samples(RunOutcome& run, int64_t n, int jobs, const RunOptions& opt) {
   quiet.record_link_usage = false;
   quiet.keep_spans = false;
   ExecOptions base = base_exec_options(s, quiet);
+  base.compute.slowest_board = plan_board(s, run.plan.plan);  // as draw 0 ran
   bool links_vary = s.variability.link_speed.dist != "none";
   for (const Straggler& st : s.variability.stragglers) links_vary |= st.kind == "link";
   if (!links_vary) base.collective_cache = make_collective_cache();

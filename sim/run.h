@@ -65,6 +65,8 @@ double slowest_board(const Scenario& s);
 // The same for `meet` GPUs meeting at the collectives (a Chakra workload's ranks, one job of
 // a jobs: run).
 double slowest_board(const Scenario& s, int64_t meet);
+// The factor a training plan runs at: the cluster's GPUs', or a Chakra workload's ranks'.
+double plan_board(const Scenario& s, const Plan& plan);
 // The scenario's collective algorithm, protocol and network model, as executor options.
 void collective_options(const Scenario& s, ExecOptions& eo);
 // Runs `n` seeded draws of the scenario's variability: the first is `run` itself (seed

@@ -53,6 +53,24 @@ TEST_F(SamplesCliTest, SamplesReportPercentilesAndTheSameBytesWhateverTheJobs) {
   EXPECT_NE(table.out.find("goodput "), std::string::npos) << table;
 }
 
+// A Chakra workload's draws run at its traces' slowest board, as its draw 0 does: with
+// variability that touches none of its ranks (a straggler off the traces), every draw is
+// the run itself (the later draws had priced the whole cluster's boards).
+TEST_F(SamplesCliTest, ChakraDrawsRunAtTheTracesBoards) {
+  const std::string g = scenario("g.yaml",
+                                 "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, "
+                                 "layers: 2}\nparallel: {tp: 8}\ntraining: {global_batch: 4}\n");
+  ASSERT_EQ(cli("export-chakra " + quote(g) + " --out " + quote((dir_ / "ch").string())).code, 0);
+  const std::string c = write("c.yaml",
+                              "name: c\ncluster: {preset: dgx-h100, nodes: 16}\nworkload: {chakra: ch}\n"
+                              "variability: {stragglers: [{gpu: 100, slowdown: 1.5}]}\n");
+  const CliResult r = cli("run " + quote(c) + " --samples 3 --json");
+  ASSERT_EQ(r.code, 0) << r;
+  const double iter = json_field(r.out, "iteration_time_s");
+  EXPECT_DOUBLE_EQ(json_field(r.out, "iteration_time_s_p50"), iter) << r.out;
+  EXPECT_DOUBLE_EQ(json_field(r.out, "iteration_time_s_p95"), iter) << r.out;
+}
+
 TEST_F(SamplesCliTest, ServingSamplesReportLatencyPercentilesOverDraws) {
   const std::string s = write(
       "serve.yaml",

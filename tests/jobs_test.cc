@@ -87,6 +87,23 @@ TEST(Jobs, AJobsSlowestBoardIsAmongItsOwnGpus) {
   EXPECT_DOUBLE_EQ(small.shared, large.shared);
 }
 
+// Beside a larger job that shares nothing with it (its own node, its traffic inside it), a
+// small job runs as it runs alone: the larger job's slowest board does not price it.
+TEST(Jobs, ALargerJobsBoardsDoNotSlowASmallOne) {
+  const std::string dir = temp_dir("jobs-board-apart");
+  std::ofstream(dir + "/small.yaml") << "name: small\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                                        "model: {preset: gpt3-1.3b, layers: 4}\ntraining: {global_batch: 8}\n";
+  std::ofstream(dir + "/big.yaml") << "name: big\ncluster: {preset: dgx-h100, nodes: 8}\n"
+                                      "model: {preset: gpt3-1.3b, layers: 4}\ntraining: {global_batch: 64}\n";
+  std::ofstream(dir + "/jobs.yaml")
+      << "cluster: {preset: dgx-h100, nodes: 9}\njobs:\n"
+         "  - {scenario: small.yaml, first_node: 0}\n  - {scenario: big.yaml, first_node: 1}\n";
+  const JobsOutcome o = run_jobs(load_scenario(dir + "/jobs.yaml"));
+  ASSERT_EQ(o.jobs.size(), 2u);
+  EXPECT_DOUBLE_EQ(o.jobs[0].shared, o.jobs[0].alone);
+  EXPECT_DOUBLE_EQ(o.jobs[0].slowdown(), 1.0);
+}
+
 TEST(Jobs, PlacementsAreChecked) {
   for (const std::string& bad :
        {std::string("jobs:\n  - {scenario: a.yaml, nodes: [0, 1]}\n  - {scenario: b.yaml, nodes: [1, 2]}\n"),
