@@ -73,7 +73,7 @@ void add_inference_keys(KeyList& t) {
                throw InputError(n.mark,
                                 "inference.arrivals.cv = " + n.scalar + " is out of range, expected 0.001 to 1000");
            }},
-          {"inference.arrivals.seed", "integer", "1", "seed of arrivals and lengths",
+          {"inference.arrivals.seed", "integer", "seed", "seed of arrivals and lengths (default: the run's seed)",
            [](const N& n, S& s) {
              s.serving.arrival_seed = static_cast<uint64_t>(as_int(n, "inference.arrivals.seed", 0));
            }},

@@ -577,6 +577,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                                                          "budget of 1e10 (--allow-large runs it anyway)");
   }
 
+  // The run's seed is every random choice's: the arrivals' too, unless they name their own.
+  if (s.inference && !s.marks.count("inference.arrivals.seed")) s.serving.arrival_seed = s.seed;
   if (s.serving.arrival_process == "closed" && !s.marks.count("inference.arrivals.concurrency"))
     s.serving.concurrency = 1;
   // The engines' own defaults: vLLM v1 on GPUs of 70 GiB and more (max_num_seqs 1024,

@@ -28,6 +28,18 @@ using testing::scenario_from_text;
 // Every request finishes exactly once, after it arrived and after its first token; the
 // tokens served are the tokens asked for; the KV cache never exceeds its capacity even
 // when it runs out and requests are preempted.
+// The run's seed is the arrivals' unless they name their own: a serving run changes with it.
+TEST(Serving, TheRunsSeedSeedsTheArrivals) {
+  const std::string body =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+      "inference: {requests: 50, arrivals: {rate_per_s: 10";
+  EXPECT_EQ(scenario_from_text("seed: 9\n" + body + "}}\n", "seed-a").serving.arrival_seed, 9u);
+  EXPECT_EQ(scenario_from_text("seed: 9\n" + body + ", seed: 3}}\n", "seed-b").serving.arrival_seed, 3u);
+  const ServingResult a = run_serving(scenario_from_text("seed: 1\n" + body + "}}\n", "seed-c"));
+  const ServingResult b = run_serving(scenario_from_text("seed: 2\n" + body + "}}\n", "seed-d"));
+  EXPECT_NE(a.metrics, b.metrics);
+}
+
 TEST(Serving, ConservationUnderKvPressure) {
   // Llama-3 8B on a 40 GB A100: long requests at a high rate overflow the KV cache.
   const ServingResult r = serve(
