@@ -11,6 +11,14 @@
 #include "scenarios/error.h"
 
 namespace clustersim {
+namespace {
+
+// Daly's steady state holds over a run of this many checkpoint intervals or more; a shorter
+// run's goodput is the mean over this many seeded realizations of its horizon.
+constexpr double kSteadyIntervals = 4;
+constexpr uint64_t kShortHorizonDraws = 256;
+
+}  // namespace
 
 FaultParams fault_params(const Scenario& s, const Topology& topo) {
   const FaultConfig& f = s.faults;
@@ -211,6 +219,14 @@ GoodputReport goodput_report(const Scenario& s, const Topology& topo, double ite
   GoodputReport g;
   FaultParams p = fault_params(s, topo);
   const double duration = s.training.duration_s;
+  if (duration < iteration_s) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "training.duration of %.4g s is shorter than one iteration (%.4g s), so no work would be done; "
+                  "expected at least one iteration",
+                  duration, iteration_s);
+    throw InputError(s.mark("training.duration"), buf);
+  }
   g.checkpoint_write_s = p.checkpoint_s;
   g.checkpoint_bytes = p.checkpoint_bytes;
   // With a trace alone, the interval is chosen as if its failures came at their mean rate,
@@ -239,14 +255,29 @@ GoodputReport goodput_report(const Scenario& s, const Topology& topo, double ite
               ", expected MTBFs of hours");
   }
   g.timeline = simulate_faults(p, tau, duration, seed);
-  if (p.trace_s.empty() && p.mtbf_s > 0) {
-    const double m = p.mtbf_s, r = effective_restart(p);
+  if (p.trace_s.empty() && p.mtbf_s > 0 && duration >= kSteadyIntervals * tau) {
+    // Daly's renewal, split by where a segment's expected time T goes: its τ of work and δ
+    // of checkpoint, the failed attempts' work, M(e^{L/M} − 1) − L with L = τ + δ, and the
+    // restarts after them, M(e^{L/M} − 1)(e^{R/M} − 1). The parts sum to T exactly.
+    const double m = p.mtbf_s, r = effective_restart(p), l = tau + p.checkpoint_s;
     g.goodput = expected_goodput(p, tau);
     g.expected_failures = duration / m;
     const double segments = g.goodput * duration / tau;
+    const double failed = std::expm1(l / m);  // failed attempts per segment
     g.lost_checkpoint_s = segments * p.checkpoint_s;
-    g.lost_restart_s = std::min(duration - g.goodput * duration - g.lost_checkpoint_s, g.expected_failures * r);
-    g.lost_rework_s = std::max(0.0, duration - g.goodput * duration - g.lost_checkpoint_s - g.lost_restart_s);
+    g.lost_rework_s = segments * std::max(0.0, m * failed - l);
+    g.lost_restart_s = segments * m * failed * std::expm1(r / m);
+  } else if (p.trace_s.empty() && p.mtbf_s > 0) {
+    // A run of few intervals is far from the steady state (one shorter than its interval
+    // never checkpoints): the expectation over seeded realizations of this horizon.
+    g.expected_failures = duration / p.mtbf_s;
+    for (uint64_t k = 0; k < kShortHorizonDraws; ++k) {
+      const FaultTimeline t = k == 0 ? g.timeline : simulate_faults(p, tau, duration, stream_seed(seed, 1000 + k));
+      g.goodput += t.goodput() / kShortHorizonDraws;
+      g.lost_checkpoint_s += t.checkpoint_s / kShortHorizonDraws;
+      g.lost_restart_s += t.restart_s / kShortHorizonDraws;
+      g.lost_rework_s += t.lost_s / kShortHorizonDraws;
+    }
   } else {
     const FaultTimeline& t = g.timeline;
     g.goodput = t.goodput();

@@ -357,5 +357,36 @@ TEST(Faults, ScenarioReportsGoodputOverItsDuration) {
   EXPECT_FALSE(r.goodput->timeline.events.empty());
 }
 
+// The hours lost split as Daly's renewal splits a segment's expected time (the work of
+// failed attempts, the restarts after them, the checkpoints): over 2,000 MTBFs the seeded
+// timeline loses the same to each, and the parts and the goodput add up to the duration.
+TEST(Faults, LostTimeSplitsAsTheTimelineLosesIt) {
+  const std::string base =
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\nparallel: {dp: 16}\n"
+      "faults: {gpu_mtbf: 16h, restart: 20min, checkpoint_bandwidth: 1GB/s}\n";
+  const RunOutcome r = run_training(scenario_from_text(base + "training: {duration: 2000h}\n", "faults-split"));
+  const double d = 2000 * 3600.0;
+  const double restart = metric(r, "lost_restart_s"), rework = metric(r, "lost_rework_s");
+  const double ckpt = metric(r, "lost_checkpoint_s"), g = metric(r, "goodput");
+  EXPECT_NEAR(restart + rework + ckpt + g * d, d, 1e-6 * d);
+  ASSERT_TRUE(r.goodput.has_value());
+  const FaultTimeline& t = r.goodput->timeline;
+  EXPECT_GT(t.failures, 1500);
+  EXPECT_NEAR(restart / t.restart_s, 1.0, 0.06);
+  EXPECT_NEAR(rework / t.lost_s, 1.0, 0.06);
+  EXPECT_NEAR(ckpt / t.checkpoint_s, 1.0, 0.03);
+  // A day's run that never reaches its 48 h interval writes no checkpoint: failures a
+  // thousand hours apart cost it about 1 %, not the steady state's checkpoint share.
+  const RunOutcome day = run_training(scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: gpt3-1.3b, layers: 4}\nparallel: {dp: 16}\n"
+      "training: {duration: 24h}\nfaults: {gpu_mtbf: 16000h, restart: 10min, checkpoint_bandwidth: 1MB/s, "
+      "checkpoint_interval: 48h}\n",
+      "faults-short"));
+  EXPECT_GT(metric(day, "goodput"), 0.98);
+  EXPECT_EQ(metric(day, "lost_checkpoint_s"), 0);
+  // A duration under one iteration does no work: refused where it is written.
+  EXPECT_THROW(run_training(scenario_from_text(base + "training: {duration: 1ms}\n", "faults-tiny")), InputError);
+}
+
 }  // namespace
 }  // namespace clustersim
