@@ -394,6 +394,11 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
     const std::string key = parent.empty() ? k : parent + "." + k;
     const KeySpec* spec = find_key(key);
     if (!spec) unknown_key(parent, k, v.key_mark);
+    // A block written as null (output: null, faults: ~) is the block unwritten, as --set
+    // KEY=null makes it: a file can drop a block its includes give.
+    if (v.kind == YNode::Kind::Null && !spec->apply && key != "include" && key != "sweep" &&
+        key != "reference.unstated")
+      continue;
     s.marks[key] = v.kind == YNode::Kind::Null ? v.key_mark : v.mark;
     if (key == "include") continue;
     if (key == "inference") s.inference = true;

@@ -285,6 +285,21 @@ TEST_F(LoaderTest, LaterIncludeWinsOverEarlierOne) {
   EXPECT_EQ(s.cluster.node.preset, "dgx-a100");
 }
 
+// A block written as null is the block unwritten, as --set KEY=null makes it: a file drops
+// the outputs or the faults its include gives. A setting with no value is still an error.
+TEST_F(LoaderTest, ABlockWrittenAsNullDropsWhatAnIncludeGave) {
+  write("base.yaml",
+        "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\noutput: {sqlite: x.sqlite, trace: x.json}\n"
+        "faults: {gpu_mtbf: 1000h, checkpoint_bandwidth: 1GB/s}\ntraining: {duration: 24h}\n");
+  const Scenario s = load_scenario(write("main.yaml", "include: [base.yaml]\noutput: null\nfaults: ~\n"));
+  EXPECT_TRUE(s.output_sqlite.empty());
+  EXPECT_TRUE(s.output_trace.empty());
+  EXPECT_FALSE(s.faults.set);
+  EXPECT_EQ(s.marks.count("output"), 0u);
+  const std::string p = write("tp.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b}\nparallel: {tp: }\n");
+  EXPECT_LOAD_ERROR(p, kNoSets, p + ":3:12", "parallel.tp has no value");
+}
+
 TEST_F(LoaderTest, RelativeIncludesResolveAgainstTheIncludingFile) {
   // main.yaml in sub/ includes ../shared/cluster.yaml, which includes models/m.yaml
   // relative to shared/, not to sub/ nor to the working directory.
