@@ -225,6 +225,26 @@ TEST_F(CollectiveCliTest, CollectiveConcurrentGroupsContendUnderFlow) {
   EXPECT_NEAR(time_of(" --concurrent 8" + tight), eight_tight, 1e-9 * eight_tight);
   EXPECT_NE(cli(base + " --concurrent 8" + tight).out.find("\"network_model\": \"flow\""), std::string::npos);
   EXPECT_NE(cli(base + " --concurrent 8").out.find("\"network_model\": \"analytic\""), std::string::npos);
+  // The flow network has its own budget of ranks (a minute and 16 GB at 2^20).
+  const CliResult big =
+      cli("collective --op all-reduce --gpus 131072 --cluster dgx-h100 --min 1GiB --max 1GiB --network-model flow");
+  EXPECT_EQ(big.code, 1) << big;
+  EXPECT_NE(big.err.find("past its budget of 65536"), std::string::npos) << big;
+  // A topology file's first GPUs: whole nodes or part of the first, as --cluster takes them;
+  // a group ending partway into a later node is refused, not given one NIC's ring.
+  const std::string topo = write("two.topology.yaml", "nodes:\n  - {preset: dgx-h100, count: 2}\n");
+  for (const char* g : {"4", "8", "16"})
+    EXPECT_EQ(cli(std::string("collective --op all-reduce --gpus ") + g + " --topology-file " + quote(topo) +
+                  " --min 1MiB --max 1MiB")
+                  .code,
+              0)
+        << g;
+  const CliResult partway =
+      cli("collective --op all-reduce --gpus 12 --topology-file " + quote(topo) + " --min 1MiB --max 1MiB --json");
+  EXPECT_EQ(partway.code, 1) << partway;
+  EXPECT_NE(partway.err.find("end partway into node 1"), std::string::npos) << partway;
+  const CliResult first = cli("collective --op all-reduce --gpus 8 --topology-file " + quote(topo) + " --json");
+  EXPECT_NE(first.out.find("\"nodes\": 1,"), std::string::npos) << first;
   // send-recv is one transfer: an algorithm would be ignored, so it is refused.
   const CliResult algo = cli("collective --op send-recv --gpus 8 --cluster dgx-h100 --algo tree");
   EXPECT_EQ(algo.code, 1) << algo;
