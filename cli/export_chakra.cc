@@ -84,6 +84,27 @@ int cmd_export_chakra(const std::vector<std::string>& args) {
                                                       "or a new path");
     check_output(SourceMark{"--out", 0, 0}, "--out", paths.back(), scenario_inputs(s));
   }
+  // A trace of this name with a rank past this export's (an earlier export of more ranks)
+  // would be read back with these, as a rank of the same workload: refused, not removed.
+  const int64_t ranks = static_cast<int64_t>(files.size()) - 1;
+  int64_t stale = -1;  // the lowest such rank, whatever order the folder lists its files in
+  if (fs::is_directory(out, ec))
+    for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
+      const std::string f = e.path().filename().string();
+      const std::string head = s.name + ".";
+      if (f.size() <= head.size() + 3 || f.compare(0, head.size(), head) != 0 || f.compare(f.size() - 3, 3, ".et") != 0)
+        continue;
+      const std::string rank = f.substr(head.size(), f.size() - head.size() - 3);
+      if (rank.empty() || rank.find_first_not_of("0123456789") != std::string::npos || rank.size() > 9) continue;
+      const int64_t k = std::stoll(rank);
+      if (k >= ranks && (stale < 0 || k < stale)) stale = k;
+    }
+  if (stale >= 0)
+    throw InputError(SourceMark{"--out", 0, 0},
+                     "--out " + out + " holds " + s.name + "." + std::to_string(stale) +
+                         ".et, a rank past this export's " + std::to_string(ranks) +
+                         " (an earlier export of more ranks?); reading the folder back would mix them, expected a "
+                         "folder without it");
   fs::create_directories(out, ec);
   if (ec)
     throw InputError(SourceMark{"--out", 0, 0}, "--out " + out + ": cannot create the folder (" + ec.message() + ")");

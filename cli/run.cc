@@ -60,6 +60,13 @@ int cmd_run(const std::vector<std::string>& args) {
   if (!s.sweep.empty())
     std::cerr << s.mark("sweep").str()
               << ": warning: run simulates the scenario as written; sweep points are not run\n";
+  // Draws differ only by what variability: draws at random.
+  const VariabilityConfig& v = s.variability;
+  if (samples > 1 && v.gpu_speed.dist == "none" && v.link_speed.dist == "none" && v.kernel_jitter <= 0)
+    std::cerr << (s.marks.count("variability") ? s.mark("variability").str() : s.path) << ": warning: --samples "
+              << samples
+              << " draws the scenario's variability:, which draws nothing at random (gpu_speed, link_speed, "
+                 "kernel_jitter): every draw is the same run\n";
   // A faster chip on the same board: under the power cap each FLOP keeps the energy the
   // capped rate gives it, so a peak raised alone mostly buys a lower clock (docs/model.md,
   // "Clocks under the power cap").

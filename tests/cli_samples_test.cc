@@ -71,6 +71,21 @@ TEST_F(SamplesCliTest, ChakraDrawsRunAtTheTracesBoards) {
   EXPECT_DOUBLE_EQ(json_field(r.out, "iteration_time_s_p95"), iter) << r.out;
 }
 
+// Draws of a variability: that draws nothing at random are one run N times: said, not silent.
+TEST_F(SamplesCliTest, SamplesOfNothingRandomAreSaidToBeOneRun) {
+  const std::string plain = write("p.yaml",
+                                  "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, "
+                                  "layers: 2}\ntraining: {global_batch: 8}\n");
+  const CliResult r = cli("run " + quote(plain) + " --samples 3 --json");
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_NE(r.err.find("warning: --samples 3 draws the scenario's variability:, which draws nothing at random"),
+            std::string::npos)
+      << r;
+  const CliResult random = cli("run " + quote(scenario("s.yaml", kTraining)) + " --samples 3 --json");
+  ASSERT_EQ(random.code, 0) << random;
+  EXPECT_EQ(random.err.find("draws nothing at random"), std::string::npos) << random;
+}
+
 TEST_F(SamplesCliTest, ServingSamplesReportLatencyPercentilesOverDraws) {
   const std::string s = write(
       "serve.yaml",
@@ -107,6 +122,13 @@ TEST_F(SamplesCliTest, ExportChakraWritesAFolderOfTraces) {
   EXPECT_NE(read_file(dir_ / "p.json").find("\"world_size\":8,"), std::string::npos);
   EXPECT_EQ(cli("export-chakra w.yaml --out again").code, 0);
   EXPECT_GT(read_file(dir_ / "again" / "w.7.et").size(), 1000u);  // the traces' name is the scenario's: w
+  // An export of fewer ranks over it is refused: the 8-rank export's ex.4-7 would be read
+  // back with the 4 new ones as one workload.
+  const CliResult fewer =
+      cli("export-chakra " + quote(s) + " --set parallel.dp=2 --set cluster.gpus_per_node=4 --out traces");
+  EXPECT_EQ(fewer.code, 1) << fewer;
+  EXPECT_NE(fewer.err.find("holds ex.4.et, a rank past this export's 4"), std::string::npos) << fewer;
+  EXPECT_EQ(cli("export-chakra " + quote(s) + " --out traces").code, 0) << "the same export again is fine";
   write("file", "x");
   EXPECT_EQ(cli("export-chakra " + quote(s) + " --out file").code, 1);
   expect_usage_error(cli("export-chakra " + quote(s)), "--out");
