@@ -48,23 +48,29 @@ double unit_factor(const Scenario& s) {
   const bool fraction = m == "mfu" || m.find("fraction") != std::string::npos ||
                         m.find("utilization") != std::string::npos || m == "slo_attainment" ||
                         m.find("hit_rate") != std::string::npos;
-  auto refuse = [&](const std::string& expected) -> double {
-    throw InputError(s.mark("reference.unit"),
-                     "reference.unit '" + u + "' does not measure " + m + ", expected " + expected);
+  // The units that do measure the metric, for the message.
+  const std::string own = time       ? "s, ms or us"
+                          : fraction ? "% or fraction"
+                          : m.find("tokens_per_s") != std::string::npos ? "tokens/s"
+                          : m.find("tflops") != std::string::npos ? "TFLOP/s"
+                          : m.find("requests_per_s") != std::string::npos ? "requests/s"
+                                                                          : "none (the metric's own, unwritten)";
+  auto refuse = [&]() -> double {
+    throw InputError(s.mark("reference.unit"), "reference.unit '" + u + "' does not measure " + m + ", expected " + own);
   };
   const double factor = [&] {
     if (u.empty()) return 1.0;
     if (u == "s" || u == "ms" || u == "us") {
-      if (!time) return refuse("the metric's own unit");
+      if (!time) return refuse();
       return u == "s" ? 1.0 : u == "ms" ? 1e-3 : 1e-6;
     }
     if (u == "%" || u == "fraction") {
-      if (!fraction) return refuse("the metric's own unit");
+      if (!fraction) return refuse();
       return u == "%" ? 0.01 : 1.0;
     }
-    if (u == "tokens/s" && m.find("tokens_per_s") == std::string::npos) return refuse("s, ms, us, % or fraction");
-    if (u == "TFLOP/s" && m.find("tflops") == std::string::npos) return refuse("tokens/s, s, % or fraction");
-    if (u == "requests/s" && m.find("requests_per_s") == std::string::npos) return refuse("tokens/s, s, % or fraction");
+    if (u == "tokens/s" && m.find("tokens_per_s") == std::string::npos) return refuse();
+    if (u == "TFLOP/s" && m.find("tflops") == std::string::npos) return refuse();
+    if (u == "requests/s" && m.find("requests_per_s") == std::string::npos) return refuse();
     return 1.0;
   }();
   // A fraction is at most 1 (100 %).
@@ -107,8 +113,8 @@ Prediction predict(Scenario& s) {
           (out.plan.model_flops_per_rank + out.plan.causal_attention_flops_per_rank) / out.plan.model_flops_per_rank;
     const double* need = find_metric(metrics, "peak_memory_per_gpu_bytes");
     if (!opt.check_memory && need && *need > 0) {
-      p.memory_need_bytes = *need;
-      p.memory_have_bytes = s.cluster.node.gpu.hbm_bytes;
+      p.memory_need_bytes = std::round(*need);  // whole bytes
+      p.memory_have_bytes = std::round(s.cluster.node.gpu.hbm_bytes);  // whole bytes
     }
   }
   // What a run takes as given (its layout, counts of requests, ranks, events) or counts of
@@ -518,6 +524,9 @@ int cmd_accuracy(const std::vector<std::string>& args) {
     }
   }
   if (dir.empty()) throw std::invalid_argument("accuracy needs a folder of scenarios");
+  refuse_sets(options.sets, {"output", "sweep", "reference"},
+              "would be ignored: accuracy writes no run's files, runs no sweep and compares with each file's own "
+              "reference, expected a setting of the runs");
   const AccuracyReport r = run_accuracy(dir, options);
   // Nothing ran (an override every case refuses): the errors alone, no empty table; --json
   // still prints its object, with no cases and the failures.

@@ -4,9 +4,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "scenarios/error.h"
 
 namespace clustersim {
 
@@ -36,6 +39,19 @@ inline int64_t need_int(const std::vector<std::string>& args, size_t& i, const s
 // The integer after the flag at args[i], from 1 to `max`; UsageError otherwise.
 inline int64_t need_count(const std::vector<std::string>& args, size_t& i, const std::string& flag, int64_t max) {
   return need_int(args, i, flag, 1, max);
+}
+
+// Refuses a --set pair whose key is one of `keys` or under one (KEY or KEY.*): a setting the
+// command would not use, said instead of dropped. `why` completes "KEY <why>".
+inline void refuse_sets(const std::vector<std::string>& sets, std::initializer_list<const char*> keys,
+                        const std::string& why) {
+  for (const std::string& set : sets) {
+    const std::string key = set.substr(0, set.find('='));
+    for (const char* k : keys) {
+      const std::string p = k;
+      if (key == p || key.rfind(p + ".", 0) == 0) throw InputError(SourceMark{"--set", 0, 0}, key + " " + why);
+    }
+  }
 }
 
 // `--timing ops | stream` after the flag at args[i]: true for ops (an event pair around

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "reports/output_file.h"
 #include "sim/run.h"
@@ -87,6 +89,20 @@ void check_output(const SourceMark& mark, const std::string& key, const std::str
   if (const std::string why = path_name_problem(path, database); !why.empty())
     throw InputError(mark, key + " '" + path.substr(0, 64) + (path.size() > 64 ? "..." : "") + "' " + why);
   check_output_target(mark, key, path, path, inputs);
+  // A database is added to: a file that is there must be one (SQLite's header), or the run
+  // would fail at its end, its work lost.
+  if (database) {
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0) {
+      char head[16] = {};
+      std::ifstream in(path, std::ios::binary);
+      in.read(head, sizeof head);
+      if (!in || std::memcmp(head, "SQLite format 3", 16) != 0)
+        throw InputError(mark, key + " '" + path +
+                                   "' exists and is not a SQLite database, expected a database to add to or a new "
+                                   "path");
+    }
+  }
   // A path through folders that do not exist yet resolves only once the command makes
   // them ("new/../s.yaml" is then "s.yaml"): it is checked as it will resolve.
   std::error_code ec;

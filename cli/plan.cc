@@ -37,6 +37,7 @@ int cmd_plan(const std::vector<std::string>& args) {
       throw UsageError("plan takes one scenario file");
   }
   if (path.empty()) throw UsageError("plan needs a scenario file");
+  refuse_sets(sets, {"output"}, "would be ignored: plan writes the plan's JSON (to --out or standard output)");
   const Scenario s = load_scenario(path, sets, lo);
   if (!s.jobs.empty())
     throw InputError(s.mark("jobs"), "plan writes one training scenario's plan, expected a job's own file, not jobs:");

@@ -48,6 +48,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
     }
   }
   if (path.empty()) throw UsageError("sweep needs a scenario file");
+  refuse_sets(opt.sets, {"output.trace"},
+              "would be ignored: a sweep writes its points to its database (output.sqlite or --out), no trace");
   {
     const Scenario s = load_scenario(path, opt.sets, LoadOptions{opt.allow_large});
     // Every point sets its swept keys after the --set pairs: one on a swept key would be lost.

@@ -149,7 +149,12 @@ Heat link_heatmap(Db& db, const Run& r, int bins) {
   std::vector<const LinkRow*> busy;
   for (const auto& [id, l] : links)
     if (l.total > 0) busy.push_back(&l);
-  std::stable_sort(busy.begin(), busy.end(), [](const LinkRow* a, const LinkRow* b) { return a->total > b->total; });
+  // The busiest by utilization (bytes over what the link could carry in the run), as the
+  // note says: a slow link's bytes count for more than a fast one's.
+  std::stable_sort(busy.begin(), busy.end(), [](const LinkRow* a, const LinkRow* b) {
+    const double ua = a->bw > 0 ? a->total / a->bw : 0, ub = b->bw > 0 ? b->total / b->bw : 0;
+    return ua > ub;
+  });
   if (busy.size() > 48) busy.resize(48);
   const double row = 12, left = 260, w = 900, h = 30 + row * static_cast<double>(busy.size());
   const double cell = (w - left - 10) / bins;

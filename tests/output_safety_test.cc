@@ -271,6 +271,13 @@ TEST_F(OutputSafetyTest, ANameTooLongForTheFileSystemIsRefusedBeforeAnyWork) {
                  "expected at most 247 for a SQLite database");
   expect_refused(cli("sweep " + quote(s) + " --out " + db250), "expected at most 247 for a SQLite database");
   EXPECT_FALSE(fs::exists(dir_ / db250));
+  // A database output that is there but is no database is refused before any work (it had
+  // failed at the end of the run, exit 3), and left as it was.
+  write("notes.html", "<html>not a database</html>");
+  expect_refused(cli("run " + quote(s) + " --set output.trace=null --set output.sqlite=notes.html"),
+                 "exists and is not a SQLite database");
+  expect_refused(cli("sweep " + quote(s) + " --out notes.html"), "exists and is not a SQLite database");
+  EXPECT_EQ(read_file(dir_ / "notes.html"), "<html>not a database</html>");
   const std::string json250 = std::string(245, 'j') + ".json";  // a trace has no journal
   EXPECT_EQ(cli("run " + quote(s) + " --set output.sqlite=null --set output.trace=" + json250).code, 0);
 }
@@ -444,6 +451,16 @@ TEST_F(AccuracyTest, SetAndOnlyRunAWhatIfOverTheCases) {
   EXPECT_NE(serving.out.find("\"name\": \"serve\""), std::string::npos) << serving;
   EXPECT_EQ(serving.out.find("\"name\": \"other\""), std::string::npos) << serving;
   EXPECT_EQ(cli("accuracy cases --kind both").code, 2);
+  // Settings accuracy would drop (files to write, a sweep, the references themselves) are
+  // refused, not ignored; as are plan's output files and a sweep's trace.
+  for (const char* set : {"output.sqlite=a.sqlite", "sweep.parallel.tp=[1,2]", "reference.value=3"}) {
+    const CliResult dropped = cli(std::string("accuracy cases --set ") + set);
+    EXPECT_EQ(dropped.code, 1) << dropped;
+    EXPECT_NE(dropped.err.find("would be ignored"), std::string::npos) << dropped;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "a.sqlite"));
+  EXPECT_NE(cli("plan cases/tp8-a.yaml --set output.sqlite=p.sqlite").err.find("would be ignored"), std::string::npos);
+  EXPECT_NE(cli("sweep cases/tp8-a.yaml --set output.trace=t.json").err.find("would be ignored"), std::string::npos);
   // An override no case accepts: its errors alone, no empty table.
   const CliResult unknown = cli("accuracy cases --set model.nonsense=3");
   EXPECT_EQ(unknown.code, 1) << unknown;
@@ -587,7 +604,12 @@ TEST_F(AccuracyTest, ABadReferenceIsAnInputErrorAtItsLine) {
   write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 3\n  unit: s\n  source: x\n");
   const CliResult r = cli("accuracy cases");
   EXPECT_EQ(r.code, 1) << r;
-  EXPECT_NE(r.err.find("cases/a.yaml:6:9: error: reference.unit 's' does not measure mfu"), std::string::npos) << r;
+  EXPECT_NE(r.err.find("cases/a.yaml:6:9: error: reference.unit 's' does not measure mfu, expected % or fraction"),
+            std::string::npos)
+      << r;
+  // The units the message offers are the metric's own, each accepted.
+  write("cases/a.yaml", train + "reference:\n  metric: iteration_time_s\n  value: 1\n  unit: tokens/s\n  source: x\n");
+  EXPECT_NE(cli("accuracy cases").err.find("does not measure iteration_time_s, expected s, ms or us"), std::string::npos);
   write("cases/a.yaml", train + "reference:\n  metric: mfu\n  value: 3\n");
   const CliResult none = cli("accuracy cases");
   EXPECT_EQ(none.code, 1) << none;

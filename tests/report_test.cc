@@ -80,6 +80,31 @@ TEST(Report, MixedClusterMarksEachStagesOwnCapacity) {
   EXPECT_EQ(h.find("<title>GPU memory "), std::string::npos) << "no single line for a mixed cluster";
 }
 
+// The heat map's rows are the busiest links by utilization: ten slow switch links carrying
+// as many bytes as fast PCIe links are among them (ranked by bytes, they had been left out).
+TEST(Report, TheHeatMapRanksLinksByUtilization) {
+  const std::string dir = testing::temp_dir("report-heat");
+  {
+    std::ofstream t(dir + "/t.topology.yaml");
+    t << "nodes:\n  - {count: 2, gpu: v100-sxm2-32gb, gpus: 8, nvswitch: false, pcie_bandwidth: 16GB/s,\n"
+         "     gpus_per_pcie_switch: 2, nics: 4, nic_bandwidth: 100Gbps}\nswitches: [ib0]\nlinks:\n";
+    for (int n = 0; n < 2; ++n)
+      for (int k = 0; k < 4; ++k)
+        t << "  - {between: [node" << n << "/nic" << k << ", ib0], bandwidth: 10Gbps}\n";
+    std::ofstream(dir + "/s.yaml") << "name: heat\ncluster: {topology_file: t.topology.yaml}\n"
+                                      "model: {preset: gpt3-1.3b, layers: 2, dtype: fp16}\nparallel: {dp: 16}\n"
+                                      "training: {global_batch: 16}\n";
+  }
+  Scenario s = load_scenario(dir + "/s.yaml");
+  s.output_sqlite = dir + "/h.sqlite";
+  write_outputs(run_training(s));
+  write_html_report(dir + "/h.sqlite", dir + "/h.html");
+  const std::string h = slurp(dir + "/h.html");
+  const size_t heat = h.find("<h2>Link utilization</h2>");
+  ASSERT_NE(heat, std::string::npos);
+  EXPECT_NE(h.find("→ ib0", heat), std::string::npos) << "the slow switch links are the busiest";
+}
+
 TEST(Report, TrainingRunHasEverySectionAndTheSummarysNumbers) {
   const std::string dir = testing::temp_dir("report-train-out");
   const std::string db = dir + "/t.sqlite", html = dir + "/t.html";
