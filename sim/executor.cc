@@ -180,14 +180,17 @@ void Executor::arrive_p2p(uint32_t slot, uint32_t op_index, const Op& op) {
                              " to a peer outside its " + std::string(to_string(op.group)) + " group");
   const int32_t src = op.kind == OpKind::Send ? r.rank : peer;
   const int32_t dst = op.kind == OpKind::Send ? peer : r.rank;
-  // Sends and receives match per (source, destination, phase), in issue order.
-  const auto pair = std::make_tuple(src, dst, static_cast<int>(op.phase));
+  // Sends and receives match per (source, destination, phase), in issue order. Ranks folded
+  // onto their TP group's first meet there: a ring inside the group (k sends t -> t+1) is the
+  // first rank's own send meeting its own receive, as every hop starts when both ends reach it.
+  const int32_t ks = tp_rep_[static_cast<size_t>(src)], kd = tp_rep_[static_cast<size_t>(dst)];
+  const auto pair = std::make_tuple(ks, kd, static_cast<int>(op.phase));
   const uint32_t seq = (op.kind == OpKind::Send ? send_seq_ : recv_seq_)[pair]++;
-  const auto key = std::make_tuple(src, dst, static_cast<int>(op.phase), seq);
+  const auto key = std::make_tuple(ks, kd, static_cast<int>(op.phase), seq);
   Rendezvous& rv = p2p_[key];
   rv.members.emplace_back(slot, op_index);
   const uint32_t expected =
-      static_cast<uint32_t>(simulated_[static_cast<size_t>(src)]) + simulated_[static_cast<size_t>(dst)];
+      static_cast<uint32_t>(simulated_[static_cast<size_t>(ks)]) + simulated_[static_cast<size_t>(kd)];
   if (++rv.arrived < expected) return;
   std::vector<int32_t> gpus = {plan_.rank_gpu[static_cast<size_t>(src)], plan_.rank_gpu[static_cast<size_t>(dst)]};
   CollectiveResult c;
@@ -214,25 +217,38 @@ void Executor::arrive_p2p(uint32_t slot, uint32_t op_index, const Op& op) {
   }
   c.expansion.steps.push_back(std::move(one));
   if (!flow_) {
-    const auto memo_key = std::make_tuple(gpus[0], gpus[1], op.bytes);
-    auto it = p2p_memo_.find(memo_key);
-    if (it == p2p_memo_.end()) {
-      CollectiveCost cost = net_.run(c.expansion, gpus);
-      // A calibrated send/recv inside a node replaces the model's time.
-      const double measured = measured_p2p_seconds(opt_.network, layout_of(topo_, gpus), static_cast<double>(op.bytes));
-      it = p2p_memo_
-               .emplace(memo_key, std::make_pair(SimTime::from_seconds(measured >= 0 ? measured : cost.seconds),
-                                                 std::move(cost.link_bytes)))
-               .first;
-    }
-    c.duration = it->second.first;
-    c.link_bytes = it->second.second;
+    const auto& cost = p2p_cost(gpus[0], gpus[1], op.bytes);
+    c.duration = cost.first;
+    c.link_bytes = cost.second;
   }
   // A receive posted early waits for its sender; that wait is pipeline idle time, not
   // communication: the span starts when the transfer does.
   for (auto [s2, o2] : rv.members) slots_[s2].stream_start[slots_[s2].program->ops[o2].stream] = sim_.now();
   launch(c.expansion, gpus, c, std::move(rv.members));
   p2p_.erase(key);
+}
+
+const std::pair<SimTime, std::vector<std::pair<uint32_t, double>>>& Executor::p2p_cost(int32_t src_gpu, int32_t dst_gpu,
+                                                                                       int64_t bytes) {
+  const auto memo_key = std::make_tuple(src_gpu, dst_gpu, bytes);
+  auto it = p2p_memo_.find(memo_key);
+  if (it != p2p_memo_.end()) return it->second;
+  const std::vector<int32_t> gpus = {src_gpu, dst_gpu};
+  // NCCL picks a send's protocol by its size (nccl_p2p_protocol): LL for small ones.
+  const Protocol proto = nccl_p2p_protocol(static_cast<double>(bytes), topo_.node_of(src_gpu) != topo_.node_of(dst_gpu));
+  Expansion e;
+  e.proto = proto;
+  e.base_latency = opt_.network.base(LatencyFamily::Ring, proto);
+  CollectiveStep one;
+  one.transfers.push_back(Transfer{0, 1, static_cast<double>(bytes)});
+  e.steps.push_back(std::move(one));
+  CollectiveCost cost = net_.run(e, gpus);
+  // A calibrated send/recv inside a node replaces the model's time.
+  const double measured = measured_p2p_seconds(opt_.network, layout_of(topo_, gpus), static_cast<double>(bytes));
+  return p2p_memo_
+      .emplace(memo_key,
+               std::make_pair(SimTime::from_seconds(measured >= 0 ? measured : cost.seconds), std::move(cost.link_bytes)))
+      .first->second;
 }
 
 void Executor::launch(const Expansion& e, const std::vector<int32_t>& gpus, const CollectiveResult& c,

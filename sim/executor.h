@@ -6,8 +6,11 @@
 // and ends for all of them at once.
 //
 // Symmetry: only representative ranks (Plan::mirror_of[r] == r) are simulated;
-// collectives are still costed over their full group on the topology. Running with
-// `simulate_all_ranks` ignores the shortcut, and tests check both give one answer.
+// collectives are still costed over their full group on the topology. On the analytic
+// network, with no variability and no link usage to record, the TP ranks of a stage are
+// folded onto its first as well, where every cost they meet is checked equal to the first's
+// (sim/executor_symmetry.cc). Running with `simulate_all_ranks` ignores the shortcuts, and
+// tests check both give one answer.
 #pragma once
 
 #include <array>
@@ -71,6 +74,9 @@ struct ExecResult {
   SimTime makespan;
   uint64_t events = 0;
   std::vector<int32_t> simulated_ranks;
+  // Per rank: the simulated rank whose timeline it has (Plan::mirror_of, and a stage's TP
+  // ranks folded onto its first where the executor proves them equal; itself if simulated).
+  std::vector<int32_t> representative;
   std::vector<SpanRecord> spans;      // simulated ranks, ordered by (rank, start, stream)
   LinkLoads link_usage;  // ordered by collective start (flow: by when each load ended)
   std::vector<SimTime> rank_finish;   // per rank: when its last op ended (simulated ranks; zero for the rest)

@@ -44,8 +44,24 @@ void Executor::prepare() {
         info.dependents[fill[prog.deps[op.dep_begin + d]]++] = static_cast<uint32_t>(i);
     }
   }
+  // Each group's GPUs, and whether they span nodes.
+  group_gpus_.resize(plan_.groups.size());
+  group_spans_nodes_.assign(plan_.groups.size(), 0);
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    for (int32_t r : plan_.groups[g].ranks) group_gpus_[g].push_back(plan_.rank_gpu[static_cast<size_t>(r)]);
+    const auto& gpus = group_gpus_[g];
+    for (int32_t gpu : gpus)
+      if (topo_.node_of(gpu) != topo_.node_of(gpus.front())) group_spans_nodes_[g] = 1;
+  }
+  // The representatives: the plan's, with the TP ranks of each stage folded onto its first
+  // where their timelines provably equal it.
+  rep_ = plan_.mirror_of;
+  fold_weight_.assign(static_cast<size_t>(plan_.world_size), 1);
+  tp_rep_.resize(static_cast<size_t>(plan_.world_size));
+  for (int32_t r = 0; r < plan_.world_size; ++r) tp_rep_[static_cast<size_t>(r)] = r;
+  fold_tensor_parallel();
   for (int32_t r = 0; r < plan_.world_size; ++r) {
-    if (!opt_.simulate_all_ranks && plan_.mirror_of[static_cast<size_t>(r)] != r) continue;
+    if (!opt_.simulate_all_ranks && rep_[static_cast<size_t>(r)] != r) continue;
     RankState st;
     st.rank = r;
     const uint32_t p = plan_.rank_program[static_cast<size_t>(r)];
@@ -65,6 +81,7 @@ void Executor::prepare() {
     slots_.push_back(std::move(st));
     result_.simulated_ranks.push_back(r);
   }
+  result_.representative = rep_;
   // How many simulated members each group has: a collective starts when they all arrive.
   simulated_.assign(static_cast<size_t>(plan_.world_size), 0);
   for (int32_t r : result_.simulated_ranks) simulated_[static_cast<size_t>(r)] = 1;
@@ -75,18 +92,9 @@ void Executor::prepare() {
       if (rep != r) mirrors_[static_cast<size_t>(rep)].push_back(r);
     }
   }
-  group_expected_.resize(plan_.groups.size());
-  group_gpus_.resize(plan_.groups.size());
-  group_spans_nodes_.assign(plan_.groups.size(), 0);
-  for (size_t g = 0; g < plan_.groups.size(); ++g) {
-    for (int32_t r : plan_.groups[g].ranks) {
-      group_expected_[g] += simulated_[static_cast<size_t>(r)];
-      group_gpus_[g].push_back(plan_.rank_gpu[static_cast<size_t>(r)]);
-    }
-    const auto& gpus = group_gpus_[g];
-    for (int32_t gpu : gpus)
-      if (topo_.node_of(gpu) != topo_.node_of(gpus.front())) group_spans_nodes_[g] = 1;
-  }
+  group_expected_.assign(plan_.groups.size(), 0);
+  for (size_t g = 0; g < plan_.groups.size(); ++g)
+    for (int32_t r : plan_.groups[g].ranks) group_expected_[g] += simulated_[static_cast<size_t>(r)];
 }
 
 const BesideNccl& Executor::beside_nccl_of(int32_t r) {
@@ -127,7 +135,7 @@ const std::vector<SimTime>& Executor::compute_times_for(int32_t r, uint32_t p) {
   if (model_mask_.empty()) {
     model_mask_.assign(static_cast<size_t>(plan_.world_size), 0);
     for (int32_t m = 0; m < plan_.world_size; ++m) {
-      const int32_t into = opt_.simulate_all_ranks ? m : plan_.mirror_of[static_cast<size_t>(m)];
+      const int32_t into = opt_.simulate_all_ranks ? m : rep_[static_cast<size_t>(m)];
       model_mask_[static_cast<size_t>(into)] |= uint64_t{1}
                                                 << topo_.gpu_model_of(plan_.rank_gpu[static_cast<size_t>(m)]);
     }
@@ -204,7 +212,13 @@ void Executor::summarize() {
   size_t total = 0;
   for (const auto& v : slot_spans_) total += v.size();
   if (opt_.keep_spans) result_.spans.reserve(total);
-  const double n = static_cast<double>(slots_.size());
+  // The means over the simulated ranks, each counting the TP ranks folded onto it: summed in
+  // whole picoseconds, exactly, so a folded run's means are the unfolded run's to the bit.
+  __extension__ typedef __int128 Wide;
+  Wide exposed_sum = 0, busy_sum = 0, bubble_sum = 0;
+  std::array<Wide, kGroupKinds> kind_sum{};
+  int64_t weight_total = 0;
+  for (const RankState& st : slots_) weight_total += fold_weight_[static_cast<size_t>(st.rank)];
   result_.rank_compute_busy_s.assign(static_cast<size_t>(plan_.world_size), 0.0);
   for (uint32_t slot : order) {
     std::vector<SpanRecord>& spans = slot_spans_[slot];
@@ -255,21 +269,26 @@ void Executor::summarize() {
       }
       return total;
     };
+    const Wide w = fold_weight_[static_cast<size_t>(rank)];
     const int64_t exposed_all = exposed(comm_all);
-    result_.exposed_comm_s += static_cast<double>(exposed_all) * 1e-12 / n;
+    exposed_sum += w * exposed_all;
     // Busy is the union of the kernels' intervals (a gap behind a kernel on another stream,
     // or two compute streams at once, counts once): never more than the step.
     int64_t busy_ps = 0;
     for (auto [a, b] : busy) busy_ps += b - a;
-    result_.compute_busy_s += static_cast<double>(busy_ps) * 1e-12 / n;
+    busy_sum += w * busy_ps;
     result_.rank_compute_busy_s[static_cast<size_t>(rank)] += static_cast<double>(busy_ps) * 1e-12;
-    result_.bubble_s +=
-        static_cast<double>(std::max<int64_t>(0, sim_.now().picoseconds() - busy_ps - exposed_all)) * 1e-12 / n;
-    for (size_t k = 0; k < kGroupKinds; ++k)
-      result_.exposed_comm_by_kind[k] += static_cast<double>(exposed(comm[k])) * 1e-12 / n;
+    bubble_sum += w * std::max<int64_t>(0, sim_.now().picoseconds() - busy_ps - exposed_all);
+    for (size_t k = 0; k < kGroupKinds; ++k) kind_sum[k] += w * exposed(comm[k]);
     if (opt_.keep_spans) result_.spans.insert(result_.spans.end(), spans.begin(), spans.end());
     std::vector<SpanRecord>().swap(spans);
   }
+  if (weight_total == 0) return;
+  const double n = static_cast<double>(weight_total);
+  result_.exposed_comm_s = static_cast<double>(exposed_sum) * 1e-12 / n;
+  result_.compute_busy_s = static_cast<double>(busy_sum) * 1e-12 / n;
+  result_.bubble_s = static_cast<double>(bubble_sum) * 1e-12 / n;
+  for (size_t k = 0; k < kGroupKinds; ++k) result_.exposed_comm_by_kind[k] = static_cast<double>(kind_sum[k]) * 1e-12 / n;
 }
 
 }  // namespace clustersim::exec

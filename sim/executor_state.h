@@ -142,6 +142,16 @@ class Executor {
 
   const CollectiveResult& collective_cost(int32_t group, const Op& op);
 
+  // A send's time from one GPU to another (analytic network, or the profile's measured
+  // time inside a node), memoized with the bytes it puts on each link.
+  const std::pair<SimTime, std::vector<std::pair<uint32_t, double>>>& p2p_cost(int32_t src_gpu, int32_t dst_gpu,
+                                                                              int64_t bytes);
+
+  // Folds the TP ranks of each simulated stage onto the group's first (rep_, tp_rep_) when
+  // the simulation provably gives them its timeline (sim/executor_symmetry.cc); false, and
+  // nothing folded, when it cannot tell.
+  bool fold_tensor_parallel();
+
   CollectiveResult cost_collective(int32_t group, const Op& op);
 
   // An NCCL kernel on the GPU (waiting or moving data) holds SMs: a kernel beside a
@@ -171,6 +181,9 @@ class Executor {
   uint32_t wake_version_ = 0;
   std::map<uint64_t, std::vector<std::pair<uint32_t, uint32_t>>> in_flight_;
   std::vector<uint8_t> simulated_;
+  std::vector<int32_t> rep_;     // per rank: the simulated rank whose timeline it has (mirror_of, TP folded)
+  std::vector<int32_t> tp_rep_;  // per rank: its TP group's first where folded, else itself (p2p pairing)
+  std::vector<int64_t> fold_weight_;  // per rank: 1 + the TP ranks folded onto it (the means' weights)
   std::vector<std::vector<int32_t>> mirrors_;  // flow network: representative -> the ranks it stands for
   std::map<std::tuple<int32_t, int32_t, int>, uint32_t> send_seq_, recv_seq_;
   std::map<std::tuple<int32_t, int32_t, int, uint32_t>, Rendezvous> p2p_;

@@ -38,6 +38,8 @@ Timeline make_timeline(const RunOutcome& run) {
     t.run.metrics.emplace_back("memory_stage_" + std::to_string(i) + "_bytes",
                                std::round(run.plan.stage_memory[i].total()));
   const Plan& plan = run.plan.plan;
+  // Each rank's representative: the executor's (the plan's mirrors, and TP ranks it folded).
+  const std::vector<int32_t>& rep = run.exec.representative.empty() ? plan.mirror_of : run.exec.representative;
   // A cluster of several GPU models: each stage against the smallest GPU that holds it.
   if (!s.cluster.one_gpu_model() && !run.plan.stage_memory.empty()) {
     std::vector<double> cap(run.plan.stage_memory.size(), 0.0);
@@ -57,7 +59,7 @@ Timeline make_timeline(const RunOutcome& run) {
   for (int32_t r = 0; r < plan.world_size; ++r) {
     const int gpu = plan.rank_gpu[static_cast<size_t>(r)];
     t.ranks.push_back(RankInfo{r, topo.node_of(gpu), gpu % topo.gpus_per_node(), topo.vertex(topo.gpu_vertex(gpu)).name,
-                               plan.rank_program[static_cast<size_t>(r)], plan.mirror_of[static_cast<size_t>(r)]});
+                               plan.rank_program[static_cast<size_t>(r)], rep[static_cast<size_t>(r)]});
   }
   for (const Link& l : topo.links())
     t.links.push_back(LinkInfo{l.id, topo.vertex(l.src).name, topo.vertex(l.dst).name, std::string(to_string(l.cls)),
@@ -82,7 +84,7 @@ Timeline make_timeline(const RunOutcome& run) {
   std::vector<int32_t> folded_to(static_cast<size_t>(plan.world_size), -1);
   for (int32_t r = 0; r < plan.world_size; ++r) {
     const auto& mine = by_rank[static_cast<size_t>(r)];
-    if (mine.empty() || plan.mirror_of[static_cast<size_t>(r)] != r) continue;
+    if (mine.empty() || rep[static_cast<size_t>(r)] != r) continue;
     uint64_t h = plan.rank_program[static_cast<size_t>(r)] * 0x9e3779b97f4a7c15ULL ^ mine.size();
     for (uint32_t i : mine) {
       const SpanRecord& x = run.exec.spans[i];
