@@ -272,6 +272,12 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
         throw InputError(row.seq[2].mark, key + ": causal must be true or false");
       const AttentionPoint a{
           phase == "backward", causal == "true", dim(1), dim(3), dim(4), time(5), row.seq.size() == 7 ? dim(6) : 1};
+      // The GQA group shares one K/V head among `group` query heads: whole groups of the
+      // batch's query heads.
+      if (a.group > a.batch_heads || a.batch_heads % a.group != 0)
+        throw InputError(row.seq[6].mark, key + ": a GQA group of " + std::to_string(a.group) + " query heads in " +
+                                              std::to_string(a.batch_heads) +
+                                              " (batch x heads), expected a group that divides them");
       shapes.push_back({{a.backward ? 1.0 : 0.0, a.causal ? 1.0 : 0.0, static_cast<double>(a.head_dim),
                          static_cast<double>(a.seq), static_cast<double>(a.batch_heads), static_cast<double>(a.group)},
                         &row});

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -32,8 +33,11 @@ std::vector<std::string> comma_list(const std::string& v) {
 int cmd_report(const std::vector<std::string>& args) {
   std::string db, html;
   ReportOptions opt;
+  std::set<std::string> once;  // the flags that take one value
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if ((a == "--html" || a == "--run" || a == "--max-spans") && !once.insert(a).second)
+      throw UsageError(a + " given twice, expected it once");
     if (a == "--html") {
       html = need_value(args, i);
     } else if (a == "--run") {
@@ -50,6 +54,7 @@ int cmd_report(const std::vector<std::string>& args) {
       opt.max_spans = std::strtoll(v.c_str(), &end, 10);
       if (*end != '\0' || opt.max_spans < 1 || errno == ERANGE)
         throw InputError(SourceMark{"--max-spans", 0, 0}, "expected a positive integer, got '" + v + "'");
+      opt.max_spans_given = true;
     } else if (a == "--ranks" || a == "--stages") {
       const std::string v = need_value(args, i);
       std::vector<int64_t>& out = a == "--ranks" ? opt.ranks : opt.stages;
@@ -87,7 +92,11 @@ int cmd_report(const std::vector<std::string>& args) {
   } catch (const ReportInputError& e) {
     throw InputError(SourceMark{e.no_such_run ? "--run" : db, 0, 0}, e.what());
   } catch (const std::invalid_argument& e) {
-    throw InputError(SourceMark{!opt.ranks.empty() ? "--ranks" : !opt.stages.empty() ? "--stages" : "--streams", 0, 0},
+    throw InputError(SourceMark{!opt.ranks.empty()     ? "--ranks"
+                                : !opt.stages.empty()  ? "--stages"
+                                : !opt.streams.empty() ? "--streams"
+                                                       : "--max-spans",
+                                0, 0},
                      e.what());
   }
   make_parent_dirs(html);

@@ -18,6 +18,7 @@
 
 #include "reports/html_parts.h"
 #include "reports/output_file.h"
+#include "reports/sqlite_writer.h"
 #include "reports/summary.h"
 
 namespace clustersim {
@@ -125,6 +126,16 @@ std::string render_html_report(const std::string& db_path, const ReportOptions& 
   if (!std::filesystem::exists(db_path)) throw std::runtime_error("cannot open " + db_path + ": no such file");
   Db db(db_path);
   if (!db.has_table("runs")) throw ReportInputError(db_path + " is not a clustersim database (no runs table)");
+  // Another schema's runs would be read wrong, and a damaged page would be read as whatever
+  // it now holds: both said, not drawn.
+  int64_t version = -1;
+  db.each("PRAGMA user_version", {}, [&](sqlite3_stmt* st) { version = sqlite3_column_int64(st, 0); });
+  if (version != kSqliteSchemaVersion)
+    throw ReportInputError(db_path + " is a clustersim database of schema version " + std::to_string(version) +
+                           ", expected version " + std::to_string(kSqliteSchemaVersion));
+  std::string check;
+  db.each("PRAGMA quick_check(1)", {}, [&](sqlite3_stmt* st) { check = text(st, 0); });
+  if (check != "ok") throw ReportInputError(db_path + " is damaged (SQLite's check: " + check + ")");
   int64_t id = opt.run_id;
   if (id < 0) {
     db.each("SELECT max(run_id) FROM runs WHERE complete = 1", {}, [&](sqlite3_stmt* st) {
@@ -135,10 +146,10 @@ std::string render_html_report(const std::string& db_path, const ReportOptions& 
   const Run r = load_run(db, id);
   const bool inference = r.kind == "inference";
   // A serving run's report has no timeline of ranks, stages and streams to pick from.
-  if (inference && (!opt.ranks.empty() || !opt.stages.empty() || !opt.streams.empty()))
+  if (inference && (!opt.ranks.empty() || !opt.stages.empty() || !opt.streams.empty() || opt.max_spans_given))
     throw std::invalid_argument("run " + std::to_string(r.id) +
                                 " is a serving run, whose report has no timeline of ranks, stages or streams, "
-                                "expected no --ranks, --stages or --streams");
+                                "expected no --ranks, --stages, --streams or --max-spans");
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + esc(r.name) +
                      " — clustersim report</title><style>" + kStyle + "</style></head><body>";
   html += "<h1>" + esc(r.name) + "</h1><p class=\"sub\">run " + std::to_string(r.id) + " · " + esc(r.kind) + " · " +

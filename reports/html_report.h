@@ -23,6 +23,7 @@ namespace clustersim {
 struct ReportOptions {
   int64_t run_id = -1;         // -1: the last complete run
   int64_t max_spans = 300000;  // timeline budget: whole ranks are kept while it lasts
+  bool max_spans_given = false;  // --max-spans was written (a serving run has no timeline to budget)
   int time_bins = 120;         // heat map and throughput resolution
   // The timeline's selection (empty: all): ranks (a mirror rank shows its
   // representative's spans under its own number), pipeline stages (from the PP groups),

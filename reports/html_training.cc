@@ -247,7 +247,8 @@ std::string timeline_json(Db& db, const Run& r, const ReportOptions& opt, std::s
     used += count[chosen[keep++].second];
   if (keep < chosen.size())
     note = "Showing " + std::to_string(keep) + " of " + std::to_string(chosen.size()) + " ranks (" +
-           std::to_string(used) + " spans; the report keeps at most " + std::to_string(opt.max_spans) + ").";
+           std::to_string(used) + " spans; the report keeps whole ranks up to " + std::to_string(opt.max_spans) +
+           " spans, and always the first" + (used > opt.max_spans ? ", which alone has more" : "") + ").";
   if ((!opt.ranks.empty() || !opt.stages.empty() || !opt.streams.empty()) && used == 0)
     throw std::invalid_argument("the timeline selection matches no spans of run " + std::to_string(r.id) +
                                 ", expected ranks, stages and streams the run has");

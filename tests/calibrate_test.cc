@@ -261,6 +261,18 @@ TEST(Profile, TableRowsReadTheSameAsTheYamlParserReadsThem) {
   const std::string split = dir + "/split.yaml";
   std::ofstream(split) << "compute:\n  gemm_table:\n    - [bf16, 64, 64,\n       64, 1e-6]\n";
   EXPECT_EQ(load_profile(split).compute.measured->gemm.size(), 1u);
+  // A GQA group must divide the batch's query heads: 16 query heads a K/V head among 8 is
+  // no measurement, refused at its cell.
+  const std::string gqa = dir + "/gqa.yaml";
+  std::ofstream(gqa) << "compute:\n  attention_table:\n    - [forward, 64, true, 256, 8, 1e-5, 16]\n";
+  try {
+    load_profile(gqa);
+    ADD_FAILURE() << "a group past the heads was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(gqa + ":3:41: error: profile.compute.attention_table: a GQA group of 16"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Memory-bound kernels measured at several shares of reads: between two measured shares

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -256,6 +257,10 @@ TEST(Report, InferenceRunHasLatencyThroughputAndKv) {
   EXPECT_NE(h.find("<td>ttft_s_p99</td><td class=\"num\">" + metric_text(r.metrics, "ttft_s_p99") + "</td>"),
             std::string::npos);
   EXPECT_EQ(h.find("id=\"tl\""), std::string::npos) << "no training timeline for a serving run";
+  ReportOptions spans;  // a budget for a timeline the report does not have: refused, not ignored
+  spans.max_spans = 5;
+  spans.max_spans_given = true;
+  EXPECT_THROW(render_html_report(db, spans), std::invalid_argument);
 }
 
 TEST(Report, BadInputWritesNothing) {
@@ -272,6 +277,28 @@ TEST(Report, BadInputWritesNothing) {
   EXPECT_THROW(write_html_report(db, dir + "/out.html", o), std::runtime_error);
   EXPECT_FALSE(fs::exists(dir + "/out.html"));
   EXPECT_FALSE(fs::exists(dir + "/out.html.tmp"));
+  // Another schema version, and a damaged page: said, not drawn.
+  fs::copy_file(db, dir + "/v99.sqlite", fs::copy_options::overwrite_existing);
+  {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(std::string(dir + "/v99.sqlite").c_str(), &h), SQLITE_OK);
+    sqlite3_exec(h, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
+    sqlite3_close(h);
+  }
+  try {
+    render_html_report(dir + "/v99.sqlite");
+    ADD_FAILURE() << "a schema of another version was drawn";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("schema version 99, expected version 2"), std::string::npos) << e.what();
+  }
+  fs::copy_file(db, dir + "/damaged.sqlite", fs::copy_options::overwrite_existing);
+  {
+    std::fstream f(dir + "/damaged.sqlite", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(db) / 2));
+    const std::string junk(8192, '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  EXPECT_THROW(render_html_report(dir + "/damaged.sqlite"), std::runtime_error);
 }
 
 // Renders the report in headless Chromium and checks the screenshot is not blank.
