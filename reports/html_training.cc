@@ -331,13 +331,26 @@ std::string comparison(Db& db, const Run& r) {
     double real, sim;
   };
   std::vector<Pair> pairs;
-  db.each("SELECT rank, op_index, end_ps - start_ps FROM spans WHERE run_id = ? ORDER BY rank, op_index", {real_id},
-          [&](sqlite3_stmt* st) {
+  int64_t other_ops = 0, other_op = 0;  // ops of the real run whose name is not the simulated op's
+  db.each("SELECT rank, op_index, end_ps - start_ps, name FROM spans WHERE run_id = ? ORDER BY rank, op_index",
+          {real_id}, [&](sqlite3_stmt* st) {
             auto it = sim.find({sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1)});
+            if (it == sim.end()) return;
+            if (it->second.first != text(st, 3)) {
+              ++other_ops;
+              return;
+            }
+            ++other_op;
             const double real = static_cast<double>(sqlite3_column_int64(st, 2)) * 1e-12;
-            if (it != sim.end() && real >= 1e-6 && it->second.second > 0)
-              pairs.push_back({it->second.first, real, it->second.second});
+            if (real >= 1e-6 && it->second.second > 0) pairs.push_back({it->second.first, real, it->second.second});
           });
+  // Runs of one name but other plans (another layout run under the same name): their ops
+  // at one index are other ops, and comparing them would say nothing.
+  if (other_ops > 0)
+    return "<section><h2>Simulated vs real</h2><p>Run " + std::to_string(sim_id) + " (sim) and run " +
+           std::to_string(real_id) + " (real) share a name but not a plan: " + std::to_string(other_ops) + " of " +
+           std::to_string(other_ops + other_op) +
+           " ops at the same rank and index are other ops, so they are not compared.</p></section>";
   if (pairs.empty()) return "";
   double lo = 1e30, hi = 0;
   for (const Pair& p : pairs) {

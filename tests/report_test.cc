@@ -237,6 +237,22 @@ TEST(Report, SimVersusRealWhenTheDatabaseHoldsBoth) {
   EXPECT_NE(h.find("median |error| 20.00%"), std::string::npos);
   EXPECT_NE(h.find("<td class=\"num\">-20.0%</td>"), std::string::npos);
   EXPECT_NE(h.find("<circle"), std::string::npos);
+  // A "real" run of the same name but another plan (its ops renamed here) is not compared.
+  const std::string other_db = dir + "/o.sqlite";
+  fs::remove(other_db);
+  const RunOutcome again = training_run(other_db);
+  Timeline other = make_timeline(again);
+  other.run.source = "real";
+  other.links.clear();
+  other.link_usage.clear();
+  other.borrowed_link_usage = nullptr;
+  Plan renamed = *other.plan;
+  for (std::string& n : renamed.names) n = "other-" + n;
+  other.plan = &renamed;
+  write_sqlite(other, other_db);
+  const std::string o = render_html_report(other_db);
+  EXPECT_NE(o.find("share a name but not a plan"), std::string::npos);
+  EXPECT_EQ(o.find("<circle"), std::string::npos);
 }
 
 TEST(Report, InferenceRunHasLatencyThroughputAndKv) {
