@@ -217,7 +217,13 @@ JobsOutcome run_jobs(const Scenario& s) {
   for (size_t i = 0; i < jobs.size(); ++i) {
     LoadedJob& j = jobs[i];
     JobOutcome o;
+    // Two jobs of one name (one scenario placed twice) are told apart by their place.
     o.name = j.s.name;
+    int64_t same = 0;
+    for (size_t k = 0; k < i; ++k) same += jobs[k].s.name == j.s.name;
+    bool later = false;
+    for (size_t k = i + 1; k < jobs.size() && !later; ++k) later = jobs[k].s.name == j.s.name;
+    if (same > 0 || later) o.name += " #" + std::to_string(same + 1);
     o.scenario = s.jobs[i].scenario;
     o.nodes = j.nodes;
     if (j.s.inference) {

@@ -102,6 +102,16 @@ TEST(Jobs, ALargerJobsBoardsDoNotSlowASmallOne) {
   ASSERT_EQ(o.jobs.size(), 2u);
   EXPECT_DOUBLE_EQ(o.jobs[0].shared, o.jobs[0].alone);
   EXPECT_DOUBLE_EQ(o.jobs[0].slowdown(), 1.0);
+  EXPECT_EQ(o.jobs[0].name, "small");
+}
+
+// One scenario placed twice: its rows are told apart by their place.
+TEST(Jobs, TwoJobsOfOneNameAreToldApart) {
+  const JobsOutcome o = run_jobs(load_scenario(write_files(
+      "jobs-twice", "jobs:\n  - {scenario: a.yaml, first_node: 0}\n  - {scenario: a.yaml, first_node: 2}\n")));
+  ASSERT_EQ(o.jobs.size(), 2u);
+  EXPECT_EQ(o.jobs[0].name, "a #1");
+  EXPECT_EQ(o.jobs[1].name, "a #2");
 }
 
 TEST(Jobs, PlacementsAreChecked) {
