@@ -197,7 +197,8 @@ bool needs_gpu_binary(const std::string& cmd, const std::vector<std::string>& ar
          std::find(args.begin(), args.end(), "--against") == args.end();
 }
 
-[[noreturn]] void hand_to_gpu_binary(const std::string& cmd, char** argv) {
+// Returns (the reason, for the caller to report) only when the GPU binary cannot be run.
+std::string hand_to_gpu_binary(const std::string& cmd, char** argv) {
   std::string self(4096, '\0');
   const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
   std::string gpu = CLUSTERSIM_GPU_BINARY;
@@ -207,9 +208,30 @@ bool needs_gpu_binary(const std::string& cmd, const std::vector<std::string>& ar
     argv[0] = const_cast<char*>(gpu.c_str());
     ::execv(gpu.c_str(), argv);
   }
-  std::cerr << "clustersim: error: " << cmd << " runs in " << gpu << ", built beside clustersim, which cannot be run"
-            << (n > 0 ? std::string(": ") + std::strerror(errno) : std::string()) << "\n";
-  std::exit(3);
+  return cmd + " runs in " + gpu + ", built beside clustersim, which cannot be run" +
+         (n > 0 ? std::string(": ") + std::strerror(errno) : std::string());
+}
+
+// The GPU binary cannot be run: real's and validate's arguments are still checked here, as
+// that binary checks them (a usage error exits 2, a bad scenario 1), and good ones fail on
+// the missing binary (3). calibrate's are read only there.
+int without_gpu_binary(const std::string& cmd, const std::vector<std::string>& args, const std::string& why) {
+  try {
+    if (cmd == "real") cmd_real(args);
+    if (cmd == "validate") cmd_validate(args, RealHooks{});
+  } catch (const UsageError& e) {
+    std::cerr << "clustersim: " << e.what() << "\n\n" << kUsage;
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "clustersim: " << e.what() << "\n\n" << kUsage;
+    return 2;
+  } catch (const InputError& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::exception&) {
+  }
+  std::cerr << "clustersim: error: " << why << "\n";
+  return 3;
 }
 #endif
 
@@ -243,7 +265,7 @@ int main(int argc, char** argv) {
   const std::string cmd = args.front();
   args.erase(args.begin());
 #ifdef CLUSTERSIM_GPU_BINARY
-  if (needs_gpu_binary(cmd, args)) hand_to_gpu_binary(cmd, argv);
+  if (needs_gpu_binary(cmd, args)) return without_gpu_binary(cmd, args, hand_to_gpu_binary(cmd, argv));
 #endif
   return check_stdout(dispatch(cmd, args));
 }

@@ -171,6 +171,23 @@ TEST_F(CalibrationCliTest, GpuCommandWithoutTheGpuBinaryNamesIt) {
   const std::string err = read_file(dir_ / "e");
   EXPECT_NE(err.find("calibrate runs in " + (dir_ / "bin" / "clustersim-real").string()), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(dir_ / "p.yaml"));
+  // real's and validate's arguments are still checked: a usage error exits 2, a scenario that
+  // is not there 1, and good ones name the missing binary (3).
+  const struct {
+    std::string line;
+    int code;
+    const char* says;
+  } lines[] = {{"real --bogus", 2, "unknown option '--bogus' for real"},
+               {"validate " + quote(kExample) + " --iterations x", 2, "--iterations expects an integer"},
+               {"real nothere.yaml", 1, "nothere.yaml: error: cannot read scenario file"},
+               {"real " + quote(kExample) + " --iterations 1", 3, "real runs in "}};
+  for (const auto& l : lines) {
+    const int st =
+        std::system((quote(alone.string()) + " " + l.line + " >/dev/null 2>" + quote((dir_ / "e").string())).c_str());
+    ASSERT_TRUE(WIFEXITED(st)) << l.line;
+    EXPECT_EQ(WEXITSTATUS(st), l.code) << l.line << ": " << read_file(dir_ / "e");
+    EXPECT_NE(read_file(dir_ / "e").find(l.says), std::string::npos) << l.line << ": " << read_file(dir_ / "e");
+  }
 }
 
 // The usage of a GPU command needs neither a GPU nor the binary that drives them.
