@@ -17,6 +17,7 @@ namespace {
 // run's goodput is the mean over this many seeded realizations of its horizon.
 constexpr double kSteadyIntervals = 4;
 constexpr uint64_t kShortHorizonDraws = 256;
+constexpr double kShortHorizonFailures = 1e7;  // failures drawn over all of a short run's draws
 
 }  // namespace
 
@@ -271,12 +272,17 @@ GoodputReport goodput_report(const Scenario& s, const Topology& topo, double ite
     // A run of few intervals is far from the steady state (one shorter than its interval
     // never checkpoints): the expectation over seeded realizations of this horizon.
     g.expected_failures = duration / p.mtbf_s;
-    for (uint64_t k = 0; k < kShortHorizonDraws; ++k) {
+    // As many draws as the failures budget allows (1e7 drawn in all), at most 256.
+    const double per_draw = std::max(1.0, g.expected_failures);
+    const auto draws = static_cast<uint64_t>(
+        std::clamp(kShortHorizonFailures / per_draw, 1.0, static_cast<double>(kShortHorizonDraws)));
+    const double n = static_cast<double>(draws);
+    for (uint64_t k = 0; k < draws; ++k) {
       const FaultTimeline t = k == 0 ? g.timeline : simulate_faults(p, tau, duration, stream_seed(seed, 1000 + k));
-      g.goodput += t.goodput() / kShortHorizonDraws;
-      g.lost_checkpoint_s += t.checkpoint_s / kShortHorizonDraws;
-      g.lost_restart_s += t.restart_s / kShortHorizonDraws;
-      g.lost_rework_s += t.lost_s / kShortHorizonDraws;
+      g.goodput += t.goodput() / n;
+      g.lost_checkpoint_s += t.checkpoint_s / n;
+      g.lost_restart_s += t.restart_s / n;
+      g.lost_rework_s += t.lost_s / n;
     }
   } else {
     const FaultTimeline& t = g.timeline;
