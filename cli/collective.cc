@@ -185,7 +185,7 @@ int cmd_collective(const std::vector<std::string>& args) {
   // sharing a NIC, an oversubscribed fabric, a topology file's explicit links).
   if (model == "auto") {
     ClusterSpec used = cfg.cluster;
-    if (topology_file.empty()) used.nodes = cfg.nodes;
+    used.nodes = cfg.nodes;  // the nodes the ranks take (a topology file's first ones)
     model = auto_network_model(used);
   }
   cfg.flow = model == "flow";

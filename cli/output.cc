@@ -120,8 +120,8 @@ void check_input_file(const std::string& path, const std::string& expected) {
 
 std::vector<std::string> scenario_inputs(const Scenario& s) {
   std::vector<std::string> in = s.inputs;
-  if (!s.calibration.empty()) in.push_back(scenario_relative_path(s, s.calibration));
-  if (s.inference && !s.serving.trace.empty()) in.push_back(scenario_relative_path(s, s.serving.trace));
+  if (!s.calibration.empty()) in.push_back(s.calibration);
+  if (s.inference && !s.serving.trace.empty()) in.push_back(s.serving.trace);
   return in;
 }
 

@@ -78,6 +78,13 @@ int cmd_search(const std::vector<std::string>& args) {
     }
   }
   if (path.empty()) throw UsageError("search needs a scenario file");
+  // A row's settings are its pairs joined by ", ": a value holding one would read back as two.
+  for (const std::string& set : sets)
+    if (set.find(", ") != std::string::npos)
+      throw InputError(SourceMark{"--set", 0, 0},
+                       "'" + set +
+                           "' holds ', ', which the rows' settings separate pairs with, expected the value "
+                           "without it (a list as [a,b])");
   const Scenario s = load_scenario(path, sets, lo);
   if (!s.sweep.empty())
     std::cerr << s.mark("sweep").str()

@@ -234,6 +234,9 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
     use_profile(s, profile);
     return validate_against_pytorch(s, iterations, warmup, json, real_from);
   }
+  // The scenario is read first: a bad one is the input's fault, whatever runs it.
+  Scenario s = load_scenario(path, sets);
+  use_profile(s, profile);
   if (real_from.empty() && !hooks.run_training)
     throw std::runtime_error(
         "validate needs the real backend: CUDA, cuBLASLt and NCCL were not found when this build was configured "
@@ -242,8 +245,6 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
     throw std::runtime_error(
         "validate runs the scenario on a GPU, and this machine has none (--real-from DB.sqlite compares with a real "
         "run recorded earlier)");
-  Scenario s = load_scenario(path, sets);
-  use_profile(s, profile);
   if (s.inference && !op_events)
     throw std::invalid_argument("--timing stream times training steps; serving validation times each iteration's ops");
   if (s.inference && !real_from.empty())

@@ -46,7 +46,7 @@ class LengthSampler {
 };
 
 std::vector<Arrival> load_trace(const Scenario& s) {
-  const std::string p = scenario_relative_path(s, s.serving.trace);
+  const std::string& p = s.serving.trace;  // resolved as the key was read (as_path)
   std::error_code ec;
   if (std::filesystem::exists(p, ec) && !std::filesystem::is_regular_file(p, ec))
     throw InputError(s.mark("inference.arrivals.trace"),

@@ -114,8 +114,10 @@ bool Executor::fold_tensor_parallel() {
         const auto& b = plan_.groups[static_cast<size_t>(gi)].ranks;
         if (a.size() != b.size() || group_spans_nodes_[static_cast<size_t>(g0)] != group_spans_nodes_[static_cast<size_t>(gi)])
           return false;
+        // Rank 0's group holds place-0 ranks alone, so that its simulated members are all
+        // it waits for (a member at another place would be one a folded rank stands for).
         for (size_t j = 0; j < a.size(); ++j)
-          if (moved(a[j], i, k) != b[j]) return false;
+          if (place[static_cast<size_t>(a[j])] != 0 || moved(a[j], i, k) != b[j]) return false;
       }
       // What each collective and send costs rank i, against rank 0.
       for (const Op* op : ops_of(program)) {

@@ -17,7 +17,6 @@ namespace {
 // run's goodput is the mean over this many seeded realizations of its horizon.
 constexpr double kSteadyIntervals = 4;
 constexpr uint64_t kShortHorizonDraws = 256;
-constexpr double kShortHorizonFailures = 1e7;  // failures drawn over all of a short run's draws
 
 }  // namespace
 
@@ -216,10 +215,12 @@ FaultTimeline simulate_faults(const FaultParams& p, double interval_s, double du
   return tl;
 }
 
-GoodputReport goodput_report(const Scenario& s, const Topology& topo, double iteration_s, uint64_t seed) {
+GoodputReport goodput_report(const Scenario& s, const Topology& topo, double iteration_s, uint64_t seed,
+                             const GoodputDraw& draw) {
   GoodputReport g;
   FaultParams p = fault_params(s, topo);
   const double duration = s.training.duration_s;
+  if (duration < iteration_s && draw.sample) return g;  // a draw slower than the duration: no work done
   if (duration < iteration_s) {
     char buf[160];
     std::snprintf(buf, sizeof buf,
@@ -257,28 +258,30 @@ GoodputReport goodput_report(const Scenario& s, const Topology& topo, double ite
   }
   g.timeline = simulate_faults(p, tau, duration, seed);
   if (p.trace_s.empty() && p.mtbf_s > 0 && duration >= kSteadyIntervals * tau) {
-    // Daly's renewal, split by where a segment's expected time T goes: its τ of work and δ
-    // of checkpoint, the failed attempts' work, M(e^{L/M} − 1) − L with L = τ + δ, and the
-    // restarts after them, M(e^{L/M} − 1)(e^{R/M} − 1). The parts sum to T exactly.
+    // Daly's renewal, split by where a segment's expected time T = M e^{R/M} (e^{L/M} − 1)
+    // goes, L = τ + δ: its τ of work and δ of checkpoint, the failed attempts' work
+    // M(e^{L/M} − 1) − L, and the restarts after them M(e^{L/M} − 1)(e^{R/M} − 1). As
+    // shares of T, which hold where T itself overflows: restarts 1 − e^{−R/M}, rework
+    // e^{−R/M} (1 − (L/M) / (e^{L/M} − 1)), the checkpoints δ / T; they sum to 1 − G.
     const double m = p.mtbf_s, r = effective_restart(p), l = tau + p.checkpoint_s;
     g.goodput = expected_goodput(p, tau);
     g.expected_failures = duration / m;
-    const double segments = g.goodput * duration / tau;
-    const double failed = std::expm1(l / m);  // failed attempts per segment
-    g.lost_checkpoint_s = segments * p.checkpoint_s;
-    g.lost_rework_s = segments * std::max(0.0, m * failed - l);
-    g.lost_restart_s = segments * m * failed * std::expm1(r / m);
+    const double failed = std::expm1(l / m);  // failed attempts per segment (inf past e^709)
+    g.lost_restart_s = duration * -std::expm1(-r / m);
+    g.lost_rework_s = duration * std::exp(-r / m) * std::max(0.0, 1 - (l / m) / failed);
+    g.lost_checkpoint_s = g.goodput * duration / tau * p.checkpoint_s;
   } else if (p.trace_s.empty() && p.mtbf_s > 0) {
     // A run of few intervals is far from the steady state (one shorter than its interval
     // never checkpoints): the expectation over seeded realizations of this horizon.
     g.expected_failures = duration / p.mtbf_s;
-    // As many draws as the failures budget allows (1e7 drawn in all), at most 256.
+    // As many draws as the failures budget allows (1e7 drawn in all for a run), at most 256.
     const double per_draw = std::max(1.0, g.expected_failures);
-    const auto draws = static_cast<uint64_t>(
-        std::clamp(kShortHorizonFailures / per_draw, 1.0, static_cast<double>(kShortHorizonDraws)));
+    const auto draws =
+        static_cast<uint64_t>(std::clamp(draw.failure_budget / per_draw, 1.0, static_cast<double>(kShortHorizonDraws)));
     const double n = static_cast<double>(draws);
     for (uint64_t k = 0; k < draws; ++k) {
-      const FaultTimeline t = k == 0 ? g.timeline : simulate_faults(p, tau, duration, stream_seed(seed, 1000 + k));
+      const FaultTimeline t =
+          k == 0 ? g.timeline : simulate_faults(p, tau, duration, stream_seed(seed, 1000 + k), /*record=*/false);
       g.goodput += t.goodput() / n;
       g.lost_checkpoint_s += t.checkpoint_s / n;
       g.lost_restart_s += t.restart_s / n;

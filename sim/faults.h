@@ -81,8 +81,17 @@ struct GoodputReport {
   FaultTimeline timeline;             // the seeded realization written to SQLite and the trace
 };
 
+// How a report is drawn: the run's own (draw 0), or one of run --samples' later draws, which
+// share the failures a short run's mean may draw and report a draw longer than the duration
+// as goodput 0 rather than refuse it.
+struct GoodputDraw {
+  bool sample = false;
+  double failure_budget = 1e7;  // failures a short run's realizations may draw in all
+};
+
 // Goodput of the scenario's job, whose iterations take `iteration_s`: expected (Daly's
 // G) when failures are random, from the realization when a trace is given.
-GoodputReport goodput_report(const Scenario& s, const Topology& topo, double iteration_s, uint64_t seed);
+GoodputReport goodput_report(const Scenario& s, const Topology& topo, double iteration_s, uint64_t seed,
+                             const GoodputDraw& draw = {});
 
 }  // namespace clustersim

@@ -158,6 +158,10 @@ JobsOutcome run_jobs(const Scenario& s) {
       throw InputError(spec.mark, "job scenario '" + spec.scenario + "' does not exist (looked for " + spec.path +
                                       "), expected a scenario file relative to this file");
     j.s = load_scenario(spec.path);
+    if (!j.s.chakra_dir.empty())
+      throw InputError(spec.mark, "job " + spec.scenario +
+                                      " is a Chakra workload, which a jobs: run does not place, expected a job with "
+                                      "model: and parallel:");
     const Scenario& js = j.s;
     if (js.cluster.node.preset != s.cluster.node.preset || js.cluster.node.gpus != gpn)
       throw InputError(spec.mark, "job " + spec.scenario + " runs on " + js.cluster.node.preset + " nodes of " +

@@ -38,16 +38,9 @@ void collective_options(const Scenario& s, ExecOptions& eo) {
   eo.flow = s.network_model == "flow";
 }
 
-
-std::string scenario_relative_path(const Scenario& s, const std::string& path) {
-  std::filesystem::path p(path);
-  if (p.is_relative() && !std::filesystem::exists(p)) p = std::filesystem::path(s.path).parent_path() / p;
-  return p.string();
-}
-
 void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network) {
   if (!s.calibration.empty()) {
-    const CalibrationProfile prof = load_profile(scenario_relative_path(s, s.calibration), s.mark("calibration"));
+    const CalibrationProfile prof = load_profile(s.calibration, s.mark("calibration"));
     if (const std::string w = profile_warning(prof); !w.empty()) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true)) std::cerr << s.mark("calibration").str() << ": " << w << "\n";
@@ -321,7 +314,12 @@ void run_samples(RunOutcome& run, int64_t n, int jobs, const RunOptions& opt) {
         values[0][at] = iter;
         values[1][at] = mfu_of(s, run.plan, iter);
         values[2][at] = tokens_per_iteration(s, run.plan) / iter;
-        if (s.faults.set) values[3][at] = goodput_report(s, topo, iter, fault_seed(s, i)).goodput;
+        if (s.faults.set) {
+          GoodputDraw d;  // the draws share one run's budget of failures drawn
+          d.sample = true;
+          d.failure_budget = 1e7 / static_cast<double>(n);
+          values[3][at] = goodput_report(s, topo, iter, fault_seed(s, i), d).goodput;
+        }
       });
   run.samples.clear();
   add_sample_statistics(keys, values, s.seed, run.metrics, run.samples);

@@ -52,9 +52,6 @@ RunOutcome run_training(const Scenario& s, const RunOptions& opt = {});
 // the default's derivation is in docs/model.md).
 inline constexpr double kDefaultStepOverheadS = 3e-3;
 double step_overhead_seconds(const Scenario& s);
-// A path the scenario names: as written when it exists, else relative to the scenario
-// file (like include:).
-std::string scenario_relative_path(const Scenario& s, const std::string& path);
 // Loads the scenario's calibration profile, when it names one, over the defaults.
 void apply_calibration(const Scenario& s, ComputeProfile& compute, NetworkProfile& network);
 

@@ -124,8 +124,8 @@ std::string scenario_fingerprint(const Scenario& base) {
     mix("\n" + path + (in ? "\n" + bytes.str() : std::string("\n(missing)")));
   };
   if (!base.cluster.topology_file.empty()) mix_file(base.cluster.topology_file);
-  if (!base.calibration.empty()) mix_file(scenario_relative_path(base, base.calibration));
-  if (!base.serving.trace.empty()) mix_file(scenario_relative_path(base, base.serving.trace));
+  if (!base.calibration.empty()) mix_file(base.calibration);
+  if (!base.serving.trace.empty()) mix_file(base.serving.trace);
   for (const auto& [key, values] : base.sweep)
     if (key == "cluster.topology_file" || key == "calibration" || key == "inference.arrivals.trace")
       for (const YNode& v : values.seq)

@@ -180,6 +180,7 @@ TEST_F(CalibrationCliTest, GpuCommandWithoutTheGpuBinaryNamesIt) {
   } lines[] = {{"real --bogus", 2, "unknown option '--bogus' for real"},
                {"validate " + quote(kExample) + " --iterations x", 2, "--iterations expects an integer"},
                {"real nothere.yaml", 1, "nothere.yaml: error: cannot read scenario file"},
+               {"validate nothere.yaml --profile p.yaml", 1, "nothere.yaml: error: cannot read scenario file"},
                {"real " + quote(kExample) + " --iterations 1", 3, "real runs in "}};
   for (const auto& l : lines) {
     const int st =

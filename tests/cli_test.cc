@@ -483,6 +483,10 @@ TEST_F(SearchCliTest, KeysACandidateDoesNotTakeAreNull) {
   ASSERT_GE(set_rows.size(), 2u);
   EXPECT_EQ(set_rows[0].first.rfind("model.seq_len=1024, ", 0), 0u) << set_rows[0].first;
   expect_rows_rerun(plain, set_rows);
+  // A pair whose value holds ", " would read back from a row as two: refused.
+  const CliResult comma = cli("search " + quote(plain) + " --top 1 --set " + quote("name=my run, v2"));
+  EXPECT_EQ(comma.code, 1) << comma;
+  EXPECT_NE(comma.err.find("holds ', '"), std::string::npos) << comma;
 }
 
 // ---- run: positive -------------------------------------------------------------------------

@@ -351,6 +351,22 @@ TEST_F(HostileTest, AHugeValueIsNotEchoedWhole) {
   EXPECT_NE(r.err.find("(5000000 bytes)"), std::string::npos) << r.err.substr(0, 500);
 }
 
+// A path from --set is the working folder's, one written in a file is its folder's; neither
+// falls back to the other, and the message names the path as resolved, once.
+TEST_F(HostileTest, APathIsReadWhereItsKeyWasWritten) {
+  const std::string body = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
+  write("sub/s.yaml", body);
+  write("sub/prof.yaml", "gpu: h100-sxm\ncompute: {launch_overhead: 2us}\n");
+  const CliResult set = cli("run sub/s.yaml --set output=null --set calibration=prof.yaml");
+  EXPECT_EQ(set.code, 1) << set;
+  EXPECT_NE(set.err.find("calibration profile 'prof.yaml' does not exist"), std::string::npos) << set;
+  EXPECT_EQ(cli("run sub/s.yaml --set output=null --set calibration=sub/prof.yaml").code, 0);
+  write("sub/c.yaml", body + "calibration: nothere.yaml\n");
+  const CliResult file = cli("run sub/c.yaml --set output=null");
+  EXPECT_EQ(file.code, 1) << file;
+  EXPECT_NE(file.err.find("'sub/nothere.yaml' does not exist"), std::string::npos) << file;
+}
+
 TEST_F(HostileTest, ADamagedDatabaseIsSaidToBeDamaged) {
   write("bad.sqlite", std::string(8192, '\x5a'));
   double t = 0;

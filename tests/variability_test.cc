@@ -384,6 +384,15 @@ TEST(Faults, LostTimeSplitsAsTheTimelineLosesIt) {
       "faults-short"));
   EXPECT_GT(metric(day, "goodput"), 0.98);
   EXPECT_EQ(metric(day, "lost_checkpoint_s"), 0);
+  // Failures far faster than a restart: G underflows to 0 and the whole duration is restarts,
+  // not NaN (e^{L/M} overflows) or nothing at all.
+  const RunOutcome never = run_training(scenario_from_text(
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\ntraining: {duration: 2h}\n"
+      "faults: {gpu_mtbf: 1s, restart: 10min, checkpoint_bandwidth: 1GB/s, checkpoint_interval: 1min}\n",
+      "faults-never"));
+  EXPECT_EQ(metric(never, "goodput"), 0);
+  EXPECT_NEAR(metric(never, "lost_restart_s") + metric(never, "lost_rework_s") + metric(never, "lost_checkpoint_s"),
+              7200, 1e-6);
   // A duration under one iteration does no work: refused where it is written.
   EXPECT_THROW(run_training(scenario_from_text(base + "training: {duration: 1ms}\n", "faults-tiny")), InputError);
 }
