@@ -280,7 +280,11 @@ TrainingPlan build_training_plan(const Scenario& s, const PlannerOptions& opt) {
   // runs on an isomorphic part of the cluster and behaves like replica 0, which meets
   // every DP, EP and CP collective; only replica 0 is simulated.
   const int64_t gpn = s.cluster.node.gpus;
-  const bool symmetric = opt.use_symmetry && st.tp == 1 && gpn % l.tp == 0;
+  // A node wired GPU by GPU (an NVLink mesh) or a fabric given link by link may treat the
+  // replicas unlike: their TP and PP links differ, and replica 0 stands for no other.
+  bool wired = !s.cluster.fabric_links.empty() || !s.cluster.node.gpu_links.empty();
+  for (const NodeSpec& n : s.cluster.node_specs) wired = wired || !n.gpu_links.empty();
+  const bool symmetric = opt.use_symmetry && st.tp == 1 && gpn % l.tp == 0 && !wired;
   plan.mirror_of.resize(static_cast<size_t>(world));
   for (int64_t p = 0; p < l.pp; ++p)
     for (int64_t d = 0; d < l.dp; ++d)

@@ -93,5 +93,21 @@ TEST(Symmetry, RanksTheNetworkTellsApartAreNotFolded) {
   EXPECT_EQ(metric(experts.folded, "simulated_ranks") * 2, metric(experts.whole, "simulated_ranks"));
 }
 
+// A node wired GPU by GPU (the DGX-1's NVLink mesh) gives its DP replicas unlike TP links:
+// the planner mirrors none of them, and the run is the one that simulates every rank.
+TEST(Symmetry, AMeshNodesReplicasAreNotMirrored) {
+  const std::string yaml = std::string("cluster: {topology_file: ") + CLUSTERSIM_SOURCE_DIR +
+                           "/scenarios/examples/clusters/dgx1-hybrid-cube-mesh.topology.yaml}\n"
+                           "model: {preset: gpt3-1.3b, layers: 2, dtype: fp16}\nparallel: {tp: 2, dp: 8}\n"
+                           "training: {global_batch: 16}\n";
+  const Scenario s = scenario_from_text(yaml, "sym-mesh");
+  RunOptions all;
+  all.simulate_all_ranks = true;
+  const Metrics some = run_training(s).metrics, every = run_training(s, all).metrics;
+  EXPECT_EQ(metric(some, "iteration_time_s"), metric(every, "iteration_time_s"));
+  EXPECT_EQ(metric(some, "exposed_comm_dp_s"), metric(every, "exposed_comm_dp_s"));
+  EXPECT_EQ(metric(some, "simulated_ranks"), 16);
+}
+
 }  // namespace
 }  // namespace clustersim
