@@ -379,6 +379,16 @@ class SearchCliTest : public CliTest {
     sqlite3_close(db);
     return rows;
   }
+  // search on `file` with `args`, its rows written to NAME.sqlite (NAME the file's stem), and
+  // at least `least` of them read back.
+  std::vector<std::pair<std::string, double>> searched(const std::string& file, const std::string& args, size_t least) {
+    const std::string name = fs::path(file).stem().string();
+    const CliResult r = cli("search " + quote(file) + " " + args + " --out " + name + ".sqlite", 300);
+    EXPECT_EQ(r.code, 0) << r;
+    const auto rows = rows_of(dir_ / (name + ".sqlite"), name);
+    EXPECT_GE(rows.size(), least) << r;
+    return rows;
+  }
   // Each row's settings, as --set pairs on the scenario `file`, run to the row's own time.
   void expect_rows_rerun(const std::string& file, const std::vector<std::pair<std::string, double>>& rows) {
     for (const auto& [settings, seconds] : rows) {
@@ -429,18 +439,15 @@ TEST_F(SearchCliTest, SettingsCarryWhatSearchChangedBesideTheLayout) {
                                    "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: llama3-8b, layers: 30}\n"
                                    "parallel: {tp: 2, pp: 4, schedule: interleaved-1f1b, virtual_stages: 2, "
                                    "microbatch_group: 8, first_stage_layers: 6}\ntraining: {global_batch: 64}\n");
-  ASSERT_EQ(cli("search " + quote(uneven) + " --top 4 --refine flow --out u.sqlite", 300).code, 0);
-  const auto rows = rows_of(dir_ / "u.sqlite", "u");
-  ASSERT_GE(rows.size(), 4u);
+  const auto rows = searched(uneven, "--top 4 --refine flow", 4);
+  ASSERT_FALSE(rows.empty());
   EXPECT_NE(rows[0].first.find("network_model=flow"), std::string::npos) << rows[0].first;
   expect_rows_rerun(uneven, rows);
   const std::string moe = write("m.yaml",
                                 "cluster: {preset: dgx-h100, nodes: 2}\nmodel: {preset: mixtral-8x7b, layers: 4}\n"
                                 "parallel: {tp: 2, ep: 4, expert_tp: 1, sequence_parallel: true, zero_stage: 1}\n"
                                 "training: {global_batch: 32}\n");
-  ASSERT_EQ(cli("search " + quote(moe) + " --top 4 --out m.sqlite", 300).code, 0);
-  const auto moe_rows = rows_of(dir_ / "m.sqlite", "m");
-  ASSERT_GE(moe_rows.size(), 4u);
+  const auto moe_rows = searched(moe, "--top 4", 4);
   for (const auto& [settings, seconds] : moe_rows)
     EXPECT_NE(settings.find("parallel.expert_tp="), std::string::npos) << settings;
   expect_rows_rerun(moe, moe_rows);
@@ -454,17 +461,14 @@ TEST_F(SearchCliTest, KeysACandidateDoesNotTakeAreNull) {
   const std::string sel = write("sel.yaml", base +
                                                 "training: {global_batch: 16, recompute: selective, "
                                                 "recompute_modules: [core_attn]}\n");
-  ASSERT_EQ(cli("search " + quote(sel) + " --top 3 --out sel.sqlite", 120).code, 0);
-  const auto sel_rows = rows_of(dir_ / "sel.sqlite", "sel");
-  ASSERT_GE(sel_rows.size(), 3u);
+  const auto sel_rows = searched(sel, "--top 3", 3);
+  ASSERT_FALSE(sel_rows.empty());
   EXPECT_NE(sel_rows[0].first.find("training.recompute_modules=null"), std::string::npos) << sel_rows[0].first;
   expect_rows_rerun(sel, sel_rows);
   const std::string zp = write("zp.yaml", base +
                                               "parallel: {zero_stage: 3, zero3_backward_prefetch: post}\n"
                                               "training: {global_batch: 16}\n");
-  const CliResult z = cli("search " + quote(zp) + " --top 8 --out zp.sqlite", 120);
-  ASSERT_EQ(z.code, 0) << z;
-  expect_rows_rerun(zp, rows_of(dir_ / "zp.sqlite", "zp"));
+  expect_rows_rerun(zp, searched(zp, "--top 8", 1));
   const std::string mg = write("mg.yaml", base +
                                               "parallel: {dp: 4, pp: 2, schedule: interleaved-1f1b, virtual_stages: 2, "
                                               "microbatch_group: 8}\ntraining: {global_batch: 64}\n");
@@ -478,9 +482,8 @@ TEST_F(SearchCliTest, KeysACandidateDoesNotTakeAreNull) {
       << "the scenario's row is its own layout";
   // search's own --set pairs are part of every row: the row alone reruns the candidate.
   const std::string plain = write("p.yaml", base + "training: {global_batch: 16}\n");
-  ASSERT_EQ(cli("search " + quote(plain) + " --top 2 --set model.seq_len=1024 --out p.sqlite", 120).code, 0);
-  const auto set_rows = rows_of(dir_ / "p.sqlite", "p");
-  ASSERT_GE(set_rows.size(), 2u);
+  const auto set_rows = searched(plain, "--top 2 --set model.seq_len=1024", 2);
+  ASSERT_FALSE(set_rows.empty());
   EXPECT_EQ(set_rows[0].first.rfind("model.seq_len=1024, ", 0), 0u) << set_rows[0].first;
   expect_rows_rerun(plain, set_rows);
   // A pair whose value holds ", " would read back from a row as two: refused.
