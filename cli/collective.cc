@@ -91,6 +91,7 @@ int cmd_collective(const std::vector<std::string>& args) {
       throw UsageError("unknown option '" + a + "' for collective");
   }
   if (!have_gpus) throw UsageError("collective needs --gpus N");
+  const int64_t ranks = static_cast<int64_t>(cfg.gpus) * cfg.concurrent;  // over all the groups
   if (preset.empty() == topology_file.empty())
     throw UsageError("collective needs --cluster PRESET or --topology-file T.yaml, one of them");
   if (op == "send-recv")
@@ -129,21 +130,20 @@ int cmd_collective(const std::vector<std::string>& args) {
     cfg.cluster = load_topology_file(topology_file, SourceMark{"--topology-file", 0, 0});
     cfg.nodes = cfg.cluster.nodes;
     const int64_t have = static_cast<int64_t>(cfg.cluster.nodes) * cfg.cluster.node.gpus;
-    if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > have)
+    if (ranks > have)
       throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus x --concurrent = " +
-                                                       std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
+                                                       std::to_string(ranks) +
                                                        " ranks, the topology file has " + std::to_string(have) +
                                                        " GPUs");
     // The ranks take the file's first GPUs: whole nodes, or part of the first one. A group
     // that ends partway into a later node is one the collective models do not lay out (their
     // rings and trees take the same GPUs on every node), as --cluster refuses it too.
-    const int64_t total = static_cast<int64_t>(cfg.gpus) * cfg.concurrent;
     int64_t covered = 0;
-    for (int n = 0; n < cfg.cluster.nodes && covered < total; ++n) {
+    for (int n = 0; n < cfg.cluster.nodes && covered < ranks; ++n) {
       const int64_t here = cfg.cluster.node_at(n).gpus;
-      if (covered + here > total && n > 0)
+      if (covered + here > ranks && n > 0)
         throw InputError(SourceMark{"--gpus", 0, 0},
-                         "--gpus x --concurrent = " + std::to_string(total) + " ranks end partway into node " +
+                         "--gpus x --concurrent = " + std::to_string(ranks) + " ranks end partway into node " +
                              std::to_string(n) + " of the topology file (" + std::to_string(covered) +
                              " GPUs before it, " + std::to_string(here) +
                              " on it), expected whole nodes or GPUs of the first node only");
@@ -164,11 +164,11 @@ int cmd_collective(const std::vector<std::string>& args) {
                        "unknown fabric '" + fabric + "', expected fat-tree, rail-optimized, switch, ring or torus");
     cfg.cluster.fabric.oversubscription = oversub;
     cfg.cluster.fabric.nics_per_leaf = nics_per_leaf;
-    if (static_cast<int64_t>(cfg.gpus) * cfg.concurrent > (int64_t{1} << (allow_large ? 24 : 20)))
+    if (ranks > (int64_t{1} << (allow_large ? 24 : 20)))
       throw InputError(SourceMark{"--concurrent", 0, 0}, "--gpus x --concurrent = " +
-                                                             std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
+                                                             std::to_string(ranks) +
                                                              " ranks is past the budget of " + std::to_string(int64_t{1} << (allow_large ? 24 : 20)) + (allow_large ? "" : " (--allow-large raises it to 16777216)") + ", expected fewer");
-    const int total = cfg.gpus * cfg.concurrent;
+    const int total = static_cast<int>(ranks);  // within the budget just checked
     cfg.nodes = nodes > 0 ? nodes : (total + node->gpus - 1) / node->gpus;
     if (total % cfg.nodes != 0)
       throw InputError(SourceMark{"--gpus", 0, 0}, "--gpus is the total over all nodes: " + std::to_string(total) +
@@ -191,9 +191,9 @@ int cmd_collective(const std::vector<std::string>& args) {
   cfg.flow = model == "flow";
   // The flow network shares every link among every transfer: its cost grows past the
   // analytic one's, about a minute and 16 GB at 2^20 ranks.
-  if (cfg.flow && !allow_large && static_cast<int64_t>(cfg.gpus) * cfg.concurrent > (int64_t{1} << 16))
+  if (cfg.flow && !allow_large && ranks > (int64_t{1} << 16))
     throw InputError(SourceMark{"--gpus", 0, 0},
-                     "--gpus x --concurrent = " + std::to_string(static_cast<int64_t>(cfg.gpus) * cfg.concurrent) +
+                     "--gpus x --concurrent = " + std::to_string(ranks) +
                          " ranks on the flow network is past its budget of 65536 (--allow-large runs it anyway; "
                          "--network-model analytic takes up to 1048576)");
   if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");

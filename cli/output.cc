@@ -111,6 +111,15 @@ void check_output(const SourceMark& mark, const std::string& key, const std::str
   if (!ec && !resolved.empty() && resolved != absolute) check_output_target(mark, key, path, resolved.string(), inputs);
 }
 
+std::string database_output(const Scenario& s, const std::string& out) {
+  const bool from_scenario = out.empty();
+  const std::string path = from_scenario ? s.output_sqlite : out;
+  if (!path.empty())
+    check_output(from_scenario ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0},
+                 from_scenario ? "output.sqlite" : "--out", path, scenario_inputs(s), true);
+  return path;
+}
+
 void check_input_file(const std::string& path, const std::string& expected) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw InputError(SourceMark{path, 0, 0}, "file does not exist, expected " + expected);

@@ -25,5 +25,9 @@ void check_input_file(const std::string& path, const std::string& expected);
 // Every file a scenario's run reads: the scenario, its includes, its calibration profile
 // and its request trace.
 std::vector<std::string> scenario_inputs(const Scenario& s);
+// The database a command that writes rows (sweep, search) adds to: `out` (its --out) when
+// given, else the scenario's output.sqlite; checked as check_output checks a database, the
+// message naming whichever it came from. Empty when neither names one.
+std::string database_output(const Scenario& s, const std::string& out);
 
 }  // namespace clustersim

@@ -95,11 +95,7 @@ int cmd_search(const std::vector<std::string>& args) {
     std::cerr << s.mark("output.trace").str()
               << ": warning: search writes no trace; run the layout it chooses (the --set pairs of its rows in "
                  "output.sqlite, or its table) to get one\n";
-  const bool from_scenario = out.empty();
-  if (from_scenario) out = s.output_sqlite;
-  if (!out.empty())
-    check_output(from_scenario ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0},
-                 from_scenario ? "output.sqlite" : "--out", out, scenario_inputs(s), true);
+  out = database_output(s, out);
   SearchResult r = search_layouts(s, opt);
   // A candidate is the scenario with the user's own --set pairs, then its own: both rerun it.
   std::string own;

@@ -62,11 +62,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
                                " sets it at every point), expected a key the sweep leaves, or --set sweep." + key +
                                "=[...] to change its list");
     }
-    const bool from_scenario = opt.database.empty();
-    if (from_scenario) opt.database = s.output_sqlite;
-    if (!opt.database.empty())
-      check_output(from_scenario ? s.mark("output.sqlite") : SourceMark{"--out", 0, 0},
-                   from_scenario ? "output.sqlite" : "--out", opt.database, scenario_inputs(s), true);
+    opt.database = database_output(s, opt.database);
   }
   if (mpi) return sweep_mpi(path, opt, json);
   const SweepReport r = run_sweep(path, opt);

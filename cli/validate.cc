@@ -229,14 +229,10 @@ int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
       path = a;
   }
   if (path.empty()) throw std::invalid_argument("validate needs a scenario file");
-  if (!against.empty()) {
-    Scenario s = load_scenario(path, sets);
-    use_profile(s, profile);
-    return validate_against_pytorch(s, iterations, warmup, json, real_from);
-  }
   // The scenario is read first: a bad one is the input's fault, whatever runs it.
   Scenario s = load_scenario(path, sets);
   use_profile(s, profile);
+  if (!against.empty()) return validate_against_pytorch(s, iterations, warmup, json, real_from);
   if (real_from.empty() && !hooks.run_training)
     throw std::runtime_error(
         "validate needs the real backend: CUDA, cuBLASLt and NCCL were not found when this build was configured "
