@@ -8,15 +8,17 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "cli/accuracy.h"
 #include "cli/args.h"
+#include "cli/calibrate_args.h"
 #include "cli/commands.h"
-#include "scenarios/error.h"
 #include "cli/validate.h"
+#include "scenarios/error.h"
 #ifdef CLUSTERSIM_HAVE_REAL
 #include "cli/real_commands.h"
 #endif
@@ -92,6 +94,23 @@ constexpr const char* kCommands[] = {"run",    "collective", "plan",      "expor
                                      "report", "real",       "calibrate", "validate",      "profile-check", "accuracy",
                                      "keys"};
 
+// A failed command's exit status, its message said: a usage error 2 (with the usage), a
+// bad input 1 (marked where it is), anything else 3 (unsaid where `say_other` is false).
+int failure_status(const std::exception_ptr& failure, bool say_other = true) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const UsageError& e) {
+    std::cerr << "clustersim: " << e.what() << "\n\n" << kUsage;
+    return 2;
+  } catch (const InputError& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    if (say_other) std::cerr << "clustersim: error: " << e.what() << "\n";
+    return 3;
+  }
+}
+
 // Runs one command; its exit code.
 int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   // `clustersim CMD --help` (or -h) asks for the usage, not for the command.
@@ -121,16 +140,17 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
       }
     }
     if (cmd == "calibrate") {
-#ifdef CLUSTERSIM_HAVE_REAL
       try {
+#ifdef CLUSTERSIM_HAVE_REAL
         return cmd_calibrate(args);
+#else
+        parse_calibrate_args(args);  // checked all the same
+#endif
       } catch (const std::invalid_argument& e) {
         throw UsageError(e.what());
       }
-#else
       throw std::runtime_error(
           cmd + " needs the real backend: CUDA, cuBLASLt and NCCL were not found when this build was configured");
-#endif
     }
     // Commands that take nothing say so rather than ignore what they were given.
     if ((cmd == "keys" || cmd == "--version") && !args.empty())
@@ -153,15 +173,8 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
       return 0;
     }
     throw UsageError("unknown command '" + cmd + "'");
-  } catch (const UsageError& e) {
-    std::cerr << "clustersim: " << e.what() << "\n\n" << kUsage;
-    return 2;
-  } catch (const InputError& e) {
-    std::cerr << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "clustersim: error: " << e.what() << "\n";
-    return 3;
+  } catch (...) {
+    return failure_status(std::current_exception());
   }
 }
 
@@ -212,23 +225,18 @@ std::string hand_to_gpu_binary(const std::string& cmd, char** argv) {
          (n > 0 ? std::string(": ") + std::strerror(errno) : std::string());
 }
 
-// The GPU binary cannot be run: real's and validate's arguments are still checked here, as
-// that binary checks them (a usage error exits 2, a bad scenario 1), and good ones fail on
-// the missing binary (3). calibrate's are read only there.
+// The GPU binary cannot be run: the command's arguments are still checked here, as that
+// binary checks them (a usage error exits 2, a bad scenario or value 1), and good ones fail
+// on the missing binary (3).
 int without_gpu_binary(const std::string& cmd, const std::vector<std::string>& args, const std::string& why) {
   try {
     if (cmd == "real") cmd_real(args);
     if (cmd == "validate") cmd_validate(args, RealHooks{});
-  } catch (const UsageError& e) {
-    std::cerr << "clustersim: " << e.what() << "\n\n" << kUsage;
-    return 2;
+    if (cmd == "calibrate") parse_calibrate_args(args);
   } catch (const std::invalid_argument& e) {
-    std::cerr << "clustersim: " << e.what() << "\n\n" << kUsage;
-    return 2;
-  } catch (const InputError& e) {
-    std::cerr << e.what() << "\n";
-    return 1;
-  } catch (const std::exception&) {
+    return failure_status(std::make_exception_ptr(UsageError(e.what())));
+  } catch (...) {
+    if (const int rc = failure_status(std::current_exception(), false); rc != 3) return rc;
   }
   std::cerr << "clustersim: error: " << why << "\n";
   return 3;

@@ -17,6 +17,7 @@
 
 #include "calibrate/fit.h"
 #include "calibrate/profile.h"
+#include "cli/calibrate_args.h"
 #include "cli/output.h"
 #include "plan/training_planner.h"
 #include "real_backend/collective_bench.h"
@@ -92,92 +93,26 @@ class RawStore {
 }  // namespace
 
 int cmd_calibrate(const std::vector<std::string>& args) {
-  std::string out, suite = "all", raw, attention_from, attention_backend_arg;
-  int passes = real::MicrobenchOptions{}.passes;
-  std::vector<std::string> argv = args;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i] == "--out")
-      out = value_of(argv, i);
-    else if (argv[i] == "--suite")
-      suite = value_of(argv, i);
-    else if (argv[i] == "--raw")
-      raw = value_of(argv, i);
-    else if (argv[i] == "--attention-from")
-      attention_from = value_of(argv, i);
-    else if (argv[i] == "--attention-backend") {
-      attention_backend_arg = value_of(argv, i);
-      real::AttentionChoice c;
-      if (!real::parse_attention_choice(attention_backend_arg, c))
-        throw InputError(SourceMark{"--attention-backend", 0, 0},
-                         "'" + attention_backend_arg + "' is not an attention backend, expected cudnn, own or auto");
-      real::set_attention_choice(c);
-    } else if (argv[i] == "--passes") {
-      const std::string v = value_of(argv, i);
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 100)
-        throw InputError(SourceMark{"--passes", 0, 0}, "'" + v + "' is not a pass count, expected 1 to 100");
-      passes = static_cast<int>(n);
-    } else
-      throw std::invalid_argument("unknown option '" + argv[i] + "' for calibrate");
+  const CalibrateArgs a = parse_calibrate_args(args);
+  const std::string &out = a.out, &raw = a.raw;
+  if (!a.attention_backend.empty()) {
+    real::AttentionChoice c = real::AttentionChoice::Auto;
+    real::parse_attention_choice(a.attention_backend, c);
+    real::set_attention_choice(c);
   }
-  if (out.empty()) throw std::invalid_argument("calibrate needs --out P.yaml");
-  if (raw.empty()) raw = out + ".raw.sqlite";
-  check_output(SourceMark{"--out", 0, 0}, "--out", out, {raw});
-  check_output(SourceMark{"--raw", 0, 0}, "--raw", raw, {}, true);
-  if (out == raw) throw InputError(SourceMark{"--raw", 0, 0}, "--raw names the profile --out writes, expected another file");
   if (real::device_count() == 0) throw std::runtime_error("calibrate measures a GPU, and this machine has none");
   real::MicrobenchOptions mo;
-  mo.passes = passes;
-  mo.gemm = mo.attention = mo.memory = mo.launch = false;
+  mo.passes = a.passes;
+  mo.gemm = a.gemm;
+  mo.attention = a.attention;
+  mo.memory = a.memory;
+  mo.launch = a.launch;
   real::CollectiveBenchOptions co;
-  co.collectives = co.p2p = false;
-  bool overlap = false;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = suite.find(',', start);
-    const std::string s = suite.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (s == "all")
-      mo.gemm = mo.attention = mo.memory = mo.launch = true, co.collectives = co.p2p = real::device_count() >= 2;
-    else if (s == "gemm")
-      mo.gemm = true;
-    else if (s == "attention")
-      mo.attention = true;
-    else if (s == "memory")
-      mo.memory = true;
-    else if (s == "launch")
-      mo.launch = true;
-    else if (s == "collectives")
-      co.collectives = true;
-    else if (s == "p2p")
-      co.p2p = true;
-    else if (s == "overlap")
-      overlap = true;
-    else
-      throw InputError(SourceMark{"--suite", 0, 0}, "unknown suite '" + s +
-                                                        "', expected gemm, attention, memory, launch, collectives, "
-                                                        "p2p, overlap or all");
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  // --attention-from: the attention table another stack's kernels produced (the profile
-  // fragment `calibrate/pytorch_reference.py --attention-table` writes: PyTorch SDPA), in
-  // place of this backend's own kernel, with the backend it names.
-  std::vector<AttentionPoint> borrowed;
-  std::string attention_backend;  // measured here: which kernels ran (MicrobenchResult::attention_backend)
-  if (!attention_from.empty()) {
-    if (!attention_backend_arg.empty())
-      throw InputError(SourceMark{"--attention-backend", 0, 0},
-                       "--attention-backend picks the kernels calibrate times, and --attention-from times none");
-    check_output(SourceMark{"--out", 0, 0}, "--out", out, {raw, attention_from});
-    const CalibrationProfile from = load_profile(attention_from, SourceMark{"--attention-from", 0, 0});
-    if (!from.compute.measured || from.compute.measured->attention.empty())
-      throw InputError(SourceMark{attention_from, 1, 1}, "holds no compute.attention_table, expected the rows "
-                                                          "`pytorch_reference.py --attention-table` writes");
-    borrowed = from.compute.measured->attention;
-    attention_backend = from.attention_backend.empty() ? "from " + attention_from : from.attention_backend;
-    mo.attention = false;
-  }
+  co.collectives = a.collectives || (a.all && real::device_count() >= 2);
+  co.p2p = a.p2p || (a.all && real::device_count() >= 2);
+  const bool overlap = a.overlap;
+  const std::vector<AttentionPoint>& borrowed = a.borrowed;
+  std::string attention_backend = a.borrowed_backend;  // else measured here: which kernels ran
   const bool tty = ::isatty(STDERR_FILENO);
   mo.progress = [&](int done, int total, const std::string& what) {
     if (tty) {
@@ -242,8 +177,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
                   "# tables (cost_models/compute.h); network constants not measured here keep their\n"
                   "# defaults (calibrate/profiles/defaults.yaml).\n";
   y += "gpu: \"" + r.gpu + "\"\ndate: \"" + std::string(date) + "\"\ndriver: \"" + r.driver + "\"\ncuda: \"" + r.cuda +
-       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + suite + " --passes " +
-       std::to_string(passes) + (attention_backend_arg.empty() ? "" : " --attention-backend " + attention_backend_arg) +
+       "\"\nnccl: \"" + r.nccl + "\"\ncommand: \"clustersim calibrate --suite " + a.suite + " --passes " +
+       std::to_string(a.passes) + (a.attention_backend.empty() ? "" : " --attention-backend " + a.attention_backend) +
        " --out " + out + "\"\n";
   if (compute && !clocks.empty() && clocks[0].available)
     y += "sm_clock_mhz: " + num(clocks[0].sm_mhz_median) + "  # median SM clock while the kernels were measured\n";

@@ -171,8 +171,8 @@ TEST_F(CalibrationCliTest, GpuCommandWithoutTheGpuBinaryNamesIt) {
   const std::string err = read_file(dir_ / "e");
   EXPECT_NE(err.find("calibrate runs in " + (dir_ / "bin" / "clustersim-real").string()), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(dir_ / "p.yaml"));
-  // real's and validate's arguments are still checked: a usage error exits 2, a scenario that
-  // is not there 1, and good ones name the missing binary (3).
+  // real's, validate's and calibrate's arguments are still checked: a usage error exits 2, a
+  // scenario or value that is not there 1, and good ones name the missing binary (3).
   const struct {
     std::string line;
     int code;
@@ -181,6 +181,9 @@ TEST_F(CalibrationCliTest, GpuCommandWithoutTheGpuBinaryNamesIt) {
                {"validate " + quote(kExample) + " --iterations x", 2, "--iterations expects an integer"},
                {"real nothere.yaml", 1, "nothere.yaml: error: cannot read scenario file"},
                {"validate nothere.yaml --profile p.yaml", 1, "nothere.yaml: error: cannot read scenario file"},
+               {"calibrate --suite gemm", 2, "calibrate needs --out P.yaml"},
+               {"calibrate --out p.yaml --suite gemms", 1, "--suite: error: unknown suite 'gemms'"},
+               {"calibrate --out p.yaml --passes 0", 1, "--passes: error: '0' is not a pass count"},
                {"real " + quote(kExample) + " --iterations 1", 3, "real runs in "}};
   for (const auto& l : lines) {
     const int st =
