@@ -71,7 +71,11 @@ std::vector<Op> iteration_attention_ops(const ServingShape& sh, const IterationB
     op.kv_len = c.past + c.tokens;
     op.head_dim = m.attn_head_dim();
     op.causal = true;
-    op.flops = attention_flops(op);
+    // The chunk's queries are the last of its keys (the causal mask aligned at the bottom
+    // right): query i sees the past and the chunk's first i + 1 tokens, q · (past + q / 2)
+    // score pairs, where half of q · (past + q) would count q · past / 2 short.
+    op.flops = attention_flops(op) * (static_cast<double>(c.past) + 0.5 * static_cast<double>(c.tokens)) /
+               (0.5 * static_cast<double>(op.kv_len));
     const double q = static_cast<double>(c.tokens * op.heads * op.head_dim) * (dtype_bits(op.dtype) / 8.0);
     op.bytes_read = static_cast<int64_t>(q + static_cast<double>(2 * op.kv_len * op.kv_heads * op.head_dim) * kv_e);
     op.bytes_written = static_cast<int64_t>(q);

@@ -78,7 +78,21 @@ ServingResult Engine::run(const std::vector<Arrival>& arrivals) {
   int64_t in_system = 0;
   int64_t finished = 0;
   uint64_t steps = 0;
-  while (!q.empty() || (flow_ && !flow_->idle())) {
+  // The replicas an instant's events touched, in order: each starts its next iteration once
+  // every event of that instant is in, so requests arriving together are scheduled together.
+  std::vector<int> touched;
+  auto touch = [&](int rep) {
+    if (std::find(touched.begin(), touched.end(), rep) == touched.end()) touched.push_back(rep);
+  };
+  while (!q.empty() || (flow_ && !flow_->idle()) || !touched.empty()) {
+    const double next_event =
+        std::min(q.empty() ? std::numeric_limits<double>::infinity() : std::get<0>(q.top()),
+                 flow_ && !flow_->idle() ? flow_->next_time().seconds() : std::numeric_limits<double>::infinity());
+    if (!touched.empty() && next_event > now) {
+      for (int rep : touched) kick(rep, inflight, now);
+      touched.clear();
+      continue;
+    }
     if ((++steps & 0x3FFF) == 0 && progress_) progress_->update(finished, static_cast<int64_t>(reqs_.size()));
     // KV transfers on the flow network finish when the network says; they come first
     // on a tie, like every event scheduled earlier.
@@ -125,10 +139,10 @@ ServingResult Engine::run(const std::vector<Arrival>& arrivals) {
       Replica& from = reps_[static_cast<size_t>(x.prefill_replica)];
       release(from, x);
       reps_[static_cast<size_t>(x.replica)].incoming.push_back(idx);
-      kick(x.prefill_replica, inflight, now);
+      touch(x.prefill_replica);
       rep = x.replica;
     }
-    kick(rep, inflight, now);
+    touch(rep);
   }
   for (size_t i = 0; i < reqs_.size(); ++i)
     if (reqs_[i].finish < 0)
@@ -367,17 +381,34 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
   // while they fit max_num_tokens.
   const bool chunked = sch == "sarathi" || sch == "vllm-v1";
   const bool prefill_first = sch == "vllm";
+  // A running request's tokens this iteration: its next decode step, or what is left of its
+  // prompt (a chunk of it in what is left of the budget, where the scheduler chunks).
+  auto next_tokens = [&](const Req& x) {
+    const bool prefilling = x.kv < x.target;
+    int64_t n = prefilling ? x.target - x.kv : step_;
+    if (prefilling && (chunked || (sch == "trtllm" && (c_.chunked_context || n > budget))))
+      n = std::min(n, budget - tokens);
+    return n;
+  };
   // Admission of waiting requests (and, for sarathi, chunks of partly prefilled ones).
   auto admit = [&](int64_t room) {
     while (!r.waiting.empty() && static_cast<int64_t>(r.running.size()) < c_.max_batch_size) {
       Req& x = reqs_[static_cast<size_t>(r.waiting.front())];
-      if (x.swapped) {  // swap in: blocks for its KV, then it runs with the others
-        if (!grow(r, x, 0)) break;
+      if (x.swapped) {
+        // Swap in: blocks for its KV, then it runs with the others. After the running
+        // requests' turn it also takes its step in this iteration (vLLM's swapped queue
+        // follows the running one), which may be the iteration's only work.
+        const int64_t n = prefill_first ? 0 : next_tokens(x);
+        if (n < 0 || (n == 0 && !prefill_first) || !grow(r, x, n)) break;
         x.swapped = false;
         r.swap_used -= kv_bytes(x);
         r.pending_copy_s += kv_bytes(x) / s_.cluster.node.pcie_bandwidth;
         r.running.push_back(r.waiting.front());
         r.waiting.pop_front();
+        if (n > 0) {
+          w.push_back({r.running.back(), n, x.kv >= x.target});
+          tokens += n;
+        }
         continue;
       }
       const int64_t looked = attach_prefix(r, x);
@@ -413,9 +444,7 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
     const int64_t id = r.running[i];
     Req& x = reqs_[static_cast<size_t>(id)];
     const bool prefilling = x.kv < x.target;
-    int64_t n = prefilling ? x.target - x.kv : step_;
-    if (prefilling && (chunked || (sch == "trtllm" && (c_.chunked_context || n > budget))))
-      n = std::min(n, budget - tokens);
+    const int64_t n = next_tokens(x);
     if (n <= 0) continue;
     bool kept = true;
     while (!grow(r, x, n)) {

@@ -206,6 +206,34 @@ TEST(Serving, IterationPlanHasEveryLayersKernels) {
   EXPECT_NEAR(gemm, expected, 1e-9 * expected);  // one GPU per stage, both stages
 }
 
+// A prefill chunk's queries are the last of its keys: query i sees the cached past and the
+// chunk's first i + 1 tokens, so the chunk's score pairs are q · (past + q / 2), and a long
+// prompt prefilled in chunks does all of a whole prefill's attention (and never less).
+TEST(Serving, PrefillChunkAttendsToItsWholePast) {
+  ServingShape sh;
+  sh.model.layers = 32;
+  sh.model.hidden = 4096;
+  sh.model.heads = 32;
+  sh.model.kv_heads = 8;
+  sh.model.ffn_hidden = 14336;
+  sh.model.vocab = 128256;
+  sh.model.dtype = DType::BF16;
+  sh.tp = 1;
+  sh.kv_dtype = DType::BF16;
+  auto flops = [&](int64_t tokens, int64_t past) {
+    IterationBatch b;
+    b.tokens = tokens;
+    b.prefill.push_back(PrefillChunk{tokens, past});
+    return iteration_attention_ops(sh, b).at(0).flops;
+  };
+  const double per_pair = 4.0 * 32 * 128;  // QK^T and PV: 2 · 2 FLOPs a head-dim element, 32 heads
+  EXPECT_DOUBLE_EQ(flops(8192, 0), per_pair * 8192 * 4096);
+  EXPECT_DOUBLE_EQ(flops(512, 65024), per_pair * 512 * (65024 + 256));
+  double chunked = 0;
+  for (int64_t past = 0; past < 65536; past += 8192) chunked += flops(8192, past);
+  EXPECT_DOUBLE_EQ(chunked, flops(65536, 0));
+}
+
 // TurboMind v0.1.0a1's decode attention does QKᵀ and PV on CUDA cores. Per element (query
 // head x cached token x dimension) it spends 4 FP32 operations, 4.5 issue slots and 31 more
 // shared by a block's query heads, over the grid on every SM or over its longest block at

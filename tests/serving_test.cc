@@ -87,6 +87,44 @@ TEST(Serving, SwapPreemption) {
   }
 }
 
+// A swapped-out request comes back and takes its step in the same iteration under every
+// scheduler that runs its decodes before admitting: at the end of a closed loop the last
+// request, swapped out, is the only work (it had come back with none and the engine stalled).
+TEST(Serving, SwappedRequestsFinishUnderEveryScheduler) {
+  for (const char* sch : {"vllm-v1", "sarathi", "orca", "vllm"}) {
+    const ServingResult r = run_serving(testing::scenario_from_text(
+        std::string("name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1, gpu_spec: {hbm: 21GB}}\n"
+                    "model: {preset: llama3-8b}\nparallel: {tp: 1}\ninference:\n  scheduler: ") +
+            sch +
+            "\n  requests: 150\n  arrivals: {process: closed, concurrency: 16}\n"
+            "  prompt_tokens: {dist: fixed, value: 1024}\n  output_tokens: {dist: fixed, value: 512}\n"
+            "  preemption: swap\n",
+        "serving"));
+    ASSERT_EQ(r.requests.size(), 150u) << sch;
+    EXPECT_GT(r.swaps, 0) << sch;
+    double out = 0;
+    for (const ServedRequest& q : r.requests) out += static_cast<double>(q.output);
+    EXPECT_NEAR(metric(r, "throughput_tokens_per_s") * r.makespan_s, out, 1e-6 * out) << sch;
+  }
+}
+
+// A closed loop's clients all send at the start: their requests are in the queue before
+// the first iteration is scheduled, so they are prefilled in one iteration together.
+TEST(Serving, RequestsArrivingTogetherAreScheduledTogether) {
+  for (const char* sch : {"static", "orca", "vllm", "sarathi", "vllm-v1", "trtllm"}) {
+    const ServingResult r = serve(std::string("  scheduler: ") + sch +
+                                  "\n  requests: 4\n  request_overhead: 0ms\n"
+                                  "  arrivals: {process: closed, concurrency: 4}\n"
+                                  "  prompt_tokens: {dist: fixed, value: 512}\n"
+                                  "  output_tokens: {dist: fixed, value: 16}\n");
+    ASSERT_EQ(r.requests.size(), 4u) << sch;
+    for (const ServedRequest& q : r.requests) {
+      EXPECT_EQ(q.first_token, r.requests.front().first_token) << sch;
+      EXPECT_EQ(q.finish, r.requests.front().finish) << sch;
+    }
+  }
+}
+
 TEST(Serving, TokensOutEqualTokensRequested) {
   for (const char* sch : {"static", "orca", "vllm", "sarathi"}) {
     const ServingResult r = serve(load(sch, 12, 500));
