@@ -178,7 +178,9 @@ void add_inference_keys(KeyList& t) {
            "with inference.scheduler trtllm: contexts are chunked into the token budget the decodes leave "
            "(TensorRT-LLM's "
            "enable_chunked_context with the first-come-first-served chunking policy; trtllm-bench runs it so), where "
-           "without it a context joins whole and only one longer than max_num_tokens is chunked",
+           "without it a context joins whole once the decodes leave it room in max_num_tokens, and a prompt longer "
+           "than "
+           "max_num_tokens is refused (TensorRT-LLM could never schedule it)",
            [](const N& n, S& s) { s.serving.chunked_context = as_bool(n, "inference.chunked_context"); }},
           {"inference.kv_cache_free_fraction", "number", "0.9",
            "with inference.scheduler trtllm: the KV cache's share of the memory free once the engine's weights and "

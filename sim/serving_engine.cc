@@ -45,6 +45,15 @@ ServingResult Engine::run(const std::vector<Arrival>& arrivals) {
       throw InputError(s_.mark("inference"), "request " + std::to_string(i) + " needs " + std::to_string(need) +
                                                  " KV blocks but a replica holds " + std::to_string(blocks_) +
                                                  ", expected shorter requests or more GPU memory per replica");
+    // TensorRT-LLM without context chunking schedules a context whole within max_num_tokens
+    // (microBatchScheduler: a context that does not fit the tokens left stops the batch), so
+    // one longer than the budget could never run.
+    if (c_.scheduler == "trtllm" && !c_.chunked_context && arrivals[i].prompt > c_.max_batch_tokens)
+      throw InputError(s_.mark("inference.max_batch_tokens"),
+                       "request " + std::to_string(i) + "'s prompt of " + std::to_string(arrivals[i].prompt) +
+                           " tokens is longer than max_num_tokens (" + std::to_string(c_.max_batch_tokens) +
+                           "), which TensorRT-LLM without context chunking cannot schedule, expected "
+                           "inference.chunked_context: true or max_batch_tokens of at least the longest prompt");
   }
   const int64_t pools = c_.prefill_replicas + c_.decode_replicas;
   // Pipeline parallelism: each replica runs pp virtual engines (pp batches in flight,
@@ -386,8 +395,7 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
   auto next_tokens = [&](const Req& x) {
     const bool prefilling = x.kv < x.target;
     int64_t n = prefilling ? x.target - x.kv : step_;
-    if (prefilling && (chunked || (sch == "trtllm" && (c_.chunked_context || n > budget))))
-      n = std::min(n, budget - tokens);
+    if (prefilling && (chunked || (sch == "trtllm" && c_.chunked_context))) n = std::min(n, budget - tokens);
     return n;
   };
   // Admission of waiting requests (and, for sarathi, chunks of partly prefilled ones).
@@ -413,11 +421,11 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
       }
       const int64_t looked = attach_prefix(r, x);
       int64_t chunk = x.target - x.kv;
-      // TensorRT-LLM chunks only a context longer than max_num_tokens (it could not
-      // run otherwise); shorter ones join whole while they fit, unless context chunking
-      // is on (inference.chunked_context: the first-come-first-served policy fills the
-      // budget left after the decodes with chunks).
-      const bool split = chunked || (sch == "trtllm" && (c_.chunked_context || chunk > room));
+      // TensorRT-LLM's contexts join whole while they fit what the decodes leave of
+      // max_num_tokens (one longer than it is refused in run()), unless context chunking is
+      // on (inference.chunked_context: the first-come-first-served policy fills the budget
+      // left after the decodes with chunks).
+      const bool split = chunked || (sch == "trtllm" && c_.chunked_context);
       if (split) chunk = std::min(chunk, room - tokens);
       const bool over = !split && tokens > 0 && tokens + chunk > room;  // a prompt over the budget runs alone
       // TensorRT-LLM's default capacity policy (GUARANTEED_NO_EVICT) admits a request

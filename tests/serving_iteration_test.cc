@@ -62,6 +62,34 @@ TEST(Serving, Disaggregation) {
   EXPECT_GT(per_byte_cross, 4 * per_byte_local);  // 50 GB/s of NIC per GPU against 450 GB/s of NVLink
 }
 
+// TensorRT-LLM without context chunking schedules a context whole inside max_num_tokens: a
+// prompt longer than the budget could never run, and is refused where the budget is set; one
+// as long as the budget runs once no decode holds any of it.
+TEST(Serving, TrtllmWithoutChunkingRefusesAPromptOverItsBudget) {
+  const std::string base =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 1}\nmodel: {preset: llama3-8b}\n"
+      "inference:\n  scheduler: trtllm\n  requests: 8\n  arrivals: {process: closed, concurrency: 4}\n"
+      "  prompt_tokens: {dist: fixed, value: 512}\n  output_tokens: {dist: fixed, value: 8}\n";
+  try {
+    run_serving(scenario_from_text(base + "  max_batch_tokens: 511\n", "serving"));
+    ADD_FAILURE() << "a 512-token prompt over a 511-token budget ran";
+  } catch (const InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(":10:21: error: request 0's prompt of 512 tokens is longer than max_num_tokens"),
+        std::string::npos)
+        << e.what();
+  }
+  const ServingResult chunked =
+      run_serving(scenario_from_text(base + "  max_batch_tokens: 511\n  chunked_context: true\n", "serving"));
+  EXPECT_EQ(chunked.requests.size(), 8u);
+  // At the budget: the four first contexts run one at a time (each needs all 512 tokens),
+  // each after the one before has finished decoding.
+  const ServingResult whole = run_serving(scenario_from_text(base + "  max_batch_tokens: 512\n", "serving"));
+  ASSERT_EQ(whole.requests.size(), 8u);
+  for (size_t i = 1; i < whole.requests.size(); ++i)
+    EXPECT_GE(whole.requests[i].first_token, whole.requests[i - 1].finish) << i;
+}
+
 // KV transfers contend like any other flow. Eight TP-1 prefill replicas on node 0 hand
 // their KV to eight decode replicas on node 1 through one NIC per node: on the flow
 // network concurrent transfers share it (processor sharing at ~60% load: about 2.5x the
