@@ -470,26 +470,29 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
       break;
     }
     case Algorithm::Direct: {
+      // Every rank sends each peer its S/p share: one shift at a time, or, inside a mesh
+      // node, where every pair has its own link, all at once, each on its pair's link (as
+      // an all-to-all's grouped sends run; a reduce-scatter's and an all-gather's shares
+      // are the same bytes).
+      auto exchange = [&] {
+        if (l.mesh_rings.empty()) {
+          shift_steps(steps, p, S / p, 1, p - 1);
+          return;
+        }
+        CollectiveStep s;
+        for (int i = 0; i < p; ++i)
+          for (int k = 1; k < p; ++k) s.transfers.push_back(Transfer{i, (i + k) % p, S / p});
+        steps.push_back(std::move(s));
+      };
       switch (req.op) {
         case CK::AllReduce:
-          shift_steps(steps, p, S / p, 1, p - 1);  // reduce-scatter
-          shift_steps(steps, p, S / p, 1, p - 1);  // all-gather
+          exchange();  // reduce-scatter
+          exchange();  // all-gather
           break;
         case CK::AllToAll:
-          if (!l.mesh_rings.empty()) {
-            // Inside a mesh node every pair has its own link: the grouped sends of an
-            // all-to-all run at once, each on its pair's link.
-            CollectiveStep s;
-            for (int i = 0; i < p; ++i)
-              for (int k = 1; k < p; ++k) s.transfers.push_back(Transfer{i, (i + k) % p, S / p});
-            steps.push_back(std::move(s));
-            break;
-          }
-          shift_steps(steps, p, S / p, 1, p - 1);
-          break;
         case CK::AllGather:
         case CK::ReduceScatter:
-          shift_steps(steps, p, S / p, 1, p - 1);
+          exchange();
           break;
         case CK::Broadcast:
         case CK::Reduce: {

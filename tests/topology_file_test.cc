@@ -238,8 +238,8 @@ TEST_F(TopologyFile, MeshNodeRingsFollowTheLinks) {
 }
 
 // MI300X is a full mesh of 64 GB/s Infinity Fabric links: a pair moves at one link's
-// rate, eight GPUs' rings use all seven links of each GPU, and an all-to-all runs on
-// every link at once.
+// rate, eight GPUs' rings use all seven links of each GPU, and an all-to-all (or any direct
+// exchange) runs on every link at once.
 TEST(MeshPresets, Mi300xIsAFullMesh) {
   ClusterSpec c;
   c.node = *find_node_preset("mi300x-8gpu");
@@ -267,6 +267,17 @@ TEST(MeshPresets, Mi300xIsAFullMesh) {
               gpus)
           .seconds;
   EXPECT_LT(a2a, 2.0 * bytes * 7 / 8 / (7 * 64e9));  // the seven links at once, not one after another
+  // A direct reduce-scatter or all-gather sends each peer the same share as the all-to-all,
+  // so it takes the same time on the mesh (it ran shift by shift, 7x as long); an
+  // all-reduce is the two.
+  auto direct = [&](CollectiveKind op) {
+    return net
+        .run(expand_collective(CollectiveRequest{op, Algorithm::Direct, Protocol::Simple, bytes, 0}, l, prof), gpus)
+        .seconds;
+  };
+  EXPECT_DOUBLE_EQ(direct(CollectiveKind::ReduceScatter), a2a);
+  EXPECT_DOUBLE_EQ(direct(CollectiveKind::AllGather), a2a);
+  EXPECT_NEAR(direct(CollectiveKind::AllReduce), 2 * a2a, 0.02 * a2a);  // one base latency, not two
 }
 
 // Explicit links may funnel traffic through one: network_model auto takes the flow network
