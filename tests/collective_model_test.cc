@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <numeric>
 #include <tuple>
@@ -62,6 +63,29 @@ TEST(Collectives, RingAllReduceOnOneDgxH100MatchesClosedForm) {
       EXPECT_NEAR(base + closed_form_seconds(CollectiveKind::AllReduce, Algorithm::Ring, p, S, alpha, B), closed,
                   1e-15);
     }
+  }
+}
+
+// Two GPUs of a node talk over the widest path inside it (NCCL's search takes bandwidth
+// before the kind of path): with an NVLink slower than PCIe the ring goes over PCIe, and a
+// faster NVLink never makes it slower (by least cost alone, 32 GB/s NVLink beat a 64 GB/s
+// PCIe path: 30 GB/s took PCIe and ran the ring at 50 GB/s, 32 took NVLink at 26).
+TEST(Collectives, ARingInsideANodeTakesItsWidestPath) {
+  double last = std::numeric_limits<double>::infinity();
+  for (double nvlink : {10e9, 30e9, 32e9, 60e9, 64e9, 70e9, 100e9, 450e9}) {
+    ClusterSpec c = cluster("dgx-h100", 1);
+    c.node.nvlink_bandwidth = nvlink;
+    Topology topo(c);
+    const NetworkProfile prof;
+    AnalyticNetwork net(topo, prof);
+    const double t =
+        net.run(expand(CollectiveKind::AllGather, Algorithm::Ring, Protocol::Simple, topo, 8, 1e9, prof), first_gpus(8))
+            .seconds;
+    EXPECT_LE(t, last * (1 + 1e-9)) << nvlink;
+    if (nvlink > c.node.pcie_bandwidth) {
+      EXPECT_EQ(topo.route(0, 1).size(), 2u) << nvlink;  // GPU -> NVSwitch -> GPU
+    }
+    last = t;
   }
 }
 

@@ -16,6 +16,7 @@
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -210,8 +211,13 @@ class Topology {
   // `prune`: skip what no shortest path between two nodes can use (prepare_search_pruning).
   // `unique`, when given, is cleared if the path passed a vertex with tied predecessors.
   // `node_only`: only vertices of src's node (empty when dst is not reached that way).
+  // `max_cost`: only links of at most this serialization cost (at least that bandwidth).
   std::vector<uint32_t> shortest_path(uint32_t src, uint32_t dst, bool prune = false, bool* unique = nullptr,
-                                      bool node_only = false) const;
+                                      bool node_only = false,
+                                      int64_t max_cost = std::numeric_limits<int64_t>::max()) const;
+  // The searched route between two GPUs: inside their node where they share one, the
+  // widest there (the largest slowest link, then the least cost).
+  std::vector<uint32_t> searched_route(int src, int dst, bool prune) const;
   bool fast_routing_applies() const;
   void prepare_fast_routing();
   void fast_route(int src, int dst, std::vector<uint32_t>& path);  // into `path` (cleared first)
