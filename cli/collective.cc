@@ -196,6 +196,27 @@ int cmd_collective(const std::vector<std::string>& args) {
                      "--gpus x --concurrent = " + std::to_string(ranks) +
                          " ranks on the flow network is past its budget of 65536 (--allow-large runs it anyway; "
                          "--network-model analytic takes up to 1048576)");
+  // An all-to-all (and any direct exchange) moves a share between every pair of a group:
+  // p·(p − 1) transfers, each with its route and flow, where a ring moves p a step. At 4,096
+  // ranks that is 16.7 M transfers (past a minute and 2 GB each size); at 65,536, 4.3 G.
+  if (cfg.kind == SweepOp::Collective &&
+      (cfg.op == CollectiveKind::AllToAll || cfg.algorithm == std::optional<Algorithm>(Algorithm::Direct))) {
+    const int64_t p = cfg.gpus;
+    const int64_t transfers =
+        static_cast<int64_t>(cfg.concurrent) * p * (p - 1) * (cfg.op == CollectiveKind::AllReduce ? 2 : 1);
+    const int64_t budget = int64_t{1} << (allow_large ? 26 : cfg.flow ? 20 : 22);
+    if (transfers > budget)
+      throw InputError(SourceMark{"--gpus", 0, 0},
+                       std::string(cfg.op == CollectiveKind::AllToAll ? "an all-to-all" : "a direct exchange") +
+                           " of " + std::to_string(p) +
+                           " ranks moves a share between every pair: " + std::to_string(transfers) + " transfers" +
+                           (cfg.concurrent > 1 ? " over the " + std::to_string(cfg.concurrent) + " groups" : "") +
+                           ", past the budget of " + std::to_string(budget) +
+                           (allow_large ? std::string()
+                                        : std::string(" on the ") + (cfg.flow ? "flow" : "analytic") +
+                                              " network (--allow-large raises it to 67108864)") +
+                           ", expected fewer ranks");
+  }
   if (cfg.min_bytes > cfg.max_bytes) throw InputError(SourceMark{"--min", 0, 0}, "--min is larger than --max");
   // The rows count float elements, as nccl-tests' do: a size is whole elements of 4 bytes.
   for (const auto& [flag, b] : {std::pair{"--min", cfg.min_bytes}, {"--max", cfg.max_bytes}})

@@ -230,6 +230,17 @@ TEST_F(CollectiveCliTest, CollectiveConcurrentGroupsContendUnderFlow) {
       cli("collective --op all-reduce --gpus 131072 --cluster dgx-h100 --min 1GiB --max 1GiB --network-model flow");
   EXPECT_EQ(big.code, 1) << big;
   EXPECT_NE(big.err.find("past its budget of 65536"), std::string::npos) << big;
+  // An all-to-all moves a share between every pair: its budget counts those transfers, 4 M
+  // on the analytic network (2,048 ranks), 1 M on the flow network; 65,536 ranks (4.3 G
+  // transfers) had grown past 24 GB before anything was refused.
+  for (const char* line :
+       {"--gpus 65536", "--gpus 4096", "--gpus 2048 --network-model flow", "--gpus 64 --concurrent 2048"}) {
+    const CliResult a2a =
+        cli(std::string("collective --op all-to-all --cluster dgx-a100 --min 1MiB --max 1MiB ") + line);
+    EXPECT_EQ(a2a.code, 1) << line << ": " << a2a;
+    EXPECT_NE(a2a.err.find("--gpus: error: an all-to-all of "), std::string::npos) << line << ": " << a2a;
+  }
+  EXPECT_EQ(cli("collective --op all-to-all --gpus 512 --cluster dgx-a100 --min 1MiB --max 1MiB").code, 0);
   // A topology file's first GPUs: whole nodes or part of the first, as --cluster takes them;
   // a group ending partway into a later node is refused, not given one NIC's ring.
   const std::string topo = write("two.topology.yaml", "nodes:\n  - {preset: dgx-h100, count: 2}\n");
