@@ -163,7 +163,7 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
   // line-level scan: yaml-cpp's LoadAll loops forever on some malformed inputs, such as
   // ", x", that Load reports.)
   {
-    bool content = false, ended = false;
+    bool content = false, ended = false, opened = false;
     int line = 0;
     for (size_t at = 0; at <= text.size();) {
       size_t end = text.find('\n', at);
@@ -174,9 +174,12 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
         return l.substr(0, 3) == m && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
       };
       const bool marker = is_marker("---"), stop = is_marker("...");
-      if (marker && content)
+      // The second marker opens a second document even where the first is empty (the loader
+      // reads the first, null, and drops the rest).
+      if (marker && (content || opened))
         throw InputError(SourceMark{file, line, 1},
                          "a second YAML document ('---'): a scenario is one document, expected its keys in the first");
+      if (marker) opened = true;
       const size_t first = l.find_first_not_of(" \t\r");
       // A directive (%YAML, %TAG) at the start of a line before the first marker heads the
       // document; it is not content.

@@ -324,6 +324,17 @@ TEST_F(HostileTest, AllowLargeRunsPastABudget) {
 TEST_F(HostileTest, ASecondYamlDocumentIsAnError) {
   const std::string s = write("two.yaml", "cluster: {preset: dgx-h100}\n---\nmodel: {preset: gpt3-1.3b}\n");
   expect_refused_fast("run " + quote(s), "a second YAML document");
+  // Behind an empty first document (or one that is only `~`) the second was dropped: an
+  // included file's keys were lost without a word, a main file's said `cluster.preset is required`.
+  for (const char* opening : {"---\n---\n", "--- ~\n---\n"}) {
+    const std::string inc = write("empty-first.yaml", std::string(opening) + "training: {global_batch: 64}\n");
+    const std::string main = write("main.yaml",
+                                   "include: [empty-first.yaml]\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                                   "model: {preset: gpt3-1.3b, layers: 2}\n");
+    const CliResult r = cli("run " + quote(main));
+    EXPECT_EQ(r.code, 1) << opening << r;
+    EXPECT_NE(r.err.find("empty-first.yaml:2:1: error: a second YAML document"), std::string::npos) << opening << r;
+  }
   // A %YAML directive heads the one document: read, not taken for a second.
   const std::string d = write("directive.yaml",
                               "%YAML 1.2\n---\ncluster: {preset: dgx-h100, nodes: 1}\n"
