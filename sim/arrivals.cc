@@ -34,7 +34,8 @@ class LengthSampler {
       const double mu = std::log(d_.mean) - d_.sigma * d_.sigma / 2;  // so the mean is `mean`
       // Clipped as a double: a draw past int64's range (a mean of 1e20) is the longest length.
       const double lo = static_cast<double>(std::max<int64_t>(1, d_.min)), hi = static_cast<double>(d_.max);
-      return std::llround(std::clamp(std::exp(mu + d_.sigma * r.normal()), lo, std::max(lo, hi)));
+      const double x = std::exp(mu + d_.sigma * r.normal());
+      return std::llround(std::isnan(x) ? lo : std::clamp(x, lo, std::max(lo, hi)));
     }
     const double u = r.uniform();
     return d_.min + static_cast<int64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());

@@ -555,6 +555,12 @@ TEST_F(HostileTest, FailureCountsAndTimeSpansPastTheirRangeAreRefused) {
   write("c.csv", "0,100,10,-1,7\n");
   const std::string cols = write("c.yaml", serve + "inference: {arrivals: {trace: c.csv}}\n");
   expect_refused_fast("run " + quote(cols), "a fifth column '7'");
+  // A lognormal's sigma past 10: its sigma² overflowed the mean's correction to -inf, the draws
+  // came out NaN, and a run printed a negative throughput with exit 0.
+  const std::string wide = write("w.yaml", serve +
+                                               "inference: {requests: 20, output_tokens: {dist: lognormal, "
+                                               "mean: 100, sigma: 1e308}}\n");
+  expect_refused_fast("run " + quote(wide), "w.yaml:3:78: error: inference.output_tokens.sigma must be at most 10");
   const std::string huge = write("h.yaml", serve +
                                                "inference: {requests: 20, output_tokens: {dist: lognormal, mean: 1e20, "
                                                "sigma: 0.6, max: 300}}\n");
