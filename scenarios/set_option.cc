@@ -72,6 +72,11 @@ void apply_set(YNode& root, const std::string& arg) {
   if (eq == std::string::npos || eq == 0)
     throw InputError(SourceMark{file, 1, 1}, "--set expects key=value, e.g. --set parallel.tp=4");
   const std::string key = arg.substr(0, eq);
+  // Nothing after '=' (an unset shell variable's `--set parallel.tp=$TP`) is not taken for
+  // null: the default is asked for by name.
+  if (eq + 1 == arg.size())
+    throw InputError(SourceMark{file, 1, static_cast<int>(eq) + 2},
+                     key + " has no value, expected one after '=' (or null for the default)");
   if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
     throw InputError(
         SourceMark{file, 1, 1}, "--set key '" + key +
@@ -121,7 +126,7 @@ void apply_set(YNode& root, const std::string& arg) {
     return;
   }
   const KeySpec* spec = find_key(key);
-  // KEY=null (or KEY=, or KEY=~): the key as if not written, its default; a block's keys all
+  // KEY=null (or KEY=~): the key as if not written, its default; a block's keys all
   // (output=null: no output files). Only those spellings: text that merely parses to nothing
   // stays an error at the key.
   if (spec && key != "include" && is_null_text(arg.substr(eq + 1))) {

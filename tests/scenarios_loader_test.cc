@@ -424,7 +424,11 @@ TEST_F(LoaderTest, SetNullRestoresTheDefault) {
                               "sweep: {parallel.tp: [1, 2], parallel.micro_batch: [1, 2]}\n");
   EXPECT_EQ(load_scenario(p, {"parallel.tp=null"}).parallel.tp, ParallelConfig{}.tp);
   EXPECT_EQ(load_scenario(p, {"parallel.tp=~"}).parallel.tp, ParallelConfig{}.tp);
-  EXPECT_EQ(load_scenario(p, {"parallel.tp="}).parallel.tp, ParallelConfig{}.tp);
+  // Nothing after '=' is no value (an unset shell variable), not the default.
+  EXPECT_LOAD_ERROR(p, std::vector<std::string>{"parallel.tp="}, "--set 'parallel.tp=':1:13",
+                    "parallel.tp has no value, expected one after '=' (or null for the default)");
+  EXPECT_LOAD_ERROR(p, std::vector<std::string>{"sweep.parallel.tp="}, "--set 'sweep.parallel.tp=':1:19",
+                    "has no value");
   EXPECT_LOAD_ERROR(p, std::vector<std::string>{"parallel.tpp=null"}, "--set 'parallel.tpp=null':1:1",
                     "unknown key 'parallel.tpp', did you mean 'tp'?");
   const Scenario one = load_scenario(p, {"sweep.parallel.tp=null"});
