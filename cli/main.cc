@@ -18,6 +18,7 @@
 #include "cli/calibrate_args.h"
 #include "cli/commands.h"
 #include "cli/validate.h"
+#include "reports/output_file.h"
 #include "scenarios/error.h"
 #ifdef CLUSTERSIM_HAVE_REAL
 #include "cli/real_commands.h"
@@ -251,6 +252,8 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
+  // An interrupt removes the temporaries of outputs being written (reports/output_file.h).
+  install_signal_cleanup();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     std::cerr << kUsage;

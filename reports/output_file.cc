@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 
@@ -40,7 +41,82 @@ std::string resolve_target(const std::string& path) {
 
 std::atomic<unsigned> temp_counter{0};
 
+// The registered temporaries, read by the signal handler: a slot's path is whole while its
+// state is kLive (written before the state is published, cleared only after it is withdrawn).
+constexpr int kSlots = 256;
+constexpr int kFree = 0, kWriting = 1, kLive = 2;
+struct TempSlot {
+  std::atomic<int> state{kFree};
+  char path[4096];
+};
+TempSlot temp_slots[kSlots];
+
+extern "C" void remove_temps_and_reraise(int sig) {
+  for (TempSlot& s : temp_slots)
+    if (s.state.load(std::memory_order_acquire) == kLive) ::unlink(s.path);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
 }  // namespace
+
+void install_signal_cleanup() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction sa {};
+    sa.sa_handler = remove_temps_and_reraise;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction old {};
+    // A signal the caller ignores (nohup's SIGHUP) stays ignored.
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
+TempRegistration::TempRegistration(const std::string& path) {
+  if (path.size() >= sizeof(TempSlot::path)) return;
+  for (int i = 0; i < kSlots; ++i) {
+    int expected = kFree;
+    if (!temp_slots[i].state.compare_exchange_strong(expected, kWriting, std::memory_order_acq_rel)) continue;
+    std::memcpy(temp_slots[i].path, path.c_str(), path.size() + 1);
+    temp_slots[i].state.store(kLive, std::memory_order_release);
+    slot_ = i;
+    return;
+  }
+}
+
+TempRegistration::~TempRegistration() {
+  if (slot_ >= 0) temp_slots[slot_].state.store(kFree, std::memory_order_release);
+}
+
+TempRegistration& TempRegistration::operator=(TempRegistration&& o) noexcept {
+  if (this != &o) {
+    if (slot_ >= 0) temp_slots[slot_].state.store(kFree, std::memory_order_release);
+    slot_ = o.slot_;
+    o.slot_ = -1;
+  }
+  return *this;
+}
+
+int create_temp_beside(const std::string& target, const std::string& shown, std::string& temp) {
+  const fs::path t(target);
+  const fs::path dir = t.parent_path().empty() ? fs::path(".") : t.parent_path();
+  const std::string base = t.filename().string();
+  // A fresh name, created exclusively and never followed: an existing file, link or
+  // device of that name is left alone and another name is tried.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::string name = "." + base.substr(0, 200) + "." + std::to_string(::getpid()) + "." +
+                             std::to_string(temp_counter.fetch_add(1)) + ".tmp";
+    const std::string candidate = (dir / name).string();
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;
+      throw OutputError("cannot write " + shown + ": " + errno_text(errno));
+    }
+    temp = candidate;
+    return fd;
+  }
+  throw OutputError("cannot write " + shown + ": no free temporary name beside it");
+}
 
 std::string output_path_problem(const std::string& path) {
   if (path.empty()) return "an empty path";
@@ -87,31 +163,16 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   if (const std::string why = output_path_problem(path); !why.empty())
     throw OutputError("cannot write " + path + ": it is " + why + ", expected a regular file or a new path");
   target_ = resolve_target(path);
-  const fs::path t(target_);
-  const fs::path dir = t.parent_path().empty() ? fs::path(".") : t.parent_path();
-  const std::string base = t.filename().string();
-  // A fresh name, created exclusively and never followed: an existing file, link or
-  // device of that name is left alone and another name is tried.
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const std::string name = "." + base.substr(0, 200) + "." + std::to_string(::getpid()) + "." +
-                             std::to_string(temp_counter.fetch_add(1)) + ".tmp";
-    const std::string temp = (dir / name).string();
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (fd < 0) {
-      if (errno == EEXIST) continue;
-      throw OutputError("cannot write " + path + ": " + errno_text(errno));
-    }
-    file_ = ::fdopen(fd, "wb");
-    if (!file_) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      throw OutputError("cannot write " + path + ": " + errno_text(e));
-    }
-    temp_ = temp;
-    return;
+  const int fd = create_temp_beside(target_, path, temp_);
+  registered_ = TempRegistration(temp_);
+  file_ = ::fdopen(fd, "wb");
+  if (!file_) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(temp_.c_str());
+    temp_.clear();
+    throw OutputError("cannot write " + path + ": " + errno_text(e));
   }
-  throw OutputError("cannot write " + path + ": no free temporary name beside it");
 }
 
 AtomicFile::~AtomicFile() {
@@ -137,6 +198,7 @@ void AtomicFile::commit() {
   if (std::rename(temp_.c_str(), target_.c_str()) != 0)
     throw OutputError("cannot write " + path_ + ": " + errno_text(errno));
   committed_ = true;
+  registered_ = TempRegistration();
 }
 
 void make_parent_dirs(const std::string& path) {

@@ -7,7 +7,7 @@
 // at, so before the temporary is made and again just before the rename, the target must
 // be absent or a regular file. A device node (/dev/null), a FIFO, a socket or a
 // directory is refused, never replaced. A symbolic link is followed: the file it names is
-// replaced and the link is kept.
+// replaced and the link is kept. An interrupt removes the temporaries (install_signal_cleanup).
 #pragma once
 
 #include <cstdio>
@@ -33,6 +33,28 @@ std::string output_path_problem(const std::string& path);
 std::string path_name_problem(const std::string& path, bool database = false);
 bool same_file(const std::string& a, const std::string& b);
 
+// Temporary files an interrupt must not leave behind: SIGINT, SIGTERM or SIGHUP removes the
+// registered ones (an AtomicFile's, a new database's and its journal) before the process ends
+// as the signal would end it. Registration is thread-safe; a path past 4,095 bytes, or past
+// the 256 held at once, is not registered (it is left as before: removed on an orderly exit).
+void install_signal_cleanup();
+class TempRegistration {
+ public:
+  TempRegistration() = default;
+  explicit TempRegistration(const std::string& path);
+  ~TempRegistration();
+  TempRegistration(TempRegistration&& o) noexcept : slot_(o.slot_) { o.slot_ = -1; }
+  TempRegistration& operator=(TempRegistration&& o) noexcept;
+  TempRegistration(const TempRegistration&) = delete;
+  TempRegistration& operator=(const TempRegistration&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+// A fresh name beside `target` for a temporary, created exclusively (never following a link):
+// ".NAME.PID.N.tmp". Returns the open descriptor; throws OutputError naming `shown`.
+int create_temp_beside(const std::string& target, const std::string& shown, std::string& temp);
+
 class AtomicFile {
  public:
   // Creates the temporary file beside `path` (its directory must exist). Throws
@@ -55,6 +77,7 @@ class AtomicFile {
   std::string temp_;
   std::FILE* file_ = nullptr;
   bool committed_ = false;
+  TempRegistration registered_;
 };
 
 // Makes the folders above an output `path` that do not exist yet (the commands' output

@@ -1,8 +1,11 @@
 #include "reports/sqlite_writer.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -519,9 +522,13 @@ void insert_serving_rows(sqlite3* db, int64_t run_id, const ServingRecord& r) {
   }
 }
 
-// Runs `write` against `path`; a file this call created is removed again on failure.
+// Runs `write(file, create)` against `path`; a file this call created is removed again on
+// failure. `fresh`: a new database is built under a temporary name beside `path` and moved
+// into place once committed, so an interrupt (which removes the registered temporaries)
+// leaves neither a half-written database nor its journal, which a later run would refuse as
+// not a database; an existing one is appended to in place, its journal keeping it whole.
 template <typename Write>
-void write_file(const std::string& path, Write write) {
+void write_file(const std::string& path, Write write, bool fresh = false) {
   namespace fs = std::filesystem;
   // A database is written in place (SQLite's journal keeps it whole), so it must be a
   // regular file or a new path: never a device, a FIFO or a directory.
@@ -529,10 +536,29 @@ void write_file(const std::string& path, Write write) {
     throw std::runtime_error("cannot write " + path + ": it is " + why + ", expected a database file or a new path");
   std::error_code ec;
   const bool existed = fs::exists(fs::symlink_status(path, ec));
+  std::string file = path, temp;
+  std::vector<TempRegistration> registered;
+  if (fresh && !existed) {
+    ::close(create_temp_beside(path, path, temp));
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) registered.emplace_back(temp + suffix);
+    file = temp;
+  }
   try {
-    write(!existed);
+    write(file, !existed);
+    if (!temp.empty()) {
+      // Into place without replacing what may have appeared there meanwhile (another run).
+      if (::link(temp.c_str(), path.c_str()) != 0) {
+        const int e = errno;
+        if (e == EEXIST) throw WriteError(path + " appeared while it was written, expected it left alone");
+        if (std::rename(temp.c_str(), path.c_str()) != 0) throw WriteError(std::strerror(errno));
+      } else {
+        ::unlink(temp.c_str());
+      }
+    }
   } catch (const std::exception& e) {
-    if (!existed) {
+    if (!temp.empty()) {
+      for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(temp + suffix, ec);
+    } else if (!existed) {
       // Nothing of ours may survive a failed first write (the journal is normally gone).
       for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(path + suffix, ec);
     }
@@ -543,14 +569,17 @@ void write_file(const std::string& path, Write write) {
 }  // namespace
 
 void write_sqlite(const Timeline& t, const std::string& path) {
-  write_file(path, [&](bool create) {
-    validate(t);
-    write_or_throw(t.run, path, create, [&](sqlite3* db, int64_t run_id) { insert_run_rows(db, run_id, t); });
-  });
+  write_file(
+      path,
+      [&](const std::string& file, bool create) {
+        validate(t);
+        write_or_throw(t.run, file, create, [&](sqlite3* db, int64_t run_id) { insert_run_rows(db, run_id, t); });
+      },
+      /*fresh=*/true);
 }
 
 SweepStore::SweepStore(const std::string& path) : path_(path) {
-  write_file(path, [&](bool create) {
+  write_file(path, [&](const std::string&, bool create) {
     const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
     if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
       if (db_ == nullptr) throw WriteError("out of memory");
@@ -628,9 +657,12 @@ void SweepStore::put(const SweepRow& r) {
 }
 
 void write_sqlite(const ServingRecord& r, const std::string& path) {
-  write_file(path, [&](bool create) {
-    write_or_throw(r.run, path, create, [&](sqlite3* db, int64_t run_id) { insert_serving_rows(db, run_id, r); });
-  });
+  write_file(
+      path,
+      [&](const std::string& file, bool create) {
+        write_or_throw(r.run, file, create, [&](sqlite3* db, int64_t run_id) { insert_serving_rows(db, run_id, r); });
+      },
+      /*fresh=*/true);
 }
 
 }  // namespace clustersim

@@ -3,7 +3,11 @@
 // inputs), and output that cannot be written is exit 3, never 0. Every device here is
 // reached through a private symbolic link or FIFO in the test's own directory; no system
 // path is ever written.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/cli_harness.h"
 
@@ -216,6 +220,50 @@ TEST_F(OutputSafetyTest, NoTemporaryIsLeftBeside) {
   ASSERT_EQ(cli("plan " + quote(s) + " --out " + quote((dir_ / "p.json").string())).code, 0);
   for (const auto& e : fs::directory_iterator(dir_))
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+// An interrupt while a new database is written leaves nothing behind: it is built under a
+// temporary name beside its own and moved into place once whole, and SIGINT removes the
+// temporary (a half-written file and its journal had stayed, and a later run refused the
+// file as not a SQLite database). The process still ends as SIGINT ends it.
+TEST_F(OutputSafetyTest, AnInterruptedRunLeavesNoDatabaseBehind) {
+  const std::string s = write("f.yaml",
+                              "cluster: {preset: dgx-a100, nodes: 2}\nmodel: {preset: gpt3-1.3b}\nparallel: {tp: 2}\n"
+                              "training: {duration: 24h}\n"
+                              "faults: {gpu_mtbf: 10s, restart: 10min, checkpoint_bandwidth: 1TB/s}\n"
+                              "output: {sqlite: out.sqlite}\n");
+  const std::string log = (dir_ / "log").string();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    if (::chdir(dir_.c_str()) == 0)
+      ::execl(CLUSTERSIM_BINARY, "clustersim", "run", s.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // The temporary appears once the simulation is done; interrupt as soon as it is there.
+  bool seen = false, ended = false;
+  int status = 0;
+  for (int i = 0; i < 600000 && !seen && !ended; ++i) {
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().rfind(".out.sqlite.", 0) == 0) seen = true;
+    if (!seen) {
+      ended = ::waitpid(pid, &status, WNOHANG) == pid;
+      ::usleep(200);
+    }
+  }
+  if (seen) {
+    ::kill(pid, SIGINT);
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  }
+  ASSERT_TRUE(seen) << "the run ended (status " << status << ") before its database's temporary was seen";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status << ": " << read_file(log);
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == "f.yaml" || name == "log" || name == "capture") << name;
+  }
 }
 
 // ---- class 2: output that cannot be written ------------------------------------------------
