@@ -272,6 +272,13 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     if (const std::string why = power_model_problem(s.cluster.node.gpu); !why.empty()) throw InputError(s.mark(k), why);
     break;
   }
+  // The key sets each GPU's link into the node's NVSwitch: a node without one (direct GPU links,
+  // as MI300X's Infinity Fabric mesh and DGX-1's NVLink, or PCIe alone) would ignore it.
+  if (s.marks.count("cluster.gpu_spec.nvlink_bandwidth") && !s.cluster.node.nvswitch)
+    throw InputError(s.mark("cluster.gpu_spec.nvlink_bandwidth"),
+                     "node " + s.cluster.node.preset +
+                         " has no NVSwitch for the key to set (its GPUs link directly or over PCIe), expected a "
+                         "topology file's gpu_links for other links between its GPUs");
   // A node trimmed to fewer GPUs keeps one NIC per GPU at most, unless told otherwise.
   if (s.marks.count("cluster.gpus_per_node") && !s.marks.count("cluster.scale_out.nics_per_node"))
     s.cluster.node.nics = std::min(s.cluster.node.nics, s.cluster.node.gpus);

@@ -431,6 +431,11 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
   const std::string longp = write("p.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                             "inference: {requests: 4, prompt_tokens: {dist: fixed, value: 100000}}\n");
   expect_refused_fast("run " + quote(longp), "past model.seq_len");
+  // NVLink into a switch, on a node whose GPUs link pairwise (MI300X's mesh): ignored before.
+  const std::string mesh = write("m.yaml",
+                                 "cluster: {preset: mi300x-8gpu, nodes: 1, gpu_spec: {nvlink_bandwidth: "
+                                 "100GB/s}}\nmodel: {preset: llama3-8b, layers: 2}\n");
+  expect_refused_fast("run " + quote(mesh), "m.yaml:1:71: error: node mi300x-8gpu has no NVSwitch");
   const std::string range = write("r.yaml",
                                   "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                   "inference: {requests: 4, prompt_tokens: {dist: uniform, min: 300, max: 200}}\n");
