@@ -1,6 +1,8 @@
 #include "reports/output_file.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -97,10 +99,20 @@ TempRegistration& TempRegistration::operator=(TempRegistration&& o) noexcept {
   return *this;
 }
 
-int create_temp_beside(const std::string& target, const std::string& shown, std::string& temp) {
+int create_temp_beside(const std::string& target, const std::string& shown, std::string& temp,
+                       std::vector<TempRegistration>& regs, std::initializer_list<const char*> suffixes) {
   const fs::path t(target);
   const fs::path dir = t.parent_path().empty() ? fs::path(".") : t.parent_path();
   const std::string base = t.filename().string();
+  // The interrupts wait while the file exists unregistered.
+  sigset_t held, before;
+  sigemptyset(&held);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&held, sig);
+  ::pthread_sigmask(SIG_BLOCK, &held, &before);
+  struct Restore {
+    sigset_t* mask;
+    ~Restore() { ::pthread_sigmask(SIG_SETMASK, mask, nullptr); }
+  } restore{&before};
   // A fresh name, created exclusively and never followed: an existing file, link or
   // device of that name is left alone and another name is tried.
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -113,6 +125,7 @@ int create_temp_beside(const std::string& target, const std::string& shown, std:
       throw OutputError("cannot write " + shown + ": " + errno_text(errno));
     }
     temp = candidate;
+    for (const char* suffix : suffixes) regs.emplace_back(temp + suffix);
     return fd;
   }
   throw OutputError("cannot write " + shown + ": no free temporary name beside it");
@@ -163,8 +176,7 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   if (const std::string why = output_path_problem(path); !why.empty())
     throw OutputError("cannot write " + path + ": it is " + why + ", expected a regular file or a new path");
   target_ = resolve_target(path);
-  const int fd = create_temp_beside(target_, path, temp_);
-  registered_ = TempRegistration(temp_);
+  const int fd = create_temp_beside(target_, path, temp_, registered_);
   file_ = ::fdopen(fd, "wb");
   if (!file_) {
     const int e = errno;
@@ -198,7 +210,7 @@ void AtomicFile::commit() {
   if (std::rename(temp_.c_str(), target_.c_str()) != 0)
     throw OutputError("cannot write " + path_ + ": " + errno_text(errno));
   committed_ = true;
-  registered_ = TempRegistration();
+  registered_.clear();
 }
 
 void make_parent_dirs(const std::string& path) {

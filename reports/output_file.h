@@ -11,8 +11,10 @@
 #pragma once
 
 #include <cstdio>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace clustersim {
 
@@ -52,8 +54,11 @@ class TempRegistration {
   int slot_ = -1;
 };
 // A fresh name beside `target` for a temporary, created exclusively (never following a link):
-// ".NAME.PID.N.tmp". Returns the open descriptor; throws OutputError naming `shown`.
-int create_temp_beside(const std::string& target, const std::string& shown, std::string& temp);
+// ".NAME.PID.N.tmp", registered in `regs` with each of `suffixes` appended ("" for itself), the
+// interrupts held off until it is (an interrupt between the two had left it). Returns the
+// open descriptor; throws OutputError naming `shown`.
+int create_temp_beside(const std::string& target, const std::string& shown, std::string& temp,
+                       std::vector<TempRegistration>& regs, std::initializer_list<const char*> suffixes = {""});
 
 class AtomicFile {
  public:
@@ -77,7 +82,7 @@ class AtomicFile {
   std::string temp_;
   std::FILE* file_ = nullptr;
   bool committed_ = false;
-  TempRegistration registered_;
+  std::vector<TempRegistration> registered_;
 };
 
 // Makes the folders above an output `path` that do not exist yet (the commands' output

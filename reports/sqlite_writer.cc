@@ -539,8 +539,7 @@ void write_file(const std::string& path, Write write, bool fresh = false) {
   std::string file = path, temp;
   std::vector<TempRegistration> registered;
   if (fresh && !existed) {
-    ::close(create_temp_beside(path, path, temp));
-    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) registered.emplace_back(temp + suffix);
+    ::close(create_temp_beside(path, path, temp, registered, {"", "-journal", "-wal", "-shm"}));
     file = temp;
   }
   try {

@@ -59,6 +59,32 @@ constexpr int64_t kMaxNodes = 200'000;
 // the conversion recurses once a level.
 constexpr size_t kMaxDepth = 256;
 
+// "FF" for the byte 0xFF.
+std::string hex_byte(unsigned char c) {
+  char b[3];
+  std::snprintf(b, sizeof b, "%02X", c);
+  return std::string(b);
+}
+
+// A value as its escapes decode it ("\e", "\x1b", "\N", "\u009b"): a control character
+// other than a tab or a newline, or bytes that are not UTF-8, would reach the tables and
+// terminals the value is printed to (an escape sequence in a GPU's name recoloured them).
+void check_decoded_text(const std::string& text, const SourceMark& mark) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7F)
+      throw InputError(mark, "a control character (0x" + hex_byte(c) + ") in a value, expected printable text");
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && i + n <= text.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (!ok) throw InputError(mark, "a byte that is not UTF-8 text (0x" + hex_byte(c) + ") in a value, expected UTF-8");
+    if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0)  // U+0080-U+009F
+      throw InputError(mark, "a control character (U+00" + hex_byte(static_cast<unsigned char>(text[i + 1])) +
+                                 ") in a value, expected printable text");
+    i += n;
+  }
+}
+
 // `above`: the mappings and lists this node is inside. An alias that names an anchor
 // around it makes the node graph a cycle, which would recurse without end.
 YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget, std::vector<YAML::Node>& above) {
@@ -89,6 +115,7 @@ YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget, std
     case YAML::NodeType::Scalar:
       out.kind = YNode::Kind::Scalar;
       out.scalar = n.Scalar();
+      check_decoded_text(out.scalar, out.mark);
       break;
     case YAML::NodeType::Sequence:
       out.kind = YNode::Kind::Seq;
@@ -103,6 +130,7 @@ YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget, std
           throw InputError(km,
                            "a key must be a plain name, not " + std::string(kv.first.IsMap() ? "a mapping" : "a list"));
         std::string key = kv.first.Scalar();
+        check_decoded_text(key, km);
         if (!seen.insert(key).second) throw InputError(km, "duplicate key '" + key + "'");
         YNode child = convert(kv.second, file, budget, above);
         child.key_mark = km;
@@ -113,13 +141,6 @@ YNode convert(const YAML::Node& n, const std::string& file, int64_t& budget, std
     }
   }
   return out;
-}
-
-// "FF" for the byte 0xFF.
-std::string hex_byte(unsigned char c) {
-  char b[3];
-  std::snprintf(b, sizeof b, "%02X", c);
-  return std::string(b);
 }
 
 }  // namespace

@@ -161,9 +161,18 @@ TEST_F(HostileTest, NumbersReadAsYamlWritesThem) {
 // line break) is refused at its line, not sent to the terminal.
 TEST_F(HostileTest, AControlCharacterInTheNameIsRefused) {
   const std::string body = "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: gpt3-1.3b, layers: 2}\n";
-  for (const char* name : {"\"a\\e[31mred\"", "\"bell\\x07\"", "\"two\\nlines\"", "\"del\\x7f\"", "\"c1\\u0085\""})
+  for (const char* name : {"\"a\\e[31mred\"", "\"bell\\x07\"", "\"del\\x7f\"", "\"c1\\u0085\""})
     expect_refused_fast("run " + quote(write("n.yaml", std::string("name: ") + name + "\n" + body)),
-                        "n.yaml:1:7: error: name holds a control character, expected printable text");
+                        "n.yaml:1:7: error: a control character (");
+  expect_refused_fast("run " + quote(write("n.yaml", std::string("name: \"two\\nlines\"\n") + body)),
+                      "n.yaml:1:7: error: name holds a control character, expected printable text");
+  // Any value, as its escapes decode it: an escape sequence in a GPU's name reached the
+  // table's cluster line; YAML's \N came out as a lone 0x85 byte, not UTF-8.
+  expect_refused_fast("run " + quote(write("g.yaml",
+                                           "cluster: {preset: dgx-h100, nodes: 1, gpu_spec: {name: "
+                                           "\"g\\x1b[31m\"}}\nmodel: {preset: gpt3-1.3b, layers: 2}\n")),
+                      "g.yaml:1:56: error: a control character (0x1B) in a value, expected printable text");
+  expect_refused_fast("run " + quote(write("l.yaml", std::string("name: \"m\\N\"\n") + body)), "l.yaml:1:7: error:");
   EXPECT_EQ(cli("run " + quote(write("ok.yaml", "name: \"caf\u00e9 run 2\"\n" + body)), 20).code, 0);
 }
 
