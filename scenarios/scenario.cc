@@ -272,6 +272,17 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     if (const std::string why = power_model_problem(s.cluster.node.gpu); !why.empty()) throw InputError(s.mark(k), why);
     break;
   }
+  // Userbuffers' kernels take SMs from the GPU's own: as many as it has leaves the GEMM none.
+  for (const auto& [k, v] : {std::pair{"parallel.tp_overlap_proj_sms", s.parallel.tp_overlap_proj_sms},
+                             {"parallel.tp_overlap_fc2_sms", s.parallel.tp_overlap_fc2_sms},
+                             {"parallel.tp_overlap_qkv_dgrad_sms", s.parallel.tp_overlap_qkv_dgrad_sms},
+                             {"parallel.tp_overlap_fc1_dgrad_sms", s.parallel.tp_overlap_fc1_dgrad_sms},
+                             {"parallel.tp_overlap_qkv_wgrad_sms", s.parallel.tp_overlap_qkv_wgrad_sms},
+                             {"parallel.tp_overlap_fc1_wgrad_sms", s.parallel.tp_overlap_fc1_wgrad_sms}})
+    if (s.marks.count(k) && s.cluster.node.gpu.sm_count > 0 && v >= s.cluster.node.gpu.sm_count)
+      throw InputError(s.mark(k), std::string(k) + " is " + std::to_string(v) + ", expected fewer than the " +
+                                      std::to_string(s.cluster.node.gpu.sm_count) + " SMs of a " +
+                                      s.cluster.node.gpu.name + " (the GEMM it overlaps runs on the rest)");
   // The key sets each GPU's link into the node's NVSwitch: a node without one (direct GPU links,
   // as MI300X's Infinity Fabric mesh and DGX-1's NVLink, or PCIe alone) would ignore it.
   if (s.marks.count("cluster.gpu_spec.nvlink_bandwidth") && !s.cluster.node.nvswitch)

@@ -445,6 +445,14 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
                                  "cluster: {preset: mi300x-8gpu, nodes: 1, gpu_spec: {nvlink_bandwidth: "
                                  "100GB/s}}\nmodel: {preset: llama3-8b, layers: 2}\n");
   expect_refused_fast("run " + quote(mesh), "m.yaml:1:71: error: node mi300x-8gpu has no NVSwitch");
+  // Userbuffers' SMs past the GPU's own: the GEMM beside them had been clamped to run anyway.
+  const std::string sms = write("u.yaml",
+                                "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
+                                "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, "
+                                "tp_overlap_fc2_sms: 1000}\n");
+  expect_refused_fast("run " + quote(sms),
+                      "u.yaml:3:87: error: parallel.tp_overlap_fc2_sms is 1000, expected fewer "
+                      "than the 132 SMs of a h100-sxm");
   const std::string range = write("r.yaml",
                                   "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                   "inference: {requests: 4, prompt_tokens: {dist: uniform, min: 300, max: 200}}\n");
