@@ -18,8 +18,12 @@ struct UsageError : std::runtime_error {
 };
 
 // The value after the flag at args[i] (i moves onto it); UsageError when there is none.
+// The value after the flag at args[i]; UsageError when there is none, or when what follows is
+// another flag (`--out --json` had written a file named --json; ./--json names one).
 inline std::string need_value(const std::vector<std::string>& args, size_t& i) {
   if (i + 1 >= args.size()) throw UsageError(args[i] + " needs a value");
+  if (args[i + 1].size() > 2 && args[i + 1].compare(0, 2, "--") == 0)
+    throw UsageError(args[i] + " needs a value, got the flag " + args[i + 1]);
   return args[++i];
 }
 

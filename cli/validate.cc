@@ -27,8 +27,11 @@
 
 namespace clustersim {
 std::string value_of(const std::vector<std::string>& args, size_t& i) {
-  if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value");
-  return args[++i];
+  try {
+    return need_value(args, i);
+  } catch (const UsageError& e) {
+    throw std::invalid_argument(e.what());
+  }
 }
 
 void add_clock_metrics(const std::vector<real::GpuClockSummary>& clocks, Metrics& m) {

@@ -310,6 +310,9 @@ TEST_F(CliTest, RunWithTwoScenariosIsUsage) {
 
 TEST_F(CliTest, SetWithoutValueIsUsage) {
   expect_usage_error(cli("run " + quote(kExample) + " --set"), "--set needs a value");
+  // A flag where the value goes is no value: `plan --out --json` had written a file named --json.
+  expect_usage_error(cli("plan " + quote(kExample) + " --out --json"), "--out needs a value, got the flag --json");
+  EXPECT_FALSE(fs::exists(dir_ / "--json"));
 }
 
 TEST_F(CliTest, UnknownCollectiveOptionIsUsage) {
