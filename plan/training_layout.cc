@@ -431,6 +431,9 @@ TrainingLayout check_training_layout(const Scenario& s) {
          "training.global_batch = " + str(l.global_batch) +
              " is not a multiple of dp·micro_batch = " + str(l.dp * l.micro_batch));
   l.micro_batches = l.global_batch / (l.dp * l.micro_batch);
+  // With one micro-batch there is nothing to accumulate: its backward reduce-scatters each
+  // layer's gradients as they come, and no unsharded gradient buffer is held.
+  if (l.micro_batches == 1) l.zero3_grad_once = false;
   if (l.micro_batches > (int64_t{1} << 22))
     fail(s, "training.global_batch",
          str(l.micro_batches) + " micro-batches per pipeline is past 4194304, the most any run takes");

@@ -69,7 +69,7 @@ TEST(Volumes, PipelineDataParallelAndZero) {
 // P parameters): per micro-batch it gathers 2·M·n·P·2 bytes and reduce-scatters M·n·P·4;
 // gathering once, n·P·2 (the first forward only); syncing once, n·P·4 (the last
 // backward only). Memory: gathering once holds the stage's weights unsharded, syncing
-// once its gradients.
+// once (of more than one micro-batch) its gradients.
 TEST(Volumes, Zero3GatherAndGradientSyncOncePerStep) {
   const std::string base = std::string(kTiny) + "parallel: {dp: 16, micro_batch: 1, zero_stage: 3";
   auto plan = [&](const std::string& extra) {
@@ -98,6 +98,11 @@ TEST(Volumes, Zero3GatherAndGradientSyncOncePerStep) {
   EXPECT_NEAR(gather_once.memory.weights, 16 * per_mb.memory.weights, 16.0);
   EXPECT_DOUBLE_EQ(gather_once.memory.gradients, per_mb.memory.gradients);
   EXPECT_NEAR(both_once.memory.gradients, 16 * per_mb.memory.gradients, 16.0);
+  // One micro-batch a step accumulates nothing: syncing once holds no unsharded buffer.
+  auto one = [&](const std::string& extra) {
+    return build_training_plan(scenario_from_text(base + extra + "}\ntraining: {global_batch: 16}\n", "z3"));
+  };
+  EXPECT_DOUBLE_EQ(one(", zero3_grad_sync: step").memory.gradients, one("").memory.gradients);
   // Fewer collectives on the DP stream: the step is no slower.
   EXPECT_LE(run_training(scenario_from_text(base + ", zero3_param_gather: step}\ntraining: {global_batch: 64}\n", "z3"))
                 .exec.makespan,
