@@ -202,8 +202,10 @@ int cmd_collective(const std::vector<std::string>& args) {
   if (cfg.kind == SweepOp::Collective &&
       (cfg.op == CollectiveKind::AllToAll || cfg.algorithm == std::optional<Algorithm>(Algorithm::Direct))) {
     const int64_t p = cfg.gpus;
-    const int64_t transfers =
-        static_cast<int64_t>(cfg.concurrent) * p * (p - 1) * (cfg.op == CollectiveKind::AllReduce ? 2 : 1);
+    // A direct broadcast or reduce moves one share between the root and each other rank.
+    const bool rooted = cfg.op == CollectiveKind::Broadcast || cfg.op == CollectiveKind::Reduce;
+    const int64_t transfers = static_cast<int64_t>(cfg.concurrent) * (rooted ? p - 1 : p * (p - 1)) *
+                              (cfg.op == CollectiveKind::AllReduce ? 2 : 1);
     const int64_t budget = int64_t{1} << (allow_large ? 26 : cfg.flow ? 20 : 22);
     if (transfers > budget)
       throw InputError(SourceMark{"--gpus", 0, 0},

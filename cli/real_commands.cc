@@ -97,7 +97,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   const std::string &out = a.out, &raw = a.raw;
   if (!a.attention_backend.empty()) {
     real::AttentionChoice c = real::AttentionChoice::Auto;
-    real::parse_attention_choice(a.attention_backend, c);
+    if (!real::parse_attention_choice(a.attention_backend, c))  // the names parse_calibrate_args takes
+      throw std::logic_error("attention backend '" + a.attention_backend + "' passed the argument check");
     real::set_attention_choice(c);
   }
   if (real::device_count() == 0) throw std::runtime_error("calibrate measures a GPU, and this machine has none");

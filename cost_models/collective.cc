@@ -471,9 +471,9 @@ Expansion expand_collective(const CollectiveRequest& req, const GroupLayout& l, 
     }
     case Algorithm::Direct: {
       // Every rank sends each peer its S/p share: one shift at a time, or, inside a mesh
-      // node, where every pair has its own link, all at once, each on its pair's link (as
-      // an all-to-all's grouped sends run; a reduce-scatter's and an all-gather's shares
-      // are the same bytes).
+      // node, all at once, each on its pair's route (as an all-to-all's grouped sends run; a
+      // reduce-scatter's and an all-gather's shares are the same bytes). A pair without a
+      // link of its own (DGX-1's cube mesh) shares the links its route takes.
       auto exchange = [&] {
         if (l.mesh_rings.empty()) {
           shift_steps(steps, p, S / p, 1, p - 1);

@@ -104,7 +104,8 @@ int create_temp_beside(const std::string& target, const std::string& shown, std:
   const fs::path t(target);
   const fs::path dir = t.parent_path().empty() ? fs::path(".") : t.parent_path();
   const std::string base = t.filename().string();
-  // The interrupts wait while the file exists unregistered.
+  // The interrupts wait while the file exists unregistered (in this thread: outputs are
+  // written once the worker threads have joined).
   sigset_t held, before;
   sigemptyset(&held);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&held, sig);

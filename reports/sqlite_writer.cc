@@ -1,5 +1,6 @@
 #include "reports/sqlite_writer.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -538,6 +539,10 @@ void write_file(const std::string& path, Write write, bool fresh = false) {
   const bool existed = fs::exists(fs::symlink_status(path, ec));
   std::string file = path, temp;
   std::vector<TempRegistration> registered;
+  bool ours = !existed;  // a file this call made, removed again on failure
+  auto remove_all = [&](const std::string& base) {
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(base + suffix, ec);
+  };
   if (fresh && !existed) {
     ::close(create_temp_beside(path, path, temp, registered, {"", "-journal", "-wal", "-shm"}));
     file = temp;
@@ -545,22 +550,34 @@ void write_file(const std::string& path, Write write, bool fresh = false) {
   try {
     write(file, !existed);
     if (!temp.empty()) {
-      // Into place without replacing what may have appeared there meanwhile (another run).
-      if (::link(temp.c_str(), path.c_str()) != 0) {
-        const int e = errno;
-        if (e == EEXIST) throw WriteError(path + " appeared while it was written, expected it left alone");
-        if (std::rename(temp.c_str(), path.c_str()) != 0) throw WriteError(std::strerror(errno));
-      } else {
-        ::unlink(temp.c_str());
+      // Into place without replacing what may have appeared there meanwhile: a rename that
+      // refuses an existing target, else (a file system without it) a hard link.
+      int rc = ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+      if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+        rc = ::link(temp.c_str(), path.c_str());
+        if (rc == 0) {
+          ::unlink(temp.c_str());
+        } else if (errno != EEXIST && !fs::exists(fs::symlink_status(path, ec))) {
+          rc = std::rename(temp.c_str(), path.c_str());  // neither: checked, then renamed (not atomic)
+        }
+      }
+      if (rc != 0 && errno == EEXIST) {
+        // Another run made it meanwhile (runs appending to one database): this run's rows
+        // go in beside theirs.
+        remove_all(temp);
+        temp.clear();
+        registered.clear();
+        ours = false;
+        write(path, false);
+      } else if (rc != 0) {
+        throw WriteError(std::strerror(errno));
       }
     }
   } catch (const std::exception& e) {
-    if (!temp.empty()) {
-      for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(temp + suffix, ec);
-    } else if (!existed) {
-      // Nothing of ours may survive a failed first write (the journal is normally gone).
-      for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(path + suffix, ec);
-    }
+    if (!temp.empty())
+      remove_all(temp);
+    else if (ours)
+      remove_all(path);  // nothing of ours may survive a failed first write
     throw std::runtime_error("cannot write " + path + ": " + e.what());
   }
 }

@@ -128,6 +128,14 @@ ServingResult Engine::run(const std::vector<Arrival>& arrivals) {
       rep = route(idx, 0, front_);
       reqs_[static_cast<size_t>(idx)].replica = rep;
       reps_[static_cast<size_t>(rep)].waiting.push_back(idx);
+      // Its replica schedules once the instant's events are in: until then least-kv counts
+      // its prompt's blocks as taken there, or every request of the instant would go to
+      // the one replica with the most free blocks.
+      if (c_.router == "least-kv") {
+        Req& x = reqs_[static_cast<size_t>(idx)];
+        x.promised = ceil_div(x.prompt, c_.kv_block_tokens);
+        reps_[static_cast<size_t>(rep)].promised += x.promised;
+      }
       ++reps_[static_cast<size_t>(rep)].outstanding;
       if (!closed) push_arrival();
     } else if (kind == 1) {
@@ -231,8 +239,9 @@ int Engine::route(int64_t idx, int64_t first, int64_t last) {
   if (c_.router == "round-robin") return static_cast<int>(first + static_cast<int64_t>(static_cast<size_t>(idx) % n));
   size_t best = static_cast<size_t>(first);
   for (size_t i = best + 1; i < static_cast<size_t>(last); ++i) {
-    if (c_.router == "least-outstanding" ? reps_[i].outstanding < reps_[best].outstanding
-                                         : reps_[i].available() > reps_[best].available())
+    if (c_.router == "least-outstanding"
+            ? reps_[i].outstanding < reps_[best].outstanding
+            : reps_[i].available() - reps_[i].promised > reps_[best].available() - reps_[best].promised)
       best = i;
   }
   return static_cast<int>(best);
@@ -372,8 +381,7 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
           break;
         }
         count_prefix(looked);
-        r.running.push_back(r.waiting.front());
-        r.waiting.pop_front();
+        r.running.push_back(r.take_waiting(reqs_));
       }
       for (int64_t id : r.running) {
         const Req& x = reqs_[static_cast<size_t>(id)];
@@ -411,8 +419,7 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
         x.swapped = false;
         r.swap_used -= kv_bytes(x);
         r.pending_copy_s += kv_bytes(x) / s_.cluster.node.pcie_bandwidth;
-        r.running.push_back(r.waiting.front());
-        r.waiting.pop_front();
+        r.running.push_back(r.take_waiting(reqs_));
         if (n > 0) {
           w.push_back({r.running.back(), n, x.kv >= x.target});
           tokens += n;
@@ -436,8 +443,7 @@ double Engine::schedule_work(int rep, std::vector<Work>& w) {
         break;
       }
       count_prefix(looked);
-      r.running.push_back(r.waiting.front());
-      r.waiting.pop_front();
+      r.running.push_back(r.take_waiting(reqs_));
       w.push_back({r.running.back(), chunk, false});
       tokens += chunk;
     }

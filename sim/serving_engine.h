@@ -35,6 +35,7 @@ struct Req {
   bool swapped = false;       // its KV is in host memory
   int64_t group = -1;         // shared prefix (-1: none)
   int64_t shared_blocks = 0;  // blocks of a cached prefix it reads (held by the prefix, not by it)
+  int64_t promised = 0;       // least-kv: its prompt's blocks, counted against its replica until admitted
 };
 
 // A cached prefix's KV blocks on one replica: shared by the requests that reference it;
@@ -58,7 +59,16 @@ struct Replica {
   double pending_copy_s = 0;                 // swap copies the next iteration waits for
   std::map<int64_t, CachedPrefix> prefixes;  // by prefix group
   int64_t idle_blocks = 0;                   // held by cached prefixes no request references
+  int64_t promised = 0;                      // least-kv: the waiting arrivals' prompt blocks (Req::promised)
   int64_t available() const { return free_blocks + idle_blocks; }
+  // The front waiting request leaves the queue: admitted (or swapped in).
+  int64_t take_waiting(std::vector<Req>& reqs) {
+    const int64_t id = waiting.front();
+    waiting.pop_front();
+    promised -= reqs[static_cast<size_t>(id)].promised;
+    reqs[static_cast<size_t>(id)].promised = 0;
+    return id;
+  }
 };
 
 struct Work {

@@ -241,6 +241,11 @@ TEST_F(CollectiveCliTest, CollectiveConcurrentGroupsContendUnderFlow) {
     EXPECT_NE(a2a.err.find("--gpus: error: an all-to-all of "), std::string::npos) << line << ": " << a2a;
   }
   EXPECT_EQ(cli("collective --op all-to-all --gpus 512 --cluster dgx-a100 --min 1MiB --max 1MiB").code, 0);
+  // A direct broadcast moves p - 1 shares, not a share between every pair.
+  EXPECT_EQ(cli("collective --op broadcast --algo direct --gpus 4096 --cluster dgx-h100 --network-model analytic "
+                "--min 4096 --max 4096")
+                .code,
+            0);
   // A topology file's first GPUs: whole nodes or part of the first, as --cluster takes them;
   // a group ending partway into a later node is refused, not given one NIC's ring.
   const std::string topo = write("two.topology.yaml", "nodes:\n  - {preset: dgx-h100, count: 2}\n");

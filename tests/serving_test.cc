@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "cost_models/power_cap.h"
 #include "scenarios/error.h"
@@ -122,6 +123,24 @@ TEST(Serving, RequestsArrivingTogetherAreScheduledTogether) {
       EXPECT_EQ(q.first_token, r.requests.front().first_token) << sch;
       EXPECT_EQ(q.finish, r.requests.front().finish) << sch;
     }
+  }
+}
+
+// Requests of one instant are routed before any replica admits them: least-kv counts the
+// blocks of the ones it has routed (they went, all eight, to the first replica), and each
+// router spreads eight clients over eight replicas.
+TEST(Serving, RequestsOfOneInstantSpreadOverTheReplicas) {
+  for (const char* router : {"least-kv", "least-outstanding", "round-robin"}) {
+    const ServingResult r = run_serving(testing::scenario_from_text(
+        std::string("name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
+                    "inference:\n  replicas: 8\n  router: ") +
+            router +
+            "\n  requests: 8\n  request_overhead: 0ms\n  arrivals: {process: closed, concurrency: 8}\n"
+            "  prompt_tokens: {dist: fixed, value: 512}\n  output_tokens: {dist: fixed, value: 8}\n",
+        "serving"));
+    std::vector<int> per(8, 0);
+    for (const ServedRequest& q : r.requests) ++per.at(static_cast<size_t>(q.replica));
+    EXPECT_EQ(per, std::vector<int>(8, 1)) << router;
   }
 }
 
