@@ -495,6 +495,7 @@ std::string accuracy_json(const AccuracyReport& r) {
 }
 
 int cmd_accuracy(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--jobs", "--kind"});
   std::string dir;
   bool json = false;
   AccuracyOptions options;
@@ -510,7 +511,6 @@ int cmd_accuracy(const std::vector<std::string>& args) {
     } else if (a == "--only") {
       options.only.push_back(need_value(args, i));
     } else if (a == "--kind") {
-      if (!options.kind.empty()) throw UsageError("--kind given twice, expected it once");
       options.kind = need_value(args, i);
       if (options.kind != "training" && options.kind != "serving")
         throw UsageError("--kind takes training or serving, got '" + options.kind + "'");

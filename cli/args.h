@@ -1,6 +1,7 @@
 // What every command shares: the usage error (exit 2) and reading a flag's value.
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +26,17 @@ inline std::string need_value(const std::vector<std::string>& args, size_t& i) {
   if (args[i + 1].size() > 2 && args[i + 1].compare(0, 2, "--") == 0)
     throw UsageError(args[i] + " needs a value, got the flag " + args[i + 1]);
   return args[++i];
+}
+
+// A flag that takes one value given twice is a usage error, not the last one silently kept
+// (`-j` counts as `--jobs`). Flags only: need_value refuses a value that starts with "--".
+inline void refuse_repeated(const std::vector<std::string>& args, std::initializer_list<const char*> flags) {
+  for (const char* flag : flags) {
+    const std::string f = flag;
+    const auto n = std::count_if(args.begin(), args.end(),
+                                 [&](const std::string& a) { return a == f || (f == "--jobs" && a == "-j"); });
+    if (n > 1) throw UsageError(f + " given twice, expected it once");
+  }
 }
 
 // The integer after the flag at args[i], from `lo` to `hi`; UsageError otherwise.

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "cli/args.h"
 #include "cli/output.h"
 #include "cli/validate.h"
 #include "scenarios/scenario.h"
@@ -10,6 +11,7 @@
 namespace clustersim {
 
 CalibrateArgs parse_calibrate_args(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--out", "--suite", "--raw", "--attention-from", "--attention-backend", "--passes"});
   CalibrateArgs a;
   std::string attention_from;
   for (size_t i = 0; i < args.size(); ++i) {

@@ -17,6 +17,9 @@
 namespace clustersim {
 
 int cmd_collective(const std::vector<std::string>& args) {
+  refuse_repeated(args,
+                  {"--op", "--gpus", "--nodes", "--cluster", "--topology-file", "--algo", "--proto", "--network-model",
+                   "--concurrent", "--fabric", "--oversubscription", "--nics-per-leaf", "--profile", "--min", "--max"});
   CollectiveSweepConfig cfg;
   std::string preset, topology_file, op = "all-reduce", algo = "auto", proto = "auto", model = "auto",
                                      fabric = "fat-tree";
@@ -46,7 +49,6 @@ int cmd_collective(const std::vector<std::string>& args) {
     if (a == "--op")
       op = need_value(args, i);
     else if (a == "--gpus") {
-      if (have_gpus) throw UsageError("--gpus given twice, expected it once");
       cfg.gpus = as_int(a, need_value(args, i));
       if (cfg.gpus < 2)
         throw InputError(SourceMark{"--gpus", 0, 0},

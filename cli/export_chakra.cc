@@ -18,6 +18,7 @@
 namespace clustersim {
 
 int cmd_export_chakra(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--out"});
   std::string path, out;
   std::vector<std::string> sets;
   LoadOptions lo;

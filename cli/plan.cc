@@ -17,6 +17,7 @@
 namespace clustersim {
 
 int cmd_plan(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--out"});
   std::string path, out;
   std::vector<std::string> sets;
   LoadOptions lo;  // --allow-large: past the work budgets

@@ -26,6 +26,7 @@
 namespace clustersim {
 
 int cmd_real(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--iterations", "--warmup", "--timing"});
   std::string path;
   std::vector<std::string> sets;
   bool json = false, mpi = false, op_events = true;

@@ -31,13 +31,11 @@ std::vector<std::string> comma_list(const std::string& v) {
 }  // namespace
 
 int cmd_report(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--html", "--run", "--max-spans"});
   std::string db, html;
   ReportOptions opt;
-  std::set<std::string> once;  // the flags that take one value
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if ((a == "--html" || a == "--run" || a == "--max-spans") && !once.insert(a).second)
-      throw UsageError(a + " given twice, expected it once");
     if (a == "--html") {
       html = need_value(args, i);
     } else if (a == "--run") {

@@ -17,6 +17,7 @@
 namespace clustersim {
 
 int cmd_run(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--samples", "--jobs"});
   std::string path;
   std::vector<std::string> sets;
   bool json = false;

@@ -42,6 +42,7 @@ std::vector<SweepRow> search_rows(const SearchResult& r, const std::string& fing
 }  // namespace
 
 int cmd_search(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--top", "--jobs", "--refine", "--out"});
   std::string path;
   std::vector<std::string> sets;
   SearchOptions opt;

@@ -16,6 +16,7 @@
 namespace clustersim {
 
 int cmd_sweep(const std::vector<std::string>& args) {
+  refuse_repeated(args, {"--jobs", "--out", "--rank-by"});
   std::string path;
   SweepOptions opt;
   bool json = false, mpi = false;

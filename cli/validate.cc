@@ -201,6 +201,7 @@ void use_profile(Scenario& s, const std::string& profile) {
 }  // namespace
 
 int cmd_validate(const std::vector<std::string>& args, const RealHooks& hooks) {
+  refuse_repeated(args, {"--profile", "--iterations", "--warmup", "--real-from", "--against", "--timing"});
   std::string path, profile, real_from, against;
   std::vector<std::string> sets;
   bool json = false, op_events = true, timing_given = false;

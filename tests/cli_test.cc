@@ -315,6 +315,22 @@ TEST_F(CliTest, SetWithoutValueIsUsage) {
   EXPECT_FALSE(fs::exists(dir_ / "--json"));
 }
 
+// A flag that takes one value, given twice, is a usage error in every command: the last one
+// had been kept without a word (`--samples 2 --samples 3`, `-j 2 --jobs 3`, `--out a --out b`).
+TEST_F(CliTest, AFlagOfOneValueGivenTwiceIsUsage) {
+  const std::string s = quote(kExample);
+  for (const std::string& line :
+       {"run " + s + " --samples 2 --samples 3", "sweep " + s + " -j 2 --jobs 3", "plan " + s + " --out a --out b",
+        "search " + s + " --top 2 --top 3", "export-chakra " + s + " --out a --out b",
+        std::string("collective --op all-reduce --op all-gather --gpus 8 --cluster dgx-h100"),
+        std::string("accuracy . --jobs 1 --jobs 2"), std::string("report x.sqlite --html a --html b"),
+        std::string("calibrate --out a --out b")}) {
+    const CliResult r = cli(line);
+    EXPECT_EQ(r.code, 2) << line << ": " << r;
+    EXPECT_NE(r.err.find("given twice, expected it once"), std::string::npos) << line << ": " << r;
+  }
+}
+
 TEST_F(CliTest, UnknownCollectiveOptionIsUsage) {
   expect_usage_error(cli("collective --op all-reduce --gpus 8 --cluster dgx-h100 --bogus"),
                      "unknown option '--bogus' for collective");
