@@ -31,6 +31,10 @@ class HostileTest : public CliTest {
     EXPECT_NE(r.err.find(phrase), std::string::npos) << args << "\nexpected: " << phrase << "\n" << r;
     EXPECT_LT(s, 5.0) << args;
   }
+  // `run` of a scenario file `name` holding `yaml`, refused as expect_refused_fast says.
+  void expect_run_refused(const std::string& name, const std::string& yaml, const std::string& phrase) {
+    expect_refused_fast("run " + quote(write(name, yaml)), phrase);
+  }
 };
 
 // ---- class 3: quantities past int64 picoseconds or bytes --------------------------------
@@ -441,18 +445,15 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
                                             "inference: {requests: 4, prompt_tokens: {dist: fixed, value: 100000}}\n");
   expect_refused_fast("run " + quote(longp), "past model.seq_len");
   // NVLink into a switch, on a node whose GPUs link pairwise (MI300X's mesh): ignored before.
-  const std::string mesh = write("m.yaml",
-                                 "cluster: {preset: mi300x-8gpu, nodes: 1, gpu_spec: {nvlink_bandwidth: "
-                                 "100GB/s}}\nmodel: {preset: llama3-8b, layers: 2}\n");
-  expect_refused_fast("run " + quote(mesh), "m.yaml:1:71: error: node mi300x-8gpu has no NVSwitch");
+  expect_run_refused("m.yaml",
+                     "cluster: {preset: mi300x-8gpu, nodes: 1, gpu_spec: {nvlink_bandwidth: 100GB/s}}\n"
+                     "model: {preset: llama3-8b, layers: 2}\n",
+                     "m.yaml:1:71: error: node mi300x-8gpu has no NVSwitch");
   // Userbuffers' SMs past the GPU's own: the GEMM beside them had been clamped to run anyway.
-  const std::string sms = write("u.yaml",
-                                "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
-                                "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, "
-                                "tp_overlap_fc2_sms: 1000}\n");
-  expect_refused_fast("run " + quote(sms),
-                      "u.yaml:3:87: error: parallel.tp_overlap_fc2_sms is 1000, expected fewer "
-                      "than the 132 SMs of a h100-sxm");
+  expect_run_refused("u.yaml",
+                     "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
+                     "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, tp_overlap_fc2_sms: 1000}\n",
+                     "u.yaml:3:87: error: parallel.tp_overlap_fc2_sms is 1000, expected fewer than the 132 SMs");
   const std::string range = write("r.yaml",
                                   "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                   "inference: {requests: 4, prompt_tokens: {dist: uniform, min: 300, max: 200}}\n");
