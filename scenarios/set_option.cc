@@ -64,6 +64,30 @@ bool is_null_text(const std::string& text) {
   return text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL";
 }
 
+// The value after '=' parsed as YAML, its marks (an error's too) in columns of the whole
+// --set text: YAML counts them from the value's first character.
+YNode parse_value(const std::string& arg, size_t eq, const std::string& file) {
+  const int shift = static_cast<int>(eq) + 1;
+  auto moved = [&](SourceMark m) {
+    if (m.line == 1) m.column += shift;
+    return m;
+  };
+  YNode value;
+  try {
+    value = parse_yaml(arg.substr(eq + 1), file);
+  } catch (const InputError& e) {
+    throw InputError(moved(e.mark()), e.detail());
+  }
+  auto walk = [&](auto&& self, YNode& n) -> void {
+    n.mark = moved(n.mark);
+    n.key_mark = moved(n.key_mark);
+    for (auto& kv : n.map) self(self, kv.second);
+    for (YNode& item : n.seq) self(self, item);
+  };
+  walk(walk, value);
+  return value;
+}
+
 }  // namespace
 
 void apply_set(YNode& root, const std::string& arg) {
@@ -97,7 +121,7 @@ void apply_set(YNode& root, const std::string& arg) {
       throw InputError(SourceMark{file, 1, 1}, "sweep: unknown key '" + target +
                                                    "', expected a key that takes a value, e.g. "
                                                    "sweep.parallel.tp=[2,4,8]");
-    YNode value = parse_yaml(arg.substr(eq + 1), file);
+    YNode value = parse_value(arg, eq, file);
     value.mark = SourceMark{file, 1, static_cast<int>(eq) + 2};
     value.key_mark = SourceMark{file, 1, 1};
     YNode* sweep = root.find("sweep");
@@ -151,7 +175,7 @@ void apply_set(YNode& root, const std::string& arg) {
       at = dot + 1;
     }
   }
-  YNode value = parse_yaml(arg.substr(eq + 1), file);
+  YNode value = parse_value(arg, eq, file);
   const int col = static_cast<int>(eq) + 2;
   value.mark = SourceMark{file, 1, col};
   value.key_mark = SourceMark{file, 1, 1};

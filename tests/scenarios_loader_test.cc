@@ -429,6 +429,10 @@ TEST_F(LoaderTest, SetNullRestoresTheDefault) {
                     "parallel.tp has no value, expected one after '=' (or null for the default)");
   EXPECT_LOAD_ERROR(p, std::vector<std::string>{"sweep.parallel.tp="}, "--set 'sweep.parallel.tp=':1:19",
                     "has no value");
+  // Inside a list the column counts from the --set text, not from the value (it said 1:4).
+  EXPECT_LOAD_ERROR(p, std::vector<std::string>{"faults.failures=[1h, 2h, -3h]"},
+                    "--set 'faults.failures=[1h, 2h, -3h]':1:26", "is negative");
+  EXPECT_LOAD_ERROR(p, std::vector<std::string>{"parallel.tp=[1"}, "--set 'parallel.tp=[1':1:13", "malformed YAML");
   EXPECT_LOAD_ERROR(p, std::vector<std::string>{"parallel.tpp=null"}, "--set 'parallel.tpp=null':1:1",
                     "unknown key 'parallel.tpp', did you mean 'tp'?");
   const Scenario one = load_scenario(p, {"sweep.parallel.tp=null"});
