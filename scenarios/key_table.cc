@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -371,19 +373,44 @@ bool is_name(const std::string& k) {
   throw InputError(mark, msg);
 }
 
+// A value as the key of `type` reads it, for telling two spellings of one value apart:
+// a number, size, time or bandwidth as its quantity ("1" and "+1", "1h" and "60min",
+// "80GB" and "80000000000"), anything else (or what does not read) as written.
+std::string value_identity(const std::string& type, const std::string& text) {
+  std::string why;
+  char buf[40];
+  if (type == "integer" || type == "number") {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (!text.empty() && *end == '\0') return std::snprintf(buf, sizeof buf, "%.17g", v), buf;
+  } else if (int64_t bytes = 0; type == "size" && parse_size(text, bytes, why)) {
+    return std::to_string(bytes);
+  } else if (double sec = 0; type == "time" && parse_time(text, sec, why)) {
+    return std::snprintf(buf, sizeof buf, "%.17g", sec), buf;
+  } else if (double span = 0; type == "duration" && parse_duration(text, span, why)) {
+    return std::snprintf(buf, sizeof buf, "%.17g", span), buf;
+  } else if (double bps = 0; type == "bandwidth" && parse_bandwidth(text, bps, why)) {
+    return std::snprintf(buf, sizeof buf, "%.17g", bps), buf;
+  }
+  return text;
+}
+
 // A list of one setting's values (a sweep's, reference.unstated's): each a value (null too
-// where `null_ok`: a draft model's "none"), each once.
-void check_value_list(const YNode& list, const std::string& name, bool null_ok) {
+// where `null_ok`: a draft model's "none"), each once, however it is spelled.
+void check_value_list(const YNode& list, const std::string& name, bool null_ok, const std::string& type) {
   for (size_t i = 0; i < list.seq.size(); ++i) {
     const YNode& item = list.seq[i];
     const SourceMark at = item.mark.known() ? item.mark : list.mark;
     if (item.kind != YNode::Kind::Scalar && !(null_ok && item.kind == YNode::Kind::Null))
       throw InputError(at, name + ": expected a value, got " + item.kind_name());
     for (size_t j = 0; j < i; ++j)
-      if (list.seq[j].kind == item.kind && list.seq[j].scalar == item.scalar)
+      if (list.seq[j].kind == item.kind &&
+          value_identity(type, list.seq[j].scalar) == value_identity(type, item.scalar))
         throw InputError(at, name + ": " +
                                  (item.kind == YNode::Kind::Null ? std::string("null") : "'" + item.scalar + "'") +
-                                 " is listed twice, expected each value once");
+                                 (item.scalar == list.seq[j].scalar ? std::string(" is listed twice")
+                                                                    : " is '" + list.seq[j].scalar + "' again") +
+                                 ", expected each value once");
   }
 }
 
@@ -416,7 +443,7 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
           throw InputError(sv.key_mark, "sweep: " + sk +
                                             " names the run's files, which a sweep does not write "
                                             "(its points go to the sweep's database), expected a setting of the run");
-        check_value_list(sv, "sweep." + sk, sk == "inference.speculative.draft_model");
+        check_value_list(sv, "sweep." + sk, sk == "inference.speculative.draft_model", target->type);
         s.sweep.emplace_back(sk, sv);
       }
       continue;
@@ -432,7 +459,7 @@ void walk(const YNode& map, const std::string& parent, std::vector<std::pair<std
           throw InputError(uv.key_mark, "reference.unstated: unknown key '" + uk + "', expected a setting of the run");
         if (uv.kind != YNode::Kind::Seq || uv.seq.empty())
           throw InputError(uv.mark, "reference.unstated." + uk + " must be a non-empty list of values");
-        check_value_list(uv, "reference.unstated." + uk, false);
+        check_value_list(uv, "reference.unstated." + uk, false, target->type);
         combinations *= uv.seq.size();
         if (combinations > 64)
           throw InputError(uv.mark, "reference.unstated spans more than 64 combinations, expected at most 64");

@@ -118,6 +118,12 @@ TEST_F(HostileTest, SweepListsAreValuesEachOnce) {
                       "n.yaml:4:20: error: sweep.parallel.tp: expected a value, got nothing");
   expect_refused_fast("sweep " + quote(write("d.yaml", base + "sweep:\n  parallel.tp: [2, 2]\n")),
                       "sweep.parallel.tp: '2' is listed twice");
+  // One value spelled two ways is one point twice (they had both run).
+  for (const auto& [list, says] : std::vector<std::pair<std::string, std::string>>{
+           {"parallel.tp: [1, +1]", "'+1' is '1' again"},
+           {"faults.restart: [1h, 60min]", "'60min' is '1h' again"},
+           {"cluster.scale_out.nic_bandwidth: [400Gbps, 50GB/s]", "'50GB/s' is '400Gbps' again"}})
+    expect_refused_fast("sweep " + quote(write("t.yaml", base + "sweep:\n  " + list + "\n")), says);
   expect_refused_fast("sweep " + quote(write("o.yaml", base + "sweep:\n  output.sqlite: [a.sqlite, b.sqlite]\n")),
                       "output.sqlite names the run's files");
   const std::string ok = write("k.yaml", base + "sweep:\n  parallel.tp: [1, 2]\n");
