@@ -193,11 +193,17 @@ int64_t whole(const YNode& n, const std::string& key) {
   return static_cast<int64_t>(v);
 }
 
+// A profile's times are paid per kernel, host step or collective: past a second each, a run's
+// millions of them overflowed the simulated clock at exit 3 with no place named.
 double seconds(const YNode& n, const std::string& key) {
   std::string why;
   double v = 0;
   if (n.kind != YNode::Kind::Scalar || !parse_time(n.scalar, v, why))
     throw InputError(n.mark, key + ": " + (why.empty() ? "expected a time such as 2us" : why));
+  if (v > 1.0)
+    throw InputError(n.mark, key + " is " + n.scalar +
+                                 ", expected at most 1s (a cost paid per kernel, host step or "
+                                 "collective)");
   return v;
 }
 

@@ -61,6 +61,10 @@ TEST_F(HostileTest, AProfileLaunchOverheadOf1e7sIsRefused) {
   const CliResult r = timed("run " + quote(s), t);
   EXPECT_NE(r.code, 0) << r;
   EXPECT_NE(r.err.find("out of range"), std::string::npos) << r;
+  // In the range a time has, but paid per kernel: it overflowed the clock with no place named.
+  write("q.yaml", "compute:\n  kernel_latency: 1e6s\n");
+  expect_refused_fast("run " + quote(s) + " --set calibration=q.yaml",
+                      "q.yaml:2:19: error: profile.compute.kernel_latency is 1e6s, expected at most 1s");
 }
 
 // Serving lengths that no engine would take: a context past model.seq_len for every request, a
