@@ -134,7 +134,7 @@ void add_cluster_keys(KeyList& t) {
              s.cluster.fabric.oversubscription = as_double(n, "cluster.scale_out.oversubscription", 1.0, false);
            }},
           {"cluster.scale_out.latency", "time", "0.5us", "latency of each scale-out link (NIC-switch, switch-switch)",
-           [](const N& n, S& s) { s.cluster.fabric.latency = as_time(n, "cluster.scale_out.latency"); }},
+           [](const N& n, S& s) { s.cluster.fabric.latency = as_latency(n, "cluster.scale_out.latency"); }},
           {"cluster.scale_out.nics_per_leaf", "integer", "32", "NICs under one leaf switch (its down-link radix)",
            [](const N& n, S& s) { s.cluster.fabric.nics_per_leaf = as_count(n, "cluster.scale_out.nics_per_leaf"); }},
       });

@@ -44,7 +44,7 @@ void add_inference_keys(KeyList& t) {
           {"inference.iteration_overhead", "time", "1ms",
            "host work per engine step that the GPUs wait for: scheduling, input preparation, sampling, "
            "detokenization, CUDA-graph launch (docs/model.md)",
-           [](const N& n, S& s) { s.serving.iteration_overhead_s = as_time(n, "inference.iteration_overhead"); }},
+           [](const N& n, S& s) { s.serving.iteration_overhead_s = as_latency(n, "inference.iteration_overhead"); }},
           {"inference.request_overhead", "time", "5ms",
            "front end per request before the engine sees it: HTTP/gRPC, tokenization, queueing into the engine; "
            "counts in TTFT and end-to-end latency (docs/model.md)",

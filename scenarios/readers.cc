@@ -109,6 +109,13 @@ double as_time(const YNode& n, const std::string& key) {
   return v;
 }
 
+double as_latency(const YNode& n, const std::string& key) {
+  const double v = as_time(n, key);
+  if (v > 1.0)
+    throw InputError(n.mark, key + " is " + n.scalar + ", expected at most 1s (paid on every transfer or iteration)");
+  return v;
+}
+
 double as_duration(const YNode& n, const std::string& key) {
   std::string why;
   double v = 0;

@@ -172,7 +172,7 @@ ClusterSpec load_topology_file(const std::string& path, const SourceMark& from) 
       if (k == "topology")
         parse_fabric(as_enum(v, key, {"fat-tree", "rail-optimized", "switch", "ring", "torus"}), spec.fabric.kind);
       if (k == "oversubscription") spec.fabric.oversubscription = as_number(v, key, 1.0, 1e6);
-      if (k == "latency") spec.fabric.latency = as_time(v, key);
+      if (k == "latency") spec.fabric.latency = as_latency(v, key);
       if (k == "nics_per_leaf") spec.fabric.nics_per_leaf = as_count(v, key);
     }
     // Rails need one NIC count on every node.
@@ -249,7 +249,7 @@ ClusterSpec load_topology_file(const std::string& path, const SourceMark& from) 
         throw InputError(between->mark, lw + ": '" + fl.a + "' and '" + fl.b + "' are linked twice, expected one "
                                              "link per pair (its bandwidth is all their cables together)");
       fl.bandwidth = as_bandwidth(*bw, lw + ".bandwidth");
-      if (const YNode* lat = l.find("latency")) fl.latency = as_time(*lat, lw + ".latency");
+      if (const YNode* lat = l.find("latency")) fl.latency = as_latency(*lat, lw + ".latency");
       spec.fabric_links.push_back(fl);
       parent[find(ends[0])] = find(ends[1]);
     }

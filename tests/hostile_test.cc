@@ -45,6 +45,13 @@ TEST_F(HostileTest, AOneBpsNicIsRefusedNotFaster) {
 
 TEST_F(HostileTest, ALinkLatencyOf1e7sIsRefused) {
   expect_refused_fast("run " + quote(small()) + " --set cluster.scale_out.latency=1e7s", "at most 1e6 s");
+  // In a time's range, but paid on every transfer: a topology file's link at 1e6 s had
+  // overflowed the clock with no place named.
+  expect_refused_fast("run " + quote(small()) + " --set cluster.scale_out.latency=2s",
+                      "cluster.scale_out.latency is 2s, expected at most 1s");
+  write("t.yaml", "nodes:\n  - {preset: dgx-h100, count: 2}\nfabric: {topology: switch, latency: 1e6s}\n");
+  expect_run_refused("tf.yaml", "cluster: {topology_file: t.yaml}\nmodel: {preset: gpt3-1.3b, layers: 2}\n",
+                     "t.yaml:3:37: error: fabric.latency is 1e6s, expected at most 1s");
 }
 
 TEST_F(HostileTest, AHugeCapacityFactorIsRefused) {
