@@ -137,7 +137,7 @@ void trtllm_bench_engine_limits(Scenario& s) {
   if (!inf.trace.empty())
     throw InputError(at,
                      "inference.engine_build: trtllm-bench sizes the engine from the dataset's mean lengths, "
-                     "taken from inference.prompt_tokens and output_tokens, expected no inference.trace");
+                     "taken from inference.prompt_tokens and output_tokens, expected no inference.arrivals.trace");
   const ModelConfig& m = s.model;
   // Weight-only INT8 / INT4 engines are not among the quantizations the heuristic tunes: the
   // build keeps TensorRT-LLM's defaults (get_benchmark_engine_settings).

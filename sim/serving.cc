@@ -83,8 +83,9 @@ ServingResult run_serving(const Scenario& s, bool log_iterations, bool progress,
     throw InputError(s.mark("inference.disaggregation"),
                      "disaggregation needs both pools, expected prefill_replicas >= 1 and decode_replicas >= 1");
   if (pools > 0 && c.scheduler == "static")
-    throw InputError(s.mark("inference.scheduler"),
-                     "static batching cannot hand requests between pools, expected orca, vllm or sarathi");
+    throw InputError(
+        s.mark("inference.scheduler"),
+        "static batching cannot hand requests between pools, expected orca, vllm, sarathi, vllm-v1 or trtllm");
   if (pools > 0 && c.replicas != 1 && c.replicas != pools)
     throw InputError(s.mark("inference.replicas"),
                      "with disaggregation the replicas are the two pools, expected replicas: " + std::to_string(pools));
