@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "scenarios/readers.h"
 #include "scenarios/units.h"
 #include "scenarios/yaml_tree.h"
 #include "topology/gpu.h"
@@ -200,11 +201,7 @@ double seconds(const YNode& n, const std::string& key) {
   double v = 0;
   if (n.kind != YNode::Kind::Scalar || !parse_time(n.scalar, v, why))
     throw InputError(n.mark, key + ": " + (why.empty() ? "expected a time such as 2us" : why));
-  if (v > 1.0)
-    throw InputError(n.mark, key + " is " + n.scalar +
-                                 ", expected at most 1s (a cost paid per kernel, host step or "
-                                 "collective)");
-  return v;
+  return at_most_a_second(v, n, key);
 }
 
 int64_t bytes(const YNode& n, const std::string& key) {

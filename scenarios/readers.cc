@@ -109,12 +109,14 @@ double as_time(const YNode& n, const std::string& key) {
   return v;
 }
 
-double as_latency(const YNode& n, const std::string& key) {
-  const double v = as_time(n, key);
-  if (v > 1.0)
-    throw InputError(n.mark, key + " is " + n.scalar + ", expected at most 1s (paid on every transfer or iteration)");
-  return v;
+double at_most_a_second(double seconds, const YNode& n, const std::string& key) {
+  if (seconds > 1.0)
+    throw InputError(n.mark, key + " is " + n.scalar +
+                                 ", expected at most 1s (a cost paid per kernel, host step, transfer or iteration)");
+  return seconds;
 }
+
+double as_latency(const YNode& n, const std::string& key) { return at_most_a_second(as_time(n, key), n, key); }
 
 double as_duration(const YNode& n, const std::string& key) {
   std::string why;

@@ -36,9 +36,10 @@ bool as_bool(const YNode& n, const std::string& key);
 std::string join(const std::vector<std::string>& v);  // "a, b, c"
 std::string as_enum(const YNode& n, const std::string& key, const std::vector<std::string>& options);
 double as_time(const YNode& n, const std::string& key);
-// A time paid on every transfer or iteration (a link's latency): at most 1 s, where millions of
-// them would overflow the simulated clock.
-double as_latency(const YNode& n, const std::string& key);
+// A time paid on every kernel, host step, transfer or iteration (a link's latency, a profile's
+// launch costs): at most 1 s, where millions of them would overflow the simulated clock.
+double at_most_a_second(double seconds, const YNode& n, const std::string& key);
+double as_latency(const YNode& n, const std::string& key);  // as_time, then at_most_a_second
 double as_duration(const YNode& n, const std::string& key);
 double as_positive_duration(const YNode& n, const std::string& key);
 int64_t as_size(const YNode& n, const std::string& key);

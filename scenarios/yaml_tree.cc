@@ -66,6 +66,24 @@ std::string hex_byte(unsigned char c) {
   return std::string(b);
 }
 
+// The length of the well-formed UTF-8 sequence at text[i] (1 to 4), or 0: no stray
+// continuation byte, overlong form, surrogate or code point past U+10FFFF.
+size_t utf8_sequence(const std::string& text, size_t i) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  bool ok = n > 0 && i + n <= text.size() && (n != 2 || c >= 0xC2) && (n != 4 || c <= 0xF4);
+  for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+  if (ok && n == 3) {  // no overlong forms, no surrogates
+    const auto c1 = static_cast<unsigned char>(text[i + 1]);
+    ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
+  }
+  if (ok && n == 4) {
+    const auto c1 = static_cast<unsigned char>(text[i + 1]);
+    ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+  }
+  return ok ? n : 0;
+}
+
 // A value as its escapes decode it ("\e", "\x1b", "\N", "\u009b"): a control character
 // other than a tab or a newline, or bytes that are not UTF-8, would reach the tables and
 // terminals the value is printed to (an escape sequence in a GPU's name recoloured them).
@@ -74,10 +92,9 @@ void check_decoded_text(const std::string& text, const SourceMark& mark) {
     const auto c = static_cast<unsigned char>(text[i]);
     if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7F)
       throw InputError(mark, "a control character (0x" + hex_byte(c) + ") in a value, expected printable text");
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = n > 0 && i + n <= text.size();
-    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    if (!ok) throw InputError(mark, "a byte that is not UTF-8 text (0x" + hex_byte(c) + ") in a value, expected UTF-8");
+    const size_t n = utf8_sequence(text, i);
+    if (n == 0)
+      throw InputError(mark, "a byte that is not UTF-8 text (0x" + hex_byte(c) + ") in a value, expected UTF-8");
     if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0)  // U+0080-U+009F
       throw InputError(mark, "a control character (U+00" + hex_byte(static_cast<unsigned char>(text[i + 1])) +
                                  ") in a value, expected printable text");
@@ -151,17 +168,8 @@ YNode parse_yaml(const std::string& text, const std::string& file) {
     int line = 1, col = 1;
     for (size_t i = 0; i < text.size();) {
       const auto c = static_cast<unsigned char>(text[i]);
-      size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-      bool ok = n > 0 && i + n <= text.size() && (n != 2 || c >= 0xC2) && (n != 4 || c <= 0xF4);
-      for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-      if (ok && n == 3) {  // no overlong forms, no surrogates
-        const auto c1 = static_cast<unsigned char>(text[i + 1]);
-        ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
-      }
-      if (ok && n == 4) {
-        const auto c1 = static_cast<unsigned char>(text[i + 1]);
-        ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
-      }
+      const size_t n = utf8_sequence(text, i);
+      const bool ok = n > 0;
       // YAML's printable set leaves out the C0 controls but tab, line feed and carriage
       // return, and DEL: yaml-cpp would read a NUL as an escape, far from where it stands.
       if (ok && n == 1 && ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F))
