@@ -600,6 +600,33 @@ double beside_userbuffers(OpKind kind, const GpuSpec& gpu, const ComputeProfile&
   return beside_blocks(kind, gpu, blocks);
 }
 
+double grouped_row_tiles(const Op& op, int64_t tile_m) {
+  // An expert's rows X ~ Binomial(T, p), p = top_k / experts (tokens routed uniformly and
+  // independently); its problem takes ⌈X / tile_m⌉ row tiles, and for a count X ≥ 0,
+  // ⌈X / tile_m⌉ = Σ_{j ≥ 0} [X > j·tile_m], so the experts' tiles are experts · Σ_j P(X > j·tile_m).
+  const double T = static_cast<double>(op.group_tokens), E = static_cast<double>(op.group_experts);
+  const double pr = std::min(1.0, static_cast<double>(op.group_top_k) / E);
+  if (pr >= 1.0) return E * static_cast<double>(ceil_div(op.group_tokens, tile_m));
+  const double mean = T * pr, sd = std::sqrt(T * pr * (1.0 - pr)), tm = static_cast<double>(tile_m);
+  double tiles = 0;
+  if (sd * sd >= 16) {
+    // The normal law with continuity correction: P(X > a) = P(X ≥ a + 1) ≈ Q((a + ½ − mean) / sd).
+    for (double a = 0; a <= mean + 10 * sd; a += tm)
+      tiles += 0.5 * std::erfc((a + 0.5 - mean) / (sd * std::numbers::sqrt2));
+    return E * tiles;
+  }
+  // Few rows an expert: the law itself, term by term up to where its tail is negligible.
+  const int64_t top = std::min<int64_t>(op.group_tokens, static_cast<int64_t>(std::ceil(mean + 12 * sd + 1)));
+  const double odds = std::log(pr) - std::log1p(-pr);
+  double log_pmf = T * std::log1p(-pr), below = 0;  // P(X = x), P(X ≤ x - 1)
+  for (int64_t x = 0; x <= top; ++x) {
+    if (x % tile_m == 0) tiles += std::max(0.0, 1.0 - below - std::exp(log_pmf));  // P(X > x)
+    below += std::exp(log_pmf);
+    log_pmf += std::log(T - static_cast<double>(x)) - std::log(static_cast<double>(x) + 1.0) + odds;
+  }
+  return E * tiles;
+}
+
 double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& p) {
   // A GEMM runs as output tiles (tm x tn) over the SMs in waves; each tile's main loop
   // streams k in steps, and short loops spend a larger share in prologue and epilogue:
@@ -618,12 +645,17 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
   const double sms = static_cast<double>(std::max(1, gpu.sm_count));
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   const double batch = static_cast<double>(std::max<int64_t>(1, op.batch));
+  // A grouped GEMM over experts (op.group_experts) tiles each expert's rows on its own and
+  // runs its tiles whole: the grouped kernels (CUTLASS's grouped tile scheduler under
+  // TensorRT-LLM's MoE GEMMs, vLLM's fused_moe) split neither k nor a tile's depth.
+  const bool grouped = op.group_experts > 0 && op.group_tokens > 0 && op.group_top_k > 0;
   double best = -1;
   for (const Tile& t : kTiles) {
-    for (int64_t split = 1; split <= 8; split *= 2) {
+    const double row_tiles = grouped ? grouped_row_tiles(op, t.m) : static_cast<double>(ceil_div(op.m, t.m)) * batch;
+    for (int64_t split = 1; split <= (grouped ? 1 : 8); split *= 2) {
       if (split > 1 && op.k / split < 256) break;
       const double kk = static_cast<double>(ceil_div(op.k, split));
-      const double tiles = static_cast<double>(ceil_div(op.m, t.m) * ceil_div(op.n, t.n)) * batch * split;
+      const double tiles = row_tiles * static_cast<double>(ceil_div(op.n, t.n)) * static_cast<double>(split);
       const double waves = std::ceil(tiles / sms);
       const double tile_flops = 2.0 * static_cast<double>(t.m * t.n) * kk;
       const double math = waves * sms * tile_flops / (peak * t.eff * kk / (kk + k_half));
@@ -637,7 +669,7 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
     // depth k; the r tiles left over share their r·k of depth out over every SM, each SM a
     // depth of r·k / SMs at that depth's rate, and their FP32 partial sums (a tile's worth an
     // SM) are written and read back to be reduced.
-    if (gpu.gemm_stream_k && p.gemm_stream_k) {
+    if (gpu.gemm_stream_k && p.gemm_stream_k && !grouped) {
       const double tiles = static_cast<double>(ceil_div(op.m, t.m) * ceil_div(op.n, t.n)) * batch;
       const double full = std::floor(tiles / sms), rest = tiles - full * sms;
       if (rest > 0) {

@@ -325,8 +325,15 @@ double beside_userbuffers(OpKind kind, const GpuSpec& gpu, const ComputeProfile&
                           bool sm_margin);
 
 // The uncalibrated GEMM model: the fastest of the tile shapes and split-K factors a
-// library would pick, each costed as whole waves of padded tiles.
+// library would pick, each costed as whole waves of padded tiles. A grouped GEMM over
+// experts (Op::group_experts) takes its experts' row tiles from grouped_row_tiles and
+// splits neither k nor a tile's depth.
 double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);
+// A grouped GEMM's row tiles of tile_m rows over all its experts, expected: each expert's rows
+// are its count of the op's group_tokens tokens that chose it (binomial, p = top_k / experts),
+// each tiled on its own. Exact below a variance of 16, the normal law with continuity
+// correction above.
+double grouped_row_tiles(const Op& op, int64_t tile_m);
 // Kernel seconds for a GEMM, attention or memory op on one GPU (no launch gap).
 // Collectives and p2p are the network's business and return 0 here.
 double compute_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfile& profile);

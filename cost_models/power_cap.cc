@@ -69,6 +69,7 @@ double PowerMix::add(const Op& op, double t, double gap_s, const GpuSpec& gpu, c
     // energy falls as s(x)^-δ with the kernel's slowdown, δ = ln ratio / ln s_ref.
     Op anchor = op;
     anchor.beside_sms = false;
+    anchor.group_experts = 0, anchor.group_top_k = 0, anchor.group_tokens = 0;  // one plain product
     if (op.kind == OpKind::Gemm) {
       anchor.m = anchor.n = anchor.k = 8192;
       anchor.batch = 1;

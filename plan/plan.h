@@ -90,6 +90,11 @@ struct Op {
   // with set_sm_margin); kernels starting beside it take compute.overlap_slowdown's
   // `userbuffers` row.
   bool holds_sms = false;
+  // Gemm, a grouped GEMM over experts (group_experts > 0): each of the group_tokens tokens
+  // chose group_top_k of the group_experts experts, so an expert's rows are its count of
+  // them and each expert's problem is tiled on its own (cost_models/compute.cc). m and batch
+  // stay the mean rows and the experts reached, which set the bytes.
+  uint8_t group_top_k = 0;
   // With holds_sms (and on the GEMM chunks marked beside_sms): the SMs that kernel holds
   // (TE's num_sm; 0: its default 16) and whether the GEMMs beside it are told to leave them
   // (set_sm_margin).
@@ -105,6 +110,7 @@ struct Op {
   // fewer SMs it draws less, and the clock its window settles at is higher for it.
   bool beside_sms = false;
   MemAccess access = MemAccess::Streaming;  // Memory ops: how the kernel walks its bytes
+  uint16_t group_experts = 0;               // Gemm: see group_top_k
   int32_t layer = -1;          // -1: not a transformer layer (embedding, loss, optimizer)
   int32_t micro_batch = -1;    // -1: not tied to one micro-batch
   uint32_t name = 0;           // index into Plan::names
@@ -113,6 +119,7 @@ struct Op {
   int64_t bytes_read = 0, bytes_written = 0;
   int64_t bytes = 0;
   int32_t peer = 0;
+  int32_t group_tokens = 0;  // Gemm: see group_top_k
   double flops = 0;
   double fixed_seconds = 0;  // > 0: the op's time as measured elsewhere (a Chakra trace's), not costed
   uint32_t dep_begin = 0;  // dependencies: Program::deps[dep_begin, dep_begin + dep_count)

@@ -54,6 +54,10 @@ void write_op(std::string& out, const Program& p, const Op& op) {
     case OpKind::Gemm:
       out += ",\"m\":" + std::to_string(op.m) + ",\"n\":" + std::to_string(op.n) + ",\"k\":" + std::to_string(op.k) +
              ",\"batch\":" + std::to_string(op.batch) + (op.beside_sms ? ",\"beside_sms\":true" : "") + userbuffers(op);
+      if (op.group_experts > 0)
+        out += ",\"group_experts\":" + std::to_string(op.group_experts) +
+               ",\"group_top_k\":" + std::to_string(op.group_top_k) +
+               ",\"group_tokens\":" + std::to_string(op.group_tokens);
       break;
     case OpKind::Attention:
       out += ",\"batch\":" + std::to_string(op.batch) + ",\"heads\":" + std::to_string(op.heads) +
@@ -292,6 +296,13 @@ Plan plan_from_json(const std::string& text, const std::string& source) {
       if (on["beside_sms"]) op.beside_sms = on["beside_sms"].as<bool>(false);
       if (on["held_sms"]) op.held_sms = rd.integer<uint16_t>(on["held_sms"], 0, 4096, "held_sms");
       if (on["sm_margin"]) op.sm_margin = on["sm_margin"].as<bool>(false);
+      if (on["group_experts"]) {
+        op.group_experts = rd.integer<uint16_t>(on["group_experts"], 1, UINT16_MAX, "group_experts");
+        op.group_top_k =
+            rd.integer<uint8_t>(rd.need(on, "group_top_k"), 1,
+                                static_cast<uint8_t>(std::min<int>(op.group_experts, UINT8_MAX)), "group_top_k");
+        op.group_tokens = rd.integer<int32_t>(rd.need(on, "group_tokens"), 1, INT32_MAX, "group_tokens");
+      }
       if (on["dropout"]) op.dropout = on["dropout"].as<bool>(false);
       if (on["recompute"]) op.recompute = on["recompute"].as<bool>(false);
       if (on["collective"])

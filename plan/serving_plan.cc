@@ -272,6 +272,11 @@ class IterationBuilder {
     const int64_t in = m_.mlp_matrices() == 3 ? 2 * fe : fe;
     gemm("router", b_.tokens, moe.experts, m_.hidden, layer, false);
     const double routed = T * k;  // token-expert pairs
+    // The routing's own kernels between the router's GEMM and the permutation: the top-k
+    // softmax over the FP32 logits (scales, experts and source rows out), the sort of the
+    // token-expert pairs by expert, and each expert's first row in that order.
+    memory("moe_routing", T * E * 4.0 + routed * 12.0, routed * 20.0, layer);
+    p_.ops[last_].k = 3;
     memory("moe_permute", routed * h * e_, routed * h * e_, layer);
     const double reached = std::max(1.0, E * (1.0 - std::pow(1.0 - k / E, T)));
     expert_gemm("expert_in", routed, reached, in, m_.hidden, layer);
@@ -336,9 +341,10 @@ class IterationBuilder {
     add(op, compute_, layer);
   }
 
-  // A grouped GEMM over `experts` weight matrices (n × k each) and `rows` routed rows in all:
-  // the tile model sees `experts` GEMMs of their mean row count; every reached expert's
-  // weights are read once.
+  // A grouped GEMM over the `experts` (a mean, fractional) the batch reaches, n × k weights
+  // each, and `rows` routed rows in all: every reached expert's weights are read once, and
+  // the tile model sees each expert's own rows, its count of the iteration's tokens that
+  // chose it (the op's group fields; cost_models/compute.cc).
   void expert_gemm(const char* name, double rows, double experts, int64_t n, int64_t k, int32_t layer) {
     Op op;
     op.kind = OpKind::Gemm;
@@ -349,9 +355,15 @@ class IterationBuilder {
     op.n = n;
     op.k = k;
     op.flops = 2.0 * rows * static_cast<double>(n) * static_cast<double>(k);
-    op.bytes_read = static_cast<int64_t>(rows * static_cast<double>(k) * e_ +
-                                         static_cast<double>(op.batch) * static_cast<double>(k * n) * w_);
+    op.bytes_read =
+        static_cast<int64_t>(rows * static_cast<double>(k) * e_ + experts * static_cast<double>(k * n) * w_);
     op.bytes_written = static_cast<int64_t>(rows * static_cast<double>(n) * e_);
+    const MoeConfig& moe = m_.moe;
+    if (moe.experts <= UINT16_MAX && moe.top_k <= UINT8_MAX && b_.tokens <= INT32_MAX) {
+      op.group_experts = static_cast<uint16_t>(moe.experts);
+      op.group_top_k = static_cast<uint8_t>(moe.top_k);
+      op.group_tokens = static_cast<int32_t>(b_.tokens);
+    }
     add(op, compute_, layer);
   }
 

@@ -78,6 +78,73 @@ TEST(Compute, GemmsAsWavesOfPaddedTilesAndMemoryOpsOnAFloor) {
 // A GEMM's time never falls as a dimension grows: one more row costs a padded tile row
 // at most (decode batches 128 and 129 on Llama 3 70B's TP-8 QKV projection); with the
 // stream-K candidate too (compute.gemm_stream_k).
+// A grouped GEMM over experts tiles each expert's own rows, its binomial count of the tokens
+// that chose it: E · Σ_x P(X = x) · ⌈x / tile⌉, against the law summed here in long double.
+TEST(Compute, GroupedGemmTilesEachExpertsOwnRows) {
+  // Mixtral 8x7B's first expert GEMM at TP 1 in FP8 (n = 2 · 14,336, k = 4,096), every expert reached.
+  auto grouped = [](int32_t tokens, uint16_t experts, uint8_t top_k) {
+    const int64_t rows = static_cast<int64_t>(tokens) * top_k, n = 28672, k = 4096;
+    Op op = testing::gemm_op((rows + experts - 1) / experts, n, k, DType::FP8);
+    op.batch = experts;
+    op.flops = 2.0 * static_cast<double>(rows * n * k);
+    op.bytes_read = rows * k + experts * n * k;
+    op.bytes_written = rows * n * 2;
+    op.group_tokens = tokens, op.group_experts = experts, op.group_top_k = top_k;
+    return op;
+  };
+  auto exact = [](int64_t T, int64_t E, int64_t k, int64_t tile) {
+    const long double p = static_cast<long double>(k) / static_cast<long double>(E);
+    long double tiles = 0;
+    for (int64_t x = 0; x <= T; ++x) {
+      const long double log_pmf =
+          std::lgamma(static_cast<long double>(T + 1)) - std::lgamma(static_cast<long double>(x + 1)) -
+          std::lgamma(static_cast<long double>(T - x + 1)) + x * std::log(p) + (T - x) * std::log1p(-p);
+      tiles += std::exp(log_pmf) * static_cast<long double>((x + tile - 1) / tile);
+    }
+    return static_cast<double>(E * tiles);
+  };
+  // Four decode tokens, top 2 of 8: an expert has a tile if any token chose it, 1 − 0.75⁴.
+  EXPECT_NEAR(grouped_row_tiles(grouped(4, 8, 2), 64), 8 * (1 - std::pow(0.75, 4)), 1e-12);
+  // Few rows an expert (variance under 16): the law itself.
+  EXPECT_NEAR(grouped_row_tiles(grouped(40, 64, 6), 64), exact(40, 64, 6, 64), 1e-9);
+  EXPECT_NEAR(grouped_row_tiles(grouped(60, 8, 2), 64), exact(60, 8, 2, 64), 1e-9);
+  // Many: the normal law, within 0.2 % of it. 4,096 tokens put a mean of 1,024 rows on each
+  // of 8 experts, 8 tiles of 128 even; about half the experts spill into a ninth.
+  for (auto [T, tile] : {std::pair{4096, 128}, std::pair{1000, 64}, std::pair{300, 128}, std::pair{8192, 256}})
+    EXPECT_NEAR(grouped_row_tiles(grouped(T, 8, 2), tile), exact(T, 8, 2, tile), 2e-3 * exact(T, 8, 2, tile)) << T;
+  EXPECT_NEAR(grouped_row_tiles(grouped(4096, 8, 2), 128) / 64, 1 + 0.5 / 8, 0.01);
+
+  // So a grouped GEMM whose mean rows fill whole tiles costs more than the even split
+  // (the same op without its routing), and neither splits k nor streams it.
+  const GpuSpec& h200 = *find_gpu_preset("h200-sxm");
+  ComputeProfile prof;
+  prof.gemm_stream_k = true;
+  Op op = grouped(4096, 8, 2);
+  Op even = op;
+  even.group_experts = 0;
+  EXPECT_GT(compute_seconds(op, h200, prof), 1.05 * compute_seconds(even, h200, prof));
+  // And under the power cap: its energy a FLOP is scaled against the plain 8192³ product,
+  // not against that product tiled as if routed (which had made the routed op the faster).
+  auto capped = [&](const Op& o) {
+    const double t = compute_seconds(o, h200, prof);
+    PowerMix m;
+    m.add(o, t, 0, h200, prof);
+    return power_capped_seconds(t, m, h200, prof);
+  };
+  for (int32_t tokens : {4096, 16384}) {
+    Op routed = grouped(tokens, 8, 2);
+    Op plain = routed;
+    plain.group_experts = 0;
+    EXPECT_GT(capped(routed), capped(plain)) << tokens;
+    EXPECT_LT(capped(routed), 1.1 * capped(plain)) << tokens;
+  }
+  // A lone token reaches two experts: one tile of each, the weights' stream.
+  Op lone = grouped(1, 8, 2);
+  lone.batch = 2;
+  lone.bytes_read = 2 * 28672LL * 4096;
+  EXPECT_NEAR(grouped_row_tiles(lone, 64), 2.0, 1e-12);
+}
+
 TEST(Compute, GemmTimeIsMonotonicInEveryDimension) {
   const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
   for (const bool stream_k : {false, true}) {

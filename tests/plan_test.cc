@@ -3,6 +3,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "cost_models/compute.h"
 #include "plan/chakra.h"
@@ -350,6 +351,8 @@ TEST(Planner, ImpossibleLayoutsAreRejectedWithTheirPosition) {
 namespace clustersim {
 namespace {
 
+std::string plan_error(const std::string& json);
+
 TEST(PlanIo, RoundTripsExactly) {
   const TrainingPlan tp = build_training_plan(scenario_from_text(kBase, "plan-io"));
   const std::string json = plan_to_json(tp.plan);
@@ -390,6 +393,29 @@ TEST(PlanIo, RoundTripsExactly) {
     held += b.held_sms == 8 && b.sm_margin;
   }
   EXPECT_GT(held, 0);
+  // And a grouped GEMM's routing (Op::group_*), here a MoE serving iteration's.
+  ServingShape sh;
+  sh.model = *find_model_preset("mixtral-8x7b");
+  sh.model.layers = 1;
+  IterationBatch ib;
+  ib.tokens = ib.emitting = 48;
+  ib.decode_context = 4800;
+  const Plan moe = build_iteration_plan(sh, ib, true);
+  const std::string moe_json = plan_to_json(moe);
+  const Plan mb = plan_from_json(moe_json, "plan.json");
+  EXPECT_EQ(plan_to_json(mb), moe_json);
+  int routed = 0;
+  for (size_t i = 0; i < moe.programs[0].ops.size(); ++i) {
+    const Op& a = moe.programs[0].ops[i];
+    const Op& b = mb.programs[0].ops[i];
+    EXPECT_EQ(std::tuple(a.group_experts, a.group_top_k, a.group_tokens),
+              std::tuple(b.group_experts, b.group_top_k, b.group_tokens))
+        << i;
+    routed += b.group_experts == 8 && b.group_top_k == 2 && b.group_tokens == 48;
+  }
+  EXPECT_EQ(routed, 2);
+  EXPECT_NE(plan_error(std::regex_replace(moe_json, std::regex(",\"group_top_k\":2"), "")).find("group_top_k"),
+            std::string::npos);
 }
 
 std::string plan_error(const std::string& json) {

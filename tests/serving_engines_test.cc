@@ -349,14 +349,40 @@ TEST(Serving, MoeIterationReadsTheExpertsItsTokensReach) {
   };
   const double expert_bytes = 3.0 * static_cast<double>(m.hidden * m.moe.expert_ffn_hidden) * 2;  // BF16
   const double layers = static_cast<double>(m.layers);
-  for (int64_t t : {1, 512}) {
+  for (int64_t t : {1, 3, 512}) {
     const auto [flops, bytes] = expert_ops(t);
     EXPECT_NEAR(flops,
                 2.0 * static_cast<double>(t) * 2 * 3 * static_cast<double>(m.hidden * m.moe.expert_ffn_hidden) * layers,
                 1e-6 * flops);
-    const double reached = std::round(8 * (1 - std::pow(0.75, static_cast<double>(t))));
+    // The mean number reached, fractional: 3 tokens reach 8·(1 − 0.75³) = 4.625 experts.
+    const double reached = 8 * (1 - std::pow(0.75, static_cast<double>(t)));
     EXPECT_NEAR(bytes, reached * expert_bytes * layers, 1e-6 * bytes) << t;
   }
+  // Each grouped GEMM tells the tile model its routing (the iteration's tokens, the experts
+  // and top_k), and the routing's three kernels (top-k softmax, sort, offsets) run before the
+  // permutation, reading the FP32 logits.
+  IterationBatch b;
+  b.tokens = b.emitting = 64;
+  b.decode_context = 6400;
+  const Plan plan = build_iteration_plan(sh, b, false);
+  int grouped = 0, routing = 0;
+  for (const Op& op : plan.programs[0].ops) {
+    const std::string& name = plan.names[op.name];
+    if (name == "expert_in" || name == "expert_out") {
+      ++grouped;
+      EXPECT_EQ(op.group_experts, 8);
+      EXPECT_EQ(op.group_top_k, 2);
+      EXPECT_EQ(op.group_tokens, 64);
+    } else if (name == "moe_routing") {
+      ++routing;
+      EXPECT_EQ(memory_kernels(op), 3);
+      EXPECT_EQ(op.bytes_read, 64 * 8 * 4 + 128 * 12);
+    } else {
+      EXPECT_EQ(op.group_experts, 0) << name;
+    }
+  }
+  EXPECT_EQ(grouped, 2 * m.layers);
+  EXPECT_EQ(routing, m.layers);
   // Expert parallelism is a training layout here: a serving scenario that asks for it is told.
   try {
     (void)run_serving(
