@@ -87,19 +87,33 @@ int cmd_export_chakra(const std::vector<std::string>& args) {
   }
   // A trace of this name with a rank past this export's (an earlier export of more ranks)
   // would be read back with these, as a rank of the same workload: refused, not removed.
+  // A trace of another workload (NAME.<rank>.et of another name) shares the folder's one
+  // comm_group.json, which this export would replace under it (and a folder of two workloads
+  // does not read back): refused, whichever workload it is, the scenario's own input included.
   const int64_t ranks = static_cast<int64_t>(files.size()) - 1;
   int64_t stale = -1;  // the lowest such rank, whatever order the folder lists its files in
+  std::string other;   // the first other workload's trace, by name
   if (fs::is_directory(out, ec))
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
       const std::string f = e.path().filename().string();
-      const std::string head = s.name + ".";
-      if (f.size() <= head.size() + 3 || f.compare(0, head.size(), head) != 0 || f.compare(f.size() - 3, 3, ".et") != 0)
-        continue;
-      const std::string rank = f.substr(head.size(), f.size() - head.size() - 3);
+      if (f.size() <= 3 || f.compare(f.size() - 3, 3, ".et") != 0) continue;
+      const size_t dot = f.rfind('.', f.size() - 4);
+      if (dot == std::string::npos || dot == 0) continue;
+      const std::string rank = f.substr(dot + 1, f.size() - dot - 4);
       if (rank.empty() || rank.find_first_not_of("0123456789") != std::string::npos || rank.size() > 9) continue;
+      if (f.compare(0, dot, s.name) != 0 || dot != s.name.size()) {
+        if (other.empty() || f < other) other = f;
+        continue;
+      }
       const int64_t k = std::stoll(rank);
       if (k >= ranks && (stale < 0 || k < stale)) stale = k;
     }
+  if (!other.empty())
+    throw InputError(SourceMark{"--out", 0, 0},
+                     "--out " + out + " holds " + other + ", a trace of workload '" +
+                         other.substr(0, other.rfind('.', other.size() - 4)) +
+                         "', whose comm_group.json this export of '" + s.name +
+                         "' would replace; expected a folder without another workload's traces");
   if (stale >= 0)
     throw InputError(SourceMark{"--out", 0, 0},
                      "--out " + out + " holds " + s.name + "." + std::to_string(stale) +

@@ -172,15 +172,15 @@ std::string render_html_report(const std::string& db_path, const ReportOptions& 
       html += std::string("<span><i style=\"background:") + kind_colour(k) + "\"></i>" + k + "</span>";
     html += "</p><p class=\"legend\" id=\"tl-streams\">Streams: </p><div id=\"tl-wrap\"><canvas id=\"tl\"></canvas>"
             "</div><div id=\"tl-tip\"></div>";
-    // "</" cannot appear inside a script element; JSON never needs it unescaped.
+    // A script element's text ends at "</script" and changes state at "<!--" (HTML's script
+    // data escape states), so no '<' reaches it: JSON has '<' only inside strings, where
+    // \u003c stands for it (an op name from an imported trace may hold either).
     std::string safe;
-    for (size_t i = 0; i < data.size(); ++i) {
-      if (data[i] == '<' && i + 1 < data.size() && data[i + 1] == '/') {
-        safe += "<\\/";
-        ++i;
-      } else {
-        safe += data[i];
-      }
+    for (const char c : data) {
+      if (c == '<')
+        safe += "\\u003c";
+      else
+        safe += c;
     }
     html += "<script type=\"application/json\" id=\"tl-data\">" + safe + "</script><script>" + kTimelineScript +
             "</script></section>";

@@ -129,6 +129,20 @@ TEST_F(SamplesCliTest, ExportChakraWritesAFolderOfTraces) {
   EXPECT_EQ(fewer.code, 1) << fewer;
   EXPECT_NE(fewer.err.find("holds ex.4.et, a rank past this export's 4"), std::string::npos) << fewer;
   EXPECT_EQ(cli("export-chakra " + quote(s) + " --out traces").code, 0) << "the same export again is fine";
+  // Another workload's export into the folder would replace the comm_group.json the traces
+  // there read (here the traces the scenario itself reads): refused, nothing replaced.
+  const std::string groups = read_file(dir_ / "traces" / "comm_group.json");
+  for (const char* other : {"w.yaml", "again.yaml"}) {
+    if (std::string(other) == "again.yaml")
+      write("again.yaml",
+            "name: again\ncluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, layers: 2}\n"
+            "parallel: {dp: 8}\ntraining: {global_batch: 8}\n");
+    const CliResult mixed = cli(std::string("export-chakra ") + other + " --out traces");
+    EXPECT_EQ(mixed.code, 1) << mixed;
+    EXPECT_NE(mixed.err.find("holds ex.0.et, a trace of workload 'ex'"), std::string::npos) << mixed;
+  }
+  EXPECT_EQ(read_file(dir_ / "traces" / "comm_group.json"), groups);
+  EXPECT_FALSE(fs::exists(dir_ / "traces" / "again.0.et"));
   write("file", "x");
   EXPECT_EQ(cli("export-chakra " + quote(s) + " --out file").code, 1);
   expect_usage_error(cli("export-chakra " + quote(s)), "--out");

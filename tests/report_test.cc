@@ -317,6 +317,32 @@ TEST(Report, BadInputWritesNothing) {
   EXPECT_THROW(render_html_report(dir + "/damaged.sqlite"), std::runtime_error);
 }
 
+// The timeline's data sits in a script element, whose text HTML ends at "</script" and
+// re-reads after "<!--": an op's name (an imported trace's is anyone's) carries no '<' into
+// it, only \u003c, and the page keeps every section after it.
+TEST(Report, OpNamesCannotBreakOutOfTheTimelineData) {
+  const std::string dir = testing::temp_dir("report-names");
+  const std::string db = dir + "/n.sqlite";
+  fs::remove(db);
+  training_run(db);
+  {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(h, "UPDATE spans SET name = '<!--<script>x</script>' WHERE op_index = 0", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK);
+    sqlite3_close(h);
+  }
+  const std::string html = render_html_report(db);
+  const std::string open = "<script type=\"application/json\" id=\"tl-data\">";
+  const size_t a = html.find(open), b = html.find("</script>", a);
+  ASSERT_NE(a, std::string::npos);
+  const std::string data = html.substr(a + open.size(), b - a - open.size());
+  EXPECT_EQ(data.find('<'), std::string::npos);
+  EXPECT_NE(data.find("\\u003c!--\\u003cscript>x\\u003c/script>"), std::string::npos) << data.substr(0, 600);
+  EXPECT_NE(html.find("<h2>Memory per GPU</h2>", b), std::string::npos);
+}
+
 // Renders the report in headless Chromium and checks the screenshot is not blank.
 TEST(Report, RendersInHeadlessChromium) {
   std::string browser;
