@@ -99,9 +99,13 @@ void StageBuilder::build() {
   if (prev_ != kNone) after.push_back(prev_);
   after = finalize_model_grads(after, gb);
   // Optimizer step on the local (ZeRO-sharded) parameters: reads weights, fp32 grads
-  // and state; writes weights and state.
+  // and state; writes weights and state. The distributed optimizer shards the dense
+  // parameters over DP x CP and the rank's experts over the ranks holding the same experts
+  // (expert_dp: DP x CP x TP / expert TP, over EP), as the memory model does; without it
+  // each rank steps its own parameters, its experts only.
   const double shard = l_.zero_stage >= 1 ? static_cast<double>(l_.dp * l_.cp) : 1.0;
-  const double params = (params_dense_ + params_expert_ * static_cast<double>(l_.ep)) / shard;
+  const double expert_shard = l_.zero_stage >= 1 ? std::max<double>(1.0, static_cast<double>(expert_dp())) : 1.0;
+  const double params = params_dense_ / shard + params_expert_ / expert_shard;
   const double state = adam_ ? 12.0 : 8.0;
   // Gradient clipping: the norm of the local gradient shard (one read), summed over
   // the data- and model-parallel groups (a 4-byte all-reduce each: latency only).
@@ -143,7 +147,7 @@ void StageBuilder::build() {
   // 1 written; current scaling reads the shard once more for its amaxes and all-reduces
   // them, one per weight tensor, over DP), in place of the 16-bit copy.
   const double fp8_shard =
-      l_.fp8_params ? (local_params(false) + local_params(true) - embedding_params_local()) / shard : 0;
+      l_.fp8_params ? (local_params(false) - embedding_params_local()) / shard + local_params(true) / expert_shard : 0;
   // Apex's or Transformer Engine's FusedAdam over the FP32 main parameters, gradients and
   // moments (multi-tensor-apply kernels: MemAccess::MultiTensor), then the updated main
   // parameters copied into the 16-bit model parameters, a pass of its own

@@ -374,6 +374,30 @@ TEST(Volumes, ExpertParallelSpansContextParallelRanks) {
   EXPECT_EQ(sum_bytes(tp.plan, 0, OpKind::Collective, GroupKind::EDP, CollectiveKind::AllReduce), 0.0);
 }
 
+// The optimizer steps the parameters the rank holds state for: the dense ones over DP x CP
+// and its experts over the ranks holding the same experts (DP x CP x TP / expert TP, over EP)
+// under the distributed optimizer, its own without it. So the step writes exactly the
+// optimizer state the memory model keeps (12 bytes a parameter, Adam), whatever EP, TP and
+// expert TP; it had stepped ep times the experts under ZeRO 0 and tp times them under expert TP 1.
+TEST(Volumes, OptimizerStepWritesTheStateTheRankHolds) {
+  const std::string y =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: mixtral-8x7b, layers: 2}\n"
+      "parallel: {tp: TP, sequence_parallel: true, dp: DP, ep: EP, expert_tp: ETP, zero_stage: Z}\n"
+      "training: {global_batch: 8}\n";
+  for (const auto& [tp, dp, ep, etp, z] :
+       {std::tuple{"1", "8", "2", "1", "0"}, std::tuple{"1", "8", "8", "1", "0"}, std::tuple{"1", "8", "8", "1", "1"},
+        std::tuple{"2", "4", "8", "1", "1"}, std::tuple{"4", "2", "8", "1", "1"}, std::tuple{"2", "4", "4", "2", "1"},
+        std::tuple{"4", "2", "8", "1", "0"}}) {
+    const TrainingPlan p = build_training_plan(
+        scenario_from_text(filled(y, {{"TP", tp}, {"DP", dp}, {"EP", ep}, {"ETP", etp}, {"Z", z}}), "opt-shard"));
+    double written = 0;
+    for (const Op& op : p.plan.programs[0].ops)
+      if (p.plan.names[op.name] == "optimizer-step") written += static_cast<double>(op.bytes_written);
+    EXPECT_NEAR(written, p.memory.optimizer, 1e-6 * p.memory.optimizer)
+        << "tp " << tp << " dp " << dp << " ep " << ep << " expert_tp " << etp << " zero " << z;
+  }
+}
+
 // parallel.expert_tp 1 under TP 2 (Megatron-Core's --expert-tensor-parallel-size 1): whole
 // experts on every rank, EP carved out of TP x DP, each rank's own tokens straight into the
 // EP all-to-all and no gather over TP.
