@@ -239,6 +239,14 @@ class StageBuilder {
   uint32_t allgather_combine_backward(int32_t L, uint32_t dy, int64_t rows, int64_t own);
   uint32_t allgather_dispatch_backward(int32_t L, uint32_t dx, int64_t rows, int64_t own);
   uint32_t moe_forward(int32_t L, Phase ph, uint32_t in);
+  // Shared experts (Megatron-Core's SharedExpertMLP, a dense MLP of shared · f_e over TP):
+  // the input gathered (SP), the up projection and its activation; the down projection and
+  // its reduce-scatter (SP). Backward: the down projection's gradients and the activation's
+  // backward (its weight gradient into `down_wgrad`), then the up projection's (into `up_wgrad`).
+  uint32_t shared_expert_up(int32_t L, Phase ph, uint32_t from);
+  uint32_t shared_expert_down(int32_t L, Phase ph, uint32_t act);
+  uint32_t shared_expert_down_backward(int32_t L, uint32_t from, uint32_t& down_wgrad);
+  uint32_t shared_expert_up_backward(int32_t L, uint32_t act_grad, uint32_t down_wgrad, uint32_t& up_wgrad);
   uint32_t mlp_backward(int32_t L, uint32_t g, uint32_t& wgrad, uint32_t& up_wgrad);
   uint32_t moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad);
   uint8_t ep_stream();

@@ -294,6 +294,12 @@ uint32_t StageBuilder::moe_forward(int32_t L, Phase ph, uint32_t in) {
       disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
                       deps(disp));
   }
+  // Overlapped (--moe-shared-expert-overlap, the all-to-all dispatcher), the shared experts'
+  // up projection is issued while the dispatch is in flight and their down projection while
+  // the combine is (token_dispatcher.py: linear_fc1_forward_and_act after the dispatch's
+  // all-to-all, linear_fc2_forward after the combine's): issued here, they run beside them.
+  const bool shared_beside = moe.shared_experts > 0 && l_.shared_expert_overlap && !l_.moe_allgather;
+  const uint32_t shared_act = shared_beside ? shared_expert_up(L, ph, in) : kNone;
   if (moe_tp_gather())
     disp =
         add_coll("moe-dispatch-allgather", CollectiveKind::AllGather, GroupKind::TP, tp_, ph, L, gathered, deps(disp));
@@ -312,29 +318,71 @@ uint32_t StageBuilder::moe_forward(int32_t L, Phase ph, uint32_t in) {
   if (moe_tp_gather())
     comb = add_coll("moe-combine-reduce-scatter", CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L, gathered,
                     deps(comb));
-  uint32_t out;
+  uint32_t out = kNone;
   if (l_.moe_allgather) {
     out = allgather_combine(L, ph, comb, per_expert * local, own);
   } else {
     if (l_.ep > 1)
       comb = add_coll("moe-combine-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
                       deps(comb));
+  }
+  const uint32_t shared_out = shared_beside ? shared_expert_down(L, ph, shared_act) : kNone;
+  if (!l_.moe_allgather)
     out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0,
                      deps(unpermute_bookkeeping(L, ph, comb)));
-  }
   if (moe.shared_experts > 0) {
-    const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / t_;  // shared experts: the dense TP
-    // Overlapped, they start from the layer's input beside the dispatch; else after the
-    // routed experts' combine (Megatron-Core's MoELayer: output + shared_experts(input)).
-    const uint32_t from = l_.shared_expert_overlap ? in : out;
-    uint32_t su = add_gemm("shared-expert-up", ph, L, tokens_, (swiglu ? 2 : 1) * fs, h,
-                           deps(moe_sp() ? tp_gather("allgather-shared-expert-input", ph, L, from) : from));
-    uint32_t sd = add_gemm("shared-expert-down", ph, L, tokens_, h, fs, deps(su));
-    if (moe_sp()) sd = tp_reduce("", "reduce-scatter-shared-expert", ph, L, sd);
+    // Not overlapped, after the routed experts' combine on the same stream (Megatron-Core's
+    // MoELayer: output + shared_experts(input)); with the all-gather dispatcher, from the
+    // layer's input after the routed path.
+    const uint32_t sd = shared_beside
+                            ? shared_out
+                            : shared_expert_down(L, ph, shared_expert_up(L, ph, l_.shared_expert_overlap ? in : out));
     const double merged = static_cast<double>(own * h * e_);
     out = add_memory("moe-merge", ph, L, 2 * merged, merged, 0, deps(out, sd));
   }
   return out;
+}
+
+uint32_t StageBuilder::shared_expert_up(int32_t L, Phase ph, uint32_t from) {
+  const bool swiglu = m_.ffn_type == FfnType::Swiglu;
+  const int64_t fs = m_.moe.shared_experts * m_.moe.expert_ffn_hidden / t_;
+  uint32_t x = moe_sp() ? tp_gather("allgather-shared-expert-input", ph, L, from) : from;
+  x = fp8_cast("fp8-cast-shared-expert-input", ph, L, tokens_, m_.hidden, x);
+  const uint32_t up = add_gemm("shared-expert-up", ph, L, tokens_, (swiglu ? 2 : 1) * fs, m_.hidden, deps(x));
+  const double f = static_cast<double>(tokens_ * fs) * static_cast<double>(e_);
+  const uint32_t a = add_memory(swiglu ? "shared-expert-swiglu" : "shared-expert-gelu", ph, L, swiglu ? 2 * f : f, f,
+                                8.0 * f / static_cast<double>(e_), deps(up));
+  return fp8_cast("fp8-cast-shared-expert-act", ph, L, tokens_, fs, a);
+}
+
+uint32_t StageBuilder::shared_expert_down(int32_t L, Phase ph, uint32_t act) {
+  const int64_t fs = m_.moe.shared_experts * m_.moe.expert_ffn_hidden / t_;
+  const uint32_t down = add_gemm("shared-expert-down", ph, L, tokens_, m_.hidden, fs, deps(act));
+  return moe_sp() ? tp_reduce("", "reduce-scatter-shared-expert", ph, L, down) : down;
+}
+
+uint32_t StageBuilder::shared_expert_down_backward(int32_t L, uint32_t from, uint32_t& down_wgrad) {
+  const bool swiglu = m_.ffn_type == FfnType::Swiglu;
+  const int64_t fs = m_.moe.shared_experts * m_.moe.expert_ffn_hidden / t_, h = m_.hidden;
+  const Phase b = Phase::Backward;
+  uint32_t g = moe_sp() ? tp_gather("allgather-shared-expert-grad", b, L, from) : from;
+  g = fp8_cast("fp8-cast-shared-expert-grad", b, L, tokens_, h, g);
+  const uint32_t dd = add_gemm("shared-expert-down-dgrad", b, L, tokens_, fs, h, deps(g));
+  down_wgrad = add_gemm("shared-expert-down-wgrad", b, L, fs, h, tokens_, deps(g));
+  const double f = static_cast<double>(tokens_ * fs) * static_cast<double>(e_);
+  const uint32_t ab = add_memory("shared-expert-act-backward", b, L, swiglu ? 3 * f : 2 * f, swiglu ? 2 * f : f,
+                                 10.0 * f / static_cast<double>(e_), deps(dd));
+  return fp8_cast("fp8-cast-shared-expert-act-grad", b, L, tokens_, (swiglu ? 2 : 1) * fs, ab);
+}
+
+uint32_t StageBuilder::shared_expert_up_backward(int32_t L, uint32_t act_grad, uint32_t down_wgrad,
+                                                 uint32_t& up_wgrad) {
+  const bool swiglu = m_.ffn_type == FfnType::Swiglu;
+  const int64_t fs = m_.moe.shared_experts * m_.moe.expert_ffn_hidden / t_, h = m_.hidden;
+  const Phase b = Phase::Backward;
+  const uint32_t ud = add_gemm("shared-expert-up-dgrad", b, L, tokens_, h, (swiglu ? 2 : 1) * fs, deps(act_grad));
+  up_wgrad = add_gemm("shared-expert-up-wgrad", b, L, h, (swiglu ? 2 : 1) * fs, tokens_, deps(act_grad, down_wgrad));
+  return moe_sp() ? tp_reduce("", "reduce-scatter-shared-expert-grad", b, L, ud) : ud;
 }
 
 // The MLP's backward from the output gradient (sequence-parallel) to the reduced input
@@ -398,6 +446,12 @@ uint32_t StageBuilder::moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
       comb = add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                       Phase::Backward, L, a2a, deps(comb));
   }
+  // Overlapped, the shared experts' backward runs beside the all-to-alls' as their forward
+  // did: the down projection's beside the combine's backward, the up projection's beside
+  // the dispatch's.
+  const bool shared_beside = moe.shared_experts > 0 && l_.shared_expert_overlap && !l_.moe_allgather;
+  uint32_t shared_down_w = kNone, shared_up_w = kNone;
+  const uint32_t shared_act_grad = shared_beside ? shared_expert_down_backward(L, dy, shared_down_w) : kNone;
   if (moe_tp_gather())
     comb = add_coll("moe-combine-allgather-backward", CollectiveKind::AllGather, GroupKind::TP, tp_, Phase::Backward, L,
                     gathered, deps(comb));
@@ -426,6 +480,10 @@ uint32_t StageBuilder::moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
     if (l_.ep > 1)
       disp = add_coll("moe-dispatch-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                       Phase::Backward, L, a2a, deps(disp));
+  }
+  const uint32_t shared_grad =
+      shared_beside ? shared_expert_up_backward(L, shared_act_grad, shared_down_w, shared_up_w) : kNone;
+  if (!l_.moe_allgather) {
     disp = add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(disp));
     disp = permute_bookkeeping_backward(L, disp, own);
   }
@@ -439,20 +497,16 @@ uint32_t StageBuilder::moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
   uint32_t out = rd;
   wgrad = rw;
   if (moe.shared_experts > 0) {
-    const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / t_;  // shared experts: the dense TP
     // Not overlapped, autograd reaches them after the routed path's backward (the add's
     // other branch) on the same stream.
-    const uint32_t from = l_.shared_expert_overlap ? dy : rd;
-    const uint32_t g = moe_sp() ? tp_gather("allgather-shared-expert-grad", Phase::Backward, L, from) : from;
-    uint32_t sdd = add_gemm("shared-expert-down-dgrad", Phase::Backward, L, tokens_, fs, h, deps(g));
-    uint32_t sdw = add_gemm("shared-expert-down-wgrad", Phase::Backward, L, fs, h, tokens_, deps(g));
-    uint32_t sud = add_gemm("shared-expert-up-dgrad", Phase::Backward, L, tokens_, h, (swiglu ? 2 : 1) * fs, deps(sdd));
-    uint32_t suw =
-        add_gemm("shared-expert-up-wgrad", Phase::Backward, L, h, (swiglu ? 2 : 1) * fs, tokens_, deps(sdd, sdw));
-    if (moe_sp()) sud = tp_reduce("", "reduce-scatter-shared-expert-grad", Phase::Backward, L, sud);
+    uint32_t sud = shared_grad;
+    if (!shared_beside) {
+      const uint32_t ab = shared_expert_down_backward(L, l_.shared_expert_overlap ? dy : rd, shared_down_w);
+      sud = shared_expert_up_backward(L, ab, shared_down_w, shared_up_w);
+    }
     const double merged = static_cast<double>(own * h * e_);
     out = add_memory("moe-merge-backward", Phase::Backward, L, 2 * merged, merged, 0, deps(rd, sud));
-    wgrad = add_memory("moe-wgrad-join", Phase::Backward, L, 0, 0, 0, deps(rw, suw));
+    wgrad = add_memory("moe-wgrad-join", Phase::Backward, L, 0, 0, 0, deps(rw, shared_up_w));
   }
   mlp_input_ready_ = out;
   return out;

@@ -398,6 +398,59 @@ TEST(Volumes, OptimizerStepWritesTheStateTheRankHolds) {
   }
 }
 
+// Shared experts are a dense MLP on every token: their up projection, its activation (SwiGLU:
+// 2·f read, f written a row of width f) and the down projection, and the activation's backward
+// (3·f read, 2·f written). Overlapped (--moe-shared-expert-overlap), Megatron issues the up
+// projection while the dispatch's all-to-all is in flight and the down projection while the
+// combine's is, so they hide those all-to-alls; they had been issued after the combine on the
+// in-order compute stream, where the flag changed nothing.
+TEST(Volumes, SharedExpertsRunTheirActivationAndHideTheAllToAllsWhenOverlapped) {
+  const std::string y =
+      "cluster: {preset: dgx-h100, nodes: 2, power_cap: false}\n"
+      "model: {preset: mixtral-8x7b, layers: 4, seq_len: 4096, moe: {experts: 16, shared_experts: 1}}\n"
+      "parallel: {dp: 16, ep: 16, zero_stage: 1, moe_shared_expert_overlap: OVERLAP}\n"
+      "training: {global_batch: 16}\n";
+  RunOutcome runs[2];
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    const Scenario s = scenario_from_text(filled(y, {{"OVERLAP", overlap ? "true" : "false"}}), "shared");
+    const TrainingPlan tp = build_training_plan(s);
+    const Program& prog = tp.plan.programs[0];
+    const double f = 4096.0 * 14336 * 2;  // a micro-batch's rows x the shared expert's width, BF16
+    int act = 0, act_bwd = 0;
+    uint32_t shared_up = ~0u, expert_up = ~0u, unpermute = ~0u;
+    for (uint32_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      if (op.layer != 0 || op.micro_batch != 0) continue;
+      const std::string& n = tp.plan.names[op.name];
+      if (n == "shared-expert-swiglu" && op.phase == Phase::Forward) {
+        ++act;
+        EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_read), 2 * f);
+        EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_written), f);
+      }
+      if (n == "shared-expert-act-backward") {
+        ++act_bwd;
+        EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_read), 3 * f);
+        EXPECT_DOUBLE_EQ(static_cast<double>(op.bytes_written), 2 * f);
+      }
+      if (op.phase != Phase::Forward) continue;
+      if (n == "shared-expert-up") shared_up = std::min(shared_up, i);
+      if (n == "expert-up") expert_up = std::min(expert_up, i);
+      if (n == "moe-unpermute") unpermute = std::min(unpermute, i);
+    }
+    EXPECT_EQ(act, 1);
+    EXPECT_EQ(act_bwd, 1);
+    // The compute stream runs in issue order: overlapped, the shared up projection comes
+    // before the routed experts'; else after the combine's unpermutation.
+    if (overlap)
+      EXPECT_LT(shared_up, expert_up);
+    else
+      EXPECT_GT(shared_up, unpermute);
+    runs[overlap] = run_training(s);
+  }
+  EXPECT_LT(runs[1].exec.exposed_comm_s, 0.5 * runs[0].exec.exposed_comm_s);
+  EXPECT_LT(runs[1].exec.makespan.seconds(), 0.95 * runs[0].exec.makespan.seconds());
+}
+
 // parallel.expert_tp 1 under TP 2 (Megatron-Core's --expert-tensor-parallel-size 1): whole
 // experts on every rank, EP carved out of TP x DP, each rank's own tokens straight into the
 // EP all-to-all and no gather over TP.
