@@ -369,7 +369,7 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
   if (l.dp < 1 || l.dp * l.tp * l.pp != gpus)
     fail(s, "parallel", "dp " + std::to_string(l.dp) + " x tp " + std::to_string(l.tp) + " x pp " +
                             std::to_string(l.pp) + " must equal the cluster's " + std::to_string(gpus) + " GPUs");
-  l.global_batch = s.training.global_batch > 0 ? s.training.global_batch : l.dp * l.micro_batch;
+  l.global_batch = s.training.global_batch > 0 ? s.training.global_batch : l.dp * l.micro_batch * l.pp;
   if (l.global_batch % (l.dp * l.micro_batch) != 0)
     fail(s, "training.global_batch", "training.global_batch must be a multiple of dp x micro_batch (" +
                                          std::to_string(l.dp * l.micro_batch) + ")");

@@ -19,7 +19,9 @@ void add_training_keys(KeyList& t) {
       t.end(),
       {
           {"training", "mapping", "", "the training run", nullptr},
-          {"training.global_batch", "integer", "dp · micro_batch", "sequences per iteration",
+          {"training.global_batch", "integer", "dp · micro_batch · pp",
+           "sequences per iteration (default: pp micro-batches a DP rank, so a pipeline has one to fill each stage; "
+           "one without)",
            [](const N& n, S& s) { s.training.global_batch = as_int(n, "training.global_batch", 1, int64_t{1} << 32); }},
           {"training.iterations", "integer", "1", "iterations (identical in a deterministic model: one is simulated)",
            [](const N& n, S& s) { s.training.iterations = as_int(n, "training.iterations", 1, int64_t{1} << 32); }},

@@ -63,7 +63,7 @@ struct ParallelConfig {
 };
 
 struct TrainingConfig {
-  int64_t global_batch = 0;  // 0: one micro-batch per DP rank
+  int64_t global_batch = 0;  // 0: pp micro-batches per DP rank (one without a pipeline)
   int64_t iterations = 1;
   std::string recompute = "none";
   // Under full recompute, the layers of each pipeline chunk that run again, counted from

@@ -133,6 +133,28 @@ TEST(BlockModel, StagesSplitByFlopsWhereNotGiven) {
   EXPECT_EQ(block_stages(blocks, 2), (std::vector<int64_t>{0, 0, 1, 1}));
 }
 
+// Without training.global_batch a step takes pp micro-batches a DP rank, as a layer model's
+// does (a pipeline with one to fill each stage), one without a pipeline.
+TEST(BlockModel, DefaultBatchFillsThePipelineAsALayerModelsDoes) {
+  for (int pp : {1, 2, 4}) {
+    const std::string p = std::to_string(pp);
+    const Scenario blocks = scenario_from_text(
+        "cluster: {preset: dgx-h100}\nmodel:\n  blocks:\n"
+        "    - {repeat: 4, blocks: [{type: mlp, batch: 4, tokens: 512, hidden: 1024, ffn_hidden: 4096}]}\n"
+        "parallel: {pp: " +
+            p + "}\n",
+        "blocks-default-batch");
+    const Scenario layers = scenario_from_text(
+        "cluster: {preset: dgx-h100}\nmodel: {preset: gpt3-1.3b, layers: 4}\nparallel: {pp: " + p + "}\n",
+        "layers-default-batch");
+    const TrainingPlan b = build_training_plan(blocks), l = build_training_plan(layers);
+    EXPECT_EQ(b.layout.micro_batches, pp);
+    EXPECT_EQ(l.layout.micro_batches, pp);
+    EXPECT_EQ(b.layout.global_batch, (8 / pp) * pp);
+    EXPECT_EQ(l.layout.global_batch, (8 / pp) * pp);
+  }
+}
+
 TEST(BlockModel, SearchAndUnsupportedKeysAreRefused) {
   const std::string base =
       "cluster: {preset: dgx-h100}\nmodel:\n  blocks:\n    - {type: mlp, tokens: 64, hidden: 64, ffn_hidden: 64}\n";
