@@ -106,7 +106,10 @@ int cmd_search(const std::vector<std::string>& args) {
   if (!out.empty() && !r.top.empty()) {
     make_parent_dirs(out);
     SweepStore store(out);
-    for (const SweepRow& row : search_rows(r, scenario_fingerprint(s))) store.put(row);
+    // A rerun (another --top or --refine) replaces the scenario's ranking whole: rows of
+    // an earlier one left beside it would clash with its point numbers.
+    const std::string fingerprint = scenario_fingerprint(s);
+    store.replace("search-" + fingerprint, search_rows(r, fingerprint));
   }
   std::cout << (json ? search_json(r) : search_table(r));
   std::cerr << search_timing(r);

@@ -653,18 +653,30 @@ bool SweepStore::find(const std::string& fingerprint, const std::string& setting
   return found;
 }
 
-void SweepStore::put(const SweepRow& r) {
+namespace {
+void insert_sweep_row(sqlite3* db, const SweepRow& r) {
+  Stmt s(db,
+         "INSERT OR REPLACE INTO sweep_results (sweep, fingerprint, point, settings, status, reason, objective, "
+         "value, metrics) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  s.t(r.sweep).t(r.fingerprint).i(r.point).t(r.settings).t(r.status).t(r.reason).t(r.objective);
+  if (r.status == "ok")
+    s.d(r.value);
+  else
+    s.null();
+  s.t(r.metrics_json).insert();
+}
+}  // namespace
+
+void SweepStore::put(const SweepRow& r) { replace(std::string(), {r}); }
+
+void SweepStore::replace(const std::string& fingerprint, const std::vector<SweepRow>& rows) {
   try {
     exec(db_, "BEGIN IMMEDIATE");
-    Stmt s(db_,
-           "INSERT OR REPLACE INTO sweep_results (sweep, fingerprint, point, settings, status, reason, objective, "
-           "value, metrics) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    s.t(r.sweep).t(r.fingerprint).i(r.point).t(r.settings).t(r.status).t(r.reason).t(r.objective);
-    if (r.status == "ok")
-      s.d(r.value);
-    else
-      s.null();
-    s.t(r.metrics_json).insert();
+    if (!fingerprint.empty()) {
+      Stmt del(db_, "DELETE FROM sweep_results WHERE fingerprint = ?");
+      del.t(fingerprint).insert();
+    }
+    for (const SweepRow& r : rows) insert_sweep_row(db_, r);
     exec(db_, "COMMIT");
   } catch (const std::exception& e) {
     if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);

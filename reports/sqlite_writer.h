@@ -69,6 +69,9 @@ class SweepStore {
   SweepStore& operator=(const SweepStore&) = delete;
   bool find(const std::string& fingerprint, const std::string& settings, SweepRow& out);
   void put(const SweepRow& row);
+  // In one transaction: every row of `fingerprint` removed (none when empty), then `rows`
+  // written; a search's rerun replaces its ranking whole.
+  void replace(const std::string& fingerprint, const std::vector<SweepRow>& rows);
 
  private:
   std::string path_;

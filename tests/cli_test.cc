@@ -441,6 +441,11 @@ TEST_F(SearchCliTest, WritesItsCandidatesWithTheSettingsThatRunThem) {
   for (size_t i = 1; i < rows.size(); ++i) EXPECT_LE(rows[i - 1].second, rows[i].second) << "fastest first";
   expect_rows_rerun(write("plain.yaml", body), rows);
   EXPECT_NE(r.out.find("\"settings\": \"" + rows[0].first + "\""), std::string::npos) << r;
+  // A rerun into the same database (another --top, another network model) replaces the
+  // scenario's ranking whole: no earlier row is left beside it under a point number of its own.
+  const CliResult again = cli("search " + quote(s) + " --top 1 --refine analytic", 120);
+  ASSERT_EQ(again.code, 0) << again;
+  EXPECT_LE(rows_of(dir_ / "out" / "search.sqlite", "s").size(), 2u);  // the best, and the scenario's own layout
   // A trace, which search does not write, is said to be missing; an empty --out is refused.
   const CliResult traced =
       cli("search " + quote(write("t.yaml", body + "output: {trace: t.json}\n")) + " --top 1 --refine analytic", 60);
