@@ -34,12 +34,23 @@ double moe_hot_rank_load(const MoeConfig& moe, int64_t routed_tokens, int64_t ep
   const double n = static_cast<double>(routed_tokens);
   const double cap = moe.capacity_factor * n / static_cast<double>(experts);
   const int64_t local = experts / std::max<int64_t>(1, ep);
+  // The experts' counts, multinomial (n, p) in the normal law: independent deviations
+  // d_e ~ N(0, n·p_e), less p_e times their sum, have the multinomial's covariance
+  // n·(diag p − p pᵀ) and sum to zero, so the counts sum to the n routed, every rank's
+  // share together (one rank, under EP 1, takes exactly n).
+  std::vector<double> count(static_cast<size_t>(experts));
+  double drift = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const double pe = p[static_cast<size_t>(e)];
+    count[static_cast<size_t>(e)] = std::sqrt(n * pe) * rng.normal();
+    drift += count[static_cast<size_t>(e)];
+  }
   double hot = 0;
   for (int64_t rank = 0; rank < experts / local; ++rank) {
     double load = 0;
     for (int64_t e = rank * local; e < (rank + 1) * local; ++e) {
       const double pe = p[static_cast<size_t>(e)];
-      double c = std::max(0.0, n * pe + std::sqrt(n * pe * (1 - pe)) * rng.normal());
+      double c = std::max(0.0, n * pe + count[static_cast<size_t>(e)] - pe * drift);
       if (!r.dropless) c = std::min(c, cap);
       load += c;
     }

@@ -217,9 +217,12 @@ class StageBuilder {
   // What a MoE layer's forward or backward works on: its local experts, the rows each takes
   // and the share of them that is padding (cap), the experts' width on this rank, the tokens
   // the rank routes, the bytes of the EP all-to-all and of the TP gather.
+  // a2a: the bytes an all-to-all moves for the rank (its own tokens' rows, times the most
+  // loaded rank's share under skewed routing); permuted: the rank's own rows, which its
+  // permutation and unpermutation move whatever the routing.
   struct MoeShape {
     int64_t local = 0, per_expert = 0, fe = 0, own = 0;
-    double cap = 1, a2a = 0, gathered = 0;
+    double cap = 1, a2a = 0, gathered = 0, permuted = 0;
   };
   MoeShape moe_shape(int32_t L, bool forward);
   // Megatron-Core's allgather token dispatcher (MoEAllGatherTokenDispatcher, core_r0.12.0

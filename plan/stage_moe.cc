@@ -221,7 +221,8 @@ StageBuilder::MoeShape StageBuilder::moe_shape(int32_t L, bool forward) {
   x.fe = m_.moe.expert_ffn_hidden / l_.expert_tp();
   x.own = moe_sp() ? seq_tokens_ : tokens_;
   x.cap = 1.0 / load.useful;
-  x.a2a = static_cast<double>(x.own * m_.moe.top_k * m_.hidden * e_) * load.a2a_scale;
+  x.permuted = static_cast<double>(x.own * m_.moe.top_k * m_.hidden * e_);
+  x.a2a = x.permuted * load.a2a_scale;
   x.gathered = x.a2a * static_cast<double>(moe_tp_gather() ? t_ : 1);
   return x;
 }
@@ -280,7 +281,7 @@ uint32_t StageBuilder::moe_forward(int32_t L, Phase ph, uint32_t in) {
   const int64_t h = m_.hidden;
   const bool swiglu = m_.ffn_type == FfnType::Swiglu;
   const MoeConfig& moe = m_.moe;
-  const auto [local, per_expert, fe, own, cap, a2a, gathered] = moe_shape(L, true);
+  const auto [local, per_expert, fe, own, cap, a2a, gathered, permuted] = moe_shape(L, true);
   uint32_t router = add_gemm("moe-router", ph, L, own, moe.experts, h,
                              deps(router_cast("moe-router-input-cast", ph, L, own, in)), 1, 1.0, act_dtype_);
   router_in_fp32(router);
@@ -289,7 +290,7 @@ uint32_t StageBuilder::moe_forward(int32_t L, Phase ph, uint32_t in) {
   if (l_.moe_allgather) {
     disp = allgather_dispatch(L, ph, router, per_expert * local, own);
   } else {
-    disp = add_memory("moe-permute", ph, L, a2a, a2a, 0, deps(dispatch_bookkeeping(L, ph, router, own)));
+    disp = add_memory("moe-permute", ph, L, permuted, permuted, 0, deps(dispatch_bookkeeping(L, ph, router, own)));
     if (l_.ep > 1)
       disp = add_coll("moe-dispatch-alltoall", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(), ph, L, a2a,
                       deps(disp));
@@ -328,7 +329,7 @@ uint32_t StageBuilder::moe_forward(int32_t L, Phase ph, uint32_t in) {
   }
   const uint32_t shared_out = shared_beside ? shared_expert_down(L, ph, shared_act) : kNone;
   if (!l_.moe_allgather)
-    out = add_memory("moe-unpermute", ph, L, a2a, a2a / static_cast<double>(moe.top_k), 0,
+    out = add_memory("moe-unpermute", ph, L, permuted, permuted / static_cast<double>(moe.top_k), 0,
                      deps(unpermute_bookkeeping(L, ph, comb)));
   if (moe.shared_experts > 0) {
     // Not overlapped, after the routed experts' combine on the same stream (Megatron-Core's
@@ -435,13 +436,13 @@ uint32_t StageBuilder::moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
   const int64_t h = m_.hidden;
   const bool swiglu = m_.ffn_type == FfnType::Swiglu;
   const MoeConfig& moe = m_.moe;
-  const auto [local, per_expert, fe, own, cap, a2a, gathered] = moe_shape(L, false);
-  const double unpermuted = a2a / static_cast<double>(moe.top_k);
+  const auto [local, per_expert, fe, own, cap, a2a, gathered, permuted] = moe_shape(L, false);
+  const double unpermuted = permuted / static_cast<double>(moe.top_k);
   uint32_t comb;
   if (l_.moe_allgather) {
     comb = allgather_combine_backward(L, dy, per_expert * local, own);
   } else {
-    comb = add_memory("moe-unpermute-backward", Phase::Backward, L, unpermuted, a2a, 0, deps(dy));
+    comb = add_memory("moe-unpermute-backward", Phase::Backward, L, unpermuted, permuted, 0, deps(dy));
     if (l_.ep > 1)
       comb = add_coll("moe-combine-alltoall-backward", CollectiveKind::AllToAll, GroupKind::EP, ep_stream(),
                       Phase::Backward, L, a2a, deps(comb));
@@ -484,7 +485,7 @@ uint32_t StageBuilder::moe_backward(int32_t L, uint32_t dy, uint32_t& wgrad) {
   const uint32_t shared_grad =
       shared_beside ? shared_expert_up_backward(L, shared_act_grad, shared_down_w, shared_up_w) : kNone;
   if (!l_.moe_allgather) {
-    disp = add_memory("moe-permute-backward", Phase::Backward, L, a2a, a2a, 0, deps(disp));
+    disp = add_memory("moe-permute-backward", Phase::Backward, L, permuted, permuted, 0, deps(disp));
     disp = permute_bookkeeping_backward(L, disp, own);
   }
   disp = route_backward(L, disp, own);
