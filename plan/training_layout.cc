@@ -3,6 +3,7 @@
 // layers, the placement's rank strides, the main gradients' type.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -17,6 +18,11 @@ namespace {
 }
 
 std::string str(int64_t v) { return std::to_string(v); }
+std::string decimal(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
 
 // A dtype key's value (auto | fp32 | bf16 | fp16): the named type, or `automatic`.
 DType chosen_dtype(const std::string& v, DType automatic) {
@@ -419,6 +425,14 @@ TrainingLayout check_training_layout(const Scenario& s) {
                str(moe.experts) + " experts and top_k = " + str(moe.top_k) +
                ", expected groups dividing the experts, group_topk <= groups dividing top_k, and top_k / group_topk "
                "experts in a group");
+    // A capacity is what a dropping router caps (and pads to): Megatron-Core's dropless
+    // router has none (--moe-expert-capacity-factor unset), so one set beside dropless asks
+    // for two things at once.
+    if (moe.routing.dropless && moe.capacity_factor != 1.0)
+      fail(s, "model.moe.capacity_factor",
+           "model.moe.capacity_factor = " + decimal(moe.capacity_factor) +
+               " caps (and pads) each expert's tokens, which a dropless router does not, expected "
+               "model.moe.routing.dropless: false with it, or capacity_factor 1");
     if (moe.expert_bias && !moe.score_sigmoid)
       fail(s, "model.moe.expert_bias",
            "model.moe.expert_bias: Megatron-Core adds the expert bias to sigmoid scores, expected "

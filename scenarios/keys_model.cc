@@ -192,7 +192,10 @@ void add_model_keys(KeyList& t) {
            [](const N& n, S& s) { s.model.moe.top_k = as_int(n, "model.moe.top_k", 0); }},
           {"model.moe.shared_experts", "integer", "0", "always-active experts",
            [](const N& n, S& s) { s.model.moe.shared_experts = as_int(n, "model.moe.shared_experts", 0); }},
-          {"model.moe.capacity_factor", "number", "1.0", "tokens an expert takes, relative to an even split (>= 1)",
+          {"model.moe.capacity_factor", "number", "1.0",
+           "tokens an expert takes, relative to an even split (>= 1): a dropping router's cap (routing.dropless: "
+           "false); "
+           "a dropless router has none, so another value beside it is refused",
            [](const N& n, S& s) {
              s.model.moe.capacity_factor = as_double(n, "model.moe.capacity_factor", 1.0, false);
              if (s.model.moe.capacity_factor > 64)

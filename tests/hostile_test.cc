@@ -58,6 +58,13 @@ TEST_F(HostileTest, AHugeCapacityFactorIsRefused) {
   const std::string s = write("m.yaml", "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: mixtral-8x7b, layers: 2}\n"
                                         "parallel: {tp: 8}\n");
   expect_refused_fast("run " + quote(s) + " --set model.moe.capacity_factor=1e20", "expected 1 to 64");
+  // A capacity beside a dropless router (the default) asks for two things at once: the time
+  // had padded every expert to it while the memory check kept the dropless rows.
+  expect_refused_fast("run " + quote(s) + " --set model.moe.capacity_factor=2",
+                      "model.moe.capacity_factor = 2 caps (and pads) each expert's tokens, which a dropless router "
+                      "does not");
+  EXPECT_EQ(cli("run " + quote(s) + " --set model.moe.capacity_factor=2 --set model.moe.routing.dropless=false").code,
+            0);
 }
 
 TEST_F(HostileTest, AProfileLaunchOverheadOf1e7sIsRefused) {
