@@ -210,7 +210,11 @@ double chakra_flops_per_rank(const Plan& plan) {
   if (plan.world_size <= 0) return 0;
   double flops = 0;
   for (int32_t r = 0; r < plan.world_size; ++r)
-    for (const Op& op : plan.programs[plan.rank_program[static_cast<size_t>(r)]].ops) flops += kernel_flops(op);
+    for (const Op& op : plan.programs[plan.rank_program[static_cast<size_t>(r)]].ops)
+      // A shaped memory kernel's elementwise arithmetic is not counted, as a planned run's
+      // hardware FLOPs leave it out (GEMMs and attention only); a foreign trace's compute
+      // node, of no known class, brings its num_ops.
+      if (op.kind != OpKind::Memory || op.fixed_seconds > 0) flops += kernel_flops(op);
   return flops / plan.world_size;
 }
 

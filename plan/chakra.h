@@ -64,9 +64,9 @@ struct ChakraTrace {
 // Throws wire::ParseError (a std::runtime_error) on a malformed file.
 ChakraTrace decode_chakra(const std::string& bytes);
 
-// The FLOPs per rank of an imported plan: its kernels' (kernel_flops), the compute nodes'
-// num_ops where they have no shape. Traces carry no model, so model and hardware FLOPs
-// are the same.
+// The FLOPs per rank of an imported plan: its GEMMs' and attention kernels' (kernel_flops,
+// as a planned run counts its hardware FLOPs), the compute nodes' num_ops where they have
+// no shape. Traces carry no model, so model and hardware FLOPs are the same.
 double chakra_flops_per_rank(const Plan& plan);
 
 // Plan from a directory of Chakra traces (`workload: {chakra: DIR}`): one rank per

@@ -113,6 +113,9 @@ TEST_F(SamplesCliTest, ExportChakraWritesAFolderOfTraces) {
   ASSERT_EQ(back.code, 0) << back;
   const CliResult orig = cli("run " + quote(s) + " --json");
   EXPECT_DOUBLE_EQ(json_field(back.out, "iteration_time_s"), json_field(orig.out, "iteration_time_s"));
+  // And the same hardware FLOPs: GEMMs and attention, not the memory kernels' arithmetic.
+  const double hw = json_field(orig.out, "hardware_tflops_per_gpu");
+  EXPECT_NEAR(json_field(back.out, "hardware_tflops_per_gpu"), hw, 1e-9 * hw);
   // The traces' run has no model: its table, its plan and a second export read the traces.
   const CliResult table = cli("run w.yaml");
   EXPECT_EQ(table.code, 0) << table;
