@@ -39,19 +39,9 @@ int cmd_report(const std::vector<std::string>& args) {
     if (a == "--html") {
       html = need_value(args, i);
     } else if (a == "--run") {
-      const std::string v = need_value(args, i);
-      char* end = nullptr;
-      errno = 0;
-      opt.run_id = std::strtoll(v.c_str(), &end, 10);
-      if (*end != '\0' || opt.run_id < 1 || errno == ERANGE)
-        throw InputError(SourceMark{"--run", 0, 0}, "expected a run id (a positive integer), got '" + v + "'");
+      opt.run_id = need_count(args, i, a, INT64_MAX);
     } else if (a == "--max-spans") {
-      const std::string v = need_value(args, i);
-      char* end = nullptr;
-      errno = 0;
-      opt.max_spans = std::strtoll(v.c_str(), &end, 10);
-      if (*end != '\0' || opt.max_spans < 1 || errno == ERANGE)
-        throw InputError(SourceMark{"--max-spans", 0, 0}, "expected a positive integer, got '" + v + "'");
+      opt.max_spans = need_count(args, i, a, INT64_MAX);
       opt.max_spans_given = true;
     } else if (a == "--ranks" || a == "--stages") {
       const std::string v = need_value(args, i);

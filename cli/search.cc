@@ -62,7 +62,7 @@ int cmd_search(const std::vector<std::string>& args) {
     } else if (a == "--refine") {
       opt.refine = need_value(args, i);
       if (opt.refine != "flow" && opt.refine != "analytic")
-        throw InputError(SourceMark{a, 0, 0}, "expected flow or analytic, got '" + opt.refine + "'");
+        throw UsageError("--refine expects flow or analytic, got '" + opt.refine + "'");
     } else if (a == "--out") {
       out = need_value(args, i);
       if (out.empty()) throw InputError(SourceMark{"--out", 0, 0}, "expected a database file name, got ''");

@@ -640,10 +640,13 @@ TEST_F(HostileTest, MessagesNameWhatIsWrong) {
                                            "cluster: {preset: dgx-h100, nodes: 1}\n"
                                            "model: {preset: gpt3-1.3b}\nparallel:\n  <<: {tp: 8}\n")),
                       "YAML merge keys (<<) are not supported");
-  // A run id past int64 is said to be out of range, not read as the largest one.
-  EXPECT_EQ(cli("report x.sqlite --html r.html --run 99999999999999999999").code, 1);
-  EXPECT_NE(cli("report x.sqlite --html r.html --run 99999999999999999999").err.find("expected a run id"),
+  // A run id past int64 is said to be out of range, not read as the largest one: a usage
+  // error, as every flag's bad value is (--top 0, --max-spans 0, --refine foo alike).
+  EXPECT_EQ(cli("report x.sqlite --html r.html --run 99999999999999999999").code, 2);
+  EXPECT_NE(cli("report x.sqlite --html r.html --run 99999999999999999999").err.find("--run expects an integer from 1"),
             std::string::npos);
+  for (const char* bad : {"report x.sqlite --html r.html --max-spans 0", "search x.yaml --refine foo"})
+    EXPECT_EQ(cli(bad).code, 2) << bad;
   // One node, not "1 nodes".
   expect_refused_fast("run " + quote(small()) + " --set parallel.dp=3", "(1 node × 8)");
   const std::string serve = write("b.yaml",
