@@ -39,7 +39,7 @@ void add_inference_keys(KeyList& t) {
            [](const N& n, S& s) { s.serving.max_batch_size = as_int(n, "inference.max_batch_size", 1, 1 << 20); }},
           {"inference.max_batch_tokens", "integer", "8192",
            "vllm: prefill tokens per iteration (a longer prompt runs alone); sarathi: the token budget; not used by "
-           "static and orca",
+           "static and orca (refused there)",
            [](const N& n, S& s) { s.serving.max_batch_tokens = as_int(n, "inference.max_batch_tokens", 1, 1 << 24); }},
           {"inference.iteration_overhead", "time", "1ms",
            "host work per engine step that the GPUs wait for: scheduling, input preparation, sampling, "
@@ -90,7 +90,8 @@ void add_inference_keys(KeyList& t) {
            }},
           {"inference.prompt_tokens.value", "integer", "preset", "fixed: the length",
            [](const N& n, S& s) { s.serving.prompt.value = as_int(n, "inference.prompt_tokens.value", 1, 1 << 24); }},
-          {"inference.prompt_tokens.min", "integer", "1", "uniform / zipf: smallest length",
+          {"inference.prompt_tokens.min", "integer", "1",
+           "uniform / zipf / lognormal: smallest length (lognormal: its draws clipped to [min, max])",
            [](const N& n, S& s) { s.serving.prompt.min = as_int(n, "inference.prompt_tokens.min", 1, 1 << 24); }},
           {"inference.prompt_tokens.max", "integer", "4096", "uniform / zipf / lognormal: largest length",
            [](const N& n, S& s) { s.serving.prompt.max = as_int(n, "inference.prompt_tokens.max", 1, 1 << 24); }},
@@ -107,7 +108,8 @@ void add_inference_keys(KeyList& t) {
            }},
           {"inference.output_tokens.value", "integer", "preset", "fixed: the length",
            [](const N& n, S& s) { s.serving.output.value = as_int(n, "inference.output_tokens.value", 1, 1 << 24); }},
-          {"inference.output_tokens.min", "integer", "1", "uniform / zipf: smallest length",
+          {"inference.output_tokens.min", "integer", "1",
+           "uniform / zipf / lognormal: smallest length (lognormal: its draws clipped to [min, max])",
            [](const N& n, S& s) { s.serving.output.min = as_int(n, "inference.output_tokens.min", 1, 1 << 24); }},
           {"inference.output_tokens.max", "integer", "4096", "uniform / zipf / lognormal: largest length",
            [](const N& n, S& s) { s.serving.output.max = as_int(n, "inference.output_tokens.max", 1, 1 << 24); }},
@@ -194,7 +196,8 @@ void add_inference_keys(KeyList& t) {
            [](const N& n, S& s) {
              s.serving.preemption = as_enum(n, "inference.preemption", {"recompute", "swap"});
            }},
-          {"inference.swap_space", "size", "4GiB", "host memory per GPU for swapped-out KV (then recompute)",
+          {"inference.swap_space", "size", "4GiB",
+           "with inference.preemption swap: host memory per GPU for swapped-out KV (then recompute)",
            [](const N& n, S& s) { s.serving.swap_space_bytes = as_size(n, "inference.swap_space"); }},
           {"inference.prefix_caching", "bool", "false",
            "reuse the cached KV blocks of a shared prompt prefix (vLLM automatic prefix caching)",

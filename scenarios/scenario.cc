@@ -505,6 +505,22 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
         why = "only gamma gaps have a coefficient of variation (process: gamma)";
       else if (key == "inference.arrivals.concurrency" && process != "closed")
         why = "only a closed loop has clients (process: closed)";
+      else if (key == "inference.max_batch_tokens" &&
+               (s.serving.scheduler == "static" || s.serving.scheduler == "orca"))
+        why = s.serving.scheduler + " batches whole requests by count (max_batch_size), not by tokens";
+      else if (key == "inference.swap_space" && s.serving.preemption != "swap")
+        why = "only swap preemption moves a preempted request's KV cache to host memory (preemption: swap)";
+      else if (lengths && s.serving.trace.empty()) {
+        // Each length distribution's own parameters: a fixed length its value; the others
+        // their range; lognormal its mean and sigma; zipf its exponent.
+        const bool prompt = key.rfind("inference.prompt_tokens", 0) == 0;
+        const std::string& dist = (prompt ? s.serving.prompt : s.serving.output).dist;
+        const std::string part = key.substr(key.rfind('.') + 1);
+        if ((part == "value" && dist != "fixed") || ((part == "min" || part == "max") && dist == "fixed") ||
+            ((part == "mean" || part == "sigma") && dist != "lognormal") || (part == "alpha" && dist != "zipf"))
+          why = "a " + dist + " length has no " + part +
+                " (fixed: value; uniform and zipf: min, max; lognormal: " + "min, max, mean, sigma; zipf: alpha)";
+      }
       if (!why.empty()) throw InputError(mark, key + " would not be used: " + why);
     }
   }

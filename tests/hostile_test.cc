@@ -545,6 +545,27 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
                       "only gamma gaps have a coefficient of variation");
   expect_refused_fast("run " + quote(write("sv.yaml", serve)) + " --set inference.arrivals.concurrency=4",
                       "only a closed loop has clients");
+  // A scheduler's limit it does not use, swap space without swapping, and a length's
+  // parameter its distribution does not take.
+  expect_refused_fast(
+      "run " + quote(write("sv.yaml", serve)) + " --set inference.scheduler=orca --set inference.max_batch_tokens=4096",
+      "inference.max_batch_tokens would not be used: orca batches whole requests by count");
+  expect_refused_fast("run " + quote(write("sv.yaml", serve)) + " --set inference.swap_space=8GiB",
+                      "inference.swap_space would not be used: only swap preemption moves");
+  for (const auto& [dist, key] : {std::pair{"uniform", "mean"},
+                                  {"uniform", "value"},
+                                  {"lognormal", "alpha"},
+                                  {"zipf", "sigma"},
+                                  {"fixed", "max"}})
+    expect_refused_fast(
+        "run " + quote(write("sv.yaml", serve)) + " --set inference.output_tokens.dist=" + dist +
+            " --set inference.output_tokens." + key + "=2",
+        std::string("inference.output_tokens.") + key + " would not be used: a " + dist + " length has no " + key);
+  EXPECT_EQ(cli("run " + quote(write("sv.yaml", serve)) +
+                " --set inference.output_tokens.dist=lognormal --set inference.output_tokens.mean=64 "
+                "--set inference.output_tokens.min=8 --set inference.output_tokens.max=128")
+                .code,
+            0);
   expect_refused_fast("plan " + quote(write("jobs.yaml", jobs)), "plan writes one training scenario's plan");
   // A spread without its distribution, and one straggler named twice.
   expect_refused_fast("run " + quote(small()) + " --set variability.gpu_speed.sigma=0.1",
