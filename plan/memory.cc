@@ -79,15 +79,18 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
     return per_param * (sp.dense / d + sp.expert / x);
   };
   // ZeRO 3 that keeps gathered parameters for the backward holds the whole stage's
-  // parameters; syncing gradients once, an unsharded accumulation buffer.
-  const int grad_stage = in.zero3_grad_once ? 4 : 2;
+  // parameters; gradients synced once a step over several micro-batches, an unsharded
+  // accumulation buffer.
+  const int grad_stage = in.grads_unsharded ? 4 : 2;
   // Weights kept unsharded are held as gathered (FSDP: its param dtype) besides the shard.
   b.weights = in.zero_stage >= 3 && in.zero3_params_held
                   ? bytes(in.zero3_gather_bytes, 4) + (in.fp8 ? 1.0 : 0.0) * (sp.dense + sp.expert)
                   : bytes(in.fp8_params ? 2.0 : in.fp8 ? 3.0 : e, 3);  // FP8: the BF16 weight and its cached FP8 copy;
                                                                          // FP8 weights: the FP8 data and its transpose
   b.gradients = bytes(in.grad_bytes > 0 ? in.grad_bytes : m.dtype == DType::FP16 ? 2.0 : 4.0, grad_stage);
-  b.optimizer = bytes(in.adam ? (m.dtype == DType::FP32 ? 8.0 : 12.0) : (m.dtype == DType::FP32 ? 4.0 : 8.0), 1);
+  // Adam's two moments (SGD's momentum) and, for a 16-bit model, the master weights.
+  const double master = m.dtype == DType::FP32 ? 0.0 : in.master_bytes;
+  b.optimizer = bytes((in.adam ? 2.0 : 1.0) * in.moment_bytes + master, 1);
 
   const double tokens =
       static_cast<double>(m.seq_len) / static_cast<double>(in.cp) * static_cast<double>(in.micro_batch);

@@ -3,8 +3,10 @@
 // holds:
 //   weights     params_local · bytes(dtype)        (÷ dp·cp under ZeRO-3)
 //   gradients   params_local · 4                    (fp32 main gradients; 2 for fp16;
-//                                                    ÷ dp·cp under ZeRO-2 and -3)
+//                                                    ÷ dp·cp under ZeRO-2 and -3 where
+//                                                    they do not accumulate unsharded)
 //   optimizer   params_local · 12                   (Adam: fp32 master, m, v; SGD 8;
+//                                                    training.optimizer_state: 10, 4;
 //                                                    ÷ dp·cp under ZeRO-1, -2, -3)
 //   activations per layer and in-flight micro-batch, s' = s/cp tokens (GPT layer):
 //               s'·b·h·(10 + 24/t)   without SP       s'·b·h·34/t   with SP
@@ -48,7 +50,11 @@ struct MemoryInputs {
   int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   int64_t zero_stage = 0;
   bool zero3_params_held = false;  // ZeRO 3 keeps gathered parameters from forward to backward (not re-gathered)
-  bool zero3_grad_once = false;    // ZeRO 3 accumulates unsharded gradients until the last micro-batch
+  // The gradients accumulate unsharded until the step's one reduce-scatter: ZeRO 3 syncing
+  // once a step over several micro-batches, and ZeRO 2 over several (its distributed
+  // optimizers, Megatron's and Apex's DistributedFusedAdam, reduce-scatter in the last
+  // micro-batch only); sharded where the reduce-scatter follows each backward.
+  bool grads_unsharded = false;
   double zero3_gather_bytes = 2;   // ZeRO 3: bytes of a gathered parameter
   double grad_bytes = 0;           // the main gradient's bytes a parameter (0: 2 for fp16 models, else 4)
   int64_t micro_batch = 1;
@@ -58,6 +64,7 @@ struct MemoryInputs {
   bool full_recompute = false;
   bool op_recompute = false;  // TorchTitan's selective op policy: the matmuls' and attention's outputs kept
   bool adam = true;
+  double master_bytes = 4, moment_bytes = 4;  // training.optimizer_state's, a parameter
   bool fp8 = false;               // Transformer Engine FP8 linear layers
   bool fp8_params = false;  // parallel.fp8_param_gather: FP8 weights (and their transpose), no 16-bit copy
   bool unfused_scores = false;    // unfused attention whose scores are kept for the backward

@@ -106,7 +106,13 @@ void StageBuilder::build() {
   const double shard = l_.zero_stage >= 1 ? static_cast<double>(l_.dp * l_.cp) : 1.0;
   const double expert_shard = l_.zero_stage >= 1 ? std::max<double>(1.0, static_cast<double>(expert_dp())) : 1.0;
   const double params = params_dense_ / shard + params_expert_ / expert_shard;
-  const double state = adam_ ? 12.0 : 8.0;
+  // The state the step reads and writes a parameter: the moments and the master weights
+  // (training.optimizer_state). Apex's DistributedFusedAdam beside BF16 parameters (state
+  // other than fp32) updates the 16-bit parameter in its own kernel, with the remainders that
+  // complete it to FP32 where it keeps them, and reads the gradients in their own type.
+  const bool in_place = l_.master_bytes < 4;
+  const double state = (adam_ ? 2.0 : 1.0) * l_.moment_bytes + l_.master_bytes + (in_place ? e_ : 0.0);
+  const double grad_read = in_place ? gb : 4.0;
   // Gradient clipping: the norm of the local gradient shard (one read), summed over
   // the data- and model-parallel groups (a 4-byte all-reduce each: latency only).
   uint32_t norm = add_memory("grad-norm", Phase::Optimizer, -1, params * gb, 0, params * 2, after);
@@ -135,7 +141,8 @@ void StageBuilder::build() {
                     deps(norm));
   // A 16-bit gradient buffer is copied into the FP32 main gradients the optimizer reads
   // (Megatron's _copy_model_grads_to_main_grads).
-  if (gb < 4) norm = add_memory("main-grad-copy", Phase::Optimizer, -1, params * gb, params * 4, 0, deps(norm));
+  if (gb < 4 && !in_place)
+    norm = add_memory("main-grad-copy", Phase::Optimizer, -1, params * gb, params * 4, 0, deps(norm));
   // FP16 runs under a loss scale: the FP32 main gradients are unscaled and checked for
   // inf/NaN in one pass (Megatron's _unscale_main_grads_and_check_for_nan:
   // torch._amp_foreach_non_finite_check_and_unscale_, 4 bytes read and 4 written a parameter).
@@ -157,11 +164,11 @@ void StageBuilder::build() {
     opt = add_memory("optimizer-step", Phase::Optimizer, -1, params * (e_ + 4 + state),
                      params * (e_ + state) - fp8_shard * static_cast<double>(e_), params * 12, deps(norm));
   } else {
-    opt = accessed(add_memory("optimizer-step", Phase::Optimizer, -1, params * (4 + state), params * state, params * 12,
-                              deps(norm)),
+    opt = accessed(add_memory("optimizer-step", Phase::Optimizer, -1, params * (grad_read + state), params * state,
+                              params * 12, deps(norm)),
                    MemAccess::MultiTensor);
   }
-  if (params > fp8_shard && e_ < 4 && !l_.plan_before_2026_12_05)
+  if (params > fp8_shard && e_ < 4 && !l_.plan_before_2026_12_05 && !in_place)
     opt = add_memory("main-param-copy", Phase::Optimizer, -1, (params - fp8_shard) * 4,
                      (params - fp8_shard) * static_cast<double>(e_), 0, deps(opt));
   if (l_.fp8_params) {

@@ -182,6 +182,17 @@ TrainingLayout check_training_layout(const Scenario& s) {
       (p.batch_p2p_sync == "true" || (p.batch_p2p_sync == "auto" && !l.eager && !s.training.launch_blocking));
   l.grad_accumulation_fusion = s.training.grad_accumulation_fusion;
   l.plan_before_2026_12_05 = s.training.plan_revision == "2026-12-04";
+  const std::string& state = s.training.optimizer_state;
+  l.master_bytes = state == "fp32" ? 4.0 : state == "fp32-remainders" ? 2.0 : 0.0;
+  l.moment_bytes = state == "bf16" ? 2.0 : 4.0;
+  // Apex's DistributedFusedAdam keeps its state (and the remainders that complete a BF16
+  // parameter to FP32) in its distributed shard, beside a BF16 model's parameters.
+  if (state != "fp32" && (s.model.dtype != DType::BF16 || p.zero_stage < 1 || p.zero_stage > 2 ||
+                          s.training.framework != "megatron" || p.fp8_param_gather))
+    fail(s, "training.optimizer_state",
+         "training.optimizer_state " + state +
+             " is Apex's DistributedFusedAdam beside BF16 parameters, expected model.dtype bf16, "
+             "parallel.zero_stage 1 or 2, training.framework megatron and no parallel.fp8_param_gather");
   l.local_impl = s.training.transformer_impl == "local";
   if (l.local_impl && l.eager)
     fail(s, "training.transformer_impl",

@@ -85,13 +85,15 @@ std::vector<MemoryBreakdown> training_stage_memory(const Scenario& s, const Trai
     mi.zero_stage = l.zero_stage;
     mi.zero3_params_held = l.zero3_keep_for_backward;  // step mode keeps them too
     mi.zero3_gather_bytes = dtype_bits(l.fsdp_param_dtype) / 8.0;
-    mi.zero3_grad_once = l.zero3_grad_once;
+    mi.grads_unsharded = l.zero3_grad_once || (l.zero_stage == 2 && l.micro_batches > 1);
     if (l.zero_stage < 3 && !l.eager) mi.grad_bytes = dtype_bits(l.grad_dtype) / 8.0;
     mi.micro_batch = l.micro_batch;
     mi.sequence_parallel = l.sequence_parallel;
     mi.full_recompute = l.recompute == "full";
     mi.op_recompute = l.recompute == "op";
     mi.adam = adam;
+    mi.master_bytes = l.master_bytes;
+    mi.moment_bytes = l.moment_bytes;
     mi.fp8 = l.fp8;
     mi.fp8_params = l.fp8_params;
     // A partial full recompute leaves layers that keep their scores.

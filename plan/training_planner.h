@@ -92,6 +92,9 @@ struct TrainingLayout {
   // training.plan_revision 2026-12-04: no separate dropout or bias-gradient backward kernels,
   // the optimizer as one streaming pass (replaying real runs recorded before 2026-12-05).
   bool plan_before_2026_12_05 = false;
+  // training.optimizer_state: the bytes a parameter of the optimizer's master (4, 2 as BF16
+  // remainders, 0 for BF16 state) and of each moment (4, or 2 for BF16 state).
+  double master_bytes = 4, moment_bytes = 4;
   bool local_impl = false;               // training.transformer_impl: local (Megatron-LM's own layer)
   bool grad_nan_check = false;           // training.grad_nan_check: each bucket's norm and a host wait
   bool cp_allgather = false;             // parallel.cp_comm all-gather: K/V gathered over CP, no ring

@@ -70,6 +70,17 @@ void add_training_keys(KeyList& t) {
            [](const N& n, S& s) {
              s.training.optimizer = as_enum(n, "training.optimizer", {"adam", "sgd"});
            }},
+          {"training.optimizer_state", "name", "fp32",
+           "the optimizer's state and master weights a parameter of its shard: fp32 (Megatron's distributed optimizer: "
+           "FP32 moments and master weights, the master then copied to the 16-bit parameter) | fp32-remainders (Apex's "
+           "DistributedFusedAdam under a BF16 model, NeMo's distributed_fused_adam with optim.dtype fp32: FP32 "
+           "moments, "
+           "the master's low 16 bits stored beside the BF16 parameter, store_param_remainders) | bf16 (the same with "
+           "optim.dtype bf16: BF16 moments, the BF16 parameters updated in place, no master); the last two need "
+           "model.dtype bf16, training.framework megatron and parallel.zero_stage 1 or 2; docs/model.md",
+           [](const N& n, S& s) {
+             s.training.optimizer_state = as_enum(n, "training.optimizer_state", {"fp32", "fp32-remainders", "bf16"});
+           }},
           {"training.attention", "name", "flash",
            "flash (fused, IO-aware: cuDNN / FlashAttention-3 on Hopper) | flash2 (FlashAttention-2: no wgmma or TMA, "
            "~35 % of Hopper's peak; the fused kernel elsewhere) | unfused (QK^T and PV as batched GEMMs, the scores, "

@@ -77,6 +77,11 @@ struct TrainingConfig {
   // --recompute-modules): core_attn | mla_up_proj.
   std::vector<std::string> recompute_modules = {"core_attn"};
   std::string optimizer = "adam";
+  // The optimizer's state and master weights: fp32 (Megatron's distributed optimizer: FP32
+  // moments and master) | fp32-remainders (Apex's DistributedFusedAdam under a BF16 model:
+  // FP32 moments, the master's low 16 bits beside the BF16 parameter) | bf16 (its optim.dtype
+  // bf16: BF16 moments, the BF16 parameters updated in place, no master).
+  std::string optimizer_state = "fp32";
   std::string attention = "flash";  // flash (fused, IO-aware) | unfused (scores and softmax through HBM)
   // none | unpad (flash-attn's bert_padding around a variable-length kernel: MPT's flash path)
   std::string attention_padding = "none";

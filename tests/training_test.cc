@@ -398,6 +398,40 @@ TEST(Volumes, OptimizerStepWritesTheStateTheRankHolds) {
   }
 }
 
+// The optimizer's state as the stack keeps it (training.optimizer_state): Megatron's FP32
+// moments and master (12 bytes a parameter of the shard), Apex's DistributedFusedAdam beside
+// BF16 parameters with FP32 moments and the master's 16-bit remainders (10), or its BF16 state
+// (4, no master: NeMo stores none when optim.dtype is the model's); Apex's step updates the BF16
+// parameters itself, so no copy follows it. And ZeRO 2 shards the gradients only where nothing
+// accumulates: over several micro-batches its distributed optimizers hold the whole buffer
+// until the last one's reduce-scatter.
+TEST(Volumes, OptimizerStateAsTheStackKeepsIt) {
+  const std::string y =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
+      "parallel: {dp: 8, zero_stage: 2}\ntraining: {global_batch: GB, optimizer_state: STATE}\n";
+  const TrainingPlan one = build_training_plan(scenario_from_text(filled(y, {{"GB", "8"}, {"STATE", "fp32"}}), "o"));
+  const double per_param = one.memory.optimizer / 12.0;  // the shard's parameters
+  for (const auto& [state, bytes, copies] :
+       {std::tuple{"fp32", 12.0, 1}, std::tuple{"fp32-remainders", 10.0, 0}, std::tuple{"bf16", 4.0, 0}}) {
+    const TrainingPlan p = build_training_plan(scenario_from_text(filled(y, {{"GB", "8"}, {"STATE", state}}), "o"));
+    EXPECT_NEAR(p.memory.optimizer, bytes * per_param, 1e-6 * p.memory.optimizer) << state;
+    int copy = 0;
+    for (const Op& op : p.plan.programs[0].ops) copy += p.plan.names[op.name] == "main-param-copy";
+    EXPECT_EQ(copy, copies) << state;
+  }
+  // One micro-batch: each bucket reduce-scattered as its backward ends, the gradients sharded;
+  // four: the whole FP32 buffer accumulates.
+  const TrainingPlan four = build_training_plan(scenario_from_text(filled(y, {{"GB", "32"}, {"STATE", "fp32"}}), "o"));
+  EXPECT_NEAR(four.memory.gradients, 8 * one.memory.gradients, 1e-6 * four.memory.gradients);
+  try {
+    build_training_plan(scenario_from_text(
+        filled(y, {{"GB", "8"}, {"STATE", "bf16"}}).replace(y.find("layers: 2"), 9, "layers: 2, dtype: fp16"), "o"));
+    ADD_FAILURE() << "BF16 optimizer state beside FP16 parameters accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected model.dtype bf16"), std::string::npos) << e.what();
+  }
+}
+
 // Shared experts are a dense MLP on every token: their up projection, its activation (SwiGLU:
 // 2·f read, f written a row of width f) and the down projection, and the activation's backward
 // (3·f read, 2·f written). Overlapped (--moe-shared-expert-overlap), Megatron issues the up
