@@ -230,7 +230,15 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
     if (m[1] != prefix)
       bad(e.path().string(), "traces of two workloads in one folder: '" + prefix + "' and '" + std::string(m[1]) + "'");
     if (m[2].length() > 7) bad(e.path().string(), "rank number past 2^20");
-    by_rank[std::stoll(m[2])] = e.path();
+    // One trace a rank: NAME.1.et and NAME.01.et are both rank 1, and which one counted would
+    // follow the folder's listing order.
+    const auto [at, fresh] = by_rank.emplace(std::stoll(m[2]), e.path());
+    if (!fresh) {
+      const std::string a = std::min(at->second.string(), e.path().string()),
+                        b = std::max(at->second.string(), e.path().string());
+      bad(a, "two traces of rank " + std::to_string(at->first) + ", this one and " + b +
+                 ", expected one file a rank (NAME.<rank>.et)");
+    }
   }
   if (by_rank.empty()) bad(dir, "workload.chakra: no <name>.<rank>.et file in the folder");
   const auto world = static_cast<int32_t>(by_rank.size());
@@ -241,6 +249,12 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
   std::map<std::string, std::vector<int32_t>> pg_ranks;
   const fs::path groups_file = fs::path(dir) / "comm_group.json";
   if (fs::exists(groups_file)) {
+    // A regular file of a sane size: a FIFO would never end, a device never stop.
+    std::error_code ec;
+    if (!fs::is_regular_file(groups_file, ec))
+      bad(groups_file.string(), "not a regular file, expected comm_group.json's JSON");
+    if (fs::file_size(groups_file, ec) > (64u << 20))
+      bad(groups_file.string(), "larger than 64 MiB, expected comm_group.json's JSON of the groups' ranks");
     try {
       const YAML::Node root = YAML::LoadFile(groups_file.string());
       if (!root.IsMap()) bad(groups_file.string(), "comm_group.json must map a group id to its list of ranks");
@@ -290,7 +304,7 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
     if (!pg.empty()) {
       auto pr = pg_ranks.find(pg);
       if (pr == pg_ranks.end()) {
-        if (!pg_ranks.empty()) bad(file, "pg_name '" + pg + "' is not in comm_group.json");
+        if (have_groups_file) bad(file, "pg_name '" + pg + "' is not in comm_group.json");
         // With no file, one named group is the world; two are groups whose ranks only the
         // file would say (running them over every rank would never finish).
         if (!have_groups_file && first_pg.empty()) first_pg = pg;

@@ -4,6 +4,7 @@
 #include "plan/chakra.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdio>
@@ -300,6 +301,23 @@ TEST(Chakra, WhatCannotBeImportedIsAnError) {
   // would leave a collective that never meets, refused as the file's fault instead.
   for (const char* groups : {"{\"0\": [0, 0]}", "{\"0\": [0], \"0\": [0]}", "{\"0\": []}"})
     EXPECT_THROW(attempt({{"j.0.et", trace({{1, {}}}, "0")}, {"comm_group.json", groups}}), InputError) << groups;
+  // An empty comm_group.json names no group: a collective's pg_name is not in it, where the
+  // groups had all run over every rank as one.
+  EXPECT_THROW(attempt({{"j.0.et", trace({{1, {}}}, "0")}, {"comm_group.json", "{}"}}), InputError);
+  // Two traces of one rank (j.1.et and j.01.et), whichever the folder lists first: refused.
+  EXPECT_THROW(attempt({{"j.0.et", ok}, {"j.1.et", ok}, {"j.01.et", foreign_trace(5e6, 0, 0)}}), InputError);
+  // A FIFO in comm_group.json's place is refused, not read until a writer comes.
+  fs::remove_all(dir + "/t");
+  fs::create_directories(dir + "/t");
+  std::ofstream(dir + "/t/j.0.et", std::ios::binary) << trace({{1, {}}}, "0");
+  ASSERT_EQ(mkfifo((dir + "/t/comm_group.json").c_str(), 0600), 0);
+  std::ofstream(dir + "/w.yaml") << "cluster: {preset: dgx-h100}\nworkload: {chakra: t}\n";
+  try {
+    run_training(load_scenario(dir + "/w.yaml"));
+    ADD_FAILURE() << "a FIFO comm_group.json was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("comm_group.json: error: not a regular file"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(scenario_from_text("cluster: {preset: dgx-h100}\nworkload: {chakra: t}\nmodel: {preset: gpt3-1.3b}\n", "chakra-bad2"),
                InputError);
 }
