@@ -152,9 +152,12 @@ uint8_t Program::stream(std::string_view name) {
 }
 
 uint32_t Plan::intern(std::string_view name) {
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == name) return static_cast<uint32_t>(i);
+  if (indexed_ > names.size()) name_index_.clear(), indexed_ = 0;  // the table was replaced
+  for (; indexed_ < names.size(); ++indexed_) name_index_.emplace(names[indexed_], static_cast<uint32_t>(indexed_));
+  if (const auto it = name_index_.find(name); it != name_index_.end()) return it->second;
   names.emplace_back(name);
+  name_index_.emplace(names.back(), static_cast<uint32_t>(names.size() - 1));
+  indexed_ = names.size();
   return static_cast<uint32_t>(names.size() - 1);
 }
 

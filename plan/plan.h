@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "topology/dtype.h"
@@ -175,6 +176,19 @@ struct Plan {
   std::vector<int32_t> mirror_of;                             // rank -> representative rank (itself if simulated)
 
   uint32_t intern(std::string_view name);  // index of an op name, added on first use
+
+ private:
+  // intern's index of `names` (a trace's nodes can each have a name of their own: a search
+  // through the table would take the square of their count), extended to names added
+  // directly before it is consulted.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_index_;
+  size_t indexed_ = 0;
+
+ public:
   // An op of `kind` named `name` (interned), with the fields every planner sets; the
   // caller fills in its shape and bytes.
   Op make_op(std::string_view name, OpKind kind, Phase phase, int32_t layer, int32_t micro_batch, uint8_t stream,

@@ -353,6 +353,25 @@ namespace {
 
 std::string plan_error(const std::string& json);
 
+// Op names are interned once each, by an index (a trace can give each of its nodes a name of
+// its own), which also finds names a reader wrote into the table directly.
+TEST(PlanNames, InternFindsEveryNameOnce) {
+  Plan p;
+  EXPECT_EQ(p.intern("a"), 0u);
+  EXPECT_EQ(p.intern("b"), 1u);
+  EXPECT_EQ(p.intern("a"), 0u);
+  p.names.push_back("c");  // as plan_from_json fills the table
+  EXPECT_EQ(p.intern("c"), 2u);
+  EXPECT_EQ(p.intern("d"), 3u);
+  const Plan copy = p;
+  Plan q = copy;
+  EXPECT_EQ(q.intern("b"), 1u);
+  EXPECT_EQ(q.intern("e"), 4u);
+  for (int i = 0; i < 100000; ++i) p.intern("node-" + std::to_string(i));
+  EXPECT_EQ(p.names.size(), 100004u);
+  EXPECT_EQ(p.intern("node-99999"), 100003u);
+}
+
 TEST(PlanIo, RoundTripsExactly) {
   const TrainingPlan tp = build_training_plan(scenario_from_text(kBase, "plan-io"));
   const std::string json = plan_to_json(tp.plan);
