@@ -358,14 +358,11 @@ uint32_t StageBuilder::layer_forward(int32_t L, uint32_t x, Phase ph) {
   ln = fp8_quantize_fused("fp8-quantize-qkv-input", ph, L, seq_tokens_, h, ln, true);
   uint32_t qkv = m_.is_mla() ? mla_forward(L, ph, ln)
                              : rope_forward(ph, L, ag_then_gemm("allgather-qkv-input", "qkv", ph, L, ln, qkv_, h));
-  const int64_t q = m_.seq_len / l_.cp;
   uint32_t at;
-  if (!recomputing_)
-    at = ring_attention(L, Phase::Forward, qkv);
-  else if (l_.flash_attention)
-    at = add_attention("attention", ph, L, q, q, deps(qkv));
-  else
-    at = unfused_attention_forward(ph, L, q, q, qkv);
+  // Recomputed (full recompute), the forward's attention runs again whole: under context
+  // parallelism its ring exchange (or K/V all-gather) and every block, not the rank's own
+  // diagonal block alone.
+  at = ring_attention(L, recomputing_ ? ph : Phase::Forward, qkv, true);
   const int64_t attn_out = m_.attn_out_width() / t_;
   at = fp8_cast("fp8-cast-attn-out", ph, L, tokens_, attn_out, at);
   uint32_t red =

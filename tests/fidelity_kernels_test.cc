@@ -346,6 +346,40 @@ TEST(Fidelity, FullRecomputeRunsTheForwardAttentionKernelAgain) {
   }
 }
 
+// Under context parallelism the recomputed forward's attention is the forward's: every block
+// of the ring with its K/V exchange, or the all-gathered keys and values, not the rank's own
+// diagonal block alone (which had made full recompute cheaper than selective at 128K).
+TEST(Fidelity, FullRecomputeUnderContextParallelismRunsTheWholeRing) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1, power_cap: false}\n"
+      "model: {preset: llama3-8b, layers: 2, seq_len: 32768}\n"
+      "parallel: {tp: 2, cp: 4, sequence_parallel: true, cp_comm: COMM}\n"
+      "training: {global_batch: 1, recompute: REC}\n";
+  for (const char* comm : {"p2p", "all-gather"}) {
+    auto plan = [&](const char* rec) {
+      return build_training_plan(scenario_from_text(filled(y, {{"COMM", comm}, {"REC", rec}}), "cp-rc"));
+    };
+    const TrainingPlan full = plan("full");
+    double fwd = 0, again = 0, kv_fwd = 0, kv_again = 0;
+    for (const Op& op : full.plan.programs[0].ops) {
+      if (op.layer != 0) continue;
+      const std::string& n = full.plan.names[op.name];
+      const bool kv = n == "cp-kv-send" || n == "cp-kv-allgather";
+      if (op.kind == OpKind::Attention && !backward_kernel(op)) (op.phase == Phase::Forward ? fwd : again) += op.flops;
+      if (kv) (op.phase == Phase::Forward ? kv_fwd : kv_again) += static_cast<double>(op.bytes);
+    }
+    EXPECT_GT(fwd, 0) << comm;
+    EXPECT_DOUBLE_EQ(again, fwd) << comm;
+    EXPECT_GT(kv_fwd, 0) << comm;
+    EXPECT_DOUBLE_EQ(kv_again, kv_fwd) << comm;
+    // So the step: full recompute runs what selective does and the rest of the forward too.
+    const RunOutcome f = run_training(scenario_from_text(filled(y, {{"COMM", comm}, {"REC", "full"}}), "cp-rc"));
+    const RunOutcome sel = run_training(scenario_from_text(filled(y, {{"COMM", comm}, {"REC", "selective"}}), "cp-rc"));
+    EXPECT_GT(f.exec.makespan, sel.exec.makespan) << comm;
+    EXPECT_GT(f.plan.hardware_flops_per_rank, sel.plan.hardware_flops_per_rank) << comm;
+  }
+}
+
 // Selective recompute under a fused kernel: Megatron-Core checkpoints the core attention
 // (`checkpoint_core_attention`), so each layer's attention forward runs once more in the
 // backward, after the output gradient and before the attention backward; nothing else is
