@@ -206,6 +206,7 @@ void StageBuilder::backward_block(int64_t chunk, bool last_micro_batch) {
       g = add_memory("log-softmax-backward", Phase::Backward, -1, lg * 12, lg * 4, 3.0 * lg, deps(g));
       g = add_memory("logits-grad-cast", Phase::Backward, -1, lg * 4, lg * static_cast<double>(e_), 0, deps(g));
     }
+    g = zero3_vocab_gather(Phase::Backward, g);
     uint32_t dgrad =
         add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
     uint32_t wgrad =
@@ -225,6 +226,7 @@ void StageBuilder::backward_block(int64_t chunk, bool last_micro_batch) {
     g = add_memory("cross-entropy-backward", Phase::Backward, -1, lg * (fused ? 4.0 : 8.0),
                    lg * ((fused ? 0.0 : 4.0) + static_cast<double>(e_)), 3.0 * lg, deps(prev_));
     if (!fused) g = accessed(g, MemAccess::BroadcastLoop, lg);
+    g = zero3_vocab_gather(Phase::Backward, g);
     uint32_t dgrad =
         add_gemm("logits-dgrad", Phase::Backward, -1, tokens_, h, vocab_local_, deps(g), 1, 1.0, act_dtype_);
     // Deferred (training.defer_embedding_wgrad): the weight gradient waits for the end of
@@ -382,6 +384,7 @@ void StageBuilder::forward_block(int64_t chunk) {
     prev_ = x = after_sends();
     if (waited && l_.p2p_device_sync) prev_ = x = device_sync("pp-device-sync", Phase::Forward, -1, x, -1);
     // Vocab-parallel embedding: each TP rank looks up its slice, then partial sums meet.
+    prev_ = x = zero3_vocab_gather(Phase::Forward, x);
     const uint32_t pg = mb_ == 0 ? param_gather_for(-1) : kNone;
     if (l_.eager) {
       // FP32 table: an FP32 gather, and (GPT) the FP32 position rows added.
@@ -413,6 +416,7 @@ void StageBuilder::forward_block(int64_t chunk) {
     // FP32 norm, its cast, the logits' weight cast, then F.cross_entropy(logits.float()):
     // the FP32 copy, log_softmax and nll_loss, each a kernel.
     uint32_t ln = eager_norm("final-layernorm", "autocast-cast-logits-input", Phase::Forward, -1, x);
+    if (!vocab_gathered_with_embedding(chunk)) ln = zero3_vocab_gather(Phase::Forward, ln);
     const double table = static_cast<double>(vocab_local_ * m_.hidden);
     ln = eager_weight_cast("autocast-cast-logits-weight", Phase::Forward, -1, table, ln);
     uint32_t logits =
@@ -454,6 +458,7 @@ uint32_t StageBuilder::logits_and_loss(uint32_t x, int32_t L, const std::string&
     uint32_t ln = add_memory((pre + "final-layernorm").c_str(), Phase::Forward, L, act, act,
                              8.0 * act / static_cast<double>(e_), deps(x));
     uint32_t in = tp_gather((pre + "allgather-logits-input").c_str(), Phase::Forward, L, ln);
+    if (L < 0 && !vocab_gathered_with_embedding(l_.virtual_stages - 1)) in = zero3_vocab_gather(Phase::Forward, in);
     const uint32_t pg = L < 0 ? param_gather_for(-1) : kNone;
     uint32_t logits = add_gemm((pre + "logits").c_str(), Phase::Forward, L, tokens_, vocab_local_, m_.hidden,
                                pg == kNone ? deps(in) : deps(in, pg), 1, 1.0, act_dtype_);

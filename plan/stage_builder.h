@@ -297,6 +297,8 @@ class StageBuilder {
   double embedding_params_local() const;
 
   void plan_param_gathers();
+  uint32_t zero3_vocab_gather(Phase ph, uint32_t after);
+  bool vocab_gathered_with_embedding(int64_t chunk) const;
   // Bytes a parameter of layer L (-1: the embedding and output layer) moves in the ZeRO 1/2
   // parameter all-gather: FP8 weights (parallel.fp8_param_gather) 1, else the model's type.
   // (A layer's norm weights, a few thousandths of it, count with its FP8 weights.)

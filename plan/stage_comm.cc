@@ -178,6 +178,28 @@ uint32_t StageBuilder::zero3_copy_out(Phase ph, int32_t L, uint32_t joined) {
   return add_memory("fsdp2-copy-out", ph, L, bytes, bytes, 0, deps(joined));
 }
 
+// The vocabulary tables under ZeRO 3, sharded with the rest: the input embedding gathered
+// before its lookup, the output layer before its GEMM, each as a layer's parameters are
+// (once a step, or before each forward, per zero3_param_gather), and the output layer again
+// before its data-gradient GEMM where the layers gather again for the backward (the
+// embedding's backward, a scatter of its rows' gradients, reads no weights).
+uint32_t StageBuilder::zero3_vocab_gather(Phase ph, uint32_t after) {
+  if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
+  if (l_.zero3_gather_once && (ph != Phase::Forward || mb_ > 0)) return after;
+  if (l_.zero3_keep_for_backward && ph != Phase::Forward) return after;
+  const double pe = dtype_bits(l_.fsdp_param_dtype) / 8.0;
+  const double table = static_cast<double>(vocab_local_) * static_cast<double>(m_.hidden);
+  const uint32_t g = add_coll(ph == Phase::Forward ? "zero3-vocab-allgather" : "zero3-vocab-allgather-bwd",
+                              CollectiveKind::AllGather, GroupKind::DP, dp_, ph, -1, table * pe, {});
+  return join(after, g);
+}
+
+// A tied output layer on the stage that looks its tokens up is the table the embedding's
+// gather brought: one gather serves both.
+bool StageBuilder::vocab_gathered_with_embedding(int64_t chunk) const {
+  return m_.tied_embeddings && first_virtual(0) && last_virtual(chunk);
+}
+
 uint32_t StageBuilder::zero3_gather(Phase ph, int32_t L, uint32_t after) {
   if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
   // Gathered once: what the first micro-batch's forward gathered stays until the step

@@ -50,10 +50,12 @@ TEST(Volumes, PipelineDataParallelAndZero) {
   Scenario z3 = s;
   z3.parallel.zero_stage = 3;
   const TrainingPlan t3 = build_training_plan(z3);
-  // Gathers: 2 per layer per micro-batch (forward, backward), each the layer's bf16 weights.
+  // Gathers: 2 per layer per micro-batch (forward, backward), each the layer's bf16 weights,
+  // and the embedding table before each micro-batch's lookup (its backward reads none).
   const double layer = static_cast<double>(s.model.attention_params() + s.model.dense_mlp_params()) + 4.0 * 2048;
+  const double table = 51200.0 * 2048 * 2;
   EXPECT_NEAR(sum_bytes(t3.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::AllGather),
-              2.0 * M * 4 * layer * 2, 64.0 * M);
+              2.0 * M * 4 * layer * 2 + M * table, 64.0 * M);
   EXPECT_NEAR(sum_bytes(t3.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::ReduceScatter),
               M * 4 * layer * 4 + 4 * (stage0 - 4 * layer), 64.0 * M);
 
@@ -86,9 +88,12 @@ TEST(Volumes, Zero3GatherAndGradientSyncOncePerStep) {
   auto scattered = [](const TrainingPlan& t) {
     return sum_bytes(t.plan, 0, OpKind::Collective, GroupKind::DP, CollectiveKind::ReduceScatter);
   };
-  EXPECT_NEAR(gathered(per_mb), 2 * M * n * layer * 2, 64 * M);
-  EXPECT_NEAR(gathered(gather_once), n * layer * 2, 64);
-  EXPECT_NEAR(gathered(both_once), n * layer * 2, 64);
+  // And the tied vocabulary table: before each forward (embedding and output layer alike)
+  // and before each output-layer backward, or once.
+  const double table = 51200.0 * 2048 * 2;
+  EXPECT_NEAR(gathered(per_mb), 2 * M * n * layer * 2 + 2 * M * table, 64 * M);
+  EXPECT_NEAR(gathered(gather_once), n * layer * 2 + table, 64);
+  EXPECT_NEAR(gathered(both_once), n * layer * 2 + table, 64);
   // The layers' gradients; the embedding and output layer's are reduced once in both.
   const double rest = scattered(both_once) - n * layer * 4;
   EXPECT_GT(rest, 0.0);
@@ -396,6 +401,31 @@ TEST(Volumes, OptimizerStepWritesTheStateTheRankHolds) {
     EXPECT_NEAR(written, p.memory.optimizer, 1e-6 * p.memory.optimizer)
         << "tp " << tp << " dp " << dp << " ep " << ep << " expert_tp " << etp << " zero " << z;
   }
+}
+
+// ZeRO 3 shards the vocabulary tables with the layers, so it gathers them as it gathers a
+// layer: the input embedding before its lookup, the output layer before its GEMM and again
+// before its data-gradient GEMM (per micro-batch gathering); a tied table once a forward.
+// They had been sharded in memory and never gathered, so ZeRO 3 moved less than ZeRO 0.
+TEST(Volumes, Zero3GathersTheVocabularyTables) {
+  const std::string y =
+      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2, tied_embeddings: TIED}\n"
+      "parallel: {dp: 8, zero_stage: 3}\ntraining: {global_batch: 8, framework: FW}\n";
+  for (const char* fw : {"megatron", "pytorch-eager"})
+    for (const char* tied : {"false", "true"}) {
+      const TrainingPlan p =
+          build_training_plan(scenario_from_text(filled(y, {{"TIED", tied}, {"FW", fw}}), "z3-vocab"));
+      int fwd = 0, bwd = 0;
+      for (const Op& op : p.plan.programs[0].ops) {
+        const std::string& n = p.plan.names[op.name];
+        if (n != "zero3-vocab-allgather" && n != "zero3-vocab-allgather-bwd") continue;
+        (n == "zero3-vocab-allgather" ? fwd : bwd) += 1;
+        // The whole table, in the gathered parameters' type: BF16, FP32 under FSDP without a policy.
+        EXPECT_EQ(op.bytes, 128256LL * 4096 * (std::string(fw) == "megatron" ? 2 : 4)) << fw << " " << tied;
+      }
+      EXPECT_EQ(fwd, std::string(tied) == "true" ? 1 : 2) << fw << " " << tied;
+      EXPECT_EQ(bwd, 1) << fw << " " << tied;
+    }
 }
 
 // The optimizer's state as the stack keeps it (training.optimizer_state): Megatron's FP32
