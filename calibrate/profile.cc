@@ -244,8 +244,9 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
                                      (widest > width ? " or " + std::to_string(widest) : std::string()) + " values");
     for (const YNode& cell : row.seq)
       if (cell.kind != YNode::Kind::Scalar) throw InputError(cell.mark, key + ": a row holds plain values");
-    // Times from 1 ps to 1e6 s (the scenario's time range).
-    auto time = [&](size_t i) { return number(row.seq[i], key, 1e-12, 1e6); };
+    // A kernel's measured time, 1 ps to 1 s (as the profile's other per-kernel times): a
+    // table of longer kernels, extrapolated to a step's shapes, ran past the simulated clock.
+    auto time = [&](size_t i) { return number(row.seq[i], key, 1e-12, 1.0); };
     auto dim = [&](size_t i) { return whole(row.seq[i], key); };
     // A rate no chip reaches (1e18 FLOP/s, 1e15 bytes/s: a misplaced exponent).
     auto past = [&](double rate, double most, const char* what) {
@@ -314,8 +315,10 @@ void read_collective_table(const YNode& table, const std::string& key, std::vect
     f.algo = row.seq[1].scalar;
     f.proto = row.seq[2].scalar;
     f.ranks = static_cast<int>(number(row.seq[3], key, 2, 1 << 20));
-    f.alpha_s = number(row.seq[4], key, 0, 1e6);
-    f.beta_s_per_byte = number(row.seq[5], key, 0, 1e6);
+    // A collective's start-up at most a second, its time a byte at most a microsecond (1 MB/s,
+    // slower than any link a cluster has): values past them ran the step past the clock.
+    f.alpha_s = number(row.seq[4], key, 0, 1.0);
+    f.beta_s_per_byte = number(row.seq[5], key, 0, 1e-6);
     number(row.seq[6], key, 0, 1e6);
     rows->push_back(f);
   }
@@ -330,7 +333,8 @@ void read_collective_points(const YNode& table, const std::string& key, std::vec
       throw InputError(row.mark, key + ": each row must be [op, algo, proto, ranks, bytes, seconds]");
     const int ranks = static_cast<int>(number(row.seq[3], key, 2, 1 << 20));
     const double b = number(row.seq[4], key, 1, 1e15);
-    const double t = number(row.seq[5], key, 1e-9, 1e6);
+    // A measured size's time, at most 1,000 s (8 GiB at 8 MB/s).
+    const double t = number(row.seq[5], key, 1e-9, 1e3);
     auto it = std::find_if(rows->begin(), rows->end(), [&](const CollectiveFitRow& f) {
       return f.op == row.seq[0].scalar && f.algo == row.seq[1].scalar && f.proto == row.seq[2].scalar &&
              f.ranks == ranks;
@@ -505,7 +509,9 @@ CalibrationProfile load_profile(const std::string& path, const SourceMark& from)
                         else if (c == "gemm_table" || c == "attention_table" || c == "memory_table")
                           read_table(c, cv, ck, tables);
                         else {
-                          const double e = number(cv, ck, 1e-6, 1.0);
+                          // An efficiency of a hundredth of the peak or more: one of
+                          // a millionth ran a step of the largest presets past the clock.
+                          const double e = number(cv, ck, 0.01, 1.0);
                           if (c == "gemm_efficiency") p.compute.gemm_efficiency = e;
                           if (c == "fp8_gemm_efficiency") p.compute.fp8_gemm_efficiency = e;
                           if (c == "attention_efficiency") p.compute.attention_efficiency = e;

@@ -239,6 +239,15 @@ TEST_F(HostileTest, ProfileTablesAreCheckedRowByRow) {
   check("c.yaml", "  gemm_table:\n    - [bf16, 1000000, 1000000, 1000000, 5e-6]\n", "implies 4e+23 FLOP/s, past 1e+18");
   check("d.yaml", "  memory_table:\n    - [1073741824, 1e-9]\n", "implies 1.07e+18 bytes/s, past 1e+15");
   check("e.yaml", "  gemm_table:\n    - [bf16, 0, 64, 64, 1e-5]\n", "must be a number in [1, 2.14748e+09], got '0'");
+  // Times and efficiencies that would run a step past the simulated clock: refused at their
+  // row, not found as an overflow with no place named.
+  check("f.yaml", "  gemm_table:\n    - [bf16, 64, 64, 64, 1e5]\n",
+        "f.yaml:3:26: error: profile.compute.gemm_table must be a number in [1e-12, 1], got '1e5'");
+  check("g.yaml", "  gemm_efficiency: 1e-6\n", "profile.compute.gemm_efficiency must be a number in [0.01, 1]");
+  expect_refused_fast("profile-check " + quote(write("h.yaml",
+                                                     "network:\n  collective_table:\n"
+                                                     "    - [all-reduce, nccl, auto, 2, 1e-5, 1e6, 0.01]\n")),
+                      "profile.network.collective_table must be a number in [0, 1e-06], got '1e6'");
 }
 
 // One file reached by two names (a link beside its target) is one accuracy case.
