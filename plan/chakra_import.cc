@@ -19,6 +19,7 @@
 #include "plan/protobuf_wire.h"
 #include "scenarios/error.h"
 #include "scenarios/units.h"
+#include "scenarios/yaml_tree.h"
 
 namespace clustersim {
 namespace {
@@ -397,6 +398,16 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
     for (size_t i : order) {
       const ChakraNode& n = t.nodes[i];
       Op op;
+      // A node's name reaches the tables, terminals, JSON and HTML it is printed to: UTF-8
+      // text without control characters, of a name's length.
+      if (n.name.size() > 4096)
+        bad(file, "node " + std::to_string(n.id) + "'s name is " + std::to_string(n.name.size()) +
+                      " bytes, expected a name of at most 4096");
+      try {
+        check_decoded_text(n.name, SourceMark{file, 0, 0});
+      } catch (const InputError& e) {
+        bad(file, "node " + std::to_string(n.id) + "'s name holds " + e.detail());
+      }
       op.name = plan.intern(n.name.empty() ? "node-" + std::to_string(n.id) : n.name);
       if (!n.phase.empty()) name_to(n.phase, kPhases, op.phase);
       std::string stream;

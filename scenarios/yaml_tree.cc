@@ -66,6 +66,8 @@ std::string hex_byte(unsigned char c) {
   return std::string(b);
 }
 
+}  // namespace
+
 // The length of the well-formed UTF-8 sequence at text[i] (1 to 4), or 0: no stray
 // continuation byte, overlong form, surrogate or code point past U+10FFFF.
 size_t utf8_sequence(const std::string& text, size_t i) {
@@ -101,6 +103,8 @@ void check_decoded_text(const std::string& text, const SourceMark& mark) {
     i += n;
   }
 }
+
+namespace {
 
 // `above`: the mappings and lists this node is inside. An alias that names an anchor
 // around it makes the node graph a cycle, which would recurse without end.

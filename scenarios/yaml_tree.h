@@ -46,4 +46,10 @@ void merge_yaml(YNode& base, const YNode& over);
 // Block-style YAML for a tree, deterministic (document order preserved).
 std::string emit_yaml(const YNode& node);
 
+// The length of the well-formed UTF-8 sequence at text[i] (1 to 4), or 0.
+size_t utf8_sequence(const std::string& text, size_t i);
+// Refuses, at `mark`, a control character other than a tab or a newline, or bytes that are
+// not UTF-8: text that would reach the tables, terminals and JSON it is printed to.
+void check_decoded_text(const std::string& text, const SourceMark& mark);
+
 }  // namespace clustersim

@@ -301,6 +301,21 @@ TEST(Chakra, WhatCannotBeImportedIsAnError) {
   // would leave a collective that never meets, refused as the file's fault instead.
   for (const char* groups : {"{\"0\": [0, 0]}", "{\"0\": [0], \"0\": [0]}", "{\"0\": []}"})
     EXPECT_THROW(attempt({{"j.0.et", trace({{1, {}}}, "0")}, {"comm_group.json", groups}}), InputError) << groups;
+  // A node's name is text of a name's length: escapes, bytes that are not UTF-8 and names
+  // of 100 KB would reach the terminal, the JSON and the HTML it is printed to.
+  auto named = [](const std::string& name) {
+    wire::Writer meta;
+    meta.bytes(1, "0.0.4");
+    wire::Writer n;
+    n.u64(1, 1);
+    n.bytes(2, name);
+    n.u64(3, 4);
+    return delimited(meta.str()) + delimited(n.str());
+  };
+  EXPECT_NO_THROW(attempt({{"j.0.et", named("attn-proj · layer 3")}}));
+  for (const std::string& name :
+       {std::string("\x1b[31mred"), std::string("\xff\xfe"), std::string("\xed\xa0\x80"), std::string(5000, 'x')})
+    EXPECT_THROW(attempt({{"j.0.et", named(name)}}), InputError) << name.size();
   // An empty comm_group.json names no group: a collective's pg_name is not in it, where the
   // groups had all run over every rank as one.
   EXPECT_THROW(attempt({{"j.0.et", trace({{1, {}}}, "0")}, {"comm_group.json", "{}"}}), InputError);
