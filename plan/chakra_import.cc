@@ -529,7 +529,16 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
           stream = "compute";
           break;
       }
-      op.stream = prog.stream(n.stream.empty() ? stream : n.stream);
+      const std::string& on = n.stream.empty() ? stream : n.stream;
+      try {
+        check_decoded_text(on, SourceMark{file, 0, 0});
+      } catch (const InputError& e) {
+        bad(file, "node " + std::to_string(n.id) + "'s stream name holds " + e.detail());
+      }
+      if (prog.streams.size() >= 255 && std::find(prog.streams.begin(), prog.streams.end(), on) == prog.streams.end())
+        bad(file, "node " + std::to_string(n.id) + " opens a 256th stream ('" + on.substr(0, 64) +
+                      "'), expected at most 255 streams a rank");
+      op.stream = prog.stream(on);
       std::vector<uint32_t> after;
       for (size_t p : parents[i]) after.push_back(op_of[p]);
       op_of[i] = prog.add(op, after);
