@@ -591,6 +591,18 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                      "cluster.scale_out.nics_per_node = " + std::to_string(s.cluster.node.nics) +
                          " is past the budget of " + std::to_string(max_nics) +
                          " NICs a node (8 a GPU, at least 64; --allow-large runs it anyway)");
+  // A topology file's other node builds take the same budgets as its first.
+  for (size_t n = 0; n < s.cluster.node_specs.size() && !s.allow_large; ++n) {
+    const NodeSpec& ns = s.cluster.node_specs[n];
+    const int64_t most_nics = std::max<int64_t>(64, 8 * static_cast<int64_t>(ns.gpus));
+    if (ns.gpus > kMaxGpusPerNode || ns.nics > most_nics)
+      throw InputError(s.mark("cluster.topology_file"), "the topology file's node " + std::to_string(n) + " has " +
+                                                            std::to_string(ns.gpus) + " GPUs and " +
+                                                            std::to_string(ns.nics) + " NICs, past the budget of " +
+                                                            std::to_string(kMaxGpusPerNode) +
+                                                            " GPUs a node and 8 NICs a GPU (at least 64; "
+                                                            "--allow-large runs it anyway)");
+  }
   if (!s.allow_large && s.inference && s.serving.requests > 10'000'000)
     throw InputError(s.mark("inference.requests"), "inference.requests = " + std::to_string(s.serving.requests) +
                                                        " is past the budget of 10000000 requests per run "

@@ -340,6 +340,15 @@ TEST_F(HostileTest, BudgetsAreRefusedBeforeAnyWork) {
                           " --set cluster.nodes=2 --set parallel.dp=2 "
                           "--set cluster.scale_out.nics_per_node=1048576",
                       "budget of 64 NICs a node");
+  // A topology file's every node build, not its first alone (a second of a million NICs had
+  // run, and three of them past a minute and 2.7 GB).
+  write("tn.yaml",
+        "nodes:\n  - {preset: dgx-h100, count: 1}\n  - {preset: dgx-h100, count: 1, nics: 1000000}\n"
+        "fabric: {topology: fat-tree}\n");
+  expect_refused_fast("run " + quote(write("tns.yaml",
+                                           "cluster: {topology_file: tn.yaml}\n"
+                                           "model: {preset: gpt3-1.3b, layers: 2}\n")),
+                      "the topology file's node 1 has 8 GPUs and 1000000 NICs, past the budget");
   // --allow-large lifts a budget, never the ceiling past it.
   expect_refused_fast("run " + quote(small()) + " --allow-large --set cluster.nodes=1000000 --set cluster.gpus_per_node=1000",
                       "the most any run takes");
