@@ -83,10 +83,18 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
   // accumulation buffer.
   const int grad_stage = in.grads_unsharded ? 4 : 2;
   // Weights kept unsharded are held as gathered (FSDP: its param dtype) besides the shard.
+  // FP8: the BF16 weight and its cached FP8 copy; FP8 weights: the FP8 data and its
+  // transpose. The vocabulary tables have no FP8 copy (the lookup and the logits' GEMM run in
+  // 16 bits): 2 bytes each.
+  const double vocab = in.fp8 ? vocab_params(m, in.tp, in.embedding, in.output, in.mtp_layers) : 0.0;
+  const double vocab_shard = in.zero_stage >= 3 ? dp_all : 1.0;
   b.weights = in.zero_stage >= 3 && in.zero3_params_held
-                  ? bytes(in.zero3_gather_bytes, 4) + (in.fp8 ? 1.0 : 0.0) * (sp.dense + sp.expert)
-                  : bytes(in.fp8_params ? 2.0 : in.fp8 ? 3.0 : e, 3);  // FP8: the BF16 weight and its cached FP8 copy;
-                                                                         // FP8 weights: the FP8 data and its transpose
+                  ? bytes(in.zero3_gather_bytes, 4) + (in.fp8 ? 1.0 : 0.0) * (sp.dense + sp.expert - vocab)
+                  : bytes(in.fp8_params ? 2.0
+                          : in.fp8      ? 3.0
+                                        : e,
+                          3) -
+                        (in.fp8 && !in.fp8_params ? vocab / vocab_shard : 0.0);
   b.gradients = bytes(in.grad_bytes > 0 ? in.grad_bytes : m.dtype == DType::FP16 ? 2.0 : 4.0, grad_stage);
   // Adam's two moments (SGD's momentum) and, for a 16-bit model, the master weights.
   const double master = m.dtype == DType::FP32 ? 0.0 : in.master_bytes;
@@ -174,10 +182,12 @@ MemoryBreakdown training_memory(const ModelConfig& m, const MemoryInputs& in) {
       (in.full_recompute && in.in_flight_layers > kept) || (in.op_recompute && in.in_flight_layers > 0);
   b.activations = stored_layer * kept + per_recomputed * (in.in_flight_layers - kept) +
                   (recomputes ? full_layer - (in.op_recompute ? stored_layer : 0.0) : 0.0);
+  // The logits and the tensors passed between stages are 16-bit under FP8 too.
+  const double act_e = in.fp8 ? 2.0 : e;
   if (in.output)
     b.activations += static_cast<double>(1 + in.mtp_layers) * tokens * static_cast<double>(padded_vocab(m, in.tp)) / t *
-                     (in.fused_cross_entropy ? e : e + 4.0);
-  if (in.pp > 1) b.buffers += 2.0 * 2.0 * sbh * e / (in.sequence_parallel ? t : 1.0);
+                     (in.fused_cross_entropy ? act_e : act_e + 4.0);
+  if (in.pp > 1) b.buffers += 2.0 * 2.0 * sbh * act_e / (in.sequence_parallel ? t : 1.0);
   if (in.zero_stage >= 3 && !in.zero3_params_held) {
     // Two layers gathered at a time (one in use, one prefetched).
     const double layer =

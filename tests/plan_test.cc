@@ -50,6 +50,21 @@ TEST(Memory, ShardsOverTensorParallelism) {
   in.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(training_memory(m, in).activations, sbh * 34.0 / 8 * 32 + logits);
 
+  // Under FP8 a layer's weight is 3 bytes (BF16 and its FP8 copy), but the vocabulary
+  // tables and the final norm keep 2 (no FP8 copy: the lookup and the logits run in 16
+  // bits), and the logits are 16-bit: the same 2 + 4 bytes an entry.
+  ModelConfig m8 = m;
+  m8.dtype = DType::FP8;
+  MemoryInputs in8 = in;
+  in8.fp8 = true;
+  in8.sequence_parallel = false;
+  const MemoryBreakdown b8 = training_memory(m8, in8);
+  const double vocab = vocab_params(m, 8, true, true, 0);
+  EXPECT_NEAR(b8.weights, 3.0 * (static_cast<double>(p8) - vocab) + 2.0 * vocab, 1.0);
+  MemoryInputs no_output8 = in8;
+  no_output8.output = false;
+  EXPECT_DOUBLE_EQ(b8.activations - training_memory(m8, no_output8).activations, logits);  // the logits' share
+
   // A GPT layer (MHA, 4h GELU MLP, dropout 0.1) is Korthikanti et al.'s 10 + 24/t.
   const ModelConfig& g = *find_model_preset("gpt3-1.3b");
   MemoryInputs gi;
