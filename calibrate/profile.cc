@@ -12,6 +12,9 @@
 #include <tuple>
 #include <vector>
 
+#include "cost_models/collective.h"
+#include "cost_models/protocol.h"
+#include "plan/plan.h"
 #include "scenarios/readers.h"
 #include "scenarios/units.h"
 #include "scenarios/yaml_tree.h"
@@ -303,6 +306,32 @@ void read_table(const std::string& name, const YNode& table, const std::string& 
                        key + ": this row's shape is listed twice, expected each shape once");
 }
 
+// A series' names, as the calibration writes them and the model looks them up: a collective
+// or send-recv, an algorithm (or NCCL's own choice, nccl, or p2p), a protocol (or auto). A
+// misspelt one would never be looked up and its measurements would go unused, unsaid.
+void check_series(const YNode& row, const std::string& key) {
+  CollectiveKind op;
+  Algorithm algo;
+  Protocol proto;
+  const YNode &o = row.seq[0], &a = row.seq[1], &p = row.seq[2];
+  if (!parse_collective(o.scalar, op) && o.scalar != "send-recv")
+    throw InputError(o.mark, key + ": unknown operation '" + o.scalar +
+                                 "', expected all-reduce, all-gather, reduce-scatter, all-to-all, broadcast, reduce "
+                                 "or send-recv");
+  if (!parse_algorithm(a.scalar, algo) && a.scalar != "nccl" && a.scalar != "p2p")
+    throw InputError(a.mark, key + ": unknown algorithm '" + a.scalar +
+                                 "', expected ring, tree, direct, halving-doubling, hierarchical, nvls, nccl or p2p");
+  if (!parse_protocol(p.scalar, proto) && p.scalar != "auto")
+    throw InputError(p.mark, key + ": unknown protocol '" + p.scalar + "', expected LL, LL128, Simple or auto");
+}
+
+// A series' group size: a whole number of ranks, 2 to 2^20.
+int series_ranks(const YNode& n, const std::string& key) {
+  const double v = number(n, key, 2, 1 << 20);
+  if (v != std::floor(v)) throw InputError(n.mark, key + ": ranks must be a whole number, got '" + n.scalar + "'");
+  return static_cast<int>(v);
+}
+
 // [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual] rows.
 void read_collective_table(const YNode& table, const std::string& key, std::vector<CollectiveFitRow>* rows) {
   if (table.kind != YNode::Kind::Seq) throw InputError(table.mark, key + " must be a list of rows");
@@ -310,11 +339,17 @@ void read_collective_table(const YNode& table, const std::string& key, std::vect
     if (row.kind != YNode::Kind::Seq || row.seq.size() != 7)
       throw InputError(row.mark,
                        key + ": each row must be [op, algo, proto, ranks, alpha_s, beta_s_per_byte, rms_rel_residual]");
+    check_series(row, key);
     CollectiveFitRow f;
     f.op = row.seq[0].scalar;
     f.algo = row.seq[1].scalar;
     f.proto = row.seq[2].scalar;
-    f.ranks = static_cast<int>(number(row.seq[3], key, 2, 1 << 20));
+    f.ranks = series_ranks(row.seq[3], key);
+    // A series fitted twice: which line holds would be the table's order.
+    for (const CollectiveFitRow& g : *rows)
+      if (g.op == f.op && g.algo == f.algo && g.proto == f.proto && g.ranks == f.ranks)
+        throw InputError(row.mark, key + ": this row's series (" + f.op + ", " + f.algo + ", " + f.proto + ", " +
+                                       std::to_string(f.ranks) + " ranks) is listed twice, expected each series once");
     // A collective's start-up at most a second, its time a byte at most a microsecond (1 MB/s,
     // slower than any link a cluster has): values past them ran the step past the clock.
     f.alpha_s = number(row.seq[4], key, 0, 1.0);
@@ -331,7 +366,8 @@ void read_collective_points(const YNode& table, const std::string& key, std::vec
   for (const YNode& row : table.seq) {
     if (row.kind != YNode::Kind::Seq || row.seq.size() != 6)
       throw InputError(row.mark, key + ": each row must be [op, algo, proto, ranks, bytes, seconds]");
-    const int ranks = static_cast<int>(number(row.seq[3], key, 2, 1 << 20));
+    check_series(row, key);
+    const int ranks = series_ranks(row.seq[3], key);
     const double b = number(row.seq[4], key, 1, 1e15);
     // A measured size's time, at most 1,000 s (8 GiB at 8 MB/s).
     const double t = number(row.seq[5], key, 1e-9, 1e3);

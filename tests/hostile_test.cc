@@ -248,6 +248,20 @@ TEST_F(HostileTest, ProfileTablesAreCheckedRowByRow) {
                                                      "network:\n  collective_table:\n"
                                                      "    - [all-reduce, nccl, auto, 2, 1e-5, 1e6, 0.01]\n")),
                       "profile.network.collective_table must be a number in [0, 1e-06], got '1e6'");
+  // A series is named as the model looks it up, once, over a whole number of ranks: a
+  // misspelt name had left its measurements unused, a second row had lost to the first.
+  const std::string row = "    - [all-reduce, nccl, auto, 2, 1e-5, 1e-12, 0.01]\n";
+  expect_refused_fast("profile-check " + quote(write("i.yaml", "network:\n  collective_table:\n" + row + row)),
+                      "i.yaml:4:7: error: profile.network.collective_table: this row's series (all-reduce, nccl, auto, "
+                      "2 ranks) is listed twice");
+  expect_refused_fast("profile-check " + quote(write("j.yaml",
+                                                     "network:\n  collective_table:\n"
+                                                     "    - [allreduce, nccl, auto, 2, 1e-5, 1e-12, 0.01]\n")),
+                      "unknown operation 'allreduce'");
+  expect_refused_fast("profile-check " + quote(write("k.yaml",
+                                                     "network:\n  collective_points:\n"
+                                                     "    - [all-reduce, nccl, auto, 2.9, 1024, 1e-5]\n")),
+                      "ranks must be a whole number, got '2.9'");
 }
 
 // One file reached by two names (a link beside its target) is one accuracy case.
