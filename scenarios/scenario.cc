@@ -278,11 +278,17 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
                              {"parallel.tp_overlap_qkv_dgrad_sms", s.parallel.tp_overlap_qkv_dgrad_sms},
                              {"parallel.tp_overlap_fc1_dgrad_sms", s.parallel.tp_overlap_fc1_dgrad_sms},
                              {"parallel.tp_overlap_qkv_wgrad_sms", s.parallel.tp_overlap_qkv_wgrad_sms},
-                             {"parallel.tp_overlap_fc1_wgrad_sms", s.parallel.tp_overlap_fc1_wgrad_sms}})
-    if (s.marks.count(k) && s.cluster.node.gpu.sm_count > 0 && v >= s.cluster.node.gpu.sm_count)
-      throw InputError(s.mark(k), std::string(k) + " is " + std::to_string(v) + ", expected fewer than the " +
-                                      std::to_string(s.cluster.node.gpu.sm_count) + " SMs of a " +
-                                      s.cluster.node.gpu.name + " (the GEMM it overlaps runs on the rest)");
+                             {"parallel.tp_overlap_fc1_wgrad_sms", s.parallel.tp_overlap_fc1_wgrad_sms}}) {
+    // On GPUs whose GEMMs run on clusters of SMs (Hopper's pairs), each block a kernel holds
+    // takes its pair from the GEMM: at half the SMs or more the GEMM has none left.
+    const GpuSpec& gpu = s.cluster.node.gpu;
+    const int most = gpu.gemm_cluster_sms >= 2 ? gpu.sm_count / gpu.gemm_cluster_sms : gpu.sm_count;
+    if (s.marks.count(k) && gpu.sm_count > 0 && v >= most)
+      throw InputError(s.mark(k), std::string(k) + " is " + std::to_string(v) + ", expected fewer than " +
+                                      std::to_string(most) + " on a " + gpu.name + " (" + std::to_string(gpu.sm_count) +
+                                      " SMs" + (gpu.gemm_cluster_sms >= 2 ? ", its GEMMs in pairs of them" : "") +
+                                      "; the GEMM it overlaps runs on the rest)");
+  }
   // The key sets each GPU's link into the node's NVSwitch: a node without one (direct GPU links,
   // as MI300X's Infinity Fabric mesh and DGX-1's NVLink, or PCIe alone) would ignore it.
   if (s.marks.count("cluster.gpu_spec.nvlink_bandwidth") && !s.cluster.node.nvswitch)

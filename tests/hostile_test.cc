@@ -506,10 +506,17 @@ TEST_F(HostileTest, KeysThatWouldBeIgnoredAreErrors) {
                      "model: {preset: llama3-8b, layers: 2}\n",
                      "m.yaml:1:71: error: node mi300x-8gpu has no NVSwitch");
   // Userbuffers' SMs past the GPU's own: the GEMM beside them had been clamped to run anyway.
+  // On Hopper each block takes a pair of SMs from the GEMM: half of them leave it none (66
+  // to 131 had run at one plateau of a slowdown).
   expect_run_refused("u.yaml",
                      "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
                      "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, tp_overlap_fc2_sms: 1000}\n",
-                     "u.yaml:3:87: error: parallel.tp_overlap_fc2_sms is 1000, expected fewer than the 132 SMs");
+                     "u.yaml:3:87: error: parallel.tp_overlap_fc2_sms is 1000, expected fewer than 66 on a h100-sxm "
+                     "(132 SMs, its GEMMs in pairs of them");
+  expect_run_refused("u66.yaml",
+                     "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b, layers: 2}\n"
+                     "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true, tp_overlap_fc2_sms: 66}\n",
+                     "tp_overlap_fc2_sms is 66, expected fewer than 66");
   const std::string range = write("r.yaml",
                                   "cluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-8b}\n"
                                   "inference: {requests: 4, prompt_tokens: {dist: uniform, min: 300, max: 200}}\n");
