@@ -298,6 +298,7 @@ class StageBuilder {
 
   void plan_param_gathers();
   uint32_t zero3_vocab_gather(Phase ph, uint32_t after);
+  bool zero3_gathers_in(Phase ph) const;
   bool vocab_gathered_with_embedding(int64_t chunk) const;
   // Bytes a parameter of layer L (-1: the embedding and output layer) moves in the ZeRO 1/2
   // parameter all-gather: FP8 weights (parallel.fp8_param_gather) 1, else the model's type.

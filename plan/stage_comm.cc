@@ -184,9 +184,7 @@ uint32_t StageBuilder::zero3_copy_out(Phase ph, int32_t L, uint32_t joined) {
 // before its data-gradient GEMM where the layers gather again for the backward (the
 // embedding's backward, a scatter of its rows' gradients, reads no weights).
 uint32_t StageBuilder::zero3_vocab_gather(Phase ph, uint32_t after) {
-  if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
-  if (l_.zero3_gather_once && (ph != Phase::Forward || mb_ > 0)) return after;
-  if (l_.zero3_keep_for_backward && ph != Phase::Forward) return after;
+  if (!zero3_gathers_in(ph)) return after;
   const double pe = dtype_bits(l_.fsdp_param_dtype) / 8.0;
   const double table = static_cast<double>(vocab_local_) * static_cast<double>(m_.hidden);
   const uint32_t g = add_coll(ph == Phase::Forward ? "zero3-vocab-allgather" : "zero3-vocab-allgather-bwd",
@@ -200,14 +198,18 @@ bool StageBuilder::vocab_gathered_with_embedding(int64_t chunk) const {
   return m_.tied_embeddings && first_virtual(0) && last_virtual(chunk);
 }
 
+// Whether ZeRO 3 gathers parameters at this point of the step: in every forward and
+// backward, but gathered once, only in the first micro-batch's forward (what it gathered
+// stays until the step ends: torch.distributed.pipelining turns FSDP's reshard off for all
+// but the last backward), and kept for the backward (SHARD_GRAD_OP), before each forward only.
+bool StageBuilder::zero3_gathers_in(Phase ph) const {
+  if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return false;
+  if (l_.zero3_gather_once && (ph != Phase::Forward || mb_ > 0)) return false;
+  return !(l_.zero3_keep_for_backward && ph != Phase::Forward);
+}
+
 uint32_t StageBuilder::zero3_gather(Phase ph, int32_t L, uint32_t after) {
-  if (l_.zero_stage < 3 || l_.dp * l_.cp == 1) return after;
-  // Gathered once: what the first micro-batch's forward gathered stays until the step
-  // ends (torch.distributed.pipelining turns FSDP's reshard off for all but the last
-  // backward).
-  if (l_.zero3_gather_once && (ph != Phase::Forward || mb_ > 0)) return after;
-  // Kept for the backward (SHARD_GRAD_OP): gathered before each forward only.
-  if (l_.zero3_keep_for_backward && ph != Phase::Forward) return after;
+  if (!zero3_gathers_in(ph)) return after;
   const double pe = dtype_bits(l_.fsdp_param_dtype) / 8.0;
   // Prefetched: the gather for this layer is issued on the DP stream as soon as the
   // previous gather finished, and the layer's first op waits for it.

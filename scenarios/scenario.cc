@@ -591,7 +591,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     throw InputError(s.mark("cluster.gpus_per_node"), "cluster.gpus_per_node = " + std::to_string(s.cluster.node.gpus) +
                                                           " is past the budget of " + std::to_string(kMaxGpusPerNode) +
                                                           " GPUs a node (--allow-large runs it anyway)");
-  const int64_t max_nics = std::max<int64_t>(64, 8 * static_cast<int64_t>(s.cluster.node.gpus));
+  auto most_nics = [](int64_t gpus) { return std::max<int64_t>(64, 8 * gpus); };  // 8 a GPU, at least 64
+  const int64_t max_nics = most_nics(s.cluster.node.gpus);
   if (!s.allow_large && s.cluster.node.nics > max_nics)
     throw InputError(s.mark("cluster.scale_out.nics_per_node"),
                      "cluster.scale_out.nics_per_node = " + std::to_string(s.cluster.node.nics) +
@@ -600,8 +601,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   // A topology file's other node builds take the same budgets as its first.
   for (size_t n = 0; n < s.cluster.node_specs.size() && !s.allow_large; ++n) {
     const NodeSpec& ns = s.cluster.node_specs[n];
-    const int64_t most_nics = std::max<int64_t>(64, 8 * static_cast<int64_t>(ns.gpus));
-    if (ns.gpus > kMaxGpusPerNode || ns.nics > most_nics)
+    if (ns.gpus > kMaxGpusPerNode || ns.nics > most_nics(ns.gpus))
       throw InputError(s.mark("cluster.topology_file"), "the topology file's node " + std::to_string(n) + " has " +
                                                             std::to_string(ns.gpus) + " GPUs and " +
                                                             std::to_string(ns.nics) + " NICs, past the budget of " +
