@@ -96,12 +96,9 @@ int cmd_export_chakra(const std::vector<std::string>& args) {
   if (fs::is_directory(out, ec))
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
       const std::string f = e.path().filename().string();
-      if (f.size() <= 3 || f.compare(f.size() - 3, 3, ".et") != 0) continue;
-      const size_t dot = f.rfind('.', f.size() - 4);
-      if (dot == std::string::npos || dot == 0) continue;
-      const std::string rank = f.substr(dot + 1, f.size() - dot - 4);
-      if (rank.empty() || rank.find_first_not_of("0123456789") != std::string::npos || rank.size() > 9) continue;
-      if (f.compare(0, dot, s.name) != 0 || dot != s.name.size()) {
+      std::string workload, rank;
+      if (!chakra_trace_name(f, workload, rank) || workload.empty() || rank.size() > 9) continue;
+      if (workload != s.name) {
         if (other.empty() || f < other) other = f;
         continue;
       }

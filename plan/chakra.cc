@@ -206,6 +206,16 @@ std::vector<ChakraFile> plan_to_chakra(const Plan& plan, const std::string& pref
   return files;
 }
 
+bool chakra_trace_name(const std::string& file, std::string& workload, std::string& rank) {
+  if (file.size() <= 3 || file.compare(file.size() - 3, 3, ".et") != 0) return false;
+  const size_t dot = file.rfind('.', file.size() - 4);
+  if (dot == std::string::npos) return false;
+  rank = file.substr(dot + 1, file.size() - dot - 4);
+  if (rank.empty() || rank.find_first_not_of("0123456789") != std::string::npos) return false;
+  workload = file.substr(0, dot);
+  return true;
+}
+
 double chakra_flops_per_rank(const Plan& plan) {
   if (plan.world_size <= 0) return 0;
   double flops = 0;

@@ -79,4 +79,8 @@ double chakra_flops_per_rank(const Plan& plan);
 // file's name for what cannot be imported.
 Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu);
 
+// A trace file's name as export-chakra writes it, NAME.<rank>.et: the workload NAME (all
+// before the last ".<digits>.et") and the rank's digits; false for any other file name.
+bool chakra_trace_name(const std::string& file, std::string& workload, std::string& rank);
+
 }  // namespace clustersim

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <map>
 #include <queue>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -220,20 +219,18 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
   if (!fs::is_directory(dir, ec))
     bad(dir, "workload.chakra: not a directory, expected a folder of <name>.<rank>.et files");
   // The traces, by rank.
-  const std::regex pattern(R"((.*)\.(\d+)\.et)");
   std::map<int64_t, fs::path> by_rank;
   std::string prefix;
   for (const auto& e : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (!e.is_regular_file() || !std::regex_match(name, m, pattern)) continue;
-    if (prefix.empty()) prefix = m[1];
-    if (m[1] != prefix)
-      bad(e.path().string(), "traces of two workloads in one folder: '" + prefix + "' and '" + std::string(m[1]) + "'");
-    if (m[2].length() > 7) bad(e.path().string(), "rank number past 2^20");
+    std::string workload, digits;
+    if (!e.is_regular_file() || !chakra_trace_name(e.path().filename().string(), workload, digits)) continue;
+    if (prefix.empty()) prefix = workload;
+    if (workload != prefix)
+      bad(e.path().string(), "traces of two workloads in one folder: '" + prefix + "' and '" + workload + "'");
+    if (digits.size() > 7) bad(e.path().string(), "rank number past 2^20");
     // One trace a rank: NAME.1.et and NAME.01.et are both rank 1, and which one counted would
     // follow the folder's listing order.
-    const auto [at, fresh] = by_rank.emplace(std::stoll(m[2]), e.path());
+    const auto [at, fresh] = by_rank.emplace(std::stoll(digits), e.path());
     if (!fresh) {
       const std::string a = std::min(at->second.string(), e.path().string()),
                         b = std::max(at->second.string(), e.path().string());
