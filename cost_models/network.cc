@@ -39,7 +39,7 @@ void TransferPaths::paths(const std::vector<Transfer>& transfers, std::span<cons
 
 double TransferPaths::latency(const Route& r, const Expansion& e) const {
   if (r.links.empty()) return 0;
-  return r.latency + profile_.hop(r.cls, e.family, e.proto);
+  return profile_.step_latency(r.cls, e.family, e.proto, r.latency);
 }
 
 const AnalyticNetwork::StepShape& AnalyticNetwork::shape(const CollectiveStep& step, std::span<const int32_t> gpus) {

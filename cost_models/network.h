@@ -46,12 +46,12 @@ class TransferPaths {
   Route append_path(const Transfer& t, std::span<const int32_t> gpus, std::vector<uint32_t>& out);
   // Routes for a step's transfers, in order, into `out` (cleared first).
   void paths(const std::vector<Transfer>& transfers, std::span<const int32_t> gpus, std::vector<Route>& out);
-  // The transfer's step latency on route r: its hops plus the protocol's per-step latency
-  // for its slowest class.
+  // The transfer's step latency on route r: the protocol's per-step latency for its
+  // slowest class, and what its hops add beyond the route NCCL's figure holds.
   double latency(const Route& r, const Expansion& e) const;
   // The same for a route of `hops` links with that latency and class.
   double latency(size_t hops, const Route& r, const Expansion& e) const {
-    return hops == 0 ? 0 : r.latency + profile_.hop(r.cls, e.family, e.proto);
+    return hops == 0 ? 0 : profile_.step_latency(r.cls, e.family, e.proto, r.latency);
   }
   // A transfer's wire bytes: its payload over the protocol's efficiency, and over the
   // switch's reduction rate for a transfer to or from the NVLink switch (NVLS); an NVLS

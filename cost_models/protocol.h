@@ -5,6 +5,7 @@
 // profile replaces them with measurements.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -67,6 +68,13 @@ struct NetworkProfile {
       {{{1.0e-6, 2.5e-6, 5.7e-6}, {1.0e-6, 2.5e-6, 5.7e-6}, {1.0e-6, 2.5e-6, 5.7e-6}}},      // PCIe
       {{{2.7e-6, 4.0e-6, 14.0e-6}, {5.0e-6, 8.5e-6, 14.0e-6}, {2.7e-6, 4.0e-6, 20.9e-6}}},  // network
   }};
+  // The physical latency NCCL's per-step figures above already hold, per class: they were
+  // measured end to end over a route through one switch, at the default link latencies
+  // (NVLink 0.25 us, PCIe 0.5, scale-out 0.5): GPU, NVSwitch, GPU (0.5 us); GPU, PCIe
+  // switch, GPU (1.0); GPU, PCIe switch, NIC, leaf, NIC, PCIe switch, GPU (four PCIe and
+  // two scale-out links, 3.0). A route adds only what its links hold beyond that: spine
+  // hops, a torus's hops, a detour over NVLink to another GPU's NIC, slower links.
+  std::array<double, 3> figure_route_latency{0.5e-6, 1.0e-6, 3.0e-6};
   // Fraction of line rate collectives reach per link class. NVLink: NCCL models a
   // Hopper NVLink as 20.6 GB/s per link x 18 links = 370.8 of 450 GB/s.
   std::array<double, 3> link_efficiency{370.8 / 450.0, 0.80, 0.92};
@@ -88,6 +96,11 @@ struct NetworkProfile {
     return hop_latency[static_cast<size_t>(c)][family][static_cast<size_t>(p)];
   }
   double efficiency(LinkClass c) const { return link_efficiency[static_cast<size_t>(c)]; }
+  // A step's latency over a route of class c whose links add up to `physical`: NCCL's
+  // per-step figure and what the route has beyond the figure's route.
+  double step_latency(LinkClass c, LatencyFamily f, Protocol p, double physical) const {
+    return hop(c, f, p) + std::max(0.0, physical - figure_route_latency[static_cast<size_t>(c)]);
+  }
 };
 
 }  // namespace clustersim

@@ -31,6 +31,7 @@ NetworkProfile ideal() {
   for (auto& f : p.base_latency) f.fill(0.0);
   for (auto& c : p.hop_latency)
     for (auto& f : c) f.fill(0.0);
+  p.figure_route_latency.fill(0.0);
   p.link_efficiency.fill(1.0);
   return p;
 }
@@ -43,15 +44,16 @@ Expansion expand(CollectiveKind op, Algorithm a, Protocol proto, const Topology&
 // Ring all-reduce on one DGX H100: p = 8 GPUs, each step a GPU sends S/p to its
 // successor over GPU -> NVSwitch -> GPU (alpha = 2 hops x 0.25 us, B = 450 GB/s):
 //   T = 2(p-1)·alpha + 2(p-1)/p · S/B
-// With NCCL's protocol figures the same form holds with alpha = 0.5 us + the Simple
-// NVLink ring step latency (3.4 us), B = 450 GB/s x 370.8/450, plus the 8.4 us base.
+// With NCCL's protocol figures the same form holds with alpha = the Simple NVLink ring
+// step latency (3.4 us, which holds the route's own 0.5 us), B = 450 GB/s x 370.8/450,
+// plus the 8.4 us base.
 TEST(Collectives, RingAllReduceOnOneDgxH100MatchesClosedForm) {
   Topology topo(cluster("dgx-h100", 1));
   const int p = 8;
   for (bool nccl : {false, true}) {
     const NetworkProfile prof = nccl ? NetworkProfile{} : ideal();
     AnalyticNetwork net(topo, prof);
-    const double alpha = 0.5e-6 + (nccl ? 3.4e-6 : 0.0);
+    const double alpha = nccl ? 3.4e-6 : 0.5e-6;
     const double B = nccl ? 370.8e9 : 450e9;
     const double base = nccl ? 8.4e-6 : 0.0;
     for (double S : {1024.0, 1e6, 64e6, 1024.0 * 1024 * 1024}) {
@@ -64,6 +66,32 @@ TEST(Collectives, RingAllReduceOnOneDgxH100MatchesClosedForm) {
                   1e-15);
     }
   }
+}
+
+// NCCL's per-step latencies were measured over a route through one switch, so that route
+// is not counted again; a route's further hops, and links slower than the defaults, are.
+// Small all-reduces then take NCCL's own estimates (src/graph/tuning.cc): tree
+// base + 2·((g−1)·intra + log2(n)·inter), ring base + 2(p−1)·intra; published with NCCL
+// 2.26 on 2 × 8 and 4 × 8 H100 (NVIDIA/nccl-tests#309): 25 µs and 35 µs for 16 to 128 B.
+TEST(Collectives, RouteLatencyBeyondNcclsFigureRoute) {
+  const NetworkProfile prof;
+  auto small = [&](const ClusterSpec& c, int p, Algorithm a) {
+    Topology topo(c);
+    AnalyticNetwork net(topo, prof);
+    return net.run(expand(CollectiveKind::AllReduce, a, Protocol::LL, topo, p, 16, prof), first_gpus(p)).seconds;
+  };
+  EXPECT_NEAR(small(cluster("dgx-h100", 1), 8, Algorithm::Ring), 6.6e-6 + 14 * 0.6e-6, 0.05e-6);
+  EXPECT_NEAR(small(cluster("dgx-h100", 2), 16, Algorithm::Tree), 6.8e-6 + 2 * (7 * 0.6e-6 + 5.0e-6), 0.05e-6);
+  EXPECT_NEAR(small(cluster("dgx-h100", 4), 32, Algorithm::Tree), 6.8e-6 + 2 * (7 * 0.6e-6 + 2 * 5.0e-6), 0.05e-6);
+  // Scale-out links of 2 µs instead of 0.5: each of the two network steps (up, then down)
+  // crosses NIC-leaf-NIC, 2 × 1.5 µs more than the figure's route.
+  ClusterSpec slow = cluster("dgx-h100", 2);
+  slow.fabric.latency = 2e-6;
+  EXPECT_NEAR(small(slow, 16, Algorithm::Tree), 6.8e-6 + 2 * (7 * 0.6e-6 + 5.0e-6 + 3e-6), 0.05e-6);
+  // A slower NVLink hop shows inside a node too: 1 µs a link, 1.5 µs more a step.
+  ClusterSpec far = cluster("dgx-h100", 1);
+  far.node.nvlink_latency = 1e-6;
+  EXPECT_NEAR(small(far, 8, Algorithm::Ring), 6.6e-6 + 14 * (0.6e-6 + 1.5e-6), 0.05e-6);
 }
 
 // Two GPUs of a node talk over the widest path inside it (NCCL's search takes bandwidth

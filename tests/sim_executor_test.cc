@@ -376,6 +376,7 @@ TEST(Executor, CollectiveWaitsForTheLastMember) {
   for (auto& f : opt.network.base_latency) f.fill(0.0);
   for (auto& c : opt.network.hop_latency)
     for (auto& f : c) f.fill(0.0);
+  opt.network.figure_route_latency.fill(0.0);  // the route's own latency, all of it
   opt.network.link_efficiency.fill(1.0);
   opt.algorithm = Algorithm::Ring;
   opt.protocol = Protocol::Simple;

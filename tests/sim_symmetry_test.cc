@@ -75,11 +75,13 @@ TEST(Symmetry, FoldedTensorParallelRanksGiveTheWholeRunToTheBit) {
 }
 
 TEST(Symmetry, RanksTheNetworkTellsApartAreNotFolded) {
-  // Leaves of 12 NICs split the nodes' eight: GPU 0's DP ring stays under one leaf where
-  // GPU 4's crosses the spine, so their costs differ and nothing is folded.
+  // Leaves of 12 NICs split the second node's eight: GPU 0's DP ring stays under one leaf
+  // where GPU 4's leaves it (over the spine, or over NVLink to a NIC on GPU 0's leaf), so
+  // their costs differ and nothing is folded. (On four such nodes every ring crosses the
+  // spine three times: alike, and folded.)
   const Pair leaves = both(
-      "cluster: {preset: dgx-h100, nodes: 4, scale_out: {nics_per_leaf: 12}}\nnetwork_model: analytic\n"
-      "model: {preset: gpt3-1.3b, layers: 4}\nparallel: {tp: 8, dp: 4}\ntraining: {global_batch: 32}\n",
+      "cluster: {preset: dgx-h100, nodes: 2, scale_out: {nics_per_leaf: 12}}\nnetwork_model: analytic\n"
+      "model: {preset: gpt3-1.3b, layers: 4}\nparallel: {tp: 8, dp: 2}\ntraining: {global_batch: 16}\n",
       "sym-leaves");
   expect_same(leaves, "uneven leaves");
   EXPECT_EQ(metric(leaves.folded, "simulated_ranks"), metric(leaves.whole, "simulated_ranks"));
