@@ -102,8 +102,9 @@ uint32_t StageBuilder::gemm_then_reduce(const char* gemm, const char* ar, const 
   // The backward's (the QKV and MLP-up input gradients) are TE's bulk overlaps: the data
   // gradient's GEMM whole, then one reduce-scatter kernel holding its configured SMs (no
   // margin) beside the weight-gradient GEMM, which runs at the factor for those SMs while
-  // the reduce-scatter lasts (the executor retimes it when that ends).
-  if (ph == Phase::Backward) {
+  // the reduce-scatter lasts (the executor retimes it when that ends). A forward run again
+  // in the backward (full recompute) is the forward's module call: its pipelined overlap.
+  if (ph == Phase::Backward && !recomputing_) {
     const uint32_t g = add_gemm(gemm, ph, L, tokens_, n, k, after);
     const uint32_t red =
         bulk(add_coll(rs, CollectiveKind::ReduceScatter, GroupKind::TP, tp_, ph, L, full_act_bytes(), deps(g)),

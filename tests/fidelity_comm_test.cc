@@ -157,6 +157,38 @@ TEST(Fidelity, SequenceParallelWithTpOverlapIsNoSlowerThanWithoutSp) {
   EXPECT_LT(sp_overlap, sp);
 }
 
+// Full recompute under TP overlap runs the layer's forward again through the same
+// Transformer Engine modules, so the recomputed projection and FC2 take the forward's
+// pipelined reduce-scatter (tp chunks, the kernel's SMs held beside all but the first), not
+// the backward's bulk overlap of one whole GEMM and one reduce-scatter.
+TEST(Fidelity, RecomputedForwardTakesThePipelinedOverlap) {
+  const std::string y =
+      "name: t\ncluster: {preset: dgx-h100, nodes: 1}\nmodel: {preset: llama3-70b, layers: 2, seq_len: 8192}\n"
+      "parallel: {tp: 8, sequence_parallel: true, tp_comm_overlap: true}\n"
+      "training: {global_batch: 1, recompute: full}\n";
+  const TrainingPlan built = build_training_plan(scenario_from_text(y, "ub-recompute"));
+  const Plan& plan = built.plan;
+  const Program& prog = plan.programs[plan.rank_program[0]];
+  std::map<std::string, std::pair<int, int>> chunks;  // name -> (forward, backward) GEMMs
+  int rs_backward = 0, beside = 0;
+  for (const Op& op : prog.ops) {
+    const std::string& name = plan.names[op.name];
+    if (op.kind == OpKind::Gemm && (name == "attn-proj" || name == "mlp-down")) {
+      (op.phase == Phase::Forward ? chunks[name].first : chunks[name].second)++;
+      beside += op.phase == Phase::Backward && op.beside_sms ? 1 : 0;
+    }
+    if (op.kind == OpKind::Collective && op.phase == Phase::Backward &&
+        (name == "reduce-scatter-attn" || name == "reduce-scatter-mlp"))
+      ++rs_backward;
+  }
+  for (const char* name : {"attn-proj", "mlp-down"}) {
+    EXPECT_EQ(chunks[name].first, 2 * 8) << name;   // two layers, eight chunks each
+    EXPECT_EQ(chunks[name].second, 2 * 8) << name;  // the same, run again
+  }
+  EXPECT_EQ(beside, 2 * 2 * 7);  // every chunk after the first, both GEMMs, both layers
+  EXPECT_EQ(rs_backward, 0);     // no bulk reduce-scatter of a recomputed output
+}
+
 // Userbuffers' pipelined reduce-scatter (the forward's projection and FC2) holds SMs
 // beside the GEMM's chunks; the all-gathers' ring exchange moves by copy engines. So with
 // TP overlap the projection's chunks after the first (a send in flight beside them) take
