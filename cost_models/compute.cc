@@ -557,18 +557,34 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
 }
 }  // namespace
 
-double beside_blocks(OpKind kind, const GpuSpec& gpu, int blocks) {
-  if (kind == OpKind::Memory || blocks <= 0 || gpu.sm_count <= 1) return 1.0;
-  const bool clusters = kind == OpKind::Gemm && gpu.gemm_cluster_sms >= 2;
-  if (clusters && blocks <= 32) {
-    // Measured steps (H200, copy blocks beside cuBLASLt BF16 GEMMs planned for every SM).
-    constexpr std::array<std::pair<int, double>, 4> kSteps{{{2, 1.077}, {8, 1.145}, {24, 1.29}, {32, 1.45}}};
-    for (const auto& [upto, factor] : kSteps)
-      if (blocks <= upto) return factor;
-  }
-  const int64_t span = clusters ? gpu.gemm_cluster_sms : 1;
+namespace {
+// The SMs' share: N / (N − blocks × span), the SMs lost never all of them.
+double sm_share(const GpuSpec& gpu, int blocks, int64_t span) {
   const int64_t lost = std::min<int64_t>(gpu.sm_count - 1, int64_t{blocks} * span);
   return static_cast<double>(gpu.sm_count) / static_cast<double>(gpu.sm_count - lost);
+}
+
+// A GEMM of 2-SM clusters at measured steps up to their last, and past it the SMs' share
+// with its excess over 1 scaled to meet the last step: the measured factors sit below the
+// share (1.45 where it gives 1.94 at 32 blocks), and the share alone would jump there.
+template <size_t K>
+double cluster_steps(const GpuSpec& gpu, int blocks, const std::array<std::pair<int, double>, K>& steps) {
+  for (const auto& [upto, factor] : steps)
+    if (blocks <= upto) return factor;
+  const auto [last, measured] = steps.back();
+  const int64_t span = gpu.gemm_cluster_sms;
+  return 1.0 + (sm_share(gpu, blocks, span) - 1.0) * (measured - 1.0) / (sm_share(gpu, last, span) - 1.0);
+}
+}  // namespace
+
+double beside_blocks(OpKind kind, const GpuSpec& gpu, int blocks) {
+  if (kind == OpKind::Memory || blocks <= 0 || gpu.sm_count <= 1) return 1.0;
+  if (kind == OpKind::Gemm && gpu.gemm_cluster_sms >= 2) {
+    // Measured steps (H200, copy blocks beside cuBLASLt BF16 GEMMs planned for every SM).
+    constexpr std::array<std::pair<int, double>, 4> kSteps{{{2, 1.077}, {8, 1.145}, {24, 1.29}, {32, 1.45}}};
+    return cluster_steps(gpu, blocks, kSteps);
+  }
+  return sm_share(gpu, blocks, 1);
 }
 
 size_t overlap_kind_index(OpKind kind) { return kind == OpKind::Gemm ? 0 : kind == OpKind::Attention ? 1 : 2; }
@@ -590,12 +606,11 @@ double beside_userbuffers(OpKind kind, const GpuSpec& gpu, const ComputeProfile&
   if (measured > 0) return measured;
   const int blocks = held_sms > 0 ? held_sms : 16;
   if (kind != OpKind::Gemm || !sm_margin) return beside_blocks(kind, gpu, blocks);
-  if (gpu.gemm_cluster_sms >= 2 && blocks <= 32) {
+  if (gpu.gemm_cluster_sms >= 2 && gpu.sm_count > 1) {
     // Measured steps (H200, copy blocks beside cuBLASLt GEMMs planned for the SMs left:
     // calibrate/measurements/overlap-sm-h200-2026-12-02, sm-margin-h200-2026-12-03).
     constexpr std::array<std::pair<int, double>, 5> kSteps{{{1, 1.00}, {8, 1.05}, {16, 1.37}, {24, 1.38}, {32, 1.58}}};
-    for (const auto& [upto, factor] : kSteps)
-      if (blocks <= upto) return factor;
+    return cluster_steps(gpu, blocks, kSteps);
   }
   return beside_blocks(kind, gpu, blocks);
 }

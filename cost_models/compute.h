@@ -304,8 +304,8 @@ struct ComputeProfile {
 // Hopper and Blackwell) lose SMs in steps, as measured on one H200 (the median of four
 // large GEMMs; calibrate/measurements/overlap-sm-h200-2026-12-02 and
 // flash2-h200-2026-12-03): 1-2 blocks 1.077, 3-8 1.145, 9-24 1.29, 25-32 1.45, then
-// N / (N - 2·blocks); other GEMMs and attention kernels (one-CTA blocks) N / (N - blocks);
-// memory-bound kernels keep HBM's rate on the SMs left: 1 (docs/model.md, "Kernels beside
+// N / (N - 2·blocks) with its excess over 1 scaled to meet 1.45 at 32; other GEMMs and attention kernels (one-CTA
+// blocks) N / (N - blocks); memory-bound kernels keep HBM's rate on the SMs left: 1 (docs/model.md, "Kernels beside
 // communication").
 double beside_blocks(OpKind kind, const GpuSpec& gpu, int blocks);
 // The column of overlap_slowdown a kernel reads: 0 GEMM, 1 attention, 2 anything else.
@@ -319,7 +319,8 @@ double beside_p2p(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile
 // reduce-scatter, num_sm; 0: TE's default 16), the GEMM told to leave them (`sm_margin`,
 // set_sm_margin) or not: the profile's measured `userbuffers` row where it has one, else
 // for a GEMM on 2-SM clusters the steps measured on an H200 with the margin (1 block 1.00,
-// up to 8 1.05, 16 1.37, 24 1.38, 32 1.58, then N / (N - 2·blocks)) and beside_blocks
+// up to 8 1.05, 16 1.37, 24 1.38, 32 1.58, then N / (N - 2·blocks) scaled to meet 1.58 at
+// 32, as beside_blocks past its steps) and beside_blocks
 // without it (docs/model.md, "Kernels beside communication").
 double beside_userbuffers(OpKind kind, const GpuSpec& gpu, const ComputeProfile& profile, int held_sms,
                           bool sm_margin);
