@@ -12,6 +12,8 @@
 //     protocols: {LL: {bandwidth_efficiency: 0.3333333333333333, chunk: 32KiB}, LL128: {...}, Simple: {...}}
 //     base_latency: {ring: {LL: 6.6us, LL128: 14us, Simple: 8.4us}, tree: {...}, nvls: {...}}
 //     hop_latency: {nvlink: {ring: {LL: 0.6us, ...}, tree: {...}, nvls: {...}}, pcie: {...}, network: {...}}
+//                  (a step end to end over a one-switch route: a longer route adds only its extra
+//                  latency; docs/model.md, "Route latency beyond NCCL's figures")
 #pragma once
 
 #include <string>

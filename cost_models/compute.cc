@@ -555,9 +555,7 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
   }
   return 0;
 }
-}  // namespace
 
-namespace {
 // The SMs' share: N / (N − blocks × span), the SMs lost never all of them.
 double sm_share(const GpuSpec& gpu, int blocks, int64_t span) {
   const int64_t lost = std::min<int64_t>(gpu.sm_count - 1, int64_t{blocks} * span);
