@@ -208,7 +208,7 @@ void Executor::arrive_p2p(uint32_t slot, uint32_t op_index, const Op& op) {
     one.transfers.reserve(1 + mirrors_[static_cast<size_t>(src)].size());
     for (int32_t m : mirrors_[static_cast<size_t>(src)]) {
       const int32_t md = m + offset;
-      if (md < 0 || md >= plan_.world_size || plan_.mirror_of[static_cast<size_t>(md)] != dst) continue;
+      if (md < 0 || md >= plan_.world_size || rep_[static_cast<size_t>(md)] != dst) continue;
       const auto k = static_cast<int32_t>(gpus.size());
       gpus.push_back(plan_.rank_gpu[static_cast<size_t>(m)]);
       gpus.push_back(plan_.rank_gpu[static_cast<size_t>(md)]);

@@ -56,6 +56,8 @@ void Executor::prepare() {
   // The representatives: the plan's, with the TP ranks of each stage folded onto its first
   // where their timelines provably equal it.
   rep_ = plan_.mirror_of;
+  if (flow_ && !opt_.simulate_all_ranks && !mirrored_sends_alike())
+    for (int32_t r = 0; r < plan_.world_size; ++r) rep_[static_cast<size_t>(r)] = r;
   fold_weight_.assign(static_cast<size_t>(plan_.world_size), 1);
   tp_rep_.resize(static_cast<size_t>(plan_.world_size));
   for (int32_t r = 0; r < plan_.world_size; ++r) tp_rep_[static_cast<size_t>(r)] = r;
@@ -88,7 +90,7 @@ void Executor::prepare() {
   if (flow_ && !opt_.simulate_all_ranks) {
     mirrors_.assign(static_cast<size_t>(plan_.world_size), {});
     for (int32_t r = 0; r < plan_.world_size; ++r) {
-      const int32_t rep = plan_.mirror_of[static_cast<size_t>(r)];
+      const int32_t rep = rep_[static_cast<size_t>(r)];
       if (rep != r) mirrors_[static_cast<size_t>(rep)].push_back(r);
     }
   }

@@ -151,6 +151,11 @@ class Executor {
   // the simulation provably gives them its timeline (sim/executor_symmetry.cc); false, and
   // nothing folded, when it cannot tell.
   bool fold_tensor_parallel();
+  // On the flow network: whether every send the planner's mirrored replicas make beside a
+  // representative's gets the representative's share of its route, so that their
+  // timelines are its own (sim/executor_symmetry.cc); false, and no replica is folded, when
+  // a fabric splits those flows unevenly.
+  bool mirrored_sends_alike();
 
   CollectiveResult cost_collective(int32_t group, const Op& op);
 

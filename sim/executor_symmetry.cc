@@ -16,7 +16,10 @@
 // missing from it).
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -146,6 +149,59 @@ bool Executor::fold_tensor_parallel() {
     ++fold_weight_[static_cast<size_t>(first)];
   }
   for (int32_t& rep : rep_) rep = tp_rep_[static_cast<size_t>(rep)];
+  return true;
+}
+
+bool Executor::mirrored_sends_alike() {
+  // The ranks each representative stands for.
+  std::vector<std::vector<int32_t>> mirrors(static_cast<size_t>(plan_.world_size));
+  bool any = false;
+  for (int32_t r = 0; r < plan_.world_size; ++r) {
+    const int32_t rep = plan_.mirror_of[static_cast<size_t>(r)];
+    if (rep != r) mirrors[static_cast<size_t>(rep)].push_back(r), any = true;
+  }
+  if (!any) return true;
+  std::vector<uint32_t> load(topo_.links().size(), 0);
+  std::vector<std::vector<uint32_t>> routes;
+  std::set<std::pair<int32_t, int32_t>> seen;  // (representative, offset) checked
+  for (int32_t r = 0; r < plan_.world_size; ++r) {
+    if (mirrors[static_cast<size_t>(r)].empty()) continue;
+    for (const Op& op : plan_.programs[plan_.rank_program[static_cast<size_t>(r)]].ops) {
+      if (op.kind != OpKind::Send) continue;
+      const int32_t peer = p2p_peer(plan_, r, op);
+      if (peer < 0 || !seen.emplace(r, peer - r).second) continue;
+      // The flows arrive_p2p launches together: the representative's and each mirror's
+      // whose peer mirrors the representative's peer.
+      routes.clear();
+      auto add = [&](int32_t a, int32_t b) {
+        const auto links = topo_.route(plan_.rank_gpu[static_cast<size_t>(a)], plan_.rank_gpu[static_cast<size_t>(b)]);
+        routes.emplace_back(links.begin(), links.end());
+      };
+      add(r, peer);
+      for (int32_t m : mirrors[static_cast<size_t>(r)]) {
+        const int32_t md = m + (peer - r);
+        if (md < 0 || md >= plan_.world_size || plan_.mirror_of[static_cast<size_t>(md)] != peer) continue;
+        add(m, md);
+      }
+      for (const auto& route : routes)
+        for (uint32_t l : route) ++load[l];
+      // Each flow's share of its narrowest link when the group's flows alone split them.
+      auto share = [&](const std::vector<uint32_t>& route) {
+        double s = std::numeric_limits<double>::infinity();
+        for (uint32_t l : route) {
+          const Link& link = topo_.links()[l];
+          s = std::min(s, link.bandwidth * opt_.network.efficiency(link.cls) / load[l]);
+        }
+        return s;
+      };
+      const double first = share(routes.front());
+      bool alike = true;
+      for (const auto& route : routes) alike = alike && std::abs(share(route) - first) <= 1e-9 * first;
+      for (const auto& route : routes)
+        for (uint32_t l : route) --load[l];
+      if (!alike) return false;
+    }
+  }
   return true;
 }
 
