@@ -129,9 +129,11 @@ void add_cluster_keys(KeyList& t) {
            [](const N& n, S& s) { s.cluster.node.nic_bandwidth = as_bandwidth(n, "cluster.scale_out.nic_bandwidth"); }},
           {"cluster.scale_out.nics_per_node", "integer", "preset's", "NICs per node (DGX presets: one per GPU)",
            [](const N& n, S& s) { s.cluster.node.nics = as_count(n, "cluster.scale_out.nics_per_node"); }},
-          {"cluster.scale_out.oversubscription", "number", "1.0", "leaf down-link : up-link bandwidth ratio (>= 1)",
+          {"cluster.scale_out.oversubscription", "number", "1.0",
+           "leaf down-link : up-link bandwidth ratio (1 to 1e6); whole spines: max(1, round(nics_per_leaf / this)) "
+           "of them",
            [](const N& n, S& s) {
-             s.cluster.fabric.oversubscription = as_double(n, "cluster.scale_out.oversubscription", 1.0, false);
+             s.cluster.fabric.oversubscription = as_number(n, "cluster.scale_out.oversubscription", 1.0, 1e6);
            }},
           {"cluster.scale_out.latency", "time", "0.5us", "latency of each scale-out link (NIC-switch, switch-switch)",
            [](const N& n, S& s) { s.cluster.fabric.latency = as_latency(n, "cluster.scale_out.latency"); }},

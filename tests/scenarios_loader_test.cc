@@ -665,6 +665,9 @@ TEST_F(LoaderTest, ZeroModelLayers) {
 TEST_F(LoaderTest, OversubscriptionBelowOne) {
   const std::string p = write("s.yaml", "cluster:\n  preset: dgx-h100\n  scale_out:\n    oversubscription: 0.5\n");
   EXPECT_LOAD_ERROR(p, kNoSets, p + ":4:23", "cluster.scale_out.oversubscription must be >= 1");
+  // The same bounds as a topology file's and the collective command's: 1 to 1e6.
+  const std::string q = write("t.yaml", "cluster:\n  preset: dgx-h100\n  scale_out:\n    oversubscription: 1e7\n");
+  EXPECT_LOAD_ERROR(q, kNoSets, q + ":4:23", "cluster.scale_out.oversubscription must be at most 1e+06, got 1e7");
 }
 
 TEST_F(LoaderTest, ZeroStageAboveThree) {
