@@ -23,9 +23,18 @@ constexpr uint32_t kNone = ~uint32_t{0};
 class BlockStage {
  public:
   // `trains_before`: a block of an earlier stage trains, so gradients go back to it.
+  // `next_first`: the next stage's first block, whose input is what this stage sends on
+  // and whose input's gradient comes back (null on the last stage).
   BlockStage(Plan& plan, Program& prog, const Scenario& s, const TrainingLayout& l, int64_t stage,
-             std::vector<const BlockSpec*> layers, bool trains_before)
-      : plan_(plan), p_(prog), s_(s), l_(l), stage_(stage), layers_(std::move(layers)), trains_before_(trains_before) {
+             std::vector<const BlockSpec*> layers, bool trains_before, const BlockSpec* next_first)
+      : plan_(plan),
+        p_(prog),
+        s_(s),
+        l_(l),
+        stage_(stage),
+        layers_(std::move(layers)),
+        trains_before_(trains_before),
+        next_first_(next_first) {
     e_ = dtype_bits(s.model.dtype) / 8;
     compute_ = p_.stream("compute");
   }
@@ -244,7 +253,7 @@ class BlockStage {
     }
     if (stage_ + 1 < l_.pp)
       p2p("pp-send-activation", OpKind::Send, static_cast<int32_t>(stage_ + 1), "pp-send-fwd", Phase::Forward,
-          act_bytes(*layers_.back()), {x});
+          act_bytes(*next_first_), {x});
     last_ = x;
   }
 
@@ -254,7 +263,7 @@ class BlockStage {
     uint32_t g = last_;
     if (stage_ + 1 < l_.pp) {
       const uint32_t recv = p2p("pp-recv-gradient", OpKind::Recv, static_cast<int32_t>(stage_ + 1), "pp-recv-bwd",
-                                Phase::Backward, act_bytes(*layers_.back()), {});
+                                Phase::Backward, act_bytes(*next_first_), {});
       g = memory("pp-gradient-in", Phase::Backward, -1, 0, 0, {recv, last_});
     } else if (stage_ + 1 == l_.pp) {
       g = memory("loss-backward", Phase::Backward, -1, act_bytes(*layers_.back()), act_bytes(*layers_.back()), {g});
@@ -292,6 +301,7 @@ class BlockStage {
   int64_t stage_;
   std::vector<const BlockSpec*> layers_;
   bool trains_before_;
+  const BlockSpec* next_first_;
   int64_t e_ = 2;
   uint8_t compute_ = 0;
   int32_t mb_ = -1;
@@ -489,7 +499,8 @@ TrainingPlan build_block_plan(const Scenario& s, const PlannerOptions& opt) {
     plan.programs.emplace_back();
     Program& prog = plan.programs.back();
     prog.name = l.pp > 1 ? "stage-" + std::to_string(st) : "rank";
-    BlockStage b(plan, prog, s, l, st, stages[static_cast<size_t>(st)], before);
+    const BlockSpec* next = st + 1 < l.pp ? stages[static_cast<size_t>(st + 1)].front() : nullptr;
+    BlockStage b(plan, prog, s, l, st, stages[static_cast<size_t>(st)], before, next);
     b.build();
     flops += b.model_flops() * static_cast<double>(l.dp * l.tp);
     causal_attention += b.causal_attention_flops() * static_cast<double>(l.dp * l.tp);

@@ -189,6 +189,8 @@ bool has_shape(const ChakraNode& n, OpKind kind) {
              s.head_dim > 0 && s.batch <= limit && s.heads <= limit && s.q_len <= limit && s.kv_len <= limit &&
              s.head_dim <= 1024;
     case OpKind::Memory:  // a host wait moves nothing: its counts of waits and dispatches are its shape
+      if (s.access == MemAccess::HostSync && (s.m > limit || s.n > limit || s.k > limit || s.batch > limit))
+        return false;
       return s.bytes_read + s.bytes_written > 0 || (s.access == MemAccess::HostSync && (s.m > 0 || s.k > 0));
     default:
       return false;
@@ -385,6 +387,13 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
     // The rank's kernels, one after another: past the documented range of times, a damaged
     // trace, refused here rather than run into an overflow of simulated time.
     double compute_s = 0;
+    // A message past 1 PiB is a damaged trace: refused here, not run into days of simulated time.
+    auto comm_bytes = [&](const ChakraNode& n) {
+      if (n.comm_size > int64_t{1} << 50)
+        bad(file, "node " + std::to_string(n.id) + " moves " + std::to_string(n.comm_size) +
+                      " bytes, past 1 PiB, expected a message's size (comm_size)");
+      return std::max<int64_t>(0, n.comm_size);
+    };
     auto add_compute = [&](double seconds, uint64_t id) {
       compute_s += seconds;
       if (!(compute_s <= kMaxTimeSeconds))
@@ -430,6 +439,8 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
           }
           op.flops = static_cast<double>(std::max<int64_t>(0, n.num_ops));
           op.bytes_read = static_cast<int64_t>(std::min<uint64_t>(n.tensor_size, uint64_t{1} << 50));
+          if (!(n.duration_s >= 0))
+            bad(file, "node " + std::to_string(n.id) + "'s duration_s is not a number of seconds >= 0");
           double t_s = n.duration_s > 0 ? n.duration_s : static_cast<double>(n.duration_micros) * 1e-6;
           // A kernel longer than the documented range of times is a damaged trace, not one to
           // run for days of simulated time and fail there.
@@ -476,7 +487,7 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
               bad(file, "node " + std::to_string(n.id) + ": collective type " + std::to_string(n.comm_type) +
                             " (gather, scatter, reduce-scatter-block) is not modelled");
           }
-          op.bytes = n.comm_type == 9 ? 0 : std::max<int64_t>(0, n.comm_size);
+          op.bytes = n.comm_type == 9 ? 0 : comm_bytes(n);
           const int32_t g = group_for(file, n.pg_name, n.group_kind);
           op.group = plan.groups[static_cast<size_t>(g)].kind;
           if (std::find(plan.groups[static_cast<size_t>(g)].ranks.begin(),
@@ -513,7 +524,7 @@ Plan plan_from_chakra(const std::string& dir, const GpuSpec& gpu) {
             op.group = plan.groups[static_cast<size_t>(g)].kind;
             op.peer = static_cast<int32_t>(peer_at - members.begin());
           }
-          op.bytes = std::max<int64_t>(0, n.comm_size);
+          op.bytes = comm_bytes(n);
           op.holds_sms = n.holds_sms;
           op.held_sms = n.held_sms;
           op.sm_margin = n.sm_margin;

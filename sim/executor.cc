@@ -165,6 +165,21 @@ void Executor::arrive(uint32_t slot, uint32_t op_index, const Op& op) {
   const uint32_t seq = r.coll_seq[static_cast<size_t>(op.group)]++;
   const uint64_t key = (static_cast<uint64_t>(group) << 32) | seq;
   Rendezvous& rv = rendezvous_[key];
+  // NCCL's collectives take one count on every member (all-to-all's per-peer counts
+  // aside): a member that brings another kind or size is a plan whose ranks disagree, not
+  // one to run at the size of whichever member arrived last.
+  if (!rv.members.empty()) {
+    const auto [s0, o0] = rv.members.front();
+    const Op& first = slots_[s0].program->ops[o0];
+    if (first.collective != op.collective || (op.collective != CollectiveKind::AllToAll && first.bytes != op.bytes))
+      throw std::runtime_error("rank " + std::to_string(r.rank) + "'s " + plan_.names[op.name] + " (" +
+                               std::string(to_string(op.collective)) + ", " + std::to_string(op.bytes) +
+                               " B) meets rank " + std::to_string(slots_[s0].rank) + "'s " + plan_.names[first.name] +
+                               " (" + std::string(to_string(first.collective)) + ", " + std::to_string(first.bytes) +
+                               " B) as collective " + std::to_string(seq) + " of their " +
+                               std::string(to_string(op.group)) +
+                               " group: every member's must be the same kind and size");
+  }
   rv.members.emplace_back(slot, op_index);
   if (++rv.arrived < group_expected_[static_cast<size_t>(group)]) return;
   const CollectiveResult& c = collective_cost(group, op);
@@ -188,6 +203,16 @@ void Executor::arrive_p2p(uint32_t slot, uint32_t op_index, const Op& op) {
   const uint32_t seq = (op.kind == OpKind::Send ? send_seq_ : recv_seq_)[pair]++;
   const auto key = std::make_tuple(ks, kd, static_cast<int>(op.phase), seq);
   Rendezvous& rv = p2p_[key];
+  // NCCL's send and its receive take one count: ends that disagree are a plan to refuse.
+  if (!rv.members.empty()) {
+    const auto [s0, o0] = rv.members.front();
+    const Op& other = slots_[s0].program->ops[o0];
+    if (other.bytes != op.bytes)
+      throw std::runtime_error("rank " + std::to_string(r.rank) + "'s " + plan_.names[op.name] + " (" +
+                               std::to_string(op.bytes) + " B) meets rank " + std::to_string(slots_[s0].rank) + "'s " +
+                               plan_.names[other.name] + " (" + std::to_string(other.bytes) +
+                               " B): a send and its receive must move the same bytes");
+  }
   rv.members.emplace_back(slot, op_index);
   const uint32_t expected =
       static_cast<uint32_t>(simulated_[static_cast<size_t>(ks)]) + simulated_[static_cast<size_t>(kd)];

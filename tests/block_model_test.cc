@@ -97,6 +97,15 @@ TEST(BlockModel, FrozenComponentsRunForwardOnly) {
   EXPECT_EQ(op_counts(tp.plan, 1).at("grad-allreduce"), trained);
   EXPECT_EQ(tp.stage_memory[0].optimizer, 0);
   EXPECT_GT(tp.stage_memory[1].optimizer, 0);
+  // The tensor between the stages is the next stage's first block's input, as the sender
+  // sends it and the receiver receives it (the sender had sent its own last block's input).
+  auto bytes_of = [&](size_t program, const std::string& name) {
+    for (const Op& op : tp.plan.programs[program].ops)
+      if (tp.plan.names[op.name] == name) return op.bytes;
+    return int64_t{-1};
+  };
+  EXPECT_GT(bytes_of(0, "pp-send-activation"), 0);
+  EXPECT_EQ(bytes_of(0, "pp-send-activation"), bytes_of(1, "pp-recv-activation"));
   const RunOutcome run = run_training(s);
   EXPECT_GT(run.exec.makespan.seconds(), 0);
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -270,8 +271,30 @@ TEST(Chakra, WhatCannotBeImportedIsAnError) {
   EXPECT_THROW(attempt({{"j.0.et", "garbage"}}), InputError);                         // not a trace
   EXPECT_THROW(attempt({{"j.0.et", ok}, {"k.1.et", ok}}), InputError);                // two workloads
   // A kernel past the documented range of times (2e6 s): refused at the trace, not run
-  // into an overflow of simulated time.
+  // into an overflow of simulated time; a message past 1 PiB likewise.
   EXPECT_THROW(attempt({{"j.0.et", foreign_trace(2e12, 0, 0)}}), InputError);
+  EXPECT_THROW(attempt({{"j.0.et", foreign_trace(10, 0, (int64_t{1} << 50) + 1)}}), InputError);
+  // A duration_s that is not a number of seconds (NaN) is refused, not read as none.
+  {
+    wire::Writer meta;
+    meta.bytes(1, "0.0.4");
+    wire::Writer a;
+    a.bytes(1, "duration_s");
+    a.f64(3, std::numeric_limits<double>::quiet_NaN());
+    wire::Writer n;
+    n.u64(1, 1);
+    n.u64(3, 4);
+    n.bytes(10, a.str());
+    EXPECT_THROW(attempt({{"j.0.et", delimited(meta.str()) + delimited(n.str())}}), InputError);
+  }
+  // Ranks whose collectives disagree in size (1 KiB on rank 0, 2 KiB on rank 1) are
+  // refused when they meet, not run at the size of whichever arrived last.
+  try {
+    attempt({{"j.0.et", foreign_trace(10, 0, 1024)}, {"j.1.et", foreign_trace(10, 0, 2048)}});
+    ADD_FAILURE() << "collectives of 1 KiB and 2 KiB met";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be the same kind and size"), std::string::npos) << e.what();
+  }
   // Nodes built by hand: a cycle, a dependency on a node the trace lacks, a process
   // group comm_group.json does not know.
   auto trace = [](const std::vector<std::pair<uint64_t, std::vector<uint64_t>>>& nodes, const std::string& pg) {
