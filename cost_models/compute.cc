@@ -544,7 +544,13 @@ double compute_seconds_streaming(const Op& op, const GpuSpec& gpu, const Compute
       // for either setting, keeps its tile fit.
       if (pass == 1) eff *= !p.flash2 && gpu.peak_fp8 > 0 ? p.attention_backward_factor : p.flash2_backward_factor;
       if (op.dtype == DType::FP8 && gpu.peak_fp8 > 0) eff *= p.fp8_attention_efficiency;
-      return p.kernel_latency_s + std::max(op.flops / (gpu.peak_flops(op.dtype) * eff), mem);
+      // Past one tile the last, partial one is run whole: its rows are padded to 128, so the
+      // work is the FLOPs of ⌈L_q / 128⌉ whole tiles (a query one row past a tile boundary
+      // had come out faster, its extra tile raising n and barely the FLOPs).
+      const double padded =
+          op.q_len > 128 ? static_cast<double>(ceil_div(op.q_len, int64_t{128}) * 128) / static_cast<double>(op.q_len)
+                         : 1.0;
+      return p.kernel_latency_s + std::max(op.flops * padded / (gpu.peak_flops(op.dtype) * eff), mem);
     }
     case OpKind::Memory:
       return p.kernel_latency_s + std::max(op.flops / gpu.peak_fp32, mem);

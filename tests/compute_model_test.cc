@@ -348,6 +348,22 @@ TEST(ComputeModel, TritonAttentionIsFlashAttention2AtItsFactorWhateverTheHeadDim
 // 2,048-8,192 tokens; calibrate/measurements/pytorch/run6). At the plateau (thousands of tiles
 // an SM, so the tail term is 1 within 1e-3) and for the same FLOPs, the main kernel's time at
 // 64 over its time at 128 is 2^x.
+// Past one tile a query's last, partial tile runs whole: time never falls as the query
+// grows, across a tile boundary (it had: 128 -> 129 rows added a tile, raised the tiles per
+// SM and barely the FLOPs).
+TEST(ComputeModel, FusedAttentionRunsItsPartialTileWhole) {
+  const GpuSpec& h100 = *find_gpu_preset("h100-sxm");
+  const ComputeProfile p;
+  for (const Phase phase : {Phase::Forward, Phase::Backward}) {
+    double last = 0;
+    for (int64_t len = 100; len <= 1100; ++len) {
+      const double t = compute_seconds(testing::causal_attention(1, 32, len, 128, phase), h100, p);
+      EXPECT_GE(t, last * (1 - 1e-12)) << len;
+      last = t;
+    }
+  }
+}
+
 TEST(ComputeModel, FusedAttentionAtHeadDim64RunsAtItsMeasuredShareOf128PerPass) {
   const GpuSpec& gpu = *find_gpu_preset("h100-sxm");
   ComputeProfile p;
