@@ -657,7 +657,11 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
     int64_t m, n;
     double eff;
   };
-  static constexpr Tile kTiles[] = {{128, 256, 1.0}, {256, 128, 1.0}, {128, 128, 0.92}, {64, 128, 0.80}, {64, 64, 0.65}};
+  // The 16-row tile is the tensor cores' smallest (mma's m16): what small-batch kernels run
+  // (weight-only GEMV-class kernels, Marlin), its rate extrapolated from the others by its
+  // operand reuse (tm·tn / (tm + tn): 85, 64, 43, 32 → 1.0, 0.92, 0.80, 0.65; 14 → 0.40).
+  static constexpr Tile kTiles[] = {{128, 256, 1.0}, {256, 128, 1.0}, {128, 128, 0.92},
+                                    {64, 128, 0.80}, {64, 64, 0.65},  {16, 128, 0.40}};
   const bool fp8 = (op.dtype == DType::FP8 && gpu.peak_fp8 > 0) || op.dtype == DType::INT8;
   const double peak = gpu.peak_flops(op.dtype) * (fp8 ? p.fp8_gemm_efficiency : p.gemm_efficiency);
   const double k_half = p.gemm_k_half * (fp8 ? 2.0 : 1.0);
@@ -701,6 +705,14 @@ double gemm_default_seconds(const Op& op, const GpuSpec& gpu, const ComputeProfi
         best = std::min(best, std::max(math, mem));
       }
     }
+  }
+  // A few rows (up to 16): GEMV-class kernels (cuBLAS's gemv, TensorRT-LLM's weight-only
+  // batched GEMV) run the real FLOPs as FMAs on the CUDA cores, no tile padded, so a token's
+  // GEMM over narrow weights (INT4: half a byte a weight) streams them.
+  if (!grouped && static_cast<double>(op.m) * batch <= 16 && gpu.peak_fp32 > 0) {
+    const double math =
+        2.0 * static_cast<double>(op.m) * static_cast<double>(op.n) * static_cast<double>(op.k) * batch / gpu.peak_fp32;
+    best = std::min(best, std::max(math, bytes / (gpu.hbm_bandwidth * p.memory_efficiency)));
   }
   return p.kernel_latency_s + best;
 }
