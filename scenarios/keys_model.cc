@@ -202,7 +202,10 @@ void add_model_keys(KeyList& t) {
                throw InputError(n.mark,
                                 "model.moe.capacity_factor = " + n.scalar + " is out of range, expected 1 to 64");
            }},
-          {"model.moe.routing", "mapping", "{dist: even}", "how the router spreads tokens over experts", nullptr},
+          {"model.moe.routing", "mapping", "{dist: even}",
+           "how the router spreads tokens over experts in training (serving: uniform, each expert's rows binomial; "
+           "another spread is refused there)",
+           nullptr},
           {"model.moe.routing.dist", "name", "even",
            "even (each expert its exact share) | uniform (random, multinomial counts) | zipf | histogram; the "
            "most-loaded "

@@ -490,6 +490,24 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
     refuse_keys_under(s, "parallel.", {"parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep"},
                       " lays out training, and a serving replica is parallel.tp x parallel.pp, expected only those "
                       "(replicas: inference.replicas)");
+  // A dense model's experts (model.moe.experts 0 beside a top_k, shared experts or an
+  // expert's size written above 0) and, in serving, the training router's spread would not
+  // be used: refused by name rather than ignored.
+  for (const auto& [key, mark] : s.marks) {
+    if (key.rfind("model.moe.", 0) != 0) continue;
+    const bool sized = (key == "model.moe.top_k" && m.moe.top_k > 0) ||
+                       (key == "model.moe.shared_experts" && m.moe.shared_experts > 0) ||
+                       (key == "model.moe.expert_ffn_hidden" && m.moe.expert_ffn_hidden > 0);
+    if (m.moe.experts == 0 && sized)
+      throw InputError(mark, key +
+                                 " would not be used: model.moe.experts is 0 (a dense model), expected experts > 0 "
+                                 "beside it");
+    if (s.inference && key.rfind("model.moe.routing", 0) == 0 && m.moe.routing.dist != "uniform")
+      throw InputError(mark, key +
+                                 " would not be used: serving spreads a batch's tokens over the experts as a "
+                                 "router of independent tokens does (each expert's rows binomial, docs/model.md), "
+                                 "expected routing: {dist: uniform} or none");
+  }
   if (m.moe.dense_layers > m.layers)
     throw InputError(s.mark("model.moe.dense_layers"),
                      "model.moe.dense_layers = " + std::to_string(m.moe.dense_layers) +

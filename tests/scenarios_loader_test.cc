@@ -670,6 +670,25 @@ TEST_F(LoaderTest, OversubscriptionBelowOne) {
   EXPECT_LOAD_ERROR(q, kNoSets, q + ":4:23", "cluster.scale_out.oversubscription must be at most 1e+06, got 1e7");
 }
 
+// Keys that would not be used are refused by name: a top_k beside no experts, and in
+// serving a router's spread other than the independent tokens it takes.
+TEST_F(LoaderTest, MoeKeysThatWouldNotBeUsed) {
+  const std::string d = write("d.yaml", "cluster: {preset: dgx-h100}\nmodel: {preset: llama3-8b, moe: {top_k: 2}}\n");
+  EXPECT_LOAD_ERROR(d, kNoSets, d + ":2:41", "model.moe.top_k would not be used: model.moe.experts is 0");
+  const std::string off = write("o.yaml",
+                                "cluster: {preset: dgx-h100}\nmodel: {preset: mixtral-8x7b, moe: {experts: 0, "
+                                "top_k: 0, shared_experts: 0, expert_ffn_hidden: 0}}\n");
+  EXPECT_NO_THROW(load_scenario(off));
+  const std::string z = write("z.yaml",
+                              "cluster: {preset: dgx-h200}\nmodel: {preset: mixtral-8x7b, moe: {routing: "
+                              "{dist: zipf}}}\nparallel: {tp: 8}\ninference: {requests: 4}\n");
+  EXPECT_LOAD_ERROR(z, kNoSets, z + ":2:46", "model.moe.routing would not be used: serving spreads");
+  const std::string u = write("u.yaml",
+                              "cluster: {preset: dgx-h200}\nmodel: {preset: mixtral-8x7b, moe: {routing: "
+                              "{dist: uniform}}}\nparallel: {tp: 8}\ninference: {requests: 4}\n");
+  EXPECT_NO_THROW(load_scenario(u));
+}
+
 TEST_F(LoaderTest, ZeroStageAboveThree) {
   const std::string p = write("s.yaml", std::string(kBase) + "  zero_stage: 4\n");
   EXPECT_LOAD_ERROR(p, kNoSets, p + ":8:15", "parallel.zero_stage must be 0, 1, 2 or 3, got 4");
